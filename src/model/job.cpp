@@ -1,0 +1,73 @@
+#include "model/job.h"
+
+#include <charconv>
+
+namespace gpupool {
+namespace {
+
+template <typename E, size_t N>
+Result<E> ParseName(std::string_view name, const std::pair<E, std::string_view> (&table)[N],
+                    std::string_view what) {
+  for (const auto& [value, text] : table) {
+    if (text == name) return value;
+  }
+  std::string allowed;
+  for (const auto& [value, text] : table) {
+    allowed += allowed.empty() ? "" : ", ";
+    allowed += text;
+  }
+  return Status::InvalidArgument("unknown " + std::string(what) + " \"" + std::string(name) +
+                                 "\" (one of: " + allowed + ")");
+}
+
+constexpr std::pair<JobState, std::string_view> kJobStateNames[] = {
+    {JobState::kPending, "pending"},     {JobState::kScheduled, "scheduled"},
+    {JobState::kRunning, "running"},     {JobState::kSucceeded, "succeeded"},
+    {JobState::kFailed, "failed"},       {JobState::kCancelled, "cancelled"},
+};
+
+constexpr std::pair<AttemptState, std::string_view> kAttemptStateNames[] = {
+    {AttemptState::kScheduled, "scheduled"}, {AttemptState::kRunning, "running"},
+    {AttemptState::kSucceeded, "succeeded"}, {AttemptState::kFailed, "failed"},
+    {AttemptState::kCancelled, "cancelled"}, {AttemptState::kLost, "lost"},
+};
+
+}  // namespace
+
+std::string_view JobStateName(JobState s) { return kJobStateNames[static_cast<int>(s)].second; }
+Result<JobState> ParseJobState(std::string_view name) {
+  return ParseName(name, kJobStateNames, "job state");
+}
+bool IsTerminal(JobState s) {
+  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+std::string_view AttemptStateName(AttemptState s) {
+  return kAttemptStateNames[static_cast<int>(s)].second;
+}
+Result<AttemptState> ParseAttemptState(std::string_view name) {
+  return ParseName(name, kAttemptStateNames, "attempt state");
+}
+bool IsLive(AttemptState s) { return s == AttemptState::kScheduled || s == AttemptState::kRunning; }
+
+std::string MakeAttemptId(int64_t job_id, int32_t number) {
+  return std::to_string(job_id) + "." + std::to_string(number);
+}
+
+Result<std::pair<int64_t, int32_t>> ParseAttemptId(std::string_view id) {
+  auto dot = id.find('.');
+  int64_t job = 0;
+  int32_t num = 0;
+  auto bad = Status::InvalidArgument("invalid attempt id \"" + std::string(id) +
+                                     "\": expected JOB.NUMBER such as 42.1");
+  if (dot == std::string_view::npos) return bad;
+  auto r1 = std::from_chars(id.data(), id.data() + dot, job);
+  auto r2 = std::from_chars(id.data() + dot + 1, id.data() + id.size(), num);
+  if (r1.ec != std::errc() || r1.ptr != id.data() + dot || r2.ec != std::errc() ||
+      r2.ptr != id.data() + id.size() || job <= 0 || num <= 0) {
+    return bad;
+  }
+  return std::make_pair(job, num);
+}
+
+}  // namespace gpupool

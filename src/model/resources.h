@@ -1,0 +1,64 @@
+// Resource requests and GPU descriptions: the integer quantities the
+// scheduler reasons about. Amounts are integers (MiB, milli-CPU); text such
+// as "24GiB" is converted at the edge (model/job_spec, the CLI).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpupool {
+
+// What a job asks for. Zero means "no requirement" for the minimums.
+struct Resources {
+  int32_t gpus = 0;                     // whole GPUs
+  int64_t gpu_memory_mib = 0;           // minimum memory of each GPU
+  std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
+  int64_t cpu_milli = 0;                // host CPU, thousandths of a core
+  int64_t memory_mib = 0;               // host memory
+
+  friend bool operator==(const Resources&, const Resources&) = default;
+};
+
+// One GPU as a node reports it. Static facts only; telemetry is separate.
+struct GpuInfo {
+  int32_t index = 0;
+  std::string uuid;      // "GPU-8a3b..."; simulated GPUs use "GPU-SIM-..."
+  std::string name;      // as NVML reports it, e.g. "NVIDIA A100-SXM4-80GB"
+  int64_t memory_mib = 0;
+  int32_t cc_major = 0;  // compute capability
+  int32_t cc_minor = 0;
+  bool simulated = false;
+
+  friend bool operator==(const GpuInfo&, const GpuInfo&) = default;
+};
+
+// A process using a GPU, as NVML reports it.
+struct GpuProcess {
+  int64_t pid = 0;
+  int64_t used_memory_mib = 0;
+  friend bool operator==(const GpuProcess&, const GpuProcess&) = default;
+};
+
+// Changing values of one GPU, sent with heartbeats. -1 means "not available".
+struct GpuTelemetry {
+  std::string uuid;
+  int64_t memory_used_mib = -1;
+  int32_t utilization_percent = -1;
+  int32_t temperature_c = -1;
+  int64_t power_mw = -1;
+  std::vector<GpuProcess> processes;
+  friend bool operator==(const GpuTelemetry&, const GpuTelemetry&) = default;
+};
+
+// True when `wanted` (what a user wrote in gpu_models, e.g. "A100" or
+// "a100-sxm4-80gb") names the GPU called `gpu_name` (e.g. "NVIDIA
+// A100-SXM4-80GB"): the whole name, or one of its words split at spaces and
+// dashes, compared without case. "A10" does not match an A100.
+bool GpuModelMatches(std::string_view gpu_name, std::string_view wanted);
+
+// "A100 80 GiB (simulated)", "NVIDIA T4 16 GiB".
+std::string DescribeGpu(const GpuInfo& gpu);
+
+}  // namespace gpupool

@@ -1,0 +1,47 @@
+// Plain HTTP request/response values shared by the server and the client.
+// No Beast types here: net/ converts at its edges.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gpupool::net {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // as sent: "/v1/jobs?state=running"
+  std::string path;    // decoded path without the query: "/v1/jobs"
+  std::map<std::string, std::string> query;    // decoded query parameters
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+  std::string peer;  // "127.0.0.1:53422"
+
+  // The header's value, or empty when absent. `name` is lower-case.
+  std::string Header(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::map<std::string, std::string> headers;
+  std::string body;
+};
+
+// Percent-decoding of a path or query component ('+' is a space in queries).
+std::string UrlDecode(std::string_view s, bool plus_is_space);
+std::string UrlEncode(std::string_view s);
+
+// Splits "http://host:port/prefix" into its parts. Only http and ws schemes
+// for now (https/wss arrive with TLS).
+struct Url {
+  std::string scheme;  // "http" or "ws"
+  std::string host;
+  uint16_t port = 0;
+  std::string path;  // "" or "/prefix"
+};
+std::optional<Url> ParseUrl(std::string_view text);
+
+}  // namespace gpupool::net

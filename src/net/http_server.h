@@ -1,0 +1,69 @@
+// HttpServer: an HTTP/1.1 server with WebSocket upgrade, on an EventLoop.
+//
+// Each connection is a Beast session owned by net/. For every request the
+// server calls `on_request(request, responder)` on the loop thread. The
+// handler answers by calling the Responder exactly once, now or later (for
+// long polls); if it is destroyed without being called, the client gets a
+// 500. Keep-alive and pipelining are handled here.
+//
+// A request with "Upgrade: websocket" goes to `on_upgrade` instead. It returns
+// a handler for the new connection, or an HttpResponse to refuse the upgrade
+// (e.g. 401). Once upgraded, WebSocket callbacks run on the loop thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "common/status.h"
+#include "net/event_loop.h"
+#include "net/http.h"
+#include "net/websocket.h"
+
+namespace gpupool::net {
+
+class Responder {
+ public:
+  explicit Responder(std::function<void(HttpResponse)> send);
+  ~Responder();
+  Responder(Responder&&) noexcept;
+  Responder& operator=(Responder&&) noexcept;
+  Responder(const Responder&) = delete;
+  Responder& operator=(const Responder&) = delete;
+  // Sends the response. Only the first call has an effect.
+  void operator()(HttpResponse response);
+  // False once the response was sent (or the connection closed).
+  bool pending() const;
+
+ private:
+  std::function<void(HttpResponse)> send_;
+};
+
+struct HttpHandlers {
+  std::function<void(HttpRequest, Responder)> on_request;
+  std::function<std::variant<std::shared_ptr<WsHandler>, HttpResponse>(const HttpRequest&)>
+      on_upgrade;
+};
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0 = pick a free port
+  size_t max_body_bytes = 16 << 20;
+  int64_t idle_timeout_ms = 120'000;  // close idle keep-alive connections
+};
+
+class HttpServer {
+ public:
+  // Binds and starts accepting on `loop`. The server must be destroyed (or
+  // Close()d) on the loop thread before the loop is destroyed.
+  static Result<std::unique_ptr<HttpServer>> Start(EventLoop& loop, HttpServerOptions options,
+                                                   HttpHandlers handlers);
+  virtual ~HttpServer() = default;
+  virtual uint16_t port() const = 0;
+  // Stops accepting and closes every connection.
+  virtual void Close() = 0;
+};
+
+}  // namespace gpupool::net

@@ -1,0 +1,50 @@
+// WebSocket connections (text frames carrying JSON), server and client side,
+// behind small interfaces so code outside net/ needs no Beast.
+//
+// All callbacks run on the EventLoop thread. Send() queues the frame and
+// returns at once; frames are written in order. After OnClose no further
+// callback arrives for that connection.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "net/event_loop.h"
+
+namespace gpupool::net {
+
+class WsConnection {
+ public:
+  virtual ~WsConnection() = default;
+  virtual void Send(std::string text) = 0;
+  // Starts a close handshake; OnClose follows.
+  virtual void Close(std::string reason) = 0;
+  // Bytes queued but not yet written; lets senders apply back-pressure.
+  virtual size_t queued_bytes() const = 0;
+  virtual std::string peer() const = 0;
+};
+
+class WsHandler {
+ public:
+  virtual ~WsHandler() = default;
+  virtual void OnOpen(std::shared_ptr<WsConnection> conn) = 0;
+  virtual void OnMessage(std::string text) = 0;
+  // `reason` says why: the peer's close reason, an I/O error, or a timeout.
+  virtual void OnClose(std::string reason) = 0;
+};
+
+struct WsClientOptions {
+  std::string url;  // "ws://host:port/path"
+  std::map<std::string, std::string> headers;  // e.g. Authorization
+  int64_t connect_timeout_ms = 10'000;
+  // The connection is closed when nothing arrives for this long (0 = never).
+  int64_t idle_timeout_ms = 0;
+};
+
+// Connects asynchronously; the handler gets OnOpen, or OnClose with the error
+// if the connection fails. Returns at once.
+void WsConnect(EventLoop& loop, WsClientOptions options, std::shared_ptr<WsHandler> handler);
+
+}  // namespace gpupool::net

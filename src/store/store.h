@@ -1,0 +1,134 @@
+// Store: the server's durable state behind one interface.
+//
+// Every change happens inside Store::Transact, which runs the callback with
+// a Tx and commits only if the callback returns OK; any error rolls the whole
+// transaction back, so a rejected request never leaves partial state. Once
+// Transact returns OK the change survives a crash of the process (SIGKILL).
+//
+// Threading: a Store may be used from one thread at a time (the server's
+// event loop). Tx objects are only valid inside their Transact callback.
+//
+// Backends: SqliteStore (store/sqlite_store.h) is the embedded default;
+// every backend must pass the shared conformance suite in
+// store/store_conformance.h.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/job.h"
+#include "model/node.h"
+
+namespace gpupool {
+
+struct JobQuery {
+  std::optional<std::string> owner;       // only this owner's jobs
+  std::vector<JobState> states;           // any of these; empty = all
+  int64_t after_id = 0;                   // id > after_id (paging)
+  int32_t limit = 1000;                   // at most this many, by ascending id
+  bool newest_first = false;              // order by descending id instead
+};
+
+struct AttemptQuery {
+  std::optional<int64_t> job_id;
+  std::optional<std::string> node_id;
+  bool live_only = false;  // scheduled or running only
+};
+
+// One line of job output. `offset` is the byte offset of the line in the
+// attempt's log as the agent recorded it; (attempt_id, offset) is unique, so
+// a line sent twice is stored once.
+struct LogLine {
+  std::string attempt_id;
+  int64_t offset = 0;
+  std::string stream;  // "stdout" or "stderr"
+  int64_t ts_ms = 0;
+  std::string text;  // without the trailing newline
+  // Assigned by the store: increases with every stored line; a reader's cursor.
+  int64_t cursor = 0;
+  friend bool operator==(const LogLine&, const LogLine&) = default;
+};
+
+// A message queued for a node's agent (transactional outbox). `seq` is
+// assigned by the store per node, starting at 1, without gaps.
+struct OutboxMessage {
+  std::string node_id;
+  int64_t seq = 0;
+  std::string type;
+  std::string body;  // JSON text
+  friend bool operator==(const OutboxMessage&, const OutboxMessage&) = default;
+};
+
+struct TokenRecord {
+  std::string hash;     // SHA-256 hex of the secret; secrets are never stored
+  std::string subject;  // user or agent name the token acts as
+  std::string role;     // "admin", "member", "agent-join"
+  int64_t created_ms = 0;
+  int64_t expires_ms = 0;  // 0 = never
+  bool revoked = false;
+  friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
+};
+
+class Tx {
+ public:
+  virtual ~Tx() = default;
+
+  // Jobs. InsertJob assigns job.id (ascending, never reused) and returns it.
+  virtual Result<int64_t> InsertJob(const Job& job) = 0;
+  virtual Status UpdateJob(const Job& job) = 0;  // NotFound if absent
+  virtual Result<std::optional<Job>> GetJob(int64_t id) = 0;
+  virtual Result<std::vector<Job>> ListJobs(const JobQuery& q) = 0;
+
+  // Attempts: insert or replace by id.
+  virtual Status PutAttempt(const Attempt& a) = 0;
+  virtual Result<std::optional<Attempt>> GetAttempt(const std::string& id) = 0;
+  virtual Result<std::vector<Attempt>> ListAttempts(const AttemptQuery& q) = 0;  // by job id, number
+
+  // Nodes: insert or replace by id; names are unique (AlreadyExists otherwise).
+  virtual Status PutNode(const Node& n) = 0;
+  virtual Result<std::optional<Node>> GetNode(const std::string& id) = 0;
+  virtual Result<std::optional<Node>> GetNodeByName(const std::string& name) = 0;
+  virtual Result<std::vector<Node>> ListNodes() = 0;  // by name
+
+  // Logs. Lines whose (attempt_id, offset) is already stored are skipped.
+  // `job_id` is recorded with each line so a job's logs read across attempts.
+  virtual Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) = 0;
+  // Lines of the job with cursor > after_cursor, by cursor, at most `limit`.
+  virtual Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor,
+                                                int32_t limit) = 0;
+  // One past the highest stored byte of the attempt's log: the offset
+  // of the last stored line plus its length plus one; 0 when none.
+  virtual Result<int64_t> LogEnd(const std::string& attempt_id) = 0;
+
+  // Outbox. PushOutbox assigns and returns the next seq for the node.
+  virtual Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,
+                                     const std::string& body) = 0;
+  // Messages with seq > after_seq, ascending.
+  virtual Result<std::vector<OutboxMessage>> ListOutbox(const std::string& node_id,
+                                                        int64_t after_seq) = 0;
+  // Drops messages with seq <= upto_seq. The seq counter is not reset.
+  virtual Status AckOutbox(const std::string& node_id, int64_t upto_seq) = 0;
+
+  // Small named values (e.g. per-node channel counters, settings).
+  virtual Result<std::optional<std::string>> GetMeta(const std::string& key) = 0;
+  virtual Status PutMeta(const std::string& key, const std::string& value) = 0;
+
+  // Tokens, looked up by hash.
+  virtual Status PutToken(const TokenRecord& t) = 0;
+  virtual Result<std::optional<TokenRecord>> GetToken(const std::string& hash) = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  // Runs `fn` in one transaction; commits if it returns OK, else rolls back
+  // and returns its error.
+  virtual Status Transact(const std::function<Status(Tx&)>& fn) = 0;
+};
+
+}  // namespace gpupool

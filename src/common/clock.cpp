@@ -12,13 +12,15 @@ int64_t RealClock::NowMs() const {
 }
 
 std::string FormatTimestampMs(int64_t epoch_ms) {
-  std::time_t secs = static_cast<std::time_t>(epoch_ms / 1000);
+  // Floor division, so times before 1970 keep a non-negative millisecond part.
+  int64_t secs_floor = epoch_ms / 1000 - (epoch_ms % 1000 < 0 ? 1 : 0);
+  int millis = static_cast<int>(epoch_ms - secs_floor * 1000);
+  std::time_t secs = static_cast<std::time_t>(secs_floor);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[96];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(epoch_ms % 1000));
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
   return buf;
 }
 

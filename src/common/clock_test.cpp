@@ -1,1 +1,67 @@
-// being written
+#include "common/clock.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+namespace gpupool {
+namespace {
+
+TEST(FakeClock, StartsAtGivenTime) {
+  EXPECT_EQ(FakeClock().NowMs(), 1'700'000'000'000);
+  EXPECT_EQ(FakeClock(5).NowMs(), 5);
+}
+
+TEST(FakeClock, AdvanceAndSet) {
+  FakeClock clock(1000);
+  const Clock& c = clock;  // used through the interface
+  clock.AdvanceMs(250);
+  EXPECT_EQ(c.NowMs(), 1250);
+  clock.AdvanceMs(0);
+  EXPECT_EQ(c.NowMs(), 1250);
+  clock.SetMs(42);
+  EXPECT_EQ(c.NowMs(), 42);
+  clock.AdvanceMs(-2);
+  EXPECT_EQ(c.NowMs(), 40);
+}
+
+TEST(FakeClock, ConcurrentAdvances) {
+  FakeClock clock(0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10'000; ++i) clock.AdvanceMs(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(clock.NowMs(), 40'000);
+}
+
+TEST(RealClock, IsNearNowAndMonotonicEnough) {
+  RealClock clock;
+  int64_t a = clock.NowMs();
+  int64_t b = clock.NowMs();
+  EXPECT_GT(a, 1'600'000'000'000);  // after 2020
+  EXPECT_LT(a, 4'102'444'800'000);  // before 2100
+  EXPECT_GE(b, a - 1000);
+}
+
+TEST(FormatTimestampMs, Examples) {
+  EXPECT_EQ(FormatTimestampMs(1'700'000'000'123), "2023-11-14T22:13:20.123Z");
+  EXPECT_EQ(FormatTimestampMs(0), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(FormatTimestampMs(1), "1970-01-01T00:00:00.001Z");
+  EXPECT_EQ(FormatTimestampMs(999), "1970-01-01T00:00:00.999Z");
+  EXPECT_EQ(FormatTimestampMs(1000), "1970-01-01T00:00:01.000Z");
+  EXPECT_EQ(FormatTimestampMs(951'782'400'000), "2000-02-29T00:00:00.000Z");  // leap day
+  EXPECT_EQ(FormatTimestampMs(253'402'300'799'999), "9999-12-31T23:59:59.999Z");
+}
+
+TEST(FormatTimestampMs, BeforeEpoch) {
+  EXPECT_EQ(FormatTimestampMs(-1), "1969-12-31T23:59:59.999Z");
+  EXPECT_EQ(FormatTimestampMs(-1000), "1969-12-31T23:59:59.000Z");
+  EXPECT_EQ(FormatTimestampMs(-1001), "1969-12-31T23:59:58.999Z");
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -33,7 +33,7 @@ bool ParseLogLevel(std::string_view text, LogLevel* out) {
   return true;
 }
 
-LogLine::~LogLine() {
+LogMessage::~LogMessage() {
   static const char* kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
   std::string line = FormatTimestampMs(RealClock().NowMs());
   line += ' ';

@@ -20,14 +20,14 @@ void SetLogComponent(std::string_view name);
 // Parses "debug", "info", "warn", "error"; returns false for anything else.
 bool ParseLogLevel(std::string_view text, LogLevel* out);
 
-class LogLine {
+class LogMessage {
  public:
-  explicit LogLine(LogLevel level) : level_(level) {}
-  ~LogLine();
-  LogLine(const LogLine&) = delete;
-  LogLine& operator=(const LogLine&) = delete;
+  explicit LogMessage(LogLevel level) : level_(level) {}
+  ~LogMessage();
+  LogMessage(const LogMessage&) = delete;
+  LogMessage& operator=(const LogMessage&) = delete;
   template <typename T>
-  LogLine& operator<<(const T& v) {
+  LogMessage& operator<<(const T& v) {
     os_ << v;
     return *this;
   }
@@ -37,9 +37,14 @@ class LogLine {
   std::ostringstream os_;
 };
 
+// Turns the streamed LogMessage into void so the macro works as an expression;
+// `&` binds looser than `<<`, so the whole line is streamed first.
+struct LogVoidify {
+  void operator&(const LogMessage&) {}
+};
+
 }  // namespace gpupool
 
-#define GP_LOG(level)                                                  \
-  if (!::gpupool::LogEnabled(::gpupool::LogLevel::level)) {            \
-  } else                                                               \
-    ::gpupool::LogLine(::gpupool::LogLevel::level)
+#define GP_LOG(level)                                           \
+  !::gpupool::LogEnabled(::gpupool::LogLevel::level) ? (void)0 \
+                                                     : ::gpupool::LogVoidify() & ::gpupool::LogMessage(::gpupool::LogLevel::level)

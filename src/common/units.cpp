@@ -16,9 +16,12 @@ struct Decimal {
   std::string_view suffix;
 };
 
-Result<Decimal> ParseDecimal(std::string_view text, std::string_view what) {
+// `shown` is the text quoted in error messages (the whole input when `text`
+// is one part of it).
+Result<Decimal> ParseDecimal(std::string_view text, std::string_view what,
+                             std::string_view shown) {
   auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument("invalid " + std::string(what) + " \"" + std::string(text) +
+    return Status::InvalidArgument("invalid " + std::string(what) + " \"" + std::string(shown) +
                                    "\": " + std::string(why));
   };
   size_t i = 0;
@@ -56,7 +59,7 @@ Result<Decimal> ParseDecimal(std::string_view text, std::string_view what) {
 }  // namespace
 
 Result<int64_t> ParseBytes(std::string_view text) {
-  GP_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(text, "size"));
+  GP_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(text, "size", text));
   std::string_view s = d.suffix;
   if (!s.empty() && (s.back() == 'B' || s.back() == 'b')) s.remove_suffix(1);
   int64_t mult = 0;
@@ -88,7 +91,7 @@ Result<int64_t> ParseMebibytes(std::string_view text) {
 }
 
 Result<int64_t> ParseMilli(std::string_view text) {
-  GP_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(text, "amount"));
+  GP_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(text, "amount", text));
   if (d.suffix.empty()) return d.milli;
   if (d.suffix == "m" && d.milli % 1000 == 0) return d.milli / 1000;
   return Status::InvalidArgument("invalid amount \"" + std::string(text) +
@@ -109,7 +112,9 @@ Result<int64_t> ParseDurationMs(std::string_view text) {
     size_t u = n;
     while (u < rest.size() && std::isalpha(static_cast<unsigned char>(rest[u]))) ++u;
     if (n == 0) return bad("expected a number");
-    GP_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(rest.substr(0, n), "duration"));
+    GP_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(rest.substr(0, n), "duration", text));
+    // Leftovers such as the "-2" of "1-2s" or the ".3" of "1.2.3s".
+    if (!d.suffix.empty()) return bad("expected a number");
     std::string_view unit = rest.substr(n, u - n);
     int64_t unit_ms = 0;
     if (unit.empty()) {
@@ -131,6 +136,7 @@ Result<int64_t> ParseDurationMs(std::string_view text) {
 }
 
 std::string FormatMilli(int64_t milli) {
+  if (milli < 0 && milli != std::numeric_limits<int64_t>::min()) return "-" + FormatMilli(-milli);
   std::string s = std::to_string(milli / 1000);
   int64_t frac = milli % 1000;
   if (frac != 0) {
@@ -145,7 +151,8 @@ std::string FormatBytes(int64_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;
   long double v = static_cast<long double>(bytes);
-  while (v >= 1024 && u < 5) {
+  // Also move up when one decimal would round to 1024 ("1024.0 KiB").
+  while (u < 5 && (v >= 1024 || (v >= 1023.95L && v != std::floor(v)))) {
     v /= 1024;
     ++u;
   }
@@ -165,6 +172,7 @@ std::string FormatMebibytes(int64_t mib) { return FormatBytes(mib * (int64_t{1} 
 
 std::string FormatDurationMs(int64_t ms) {
   if (ms < 0) return "-" + FormatDurationMs(-ms);
+  if (ms == 0) return "0s";
   if (ms < 1000) return std::to_string(ms) + "ms";
   if (ms < 60 * 1000) return FormatMilli(ms / 100 * 100) + "s";
   int64_t s = ms / 1000;

@@ -61,6 +61,8 @@ Result<std::pair<int64_t, int32_t>> ParseAttemptId(std::string_view id) {
   auto bad = Status::InvalidArgument("invalid attempt id \"" + std::string(id) +
                                      "\": expected JOB.NUMBER such as 42.1");
   if (dot == std::string_view::npos) return bad;
+  // Canonical form only ("42.1", not "042.01"): ids are compared as strings.
+  if ((dot > 0 && id[0] == '0') || (dot + 1 < id.size() && id[dot + 1] == '0')) return bad;
   auto r1 = std::from_chars(id.data(), id.data() + dot, job);
   auto r2 = std::from_chars(id.data() + dot + 1, id.data() + id.size(), num);
   if (r1.ec != std::errc() || r1.ptr != id.data() + dot || r2.ec != std::errc() ||

@@ -1,1 +1,672 @@
-// being written
+#include "model/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace gpupool {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+JobSpec MustParse(std::string_view text) {
+  auto r = ParseJobSpec(text);
+  EXPECT_TRUE(r.ok()) << r.status().ToString() << "\nfor:\n" << text;
+  return r.ok() ? *r : JobSpec{};
+}
+
+std::string ParseError(std::string_view text) {
+  auto r = ParseJobSpec(text);
+  EXPECT_FALSE(r.ok()) << "accepted:\n" << text;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+std::string JsonError(const json& j) {
+  auto r = JobSpecFromJson(j);
+  EXPECT_FALSE(r.ok()) << "accepted: " << j.dump();
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+void ExpectRoundTrip(const JobSpec& spec) {
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec).ToString();
+  json j = JobSpecToJson(spec);
+  auto back = JobSpecFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << " for " << j.dump();
+  EXPECT_EQ(*back, spec) << j.dump();
+  // Through text too: YAML is a superset of JSON.
+  auto from_text = ParseJobSpec(j.dump());
+  ASSERT_TRUE(from_text.ok()) << from_text.status().ToString() << " for " << j.dump();
+  EXPECT_EQ(*from_text, spec) << j.dump();
+}
+
+JobSpec Basic() {
+  JobSpec s;
+  s.name = "train";
+  s.run = "python train.py";
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// YAML input.
+
+TEST(ParseJobSpec, FullYaml) {
+  JobSpec s = MustParse(R"(
+name: resnet-50.v2_run
+run: |
+  python train.py --epochs 10
+env:
+  LR: "0.1"
+  EPOCHS: 10
+  RATIO: 0.50
+  DEBUG: true
+  EMPTY: ""
+  TILDE: "~"
+resources:
+  gpus: 2
+  gpu_memory: 40GiB
+  gpu_models: [A100, H100]
+  cpus: 0.5
+  memory: 16Gi
+max_runtime: 1h30m
+)");
+  EXPECT_EQ(s.name, "resnet-50.v2_run");
+  EXPECT_EQ(s.run, "python train.py --epochs 10\n");
+  EXPECT_TRUE(s.command.empty());
+  // Env values are kept as written, whatever their YAML type.
+  EXPECT_EQ(s.env, (std::map<std::string, std::string>{{"LR", "0.1"},
+                                                       {"EPOCHS", "10"},
+                                                       {"RATIO", "0.50"},
+                                                       {"DEBUG", "true"},
+                                                       {"EMPTY", ""},
+                                                       {"TILDE", "~"}}));
+  EXPECT_EQ(s.resources.gpus, 2);
+  EXPECT_EQ(s.resources.gpu_memory_mib, 40 * 1024);
+  EXPECT_EQ(s.resources.gpu_models, (std::vector<std::string>{"A100", "H100"}));
+  EXPECT_EQ(s.resources.cpu_milli, 500);
+  EXPECT_EQ(s.resources.memory_mib, 16 * 1024);
+  EXPECT_EQ(s.max_runtime_ms, 90 * 60 * 1000);
+}
+
+TEST(ParseJobSpec, CommandList) {
+  JobSpec s = MustParse("command: [python, -c, 'print(1)', \"\"]\n");
+  EXPECT_EQ(s.command, (std::vector<std::string>{"python", "-c", "print(1)", ""}));
+  EXPECT_TRUE(s.run.empty());
+
+  s = MustParse("command:\n  - sleep\n  - \"10\"\n");
+  EXPECT_EQ(s.command, (std::vector<std::string>{"sleep", "10"}));
+}
+
+TEST(ParseJobSpec, Defaults) {
+  JobSpec s = MustParse("run: nvidia-smi");
+  EXPECT_EQ(s.name, "job");
+  EXPECT_EQ(s.run, "nvidia-smi");
+  EXPECT_TRUE(s.env.empty());
+  EXPECT_EQ(s.resources, Resources{});
+  EXPECT_EQ(s.max_runtime_ms, 0);
+}
+
+TEST(ParseJobSpec, NullValuesMeanAbsent) {
+  JobSpec s = MustParse("name:\nrun: x\nresources:\nenv: ~\nmax_runtime: null\n");
+  EXPECT_EQ(s.name, "job");
+  EXPECT_EQ(s.resources, Resources{});
+  EXPECT_TRUE(s.env.empty());
+}
+
+TEST(ParseJobSpec, QuotedScalarsStayStrings) {
+  EXPECT_EQ(MustParse("name: \"007\"\nrun: x").name, "007");
+  EXPECT_EQ(MustParse("name: '1.5'\nrun: x").name, "1.5");
+  EXPECT_EQ(MustParse("name: !!str 42\nrun: x").name, "42");
+  EXPECT_EQ(MustParse("run: \"true\"").run, "true");
+  // Plain 007 is the integer 7 in YAML 1.2, not a name.
+  EXPECT_THAT(ParseError("name: 007\nrun: x"), HasSubstr("name: must be a string, got 7"));
+  EXPECT_THAT(ParseError("run: true"), HasSubstr("run: must be a string, got true"));
+}
+
+TEST(ParseJobSpec, Yaml12CoreSchema) {
+  // yes/no/on/off are strings in YAML 1.2 (booleans only in 1.1).
+  EXPECT_EQ(MustParse("name: yes\nrun: x").name, "yes");
+  EXPECT_EQ(MustParse("name: off\nrun: x").name, "off");
+  EXPECT_EQ(MustParse("run: x\nresources: {gpus: 0x2}").resources.gpus, 2);
+  EXPECT_EQ(MustParse("run: x\nresources: {gpus: 0o10}").resources.gpus, 8);
+  EXPECT_EQ(MustParse("run: x\nresources: {gpus: +3}").resources.gpus, 3);
+  EXPECT_EQ(MustParse("run: x\nresources: {gpus: !!int 4}").resources.gpus, 4);
+  EXPECT_EQ(MustParse("run: x\nresources: {cpus: .5}").resources.cpu_milli, 500);
+  EXPECT_EQ(MustParse("run: x\nresources: {cpus: 1e1}").resources.cpu_milli, 10000);
+  EXPECT_EQ(MustParse("run: x\nresources: {cpus: !!float 2}").resources.cpu_milli, 2000);
+  EXPECT_EQ(MustParse("run: x\nresources: {cpus: 2.}").resources.cpu_milli, 2000);
+  EXPECT_EQ(MustParse("run: x\nresources: {cpus: \"250m\"}").resources.cpu_milli, 250);
+  EXPECT_EQ(MustParse("run: x\nresources: {cpus: 250m}").resources.cpu_milli, 250);
+  EXPECT_THAT(ParseError("run: x\nresources: {cpus: .inf}"),
+              HasSubstr("resources.cpus: must be a number from 0 to 1024, got"));
+  EXPECT_THAT(ParseError("run: x\nresources: {cpus: -.inf}"), HasSubstr("resources.cpus:"));
+  EXPECT_THAT(ParseError("run: x\nresources: {cpus: .nan}"),
+              HasSubstr("resources.cpus: must be a number from 0 to 1024, got nan"));
+  EXPECT_THAT(ParseError("run: x\nresources: {cpus: 1e999}"),
+              HasSubstr("resources.cpus: must be a number from 0 to 1024, got inf"));
+  EXPECT_EQ(MustParse("run: x\nresources: {cpus: 1e-999}").resources.cpu_milli, 0);
+  EXPECT_THAT(ParseError("run: x\nresources: {gpus: !!int abc}"),
+              HasSubstr("resources.gpus: \"abc\" is not a valid !!int"));
+  EXPECT_THAT(ParseError("run: x\nresources: {gpus: !custom 1}"),
+              HasSubstr("resources.gpus: unsupported tag"));
+  EXPECT_THAT(ParseError("run: x\nresources: {gpus: 0xFFFFFFFFFFFFFFFFFF}"),
+              HasSubstr("resources.gpus: integer \"0xFFFFFFFFFFFFFFFFFF\" out of range"));
+  EXPECT_THAT(ParseError("run: x\nresources: {gpus: 99999999999999999999999}"),
+              HasSubstr("resources.gpus: must be an integer from 0 to 64, got 9.99"));
+  EXPECT_THAT(ParseError("run: x\nresources: {gpus: -9223372036854775808}"),
+              HasSubstr("resources.gpus: must be an integer from 0 to 64, got "
+                        "-9223372036854775808"));
+  EXPECT_THAT(ParseError("run: x\nresources: {gpus: 18446744073709551615}"),
+              HasSubstr("resources.gpus: must be an integer from 0 to 64, got "
+                        "18446744073709551615"));
+}
+
+TEST(ParseJobSpec, EnvValuesKeptAsWritten) {
+  JobSpec s = MustParse("run: x\nenv: {A: 0x1F, B: 1e3, C: True, D: 007, E: 1.0}");
+  EXPECT_EQ(s.env, (std::map<std::string, std::string>{
+                       {"A", "0x1F"}, {"B", "1e3"}, {"C", "True"}, {"D", "007"}, {"E", "1.0"}}));
+  EXPECT_THAT(ParseError("run: x\nenv: {A: [1]}"),
+              HasSubstr("env.A: must be a string, number or boolean, got a list"));
+  EXPECT_THAT(ParseError("run: x\nenv:\n  A:\n"),
+              HasSubstr("env.A: must be a string, number or boolean, got null"));
+}
+
+TEST(ParseJobSpec, JsonText) {
+  JobSpec s = MustParse(R"({"name": "j1", "command": ["echo", "hi"],
+                            "env": {"N": 3, "F": 0.5, "B": false},
+                            "resources": {"gpus": 1, "gpu_memory": "24GiB", "gpu_models": "T4",
+                                          "cpus": 2, "memory": "512MiB"},
+                            "max_runtime": 90})");
+  EXPECT_EQ(s.name, "j1");
+  EXPECT_EQ(s.command, (std::vector<std::string>{"echo", "hi"}));
+  EXPECT_EQ(s.env, (std::map<std::string, std::string>{{"N", "3"}, {"F", "0.5"}, {"B", "false"}}));
+  EXPECT_EQ(s.resources.gpus, 1);
+  EXPECT_EQ(s.resources.gpu_memory_mib, 24 * 1024);
+  EXPECT_EQ(s.resources.gpu_models, std::vector<std::string>{"T4"});
+  EXPECT_EQ(s.resources.cpu_milli, 2000);
+  EXPECT_EQ(s.resources.memory_mib, 512);
+  EXPECT_EQ(s.max_runtime_ms, 90'000);
+}
+
+TEST(ParseJobSpec, YamlSyntaxErrorsNameLineAndColumn) {
+  EXPECT_THAT(ParseError("run: x\nresources:\n  gpus: 1\n   cpus: 2: 3\n"),
+              StartsWith("line 4, column"));
+  EXPECT_THAT(ParseError("run: [unclosed"), StartsWith("line 1, column"));
+  EXPECT_THAT(ParseError("{\"run\": \"x\""), HasSubstr("line 1"));
+}
+
+TEST(ParseJobSpec, DocumentShape) {
+  EXPECT_THAT(ParseError(""), HasSubstr("(root): empty spec"));
+  EXPECT_THAT(ParseError("   \n# only a comment\n"), HasSubstr("(root): empty spec"));
+  EXPECT_THAT(ParseError("~"), HasSubstr("(root): empty spec"));
+  EXPECT_THAT(ParseError("just text"), HasSubstr("(root): expected a mapping, got \"just text\""));
+  EXPECT_THAT(ParseError("- a\n- b\n"), HasSubstr("(root): expected a mapping, got a list"));
+  EXPECT_THAT(ParseError("42"), HasSubstr("(root): expected a mapping, got 42"));
+  EXPECT_THAT(ParseError("run: a\n---\nrun: b\n"),
+              HasSubstr("(root): expected one YAML document, got 2"));
+  EXPECT_THAT(ParseError("run: a\nrun: b\n"), HasSubstr("run: duplicate key"));
+  EXPECT_THAT(ParseError("run: a\nresources: {gpus: 1, gpus: 2}"),
+              HasSubstr("resources.gpus: duplicate key"));
+  EXPECT_THAT(ParseError("run: a\n? [k]\n: v\n"), HasSubstr("(root): mapping keys must be"));
+  EXPECT_THAT(ParseError(std::string(2 << 20, ' ')), HasSubstr("(root): spec too large"));
+}
+
+TEST(ParseJobSpec, StrayTopLevelTokens) {
+  // yaml-cpp 0.7's LoadAll loops forever on these (jbeder/yaml-cpp#1040).
+  EXPECT_THAT(ParseError(","), StartsWith("line 1, column 1: unexpected content"));
+  EXPECT_THAT(ParseError(",{\"run\": \"x\"}"), StartsWith("line 1, column 1: unexpected content"));
+  EXPECT_THAT(ParseError("run: x\n,\n"), StartsWith("line 2, column 1:"));
+  EXPECT_THAT(ParseError("---\n---\n---\nrun: x\n"),
+              HasSubstr("(root): expected one YAML document"));
+}
+
+TEST(ParseJobSpec, BytesThatAreNotText) {
+  EXPECT_THAT(ParseError("run: \"a\xff b\"\n"), HasSubstr("line 1, column 8: not valid UTF-8"));
+  EXPECT_THAT(ParseError("name: x\nrun: a\xc0\xaf"
+                         "b\n"),
+              HasSubstr("line 2, column 7: not valid UTF-8"));                   // overlong "/"
+  EXPECT_THAT(ParseError("run: \xed\xa0\x80\n"), HasSubstr("not valid UTF-8"));  // surrogate
+  EXPECT_THAT(ParseError("run: \xe2\x82"), HasSubstr("not valid UTF-8"));        // truncated
+  EXPECT_THAT(ParseError(std::string("run: a\0b\n", 9)),
+              HasSubstr("(root): spec contains a NUL byte at offset 6"));
+  EXPECT_EQ(MustParse("run: \"caf\xc3\xa9 \xf0\x9f\x9a\x80\"\n").run,
+            "caf\xc3\xa9 \xf0\x9f\x9a\x80");
+}
+
+TEST(ParseJobSpec, AliasBombIsRejected) {
+  std::string text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'j'; ++c) {
+    std::string prev(1, static_cast<char>(c - 1));
+    text += std::string(1, c) + ": &" + c + " [*" + prev + ", *" + prev + ", *" + prev + ", *" +
+            prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev +
+            ", *" + prev + "]\n";
+  }
+  text += "run: x\n";
+  EXPECT_THAT(ParseError(text), HasSubstr("too large"));
+}
+
+TEST(ParseJobSpec, DeepNestingIsRejected) {
+  std::string text = "run: x\nenv: " + std::string(100, '[') + std::string(100, ']');
+  EXPECT_THAT(ParseError(text), HasSubstr("nested too deeply"));
+}
+
+TEST(ParseJobSpec, AliasesWork) {
+  JobSpec s = MustParse("run: &cmd echo hi\nenv: {CMD: *cmd}\n");
+  EXPECT_EQ(s.env.at("CMD"), "echo hi");
+}
+
+// ---------------------------------------------------------------------------
+// Field by field.
+
+TEST(JobSpecFromJson, Sizes) {
+  auto mem = [](const std::string& v) {
+    auto r = JobSpecFromJson(json{{"run", "x"}, {"resources", {{"memory", v}}}});
+    EXPECT_TRUE(r.ok()) << v << ": " << r.status().ToString();
+    return r.ok() ? r->resources.memory_mib : -1;
+  };
+  EXPECT_EQ(mem("1GiB"), 1024);
+  EXPECT_EQ(mem("1 GiB"), 1024);
+  EXPECT_EQ(mem("1.5GiB"), 1536);
+  EXPECT_EQ(mem("1536MiB"), 1536);
+  EXPECT_EQ(mem("1G"), 954);  // 10^9 bytes, rounded up to whole MiB
+  EXPECT_EQ(mem("1KiB"), 1);
+  EXPECT_EQ(mem("0"), 0);
+  EXPECT_EQ(mem("64TiB"), int64_t{64} << 20);
+  EXPECT_EQ(mem("2Ti"), int64_t{2} << 20);
+}
+
+TEST(JobSpecFromJson, Cpus) {
+  auto cpus = [](const json& v) {
+    auto r = JobSpecFromJson(json{{"run", "x"}, {"resources", {{"cpus", v}}}});
+    EXPECT_TRUE(r.ok()) << v.dump() << ": " << r.status().ToString();
+    return r.ok() ? r->resources.cpu_milli : -1;
+  };
+  EXPECT_EQ(cpus(2), 2000);
+  EXPECT_EQ(cpus(0.5), 500);
+  EXPECT_EQ(cpus(0.001), 1);
+  EXPECT_EQ(cpus(0.1), 100);
+  EXPECT_EQ(cpus(1023.999), 1023999);
+  EXPECT_EQ(cpus(1024), 1024000);
+  EXPECT_EQ(cpus(2.0), 2000);
+  EXPECT_EQ(cpus("2"), 2000);
+  EXPECT_EQ(cpus("0.25"), 250);
+  EXPECT_EQ(cpus("500m"), 500);
+  EXPECT_EQ(cpus(0), 0);
+}
+
+TEST(JobSpecFromJson, MaxRuntime) {
+  auto rt = [](const json& v) {
+    auto r = JobSpecFromJson(json{{"run", "x"}, {"max_runtime", v}});
+    EXPECT_TRUE(r.ok()) << v.dump() << ": " << r.status().ToString();
+    return r.ok() ? r->max_runtime_ms : -1;
+  };
+  EXPECT_EQ(rt("2h"), 2 * 3600 * 1000);
+  EXPECT_EQ(rt("90s"), 90'000);
+  EXPECT_EQ(rt("1h30m"), 5'400'000);
+  EXPECT_EQ(rt("500ms"), 500);
+  EXPECT_EQ(rt("45"), 45'000);
+  EXPECT_EQ(rt("365d"), int64_t{365} * 86'400'000);
+  EXPECT_EQ(rt(90), 90'000);
+  EXPECT_EQ(rt(1.5), 1500);
+  EXPECT_EQ(rt(0), 0);
+}
+
+TEST(JobSpecFromJson, GpuModels) {
+  auto models = [](const json& v) {
+    auto r = JobSpecFromJson(json{{"run", "x"}, {"resources", {{"gpu_models", v}}}});
+    EXPECT_TRUE(r.ok()) << v.dump() << ": " << r.status().ToString();
+    return r.ok() ? r->resources.gpu_models : std::vector<std::string>{};
+  };
+  EXPECT_EQ(models("A100"), std::vector<std::string>{"A100"});
+  EXPECT_EQ(models(json::array({"A100", "a100-sxm4-80gb"})),
+            (std::vector<std::string>{"A100", "a100-sxm4-80gb"}));
+  EXPECT_EQ(models(json::array()), std::vector<std::string>{});
+}
+
+TEST(JobSpecFromJson, EnvNames) {
+  for (const char* ok : {"A", "_", "a_b", "PATH", "X1", "_9", "gpupool_lower"}) {
+    auto r = JobSpecFromJson(json{{"run", "x"}, {"env", {{ok, "v"}}}});
+    EXPECT_TRUE(r.ok()) << ok << ": " << r.status().ToString();
+  }
+  for (const char* bad : {"1BAD", "A-B", "A B", "A.B", "Ä", "="}) {
+    EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", {{bad, "v"}}}}),
+                HasSubstr("env." + std::string(bad) + ": invalid variable name"));
+  }
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", {{"", "v"}}}}),
+              HasSubstr("env.: invalid variable name"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", {{std::string(300, 'A'), "v"}}}}),
+              HasSubstr("invalid variable name"));
+  for (const char* reserved : {"GPUPOOL_CHECKPOINT_DIR", "GPUPOOL_", "CUDA_VISIBLE_DEVICES"}) {
+    EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", {{reserved, "v"}}}}),
+                HasSubstr("env." + std::string(reserved) + ": reserved variable name"));
+  }
+}
+
+TEST(JobSpecFromJson, NameRules) {
+  EXPECT_EQ(JobSpecFromJson(json{{"run", "x"}, {"name", std::string(128, 'n')}})->name,
+            std::string(128, 'n'));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"name", std::string(129, 'n')}}),
+              HasSubstr("name: must be 1 to 128 characters"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"name", ""}}),
+              HasSubstr("name: must be 1 to 128 characters"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"name", "a b"}}), HasSubstr("got \"a b\""));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"name", "a/b"}}), HasSubstr("name: "));
+}
+
+// Table of bad specs: each must fail with a message naming the field.
+struct BadSpec {
+  const char* yaml;
+  const char* message;
+  friend void PrintTo(const BadSpec& b, std::ostream* os) { *os << json(b.yaml).dump(); }
+};
+
+class BadSpecTest : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(BadSpecTest, Rejected) {
+  EXPECT_THAT(ParseError(GetParam().yaml), HasSubstr(GetParam().message));
+}
+
+const BadSpec kBadSpecs[] = {
+    // run / command
+    {"name: x", "run/command: exactly one of run or command is required"},
+    {"{}", "run/command: exactly one of run or command is required"},
+    {"run: a\ncommand: [b]", "run/command: exactly one of run or command is required (got both)"},
+    {"run: ''", "run: must not be empty"},
+    {"run: '   '", "run: must not be blank"},
+    {"run: [a, b]", "run: must be a string, got a list"},
+    {"run: 5", "run: must be a string, got 5 (quote it: \"5\")"},
+    {"command: []", "command: must not be empty"},
+    {"command: ls -l", "command: must be a list of strings (use run for a shell command)"},
+    {"command: {a: b}", "command: must be a list of strings"},
+    {"command: [ls, -l, 3]", "command[2]: must be a string, got 3"},
+    {"command: [ls, [a]]", "command[1]: must be a string, got a list"},
+    {"command: [ls, ~]", "command[1]: must be a string, got null"},
+    {"command: ['', x]", "command[0]: the program must not be empty"},
+    {"run: \"a\\0b\"", "run: must not contain a NUL byte"},
+    {"command: [\"a\\0b\"]", "command[0]: must not contain a NUL byte"},
+    // unknown fields
+    {"run: x\nfoo: 1",
+     "foo: unknown field (known: name, run, command, env, resources, max_runtime)"},
+    {"run: x\nresources: {foo: 1}",
+     "resources.foo: unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory)"},
+    {"run: x\nresources: {gpu: 1}", "resources.gpu: unknown field"},
+    // name
+    {"run: x\nname: [a]", "name: must be a string, got a list"},
+    {"run: x\nname: 'has space'", "name: must be 1 to 128 characters"},
+    // env
+    {"run: x\nenv: [A]", "env: expected a mapping of NAME: value, got a list"},
+    {"run: x\nenv: A=1", "env: expected a mapping of NAME: value, got \"A=1\""},
+    {"run: x\nenv: {1BAD: x}", "env.1BAD: invalid variable name"},
+    {"run: x\nenv: {GPUPOOL_RESTORED: 1}", "env.GPUPOOL_RESTORED: reserved variable name"},
+    {"run: x\nenv: {CUDA_VISIBLE_DEVICES: '0'}", "env.CUDA_VISIBLE_DEVICES: reserved"},
+    {"run: x\nenv: {A: {B: c}}", "env.A: must be a string, number or boolean, got a mapping"},
+    {"run: x\nenv: {A: \"x\\0y\"}", "env.A: must not contain a NUL byte"},
+    // resources
+    {"run: x\nresources: [gpus]", "resources: expected a mapping, got a list"},
+    {"run: x\nresources: 4", "resources: expected a mapping, got 4"},
+    {"run: x\nresources: {gpus: -1}", "resources.gpus: must be an integer from 0 to 64, got -1"},
+    {"run: x\nresources: {gpus: 65}", "resources.gpus: must be an integer from 0 to 64, got 65"},
+    {"run: x\nresources: {gpus: 1.5}", "resources.gpus: must be an integer from 0 to 64, got 1.5"},
+    {"run: x\nresources: {gpus: '2'}",
+     "resources.gpus: must be an integer from 0 to 64, got \"2\""},
+    {"run: x\nresources: {gpus: true}",
+     "resources.gpus: must be an integer from 0 to 64, got true"},
+    {"run: x\nresources: {gpu_memory: 24XB}",
+     "resources.gpu_memory: invalid size \"24XB\": unknown unit \"XB\""},
+    {"run: x\nresources: {gpu_memory: 2TiB}",
+     "resources.gpu_memory: must be at most 1 TiB, got 2 TiB"},
+    {"run: x\nresources: {gpu_memory: -1GiB}",
+     "resources.gpu_memory: invalid size \"-1GiB\": must not be negative"},
+    {"run: x\nresources: {gpu_memory: 24}",
+     "resources.gpu_memory: must be a size with a unit such as \"24GiB\", got 24"},
+    {"run: x\nresources: {gpu_memory: '24'}",
+     "resources.gpu_memory: invalid size \"24\": missing unit"},
+    {"run: x\nresources: {gpu_memory: 24.5}", "resources.gpu_memory: must be a size with a unit"},
+    {"run: x\nresources: {gpu_memory: GiB}", "resources.gpu_memory: invalid size \"GiB\""},
+    {"run: x\nresources: {gpu_memory: 1.2345GiB}",
+     "resources.gpu_memory: invalid size \"1.2345GiB\": at most three decimal places"},
+    {"run: x\nresources: {gpu_memory: 99999999999999TiB}",
+     "resources.gpu_memory: invalid size \"99999999999999TiB\": too large"},
+    {"run: x\nresources: {memory: 65TiB}", "resources.memory: must be at most 64 TiB, got 65 TiB"},
+    {"run: x\nresources: {memory: [1]}", "resources.memory: must be a size with a unit"},
+    {"run: x\nresources: {memory: 16}",
+     "resources.memory: must be a size with a unit such as \"24GiB\", got 16"},
+    {"run: x\nresources: {gpu_models: 5}",
+     "resources.gpu_models: must be a string or a list of strings, got 5"},
+    {"run: x\nresources: {gpu_models: [A100, 7]}",
+     "resources.gpu_models[1]: must be a string, got 7"},
+    {"run: x\nresources: {gpu_models: ['']}", "resources.gpu_models[0]: must not be empty"},
+    {"run: x\nresources: {gpu_models: ''}", "resources.gpu_models[0]: must not be empty"},
+    {"run: x\nresources: {cpus: -1}", "resources.cpus: must be a number from 0 to 1024, got -1"},
+    {"run: x\nresources: {cpus: 1025}",
+     "resources.cpus: must be a number from 0 to 1024, got 1025"},
+    {"run: x\nresources: {cpus: 0.0001}", "resources.cpus: at most three decimal places"},
+    {"run: x\nresources: {cpus: '-1'}",
+     "resources.cpus: invalid amount \"-1\": must not be negative"},
+    {"run: x\nresources: {cpus: '2000'}", "resources.cpus: must be from 0 to 1024, got 2000"},
+    {"run: x\nresources: {cpus: 'two'}", "resources.cpus: invalid amount \"two\""},
+    {"run: x\nresources: {cpus: 0.5m}", "resources.cpus: invalid amount \"0.5m\""},
+    {"run: x\nresources: {cpus: 1.2345}", "resources.cpus: at most three decimal places"},
+    {"run: x\nresources: {cpus: [1]}",
+     "resources.cpus: must be a number from 0 to 1024, got a list"},
+    // max_runtime
+    {"run: x\nmax_runtime: 2 hours", "max_runtime: invalid duration \"2 hours\": "},
+    {"run: x\nmax_runtime: 2y", "max_runtime: invalid duration \"2y\": unknown unit \"y\""},
+    {"run: x\nmax_runtime: 366d", "max_runtime: must be at most 365d, got 366d"},
+    {"run: x\nmax_runtime: -5", "max_runtime: must be a number of seconds from 0 to 31536000"},
+    {"run: x\nmax_runtime: '-5s'", "max_runtime: invalid duration \"-5s\": must not be negative"},
+    {"run: x\nmax_runtime: 31536001",
+     "max_runtime: must be a number of seconds from 0 to 31536000"},
+    {"run: x\nmax_runtime: 0.0005", "max_runtime: at most three decimal places"},
+    {"run: x\nmax_runtime: true", "max_runtime: must be a duration such as \"2h\""},
+    {"run: x\nmax_runtime: [1h]", "max_runtime: must be a duration such as \"2h\""},
+    {"run: x\nmax_runtime: ''", "max_runtime: invalid duration \"\": empty"},
+    {"run: x\nmax_runtime: 1h30",
+     "max_runtime: invalid duration \"1h30\": every part needs a unit"},
+};
+
+INSTANTIATE_TEST_SUITE_P(All, BadSpecTest, ::testing::ValuesIn(kBadSpecs));
+
+TEST(JobSpecFromJson, NotAnObject) {
+  EXPECT_THAT(JsonError(json::array()), HasSubstr("(root): expected a mapping, got a list"));
+  EXPECT_THAT(JsonError(json("run")), HasSubstr("(root): expected a mapping, got \"run\""));
+  EXPECT_THAT(JsonError(json(nullptr)), HasSubstr("(root): expected a mapping, got null"));
+}
+
+TEST(JobSpecFromJson, JsonTypesAreStrict) {
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"resources", {{"gpus", 2.5}}}}),
+              HasSubstr("resources.gpus: must be an integer from 0 to 64, got 2.5"));
+  EXPECT_EQ(JobSpecFromJson(json{{"run", "x"}, {"resources", {{"gpus", 2.0}}}})->resources.gpus, 2);
+  EXPECT_THAT(
+      JsonError(json{{"run", "x"}, {"resources", {{"gpus", UINT64_MAX}}}}),
+      HasSubstr("resources.gpus: must be an integer from 0 to 64, got 18446744073709551615"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"resources", {{"cpus", 1e300}}}}),
+              HasSubstr("resources.cpus: must be a number from 0 to 1024"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"max_runtime", INT64_MAX}}),
+              HasSubstr("max_runtime: must be a number of seconds"));
+  EXPECT_THAT(JsonError(json{{"command", json::array({"a", nullptr})}}),
+              HasSubstr("command[1]: must be a string, got null"));
+}
+
+TEST(JobSpecFromJson, LimitsOnCounts) {
+  json env = json::object();
+  for (int i = 0; i < 1025; ++i) env["V" + std::to_string(i)] = "x";
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", env}}),
+              HasSubstr("env: at most 1024 variables"));
+  EXPECT_THAT(JsonError(json{{"command", std::vector<std::string>(5000, "a")}}),
+              HasSubstr("command: at most 4096 arguments"));
+  EXPECT_THAT(JsonError(json{{"run", std::string(200'000, 'a')}}), HasSubstr("run: at most"));
+  EXPECT_THAT(JsonError(json{{"run", "x"},
+                             {"resources", {{"gpu_models", std::vector<std::string>(33, "T4")}}}}),
+              HasSubstr("resources.gpu_models: at most 32 models"));
+  EXPECT_THAT(
+      JsonError(json{{"run", "x"}, {"resources", {{"gpu_models", {std::string(200, 'A')}}}}}),
+      HasSubstr("resources.gpu_models[0]: at most 128 characters"));
+}
+
+// ---------------------------------------------------------------------------
+// ValidateJobSpec on specs built directly.
+
+TEST(ValidateJobSpec, AcceptsBasic) { EXPECT_TRUE(ValidateJobSpec(Basic()).ok()); }
+
+TEST(ValidateJobSpec, RejectsBadStructs) {
+  struct Case {
+    void (*mutate)(JobSpec&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](JobSpec& s) { s.name.clear(); }, "name: must be 1 to 128 characters"},
+      {[](JobSpec& s) { s.run.clear(); }, "run/command: exactly one of run or command is required"},
+      {[](JobSpec& s) { s.command = {"ls"}; },
+       "run/command: exactly one of run or command is "
+       "required (got both)"},
+      {[](JobSpec& s) { s.resources.gpus = -1; },
+       "resources.gpus: must be an integer from 0 to 64, got -1"},
+      {[](JobSpec& s) { s.resources.gpus = 65; }, "resources.gpus: must be an integer"},
+      {[](JobSpec& s) { s.resources.gpu_memory_mib = -1; },
+       "resources.gpu_memory: must not be negative"},
+      {[](JobSpec& s) { s.resources.gpu_memory_mib = (int64_t{1} << 20) + 1; },
+       "resources.gpu_memory: must be at most 1 TiB"},
+      {[](JobSpec& s) { s.resources.memory_mib = -5; }, "resources.memory: must not be negative"},
+      {[](JobSpec& s) { s.resources.cpu_milli = -1; }, "resources.cpus: must be from 0 to 1024"},
+      {[](JobSpec& s) { s.resources.cpu_milli = 1'024'001; },
+       "resources.cpus: must be from 0 to 1024, got 1024.001"},
+      {[](JobSpec& s) {
+         s.resources.gpu_models = {"A100", " "};
+       },
+       "resources.gpu_models[1]: must not be empty"},
+      {[](JobSpec& s) { s.max_runtime_ms = -1; }, "max_runtime: must not be negative"},
+      {[](JobSpec& s) { s.max_runtime_ms = int64_t{366} * 86'400'000; },
+       "max_runtime: must be at most 365d"},
+      {[](JobSpec& s) { s.env["GPUPOOL_X"] = "1"; }, "env.GPUPOOL_X: reserved variable name"},
+      {[](JobSpec& s) { s.env["A B"] = "1"; }, "env.A B: invalid variable name"},
+      {[](JobSpec& s) { s.env["A"] = std::string("x\0y", 3); }, "env.A: must not contain a NUL"},
+      {[](JobSpec& s) { s.env["A"] = std::string(200'000, 'x'); }, "env.A: at most"},
+      {[](JobSpec& s) { s.env["A"] = "\xff"; }, "env.A: must be valid UTF-8"},
+      {[](JobSpec& s) { s.run = "echo \xc3"; }, "run: must be valid UTF-8"},
+      {[](JobSpec& s) { s.resources.gpu_models = {"\x80"}; },
+       "resources.gpu_models[0]: must be valid UTF-8"},
+      {[](JobSpec& s) {
+         s.run.clear();
+         s.command = {"a", std::string("b\0", 2)};
+       },
+       "command[1]: must not contain a NUL byte"},
+  };
+  for (const Case& c : cases) {
+    JobSpec s = Basic();
+    c.mutate(s);
+    Status st = ValidateJobSpec(s);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(st.message(), HasSubstr(c.message));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Canonical JSON and round trips.
+
+TEST(JobSpecToJson, CanonicalForm) {
+  JobSpec s = Basic();
+  s.env = {{"A", "1"}};
+  s.resources.gpus = 1;
+  s.resources.gpu_memory_mib = 80 * 1024;
+  s.resources.gpu_models = {"A100"};
+  s.resources.cpu_milli = 500;
+  s.resources.memory_mib = 1536;
+  s.max_runtime_ms = 5'400'000;
+  json expected = json::parse(R"({
+    "name": "train", "run": "python train.py", "env": {"A": "1"},
+    "resources": {"gpus": 1, "gpu_memory": "80 GiB", "gpu_models": ["A100"], "cpus": "0.5",
+                  "memory": "1.5 GiB"},
+    "max_runtime": "1h30m"})");
+  EXPECT_EQ(JobSpecToJson(s), expected);
+}
+
+TEST(JobSpecToJson, OmitsZeroAndEmpty) {
+  JobSpec s;
+  s.name = "n";
+  s.command = {"ls", "-l"};
+  EXPECT_EQ(JobSpecToJson(s), json::parse(R"({"name": "n", "command": ["ls", "-l"],
+                                               "resources": {"gpus": 0}})"));
+}
+
+TEST(JobSpecToJson, ExactWhenDisplayFormIsRounded) {
+  JobSpec s = Basic();
+  s.resources.memory_mib = 1500;      // "1.5 GiB" would be 1536
+  s.resources.gpu_memory_mib = 1025;  // "1.0 GiB" would be 1024
+  s.max_runtime_ms = 61'500;          // "1m1s" would lose the half second
+  json j = JobSpecToJson(s);
+  EXPECT_EQ(j["resources"]["memory"], "1500 MiB");
+  EXPECT_EQ(j["resources"]["gpu_memory"], "1025 MiB");
+  EXPECT_EQ(j["max_runtime"], "1m1.5s");
+  ExpectRoundTrip(s);
+}
+
+TEST(JobSpecRoundTrip, Basic) { ExpectRoundTrip(Basic()); }
+
+TEST(JobSpecRoundTrip, EveryField) {
+  JobSpec s;
+  s.name = "a.b_c-1";
+  s.command = {"python", "-c", "print('hi \"there\"')", "", "ünïcode"};
+  s.env = {{"EMPTY", ""}, {"NUM", "007"}, {"SPACES", "  a  "}, {"NL", "a\nb"}};
+  s.resources = {64, int64_t{1} << 20, {"A100", "H100 80GB"}, 1'024'000, int64_t{64} << 20};
+  s.max_runtime_ms = int64_t{365} * 86'400'000;
+  ExpectRoundTrip(s);
+}
+
+TEST(JobSpecRoundTrip, Memories) {
+  for (int64_t mib :
+       {int64_t{1}, int64_t{2}, int64_t{512}, int64_t{1000}, int64_t{1023}, int64_t{1024},
+        int64_t{1025}, int64_t{1500}, int64_t{1536}, int64_t{1600}, int64_t{15'360},
+        int64_t{81'559}, int64_t{81'920}, int64_t{1} << 20, (int64_t{1} << 20) - 1,
+        (int64_t{1} << 20) + 512, int64_t{64} << 20, (int64_t{64} << 20) - 1}) {
+    SCOPED_TRACE(mib);
+    JobSpec s = Basic();
+    s.resources.memory_mib = mib;
+    s.resources.gpu_memory_mib = std::min<int64_t>(mib, int64_t{1} << 20);
+    ExpectRoundTrip(s);
+  }
+}
+
+TEST(JobSpecRoundTrip, Durations) {
+  for (int64_t ms :
+       {int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{1500}, int64_t{1550}, int64_t{59'999},
+        int64_t{60'000}, int64_t{61'500}, int64_t{3'600'000}, int64_t{5'400'000},
+        int64_t{86'400'000}, int64_t{86'405'000}, int64_t{90'061'001},
+        int64_t{365} * 86'400'000 - 1, int64_t{365} * 86'400'000}) {
+    SCOPED_TRACE(ms);
+    JobSpec s = Basic();
+    s.max_runtime_ms = ms;
+    ExpectRoundTrip(s);
+  }
+}
+
+TEST(JobSpecRoundTrip, Cpus) {
+  for (int64_t milli : {1, 10, 100, 250, 500, 999, 1000, 1001, 1500, 123'456, 1'024'000}) {
+    SCOPED_TRACE(milli);
+    JobSpec s = Basic();
+    s.resources.cpu_milli = milli;
+    ExpectRoundTrip(s);
+  }
+}
+
+TEST(JobSpecRoundTrip, FromParsedYaml) {
+  JobSpec s = MustParse(R"(
+name: x
+command: [a, b]
+env: {K: v}
+resources: {gpus: 3, gpu_memory: 1.5G, cpus: 0.125, memory: 3Ki, gpu_models: t4}
+max_runtime: 1d1s
+)");
+  ExpectRoundTrip(s);
+}
+
+}  // namespace
+}  // namespace gpupool

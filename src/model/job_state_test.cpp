@@ -1,1 +1,95 @@
-// being written
+#include "model/job_state.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace gpupool {
+namespace {
+
+using enum JobState;
+using enum JobEvent;
+
+JobAction Close(AttemptState s) { return {JobActionType::kCloseAttempt, s}; }
+const JobAction kStart{JobActionType::kStartAttempt};
+const JobAction kRun{JobActionType::kMarkAttemptRunning};
+const JobAction kStop{JobActionType::kStopAttempt};
+
+struct Expect {
+  JobState to;
+  std::vector<JobAction> actions;
+};
+
+// Every (state, event) pair is listed here; pairs absent from this map must be
+// rejected without change. The table in job_state.cpp is checked against it.
+const std::map<std::pair<JobState, JobEvent>, Expect> kExpected = {
+    {{kPending, kSchedule}, {kScheduled, {kStart}}},
+    {{kPending, kCancel}, {kCancelled, {}}},
+    {{kScheduled, kStarted}, {kRunning, {kRun}}},
+    {{kScheduled, kExitedOk}, {kSucceeded, {Close(AttemptState::kSucceeded)}}},
+    {{kScheduled, kExitedError}, {JobState::kFailed, {Close(AttemptState::kFailed)}}},
+    {{kScheduled, JobEvent::kAttemptFailed}, {JobState::kFailed, {Close(AttemptState::kFailed)}}},
+    {{kScheduled, kLost}, {kPending, {Close(AttemptState::kLost)}}},
+    {{kScheduled, kCancel}, {kCancelled, {kStop, Close(AttemptState::kCancelled)}}},
+    {{kRunning, kStarted}, {kRunning, {}}},
+    {{kRunning, kExitedOk}, {kSucceeded, {Close(AttemptState::kSucceeded)}}},
+    {{kRunning, kExitedError}, {JobState::kFailed, {Close(AttemptState::kFailed)}}},
+    {{kRunning, JobEvent::kAttemptFailed}, {JobState::kFailed, {Close(AttemptState::kFailed)}}},
+    {{kRunning, kLost}, {kPending, {Close(AttemptState::kLost)}}},
+    {{kRunning, kCancel}, {kCancelled, {kStop, Close(AttemptState::kCancelled)}}},
+};
+
+TEST(JobStateTest, EveryStateEventPair) {
+  for (JobState s : kAllJobStates) {
+    for (JobEvent e : kAllJobEvents) {
+      SCOPED_TRACE(std::string(JobStateName(s)) + " + " + std::string(JobEventName(e)));
+      JobTransition t = Step(s, e);
+      auto it = kExpected.find({s, e});
+      if (it == kExpected.end()) {
+        EXPECT_FALSE(t.accepted);
+        EXPECT_EQ(t.next, s);
+        EXPECT_TRUE(t.actions.empty());
+      } else {
+        EXPECT_TRUE(t.accepted);
+        EXPECT_EQ(t.next, it->second.to);
+        EXPECT_EQ(t.actions, it->second.actions);
+      }
+    }
+  }
+}
+
+TEST(JobStateTest, TableHasNoDuplicateRules) {
+  std::set<std::pair<JobState, JobEvent>> seen;
+  for (const auto& rule : JobTransitionTable()) {
+    EXPECT_TRUE(seen.insert({rule.from, rule.event}).second)
+        << JobStateName(rule.from) << " + " << JobEventName(rule.event);
+  }
+  EXPECT_EQ(seen.size(), kExpected.size());
+}
+
+TEST(JobStateTest, TerminalStatesAcceptNothing) {
+  for (JobState s : {kSucceeded, JobState::kFailed, kCancelled}) {
+    ASSERT_TRUE(IsTerminal(s));
+    for (JobEvent e : kAllJobEvents) EXPECT_FALSE(Step(s, e).accepted);
+  }
+}
+
+TEST(JobStateTest, RequeueAfterLostCanBeScheduledAgain) {
+  JobState s = kPending;
+  for (JobEvent e : {kSchedule, kStarted, kLost, kSchedule, kStarted, kExitedOk}) {
+    JobTransition t = Step(s, e);
+    ASSERT_TRUE(t.accepted) << JobEventName(e);
+    s = t.next;
+  }
+  EXPECT_EQ(s, kSucceeded);
+}
+
+TEST(JobStateTest, ExitEventFollowsCode) {
+  EXPECT_EQ(ExitEvent(0), kExitedOk);
+  EXPECT_EQ(ExitEvent(1), kExitedError);
+  EXPECT_EQ(ExitEvent(-9), kExitedError);
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -1,1 +1,81 @@
-// being written
+#include "model/resources.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool {
+namespace {
+
+TEST(GpuModelMatches, WholeNameWithoutCase) {
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "nvidia a100-sxm4-80gb"));
+  EXPECT_TRUE(GpuModelMatches("Tesla T4", "TESLA T4"));
+}
+
+TEST(GpuModelMatches, Words) {
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "A100"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "a100"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "NVIDIA"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "80gb"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "A100-SXM4"));
+  EXPECT_TRUE(GpuModelMatches("Tesla T4", "T4"));
+  EXPECT_TRUE(GpuModelMatches("Tesla T4", "t4"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA GeForce RTX 4090", "RTX 4090"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA GeForce RTX 4090", "4090"));
+  EXPECT_TRUE(GpuModelMatches("NVIDIA H100 80GB HBM3", "H100"));
+}
+
+TEST(GpuModelMatches, PartsOfWordsDoNotMatch) {
+  EXPECT_FALSE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "A10"));
+  EXPECT_FALSE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "100"));
+  EXPECT_FALSE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "A100-SXM"));
+  EXPECT_FALSE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "SXM4-80"));
+  EXPECT_FALSE(GpuModelMatches("NVIDIA A10", "A100"));
+  EXPECT_FALSE(GpuModelMatches("Tesla T4", "T"));
+  EXPECT_FALSE(GpuModelMatches("Tesla T4", "Tesla T4 16GB"));
+  EXPECT_FALSE(GpuModelMatches("NVIDIA GeForce RTX 4090", "RTX 409"));
+  EXPECT_FALSE(GpuModelMatches("Tesla V100", "T4"));
+}
+
+TEST(GpuModelMatches, EmptyNeverMatches) {
+  EXPECT_FALSE(GpuModelMatches("Tesla T4", ""));
+  EXPECT_FALSE(GpuModelMatches("", ""));
+  EXPECT_FALSE(GpuModelMatches("", "T4"));
+}
+
+TEST(GpuModelMatches, SeparatorsAloneDoNotMatch) {
+  EXPECT_FALSE(GpuModelMatches("NVIDIA A100-SXM4-80GB", "-"));
+  EXPECT_FALSE(GpuModelMatches("NVIDIA A100-SXM4-80GB", " "));
+  EXPECT_FALSE(GpuModelMatches("Tesla T4", " T4"));
+}
+
+TEST(DescribeGpu, NameMemoryAndSimulated) {
+  GpuInfo gpu;
+  gpu.name = "NVIDIA A100-SXM4-80GB";
+  gpu.memory_mib = 81'920;
+  EXPECT_EQ(DescribeGpu(gpu), "NVIDIA A100-SXM4-80GB 80 GiB");
+  gpu.name = "A100";
+  gpu.simulated = true;
+  EXPECT_EQ(DescribeGpu(gpu), "A100 80 GiB (simulated)");
+  gpu.name = "Tesla T4";
+  gpu.memory_mib = 15'360;
+  gpu.simulated = false;
+  EXPECT_EQ(DescribeGpu(gpu), "Tesla T4 15 GiB");
+  gpu.memory_mib = 1536;
+  EXPECT_EQ(DescribeGpu(gpu), "Tesla T4 1.5 GiB");
+}
+
+TEST(Resources, DefaultIsNoRequirement) {
+  Resources r;
+  EXPECT_EQ(r.gpus, 0);
+  EXPECT_EQ(r.gpu_memory_mib, 0);
+  EXPECT_TRUE(r.gpu_models.empty());
+  EXPECT_EQ(r.cpu_milli, 0);
+  EXPECT_EQ(r.memory_mib, 0);
+  Resources other = r;
+  other.gpus = 1;
+  EXPECT_NE(r, other);
+}
+
+}  // namespace
+}  // namespace gpupool

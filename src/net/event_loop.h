@@ -39,7 +39,8 @@ class EventLoop {
   void OnSignals(std::initializer_list<int> signals, std::function<void(int)> fn);
 
   // Calls `fn` whenever `fd` becomes readable, until UnwatchFd(fd) or until
-  // `fn` returns false. The loop does not own or close the fd.
+  // `fn` returns false. The loop does not own or close the fd; it does put it
+  // in non-blocking mode (and leaves it so). Unwatch before closing the fd.
   void WatchReadable(int fd, std::function<bool()> fn);
   void UnwatchFd(int fd);
 

@@ -11,9 +11,9 @@
 namespace gpupool::net {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // as sent: "/v1/jobs?state=running"
-  std::string path;    // decoded path without the query: "/v1/jobs"
+  std::string method;                          // "GET", "POST", ...
+  std::string target;                          // as sent: "/v1/jobs?state=running"
+  std::string path;                            // decoded path without the query: "/v1/jobs"
   std::map<std::string, std::string> query;    // decoded query parameters
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;

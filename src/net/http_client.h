@@ -14,7 +14,7 @@ namespace gpupool::net {
 struct HttpCall {
   std::string base_url;  // "http://127.0.0.1:8470"
   std::string method = "GET";
-  std::string target;    // "/v1/jobs?state=running"
+  std::string target;  // "/v1/jobs?state=running"
   std::map<std::string, std::string> headers;
   std::string body;
   int64_t timeout_ms = 30'000;

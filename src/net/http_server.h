@@ -24,9 +24,15 @@
 
 namespace gpupool::net {
 
+// Threading: call (or drop) a Responder on the loop thread, or on another
+// thread while the EventLoop is alive; the response is then handed to the
+// loop thread. pending() is exact only on the loop thread.
 class Responder {
  public:
   explicit Responder(std::function<void(HttpResponse)> send);
+  // `alive` tells pending() whether the response can still be delivered
+  // (false once the client went away).
+  Responder(std::function<void(HttpResponse)> send, std::function<bool()> alive);
   ~Responder();
   Responder(Responder&&) noexcept;
   Responder& operator=(Responder&&) noexcept;
@@ -39,6 +45,7 @@ class Responder {
 
  private:
   std::function<void(HttpResponse)> send_;
+  std::function<bool()> alive_;
 };
 
 struct HttpHandlers {
@@ -62,7 +69,9 @@ class HttpServer {
                                                    HttpHandlers handlers);
   virtual ~HttpServer() = default;
   virtual uint16_t port() const = 0;
-  // Stops accepting and closes every connection.
+  // Stops accepting and closes every connection. Each open WebSocket's
+  // handler gets OnClose("server shutting down") before Close() returns;
+  // afterwards no handler of this server is called again.
   virtual void Close() = 0;
 };
 

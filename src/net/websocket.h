@@ -32,11 +32,12 @@ class WsHandler {
   virtual void OnOpen(std::shared_ptr<WsConnection> conn) = 0;
   virtual void OnMessage(std::string text) = 0;
   // `reason` says why: the peer's close reason, an I/O error, or a timeout.
+  // Also called, without OnOpen, when connecting or the handshake fails.
   virtual void OnClose(std::string reason) = 0;
 };
 
 struct WsClientOptions {
-  std::string url;  // "ws://host:port/path"
+  std::string url;                             // "ws://host:port/path"
   std::map<std::string, std::string> headers;  // e.g. Authorization
   int64_t connect_timeout_ms = 10'000;
   // The connection is closed when nothing arrives for this long (0 = never).

@@ -101,9 +101,9 @@ class Tx {
   // Lines of the job with cursor > after_cursor, by cursor, at most `limit`.
   virtual Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor,
                                                 int32_t limit) = 0;
-  // One past the highest stored byte of the attempt's log: the offset
-  // of the last stored line plus its length plus one; 0 when none.
-  virtual Result<int64_t> LogEnd(const std::string& attempt_id) = 0;
+  // The highest offset stored for the attempt, or -1 when it has no lines.
+  // An agent resumes shipping at that line (and skips it).
+  virtual Result<int64_t> LastLogOffset(const std::string& attempt_id) = 0;
 
   // Outbox. PushOutbox assigns and returns the next seq for the node.
   virtual Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,

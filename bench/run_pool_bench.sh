@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Submit-to-running latency (1 and 10 agents) and job throughput (4 agents)
+# of a local pool started with `gpupool dev` on loopback. Every run gets a
+# fresh pool; the figures are the medians over the runs. See
+# docs/performance.md.
+#
+# usage: bench/run_pool_bench.sh [--build DIR] [--runs N] [--latency-jobs N]
+#                                [--throughput-jobs N] [--concurrency N]
+#                                [--only latency1|latency10|throughput]
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+build=$here/../build
+runs=3
+latency_jobs=200
+throughput_jobs=2000
+concurrency=8
+only=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --latency-jobs) latency_jobs=$2; shift 2 ;;
+    --throughput-jobs) throughput_jobs=$2; shift 2 ;;
+    --concurrency) concurrency=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+gpupool=${GPUPOOL_BIN:-$build/bin/gpupool}
+bench=${POOL_BENCH_BIN:-$build/bin/gpupool-pool-bench}
+for b in "$gpupool" "$bench"; do
+  [[ -x $b ]] || { echo "missing $b (build it: ninja -C $build gpupool gpupool-pool-bench)" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d /tmp/gpupool-pool-bench.XXXXXX)
+dev_pid=
+stop_pool() {
+  if [[ -n $dev_pid ]]; then
+    kill -TERM "$dev_pid" 2>/dev/null || true
+    wait "$dev_pid" 2>/dev/null || true
+    dev_pid=
+  fi
+  # Shims of jobs still running (dev's agents run with --on-exit kill, so
+  # normally there are none); scoped to this run's directory.
+  pkill -TERM -f "agent-shim $tmp/" 2>/dev/null || true
+}
+cleanup() {
+  stop_pool
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_pool N: a fresh `gpupool dev` pool with N agents of 8 simulated GPUs;
+# returns once N nodes are ready. Sets GPUPOOL_SERVER and GPUPOOL_TOKEN.
+start_pool() {
+  local n=$1 dir
+  dir=$(mktemp -d "$tmp/pool.XXXX")
+  "$gpupool" dev --agents "$n" --simulate-gpus 8xA100:80GiB --listen 127.0.0.1:0 --data-dir "$dir/data" \
+    --env-file "$dir/env" --no-config --log-level warn >"$dir/dev.log" 2>&1 &
+  dev_pid=$!
+  for _ in $(seq 300); do
+    [[ -s $dir/env ]] && break
+    sleep 0.1
+  done
+  [[ -s $dir/env ]] || { echo "gpupool dev did not start" >&2; cat "$dir/dev.log" >&2; return 1; }
+  # shellcheck disable=SC1091
+  source "$dir/env"
+  export GPUPOOL_SERVER GPUPOOL_TOKEN
+  local ready=0
+  for _ in $(seq 300); do
+    ready=$(curl -sf -H "Authorization: Bearer $GPUPOOL_TOKEN" "$GPUPOOL_SERVER/v1/nodes" |
+      jq '[.nodes[] | select(.state == "ready")] | length' 2>/dev/null || echo 0)
+    [[ $ready -ge $n ]] && break
+    sleep 0.1
+  done
+  [[ $ready -ge $n ]] || { echo "only $ready of $n agents became ready" >&2; cat "$dir/dev.log" >&2; return 1; }
+  sleep 1  # let the joins settle (first heartbeats, scheduling passes)
+}
+
+# field KEY LINE: the value of KEY=VALUE in a RESULT line.
+field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
+median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR+1)/2]; else printf "%.1f\n", (a[NR/2]+a[NR/2+1])/2}'; }
+
+echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(free -g | awk '/^Mem:/ {print $2}') GiB"
+echo "binary:  $gpupool"
+echo
+
+# latency AGENTS: `runs` runs of `latency_jobs` jobs, each on a fresh pool.
+latency() {
+  local agents=$1 r line
+  local p50s=() p99s=() p90s=() maxs=() srv=()
+  for r in $(seq "$runs"); do
+    start_pool "$agents"
+    line=$("$bench" latency --jobs "$latency_jobs" | tee /dev/stderr | grep '^RESULT') || true
+    stop_pool
+    [[ -n $line ]] || { echo "latency run $r failed" >&2; continue; }
+    p50s+=("$(field p50_ms "$line")"); p90s+=("$(field p90_ms "$line")")
+    p99s+=("$(field p99_ms "$line")"); maxs+=("$(field max_ms "$line")")
+    srv+=("$(field server_p50_ms "$line")")
+  done
+  echo "== latency, $agents agent(s), $latency_jobs jobs x $runs runs: median of runs, ms:" \
+    "p50 $(printf '%s\n' "${p50s[@]}" | median)  p90 $(printf '%s\n' "${p90s[@]}" | median)" \
+    " p99 $(printf '%s\n' "${p99s[@]}" | median)  max $(printf '%s\n' "${maxs[@]}" | median)" \
+    " (server created->started p50 $(printf '%s\n' "${srv[@]}" | median));" \
+    "p50 per run: ${p50s[*]}; p99 per run: ${p99s[*]}" | tee -a "$tmp/summary"
+}
+
+throughput() {
+  local agents=4 r line
+  local rates=() spans=()
+  for r in $(seq "$runs"); do
+    start_pool "$agents"
+    line=$("$bench" throughput --jobs "$throughput_jobs" --concurrency "$concurrency" | tee /dev/stderr |
+      grep '^RESULT') || true
+    stop_pool
+    [[ -n $line ]] || { echo "throughput run $r failed" >&2; continue; }
+    rates+=("$(field jobs_per_s "$line")"); spans+=("$(field span_s "$line")")
+  done
+  echo "== throughput, $agents agents, $throughput_jobs jobs x $runs runs: median" \
+    "$(printf '%s\n' "${rates[@]}" | median) jobs/s (span $(printf '%s\n' "${spans[@]}" | median) s);" \
+    "per run: ${rates[*]}" | tee -a "$tmp/summary"
+}
+
+touch "$tmp/summary"
+if [[ -z $only || $only == latency1 ]]; then latency 1; fi
+if [[ -z $only || $only == latency10 ]]; then latency 10; fi
+if [[ -z $only || $only == throughput ]]; then throughput; fi
+echo
+echo "summary:"
+cat "$tmp/summary"

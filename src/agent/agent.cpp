@@ -1,0 +1,455 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "agent/tasks.h"
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/log.h"
+#include "gpu/gpu_source.h"
+#include "net/event_loop.h"
+#include "net/http.h"
+#include "net/websocket.h"
+#include "proto/channel.h"
+#include "proto/messages.h"
+
+namespace gpupool::agent {
+namespace {
+
+constexpr size_t kMaxChunkBytes = 256 * 1024;   // output per logs message
+constexpr size_t kMaxOutboxBytes = 16 << 20;    // stop reading output beyond this
+const char* kVersion = "0.1.0";
+
+// An empty GPU source, for machines without NVML.
+class NoGpus : public GpuSource {
+ public:
+  explicit NoGpus(std::string why) : why_(std::move(why)) {}
+  Result<GpuSnapshot> Read() override { return GpuSnapshot{}; }
+  std::string Describe() const override { return "no GPUs (" + why_ + ")"; }
+
+ private:
+  std::string why_;
+};
+
+class Agent;
+
+// Forwards a connection's callbacks to the agent while it is the current one.
+class Link : public net::WsHandler {
+ public:
+  Link(Agent* agent, uint64_t generation) : agent_(agent), generation_(generation) {}
+  void OnOpen(std::shared_ptr<net::WsConnection> conn) override;
+  void OnMessage(std::string text) override;
+  void OnClose(std::string reason) override;
+
+ private:
+  Agent* agent_;
+  uint64_t generation_;
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, net::EventLoop& loop)
+      : options_(std::move(options)),
+        loop_(loop),
+        tasks_({options_.data_dir, SelfExe(), options_.kill_grace_ms}, loop, clock_,
+               [this] { WakePoll(); }) {}
+
+  Status Init() {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.data_dir, ec);
+    if (ec) return Status::Internal("cannot create " + options_.data_dir + ": " + ec.message());
+    if (options_.name.empty()) {
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      options_.name = host;
+    }
+    if (!options_.simulate_gpus.empty()) {
+      GP_ASSIGN_OR_RETURN(gpu_, OpenSimulatedGpus(options_.simulate_gpus, options_.name));
+    } else {
+      auto nvml = OpenNvml(options_.nvml_library);
+      if (nvml.ok()) {
+        gpu_ = *std::move(nvml);
+      } else {
+        GP_LOG(kWarn) << "no NVIDIA GPUs: " << nvml.status().message() << "; lending CPU only";
+        gpu_ = std::make_unique<NoGpus>(nvml.status().message());
+      }
+    }
+    GP_LOG(kInfo) << "GPUs: " << gpu_->Describe();
+    auto url = net::ParseUrl(options_.server_url);
+    if (!url) return Status::InvalidArgument("--server: invalid URL \"" + options_.server_url + "\"");
+    ws_url_ = "ws://" + (url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host) +
+              ":" + std::to_string(url->port) + url->path + "/v1/agent/connect";
+    instance_ = RandomHex(8);
+    LoadState();
+    GP_RETURN_IF_ERROR(tasks_.Recover());
+    return Status::Ok();
+  }
+
+  void Start() {
+    Connect();
+    SchedulePoll();
+  }
+
+  void Shutdown(std::function<void()> done) {
+    shutting_down_ = true;
+    if (!options_.kill_tasks_on_exit || tasks_.running() == 0) return Finish(done);
+    GP_LOG(kInfo) << "stopping " << tasks_.running() << " tasks before exit";
+    tasks_.StopAll("the agent is shutting down");
+    int64_t give_up = clock_.NowMs() + options_.kill_grace_ms + 3000;
+    WaitForTasks(give_up, std::move(done));
+  }
+
+  // ---- connection callbacks (from Link) ----
+  bool Current(uint64_t generation) const { return generation == generation_; }
+
+  void OnOpen(std::shared_ptr<net::WsConnection> conn) {
+    conn_ = std::move(conn);
+    proto::Hello h;
+    h.node_name = options_.name;
+    h.agent_instance = instance_;
+    h.agent_version = kVersion;
+    h.last_server_seq = in_.last_applied();
+    h.cpu_milli = static_cast<int64_t>(::sysconf(_SC_NPROCESSORS_ONLN)) * 1000;
+    h.memory_mib = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+    auto snap = gpu_->Read();
+    if (snap.ok()) {
+      h.gpus = snap->gpus;
+      h.driver_version = snap->driver_version;
+      h.cuda_version = snap->cuda_version;
+    } else {
+      GP_LOG(kWarn) << "cannot read GPUs: " << snap.status().message();
+    }
+    h.tasks = tasks_.Reports();
+    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello), proto::Encode(h)});
+  }
+
+  void OnMessage(const std::string& text) {
+    auto env = proto::DecodeEnvelope(text);
+    if (!env.ok()) return Drop("malformed message from the server: " + env.status().message());
+    if (!welcomed_) {
+      if (env->type != proto::kWelcome) return Drop("expected welcome, got " + env->type);
+      auto w = proto::DecodeWelcome(env->body);
+      if (!w.ok()) return Drop("malformed welcome: " + w.status().message());
+      return OnWelcome(*w);
+    }
+    outbox_.Ack(env->ack);
+    ForgetAckedTasks(env->ack);
+    if (env->seq == 0) return;  // ack or other unsequenced message
+    switch (in_.Check(env->seq)) {
+      case proto::InboundSequence::Verdict::kDuplicate:
+        return ScheduleAck();
+      case proto::InboundSequence::Verdict::kGap:
+        return Drop("sequence gap from the server");
+      case proto::InboundSequence::Verdict::kApply:
+        break;
+    }
+    Status s = ApplyOrder(*env);
+    if (!s.ok()) GP_LOG(kError) << "order " << env->seq << " (" << env->type << "): " << s.ToString();
+    in_.MarkApplied(env->seq);
+    SaveState();
+    ScheduleAck();
+  }
+
+  void OnClose(const std::string& reason) {
+    bool was = welcomed_;
+    conn_.reset();
+    welcomed_ = false;
+    ++generation_;
+    loop_.Cancel(heartbeat_timer_);
+    if (shutting_down_) return;
+    if (was) {
+      GP_LOG(kWarn) << "disconnected from " << options_.server_url << ": " << reason;
+    } else {
+      GP_LOG(kDebug) << "cannot connect to " << options_.server_url << ": " << reason;
+    }
+    // Exponential backoff with jitter, so many agents do not return at once.
+    backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, options_.max_backoff_ms);
+    std::uniform_int_distribution<int64_t> jitter(0, backoff_ms_ / 2);
+    loop_.RunAfter(backoff_ms_ + jitter(rng_), [this] { Connect(); });
+  }
+
+ private:
+  static std::string SelfExe() {
+    std::error_code ec;
+    auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? "gpupool" : p.string();
+  }
+
+  void Connect() {
+    if (shutting_down_) return;
+    net::WsClientOptions o;
+    o.url = ws_url_;
+    o.headers["Authorization"] = "Bearer " + options_.join_token;
+    o.idle_timeout_ms = 0;
+    net::WsConnect(loop_, o, std::make_shared<Link>(this, generation_));
+  }
+
+  void OnWelcome(const proto::Welcome& w) {
+    welcomed_ = true;
+    backoff_ms_ = 0;
+    node_id_ = w.node_id;
+    GP_LOG(kInfo) << "connected to " << options_.server_url << " as node " << options_.name << " ("
+                  << node_id_ << ")";
+    if (!resumed_logs_) {
+      // This agent process is new: ship output from where the server's copy ends.
+      for (const auto& [id, t] : tasks_.tasks()) {
+        auto it = w.log_offsets.find(id);
+        tasks_.ResumeOutputAfter(id, it == w.log_offsets.end() ? -1 : it->second);
+      }
+      resumed_logs_ = true;
+    }
+    outbox_.Ack(w.last_agent_seq);
+    ForgetAckedTasks(w.last_agent_seq);
+    for (const proto::Envelope& e : outbox_.After(w.last_agent_seq)) {
+      proto::Envelope copy = e;
+      copy.ack = in_.last_applied();
+      Send(copy);
+    }
+    heartbeat_ms_ = w.heartbeat_ms;
+    Heartbeat();
+    WakePoll();
+  }
+
+  Status ApplyOrder(const proto::Envelope& env) {
+    if (env.type == proto::kStart) {
+      GP_ASSIGN_OR_RETURN(auto start, proto::DecodeStartTask(env.body));
+      if (shutting_down_) return Status::Ok();
+      GP_LOG(kInfo) << "starting " << start.attempt_id << " (" << start.spec.name << ")";
+      Status s = tasks_.Start(start);
+      if (!s.ok()) {
+        // Report it so the job does not wait forever.
+        proto::TaskReport r{start.attempt_id, "failed", 127, 0, "cannot start: " + s.message(), clock_.NowMs()};
+        Push(proto::kTaskStatus, proto::Encode(r));
+      }
+      WakePoll();
+      return s;
+    }
+    if (env.type == proto::kStop) {
+      GP_ASSIGN_OR_RETURN(auto stop, proto::DecodeStopTask(env.body));
+      GP_LOG(kInfo) << "stopping " << stop.attempt_id << ": " << stop.reason;
+      tasks_.Stop(stop.attempt_id, stop.reason);
+      return Status::Ok();
+    }
+    return Status::InvalidArgument("unknown order type \"" + env.type + "\"");
+  }
+
+  void Push(std::string_view type, std::string body) {
+    if (!welcomed_) {
+      outbox_.Push(std::string(type), std::move(body));
+      return;
+    }
+    std::string text = body;
+    int64_t seq = outbox_.Push(std::string(type), std::move(body));
+    Send({proto::kProtocolVersion, seq, in_.last_applied(), std::string(type), std::move(text)});
+  }
+
+  void Send(const proto::Envelope& e) {
+    if (conn_) conn_->Send(proto::EncodeEnvelope(e));
+  }
+
+  void Drop(const std::string& why) {
+    GP_LOG(kWarn) << why;
+    if (conn_) conn_->Close(why.substr(0, 120));
+  }
+
+  void ScheduleAck() {
+    if (ack_scheduled_) return;
+    ack_scheduled_ = true;
+    loop_.Post([this] {
+      ack_scheduled_ = false;
+      if (welcomed_) Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kAck), "{}"});
+    });
+  }
+
+  void Heartbeat() {
+    loop_.Cancel(heartbeat_timer_);
+    if (!welcomed_) return;
+    proto::Heartbeat hb;
+    if (auto snap = gpu_->Read(); snap.ok()) hb.telemetry = snap->telemetry;
+    hb.running_tasks = tasks_.running();
+    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHeartbeat), proto::Encode(hb)});
+    heartbeat_timer_ = loop_.RunAfter(heartbeat_ms_, [this] { Heartbeat(); });
+  }
+
+  // ---- tasks ----
+
+  void WakePoll() {
+    if (poll_posted_) return;
+    poll_posted_ = true;
+    loop_.Post([this] {
+      poll_posted_ = false;
+      PollTasks();
+    });
+  }
+
+  void SchedulePoll() {
+    poll_timer_ = loop_.RunAfter(options_.poll_ms, [this] {
+      PollTasks();
+      SchedulePoll();
+    });
+  }
+
+  // Ships new output, then status changes. Output of an ended task is
+  // shipped completely before its final report, so the server has every
+  // line when it sees the job finish.
+  void PollTasks() {
+    tasks_.Poll();
+    for (const auto& [id, t] : tasks_.tasks()) {
+      if (final_seq_.count(id)) continue;
+      bool ended = t.result || t.lost;
+      ShipOutput(id, ended);
+      if (t.started && !reported_running_.count(id) && !ended) {
+        reported_running_.insert(id);
+        Push(proto::kTaskStatus, proto::Encode(tasks_.Report(t)));
+      }
+      if (ended && !tasks_.HasUnreadOutput(id)) {
+        proto::TaskReport r = tasks_.Report(t);
+        GP_LOG(kInfo) << "task " << id << " " << r.state << (r.state == "exited" ? " with code " + std::to_string(r.exit_code) : "")
+                      << (r.reason.empty() ? "" : ": " + r.reason);
+        Push(proto::kTaskStatus, proto::Encode(r));
+        final_seq_[id] = outbox_.last_seq();
+      }
+    }
+  }
+
+  void ShipOutput(const std::string& id, bool all) {
+    do {
+      if (outbox_.bytes() > kMaxOutboxBytes) return;  // the files keep it until the server catches up
+      auto records = tasks_.ReadOutput(id, kMaxChunkBytes);
+      if (records.empty()) return;
+      proto::LogChunk chunk;
+      chunk.attempt_id = id;
+      for (auto& r : records) chunk.lines.push_back({r.offset, std::move(r.stream), r.ts_ms, std::move(r.text)});
+      Push(proto::kLogs, proto::Encode(chunk));
+    } while (all);
+  }
+
+  void ForgetAckedTasks(int64_t acked) {
+    for (auto it = final_seq_.begin(); it != final_seq_.end();) {
+      if (it->second <= acked) {
+        tasks_.Remove(it->first);
+        reported_running_.erase(it->first);
+        it = final_seq_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void WaitForTasks(int64_t give_up, std::function<void()> done) {
+    PollTasks();
+    if (tasks_.running() == 0 || clock_.NowMs() > give_up) {
+      // Give the final reports a moment to reach the server.
+      loop_.RunAfter(500, [this, done] { Finish(done); });
+      return;
+    }
+    loop_.RunAfter(100, [this, give_up, done] { WaitForTasks(give_up, done); });
+  }
+
+  void Finish(const std::function<void()>& done) {
+    loop_.Cancel(poll_timer_);
+    loop_.Cancel(heartbeat_timer_);
+    if (conn_) conn_->Close("agent shutting down");
+    loop_.RunAfter(100, done);
+  }
+
+  // ---- state file: the last server order applied ----
+
+  std::string StatePath() const { return options_.data_dir + "/agent.json"; }
+
+  void LoadState() {
+    std::ifstream in(StatePath());
+    if (!in) return;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (j.is_object() && j.contains("last_server_seq") && j["last_server_seq"].is_number_integer()) {
+      in_ = proto::InboundSequence(j["last_server_seq"].get<int64_t>());
+    } else {
+      GP_LOG(kWarn) << StatePath() << " is unreadable; starting from scratch";
+    }
+  }
+
+  void SaveState() {
+    std::string tmp = StatePath() + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << nlohmann::json{{"last_server_seq", in_.last_applied()}, {"node_id", node_id_}}.dump() << "\n";
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, StatePath(), ec);
+    if (ec) GP_LOG(kError) << "cannot save " << StatePath() << ": " << ec.message();
+  }
+
+  AgentOptions options_;
+  net::EventLoop& loop_;
+  RealClock clock_;
+  TaskManager tasks_;
+  std::unique_ptr<GpuSource> gpu_;
+  std::string ws_url_;
+  std::string instance_;
+  std::string node_id_;
+  std::shared_ptr<net::WsConnection> conn_;
+  uint64_t generation_ = 0;
+  bool welcomed_ = false;
+  bool resumed_logs_ = false;
+  bool shutting_down_ = false;
+  bool ack_scheduled_ = false;
+  bool poll_posted_ = false;
+  int64_t backoff_ms_ = 0;
+  int64_t heartbeat_ms_ = 5000;
+  net::EventLoop::TimerId heartbeat_timer_ = 0;
+  net::EventLoop::TimerId poll_timer_ = 0;
+  proto::Outbox outbox_;
+  proto::InboundSequence in_;
+  std::set<std::string> reported_running_;
+  std::map<std::string, int64_t> final_seq_;  // attempt -> seq of its final report
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+void Link::OnOpen(std::shared_ptr<net::WsConnection> conn) {
+  if (agent_->Current(generation_)) {
+    agent_->OnOpen(std::move(conn));
+  } else {
+    conn->Close("superseded");
+  }
+}
+void Link::OnMessage(std::string text) {
+  if (agent_->Current(generation_)) agent_->OnMessage(text);
+}
+void Link::OnClose(std::string reason) {
+  if (agent_->Current(generation_)) agent_->OnClose(reason);
+}
+
+}  // namespace
+
+int RunAgent(const AgentOptions& options) {
+  SetLogComponent("agent " + options.name);
+  net::EventLoop loop;
+  Agent agent(options, loop);
+  if (Status s = agent.Init(); !s.ok()) {
+    std::cerr << "gpupool agent: " << s.message() << "\n";
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  agent.Start();
+  bool stopping = false;
+  loop.OnSignals({SIGINT, SIGTERM}, [&](int) {
+    if (stopping) return;
+    stopping = true;
+    agent.Shutdown([&] { loop.Stop(); });
+  });
+  loop.Run();
+  return 0;
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,31 @@
+// The provider agent: `gpupool agent`.
+//
+// Dials out to the server over one WebSocket (no inbound port), registers
+// the node and its GPUs, takes start/stop orders, runs each task through a
+// shim (agent/tasks.h), ships output and status reliably (proto/channel.h),
+// and heartbeats GPU telemetry. It reconnects with exponential backoff and
+// resumes from the last ack; an agent restart finds its tasks on disk.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gpupool::agent {
+
+struct AgentOptions {
+  std::string server_url;  // "http://127.0.0.1:8470"
+  std::string join_token;
+  std::string data_dir;
+  std::string name;            // node name; the host name by default
+  std::string simulate_gpus;   // e.g. "2xA100:80GiB"; empty = real GPUs through NVML
+  std::string nvml_library;    // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
+  bool kill_tasks_on_exit = false;  // on SIGTERM stop running jobs too (gpupool dev)
+  int64_t kill_grace_ms = 10'000;
+  int64_t poll_ms = 100;            // how often output files are read
+  int64_t max_backoff_ms = 10'000;  // reconnect backoff ceiling
+};
+
+// Runs until SIGINT or SIGTERM; returns the process exit code.
+int RunAgent(const AgentOptions& options);
+
+}  // namespace gpupool::agent

@@ -1,0 +1,101 @@
+#include "agent/task_files.h"
+
+#include <charconv>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/json_reader.h"
+
+namespace gpupool::agent {
+
+std::string EncodeResult(const TaskResult& r) {
+  return nlohmann::json{{"exit_code", r.exit_code},
+                        {"signal", r.signal},
+                        {"reason", r.reason},
+                        {"failed", r.failed},
+                        {"finished_ms", r.finished_ms}}
+      .dump();
+}
+
+Result<TaskResult> DecodeResult(std::string_view text) {
+  GP_ASSIGN_OR_RETURN(auto j, ParseJsonObject(text, "result.json"));
+  JsonReader r(j, "result");
+  TaskResult out;
+  out.exit_code = static_cast<int32_t>(r.Int("exit_code"));
+  out.signal = static_cast<int32_t>(r.Int("signal", false));
+  out.reason = r.Str("reason", false);
+  out.failed = r.Bool("failed", false);
+  out.finished_ms = r.Int("finished_ms", false);
+  GP_RETURN_IF_ERROR(r.Finish(false));
+  return out;
+}
+
+std::string EncodeRecord(char stream, int64_t ts_ms, std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 24);
+  out += stream;
+  out += ' ';
+  out += std::to_string(ts_ms);
+  out += ' ';
+  out.append(text.data(), text.size());
+  out += '\n';
+  return out;
+}
+
+std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offset, size_t* consumed) {
+  std::vector<OutputRecord> out;
+  size_t pos = 0;
+  while (pos < data.size()) {
+    size_t nl = data.find('\n', pos);
+    if (nl == std::string_view::npos) break;
+    std::string_view line = data.substr(pos, nl - pos);
+    OutputRecord rec;
+    rec.offset = base_offset + static_cast<int64_t>(pos);
+    rec.stream = "stdout";
+    bool parsed = false;
+    if (line.size() >= 4 && (line[0] == 'o' || line[0] == 'e') && line[1] == ' ') {
+      size_t sp = line.find(' ', 2);
+      if (sp != std::string_view::npos) {
+        int64_t ts = 0;
+        auto [p, ec] = std::from_chars(line.data() + 2, line.data() + sp, ts);
+        if (ec == std::errc() && p == line.data() + sp) {
+          rec.stream = line[0] == 'o' ? "stdout" : "stderr";
+          rec.ts_ms = ts;
+          rec.text = std::string(line.substr(sp + 1));
+          parsed = true;
+        }
+      }
+    }
+    if (!parsed) rec.text = std::string(line);
+    out.push_back(std::move(rec));
+    pos = nl + 1;
+  }
+  *consumed = pos;
+  return out;
+}
+
+std::optional<uint64_t> ProcessStartTime(int pid) {
+  if (pid <= 0) return std::nullopt;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  if (!in) return std::nullopt;
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The command name (field 2) may contain spaces; fields resume after ')'.
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  // After ')' come fields 3..; the start time is field 22.
+  char state = 0;
+  rest >> state;
+  if (state == 'Z' || state == 'X') return std::nullopt;  // exited, not yet reaped
+  for (int i = 4; i <= 22; ++i) {
+    if (!(rest >> field)) return std::nullopt;
+  }
+  uint64_t start = 0;
+  auto [p, ec] = std::from_chars(field.data(), field.data() + field.size(), start);
+  if (ec != std::errc()) return std::nullopt;
+  return start;
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,99 @@
+// TaskManager: the agent's tasks, kept on disk (agent/task_files.h) and run
+// by shims (agent/shim.h).
+//
+// Start() is idempotent by attempt id, so a start order delivered twice runs
+// the job once. Recover() rebuilds the task list from DATA_DIR/tasks after an
+// agent restart: a task with result.json has ended; one whose shim still runs
+// is running; any other was lost. Output is read from each task's
+// output.log at a per-task offset, so the agent can resume shipping exactly
+// where the server's copy ends.
+//
+// Single-threaded: use from the agent's event loop. `on_wake` is called (on
+// the loop) when a shim reports its job started or the shim exits, so the
+// agent can poll at once instead of waiting for its timer.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/task_files.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "net/event_loop.h"
+#include "proto/messages.h"
+
+namespace gpupool::agent {
+
+struct TaskState {
+  std::string attempt_id;
+  int64_t job_id = 0;
+  TaskPaths paths;
+  pid_t shim_pid = 0;
+  uint64_t shim_start_time = 0;
+  bool started = false;                // the job process runs (or ran)
+  std::optional<TaskResult> result;    // set once the job ended
+  bool lost = false;                   // the shim vanished without a result
+  int64_t read_offset = 0;             // next byte of output.log to ship
+  int64_t skip_offset = -1;            // a record at this offset was already shipped
+  int status_pipe = -1;                // read end of the shim's stdout, or -1
+};
+
+class TaskManager {
+ public:
+  struct Options {
+    std::string data_dir;
+    std::string shim_exe;            // the gpupool binary (runs `agent-shim`)
+    int64_t kill_grace_ms = 10'000;  // passed to the shim
+  };
+
+  TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
+              std::function<void()> on_wake);
+  ~TaskManager();
+
+  Status Recover();
+  Status Start(const proto::StartTask& task);
+  // Asks the task's shim to stop the job (SIGTERM to the group, then SIGKILL).
+  void Stop(const std::string& attempt_id, const std::string& reason);
+  void StopAll(const std::string& reason);
+
+  // Checks shims that exited and reads their results. Returns the ids of
+  // tasks whose state changed (started, ended, lost).
+  std::vector<std::string> Poll();
+
+  // Reads complete output records from the task's read offset, at most about
+  // `max_bytes`, and advances the offset past them.
+  std::vector<OutputRecord> ReadOutput(const std::string& attempt_id, size_t max_bytes);
+  // Resumes shipping after the record at `last_offset` (the last line the
+  // server has), or from the start when it is negative.
+  void ResumeOutputAfter(const std::string& attempt_id, int64_t last_offset);
+  // True when output.log has bytes past the read offset.
+  bool HasUnreadOutput(const std::string& attempt_id) const;
+
+  // The report the server should see for a task right now.
+  proto::TaskReport Report(const TaskState& t) const;
+  std::vector<proto::TaskReport> Reports() const;
+
+  // Deletes the task and its directory (after the server has its result).
+  void Remove(const std::string& attempt_id);
+
+  const std::map<std::string, TaskState>& tasks() const { return tasks_; }
+  int running() const;
+
+ private:
+  void Watch(TaskState& t);
+  void ReadResult(TaskState& t);
+
+  Options options_;
+  net::EventLoop& loop_;
+  const Clock& clock_;
+  std::function<void()> on_wake_;
+  std::map<std::string, TaskState> tasks_;
+};
+
+}  // namespace gpupool::agent

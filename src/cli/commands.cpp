@@ -1,0 +1,333 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "cli/table.h"
+#include "common/clock.h"
+#include "common/units.h"
+#include "model/job_spec.h"
+#include "net/http.h"
+
+namespace gpupool::cli {
+
+using nlohmann::json;
+
+namespace {
+
+int ExitCodeFor(const Status& s) {
+  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+Result<ApiClient> Connect(const GlobalFlags& g) {
+  GP_ASSIGN_OR_RETURN(Endpoint e, ResolveEndpoint(g.server, g.token));
+  return ApiClient(std::move(e));
+}
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+int64_t Int(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+std::string Ago(int64_t ms) {
+  if (ms <= 0) return "-";
+  int64_t d = RealClock().NowMs() - ms;
+  if (d < 1000) return "just now";
+  return FormatDurationMs(d / 1000 * 1000) + " ago";
+}
+
+std::string GpusOf(const json& spec) {
+  const json& r = spec.value("resources", json::object());
+  int64_t gpus = r.value("gpus", 0);
+  if (gpus == 0) return "-";
+  std::string s = std::to_string(gpus);
+  if (r.contains("gpu_models")) {
+    std::string models;
+    for (const auto& m : r["gpu_models"]) models += (models.empty() ? "" : "|") + m.get<std::string>();
+    s += "x" + models;
+  }
+  if (r.contains("gpu_memory")) s += " (" + r["gpu_memory"].get<std::string>() + ")";
+  return s;
+}
+
+std::string StateText(const json& job) {
+  std::string s = Str(job, "state");
+  if ((s == "succeeded" || s == "failed") && job.contains("exit_code") && !job["exit_code"].is_null()) {
+    s += " (" + job["exit_code"].dump() + ")";
+  }
+  return s;
+}
+
+Result<int64_t> ParseId(const std::string& id) {
+  try {
+    size_t used = 0;
+    long long v = std::stoll(id, &used);
+    if (used == id.size() && v > 0) return static_cast<int64_t>(v);
+  } catch (...) {
+  }
+  return Status::InvalidArgument("invalid job id \"" + id + "\": expected a number such as 42");
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::InvalidArgument("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Builds the spec from a file and/or flags; validation errors name the field.
+Result<JobSpec> BuildSpec(const SubmitFlags& f) {
+  json j = json::object();
+  if (!f.file.empty()) {
+    GP_ASSIGN_OR_RETURN(std::string text, ReadFile(f.file));
+    auto spec = ParseJobSpec(text);
+    if (!spec.ok()) return spec.status().WithContext(f.file);
+    j = JobSpecToJson(*spec);
+  }
+  if (!f.command.empty()) {
+    j.erase("run");
+    j["command"] = f.command;
+  }
+  if (!f.name.empty()) j["name"] = f.name;
+  json& r = j["resources"];
+  if (r.is_null()) r = json::object();
+  if (f.gpus >= 0) r["gpus"] = f.gpus;
+  if (!f.gpu_memory.empty()) r["gpu_memory"] = f.gpu_memory;
+  if (!f.gpu_models.empty()) r["gpu_models"] = f.gpu_models;
+  if (!f.cpus.empty()) r["cpus"] = f.cpus;
+  if (!f.memory.empty()) r["memory"] = f.memory;
+  if (!f.max_runtime.empty()) j["max_runtime"] = f.max_runtime;
+  for (const std::string& kv : f.env) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status::InvalidArgument("--env " + kv + ": expected KEY=VALUE");
+    }
+    j["env"][kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (j["resources"].empty()) j.erase("resources");
+  return JobSpecFromJson(j);
+}
+
+// Prints log lines after `*cursor`; returns whether the job's output is complete.
+Result<bool> PrintLogs(ApiClient& api, int64_t id, int64_t* cursor, const std::string& wait) {
+  std::string target = "/v1/jobs/" + std::to_string(id) + "/logs?after=" + std::to_string(*cursor);
+  if (!wait.empty()) target += "&wait=" + wait;
+  GP_ASSIGN_OR_RETURN(json page, api.Get(target, 90'000));
+  for (const auto& l : page["lines"]) {
+    std::ostream& out = Str(l, "stream") == "stderr" ? std::cerr : std::cout;
+    out << Str(l, "text") << "\n";
+  }
+  std::cout.flush();
+  *cursor = Int(page, "next_cursor");
+  return page.value("complete", false);
+}
+
+}  // namespace
+
+int ReportError(const Status& s) {
+  std::cerr << "gpupool: " << s.message() << "\n";
+  return ExitCodeFor(s);
+}
+
+int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
+  if (f.file.empty() && f.command.empty()) {
+    return ReportError(Status::InvalidArgument(
+        "nothing to run: give a spec file (gpupool submit job.yaml) or a command after -- "
+        "(gpupool submit --gpus 1 -- python3 train.py)"));
+  }
+  auto spec = BuildSpec(f);
+  if (!spec.ok()) return ReportError(spec.status());
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto job = api->Post("/v1/jobs", JobSpecToJson(*spec));
+  if (!job.ok()) return ReportError(job.status());
+  int64_t id = Int(*job, "id");
+  if (!f.wait && !f.follow) {
+    if (g.output == "json") std::cout << job->dump(2) << "\n";
+    else std::cout << id << "\n";
+    return 0;
+  }
+  std::cerr << "submitted job " << id << "\n";
+  bool tty = ::isatty(STDERR_FILENO) && !f.follow;
+  const char* frames[] = {"|", "/", "-", "\\"};
+  std::string last_status;
+  int64_t cursor = 0;
+  for (int tick = 0;; ++tick) {
+    if (f.follow) {
+      auto complete = PrintLogs(*api, id, &cursor, "2s");
+      if (!complete.ok()) return ReportError(complete.status());
+      if (!*complete) continue;
+    }
+    auto cur = api->Get("/v1/jobs/" + std::to_string(id) + "?until=finished&wait=" + (tty ? "1s" : "30s"), 90'000);
+    if (!cur.ok()) return ReportError(cur.status());
+    std::string state = Str(*cur, "state");
+    std::string status = "job " + std::to_string(id) + " " + state;
+    if (!Str(*cur, "reason").empty()) status += ": " + Str(*cur, "reason");
+    bool done = state == "succeeded" || state == "failed" || state == "cancelled";
+    if (tty) {
+      std::cerr << "\r\033[K" << (done ? "" : std::string(frames[tick % 4]) + " ") << status << std::flush;
+    } else if (status != last_status && !f.follow) {
+      std::cerr << status << "\n";
+    }
+    last_status = status;
+    if (!done) continue;
+    if (tty) std::cerr << "\n";
+    if (f.follow) std::cerr << status << "\n";
+    if (g.output == "json") std::cout << cur->dump(2) << "\n";
+    if (state == "succeeded") return 0;
+    if (state == "cancelled") return 130;
+    return cur->contains("exit_code") && (*cur)["exit_code"].is_number_integer() && (*cur)["exit_code"] != 0
+               ? (*cur)["exit_code"].get<int>()
+               : 1;
+  }
+}
+
+int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all_users) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  std::string target = "/v1/jobs?limit=" + std::to_string(limit);
+  if (!states.empty()) target += "&state=" + net::UrlEncode(states);
+  (void)all_users;
+  auto r = api->Get(target);
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << (*r)["jobs"].dump(2) << "\n";
+    return 0;
+  }
+  Table t({"ID", "NAME", "STATE", "OWNER", "GPUS", "SUBMITTED", "REASON"});
+  auto jobs = (*r)["jobs"];
+  for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
+    const json& j = *it;
+    t.Add({std::to_string(Int(j, "id")), Str(j, "name"), StateText(j), Str(j, "owner"), GpusOf(j["spec"]),
+           Ago(Int(j, "created_ms")), Str(j, "reason")});
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int CmdJob(const GlobalFlags& g, const std::string& id_text) {
+  auto id = ParseId(id_text);
+  if (!id.ok()) return ReportError(id.status());
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/jobs/" + std::to_string(*id));
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  const json& j = *r;
+  Table kv({"Job:", std::to_string(Int(j, "id")) + " (" + Str(j, "name") + ")"});
+  kv.Add({"State:", StateText(j)});
+  if (!Str(j, "reason").empty()) kv.Add({"Reason:", Str(j, "reason")});
+  kv.Add({"Owner:", Str(j, "owner")});
+  kv.Add({"Submitted:", FormatTimestampMs(Int(j, "created_ms"))});
+  if (Int(j, "started_ms")) kv.Add({"Started:", FormatTimestampMs(Int(j, "started_ms"))});
+  if (Int(j, "finished_ms")) kv.Add({"Finished:", FormatTimestampMs(Int(j, "finished_ms"))});
+  kv.Add({"GPUs:", GpusOf(j["spec"])});
+  const json& spec = j["spec"];
+  kv.Add({"Command:", spec.contains("run") ? Str(spec, "run") : spec["command"].dump()});
+  if (spec.contains("max_runtime")) kv.Add({"Max runtime:", Str(spec, "max_runtime")});
+  kv.Print(std::cout);
+  if (!j["attempt_list"].empty()) {
+    std::cout << "\nAttempts:\n";
+    Table t({"ATTEMPT", "NODE", "GPUS", "STATE", "EXIT", "STARTED", "REASON"});
+    for (const auto& a : j["attempt_list"]) {
+      std::string gpus;
+      for (const auto& u : a["gpus"]) gpus += (gpus.empty() ? "" : ",") + u.get<std::string>();
+      t.Add({Str(a, "id"), Str(a, "node_id"), gpus.empty() ? "-" : gpus, Str(a, "state"),
+             a["exit_code"].is_null() ? "-" : a["exit_code"].dump(),
+             Int(a, "started_ms") ? FormatTimestampMs(Int(a, "started_ms")) : "-", Str(a, "reason")});
+    }
+    t.Print(std::cout);
+  }
+  return 0;
+}
+
+int CmdLogs(const GlobalFlags& g, const std::string& id_text, bool follow) {
+  auto id = ParseId(id_text);
+  if (!id.ok()) return ReportError(id.status());
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  int64_t cursor = 0;
+  while (true) {
+    auto complete = PrintLogs(*api, *id, &cursor, follow ? "30s" : "");
+    if (!complete.ok()) return ReportError(complete.status());
+    if (*complete) return 0;
+    if (!follow) {
+      // Without -f, print what is there now: keep paging while pages are full.
+      auto more = PrintLogs(*api, *id, &cursor, "");
+      if (!more.ok()) return ReportError(more.status());
+      return 0;
+    }
+  }
+}
+
+int CmdCancel(const GlobalFlags& g, const std::string& id_text) {
+  auto id = ParseId(id_text);
+  if (!id.ok()) return ReportError(id.status());
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Post("/v1/jobs/" + std::to_string(*id) + "/cancel", json::object());
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") std::cout << r->dump(2) << "\n";
+  else std::cout << "job " << *id << " " << Str(*r, "state") << "\n";
+  return 0;
+}
+
+int CmdNodes(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/nodes");
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << (*r)["nodes"].dump(2) << "\n";
+    return 0;
+  }
+  Table t({"NAME", "STATE", "GPU", "MEMORY USED", "UTIL", "TEMP", "POWER", "JOB"});
+  for (const auto& n : (*r)["nodes"]) {
+    std::string state = Str(n, "state");
+    std::string host = std::to_string(Int(n, "cpu_milli") / 1000) + " CPUs, " + FormatMebibytes(Int(n, "memory_mib"));
+    t.Add({Str(n, "name"), state, host, "", "", "", "", ""});
+    for (const auto& gpu : n["gpus"]) {
+      std::string mem = FormatMebibytes(Int(gpu, "memory_mib"));
+      std::string util = "-", temp = "-", power = "-";
+      if (gpu.contains("telemetry")) {
+        const json& tel = gpu["telemetry"];
+        if (Int(tel, "memory_used_mib") >= 0) mem = FormatMebibytes(Int(tel, "memory_used_mib")) + " / " + mem;
+        if (Int(tel, "utilization_percent") >= 0) util = std::to_string(Int(tel, "utilization_percent")) + "%";
+        if (Int(tel, "temperature_c") >= 0) temp = std::to_string(Int(tel, "temperature_c")) + "C";
+        if (Int(tel, "power_mw") >= 0) power = std::to_string(Int(tel, "power_mw") / 1000) + "W";
+      }
+      std::string name = "  " + std::to_string(Int(gpu, "index")) + ": " + Str(gpu, "name") +
+                         (gpu.value("simulated", false) ? " (simulated)" : "");
+      t.Add({"", "", name, mem, util, temp, power, Str(gpu, "attempt").empty() ? "-" : Str(gpu, "attempt")});
+    }
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int CmdJoinToken(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/join-token");
+  if (!r.ok()) return ReportError(r.status());
+  std::cout << Str(*r, "token") << "\n";
+  return 0;
+}
+
+}  // namespace gpupool::cli

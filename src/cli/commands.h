@@ -1,0 +1,42 @@
+// The user and operator commands. Each returns the process exit code:
+// 0 success, 1 failure, 2 bad usage or a rejected spec; `submit --wait`
+// returns the job's own exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli/client.h"
+
+namespace gpupool::cli {
+
+struct GlobalFlags {
+  std::string server;
+  std::string token;
+  std::string output = "table";  // "table" or "json"
+};
+
+struct SubmitFlags {
+  std::string file;                  // job.yaml / job.json
+  std::vector<std::string> command;  // argv after "--"
+  std::string name;
+  int gpus = -1;  // -1: not given
+  std::string gpu_memory, cpus, memory, max_runtime;
+  std::vector<std::string> gpu_models;
+  std::vector<std::string> env;  // KEY=VALUE
+  bool wait = false;
+  bool follow = false;  // stream logs while waiting
+};
+
+int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f);
+int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all_users);
+int CmdJob(const GlobalFlags& g, const std::string& id);
+int CmdLogs(const GlobalFlags& g, const std::string& id, bool follow);
+int CmdCancel(const GlobalFlags& g, const std::string& id);
+int CmdNodes(const GlobalFlags& g);
+int CmdJoinToken(const GlobalFlags& g);
+
+// Prints "gpupool: <message>" and returns the exit code for `s`.
+int ReportError(const Status& s);
+
+}  // namespace gpupool::cli

@@ -1,0 +1,170 @@
+#include "cli/dev.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "cli/client.h"
+
+namespace gpupool::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+volatile sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+std::string SelfExe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "gpupool" : p.string();
+}
+
+pid_t Spawn(const std::vector<std::string>& args) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // Children ignore the terminal's Ctrl-C; dev stops them in order.
+    ::setpgid(0, 0);
+    ::close_range(3, ~0U, 0);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::perror("exec");
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string ReadTrimmed(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Sends SIGTERM and waits up to `wait_ms`, then SIGKILL.
+void Terminate(std::vector<pid_t>& pids, int wait_ms) {
+  for (pid_t p : pids) ::kill(p, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  for (pid_t p : pids) {
+    while (true) {
+      int st;
+      pid_t r = ::waitpid(p, &st, WNOHANG);
+      if (r == p || r < 0) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(p, SIGKILL);
+        ::waitpid(p, &st, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  pids.clear();
+}
+
+}  // namespace
+
+int RunDev(const DevOptions& o) {
+  std::string dir = o.data_dir;
+  if (dir.empty()) {
+    const char* xdg = std::getenv("XDG_DATA_HOME");
+    const char* home = std::getenv("HOME");
+    dir = (xdg && *xdg ? std::string(xdg) : std::string(home ? home : ".") + "/.local/share") + "/gpupool/dev";
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "gpupool dev: cannot create " << dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  dir = fs::absolute(dir).string();
+  std::string server_dir = dir + "/server";
+  fs::remove(server_dir + "/server.url", ec);
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::string exe = SelfExe();
+  std::vector<pid_t> server = {
+      Spawn({exe, "server", "--data-dir", server_dir, "--listen", o.listen, "--log-level", o.log_level})};
+  std::string url;
+  for (int i = 0; i < 200 && url.empty() && !g_stop; ++i) {
+    int st;
+    if (::waitpid(server[0], &st, WNOHANG) == server[0]) {
+      std::cerr << "gpupool dev: the server exited at start-up (see the messages above)\n";
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    url = ReadTrimmed(server_dir + "/server.url");
+  }
+  if (url.empty()) {
+    std::cerr << "gpupool dev: the server did not start within 10s\n";
+    Terminate(server, 5000);
+    return 1;
+  }
+  std::string admin = ReadTrimmed(server_dir + "/admin.token");
+  std::string join = ReadTrimmed(server_dir + "/join.token");
+
+  std::vector<pid_t> agents;
+  for (int i = 1; i <= o.agents; ++i) {
+    std::vector<std::string> args = {exe, "agent", "--server", url, "--join-token", join,
+                                     "--data-dir", dir + "/agent-" + std::to_string(i), "--name",
+                                     "dev-agent-" + std::to_string(i), "--on-exit", "kill",
+                                     "--log-level", o.log_level};
+    if (!o.simulate_gpus.empty() && o.simulate_gpus != "none") {
+      args.push_back("--simulate-gpus");
+      args.push_back(o.simulate_gpus);
+    }
+    agents.push_back(Spawn(args));
+  }
+
+  Endpoint e{url, admin};
+  if (!o.env_file.empty()) {
+    std::ofstream env(o.env_file, std::ios::trunc);
+    env << "export GPUPOOL_SERVER=" << url << "\nexport GPUPOOL_TOKEN=" << admin
+        << "\nexport GPUPOOL_DEV_DATA_DIR=" << dir << "\n";
+  }
+  if (o.write_config) {
+    if (Status s = WriteConfig(ConfigPath(), e); !s.ok()) std::cerr << "gpupool dev: " << s.message() << "\n";
+  }
+  std::cout << "gpupool dev: server " << url << " with " << o.agents << " agent(s)"
+            << (o.simulate_gpus.empty() || o.simulate_gpus == "none" ? "" : ", simulated GPUs " + o.simulate_gpus + " each")
+            << "\n  data:   " << dir << "\n"
+            << (o.write_config ? "  the CLI is configured (" + ConfigPath() + "): try `gpupool nodes`\n" : "")
+            << (o.env_file.empty() ? "" : "  environment for scripts: source " + o.env_file + "\n")
+            << "  stop with Ctrl-C\n"
+            << std::flush;
+
+  int code = 0;
+  while (!g_stop) {
+    int st;
+    pid_t p = ::waitpid(-1, &st, WNOHANG);
+    if (p == server[0]) {
+      std::cerr << "gpupool dev: the server exited\n";
+      server.clear();
+      code = 1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::cout << "gpupool dev: stopping" << std::endl;
+  Terminate(agents, 15'000);
+  Terminate(server, 10'000);
+  return code;
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,76 @@
+// The job lifecycle as data: a transition table and a pure Step function.
+//
+//   pending --schedule--> scheduled --started--> running --exited 0--> succeeded
+//                              |                    |  --exited n / failed--> failed
+//                              +---- lost ----------+--> pending (attempt closed as lost: requeue)
+//   pending|scheduled|running --cancel--> cancelled
+//
+// Step never performs effects; it returns the actions the caller must carry
+// out (create the attempt and order its start, close the attempt with a
+// state, tell the agent to stop). Terminal states accept no event. Events
+// about an attempt that is not the job's live one are filtered by the caller
+// (fencing) before Step is reached.
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "model/job.h"
+
+namespace gpupool {
+
+enum class JobEvent {
+  kSchedule,     // the scheduler placed the job: a new attempt is created
+  kStarted,      // the agent reports the attempt's process is running
+  kExitedOk,     // the process exited with code 0
+  kExitedError,  // the process exited with a non-zero code or a signal
+  kAttemptFailed,  // the attempt failed without a normal exit (spawn error, max_runtime)
+  kLost,         // the node or agent lost the attempt: requeue the job
+  kCancel,       // the user cancelled the job
+};
+inline constexpr JobEvent kAllJobEvents[] = {JobEvent::kSchedule,    JobEvent::kStarted,
+                                             JobEvent::kExitedOk,    JobEvent::kExitedError,
+                                             JobEvent::kAttemptFailed,      JobEvent::kLost,
+                                             JobEvent::kCancel};
+std::string_view JobEventName(JobEvent e);
+
+enum class JobActionType {
+  kStartAttempt,        // create the attempt and queue a start order to its node
+  kMarkAttemptRunning,  // record that the attempt runs
+  kCloseAttempt,        // record the attempt's final state (close_as)
+  kStopAttempt,         // queue a stop order to the attempt's node
+};
+
+struct JobAction {
+  JobActionType type;
+  AttemptState close_as = AttemptState::kFailed;  // for kCloseAttempt
+  friend bool operator==(const JobAction&, const JobAction&) = default;
+};
+
+struct JobTransition {
+  bool accepted = false;  // false: the event does not apply in this state; nothing changes
+  JobState next = JobState::kPending;
+  std::vector<JobAction> actions;
+};
+
+// One row of the table: in state `from`, event `event` leads to `to` with
+// `actions`, in order.
+struct JobTransitionRule {
+  JobState from;
+  JobEvent event;
+  JobState to;
+  std::vector<JobAction> actions;
+};
+
+// The whole table, for documentation and tests.
+std::span<const JobTransitionRule> JobTransitionTable();
+
+JobTransition Step(JobState state, JobEvent event);
+
+// kExitedOk for 0, kExitedError otherwise.
+inline JobEvent ExitEvent(int exit_code) {
+  return exit_code == 0 ? JobEvent::kExitedOk : JobEvent::kExitedError;
+}
+
+}  // namespace gpupool

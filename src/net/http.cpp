@@ -1,0 +1,120 @@
+#include "net/http.h"
+
+#include <cctype>
+#include <charconv>
+
+namespace gpupool::net {
+
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool IsUnreserved(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
+}
+
+}  // namespace
+
+std::string HttpRequest::Header(std::string_view name) const {
+  auto it = headers.find(std::string(name));
+  return it == headers.end() ? std::string() : it->second;
+}
+
+std::string UrlDecode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '%' && i + 2 < s.size()) {
+      int hi = HexValue(s[i + 1]);
+      int lo = HexValue(s[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out.push_back(static_cast<char>(hi * 16 + lo));
+        i += 2;
+        continue;
+      }
+    }
+    if (c == '+' && plus_is_space) {
+      out.push_back(' ');
+    } else {
+      out.push_back(c);  // malformed escapes are kept as they are
+    }
+  }
+  return out;
+}
+
+std::string UrlEncode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (IsUnreserved(c)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::optional<Url> ParseUrl(std::string_view text) {
+  Url url;
+  size_t sep = text.find("://");
+  if (sep == std::string_view::npos) return std::nullopt;
+  url.scheme = std::string(text.substr(0, sep));
+  for (char& c : url.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (url.scheme != "http" && url.scheme != "ws") return std::nullopt;
+  std::string_view rest = text.substr(sep + 3);
+  size_t slash = rest.find_first_of("/?");
+  std::string_view authority = rest.substr(0, slash);
+  std::string_view path = slash == std::string_view::npos ? std::string_view() : rest.substr(slash);
+  if (authority.find('@') != std::string_view::npos) return std::nullopt;  // no userinfo
+
+  std::string_view port_text;
+  if (!authority.empty() && authority.front() == '[') {
+    size_t close = authority.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    url.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') return std::nullopt;
+      port_text = after.substr(1);
+      if (port_text.empty()) return std::nullopt;
+    }
+  } else {
+    size_t colon = authority.find(':');
+    url.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      port_text = authority.substr(colon + 1);
+      if (port_text.empty()) return std::nullopt;
+    }
+  }
+  if (url.host.empty()) return std::nullopt;
+
+  url.port = 80;
+  if (!port_text.empty()) {
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), value);
+    if (ec != std::errc() || end != port_text.data() + port_text.size() || value == 0 ||
+        value > 65535) {
+      return std::nullopt;
+    }
+    url.port = static_cast<uint16_t>(value);
+  }
+
+  // "http://h/" and "http://h" both mean no prefix; "/api/" means "/api".
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  if (path == "/") path = {};
+  url.path = std::string(path);
+  return url;
+}
+
+}  // namespace gpupool::net

@@ -1,0 +1,145 @@
+// Fetch: one blocking HTTP/1.1 exchange on a private io_context, written as
+// a coroutine; the deadline covers resolve, connect, write and read.
+#include "net/http_client.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <cctype>
+#include <chrono>
+#include <optional>
+
+namespace gpupool::net {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+constexpr uint64_t kMaxResponseBody = uint64_t{1} << 30;
+
+struct Exchange {
+  const HttpCall& call;
+  const Url& url;
+  std::string target;
+  std::optional<Result<HttpResponse>> result;
+};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+asio::awaitable<void> Run(Exchange& x) {
+  auto executor = co_await asio::this_coro::executor;
+  tcp::resolver resolver(executor);
+  auto [resolve_ec, endpoints] =
+      co_await resolver.async_resolve(x.url.host, std::to_string(x.url.port), kTuple);
+  if (resolve_ec) {
+    x.result = Status::Unavailable("cannot resolve " + x.url.host + ": " + resolve_ec.message());
+    co_return;
+  }
+
+  beast::tcp_stream stream(executor);
+  auto [connect_ec, endpoint] = co_await stream.async_connect(endpoints, kTuple);
+  if (connect_ec) {
+    x.result =
+        Status::Unavailable("cannot connect to " + x.call.base_url + ": " + connect_ec.message());
+    co_return;
+  }
+  beast::error_code ignored;
+  stream.socket().set_option(tcp::no_delay(true), ignored);
+
+  http::request<http::string_body> req;
+  req.version(11);
+  req.method_string(x.call.method);
+  req.target(x.target);
+  std::string host =
+      x.url.host.find(':') == std::string::npos ? x.url.host : "[" + x.url.host + "]";
+  req.set(http::field::host, host + ":" + std::to_string(x.url.port));
+  req.set(http::field::user_agent, "gpupool");
+  if (!x.call.body.empty()) req.set(http::field::content_type, "application/json");
+  for (const auto& [name, value] : x.call.headers) req.set(name, value);
+  req.keep_alive(false);
+  req.body() = x.call.body;
+  req.prepare_payload();
+
+  auto [write_ec, written] = co_await http::async_write(stream, req, kTuple);
+  if (write_ec) {
+    x.result = Status::Unavailable("cannot send the request to " + x.call.base_url + ": " +
+                                   write_ec.message());
+    co_return;
+  }
+
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kMaxResponseBody);
+  auto [read_ec, read] = co_await http::async_read(stream, buffer, parser, kTuple);
+  if (read_ec) {
+    x.result =
+        Status::Unavailable("no response from " + x.call.base_url + ": " + read_ec.message());
+    co_return;
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+
+  auto res = parser.release();
+  HttpResponse out;
+  out.status = static_cast<int>(res.result_int());
+  out.content_type.clear();
+  for (const auto& field : res) {
+    auto [it, inserted] =
+        out.headers.emplace(Lower(field.name_string()), std::string(field.value()));
+    if (!inserted) {
+      it->second += ", ";
+      it->second.append(field.value().data(), field.value().size());
+    }
+  }
+  if (auto it = out.headers.find("content-type"); it != out.headers.end()) {
+    out.content_type = it->second;
+  }
+  out.body = std::move(res.body());
+  x.result = std::move(out);
+}
+
+}  // namespace
+
+Result<HttpResponse> Fetch(const HttpCall& call) {
+  auto url = ParseUrl(call.base_url);
+  if (!url || url->scheme != "http") {
+    return Status::InvalidArgument("invalid server URL \"" + call.base_url +
+                                   "\" (want http://host:port)");
+  }
+  if (!call.target.empty() && call.target.front() != '/') {
+    return Status::InvalidArgument("request target must start with '/': \"" + call.target + "\"");
+  }
+  Exchange x{call, *url, url->path + (call.target.empty() ? "/" : call.target), std::nullopt};
+  if (x.target.empty()) x.target = "/";
+
+  asio::io_context ioc{1};
+  asio::co_spawn(ioc, Run(x), [&x](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& err) {
+      x.result = Status::Internal(std::string("http client: ") + err.what());
+    }
+  });
+  ioc.run_for(std::chrono::milliseconds(call.timeout_ms < 0 ? 0 : call.timeout_ms));
+  if (!x.result) {
+    return Status::DeadlineExceeded(call.method + " " + call.base_url + x.target +
+                                    ": no response within " + std::to_string(call.timeout_ms) +
+                                    " ms");
+  }
+  return std::move(*x.result);
+}
+
+}  // namespace gpupool::net

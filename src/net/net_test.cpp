@@ -1,0 +1,896 @@
+// Tests of net/ over real sockets on 127.0.0.1. The loop runs on its own
+// thread; the test thread talks to it through Post and futures, and uses the
+// blocking Fetch or raw POSIX sockets as the client.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "net/event_loop.h"
+#include "net/http.h"
+#include "net/http_client.h"
+#include "net/http_server.h"
+#include "net/websocket.h"
+
+namespace gpupool::net {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr auto kWait = 20s;  // generous: only reached when something is broken
+
+// Runs `fn` on the loop thread and waits for it.
+template <typename Fn>
+auto OnLoop(EventLoop& loop, Fn fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  std::promise<R> done;
+  auto future = done.get_future();
+  loop.Post([&] {
+    if constexpr (std::is_void_v<R>) {
+      fn();
+      done.set_value();
+    } else {
+      done.set_value(fn());
+    }
+  });
+  EXPECT_EQ(future.wait_for(kWait), std::future_status::ready);
+  return future.get();
+}
+
+// ---- http.h -------------------------------------------------------------
+
+TEST(UrlTest, Decode) {
+  EXPECT_EQ(UrlDecode("a%20b%2Fc", false), "a b/c");
+  EXPECT_EQ(UrlDecode("a+b", false), "a+b");
+  EXPECT_EQ(UrlDecode("a+b", true), "a b");
+  EXPECT_EQ(UrlDecode("%e2%82%ac", false), "\xe2\x82\xac");
+  EXPECT_EQ(UrlDecode("100%", false), "100%");  // malformed escapes stay
+  EXPECT_EQ(UrlDecode("%zz%4", false), "%zz%4");
+  EXPECT_EQ(UrlDecode("", true), "");
+}
+
+TEST(UrlTest, EncodeRoundTrip) {
+  EXPECT_EQ(UrlEncode("a b/c?d=e&f"), "a%20b%2Fc%3Fd%3De%26f");
+  EXPECT_EQ(UrlEncode("safe-._~AZaz09"), "safe-._~AZaz09");
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  EXPECT_EQ(UrlDecode(UrlEncode(all), true), all);
+}
+
+TEST(UrlTest, Parse) {
+  auto u = ParseUrl("http://127.0.0.1:8470");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->scheme, "http");
+  EXPECT_EQ(u->host, "127.0.0.1");
+  EXPECT_EQ(u->port, 8470);
+  EXPECT_EQ(u->path, "");
+
+  u = ParseUrl("ws://pool.example.org/v1/agent");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->scheme, "ws");
+  EXPECT_EQ(u->host, "pool.example.org");
+  EXPECT_EQ(u->port, 80);
+  EXPECT_EQ(u->path, "/v1/agent");
+
+  u = ParseUrl("http://[::1]:9000/prefix/");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->host, "::1");
+  EXPECT_EQ(u->port, 9000);
+  EXPECT_EQ(u->path, "/prefix");
+
+  u = ParseUrl("HTTP://[::1]/");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->scheme, "http");
+  EXPECT_EQ(u->port, 80);
+  EXPECT_EQ(u->path, "");
+
+  EXPECT_FALSE(ParseUrl("127.0.0.1:8470"));
+  EXPECT_FALSE(ParseUrl("https://x"));  // TLS comes later
+  EXPECT_FALSE(ParseUrl("ftp://x"));
+  EXPECT_FALSE(ParseUrl("http://"));
+  EXPECT_FALSE(ParseUrl("http://host:"));
+  EXPECT_FALSE(ParseUrl("http://host:0"));
+  EXPECT_FALSE(ParseUrl("http://host:70000"));
+  EXPECT_FALSE(ParseUrl("http://host:12ab"));
+  EXPECT_FALSE(ParseUrl("http://[::1"));
+  EXPECT_FALSE(ParseUrl("http://user@host"));
+}
+
+TEST(HttpRequestTest, Header) {
+  HttpRequest r;
+  r.headers["authorization"] = "Bearer x";
+  EXPECT_EQ(r.Header("authorization"), "Bearer x");
+  EXPECT_EQ(r.Header("x-missing"), "");
+}
+
+// ---- EventLoop ----------------------------------------------------------
+
+TEST(EventLoopTest, TimersFireInOrderAndCancelWorks) {
+  EventLoop loop;
+  std::vector<int> fired;
+  loop.RunAfter(30, [&] { fired.push_back(3); });
+  loop.RunAfter(10, [&] { fired.push_back(1); });
+  auto cancelled = loop.RunAfter(20, [&] { fired.push_back(99); });
+  loop.RunAfter(20, [&] { fired.push_back(2); });
+  loop.Cancel(cancelled);
+  loop.Cancel(12345);  // unknown ids are ignored
+  loop.RunAfter(60, [&] { loop.Stop(); });
+  loop.Run();
+  EXPECT_EQ(fired, (std::vector<int>{1, 2, 3}));
+}
+
+TEST(EventLoopTest, CancelFromAnEarlierCallbackSameTick) {
+  EventLoop loop;
+  bool second_fired = false;
+  EventLoop::TimerId second = 0;
+  // Both timers are due when the loop wakes; the first cancels the second.
+  loop.RunAfter(0, [&] { loop.Cancel(second); });
+  second = loop.RunAfter(0, [&] { second_fired = true; });
+  loop.RunAfter(50, [&] { loop.Stop(); });
+  loop.Run();
+  EXPECT_FALSE(second_fired);
+}
+
+TEST(EventLoopTest, RunWaitsWithoutWorkUntilStop) {
+  EventLoop loop;
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    loop.Run();
+    returned = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(returned);  // no work, yet Run keeps going
+  loop.Stop();             // from another thread
+  t.join();
+  EXPECT_TRUE(returned);
+}
+
+TEST(EventLoopTest, PostFromOtherThreads) {
+  EventLoop loop;
+  std::thread::id loop_thread;
+  std::atomic<int> count{0};
+  std::vector<std::thread::id> seen;
+  std::thread runner([&] {
+    loop_thread = std::this_thread::get_id();
+    loop.Run();
+  });
+  constexpr int kThreads = 4, kPer = 250;
+  std::vector<std::thread> posters;
+  for (int i = 0; i < kThreads; ++i) {
+    posters.emplace_back([&] {
+      for (int j = 0; j < kPer; ++j) {
+        loop.Post([&] {
+          seen.push_back(std::this_thread::get_id());  // only the loop thread touches it
+          if (++count == kThreads * kPer) loop.Stop();
+        });
+      }
+    });
+  }
+  for (auto& t : posters) t.join();
+  runner.join();
+  EXPECT_EQ(count, kThreads * kPer);
+  ASSERT_EQ(seen.size(), size_t{kThreads * kPer});
+  for (auto id : seen) EXPECT_EQ(id, loop_thread);
+}
+
+TEST(EventLoopTest, PostOrderIsKept) {
+  EventLoop loop;
+  std::vector<int> order;
+  for (int i = 0; i < 100; ++i) loop.Post([&, i] { order.push_back(i); });
+  loop.Post([&] { loop.Stop(); });
+  loop.Run();
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(EventLoopTest, WatchReadableOnPipe) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  EventLoop loop;
+  std::string got;
+  int calls = 0;
+  loop.WatchReadable(fds[0], [&] {
+    ++calls;
+    char buf[64];
+    ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n > 0) got.append(buf, static_cast<size_t>(n));
+    if (got == "hello") {
+      EXPECT_EQ(write(fds[1], "x", 1), 1);  // readable again, but we stop
+      loop.RunAfter(50, [&] { loop.Stop(); });
+      return false;
+    }
+    return true;
+  });
+  std::thread writer([&] {
+    EXPECT_EQ(write(fds[1], "hel", 3), 3);
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(write(fds[1], "lo", 2), 2);
+  });
+  loop.Run();
+  writer.join();
+  EXPECT_EQ(got, "hello");
+  EXPECT_GE(calls, 1);
+  int calls_at_stop = calls;
+  // Returning false unwatched the fd: the pending "x" is not delivered.
+  loop.RunAfter(50, [&] { loop.Stop(); });
+  loop.Run();
+  EXPECT_EQ(calls, calls_at_stop);
+
+  // The loop did not close the fd: it can be watched again and read.
+  loop.WatchReadable(fds[0], [&] {
+    char c;
+    EXPECT_EQ(read(fds[0], &c, 1), 1);
+    EXPECT_EQ(c, 'x');
+    loop.UnwatchFd(fds[0]);
+    loop.Stop();
+    return true;
+  });
+  loop.Run();
+  EXPECT_NE(fcntl(fds[0], F_GETFD), -1);
+  // UnwatchFd before any event: the fd stays open and no callback runs.
+  loop.WatchReadable(fds[0], [&] {
+    ADD_FAILURE() << "unwatched fd reported";
+    return false;
+  });
+  loop.UnwatchFd(fds[0]);
+  EXPECT_EQ(write(fds[1], "y", 1), 1);
+  loop.RunAfter(30, [&] { loop.Stop(); });
+  loop.Run();
+  EXPECT_NE(fcntl(fds[0], F_GETFD), -1);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+// ---- HTTP server fixture ----------------------------------------------
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void StartServer(HttpHandlers handlers, HttpServerOptions options = {}) {
+    auto server = HttpServer::Start(loop_, options, std::move(handlers));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    base_url_ = "http://127.0.0.1:" + std::to_string(server_->port());
+    thread_ = std::thread([this] { loop_.Run(); });
+  }
+
+  void TearDown() override {
+    if (thread_.joinable()) {
+      OnLoop(loop_, [this] { server_.reset(); });
+      loop_.Stop();
+      thread_.join();
+    }
+  }
+
+  HttpCall Call(std::string method, std::string target, std::string body = "") {
+    HttpCall c;
+    c.base_url = base_url_;
+    c.method = std::move(method);
+    c.target = std::move(target);
+    c.body = std::move(body);
+    c.timeout_ms = 10'000;
+    return c;
+  }
+
+  EventLoop loop_;
+  std::unique_ptr<HttpServer> server_;
+  std::string base_url_;
+  std::thread thread_;
+};
+
+// A raw client socket, to see exactly what goes over the wire.
+class RawClient {
+ public:
+  explicit RawClient(uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawClient() { Close(); }
+  bool ok() const { return ok_; }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  bool Send(std::string_view data) {
+    return write(fd_, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  }
+  // Reads until `n` complete responses (with Content-Length) are buffered.
+  std::vector<std::string> ReadResponses(size_t n) {
+    std::vector<std::string> out;
+    while (out.size() < n) {
+      size_t head_end = buf_.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        std::string head = buf_.substr(0, head_end);
+        size_t cl = head.find("Content-Length: ");
+        size_t len = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 16));
+        if (buf_.size() >= head_end + 4 + len) {
+          out.push_back(buf_.substr(0, head_end + 4 + len));
+          buf_.erase(0, head_end + 4 + len);
+          continue;
+        }
+      }
+      if (!ReadMore()) break;
+    }
+    return out;
+  }
+  // True when the server closed the connection (EOF) within the timeout.
+  bool WaitForEof() {
+    while (true) {
+      if (!ReadMore()) return eof_;
+    }
+  }
+
+ private:
+  bool ReadMore() {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kWait).count())) != 1) return false;
+    char tmp[4096];
+    ssize_t n = read(fd_, tmp, sizeof tmp);
+    if (n <= 0) {
+      eof_ = n == 0;
+      return false;
+    }
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  bool ok_ = false;
+  bool eof_ = false;
+  std::string buf_;
+};
+
+TEST_F(ServerTest, GetAndPostRoundTrip) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest req, Responder respond) {
+    HttpResponse r;
+    r.headers["X-Echo-Method"] = req.method;
+    r.body = req.method + " " + req.path + " q=" + req.query["q"] + " n=" + req.query["n"] +
+             " auth=" + req.Header("authorization") + " ct=" + req.Header("content-type") +
+             " body=" + req.body +
+             " peer_ok=" + (req.peer.rfind("127.0.0.1:", 0) == 0 ? "yes" : "no") +
+             " target=" + req.target;
+    respond(std::move(r));
+  };
+  StartServer(std::move(h));
+
+  auto call = Call("GET", "/v1/a%20b?q=x+y%26z&n=1");
+  call.headers["Authorization"] = "Bearer t0k";
+  auto res = Fetch(call);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->content_type, "application/json");
+  EXPECT_EQ(res->headers["x-echo-method"], "GET");
+  EXPECT_EQ(res->headers["server"], "gpupool");
+  EXPECT_EQ(res->body,
+            "GET /v1/a b q=x y&z n=1 auth=Bearer t0k ct= body= peer_ok=yes "
+            "target=/v1/a%20b?q=x+y%26z&n=1");
+
+  res = Fetch(Call("POST", "/v1/jobs", R"({"name":"j"})"));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->headers["x-echo-method"], "POST");
+  EXPECT_EQ(res->body,
+            R"(POST /v1/jobs q= n= auth= ct=application/json body={"name":"j"} peer_ok=yes )"
+            "target=/v1/jobs");
+}
+
+TEST_F(ServerTest, StatusCodesAndLargeBodies) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest req, Responder respond) {
+    HttpResponse r;
+    if (req.path == "/missing") {
+      r.status = 404;
+      r.body = R"({"error":"no such thing"})";
+    } else if (req.path == "/empty") {
+      r.status = 204;
+    } else {
+      r.content_type = "text/plain";
+      r.body = req.body + req.body;
+    }
+    respond(std::move(r));
+  };
+  StartServer(std::move(h));
+  auto res = Fetch(Call("GET", "/missing"));
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 404);
+  EXPECT_EQ(res->body, R"({"error":"no such thing"})");
+  res = Fetch(Call("DELETE", "/empty"));
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 204);
+  EXPECT_EQ(res->body, "");
+  std::string big(3 << 20, 'z');
+  big[12345] = 'a';
+  res = Fetch(Call("PUT", "/big", big));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->content_type, "text/plain");
+  EXPECT_EQ(res->body, big + big);
+}
+
+TEST_F(ServerTest, KeepAliveAndPipeliningAnswerInOrder) {
+  HttpHandlers h;
+  std::vector<std::string> peers;  // loop thread only
+  h.on_request = [this, &peers](HttpRequest req, Responder respond) {
+    peers.push_back(req.peer);
+    HttpResponse r;
+    r.body = "resp:" + req.path;
+    if (req.path == "/slow") {
+      // Answer late; the pipelined request behind it must wait its turn.
+      auto shared = std::make_shared<Responder>(std::move(respond));
+      loop_.RunAfter(100, [shared, r] { (*shared)(r); });
+    } else {
+      respond(std::move(r));
+    }
+  };
+  StartServer(std::move(h));
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(
+      client.Send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+                  "GET /fast HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto responses = client.ReadResponses(2);
+  ASSERT_EQ(responses.size(), 2u);
+  EXPECT_NE(responses[0].find("HTTP/1.1 200"), std::string::npos);
+  EXPECT_NE(responses[0].find("resp:/slow"), std::string::npos) << responses[0];
+  EXPECT_NE(responses[1].find("resp:/fast"), std::string::npos) << responses[1];
+  // A third request, later, on the same connection.
+  ASSERT_TRUE(client.Send("GET /third HTTP/1.1\r\nHost: x\r\n\r\n"));
+  responses = client.ReadResponses(1);
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_NE(responses[0].find("resp:/third"), std::string::npos);
+  // "Connection: close" is honoured.
+  ASSERT_TRUE(client.Send("GET /last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  responses = client.ReadResponses(1);
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_NE(responses[0].find("Connection: close"), std::string::npos);
+  EXPECT_TRUE(client.WaitForEof());
+  auto seen = OnLoop(loop_, [&] { return peers; });
+  ASSERT_EQ(seen.size(), 4u);
+  for (const auto& p : seen) EXPECT_EQ(p, seen[0]);  // one connection throughout
+}
+
+TEST_F(ServerTest, LongPollAnsweredFromTimer) {
+  HttpHandlers h;
+  h.on_request = [this](HttpRequest, Responder respond) {
+    auto shared = std::make_shared<Responder>(std::move(respond));
+    EXPECT_TRUE(shared->pending());
+    loop_.RunAfter(200, [shared] {
+      EXPECT_TRUE(shared->pending());
+      HttpResponse r;
+      r.body = R"({"events":[1]})";
+      (*shared)(r);
+      EXPECT_FALSE(shared->pending());
+      (*shared)(HttpResponse{});  // a second call has no effect
+    });
+  };
+  StartServer(std::move(h));
+  auto start = std::chrono::steady_clock::now();
+  auto res = Fetch(Call("GET", "/v1/events?wait=1"));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 190ms);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, R"({"events":[1]})");
+}
+
+TEST_F(ServerTest, ResponderCalledFromAnotherThread) {
+  HttpHandlers h;
+  std::vector<std::thread> workers;  // loop thread only
+  h.on_request = [&](HttpRequest req, Responder respond) {
+    workers.emplace_back([req = std::move(req), respond = std::move(respond)]() mutable {
+      HttpResponse r;
+      r.body = "worker:" + req.body;
+      respond(std::move(r));
+    });
+  };
+  StartServer(std::move(h));
+  for (int i = 0; i < 5; ++i) {
+    auto res = Fetch(Call("POST", "/work", std::to_string(i)));
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->body, "worker:" + std::to_string(i));
+  }
+  auto threads = OnLoop(loop_, [&] { return std::move(workers); });
+  for (auto& t : threads) t.join();
+}
+
+TEST_F(ServerTest, DroppedResponderGives500) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest, Responder) {};
+  StartServer(std::move(h));
+  auto res = Fetch(Call("GET", "/x"));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 500);
+  // The connection still works for the next call.
+  res = Fetch(Call("GET", "/y"));
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 500);
+}
+
+TEST_F(ServerTest, ResponderOfAVanishedClientIsHarmless) {
+  HttpHandlers h;
+  std::shared_ptr<Responder> held;
+  std::promise<void> got_request;
+  h.on_request = [&](HttpRequest, Responder respond) {
+    held = std::make_shared<Responder>(std::move(respond));
+    got_request.set_value();
+  };
+  StartServer(std::move(h));
+  {
+    RawClient client(server_->port());
+    ASSERT_TRUE(client.Send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"));
+    ASSERT_EQ(got_request.get_future().wait_for(kWait), std::future_status::ready);
+  }  // the client goes away while the server waits
+  // The server notices: the responder stops being pending.
+  auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (OnLoop(loop_, [&] { return held->pending(); })) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+    std::this_thread::sleep_for(10ms);
+  }
+  OnLoop(loop_, [&] {
+    (*held)(HttpResponse{});  // no crash, nothing sent
+    held.reset();
+  });
+}
+
+TEST_F(ServerTest, BodyOverLimitGets413) {
+  HttpHandlers h;
+  std::atomic<int> calls{0};
+  h.on_request = [&](HttpRequest, Responder respond) {
+    ++calls;
+    respond(HttpResponse{});
+  };
+  HttpServerOptions options;
+  options.max_body_bytes = 1024;
+  StartServer(std::move(h), options);
+  auto res = Fetch(Call("POST", "/v1/jobs", std::string(1024, 'a')));
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->status, 200);
+  res = Fetch(Call("POST", "/v1/jobs", std::string(200'000, 'a')));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 413);
+  EXPECT_NE(res->body.find("exceeds 1024 bytes"), std::string::npos) << res->body;
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(ServerTest, IdleConnectionsAreClosed) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest, Responder respond) { respond(HttpResponse{}); };
+  HttpServerOptions options;
+  options.idle_timeout_ms = 200;
+  StartServer(std::move(h), options);
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_EQ(client.ReadResponses(1).size(), 1u);
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client.WaitForEof());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+}
+
+TEST_F(ServerTest, MalformedRequestGets400) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest, Responder respond) { respond(HttpResponse{}); };
+  StartServer(std::move(h));
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("NOT HTTP AT ALL\r\n\r\n"));
+  auto responses = client.ReadResponses(1);
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_EQ(responses[0].rfind("HTTP/1.1 400", 0), 0u) << responses[0];
+  EXPECT_TRUE(client.WaitForEof());
+}
+
+TEST(FetchTest, ConnectionRefusedIsUnavailable) {
+  // Find a port nobody listens on: bind, read the port, close.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  HttpCall call;
+  call.base_url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  call.target = "/v1/ping";
+  auto res = Fetch(call);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(res.status().message(), "cannot connect to " + call.base_url + ": Connection refused");
+}
+
+TEST(FetchTest, BadUrlIsInvalidArgument) {
+  HttpCall call;
+  call.base_url = "127.0.0.1:8470";
+  EXPECT_EQ(Fetch(call).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ServerTest, FetchTimesOut) {
+  HttpHandlers h;
+  std::vector<Responder> parked;  // never answered during the call
+  h.on_request = [&](HttpRequest, Responder respond) { parked.push_back(std::move(respond)); };
+  StartServer(std::move(h));
+  auto call = Call("GET", "/never");
+  call.timeout_ms = 200;
+  auto start = std::chrono::steady_clock::now();
+  auto res = Fetch(call);
+  ASSERT_FALSE(res.ok());
+  EXPECT_EQ(res.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  OnLoop(loop_, [&] { parked.clear(); });
+}
+
+// ---- WebSocket ----------------------------------------------------------
+
+// Records callbacks; all methods run on the loop thread. Futures signal
+// the test thread.
+class Recorder : public WsHandler {
+ public:
+  void OnOpen(std::shared_ptr<WsConnection> conn) override {
+    EXPECT_FALSE(closed_) << "OnOpen after OnClose";
+    conn_ = conn;
+    if (on_open) on_open(*conn);
+    opened_.set_value();
+  }
+  void OnMessage(std::string text) override {
+    EXPECT_FALSE(closed_) << "OnMessage after OnClose";
+    messages.push_back(text);
+    if (on_message) on_message(*conn_, text);
+    if (expect_messages > 0 && messages.size() == expect_messages) all_messages_.set_value();
+  }
+  void OnClose(std::string reason) override {
+    EXPECT_FALSE(closed_) << "OnClose twice";
+    closed_ = true;
+    close_reason = reason;
+    conn_.reset();
+    closed_promise_.set_value();
+  }
+
+  std::function<void(WsConnection&)> on_open;
+  std::function<void(WsConnection&, const std::string&)> on_message;
+  size_t expect_messages = 0;
+  std::vector<std::string> messages;
+  std::string close_reason;
+  std::shared_ptr<WsConnection> conn_;
+
+  bool WaitOpen() { return opened_future_.wait_for(kWait) == std::future_status::ready; }
+  bool WaitClosed() { return closed_future_.wait_for(kWait) == std::future_status::ready; }
+  bool WaitMessages() { return all_future_.wait_for(kWait) == std::future_status::ready; }
+
+ private:
+  bool closed_ = false;
+  std::promise<void> opened_;
+  std::promise<void> closed_promise_;
+  std::promise<void> all_messages_;
+  std::future<void> opened_future_ = opened_.get_future();
+  std::future<void> closed_future_ = closed_promise_.get_future();
+  std::future<void> all_future_ = all_messages_.get_future();
+};
+
+class WsTest : public ServerTest {
+ protected:
+  // Starts a server whose upgrades get `make_handler()`, or a 401 when the
+  // request lacks the right token.
+  void StartWsServer(std::function<std::shared_ptr<WsHandler>()> make_handler) {
+    HttpHandlers h;
+    h.on_request = [](HttpRequest, Responder respond) { respond(HttpResponse{}); };
+    h.on_upgrade =
+        [make_handler](
+            const HttpRequest& req) -> std::variant<std::shared_ptr<WsHandler>, HttpResponse> {
+      if (req.path != "/v1/agent") return HttpResponse{404, "application/json", {}, "{}"};
+      if (req.Header("authorization") != "Bearer good") {
+        return HttpResponse{401, "application/json", {}, R"({"error":"bad token"})"};
+      }
+      return make_handler();
+    };
+    StartServer(std::move(h));
+  }
+
+  WsClientOptions ClientOptions(std::string token = "good") {
+    WsClientOptions o;
+    o.url = "ws://127.0.0.1:" + std::to_string(server_->port()) + "/v1/agent";
+    o.headers["Authorization"] = "Bearer " + token;
+    o.connect_timeout_ms = 10'000;
+    return o;
+  }
+};
+
+TEST_F(WsTest, UpgradeRefusedIsReportedAsClose) {
+  auto server_side = std::make_shared<Recorder>();
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<Recorder>();
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions("bad"), client); });
+  ASSERT_TRUE(client->WaitClosed());
+  EXPECT_NE(client->close_reason.find("401"), std::string::npos) << client->close_reason;
+  EXPECT_NE(client->close_reason.find("bad token"), std::string::npos) << client->close_reason;
+  EXPECT_EQ(client->conn_, nullptr);
+}
+
+TEST_F(WsTest, ConnectFailureIsReportedAsClose) {
+  StartWsServer([] { return std::make_shared<Recorder>(); });
+  auto client = std::make_shared<Recorder>();
+  auto options = ClientOptions();
+  options.url = "ws://127.0.0.1:" + std::to_string(server_->port()) + "/elsewhere";
+  OnLoop(loop_, [&] { WsConnect(loop_, options, client); });
+  ASSERT_TRUE(client->WaitClosed());
+  EXPECT_NE(client->close_reason.find("404"), std::string::npos) << client->close_reason;
+
+  auto bad_url = std::make_shared<Recorder>();
+  options.url = "http://127.0.0.1:1/x";
+  OnLoop(loop_, [&] { WsConnect(loop_, options, bad_url); });
+  ASSERT_TRUE(bad_url->WaitClosed());
+  EXPECT_NE(bad_url->close_reason.find("invalid"), std::string::npos);
+}
+
+TEST_F(WsTest, EchoManyMessagesInOrderBothWays) {
+  constexpr int kCount = 2000;
+  auto server_side = std::make_shared<Recorder>();
+  server_side->expect_messages = kCount;
+  server_side->on_message = [](WsConnection& c, const std::string& text) {
+    c.Send("echo:" + text);
+  };
+  server_side->on_open = [](WsConnection& c) {
+    for (int i = 0; i < kCount; ++i) c.Send("push:" + std::to_string(i));
+  };
+  StartWsServer([server_side] { return server_side; });
+
+  auto client = std::make_shared<Recorder>();
+  client->expect_messages = 2 * kCount;
+  client->on_open = [](WsConnection& c) {
+    for (int i = 0; i < kCount; ++i) c.Send(std::to_string(i));
+    EXPECT_GT(c.queued_bytes(), 0u);
+    EXPECT_NE(c.peer().find("127.0.0.1:"), std::string::npos);
+  };
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitOpen());
+  ASSERT_TRUE(client->WaitMessages());
+  ASSERT_TRUE(server_side->WaitMessages());
+
+  OnLoop(loop_, [&] {
+    std::vector<std::string> echoes, pushes;
+    for (auto& m : client->messages) (m.rfind("echo:", 0) == 0 ? echoes : pushes).push_back(m);
+    ASSERT_EQ(echoes.size(), size_t{kCount});
+    ASSERT_EQ(pushes.size(), size_t{kCount});
+    for (int i = 0; i < kCount; ++i) {
+      EXPECT_EQ(echoes[i], "echo:" + std::to_string(i));
+      EXPECT_EQ(pushes[i], "push:" + std::to_string(i));
+      EXPECT_EQ(server_side->messages[i], std::to_string(i));
+    }
+    EXPECT_EQ(client->conn_->queued_bytes(), 0u);
+    client->conn_->Close("client done");
+  });
+  ASSERT_TRUE(client->WaitClosed());
+  ASSERT_TRUE(server_side->WaitClosed());
+  EXPECT_EQ(client->close_reason, "client done");
+  EXPECT_EQ(server_side->close_reason, "client done");
+}
+
+TEST_F(WsTest, LargeMessages) {
+  auto server_side = std::make_shared<Recorder>();
+  server_side->on_message = [](WsConnection& c, const std::string& text) { c.Send(text + text); };
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<Recorder>();
+  client->expect_messages = 1;
+  std::string big(2 << 20, 'q');
+  client->on_open = [&](WsConnection& c) { c.Send(big); };
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitMessages());
+  OnLoop(loop_, [&] {
+    EXPECT_EQ(client->messages[0], big + big);
+    client->conn_->Close("");
+  });
+  ASSERT_TRUE(client->WaitClosed());
+}
+
+TEST_F(WsTest, ServerCloseTriggersClientOnClose) {
+  auto server_side = std::make_shared<Recorder>();
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<Recorder>();
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitOpen());
+  ASSERT_TRUE(server_side->WaitOpen());
+  OnLoop(loop_, [&] {
+    server_->Close();
+    // OnClose ran inside Close(): no callback reaches the handler later.
+    EXPECT_EQ(server_side->close_reason, "server shutting down");
+  });
+  ASSERT_TRUE(client->WaitClosed());
+  ASSERT_TRUE(server_side->WaitClosed());
+  EXPECT_EQ(client->close_reason, "server shutting down");
+  // The listener is gone too.
+  auto res = Fetch(Call("GET", "/"));
+  EXPECT_FALSE(res.ok());
+}
+
+TEST_F(WsTest, ServerSideCloseWithReason) {
+  auto server_side = std::make_shared<Recorder>();
+  server_side->on_message = [](WsConnection& c, const std::string& text) {
+    if (text == "bye") c.Close("go away");
+  };
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<Recorder>();
+  client->on_open = [](WsConnection& c) {
+    c.Send("hello");
+    c.Send("bye");
+  };
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitClosed());
+  ASSERT_TRUE(server_side->WaitClosed());
+  EXPECT_EQ(client->close_reason, "go away");
+  EXPECT_EQ(server_side->close_reason, "go away");
+  OnLoop(loop_, [&] {
+    EXPECT_EQ(server_side->messages, (std::vector<std::string>{"hello", "bye"}));
+  });
+}
+
+TEST_F(WsTest, ClientIdleTimeoutClosesASilentServerOnly) {
+  auto server_side = std::make_shared<Recorder>();
+  server_side->on_message = [](WsConnection& c, const std::string& text) { c.Send(text); };
+  StartWsServer([server_side] { return server_side; });
+  // The client runs on a loop of its own, so the server's can be frozen.
+  EventLoop client_loop;
+  std::thread client_thread([&] { client_loop.Run(); });
+  auto client = std::make_shared<Recorder>();
+  client->expect_messages = 1;
+  auto options = ClientOptions();
+  options.idle_timeout_ms = 300;
+  OnLoop(client_loop, [&] { WsConnect(client_loop, options, client); });
+  ASSERT_TRUE(client->WaitOpen());
+  // Silence from the application for several idle periods: the client's
+  // pings keep a live server's connection open.
+  std::this_thread::sleep_for(1200ms);
+  OnLoop(client_loop, [&] {
+    ASSERT_NE(client->conn_, nullptr) << client->close_reason;
+    client->conn_->Send("still here");
+  });
+  ASSERT_TRUE(client->WaitMessages());
+  // Freeze the server's loop until the client gives up on it.
+  loop_.Post([&] { client->WaitClosed(); });
+  ASSERT_TRUE(client->WaitClosed());
+  EXPECT_EQ(client->close_reason, "timed out");
+  client_loop.Stop();
+  client_thread.join();
+}
+
+TEST_F(WsTest, ManyConcurrentConnections) {
+  constexpr int kConns = 200, kPer = 5;
+  StartWsServer([] {
+    auto r = std::make_shared<Recorder>();
+    r->on_message = [](WsConnection& c, const std::string& text) { c.Send(text); };
+    return r;
+  });
+  std::vector<std::shared_ptr<Recorder>> clients;
+  for (int i = 0; i < kConns; ++i) {
+    auto c = std::make_shared<Recorder>();
+    c->expect_messages = kPer;
+    c->on_open = [i](WsConnection& conn) {
+      for (int j = 0; j < kPer; ++j) conn.Send(std::to_string(i) + "/" + std::to_string(j));
+    };
+    clients.push_back(c);
+  }
+  OnLoop(loop_, [&] {
+    for (auto& c : clients) WsConnect(loop_, ClientOptions(), c);
+  });
+  for (auto& c : clients) ASSERT_TRUE(c->WaitMessages());
+  OnLoop(loop_, [&] {
+    for (int i = 0; i < kConns; ++i) {
+      for (int j = 0; j < kPer; ++j) {
+        EXPECT_EQ(clients[i]->messages[j], std::to_string(i) + "/" + std::to_string(j));
+      }
+      clients[i]->conn_->Close("done");
+    }
+  });
+  for (auto& c : clients) ASSERT_TRUE(c->WaitClosed());
+}
+
+}  // namespace
+}  // namespace gpupool::net

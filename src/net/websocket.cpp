@@ -1,0 +1,359 @@
+// WsSession: one WebSocket connection, server side (after an accepted
+// upgrade) or client side (WsConnect). One read is always outstanding while
+// the connection lives; writes go through a queue, one frame at a time.
+//
+// Ownership: the session is owned by its pending operations. The handler gets
+// a WsHandle that holds only a weak_ptr, so the handler may keep its
+// connection without forming a cycle with the session that owns the handler.
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include <chrono>
+#include <deque>
+
+#include "common/log.h"
+#include "net/internal.h"
+#include "net/websocket.h"
+
+namespace gpupool::net {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+namespace websocket = boost::beast::websocket;
+using tcp = boost::asio::ip::tcp;
+using Millis = std::chrono::milliseconds;
+
+constexpr Millis kCloseHandshakeTimeout{30'000};
+
+class WsSession : public internal::Session, public std::enable_shared_from_this<WsSession> {
+ public:
+  // Server side: takes over an accepted TCP stream.
+  WsSession(std::shared_ptr<internal::ServerCore> core, beast::tcp_stream stream,
+            std::shared_ptr<WsHandler> handler, std::string peer)
+      : core_(std::move(core)),
+        ws_(std::move(stream)),
+        resolver_(ws_.get_executor()),
+        timer_(ws_.get_executor()),
+        handler_(std::move(handler)),
+        peer_(std::move(peer)) {}
+
+  // Client side.
+  WsSession(asio::io_context& ioc, std::shared_ptr<WsHandler> handler, WsClientOptions options)
+      : ws_(ioc),
+        resolver_(ioc),
+        timer_(ioc),
+        handler_(std::move(handler)),
+        options_(std::move(options)) {}
+
+  ~WsSession() override {
+    if (core_) core_->sessions.erase(this);
+  }
+
+  // ---- server side ----
+
+  void Accept(internal::BeastRequest req) {
+    core_->sessions.emplace(this, weak_from_this());
+    upgrade_request_ = std::move(req);
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "gpupool"); }));
+    ws_.read_message_max(core_->options.max_body_bytes);
+    ws_.async_accept(upgrade_request_, [self = shared_from_this()](beast::error_code ec) {
+      self->upgrade_request_ = {};
+      self->OnHandshake(ec);
+    });
+  }
+
+  void Shutdown() override {
+    if (state_ == State::kClosed) return;
+    NotifyClose("server shutting down");
+    if (state_ == State::kOpen) {
+      RequestClose(websocket::close_code::going_away, "server shutting down");
+    } else if (state_ == State::kConnecting) {
+      Abort();
+    }
+  }
+
+  // ---- client side ----
+
+  void Connect(const Url& url) {
+    target_ = url.path.empty() ? "/" : url.path;
+    host_header_ = url.host.find(':') == std::string::npos ? url.host : "[" + url.host + "]";
+    host_header_ += ":" + std::to_string(url.port);
+    timer_.expires_after(Millis(options_.connect_timeout_ms));
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->state_ != State::kConnecting) return;
+      self->timed_out_ = true;
+      self->resolver_.cancel();
+      beast::get_lowest_layer(self->ws_).close();
+    });
+    resolver_.async_resolve(
+        url.host, std::to_string(url.port),
+        [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
+          self->OnResolved(ec, std::move(results));
+        });
+  }
+
+  // ---- WsConnection operations (through WsHandle) ----
+
+  void Send(std::string text) {
+    if (state_ != State::kOpen || close_requested_) return;
+    queued_bytes_ += text.size();
+    queue_.push_back(std::move(text));
+    if (!writing_) DoWrite();
+  }
+
+  void Close(std::string reason) { RequestClose(websocket::close_code::normal, std::move(reason)); }
+
+  size_t queued_bytes() const { return queued_bytes_; }
+  const std::string& peer() const { return peer_; }
+
+ private:
+  enum class State { kConnecting, kOpen, kClosing, kClosed };
+
+  void OnResolved(beast::error_code ec, tcp::resolver::results_type results) {
+    if (state_ != State::kConnecting) return;
+    if (ec) return FailConnect("cannot resolve " + host_header_, ec);
+    beast::get_lowest_layer(ws_).async_connect(
+        results, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint& ep) {
+          self->OnConnected(ec, ep);
+        });
+  }
+
+  void OnConnected(beast::error_code ec, const tcp::endpoint& ep) {
+    if (state_ != State::kConnecting) return;
+    if (ec) return FailConnect("cannot connect to " + options_.url, ec);
+    peer_ = internal::EndpointText(ep);
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true), ignored);
+    ws_.set_option(websocket::stream_base::decorator(
+        [headers = options_.headers](websocket::request_type& req) {
+          req.set(http::field::user_agent, "gpupool");
+          for (const auto& [name, value] : headers) req.set(name, value);
+        }));
+    ws_.async_handshake(
+        handshake_response_, host_header_, target_,
+        [self = shared_from_this()](beast::error_code ec) { self->OnHandshake(ec); });
+  }
+
+  void FailConnect(const std::string& what, beast::error_code ec) {
+    std::string reason;
+    if (timed_out_) {
+      reason = "cannot connect to " + options_.url + ": timed out after " +
+               std::to_string(options_.connect_timeout_ms) + " ms";
+    } else if (ec == websocket::error::upgrade_declined) {
+      const auto& res = handshake_response_;
+      reason = "websocket upgrade refused by " + options_.url + ": HTTP " +
+               std::to_string(res.result_int()) + " " + std::string(res.reason());
+      if (!res.body().empty()) reason += ": " + res.body();
+    } else {
+      reason = what + ": " + ec.message();
+    }
+    Abort();
+    NotifyClose(reason);
+  }
+
+  // ---- both sides ----
+
+  void OnHandshake(beast::error_code ec) {
+    if (state_ != State::kConnecting) return;
+    if (ec) {
+      if (core_) {
+        Abort();
+        NotifyClose("websocket handshake failed: " + ec.message());
+        return;
+      }
+      return FailConnect("websocket handshake with " + options_.url + " failed", ec);
+    }
+    state_ = State::kOpen;
+    if (!core_) {
+      timer_.cancel();
+      handshake_response_ = {};
+      websocket::stream_base::timeout timeout{};
+      timeout.handshake_timeout = kCloseHandshakeTimeout;
+      if (options_.idle_timeout_ms > 0) {
+        // Pings at half the idle time, so only a silent peer times out.
+        timeout.idle_timeout = Millis(options_.idle_timeout_ms);
+        timeout.keep_alive_pings = true;
+      } else {
+        timeout.idle_timeout = websocket::stream_base::none();
+        timeout.keep_alive_pings = false;
+      }
+      ws_.set_option(timeout);
+    }
+    ws_.text(true);
+    if (auto h = handler_) h->OnOpen(std::make_shared<WsHandle>(weak_from_this(), peer_));
+    if (state_ != State::kClosed) DoRead();
+  }
+
+  void DoRead() {
+    ws_.async_read(buffer_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec) {
+      std::string reason;
+      if (close_requested_) {
+        reason = close_reason_;
+      } else if (ec == websocket::error::closed) {
+        const auto& cr = ws_.reason();
+        reason = cr.reason.empty() ? "closed by peer (code " + std::to_string(cr.code) + ")"
+                                   : std::string(cr.reason.data(), cr.reason.size());
+      } else if (ec == beast::error::timeout) {
+        reason = "timed out";
+      } else {
+        reason = ec.message();
+      }
+      Abort();
+      NotifyClose(reason);
+      return;
+    }
+    if (auto h = handler_) {
+      std::string text = beast::buffers_to_string(buffer_.data());
+      buffer_.consume(buffer_.size());
+      h->OnMessage(std::move(text));
+    } else {
+      buffer_.consume(buffer_.size());  // closing: drain until the close frame
+    }
+    if (buffer_.capacity() > (1u << 20)) buffer_.shrink_to_fit();
+    if (state_ != State::kClosed) DoRead();
+  }
+
+  void DoWrite() {
+    writing_ = true;
+    ws_.async_write(
+        asio::buffer(queue_.front()),
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+  }
+
+  void OnWrite(beast::error_code ec) {
+    writing_ = false;
+    if (!queue_.empty()) {
+      queued_bytes_ -= queue_.front().size();
+      queue_.pop_front();
+    }
+    if (ec || state_ == State::kClosed) {
+      queue_.clear();
+      queued_bytes_ = 0;
+      if (ec) Abort();  // the pending read fails and reports the close
+      return;
+    }
+    if (!queue_.empty()) {
+      DoWrite();
+    } else if (close_requested_ && state_ == State::kOpen) {
+      DoClose();
+    }
+  }
+
+  void RequestClose(websocket::close_code code, std::string reason) {
+    if (state_ != State::kOpen || close_requested_) return;
+    close_requested_ = true;
+    close_code_ = code;
+    close_reason_ = reason.empty() ? "closed" : std::move(reason);
+    if (!writing_) DoClose();  // else after the queue drains
+  }
+
+  void DoClose() {
+    state_ = State::kClosing;
+    websocket::close_reason cr(close_code_);
+    // A close frame's reason holds at most 123 bytes.
+    cr.reason.assign(close_reason_.data(), std::min<size_t>(close_reason_.size(), 123));
+    ws_.async_close(cr, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) self->Abort();
+    });
+  }
+
+  // Closes the socket; pending operations complete with errors.
+  void Abort() {
+    state_ = State::kClosed;
+    timer_.cancel();
+    resolver_.cancel();
+    beast::error_code ignored;
+    auto& socket = beast::get_lowest_layer(ws_).socket();
+    if (socket.is_open()) {
+      socket.shutdown(tcp::socket::shutdown_both, ignored);
+      beast::get_lowest_layer(ws_).close();
+    }
+  }
+
+  // Calls OnClose once and drops the handler: no callback after it.
+  void NotifyClose(const std::string& reason) {
+    auto h = std::move(handler_);
+    handler_ = nullptr;
+    if (h) h->OnClose(reason);
+  }
+
+  class WsHandle : public WsConnection {
+   public:
+    WsHandle(std::weak_ptr<WsSession> session, std::string peer)
+        : session_(std::move(session)), peer_(std::move(peer)) {}
+    void Send(std::string text) override {
+      if (auto s = session_.lock()) s->Send(std::move(text));
+    }
+    void Close(std::string reason) override {
+      if (auto s = session_.lock()) s->Close(std::move(reason));
+    }
+    size_t queued_bytes() const override {
+      auto s = session_.lock();
+      return s ? s->queued_bytes() : 0;
+    }
+    std::string peer() const override { return peer_; }
+
+   private:
+    std::weak_ptr<WsSession> session_;
+    std::string peer_;
+  };
+
+  std::shared_ptr<internal::ServerCore> core_;  // null on the client side
+  websocket::stream<beast::tcp_stream> ws_;
+  tcp::resolver resolver_;
+  asio::steady_timer timer_;  // client connect deadline
+  std::shared_ptr<WsHandler> handler_;
+  std::string peer_;
+  WsClientOptions options_;
+  internal::BeastRequest upgrade_request_;
+  websocket::response_type handshake_response_;
+  std::string host_header_;
+  std::string target_;
+  beast::flat_buffer buffer_;
+  std::deque<std::string> queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool close_requested_ = false;
+  bool timed_out_ = false;
+  websocket::close_code close_code_ = websocket::close_code::normal;
+  std::string close_reason_;
+  State state_ = State::kConnecting;
+};
+
+}  // namespace
+
+void internal::AcceptWebSocket(std::shared_ptr<ServerCore> core, beast::tcp_stream stream,
+                               BeastRequest req, std::shared_ptr<WsHandler> handler,
+                               std::string peer) {
+  std::make_shared<WsSession>(std::move(core), std::move(stream), std::move(handler),
+                              std::move(peer))
+      ->Accept(std::move(req));
+}
+
+void WsConnect(EventLoop& loop, WsClientOptions options, std::shared_ptr<WsHandler> handler) {
+  asio::io_context& ioc = internal::IoContext(loop);
+  auto url = ParseUrl(options.url);
+  if (!url || url->scheme != "ws") {
+    std::string reason = "invalid WebSocket URL \"" + options.url + "\" (want ws://host:port/path)";
+    asio::post(ioc, [handler = std::move(handler), reason = std::move(reason)] {
+      handler->OnClose(reason);
+    });
+    return;
+  }
+  std::make_shared<WsSession>(ioc, std::move(handler), std::move(options))->Connect(*url);
+}
+
+}  // namespace gpupool::net

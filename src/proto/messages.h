@@ -1,0 +1,153 @@
+// The agent channel protocol: typed messages carried as JSON text frames
+// over one WebSocket that the agent opens to the server.
+//
+// Every frame is an Envelope {"v":1,"seq":N,"ack":M,"type":T,"body":{...}}.
+//  - seq > 0 marks a reliable message: the sender keeps it until the peer
+//    acks it and resends it after a reconnect; the receiver applies each seq
+//    once, in order. seq == 0 marks a message that is never resent (hello,
+//    welcome, heartbeat, ack): losing one is harmless.
+//  - ack is the highest seq the sender of the frame has applied from its
+//    peer, on every frame.
+//
+// Handshake: the agent sends `hello` (its node, GPUs and the tasks it holds);
+// the server answers `welcome` (the node id, the last agent seq it applied,
+// where each attempt's log resumes). Then both resend what the other has not
+// acked. Reliable messages are also idempotent (reports name the attempt and
+// log lines carry their byte offset), so a resend after a crash of either
+// side never applies anything twice.
+//
+// Decoding is strict and never throws: a malformed frame yields
+// InvalidArgument naming the field ("body.gpus[1].memory_mib: must be an
+// integer"). Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "model/job.h"
+#include "model/resources.h"
+
+namespace gpupool::proto {
+
+inline constexpr int kProtocolVersion = 1;
+
+struct Envelope {
+  int version = kProtocolVersion;
+  int64_t seq = 0;
+  int64_t ack = 0;
+  std::string type;
+  std::string body;  // JSON object text
+};
+
+std::string EncodeEnvelope(const Envelope& e);
+Result<Envelope> DecodeEnvelope(std::string_view text);
+
+// ---- agent -> server ----
+
+// What an agent knows about one of its tasks. state: "running", "exited"
+// (exit_code set; signal > 0 if killed by a signal), "failed" (the task could
+// not run or broke a limit; reason says why), "lost" (the agent lost track).
+struct TaskReport {
+  std::string attempt_id;
+  std::string state;
+  int32_t exit_code = 0;
+  int32_t signal = 0;
+  std::string reason;
+  int64_t ts_ms = 0;
+  friend bool operator==(const TaskReport&, const TaskReport&) = default;
+};
+
+struct Hello {
+  std::string node_name;
+  std::string agent_instance;  // random per agent process start
+  std::string agent_version;
+  int64_t last_server_seq = 0;  // highest server seq the agent has applied
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  std::vector<GpuInfo> gpus;
+  std::string driver_version;
+  std::string cuda_version;
+  std::map<std::string, std::string> labels;
+  std::vector<TaskReport> tasks;  // every task the agent holds
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+struct Heartbeat {
+  std::vector<GpuTelemetry> telemetry;
+  int32_t running_tasks = 0;
+  friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
+};
+
+struct LogChunkLine {
+  int64_t offset = 0;  // byte offset of the line in the attempt's log
+  std::string stream;  // "stdout" or "stderr"
+  int64_t ts_ms = 0;
+  std::string text;
+  friend bool operator==(const LogChunkLine&, const LogChunkLine&) = default;
+};
+
+struct LogChunk {
+  std::string attempt_id;
+  std::vector<LogChunkLine> lines;
+  friend bool operator==(const LogChunk&, const LogChunk&) = default;
+};
+
+// ---- server -> agent ----
+
+struct Welcome {
+  std::string node_id;
+  int64_t last_agent_seq = 0;  // highest agent seq applied for this agent_instance
+  int64_t heartbeat_ms = 5000;
+  // attempt id -> offset of the last output line the server has (-1: none);
+  // the agent resumes right after that line.
+  std::map<std::string, int64_t> log_offsets;
+  friend bool operator==(const Welcome&, const Welcome&) = default;
+};
+
+struct StartTask {
+  std::string attempt_id;
+  int64_t job_id = 0;
+  JobSpec spec;
+  std::vector<std::string> gpu_uuids;
+  friend bool operator==(const StartTask&, const StartTask&) = default;
+};
+
+struct StopTask {
+  std::string attempt_id;
+  std::string reason;  // "cancelled", "stale attempt", ...
+  friend bool operator==(const StopTask&, const StopTask&) = default;
+};
+
+// Message type names, as in Envelope::type.
+inline constexpr std::string_view kHello = "hello";
+inline constexpr std::string_view kWelcome = "welcome";
+inline constexpr std::string_view kHeartbeat = "heartbeat";
+inline constexpr std::string_view kTaskStatus = "task_status";
+inline constexpr std::string_view kLogs = "logs";
+inline constexpr std::string_view kStart = "start";
+inline constexpr std::string_view kStop = "stop";
+inline constexpr std::string_view kAck = "ack";
+
+// Bodies as JSON object text, and back.
+std::string Encode(const Hello& m);
+std::string Encode(const Heartbeat& m);
+std::string Encode(const TaskReport& m);
+std::string Encode(const LogChunk& m);
+std::string Encode(const Welcome& m);
+std::string Encode(const StartTask& m);
+std::string Encode(const StopTask& m);
+
+Result<Hello> DecodeHello(std::string_view body);
+Result<Heartbeat> DecodeHeartbeat(std::string_view body);
+Result<TaskReport> DecodeTaskReport(std::string_view body);
+Result<LogChunk> DecodeLogChunk(std::string_view body);
+Result<Welcome> DecodeWelcome(std::string_view body);
+Result<StartTask> DecodeStartTask(std::string_view body);
+Result<StopTask> DecodeStopTask(std::string_view body);
+
+}  // namespace gpupool::proto

@@ -1,0 +1,124 @@
+#include "proto/messages.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpupool::proto {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(MessagesTest, EnvelopeRoundTrip) {
+  Envelope e{1, 7, 3, "logs", "{\"x\":1}"};
+  auto d = DecodeEnvelope(EncodeEnvelope(e));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->seq, 7);
+  EXPECT_EQ(d->ack, 3);
+  EXPECT_EQ(d->type, "logs");
+  EXPECT_EQ(d->body, "{\"x\":1}");
+}
+
+TEST(MessagesTest, EnvelopeErrorsNameTheField) {
+  EXPECT_THAT(DecodeEnvelope("not json").status().message(), HasSubstr("invalid JSON"));
+  EXPECT_THAT(DecodeEnvelope("[1]").status().message(), HasSubstr("must be a JSON object"));
+  EXPECT_THAT(DecodeEnvelope(R"({"v":1,"seq":"x","ack":0,"type":"a","body":{}})").status().message(),
+              HasSubstr("seq: must be an integer"));
+  EXPECT_THAT(DecodeEnvelope(R"({"v":2,"seq":1,"ack":0,"type":"a","body":{}})").status().message(),
+              HasSubstr("unsupported protocol version 2"));
+  EXPECT_THAT(DecodeEnvelope(R"({"v":1,"seq":1,"ack":0,"type":"a","body":{},"extra":1})")
+                  .status()
+                  .message(),
+              HasSubstr("extra: unknown field"));
+  EXPECT_THAT(DecodeEnvelope(R"({"v":1,"seq":1,"ack":0,"type":"a"})").status().message(),
+              HasSubstr("body: is required"));
+}
+
+TEST(MessagesTest, HelloRoundTrip) {
+  Hello h;
+  h.node_name = "lab-a";
+  h.agent_instance = "i-1";
+  h.agent_version = "0.1.0";
+  h.last_server_seq = 12;
+  h.cpu_milli = 8000;
+  h.memory_mib = 32768;
+  h.gpus = {{0, "GPU-1", "NVIDIA T4", 15360, 7, 5, false}, {1, "GPU-SIM-2", "A100", 81920, 8, 0, true}};
+  h.driver_version = "550.54.15";
+  h.cuda_version = "12.4";
+  h.labels = {{"room", "b12"}};
+  h.tasks = {{"4.1", "running", 0, 0, "", 100}, {"5.2", "exited", 3, 0, "", 200},
+             {"6.1", "exited", 137, 9, "", 300}, {"7.1", "failed", 0, 0, "max_runtime 1s exceeded", 400}};
+  auto d = DecodeHello(Encode(h));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, h);
+}
+
+TEST(MessagesTest, HelloRejectsBadGpu) {
+  std::string body =
+      R"({"node_name":"a","agent_instance":"i","last_server_seq":0,"gpus":[{"index":0,"uuid":"G","name":"T4","memory_mib":1},{"index":1,"uuid":"H","name":"T4","memory_mib":"lots"}]})";
+  EXPECT_THAT(DecodeHello(body).status().message(), HasSubstr("body.gpus[1].memory_mib: must be an integer"));
+}
+
+TEST(MessagesTest, TaskReportValidation) {
+  EXPECT_THAT(DecodeTaskReport(R"({"attempt_id":"4.1","state":"weird"})").status().message(),
+              HasSubstr("body.state: must be one of"));
+  EXPECT_THAT(DecodeTaskReport(R"({"attempt_id":"4","state":"running"})").status().message(),
+              HasSubstr("body.attempt_id: invalid attempt id"));
+  EXPECT_THAT(DecodeTaskReport(R"({"attempt_id":"4.1","state":"exited"})").status().message(),
+              HasSubstr("body.exit_code: is required"));
+}
+
+TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
+  Heartbeat hb;
+  hb.telemetry = {{"GPU-1", 1024, 55, 61, 150000, {{42, 1000}, {43, 24}}}};
+  hb.running_tasks = 2;
+  auto d = DecodeHeartbeat(Encode(hb));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, hb);
+
+  LogChunk c{"9.1", {{0, "stdout", 5, "hello"}, {6, "stderr", 6, "wörld \"quoted\""}}};
+  auto dc = DecodeLogChunk(Encode(c));
+  ASSERT_TRUE(dc.ok()) << dc.status().ToString();
+  EXPECT_EQ(*dc, c);
+  EXPECT_THAT(DecodeLogChunk(R"({"attempt_id":"9.1","lines":[{"offset":0,"stream":"tty","text":""}]})")
+                  .status()
+                  .message(),
+              HasSubstr("body.lines[0].stream: must be stdout or stderr"));
+}
+
+TEST(MessagesTest, InvalidUtf8InLogsIsReplacedNotFatal) {
+  LogChunk c{"9.1", {{0, "stdout", 5, std::string("bad \xff byte")}}};
+  auto dc = DecodeLogChunk(Encode(c));
+  ASSERT_TRUE(dc.ok()) << dc.status().ToString();
+  EXPECT_THAT(dc->lines[0].text, HasSubstr("bad "));
+}
+
+TEST(MessagesTest, StartStopWelcomeRoundTrip) {
+  StartTask s;
+  s.attempt_id = "3.2";
+  s.job_id = 3;
+  s.spec.name = "train";
+  s.spec.run = "python3 train.py";
+  s.spec.env = {{"A", "1"}};
+  s.spec.resources.gpus = 2;
+  s.spec.max_runtime_ms = 60000;
+  s.gpu_uuids = {"GPU-1", "GPU-2"};
+  auto ds = DecodeStartTask(Encode(s));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(*ds, s);
+
+  StopTask st{"3.2", "cancelled"};
+  EXPECT_EQ(*DecodeStopTask(Encode(st)), st);
+
+  Welcome w{"n-1", 9, 5000, {{"3.2", 120}}};
+  EXPECT_EQ(*DecodeWelcome(Encode(w)), w);
+  EXPECT_THAT(DecodeWelcome(R"({"node_id":"n","last_agent_seq":0,"heartbeat_ms":0})").status().message(),
+              HasSubstr("heartbeat_ms: must be positive"));
+}
+
+TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {
+  std::string body = R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x","resources":{"gpus":-1}}})";
+  EXPECT_THAT(DecodeStartTask(body).status().message(), HasSubstr("body.spec: resources.gpus"));
+}
+
+}  // namespace
+}  // namespace gpupool::proto

@@ -1,0 +1,207 @@
+#include "server/agent_hub.h"
+
+#include "common/log.h"
+#include "proto/channel.h"
+#include "server/http_errors.h"
+
+namespace gpupool::server {
+
+class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_this<Session> {
+ public:
+  explicit Session(AgentHub& hub) : hub_(hub) {}
+
+  void OnOpen(std::shared_ptr<net::WsConnection> conn) override {
+    conn_ = std::move(conn);
+    std::weak_ptr<Session> weak = shared_from_this();
+    hello_timer_ = hub_.loop_.RunAfter(15'000, [weak] {
+      if (auto self = weak.lock(); self && self->node_id_.empty()) self->Fail("no hello within 15s");
+    });
+    WatchSilence();
+  }
+
+  // Closes the connection when a whole silence period passes without a frame.
+  void WatchSilence() {
+    std::weak_ptr<Session> weak = shared_from_this();
+    silence_timer_ = hub_.loop_.RunAfter(hub_.silence_limit_ms_, [weak] {
+      auto self = weak.lock();
+      if (!self || self->closed_) return;
+      if (!self->heard_) {
+        return self->Fail("nothing received for " + std::to_string(self->hub_.silence_limit_ms_ / 1000) + "s");
+      }
+      self->heard_ = false;
+      self->WatchSilence();
+    });
+  }
+
+  void OnMessage(std::string text) override {
+    if (closed_) return;
+    heard_ = true;
+    auto env = proto::DecodeEnvelope(text);
+    if (!env.ok()) return Fail("malformed message: " + env.status().message());
+    if (node_id_.empty()) return HandleHello(*env);
+
+    if (env->ack > acked_) {
+      acked_ = env->ack;
+      Status s = hub_.pool_.AgentAcked(node_id_, acked_);
+      if (!s.ok()) return Fail("cannot record ack: " + s.ToString());
+    }
+    if (env->seq == 0) {
+      if (env->type == proto::kHeartbeat) {
+        auto hb = proto::DecodeHeartbeat(env->body);
+        if (!hb.ok()) return Fail("malformed heartbeat: " + hb.status().message());
+        hub_.pool_.AgentHeartbeat(node_id_, *hb);
+      } else if (env->type != proto::kAck) {
+        return Fail("unexpected unsequenced message \"" + env->type + "\"");
+      }
+      return;
+    }
+    switch (in_.Check(env->seq)) {
+      case proto::InboundSequence::Verdict::kDuplicate:
+        ScheduleAck();
+        return;
+      case proto::InboundSequence::Verdict::kGap:
+        return Fail("sequence gap: got " + std::to_string(env->seq) + " after " +
+                    std::to_string(in_.last_applied()));
+      case proto::InboundSequence::Verdict::kApply:
+        break;
+    }
+    Status s = hub_.pool_.AgentMessage(node_id_, env->seq, env->type, env->body);
+    if (s.code() == StatusCode::kInvalidArgument) {
+      // A malformed message would be resent forever; skip it, loudly.
+      GP_LOG(kError) << "node " << node_id_ << ": rejected message " << env->seq << " ("
+                     << env->type << "): " << s.message();
+    } else if (!s.ok()) {
+      return Fail("cannot apply message: " + s.ToString());
+    }
+    in_.MarkApplied(env->seq);
+    ScheduleAck();
+  }
+
+  void OnClose(std::string reason) override {
+    if (closed_) return;
+    closed_ = true;
+    hub_.loop_.Cancel(hello_timer_);
+    hub_.loop_.Cancel(silence_timer_);
+    if (node_id_.empty()) return;
+    auto it = hub_.by_node_.find(node_id_);
+    if (it != hub_.by_node_.end() && it->second.lock().get() == this) {
+      hub_.by_node_.erase(it);
+      GP_LOG(kInfo) << "agent " << node_name_ << " (" << node_id_ << ") disconnected: " << reason;
+      Status s = hub_.pool_.AgentDisconnected(node_id_);
+      if (!s.ok()) GP_LOG(kError) << "cannot mark node " << node_id_ << " offline: " << s.ToString();
+    }
+  }
+
+  // Sends outbox messages the agent has not been sent on this connection.
+  void Flush() {
+    flush_scheduled_ = false;
+    if (closed_ || node_id_.empty()) return;
+    auto orders = hub_.pool_.PendingOrders(node_id_, sent_);
+    if (!orders.ok()) return Fail("cannot read outbox: " + orders.status().ToString());
+    for (const OutboxMessage& m : *orders) {
+      Send({proto::kProtocolVersion, m.seq, in_.last_applied(), m.type, m.body});
+      sent_ = m.seq;
+    }
+  }
+
+  void ScheduleFlush() {
+    if (flush_scheduled_) return;
+    flush_scheduled_ = true;
+    std::weak_ptr<Session> weak = shared_from_this();
+    hub_.loop_.Post([weak] {
+      if (auto self = weak.lock()) self->Flush();
+    });
+  }
+
+  void Fail(const std::string& why) {
+    GP_LOG(kWarn) << "agent connection " << (conn_ ? conn_->peer() : "?") << " "
+                  << (node_name_.empty() ? "" : "(" + node_name_ + ") ") << "closed: " << why;
+    if (conn_) conn_->Close(why.substr(0, 120));  // close frames carry at most 123 bytes
+  }
+
+ private:
+  void HandleHello(const proto::Envelope& env) {
+    if (env.type != proto::kHello) return Fail("expected hello, got \"" + env.type + "\"");
+    auto hello = proto::DecodeHello(env.body);
+    if (!hello.ok()) return Fail("malformed hello: " + hello.status().message());
+    // A newer connection from the same node replaces the old one.
+    auto existing = hub_.by_node_.end();
+    auto welcome = hub_.pool_.AgentHello(*hello);
+    if (!welcome.ok()) return Fail("cannot register node: " + welcome.status().ToString());
+    node_id_ = welcome->node_id;
+    node_name_ = hello->node_name;
+    existing = hub_.by_node_.find(node_id_);
+    if (existing != hub_.by_node_.end()) {
+      if (auto old = existing->second.lock()) {
+        old->node_id_.clear();  // so its close does not mark the node offline
+        old->Fail("replaced by a newer connection");
+      }
+    }
+    hub_.by_node_[node_id_] = weak_from_this();
+    hub_.loop_.Cancel(hello_timer_);
+    in_ = proto::InboundSequence(welcome->last_agent_seq);
+    sent_ = hello->last_server_seq;
+    acked_ = hello->last_server_seq;
+    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kWelcome),
+          proto::Encode(*welcome)});
+    GP_LOG(kInfo) << "agent " << node_name_ << " (" << node_id_ << ") connected from "
+                  << conn_->peer() << " with " << hello->gpus.size() << " GPUs, "
+                  << hello->tasks.size() << " tasks";
+    Flush();
+  }
+
+  void ScheduleAck() {
+    if (ack_scheduled_) return;
+    ack_scheduled_ = true;
+    std::weak_ptr<Session> weak = shared_from_this();
+    hub_.loop_.Post([weak] {
+      auto self = weak.lock();
+      if (!self || self->closed_) return;
+      self->ack_scheduled_ = false;
+      self->Send({proto::kProtocolVersion, 0, self->in_.last_applied(), std::string(proto::kAck), "{}"});
+    });
+  }
+
+  void Send(const proto::Envelope& e) {
+    if (conn_ && !closed_) conn_->Send(proto::EncodeEnvelope(e));
+  }
+
+  AgentHub& hub_;
+  std::shared_ptr<net::WsConnection> conn_;
+  std::string node_id_;
+  std::string node_name_;
+  proto::InboundSequence in_;
+  int64_t sent_ = 0;   // highest outbox seq sent on this connection
+  int64_t acked_ = 0;  // highest outbox seq the agent acked
+  bool closed_ = false;
+  bool ack_scheduled_ = false;
+  bool flush_scheduled_ = false;
+  bool heard_ = false;  // a frame arrived in the current silence period
+  net::EventLoop::TimerId hello_timer_ = 0;
+  net::EventLoop::TimerId silence_timer_ = 0;
+};
+
+std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> AgentHub::Upgrade(
+    const net::HttpRequest& req) {
+  auto who = auth_.Authenticate(req.Header("authorization"));
+  if (!who.ok()) return ErrorResponse(who.status());
+  if (who->role != "agent-join" && !who->is_admin()) {
+    return ErrorResponse(Status::PermissionDenied("this token cannot connect agents"));
+  }
+  return std::make_shared<Session>(*this);
+}
+
+void AgentHub::OutboxReady(const std::string& node_id) {
+  auto it = by_node_.find(node_id);
+  if (it == by_node_.end()) return;
+  if (auto s = it->second.lock()) s->ScheduleFlush();
+}
+
+void AgentHub::CloseAll() {
+  auto sessions = by_node_;
+  for (auto& [id, weak] : sessions) {
+    if (auto s = weak.lock()) s->Fail("server shutting down");
+  }
+}
+
+}  // namespace gpupool::server

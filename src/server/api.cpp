@@ -1,0 +1,371 @@
+#include "server/api.h"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "common/json_reader.h"
+#include "common/units.h"
+#include "model/job_spec.h"
+#include "server/http_errors.h"
+
+namespace gpupool::server {
+
+using nlohmann::json;
+
+namespace {
+
+net::HttpResponse JsonResponse(int status, const json& body) {
+  net::HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+json JobToJson(const Job& j) {
+  json out = {{"id", j.id},
+              {"name", j.spec.name},
+              {"owner", j.owner},
+              {"state", JobStateName(j.state)},
+              {"reason", j.reason},
+              {"attempts", j.attempts},
+              {"current_attempt", j.current_attempt},
+              {"created_ms", j.created_ms},
+              {"updated_ms", j.updated_ms},
+              {"started_ms", j.started_ms},
+              {"finished_ms", j.finished_ms},
+              {"spec", JobSpecToJson(j.spec)}};
+  out["exit_code"] = j.exit_code ? json(*j.exit_code) : json(nullptr);
+  return out;
+}
+
+json AttemptToJson(const Attempt& a) {
+  json out = {{"id", a.id},
+              {"job_id", a.job_id},
+              {"number", a.number},
+              {"node_id", a.node_id},
+              {"gpus", a.gpu_uuids},
+              {"state", AttemptStateName(a.state)},
+              {"reason", a.reason},
+              {"created_ms", a.created_ms},
+              {"started_ms", a.started_ms},
+              {"finished_ms", a.finished_ms}};
+  out["exit_code"] = a.exit_code ? json(*a.exit_code) : json(nullptr);
+  return out;
+}
+
+json NodeToJson(const NodeStatus& s) {
+  const Node& n = s.node;
+  json gpus = json::array();
+  for (const GpuInfo& g : n.gpus) {
+    json gj = {{"index", g.index},
+               {"uuid", g.uuid},
+               {"name", g.name},
+               {"memory_mib", g.memory_mib},
+               {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
+               {"simulated", g.simulated},
+               {"description", DescribeGpu(g)}};
+    auto used = s.gpu_attempts.find(g.uuid);
+    gj["attempt"] = used == s.gpu_attempts.end() ? json(nullptr) : json(used->second);
+    for (const GpuTelemetry& t : s.telemetry) {
+      if (t.uuid != g.uuid) continue;
+      json procs = json::array();
+      for (const auto& p : t.processes) procs.push_back({{"pid", p.pid}, {"used_memory_mib", p.used_memory_mib}});
+      gj["telemetry"] = {{"memory_used_mib", t.memory_used_mib},
+                         {"utilization_percent", t.utilization_percent},
+                         {"temperature_c", t.temperature_c},
+                         {"power_mw", t.power_mw},
+                         {"processes", procs}};
+    }
+    gpus.push_back(std::move(gj));
+  }
+  return {{"id", n.id},
+          {"name", n.name},
+          {"state", NodeStateName(n.state)},
+          {"connected", s.connected},
+          {"gpus", gpus},
+          {"cpu_milli", n.cpu_milli},
+          {"memory_mib", n.memory_mib},
+          {"driver_version", n.driver_version},
+          {"cuda_version", n.cuda_version},
+          {"agent_version", n.agent_version},
+          {"labels", n.labels},
+          {"registered_ms", n.registered_ms},
+          {"last_seen_ms", n.last_seen_ms},
+          {"running_tasks", s.running_tasks}};
+}
+
+Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
+                         int64_t min, int64_t max) {
+  auto it = req.query.find(name);
+  if (it == req.query.end() || it->second.empty()) return fallback;
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < min || v > max) {
+    return Status::InvalidArgument("query parameter " + name + ": must be an integer from " +
+                                   std::to_string(min) + " to " + std::to_string(max));
+  }
+  return v;
+}
+
+// "wait=30s" -> 30000 ms, capped at a minute so proxies and clients never
+// see a request hang longer than they expect.
+Result<int64_t> QueryWaitMs(const net::HttpRequest& req) {
+  auto it = req.query.find("wait");
+  if (it == req.query.end() || it->second.empty()) return 0;
+  auto ms = ParseDurationMs(it->second);
+  if (!ms.ok()) return ms.status().WithContext("query parameter wait");
+  return std::min<int64_t>(*ms, 60'000);
+}
+
+Result<int64_t> ParseJobId(std::string_view text) {
+  int64_t id = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+  if (ec != std::errc() || p != text.data() + text.size() || id <= 0) {
+    return Status::InvalidArgument("invalid job id \"" + std::string(text) + "\"");
+  }
+  return id;
+}
+
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    while (i < path.size() && path[i] == '/') ++i;
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j;
+  }
+  return parts;
+}
+
+}  // namespace
+
+Api::~Api() {
+  for (auto& [id, w] : waiters_) loop_.Cancel(w.timer);
+}
+
+void Api::Handle(net::HttpRequest req, net::Responder responder) {
+  auto respond = std::make_shared<net::Responder>(std::move(responder));
+  if (req.path == "/healthz") {
+    (*respond)(JsonResponse(200, {{"status", "ok"}}));
+    return;
+  }
+  auto who = auth_.Authenticate(req.Header("authorization"));
+  if (!who.ok()) {
+    (*respond)(ErrorResponse(who.status()));
+    return;
+  }
+  Route(req, *who, respond);
+}
+
+void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  auto parts = SplitPath(req.path);
+  auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
+  if (parts.empty() || parts[0] != "v1") return fail(Status::NotFound("no such endpoint: " + req.path));
+  if (who.role == "agent-join") {
+    return fail(Status::PermissionDenied("the join token only connects agents"));
+  }
+  const std::string& m = req.method;
+  if (parts.size() == 2 && parts[1] == "jobs") {
+    if (m == "POST") return SubmitJob(req, who, respond);
+    if (m == "GET") return ListJobs(req, who, respond);
+  } else if (parts.size() >= 3 && parts[1] == "jobs") {
+    auto id = ParseJobId(parts[2]);
+    if (!id.ok()) return fail(id.status());
+    if (parts.size() == 3 && m == "GET") return GetJob(req, who, *id, respond);
+    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return CancelJob(who, *id, respond);
+    if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return JobLogs(req, who, *id, respond);
+  } else if (parts.size() == 2 && parts[1] == "nodes" && m == "GET") {
+    return ListNodes(respond, "");
+  } else if (parts.size() == 3 && parts[1] == "nodes" && m == "GET") {
+    return ListNodes(respond, std::string(parts[2]));
+  } else if (parts.size() == 2 && parts[1] == "join-token" && m == "GET") {
+    if (!who.is_admin()) return fail(Status::PermissionDenied("only admins may read the join token"));
+    (*respond)(JsonResponse(200, {{"token", auth_.join_token()}}));
+    return;
+  } else if (parts.size() == 2 && parts[1] == "whoami" && m == "GET") {
+    (*respond)(JsonResponse(200, {{"subject", who.subject}, {"role", who.role}}));
+    return;
+  }
+  fail(Status::NotFound("no such endpoint: " + m + " " + req.path));
+}
+
+void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return (*respond)(ErrorResponse(body.status()));
+  auto spec = JobSpecFromJson(*body);
+  if (!spec.ok()) return (*respond)(ErrorResponse(spec.status()));
+  auto job = pool_.Submit(*spec, who.subject);
+  if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
+  (*respond)(JsonResponse(201, JobToJson(*job)));
+}
+
+Result<JobDetail> Api::VisibleJob(const Principal& who, int64_t id) {
+  auto d = pool_.GetJob(id);
+  if (d.ok() && !who.is_admin() && d->job.owner != who.subject) {
+    return Status::NotFound("job " + std::to_string(id) + " does not exist");
+  }
+  return d;
+}
+
+void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond) {
+  auto wait_ms = QueryWaitMs(req);
+  if (!wait_ms.ok()) return (*respond)(ErrorResponse(wait_ms.status()));
+  std::string until = req.query.count("until") ? req.query.at("until") : "";
+  if (!until.empty() && until != "running" && until != "finished") {
+    return (*respond)(ErrorResponse(
+        Status::InvalidArgument("query parameter until: must be running or finished")));
+  }
+  WaitOn(id, until.empty() ? 0 : *wait_ms, [this, who, id, until, respond](bool timed_out) {
+    auto d = VisibleJob(who, id);
+    if (!d.ok()) {
+      (*respond)(ErrorResponse(d.status()));
+      return true;
+    }
+    JobState s = d->job.state;
+    bool reached = until.empty() || IsTerminal(s) || (until == "running" && s == JobState::kRunning);
+    if (!reached && !timed_out) return false;
+    json out = JobToJson(d->job);
+    json attempts = json::array();
+    for (const Attempt& a : d->attempts) attempts.push_back(AttemptToJson(a));
+    out["attempt_list"] = attempts;
+    (*respond)(JsonResponse(200, out));
+    return true;
+  });
+}
+
+void Api::ListJobs(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  JobQuery q;
+  auto limit = QueryInt(req, "limit", 100, 1, 10000);
+  auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  if (!limit.ok()) return (*respond)(ErrorResponse(limit.status()));
+  if (!after.ok()) return (*respond)(ErrorResponse(after.status()));
+  q.limit = static_cast<int32_t>(*limit);
+  q.after_id = *after;
+  q.newest_first = !req.query.count("after");
+  if (auto it = req.query.find("state"); it != req.query.end() && !it->second.empty()) {
+    std::string_view rest = it->second;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      auto state = ParseJobState(rest.substr(0, comma));
+      if (!state.ok()) return (*respond)(ErrorResponse(state.status().WithContext("query parameter state")));
+      q.states.push_back(*state);
+      rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    }
+  }
+  if (!who.is_admin()) q.owner = who.subject;
+  else if (auto it = req.query.find("owner"); it != req.query.end() && !it->second.empty()) q.owner = it->second;
+  auto jobs = pool_.ListJobs(q);
+  if (!jobs.ok()) return (*respond)(ErrorResponse(jobs.status()));
+  json arr = json::array();
+  for (const Job& j : *jobs) arr.push_back(JobToJson(j));
+  (*respond)(JsonResponse(200, {{"jobs", arr}}));
+}
+
+void Api::CancelJob(const Principal& who, int64_t id, Respond respond) {
+  auto d = VisibleJob(who, id);
+  if (!d.ok()) return (*respond)(ErrorResponse(d.status()));
+  auto job = pool_.Cancel(id);
+  if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
+  (*respond)(JsonResponse(200, JobToJson(*job)));
+}
+
+void Api::JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond) {
+  auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  auto limit = QueryInt(req, "limit", 1000, 1, 10000);
+  auto wait_ms = QueryWaitMs(req);
+  for (const Status& s : {after.status(), limit.status(), wait_ms.status()}) {
+    if (!s.ok()) return (*respond)(ErrorResponse(s));
+  }
+  int64_t cursor = *after;
+  int32_t max = static_cast<int32_t>(*limit);
+  WaitOn(id, *wait_ms, [this, who, id, cursor, max, respond](bool timed_out) {
+    auto d = VisibleJob(who, id);
+    if (!d.ok()) {
+      (*respond)(ErrorResponse(d.status()));
+      return true;
+    }
+    // Read the state before the lines: a job that was finished before the
+    // read has all its lines stored (agents send output before the exit).
+    bool finished = IsTerminal(d->job.state);
+    auto lines = pool_.ReadLogs(id, cursor, max);
+    if (!lines.ok()) {
+      (*respond)(ErrorResponse(lines.status()));
+      return true;
+    }
+    if (lines->empty() && !finished && !timed_out) return false;
+    json arr = json::array();
+    int64_t next = cursor;
+    for (const LogLine& l : *lines) {
+      arr.push_back({{"cursor", l.cursor},
+                     {"attempt_id", l.attempt_id},
+                     {"stream", l.stream},
+                     {"ts_ms", l.ts_ms},
+                     {"text", l.text}});
+      next = l.cursor;
+    }
+    bool complete = finished && static_cast<int32_t>(lines->size()) < max;
+    (*respond)(JsonResponse(200, {{"lines", arr},
+                                  {"next_cursor", next},
+                                  {"complete", complete},
+                                  {"state", JobStateName(d->job.state)}}));
+    return true;
+  });
+}
+
+void Api::ListNodes(Respond respond, const std::string& only) {
+  auto nodes = pool_.ListNodes();
+  if (!nodes.ok()) return (*respond)(ErrorResponse(nodes.status()));
+  json arr = json::array();
+  for (const NodeStatus& n : *nodes) {
+    if (!only.empty()) {
+      if (n.node.id == only || n.node.name == only) return (*respond)(JsonResponse(200, NodeToJson(n)));
+      continue;
+    }
+    arr.push_back(NodeToJson(n));
+  }
+  if (!only.empty()) return (*respond)(ErrorResponse(Status::NotFound("node " + only + " does not exist")));
+  (*respond)(JsonResponse(200, {{"nodes", arr}}));
+}
+
+void Api::WaitOn(int64_t job_id, int64_t wait_ms, Probe probe) {
+  if (probe(wait_ms <= 0)) return;
+  uint64_t id = next_waiter_++;
+  auto timer = loop_.RunAfter(wait_ms, [this, id] {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) return;
+    Waiter w = std::move(it->second);
+    waiters_.erase(it);
+    for (auto [b, e] = waiters_by_job_.equal_range(w.job_id); b != e; ++b) {
+      if (b->second == id) {
+        waiters_by_job_.erase(b);
+        break;
+      }
+    }
+    w.probe(true);
+  });
+  waiters_[id] = Waiter{job_id, std::move(probe), timer};
+  waiters_by_job_.emplace(job_id, id);
+}
+
+void Api::JobChanged(int64_t job_id) {
+  auto [b, e] = waiters_by_job_.equal_range(job_id);
+  std::vector<uint64_t> ids;
+  for (auto it = b; it != e; ++it) ids.push_back(it->second);
+  for (uint64_t id : ids) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end()) continue;
+    if (!it->second.probe(false)) continue;
+    loop_.Cancel(it->second.timer);
+    waiters_.erase(it);
+    for (auto [b2, e2] = waiters_by_job_.equal_range(job_id); b2 != e2; ++b2) {
+      if (b2->second == id) {
+        waiters_by_job_.erase(b2);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace gpupool::server

@@ -1,0 +1,35 @@
+#include "server/http_errors.h"
+
+#include <nlohmann/json.hpp>
+
+namespace gpupool::server {
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return 200;
+    case StatusCode::kInvalidArgument: return 400;
+    case StatusCode::kUnauthenticated: return 401;
+    case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kNotFound: return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition: return 409;
+    case StatusCode::kResourceExhausted: return 429;
+    case StatusCode::kUnavailable: return 503;
+    case StatusCode::kDeadlineExceeded: return 504;
+    case StatusCode::kInternal: return 500;
+  }
+  return 500;
+}
+
+net::HttpResponse ErrorResponse(const Status& status) {
+  net::HttpResponse r;
+  r.status = HttpStatusFor(status.code());
+  r.body = nlohmann::json{{"error",
+                           {{"code", std::string(StatusCodeName(status.code()))},
+                            {"message", status.message()}}}}
+               .dump();
+  if (r.status == 401) r.headers["www-authenticate"] = "Bearer";
+  return r;
+}
+
+}  // namespace gpupool::server

@@ -1,0 +1,148 @@
+#include "server/server.h"
+
+#include <sys/stat.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "common/log.h"
+#include "net/http_server.h"
+#include "server/agent_hub.h"
+#include "server/api.h"
+#include "server/auth.h"
+#include "store/sqlite_store.h"
+
+namespace gpupool::server {
+namespace {
+
+Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    return Status::InvalidArgument("--listen: expected HOST:PORT such as 127.0.0.1:8470");
+  }
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (...) {
+  }
+  if (port < 0 || port > 65535) return Status::InvalidArgument("--listen: invalid port in \"" + listen + "\"");
+  return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
+}  // namespace
+
+int RunServer(const ServerOptions& options) {
+  SetLogComponent("server");
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  if (ec) {
+    std::cerr << "gpupool server: cannot create " << options.data_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  ::chmod(options.data_dir.c_str(), 0700);
+  auto addr = SplitHostPort(options.listen);
+  if (!addr.ok()) {
+    std::cerr << "gpupool server: " << addr.status().message() << "\n";
+    return 2;
+  }
+
+  SqliteOptions sqlite_opts;
+  sqlite_opts.fsync_every_commit = options.sqlite_fsync;
+  auto store = SqliteStore::Open(options.data_dir + "/state.db", sqlite_opts);
+  if (!store.ok()) {
+    std::cerr << "gpupool server: " << store.status().ToString() << "\n";
+    return 1;
+  }
+  RealClock clock;
+  Auth auth(**store, clock);
+  auto boot = auth.Bootstrap(options.data_dir);
+  if (!boot.ok()) {
+    std::cerr << "gpupool server: " << boot.status().ToString() << "\n";
+    return 1;
+  }
+  if (!boot->admin_token.empty()) {
+    std::cout << "Created the admin token (shown once; also in " << options.data_dir
+              << "/admin.token):\n  " << boot->admin_token << "\n"
+              << "Agents join with the token in " << options.data_dir << "/join.token\n"
+              << std::flush;
+  }
+
+  net::EventLoop loop;
+  AgentHub* hub_ptr = nullptr;
+  Api* api_ptr = nullptr;
+  bool schedule_posted = false;
+  Pool* pool_ptr = nullptr;
+  auto run_schedule = [&] {
+    schedule_posted = false;
+    auto placed = pool_ptr->Schedule();
+    if (!placed.ok()) GP_LOG(kError) << "scheduling pass failed: " << placed.status().ToString();
+  };
+  PoolHooks hooks;
+  hooks.outbox_ready = [&](const std::string& node) { hub_ptr->OutboxReady(node); };
+  hooks.job_changed = [&](int64_t job) { api_ptr->JobChanged(job); };
+  hooks.schedule_needed = [&] {
+    if (schedule_posted) return;
+    schedule_posted = true;
+    loop.Post(run_schedule);
+  };
+  Pool pool(**store, clock, options.pool, hooks);
+  pool_ptr = &pool;
+  if (Status s = pool.Recover(); !s.ok()) {
+    std::cerr << "gpupool server: " << s.ToString() << "\n";
+    return 1;
+  }
+  Api api(loop, pool, auth, clock);
+  AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms);
+  api_ptr = &api;
+  hub_ptr = &hub;
+
+  net::HttpHandlers handlers;
+  handlers.on_request = [&](net::HttpRequest req, net::Responder r) { api.Handle(std::move(req), std::move(r)); };
+  handlers.on_upgrade = [&](const net::HttpRequest& req)
+      -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
+    if (req.path != "/v1/agent/connect") {
+      net::HttpResponse r;
+      r.status = 404;
+      r.body = R"({"error":{"code":"NOT_FOUND","message":"no WebSocket endpoint here"}})";
+      return r;
+    }
+    return hub.Upgrade(req);
+  };
+  net::HttpServerOptions http_opts;
+  http_opts.host = addr->first;
+  http_opts.port = addr->second;
+  auto http = net::HttpServer::Start(loop, http_opts, handlers);
+  if (!http.ok()) {
+    std::cerr << "gpupool server: cannot listen on " << options.listen << ": " << http.status().message() << "\n";
+    return 1;
+  }
+  std::string url = "http://" + (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first) +
+                    ":" + std::to_string((*http)->port());
+  // Lets `gpupool dev` and scripts find a server started on port 0.
+  (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n", 0644);
+  GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";
+  std::cout << "gpupool server listening on " << url << std::endl;
+
+  std::function<void()> tick = [&] {
+    if (Status s = pool.CheckNodes(); !s.ok()) GP_LOG(kError) << "node check failed: " << s.ToString();
+    hooks.schedule_needed();
+    loop.RunAfter(options.schedule_interval_ms, tick);
+  };
+  loop.RunAfter(1000, tick);
+  hooks.schedule_needed();
+
+  loop.OnSignals({SIGINT, SIGTERM}, [&](int sig) {
+    GP_LOG(kInfo) << "signal " << sig << ": shutting down";
+    hub.CloseAll();
+    (*http)->Close();
+    loop.RunAfter(200, [&] { loop.Stop(); });
+  });
+  loop.Run();
+  return 0;
+}
+
+}  // namespace gpupool::server

@@ -1,0 +1,24 @@
+// RunServer: wires the store, auth, pool, API and agent hub onto one event
+// loop and serves until SIGINT or SIGTERM. Used by `gpupool server` and
+// `gpupool dev`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "server/pool.h"
+
+namespace gpupool::server {
+
+struct ServerOptions {
+  std::string data_dir;                  // created if missing (mode 0700)
+  std::string listen = "127.0.0.1:8470";  // HOST:PORT; port 0 picks a free one
+  PoolOptions pool;
+  int64_t schedule_interval_ms = 2000;  // a pass at least this often
+  bool sqlite_fsync = false;            // fsync every commit (power-loss safe)
+};
+
+// Returns the process exit code.
+int RunServer(const ServerOptions& options);
+
+}  // namespace gpupool::server

@@ -1,0 +1,911 @@
+#include "store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include "model/job_spec.h"
+
+namespace gpupool {
+namespace {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// Schema. Each migration moves the database from version N-1 to N and runs in
+// its own transaction together with the user_version bump. Never edit a
+// released migration: append a new one (e.g. "ALTER TABLE jobs ADD COLUMN
+// priority INTEGER NOT NULL DEFAULT 0") and raise SqliteStore::kSchemaVersion.
+
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE jobs (
+  id              INTEGER PRIMARY KEY AUTOINCREMENT,
+  owner           TEXT NOT NULL,
+  name            TEXT NOT NULL,
+  state           TEXT NOT NULL,
+  reason          TEXT NOT NULL,
+  exit_code       INTEGER,
+  attempts        INTEGER NOT NULL,
+  current_attempt TEXT NOT NULL,
+  created_ms      INTEGER NOT NULL,
+  updated_ms      INTEGER NOT NULL,
+  started_ms      INTEGER NOT NULL,
+  finished_ms     INTEGER NOT NULL,
+  spec            TEXT NOT NULL
+);
+CREATE INDEX jobs_state_id ON jobs(state, id);
+CREATE INDEX jobs_owner_id ON jobs(owner, id);
+
+CREATE TABLE attempts (
+  id          TEXT PRIMARY KEY,
+  job_id      INTEGER NOT NULL REFERENCES jobs(id),
+  number      INTEGER NOT NULL,
+  node_id     TEXT NOT NULL,
+  gpu_uuids   TEXT NOT NULL,
+  state       TEXT NOT NULL,
+  exit_code   INTEGER,
+  reason      TEXT NOT NULL,
+  created_ms  INTEGER NOT NULL,
+  started_ms  INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX attempts_job_number ON attempts(job_id, number);
+CREATE INDEX attempts_node_state ON attempts(node_id, state);
+
+CREATE TABLE nodes (
+  id             TEXT PRIMARY KEY,
+  name           TEXT NOT NULL UNIQUE,
+  state          TEXT NOT NULL,
+  gpus           TEXT NOT NULL,
+  cpu_milli      INTEGER NOT NULL,
+  memory_mib     INTEGER NOT NULL,
+  driver_version TEXT NOT NULL,
+  cuda_version   TEXT NOT NULL,
+  agent_version  TEXT NOT NULL,
+  labels         TEXT NOT NULL,
+  registered_ms  INTEGER NOT NULL,
+  last_seen_ms   INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE logs (
+  cursor     INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id     INTEGER NOT NULL REFERENCES jobs(id),
+  attempt_id TEXT NOT NULL,
+  "offset"   INTEGER NOT NULL,
+  stream     TEXT NOT NULL,
+  ts_ms      INTEGER NOT NULL,
+  text       TEXT NOT NULL,
+  UNIQUE (attempt_id, "offset")
+);
+CREATE INDEX logs_job_cursor ON logs(job_id, cursor);
+
+CREATE TABLE outbox (
+  node_id TEXT NOT NULL,
+  seq     INTEGER NOT NULL,
+  type    TEXT NOT NULL,
+  body    TEXT NOT NULL,
+  PRIMARY KEY (node_id, seq)
+) WITHOUT ROWID;
+-- The last seq handed out per node; outlives AckOutbox's deletes so a seq is
+-- never handed out twice.
+CREATE TABLE outbox_seq (
+  node_id  TEXT PRIMARY KEY,
+  last_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE tokens (
+  hash       TEXT PRIMARY KEY,
+  subject    TEXT NOT NULL,
+  role       TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL,
+  revoked    INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+struct Migration {
+  int version;
+  const char* sql;
+};
+constexpr Migration kMigrations[] = {
+    {1, kSchemaV1},
+};
+static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
+              "every schema version needs a migration");
+
+// ---------------------------------------------------------------------------
+// RAII for the C API.
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
+
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+};
+using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
+
+Status SqliteError(sqlite3* db, int rc, std::string_view what) {
+  std::string msg = "sqlite: " + std::string(what) + ": " +
+                    (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  int primary = rc & 0xff;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) return Status::Unavailable(msg);
+  return Status::Internal(msg);
+}
+
+// One use of a cached prepared statement: binds, steps, reads columns, and
+// resets the statement when it goes out of scope so the cache can reuse it.
+class Query {
+ public:
+  Query(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  ~Query() {
+    if (stmt_ == nullptr) return;
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  Query(Query&& o) noexcept
+      : db_(o.db_), stmt_(std::exchange(o.stmt_, nullptr)), bind_rc_(o.bind_rc_) {}
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+  Query& operator=(Query&&) = delete;
+
+  Query& Bind(int i, int64_t v) { return Check(sqlite3_bind_int64(stmt_, i, v)); }
+  Query& Bind(int i, std::string_view v) {
+    // A null data pointer would bind SQL NULL; an empty view must bind ''.
+    const char* data = v.data() != nullptr ? v.data() : "";
+    return Check(sqlite3_bind_text(stmt_, i, data, static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  Query& Bind(int i, const std::optional<int32_t>& v) {
+    return v ? Bind(i, static_cast<int64_t>(*v)) : Check(sqlite3_bind_null(stmt_, i));
+  }
+
+  // true: a row is available; false: done.
+  Result<bool> Step() {
+    if (bind_rc_ != SQLITE_OK) return SqliteError(db_, bind_rc_, "bind");
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return SqliteError(db_, rc, sqlite3_sql(stmt_));
+  }
+  // Runs a statement that returns no rows.
+  Status Run() {
+    auto r = Step();
+    return r.ok() ? Status::Ok() : r.status();
+  }
+  int extended_error() const { return sqlite3_extended_errcode(db_); }
+
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  std::optional<int32_t> OptInt32(int col) const {
+    if (IsNull(col)) return std::nullopt;
+    return static_cast<int32_t>(sqlite3_column_int64(stmt_, col));
+  }
+  std::string Text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+    int n = sqlite3_column_bytes(stmt_, col);
+    return p != nullptr ? std::string(p, static_cast<size_t>(n)) : std::string();
+  }
+
+ private:
+  Query& Check(int rc) {
+    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+    return *this;
+  }
+  sqlite3* db_;
+  sqlite3_stmt* stmt_;
+  int bind_rc_ = SQLITE_OK;
+};
+
+// JSON text for a column. Invalid UTF-8 (possible in user-supplied env values
+// or labels) is replaced rather than thrown on.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Parses a JSON column; a failure names the table, key and column.
+Result<json> ParseColumn(const std::string& text, std::string_view where) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Internal(std::string(where) + ": invalid JSON");
+  return j;
+}
+
+std::string RowName(std::string_view table, std::string_view key) {
+  return std::string(table) + " row " + std::string(key);
+}
+
+json GpusToJson(const std::vector<GpuInfo>& gpus) {
+  json a = json::array();
+  for (const GpuInfo& g : gpus) {
+    a.push_back({{"index", g.index},
+                 {"uuid", g.uuid},
+                 {"name", g.name},
+                 {"memory_mib", g.memory_mib},
+                 {"cc_major", g.cc_major},
+                 {"cc_minor", g.cc_minor},
+                 {"simulated", g.simulated}});
+  }
+  return a;
+}
+
+// Throws json::exception on a wrong shape; the caller converts.
+std::vector<GpuInfo> GpusFromJson(const json& a) {
+  std::vector<GpuInfo> gpus;
+  for (const json& g : a.get_ref<const json::array_t&>()) {
+    GpuInfo info;
+    info.index = g.at("index").get<int32_t>();
+    info.uuid = g.at("uuid").get<std::string>();
+    info.name = g.at("name").get<std::string>();
+    info.memory_mib = g.at("memory_mib").get<int64_t>();
+    info.cc_major = g.at("cc_major").get<int32_t>();
+    info.cc_minor = g.at("cc_minor").get<int32_t>();
+    info.simulated = g.at("simulated").get<bool>();
+    gpus.push_back(std::move(info));
+  }
+  return gpus;
+}
+
+// Decodes a JSON column with `fn`, turning shape errors into Internal.
+template <typename T, typename Fn>
+Result<T> DecodeColumn(const std::string& text, const std::string& where, Fn fn) {
+  GP_ASSIGN_OR_RETURN(json j, ParseColumn(text, where));
+  try {
+    return fn(j);
+  } catch (const json::exception& e) {
+    return Status::Internal(where + ": " + e.what());
+  }
+}
+
+// Transparent hashing so the statement cache is probed without allocating.
+struct SqlHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+struct SqliteStore::Impl {
+  DbPtr db;
+  // Declared after db so statements are finalized before the connection closes.
+  std::unordered_map<std::string, StmtPtr, SqlHash, std::equal_to<>> cache;
+  bool in_tx = false;
+
+  // A statement for `sql`, prepared once per connection.
+  Result<Query> Prepare(std::string_view sql) {
+    auto it = cache.find(sql);
+    if (it == cache.end()) {
+      sqlite3_stmt* raw = nullptr;
+      int rc = sqlite3_prepare_v3(db.get(), sql.data(), static_cast<int>(sql.size()),
+                                  SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+      if (rc != SQLITE_OK) {
+        sqlite3_finalize(raw);
+        return SqliteError(db.get(), rc, "prepare " + std::string(sql));
+      }
+      it = cache.emplace(std::string(sql), StmtPtr(raw)).first;
+    }
+    return Query(db.get(), it->second.get());
+  }
+
+  Status Run(std::string_view sql) {
+    GP_ASSIGN_OR_RETURN(Query q, Prepare(sql));
+    return q.Run();
+  }
+
+  // Rolls back if a transaction is still open (SQLite rolls back by itself on
+  // some errors, e.g. SQLITE_FULL or an I/O error).
+  Status RollbackIfActive() {
+    if (sqlite3_get_autocommit(db.get()) != 0) return Status::Ok();
+    return Run("ROLLBACK");
+  }
+
+  // Multi-statement SQL, unprepared (schema setup only).
+  Status ExecScript(const char* sql, std::string_view what) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db.get(), sql, nullptr, nullptr, &err);
+    if (rc == SQLITE_OK) return Status::Ok();
+    std::string msg =
+        "sqlite: " + std::string(what) + ": " + (err != nullptr ? err : sqlite3_errstr(rc));
+    sqlite3_free(err);
+    int primary = rc & 0xff;
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) return Status::Unavailable(msg);
+    return Status::Internal(msg);
+  }
+
+  Result<std::string> PragmaText(const char* sql) {
+    GP_ASSIGN_OR_RETURN(Query q, Prepare(sql));
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return Status::Internal(std::string("sqlite: ") + sql + ": no result");
+    return q.Text(0);
+  }
+
+  Status Migrate() {
+    GP_ASSIGN_OR_RETURN(std::string v, PragmaText("PRAGMA user_version"));
+    int current = std::stoi(v);
+    if (current > SqliteStore::kSchemaVersion) {
+      return Status::FailedPrecondition("database schema version " + std::to_string(current) +
+                                        " is newer than this binary supports (" +
+                                        std::to_string(SqliteStore::kSchemaVersion) +
+                                        "); upgrade gpupool");
+    }
+    for (const Migration& m : kMigrations) {
+      if (m.version <= current) continue;
+      std::string what = "migrating schema to version " + std::to_string(m.version);
+      GP_RETURN_IF_ERROR(ExecScript("BEGIN IMMEDIATE", what));
+      Status st = ExecScript(m.sql, what);
+      if (st.ok()) {
+        st = ExecScript(("PRAGMA user_version = " + std::to_string(m.version)).c_str(), what);
+      }
+      if (st.ok()) st = ExecScript("COMMIT", what);
+      if (!st.ok()) {
+        (void)RollbackIfActive();
+        return st;
+      }
+    }
+    return Status::Ok();
+  }
+};
+
+namespace {
+
+constexpr std::string_view kJobColumns =
+    "id, owner, state, reason, exit_code, attempts, current_attempt, created_ms, updated_ms, "
+    "started_ms, finished_ms, spec";
+
+Result<Job> ReadJob(const Query& q) {
+  Job job;
+  job.id = q.Int(0);
+  std::string row = RowName("jobs", std::to_string(job.id));
+  job.owner = q.Text(1);
+  auto state = ParseJobState(q.Text(2));
+  if (!state.ok()) return Status::Internal(row + ": state: " + state.status().message());
+  job.state = *state;
+  job.reason = q.Text(3);
+  job.exit_code = q.OptInt32(4);
+  job.attempts = static_cast<int32_t>(q.Int(5));
+  job.current_attempt = q.Text(6);
+  job.created_ms = q.Int(7);
+  job.updated_ms = q.Int(8);
+  job.started_ms = q.Int(9);
+  job.finished_ms = q.Int(10);
+  std::string where = row + ": spec";
+  GP_ASSIGN_OR_RETURN(json spec_json, ParseColumn(q.Text(11), where));
+  Result<JobSpec> spec = [&]() -> Result<JobSpec> {
+    try {
+      return JobSpecFromJson(spec_json);
+    } catch (const json::exception& e) {
+      return Status::Internal(e.what());
+    }
+  }();
+  if (!spec.ok()) return Status::Internal(where + ": " + spec.status().message());
+  job.spec = std::move(spec).value();
+  return job;
+}
+
+constexpr std::string_view kAttemptColumns =
+    "id, job_id, number, node_id, gpu_uuids, state, exit_code, reason, created_ms, started_ms, "
+    "finished_ms";
+
+Result<Attempt> ReadAttempt(const Query& q) {
+  Attempt a;
+  a.id = q.Text(0);
+  std::string row = RowName("attempts", a.id);
+  a.job_id = q.Int(1);
+  a.number = static_cast<int32_t>(q.Int(2));
+  a.node_id = q.Text(3);
+  GP_ASSIGN_OR_RETURN(a.gpu_uuids, DecodeColumn<std::vector<std::string>>(
+                                       q.Text(4), row + ": gpu_uuids", [](const json& j) {
+                                         return j.get<std::vector<std::string>>();
+                                       }));
+  auto state = ParseAttemptState(q.Text(5));
+  if (!state.ok()) return Status::Internal(row + ": state: " + state.status().message());
+  a.state = *state;
+  a.exit_code = q.OptInt32(6);
+  a.reason = q.Text(7);
+  a.created_ms = q.Int(8);
+  a.started_ms = q.Int(9);
+  a.finished_ms = q.Int(10);
+  return a;
+}
+
+constexpr std::string_view kNodeColumns =
+    "id, name, state, gpus, cpu_milli, memory_mib, driver_version, cuda_version, agent_version, "
+    "labels, registered_ms, last_seen_ms";
+
+Result<Node> ReadNode(const Query& q) {
+  Node n;
+  n.id = q.Text(0);
+  std::string row = RowName("nodes", n.id);
+  n.name = q.Text(1);
+  auto state = ParseNodeState(q.Text(2));
+  if (!state.ok()) return Status::Internal(row + ": state: " + state.status().message());
+  n.state = *state;
+  GP_ASSIGN_OR_RETURN(n.gpus,
+                      DecodeColumn<std::vector<GpuInfo>>(q.Text(3), row + ": gpus", GpusFromJson));
+  n.cpu_milli = q.Int(4);
+  n.memory_mib = q.Int(5);
+  n.driver_version = q.Text(6);
+  n.cuda_version = q.Text(7);
+  n.agent_version = q.Text(8);
+  using Labels = std::map<std::string, std::string>;
+  GP_ASSIGN_OR_RETURN(n.labels,
+                      DecodeColumn<Labels>(q.Text(9), row + ": labels",
+                                           [](const json& j) { return j.get<Labels>(); }));
+  n.registered_ms = q.Int(10);
+  n.last_seen_ms = q.Int(11);
+  return n;
+}
+
+template <typename T>
+using Reader = Result<T> (*)(const Query&);
+
+// Steps `q` to the end, decoding every row.
+template <typename T>
+Result<std::vector<T>> ReadAll(Query& q, Reader<T> read) {
+  std::vector<T> out;
+  while (true) {
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    GP_ASSIGN_OR_RETURN(T item, read(q));
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
+// Steps `q` once, decoding the row if there is one.
+template <typename T>
+Result<std::optional<T>> ReadOne(Query& q, Reader<T> read) {
+  GP_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<T>();
+  GP_ASSIGN_OR_RETURN(T item, read(q));
+  return std::optional<T>(std::move(item));
+}
+
+bool IsForeignKeyError(int extended) { return extended == SQLITE_CONSTRAINT_FOREIGNKEY; }
+
+class SqliteTx : public Tx {
+ public:
+  explicit SqliteTx(SqliteStore::Impl& impl) : impl_(impl) {}
+
+  // ---- jobs
+
+  Result<int64_t> InsertJob(const Job& job) override {
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("INSERT INTO jobs (owner, name, state, reason, exit_code, "
+                               "attempts, current_attempt, created_ms, updated_ms, "
+                               "started_ms, finished_ms, spec) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"));
+    BindJob(q, job);
+    GP_RETURN_IF_ERROR(q.Run());
+    return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_.db.get()));
+  }
+
+  Status UpdateJob(const Job& job) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("UPDATE jobs SET owner = ?1, name = ?2, state = ?3, "
+                                               "reason = ?4, exit_code = ?5, attempts = ?6, "
+                                               "current_attempt = ?7, created_ms = ?8, "
+                                               "updated_ms = ?9, started_ms = ?10, "
+                                               "finished_ms = ?11, spec = ?12 WHERE id = ?13"));
+    BindJob(q, job);
+    q.Bind(13, job.id);
+    GP_RETURN_IF_ERROR(q.Run());
+    if (sqlite3_changes(impl_.db.get()) == 0) {
+      return Status::NotFound("job " + std::to_string(job.id) + " does not exist");
+    }
+    return Status::Ok();
+  }
+
+  Result<std::optional<Job>> GetJob(int64_t id) override {
+    static const std::string sql =
+        "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id = ?1";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    q.Bind(1, id);
+    return ReadOne<Job>(q, ReadJob);
+  }
+
+  Result<std::vector<Job>> ListJobs(const JobQuery& jq) override {
+    if (jq.limit <= 0) return std::vector<Job>();
+    // The SQL text varies only with the shape of the query (owner or not, the
+    // number of states, the order), so the variants stay few and cached.
+    std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1";
+    int next = 2;
+    if (jq.owner) sql += " AND owner = ?" + std::to_string(next++);
+    if (!jq.states.empty()) {
+      sql += " AND state IN (";
+      for (size_t i = 0; i < jq.states.size(); ++i) {
+        if (i > 0) sql += ", ";
+        sql += "?" + std::to_string(next++);
+      }
+      sql += ")";
+    }
+    sql += jq.newest_first ? " ORDER BY id DESC" : " ORDER BY id";
+    sql += " LIMIT ?" + std::to_string(next);
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    int i = 1;
+    q.Bind(i++, jq.after_id);
+    if (jq.owner) q.Bind(i++, *jq.owner);
+    for (JobState s : jq.states) q.Bind(i++, JobStateName(s));
+    q.Bind(i, static_cast<int64_t>(jq.limit));
+    return ReadAll<Job>(q, ReadJob);
+  }
+
+  // ---- attempts
+
+  Status PutAttempt(const Attempt& a) override {
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("INSERT INTO attempts (id, job_id, number, node_id, gpu_uuids, "
+                               "state, exit_code, reason, created_ms, started_ms, finished_ms) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                               "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, "
+                               "number = excluded.number, node_id = excluded.node_id, "
+                               "gpu_uuids = excluded.gpu_uuids, state = excluded.state, "
+                               "exit_code = excluded.exit_code, reason = excluded.reason, "
+                               "created_ms = excluded.created_ms, "
+                               "started_ms = excluded.started_ms, "
+                               "finished_ms = excluded.finished_ms"));
+    q.Bind(1, a.id)
+        .Bind(2, a.job_id)
+        .Bind(3, static_cast<int64_t>(a.number))
+        .Bind(4, a.node_id)
+        .Bind(5, Dump(json(a.gpu_uuids)))
+        .Bind(6, AttemptStateName(a.state))
+        .Bind(7, a.exit_code)
+        .Bind(8, a.reason)
+        .Bind(9, a.created_ms)
+        .Bind(10, a.started_ms)
+        .Bind(11, a.finished_ms);
+    Status st = q.Run();
+    if (!st.ok() && IsForeignKeyError(q.extended_error())) {
+      return Status::NotFound("attempt " + a.id + ": job " + std::to_string(a.job_id) +
+                              " does not exist");
+    }
+    return st;
+  }
+
+  Result<std::optional<Attempt>> GetAttempt(const std::string& id) override {
+    static const std::string sql =
+        "SELECT " + std::string(kAttemptColumns) + " FROM attempts WHERE id = ?1";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    q.Bind(1, id);
+    return ReadOne<Attempt>(q, ReadAttempt);
+  }
+
+  Result<std::vector<Attempt>> ListAttempts(const AttemptQuery& aq) override {
+    std::string sql = "SELECT " + std::string(kAttemptColumns) + " FROM attempts WHERE 1";
+    int next = 1;
+    if (aq.job_id) sql += " AND job_id = ?" + std::to_string(next++);
+    if (aq.node_id) sql += " AND node_id = ?" + std::to_string(next++);
+    if (aq.live_only) {
+      sql += " AND state IN (?" + std::to_string(next) + ", ?" + std::to_string(next + 1) + ")";
+    }
+    sql += " ORDER BY job_id, number";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    int i = 1;
+    if (aq.job_id) q.Bind(i++, *aq.job_id);
+    if (aq.node_id) q.Bind(i++, *aq.node_id);
+    if (aq.live_only) {
+      q.Bind(i, AttemptStateName(AttemptState::kScheduled));
+      q.Bind(i + 1, AttemptStateName(AttemptState::kRunning));
+    }
+    return ReadAll<Attempt>(q, ReadAttempt);
+  }
+
+  // ---- nodes
+
+  Status PutNode(const Node& n) override {
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("INSERT INTO nodes (id, name, state, gpus, cpu_milli, memory_mib, "
+                               "driver_version, cuda_version, agent_version, labels, "
+                               "registered_ms, last_seen_ms) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
+                               "ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
+                               "state = excluded.state, gpus = excluded.gpus, "
+                               "cpu_milli = excluded.cpu_milli, memory_mib = excluded.memory_mib, "
+                               "driver_version = excluded.driver_version, "
+                               "cuda_version = excluded.cuda_version, "
+                               "agent_version = excluded.agent_version, labels = excluded.labels, "
+                               "registered_ms = excluded.registered_ms, "
+                               "last_seen_ms = excluded.last_seen_ms"));
+    q.Bind(1, n.id)
+        .Bind(2, n.name)
+        .Bind(3, NodeStateName(n.state))
+        .Bind(4, Dump(GpusToJson(n.gpus)))
+        .Bind(5, n.cpu_milli)
+        .Bind(6, n.memory_mib)
+        .Bind(7, n.driver_version)
+        .Bind(8, n.cuda_version)
+        .Bind(9, n.agent_version)
+        .Bind(10, Dump(json(n.labels)))
+        .Bind(11, n.registered_ms)
+        .Bind(12, n.last_seen_ms);
+    Status st = q.Run();
+    // The id conflict is resolved by the upsert, so a unique violation can
+    // only be the name.
+    if (!st.ok() && q.extended_error() == SQLITE_CONSTRAINT_UNIQUE) {
+      return Status::AlreadyExists("node name \"" + n.name + "\" is already used by another node");
+    }
+    return st;
+  }
+
+  Result<std::optional<Node>> GetNode(const std::string& id) override {
+    static const std::string sql =
+        "SELECT " + std::string(kNodeColumns) + " FROM nodes WHERE id = ?1";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    q.Bind(1, id);
+    return ReadOne<Node>(q, ReadNode);
+  }
+
+  Result<std::optional<Node>> GetNodeByName(const std::string& name) override {
+    static const std::string sql =
+        "SELECT " + std::string(kNodeColumns) + " FROM nodes WHERE name = ?1";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    q.Bind(1, name);
+    return ReadOne<Node>(q, ReadNode);
+  }
+
+  Result<std::vector<Node>> ListNodes() override {
+    static const std::string sql =
+        "SELECT " + std::string(kNodeColumns) + " FROM nodes ORDER BY name";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    return ReadAll<Node>(q, ReadNode);
+  }
+
+  // ---- logs
+
+  Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) override {
+    for (const LogLine& l : lines) {
+      GP_ASSIGN_OR_RETURN(Query q,
+                          impl_.Prepare("INSERT INTO logs (job_id, attempt_id, \"offset\", "
+                                        "stream, ts_ms, text) "
+                                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+                                        "ON CONFLICT (attempt_id, \"offset\") DO NOTHING"));
+      q.Bind(1, job_id).Bind(2, l.attempt_id).Bind(3, l.offset).Bind(4, l.stream).Bind(5, l.ts_ms);
+      q.Bind(6, l.text);
+      Status st = q.Run();
+      if (!st.ok()) {
+        if (IsForeignKeyError(q.extended_error())) {
+          return Status::NotFound("log line of attempt " + l.attempt_id + ": job " +
+                                  std::to_string(job_id) + " does not exist");
+        }
+        return st;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor,
+                                        int32_t limit) override {
+    std::vector<LogLine> out;
+    if (limit <= 0) return out;
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT cursor, attempt_id, \"offset\", stream, "
+                                               "ts_ms, text FROM logs WHERE job_id = ?1 AND "
+                                               "cursor > ?2 ORDER BY cursor LIMIT ?3"));
+    q.Bind(1, job_id).Bind(2, after_cursor).Bind(3, static_cast<int64_t>(limit));
+    while (true) {
+      GP_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      LogLine l;
+      l.cursor = q.Int(0);
+      l.attempt_id = q.Text(1);
+      l.offset = q.Int(2);
+      l.stream = q.Text(3);
+      l.ts_ms = q.Int(4);
+      l.text = q.Text(5);
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+
+  Result<int64_t> LastLogOffset(const std::string& attempt_id) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT \"offset\" FROM logs WHERE attempt_id = ?1 "
+                                               "ORDER BY \"offset\" DESC LIMIT 1"));
+    q.Bind(1, attempt_id);
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    return row ? q.Int(0) : int64_t{-1};
+  }
+
+  // ---- outbox
+
+  Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,
+                             const std::string& body) override {
+    int64_t seq = 0;
+    {
+      GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT INTO outbox_seq (node_id, last_seq) "
+                                                 "VALUES (?1, 1) ON CONFLICT (node_id) DO UPDATE "
+                                                 "SET last_seq = last_seq + 1 RETURNING last_seq"));
+      q.Bind(1, node_id);
+      GP_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) return Status::Internal("sqlite: outbox_seq: no seq returned");
+      seq = q.Int(0);
+      // Finish the statement so its effect is complete before the next one.
+      GP_ASSIGN_OR_RETURN(bool more, q.Step());
+      (void)more;
+    }
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT INTO outbox (node_id, seq, type, body) "
+                                               "VALUES (?1, ?2, ?3, ?4)"));
+    q.Bind(1, node_id).Bind(2, seq).Bind(3, type).Bind(4, body);
+    GP_RETURN_IF_ERROR(q.Run());
+    return seq;
+  }
+
+  Result<std::vector<OutboxMessage>> ListOutbox(const std::string& node_id,
+                                                int64_t after_seq) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT seq, type, body FROM outbox WHERE "
+                                               "node_id = ?1 AND seq > ?2 ORDER BY seq"));
+    q.Bind(1, node_id).Bind(2, after_seq);
+    std::vector<OutboxMessage> out;
+    while (true) {
+      GP_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      out.push_back(OutboxMessage{node_id, q.Int(0), q.Text(1), q.Text(2)});
+    }
+    return out;
+  }
+
+  Status AckOutbox(const std::string& node_id, int64_t upto_seq) override {
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("DELETE FROM outbox WHERE node_id = ?1 AND seq <= ?2"));
+    q.Bind(1, node_id).Bind(2, upto_seq);
+    return q.Run();
+  }
+
+  // ---- meta
+
+  Result<std::optional<std::string>> GetMeta(const std::string& key) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT value FROM meta WHERE key = ?1"));
+    q.Bind(1, key);
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return std::optional<std::string>();
+    return std::optional<std::string>(q.Text(0));
+  }
+
+  Status PutMeta(const std::string& key, const std::string& value) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT INTO meta (key, value) VALUES (?1, ?2) "
+                                               "ON CONFLICT (key) DO UPDATE SET value = "
+                                               "excluded.value"));
+    q.Bind(1, key).Bind(2, value);
+    return q.Run();
+  }
+
+  // ---- tokens
+
+  Status PutToken(const TokenRecord& t) override {
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("INSERT INTO tokens (hash, subject, role, created_ms, expires_ms, "
+                               "revoked) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+                               "ON CONFLICT (hash) DO UPDATE SET subject = excluded.subject, "
+                               "role = excluded.role, created_ms = excluded.created_ms, "
+                               "expires_ms = excluded.expires_ms, revoked = excluded.revoked"));
+    q.Bind(1, t.hash)
+        .Bind(2, t.subject)
+        .Bind(3, t.role)
+        .Bind(4, t.created_ms)
+        .Bind(5, t.expires_ms)
+        .Bind(6, int64_t{t.revoked ? 1 : 0});
+    return q.Run();
+  }
+
+  Result<std::optional<TokenRecord>> GetToken(const std::string& hash) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT hash, subject, role, created_ms, "
+                                               "expires_ms, revoked FROM tokens WHERE hash = ?1"));
+    q.Bind(1, hash);
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return std::optional<TokenRecord>();
+    return std::optional<TokenRecord>(
+        TokenRecord{q.Text(0), q.Text(1), q.Text(2), q.Int(3), q.Int(4), q.Int(5) != 0});
+  }
+
+ private:
+  // Binds parameters 1..12 of the INSERT and UPDATE statements.
+  static void BindJob(Query& q, const Job& job) {
+    q.Bind(1, job.owner)
+        .Bind(2, job.spec.name)
+        .Bind(3, JobStateName(job.state))
+        .Bind(4, job.reason)
+        .Bind(5, job.exit_code)
+        .Bind(6, static_cast<int64_t>(job.attempts))
+        .Bind(7, job.current_attempt)
+        .Bind(8, job.created_ms)
+        .Bind(9, job.updated_ms)
+        .Bind(10, job.started_ms)
+        .Bind(11, job.finished_ms)
+        .Bind(12, Dump(JobSpecToJson(job.spec)));
+  }
+
+  SqliteStore::Impl& impl_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+SqliteStore::SqliteStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SqliteStore::~SqliteStore() = default;
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
+                                                       const SqliteOptions& options) {
+  const bool in_memory = path == ":memory:";
+  if (!in_memory) {
+    std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(parent, ec);
+      if (ec) {
+        return Status::Unavailable("cannot create directory " + parent.string() + ": " +
+                                   ec.message());
+      }
+    }
+  }
+
+  auto impl = std::make_unique<Impl>();
+  sqlite3* raw = nullptr;
+  int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  impl->db.reset(raw);  // closed on every path, even when the open failed
+  if (rc != SQLITE_OK) return SqliteError(raw, rc, "open " + path);
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, options.busy_timeout_ms);
+
+  std::string what = "configuring " + path;
+  if (!in_memory) {
+    GP_ASSIGN_OR_RETURN(std::string mode, impl->PragmaText("PRAGMA journal_mode = WAL"));
+    if (mode != "wal") {
+      return Status::Internal("sqlite: " + path + ": cannot enable WAL mode (journal_mode is " +
+                              mode + ")");
+    }
+  }
+  GP_RETURN_IF_ERROR(impl->ExecScript(
+      options.fsync_every_commit ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+      what));
+  GP_RETURN_IF_ERROR(impl->ExecScript("PRAGMA foreign_keys = ON", what));
+  GP_RETURN_IF_ERROR(impl->ExecScript("PRAGMA temp_store = MEMORY", what));
+  // Truncate the WAL back to 64 MiB after a checkpoint following a burst.
+  GP_RETURN_IF_ERROR(impl->ExecScript("PRAGMA journal_size_limit = 67108864", what));
+  GP_RETURN_IF_ERROR(impl->Migrate().WithContext(path));
+  return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(impl)));
+}
+
+Status SqliteStore::Transact(const std::function<Status(Tx&)>& fn) {
+  if (impl_->in_tx) {
+    return Status::FailedPrecondition(
+        "Store::Transact called inside another transaction (nested transactions are not "
+        "supported)");
+  }
+  GP_RETURN_IF_ERROR(impl_->Run("BEGIN IMMEDIATE"));
+  impl_->in_tx = true;
+  SqliteTx tx(*impl_);
+  Status st;
+  try {
+    st = fn(tx);
+  } catch (...) {
+    impl_->in_tx = false;
+    (void)impl_->RollbackIfActive();
+    throw;
+  }
+  impl_->in_tx = false;
+  if (!st.ok()) {
+    Status rb = impl_->RollbackIfActive();
+    if (!rb.ok()) {
+      return Status::Internal("rollback failed (" + rb.message() + ") after: " + st.ToString());
+    }
+    return st;
+  }
+  Status commit = impl_->Run("COMMIT");
+  if (!commit.ok()) {
+    (void)impl_->RollbackIfActive();
+    return commit.WithContext("commit");
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpupool

@@ -1,0 +1,874 @@
+#include "store/store_conformance.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace gpupool {
+
+std::string StoreBackendName(const ::testing::TestParamInfo<StoreBackend>& info) {
+  return info.param.name;
+}
+
+void StoreConformanceTest::SetUp() {
+  std::string tmpl = ::testing::TempDir() + "gpupool-store-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr) << "mkdtemp " << tmpl;
+  dir_ = tmpl;
+  auto s = GetParam().open(dir_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  store_ = std::move(s).value();
+}
+
+void StoreConformanceTest::TearDown() {
+  store_.reset();
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+}
+
+void StoreConformanceTest::Reopen() {
+  store_.reset();
+  auto s = GetParam().open(dir_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  store_ = std::move(s).value();
+}
+
+namespace {
+
+// ---- helpers
+
+const Status& StatusOf(const Status& s) { return s; }
+template <typename T>
+const Status& StatusOf(const Result<T>& r) {
+  return r.status();
+}
+
+#define CONF_EXPECT_OK(expr)                                             \
+  do {                                                                   \
+    const auto& conf_v_ = (expr);                                        \
+    EXPECT_TRUE(StatusOf(conf_v_).ok()) << StatusOf(conf_v_).ToString(); \
+  } while (0)
+
+#define CONF_ASSERT_OK(expr)                                             \
+  do {                                                                   \
+    const auto& conf_v_ = (expr);                                        \
+    ASSERT_TRUE(StatusOf(conf_v_).ok()) << StatusOf(conf_v_).ToString(); \
+  } while (0)
+
+#define CONF_ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  CONF_ASSERT_OK_AND_ASSIGN_IMPL_(GP_CONCAT_(conf_r_, __LINE__), lhs, expr)
+#define CONF_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                    \
+  ASSERT_TRUE(tmp.ok()) << tmp.status().ToString();     \
+  lhs = std::move(tmp).value()
+
+template <typename T>
+struct IsResult : std::false_type {};
+template <typename T>
+struct IsResult<Result<T>> : std::true_type {};
+
+// Runs `fn(tx)` in its own transaction and returns its result: a Result<T>
+// for functions returning one (committed when OK), a Status otherwise.
+template <typename F>
+auto InTx(Store& store, F&& fn) {
+  using R = std::invoke_result_t<F&, Tx&>;
+  if constexpr (IsResult<R>::value) {
+    std::optional<R> out;
+    Status st = store.Transact([&](Tx& tx) {
+      out.emplace(fn(tx));
+      return out->ok() ? Status::Ok() : out->status();
+    });
+    if (!st.ok()) return R(st);
+    return std::move(*out);
+  } else {
+    return store.Transact([&](Tx& tx) { return fn(tx); });
+  }
+}
+
+JobSpec RunSpec() {
+  JobSpec s;
+  s.name = "train-1";
+  s.run = "python train.py --epochs 3 && echo 'done'";
+  s.env = {{"A", "1"}, {"DATA_DIR", "/data/x y"}, {"UNICODE", "h\xC3\xA9llo"}};
+  s.resources.gpus = 2;
+  s.resources.gpu_memory_mib = 24 * 1024;
+  s.resources.gpu_models = {"A100", "H100"};
+  s.resources.cpu_milli = 4500;
+  s.resources.memory_mib = 64 * 1024;
+  s.max_runtime_ms = 2 * 3600 * 1000;
+  return s;
+}
+
+JobSpec CommandSpec() {
+  JobSpec s;
+  s.name = "eval";
+  s.command = {"python", "-c", "print('hi')", ""};
+  s.resources.cpu_milli = 500;
+  s.resources.memory_mib = 1024;
+  return s;
+}
+
+Job MakeJob(std::string owner, JobSpec spec, JobState state = JobState::kPending) {
+  Job j;
+  j.owner = std::move(owner);
+  j.spec = std::move(spec);
+  j.state = state;
+  j.created_ms = 1'700'000'000'000;
+  j.updated_ms = 1'700'000'000'500;
+  return j;
+}
+
+Attempt MakeAttempt(int64_t job_id, int32_t number, std::string node_id, AttemptState state) {
+  Attempt a;
+  a.id = MakeAttemptId(job_id, number);
+  a.job_id = job_id;
+  a.number = number;
+  a.node_id = std::move(node_id);
+  a.state = state;
+  a.created_ms = 1000 + number;
+  return a;
+}
+
+Node MakeNode(std::string id, std::string name) {
+  Node n;
+  n.id = std::move(id);
+  n.name = std::move(name);
+  n.state = NodeState::kReady;
+  n.cpu_milli = 16000;
+  n.memory_mib = 128 * 1024;
+  n.driver_version = "550.54.15";
+  n.cuda_version = "12.4";
+  n.agent_version = "0.1.0";
+  n.registered_ms = 5;
+  n.last_seen_ms = 6;
+  return n;
+}
+
+LogLine Line(std::string attempt_id, int64_t offset, std::string text,
+             std::string stream = "stdout") {
+  LogLine l;
+  l.attempt_id = std::move(attempt_id);
+  l.offset = offset;
+  l.stream = std::move(stream);
+  l.ts_ms = 100 + offset;
+  l.text = std::move(text);
+  return l;
+}
+
+std::vector<int64_t> Ids(const std::vector<Job>& jobs) {
+  std::vector<int64_t> ids;
+  for (const Job& j : jobs) ids.push_back(j.id);
+  return ids;
+}
+
+std::vector<std::string> AttemptIds(const std::vector<Attempt>& as) {
+  std::vector<std::string> ids;
+  for (const Attempt& a : as) ids.push_back(a.id);
+  return ids;
+}
+
+// Query builders (designated initializers trip -Wmissing-field-initializers).
+struct JQ {
+  JobQuery q;
+  JQ& Owner(std::string o) {
+    q.owner = std::move(o);
+    return *this;
+  }
+  JQ& States(std::vector<JobState> s) {
+    q.states = std::move(s);
+    return *this;
+  }
+  JQ& After(int64_t id) {
+    q.after_id = id;
+    return *this;
+  }
+  JQ& Limit(int32_t n) {
+    q.limit = n;
+    return *this;
+  }
+  JQ& NewestFirst() {
+    q.newest_first = true;
+    return *this;
+  }
+  operator JobQuery() const { return q; }  // NOLINT: implicit by design
+};
+
+struct AQ {
+  AttemptQuery q;
+  AQ& Job(int64_t id) {
+    q.job_id = id;
+    return *this;
+  }
+  AQ& Node(std::string id) {
+    q.node_id = std::move(id);
+    return *this;
+  }
+  AQ& LiveOnly() {
+    q.live_only = true;
+    return *this;
+  }
+  operator AttemptQuery() const { return q; }  // NOLINT: implicit by design
+};
+
+// Inserts `job` in its own transaction and returns it with its id.
+Result<Job> Insert(Store& store, Job job) {
+  auto id = InTx(store, [&](Tx& tx) { return tx.InsertJob(job); });
+  if (!id.ok()) return id.status();
+  job.id = *id;
+  return job;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Jobs
+
+TEST_P(StoreConformanceTest, InsertJobAssignsAscendingIdsFromOne) {
+  std::vector<int64_t> ids;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    for (int i = 0; i < 3; ++i) {
+      Job j = MakeJob("alice", RunSpec());
+      j.id = 77;  // ignored: the store assigns ids
+      GP_ASSIGN_OR_RETURN(int64_t id, tx.InsertJob(j));
+      ids.push_back(id);
+    }
+    return Status::Ok();
+  }));
+  CONF_ASSERT_OK_AND_ASSIGN(Job fourth, Insert(store(), MakeJob("bob", CommandSpec())));
+  ids.push_back(fourth.id);
+  EXPECT_EQ(ids, (std::vector<int64_t>{1, 2, 3, 4}));
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [](Tx& tx) { return tx.GetJob(1); }));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->id, 1);
+  CONF_ASSERT_OK_AND_ASSIGN(auto none, InTx(store(), [](Tx& tx) { return tx.GetJob(77); }));
+  EXPECT_FALSE(none.has_value());
+}
+
+TEST_P(StoreConformanceTest, JobRoundTripsEveryField) {
+  Job a = MakeJob("alice", RunSpec(), JobState::kSucceeded);
+  a.reason = "exited with code 0";
+  a.exit_code = 0;
+  a.attempts = 2;
+  a.started_ms = 1'700'000'001'000;
+  a.finished_ms = 1'700'000'009'000;
+  Job b = MakeJob("bob@example.org", CommandSpec(), JobState::kRunning);
+  b.reason = "";
+  b.exit_code = std::nullopt;
+  b.attempts = 1;
+  b.current_attempt = "2.1";
+  b.started_ms = 42;
+  Job c = MakeJob("carol", RunSpec(), JobState::kFailed);
+  c.exit_code = -9;
+  c.reason = "killed: \"OOM\"\nsecond line";
+  std::vector<Job> jobs;
+  for (Job j : {a, b, c}) {
+    CONF_ASSERT_OK_AND_ASSIGN(Job stored, Insert(store(), j));
+    jobs.push_back(stored);
+  }
+  auto check = [&] {
+    for (const Job& want : jobs) {
+      CONF_ASSERT_OK_AND_ASSIGN(auto got,
+                                InTx(store(), [&](Tx& tx) { return tx.GetJob(want.id); }));
+      ASSERT_TRUE(got.has_value()) << want.id;
+      EXPECT_EQ(*got, want) << "job " << want.id;
+    }
+    CONF_ASSERT_OK_AND_ASSIGN(auto listed,
+                              InTx(store(), [](Tx& tx) { return tx.ListJobs(JobQuery{}); }));
+    EXPECT_EQ(listed, jobs);
+  };
+  check();
+  Reopen();
+  check();
+}
+
+TEST_P(StoreConformanceTest, UpdateJobReplacesEveryField) {
+  Job a = MakeJob("alice", RunSpec(), JobState::kFailed);
+  a.exit_code = 3;
+  CONF_ASSERT_OK_AND_ASSIGN(a, Insert(store(), a));
+  CONF_ASSERT_OK_AND_ASSIGN(Job other, Insert(store(), MakeJob("bob", RunSpec())));
+
+  Job changed = a;
+  changed.owner = "alice2";
+  changed.spec = CommandSpec();
+  changed.state = JobState::kPending;
+  changed.reason = "requeued";
+  changed.exit_code = std::nullopt;
+  changed.attempts = 5;
+  changed.current_attempt = "1.5";
+  changed.created_ms = 1;
+  changed.updated_ms = 2;
+  changed.started_ms = 3;
+  changed.finished_ms = 4;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.UpdateJob(changed); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [&](Tx& tx) { return tx.GetJob(a.id); }));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, changed);
+  // The other job is untouched.
+  CONF_ASSERT_OK_AND_ASSIGN(auto got_other,
+                            InTx(store(), [&](Tx& tx) { return tx.GetJob(other.id); }));
+  ASSERT_TRUE(got_other.has_value());
+  EXPECT_EQ(*got_other, other);
+
+  changed.exit_code = 0;
+  changed.state = JobState::kSucceeded;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.UpdateJob(changed); }));
+  CONF_ASSERT_OK_AND_ASSIGN(got, InTx(store(), [&](Tx& tx) { return tx.GetJob(a.id); }));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->exit_code, std::optional<int32_t>(0));
+}
+
+TEST_P(StoreConformanceTest, UpdateMissingJobIsNotFound) {
+  Job ghost = MakeJob("alice", RunSpec());
+  ghost.id = 12345;
+  Status st = InTx(store(), [&](Tx& tx) { return tx.UpdateJob(ghost); });
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+  CONF_ASSERT_OK_AND_ASSIGN(auto listed,
+                            InTx(store(), [](Tx& tx) { return tx.ListJobs(JobQuery{}); }));
+  EXPECT_TRUE(listed.empty());
+}
+
+TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
+  std::vector<Job> all;
+  for (int i = 0; i < 12; ++i) {
+    JobState state = kAllJobStates[i % std::size(kAllJobStates)];
+    CONF_ASSERT_OK_AND_ASSIGN(
+        Job j, Insert(store(), MakeJob(i % 3 == 0 ? "bob" : "alice", RunSpec(), state)));
+    all.push_back(j);
+  }
+  auto expect = [&](const JobQuery& q) {
+    std::vector<int64_t> want;
+    for (const Job& j : all) {
+      if (j.id <= q.after_id) continue;
+      if (q.owner && j.owner != *q.owner) continue;
+      if (!q.states.empty() &&
+          std::find(q.states.begin(), q.states.end(), j.state) == q.states.end()) {
+        continue;
+      }
+      want.push_back(j.id);
+    }
+    if (q.newest_first) std::reverse(want.begin(), want.end());
+    if (want.size() > static_cast<size_t>(q.limit)) want.resize(static_cast<size_t>(q.limit));
+    return want;
+  };
+  auto list = [&](const JobQuery& q) -> std::vector<int64_t> {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.ListJobs(q); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? Ids(*r) : std::vector<int64_t>{};
+  };
+
+  std::vector<JobQuery> queries;
+  queries.push_back({});
+  queries.push_back(JQ().Owner("alice"));
+  queries.push_back(JQ().Owner("bob"));
+  queries.push_back(JQ().Owner("nobody"));
+  queries.push_back(JQ().States({JobState::kPending}));
+  queries.push_back(JQ().States({JobState::kRunning, JobState::kFailed}));
+  queries.push_back(
+      JQ().States({JobState::kCancelled, JobState::kScheduled, JobState::kSucceeded}));
+  queries.push_back(JQ().Owner("alice").States({JobState::kPending, JobState::kRunning}));
+  queries.push_back(JQ().After(4));
+  queries.push_back(JQ().After(12));
+  queries.push_back(JQ().Limit(3));
+  queries.push_back(JQ().Owner("alice").After(5).Limit(2));
+  queries.push_back(JQ().NewestFirst());
+  queries.push_back(JQ().Limit(3).NewestFirst());
+  queries.push_back(JQ().Owner("bob").NewestFirst());
+  queries.push_back(JQ().States({JobState::kPending, JobState::kFailed}).Limit(1).NewestFirst());
+  queries.push_back(JQ().After(6).Limit(2).NewestFirst());
+  for (size_t i = 0; i < queries.size(); ++i) {
+    EXPECT_EQ(list(queries[i]), expect(queries[i])) << "query #" << i;
+  }
+
+  // Paging with after_id visits every job exactly once, in order.
+  std::vector<int64_t> paged;
+  JobQuery page = JQ().Limit(5);
+  while (true) {
+    std::vector<int64_t> ids = list(page);
+    if (ids.empty()) break;
+    paged.insert(paged.end(), ids.begin(), ids.end());
+    page.after_id = ids.back();
+  }
+  EXPECT_EQ(paged, expect(JobQuery{}));
+
+  // Listed jobs are complete, not just ids.
+  CONF_ASSERT_OK_AND_ASSIGN(auto listed,
+                            InTx(store(), [](Tx& tx) { return tx.ListJobs(JQ().Owner("bob")); }));
+  ASSERT_FALSE(listed.empty());
+  EXPECT_EQ(listed[0], all[0]);
+}
+
+TEST_P(StoreConformanceTest, TransactionReadsItsOwnWrites) {
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(int64_t id, tx.InsertJob(MakeJob("alice", RunSpec())));
+    GP_ASSIGN_OR_RETURN(auto got, tx.GetJob(id));
+    EXPECT_TRUE(got.has_value());
+    GP_ASSIGN_OR_RETURN(auto listed, tx.ListJobs(JQ().Owner("alice")));
+    EXPECT_EQ(listed.size(), 1u);
+    GP_RETURN_IF_ERROR(tx.PutMeta("k", "v"));
+    GP_ASSIGN_OR_RETURN(auto meta, tx.GetMeta("k"));
+    EXPECT_EQ(meta, std::optional<std::string>("v"));
+    return Status::Ok();
+  }));
+}
+
+// ---------------------------------------------------------------------------
+// Attempts
+
+TEST_P(StoreConformanceTest, AttemptsPutGetListAndReplace) {
+  for (int i = 0; i < 3; ++i) {
+    CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  }
+  Attempt a11 = MakeAttempt(1, 1, "n-a", AttemptState::kFailed);
+  a11.exit_code = 1;
+  a11.reason = "exit 1";
+  a11.gpu_uuids = {"GPU-1"};
+  a11.started_ms = 7;
+  a11.finished_ms = 8;
+  Attempt a12 = MakeAttempt(1, 2, "n-b", AttemptState::kRunning);
+  a12.gpu_uuids = {"GPU-2", "GPU-3"};
+  a12.started_ms = 9;
+  Attempt a21 = MakeAttempt(2, 1, "n-a", AttemptState::kScheduled);
+  Attempt a32 = MakeAttempt(3, 2, "n-b", AttemptState::kLost);
+  a32.exit_code = 0;
+  Attempt a310 = MakeAttempt(3, 10, "n-a", AttemptState::kSucceeded);
+  a310.exit_code = 0;
+  // Inserted out of order: listing orders by job id, then number (10 after 2).
+  for (const Attempt& a : {a310, a21, a12, a32, a11}) {
+    CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutAttempt(a); }));
+  }
+  for (const Attempt& want : {a11, a12, a21, a32, a310}) {
+    CONF_ASSERT_OK_AND_ASSIGN(auto got,
+                              InTx(store(), [&](Tx& tx) { return tx.GetAttempt(want.id); }));
+    ASSERT_TRUE(got.has_value()) << want.id;
+    EXPECT_EQ(*got, want) << want.id;
+  }
+  CONF_ASSERT_OK_AND_ASSIGN(auto missing,
+                            InTx(store(), [](Tx& tx) { return tx.GetAttempt("9.9"); }));
+  EXPECT_FALSE(missing.has_value());
+
+  auto list = [&](const AttemptQuery& q) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.ListAttempts(q); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? AttemptIds(*r) : std::vector<std::string>{};
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(list({}), (V{"1.1", "1.2", "2.1", "3.2", "3.10"}));
+  EXPECT_EQ(list(AQ().Job(1)), (V{"1.1", "1.2"}));
+  EXPECT_EQ(list(AQ().Job(3)), (V{"3.2", "3.10"}));
+  EXPECT_EQ(list(AQ().Job(99)), V{});
+  EXPECT_EQ(list(AQ().Node("n-a")), (V{"1.1", "2.1", "3.10"}));
+  EXPECT_EQ(list(AQ().LiveOnly()), (V{"1.2", "2.1"}));
+  EXPECT_EQ(list(AQ().Node("n-a").LiveOnly()), (V{"2.1"}));
+  EXPECT_EQ(list(AQ().Job(1).LiveOnly()), (V{"1.2"}));
+  EXPECT_EQ(list(AQ().Job(1).Node("n-a")), (V{"1.1"}));
+  CONF_ASSERT_OK_AND_ASSIGN(auto full,
+                            InTx(store(), [](Tx& tx) { return tx.ListAttempts(AQ().Job(1)); }));
+  EXPECT_EQ(full, (std::vector<Attempt>{a11, a12}));
+
+  // Put with an existing id replaces the attempt.
+  a12.state = AttemptState::kSucceeded;
+  a12.exit_code = 0;
+  a12.finished_ms = 99;
+  a12.gpu_uuids.clear();
+  a12.reason = "done";
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutAttempt(a12); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [&](Tx& tx) { return tx.GetAttempt("1.2"); }));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, a12);
+  EXPECT_EQ(list(AQ().LiveOnly()), (V{"2.1"}));
+  EXPECT_EQ(list({}).size(), 5u);
+}
+
+TEST_P(StoreConformanceTest, AttemptOfMissingJobIsNotFound) {
+  Attempt a = MakeAttempt(42, 1, "n-a", AttemptState::kScheduled);
+  Status st = InTx(store(), [&](Tx& tx) { return tx.PutAttempt(a); });
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+}
+
+// ---------------------------------------------------------------------------
+// Nodes
+
+TEST_P(StoreConformanceTest, NodesPutGetByNameListAndReplace) {
+  Node a = MakeNode("n-2", "alpha");
+  a.gpus = {GpuInfo{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false},
+            GpuInfo{1, "GPU-SIM-bbb", "NVIDIA T4", 15360, 7, 5, true}};
+  a.labels = {{"zone", "eu-1"}, {"owner", "lab \"x\""}};
+  Node b = MakeNode("n-1", "beta");
+  b.state = NodeState::kOffline;
+  b.driver_version = "";
+  Node c = MakeNode("n-3", "gamma");
+  c.state = NodeState::kLost;
+  for (const Node& n : {c, b, a}) {
+    CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutNode(n); }));
+  }
+  for (const Node& want : {a, b, c}) {
+    CONF_ASSERT_OK_AND_ASSIGN(auto by_id,
+                              InTx(store(), [&](Tx& tx) { return tx.GetNode(want.id); }));
+    ASSERT_TRUE(by_id.has_value()) << want.id;
+    EXPECT_EQ(*by_id, want);
+    CONF_ASSERT_OK_AND_ASSIGN(auto by_name,
+                              InTx(store(), [&](Tx& tx) { return tx.GetNodeByName(want.name); }));
+    ASSERT_TRUE(by_name.has_value()) << want.name;
+    EXPECT_EQ(*by_name, want);
+  }
+  CONF_ASSERT_OK_AND_ASSIGN(auto listed, InTx(store(), [](Tx& tx) { return tx.ListNodes(); }));
+  EXPECT_EQ(listed, (std::vector<Node>{a, b, c}));  // by name, not id
+
+  // Replace by id, including a rename that frees the old name.
+  a.name = "alpha2";
+  a.state = NodeState::kOffline;
+  a.gpus.pop_back();
+  a.labels.clear();
+  a.last_seen_ms = 1234;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutNode(a); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto old_name,
+                            InTx(store(), [](Tx& tx) { return tx.GetNodeByName("alpha"); }));
+  EXPECT_FALSE(old_name.has_value());
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [](Tx& tx) { return tx.GetNode("n-2"); }));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, a);
+  CONF_ASSERT_OK_AND_ASSIGN(auto none, InTx(store(), [](Tx& tx) { return tx.GetNode("n-9"); }));
+  EXPECT_FALSE(none.has_value());
+  // The freed name may be taken by another node.
+  CONF_EXPECT_OK(InTx(store(), [](Tx& tx) { return tx.PutNode(MakeNode("n-4", "alpha")); }));
+}
+
+TEST_P(StoreConformanceTest, DuplicateNodeNameIsAlreadyExists) {
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) { return tx.PutNode(MakeNode("n-1", "alpha")); }));
+  Status st = InTx(store(), [](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.PutMeta("written", "before"));
+    return tx.PutNode(MakeNode("n-2", "alpha"));
+  });
+  EXPECT_EQ(st.code(), StatusCode::kAlreadyExists) << st.ToString();
+  CONF_ASSERT_OK_AND_ASSIGN(auto n2, InTx(store(), [](Tx& tx) { return tx.GetNode("n-2"); }));
+  EXPECT_FALSE(n2.has_value());
+  CONF_ASSERT_OK_AND_ASSIGN(auto meta, InTx(store(), [](Tx& tx) { return tx.GetMeta("written"); }));
+  EXPECT_FALSE(meta.has_value());
+  CONF_ASSERT_OK_AND_ASSIGN(auto n1,
+                            InTx(store(), [](Tx& tx) { return tx.GetNodeByName("alpha"); }));
+  ASSERT_TRUE(n1.has_value());
+  EXPECT_EQ(n1->id, "n-1");
+}
+
+// ---------------------------------------------------------------------------
+// Logs
+
+TEST_P(StoreConformanceTest, LogsAppendDedupeReadAndEnd) {
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  const std::string unicode =
+      "\xC3\xBCn\xC3\xAF"
+      "code";  // 9 bytes, 7 characters
+  std::vector<LogLine> first = {Line("1.1", 0, "hello"), Line("1.1", 6, "world", "stderr"),
+                                Line("1.1", 12, unicode), Line("1.1", 6, "world again")};
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.AppendLogs(1, first));
+    GP_RETURN_IF_ERROR(tx.AppendLogs(2, {Line("2.1", 0, "other job")}));
+    // A resent batch: every line already stored is skipped.
+    GP_RETURN_IF_ERROR(tx.AppendLogs(1, {Line("1.1", 0, "HELLO"), Line("1.1", 22, "")}));
+    return tx.AppendLogs(1, {Line("1.2", 0, "second attempt"), Line("1.2", 15, "x")});
+  }));
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    return tx.AppendLogs(1, {Line("1.1", 6, "late duplicate"), Line("1.2", 100, "far"),
+                             Line("1.2", 50, "earlier offset, appended later")});
+  }));
+
+  std::vector<LogLine> want = {first[0],
+                               first[1],
+                               first[2],
+                               Line("1.1", 22, ""),
+                               Line("1.2", 0, "second attempt"),
+                               Line("1.2", 15, "x"),
+                               Line("1.2", 100, "far"),
+                               Line("1.2", 50, "earlier offset, appended later")};
+  CONF_ASSERT_OK_AND_ASSIGN(auto got,
+                            InTx(store(), [](Tx& tx) { return tx.ReadLogs(1, 0, 1000); }));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (i > 0) {
+      EXPECT_GT(got[i].cursor, got[i - 1].cursor);
+    }
+    EXPECT_GT(got[i].cursor, 0);
+    LogLine w = want[i];
+    w.cursor = got[i].cursor;
+    EXPECT_EQ(got[i], w) << "line " << i;
+  }
+
+  // Paging by cursor and limit yields the same lines.
+  std::vector<LogLine> paged;
+  int64_t cursor = 0;
+  while (true) {
+    CONF_ASSERT_OK_AND_ASSIGN(auto page,
+                              InTx(store(), [&](Tx& tx) { return tx.ReadLogs(1, cursor, 3); }));
+    EXPECT_LE(page.size(), 3u);
+    if (page.empty()) break;
+    paged.insert(paged.end(), page.begin(), page.end());
+    cursor = page.back().cursor;
+  }
+  EXPECT_EQ(paged, got);
+  CONF_ASSERT_OK_AND_ASSIGN(
+      auto tail, InTx(store(), [&](Tx& tx) { return tx.ReadLogs(1, got[5].cursor, 100); }));
+  EXPECT_EQ(tail, (std::vector<LogLine>{got[6], got[7]}));
+
+  CONF_ASSERT_OK_AND_ASSIGN(auto job2, InTx(store(), [](Tx& tx) { return tx.ReadLogs(2, 0, 10); }));
+  ASSERT_EQ(job2.size(), 1u);
+  EXPECT_EQ(job2[0].text, "other job");
+  CONF_ASSERT_OK_AND_ASSIGN(auto job3, InTx(store(), [](Tx& tx) { return tx.ReadLogs(3, 0, 10); }));
+  EXPECT_TRUE(job3.empty());
+
+  auto end = [&](const std::string& attempt) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.LastLogOffset(attempt); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.value_or(-1);
+  };
+  EXPECT_EQ(end("1.1"), 22);
+  EXPECT_EQ(end("1.2"), 100);  // highest offset, not last appended
+  EXPECT_EQ(end("2.1"), 0);
+  EXPECT_EQ(end("7.1"), -1);
+  CONF_ASSERT_OK(
+      InTx(store(), [&](Tx& tx) { return tx.AppendLogs(2, {Line("2.2", 40, unicode)}); }));
+  EXPECT_EQ(end("2.2"), 40);
+}
+
+TEST_P(StoreConformanceTest, LogsOfMissingJobAreNotFound) {
+  Status st = InTx(store(), [](Tx& tx) { return tx.AppendLogs(5, {Line("5.1", 0, "x")}); });
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+}
+
+// ---------------------------------------------------------------------------
+// Outbox
+
+TEST_P(StoreConformanceTest, OutboxSeqIsPerNodeGaplessAndNeverGoesBack) {
+  auto push = [&](const std::string& node, const std::string& body) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.PushOutbox(node, "assign", body); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.value_or(-1);
+  };
+  auto list = [&](const std::string& node, int64_t after) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.ListOutbox(node, after); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.value_or({});
+  };
+  EXPECT_EQ(push("n-1", R"({"a":1})"), 1);
+  EXPECT_EQ(push("n-1", R"({"a":2})"), 2);
+  EXPECT_EQ(push("n-2", R"({"b":1})"), 1);
+  EXPECT_EQ(push("n-1", R"({"a":3})"), 3);
+
+  using M = std::vector<OutboxMessage>;
+  EXPECT_EQ(list("n-1", 0), (M{{"n-1", 1, "assign", R"({"a":1})"},
+                               {"n-1", 2, "assign", R"({"a":2})"},
+                               {"n-1", 3, "assign", R"({"a":3})"}}));
+  EXPECT_EQ(list("n-1", 2), (M{{"n-1", 3, "assign", R"({"a":3})"}}));
+  EXPECT_EQ(list("n-2", 0), (M{{"n-2", 1, "assign", R"({"b":1})"}}));
+  EXPECT_EQ(list("n-9", 0), M{});
+
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) { return tx.AckOutbox("n-1", 2); }));
+  EXPECT_EQ(list("n-1", 0), (M{{"n-1", 3, "assign", R"({"a":3})"}}));
+  EXPECT_EQ(list("n-2", 0).size(), 1u);
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) { return tx.AckOutbox("n-1", 3); }));
+  EXPECT_EQ(list("n-1", 0), M{});
+  EXPECT_EQ(push("n-1", "{}"), 4);  // the counter survives an empty outbox
+
+  // A rolled back push leaves no gap.
+  Status st = InTx(store(), [](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(int64_t seq, tx.PushOutbox("n-1", "x", "{}"));
+    EXPECT_EQ(seq, 5);
+    return Status::Unavailable("abandon");
+  });
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(push("n-1", "{}"), 5);
+
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) { return tx.AckOutbox("n-1", 100); }));
+  Reopen();
+  EXPECT_EQ(push("n-1", "{}"), 6);
+  EXPECT_EQ(push("n-2", "{}"), 2);
+  EXPECT_EQ(list("n-1", 0), (M{{"n-1", 6, "assign", "{}"}}));
+}
+
+// ---------------------------------------------------------------------------
+// Meta and tokens
+
+TEST_P(StoreConformanceTest, MetaGetPutOverwrite) {
+  CONF_ASSERT_OK_AND_ASSIGN(auto none, InTx(store(), [](Tx& tx) { return tx.GetMeta("k"); }));
+  EXPECT_FALSE(none.has_value());
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.PutMeta("k", "v1"));
+    GP_RETURN_IF_ERROR(tx.PutMeta("empty", ""));
+    return tx.PutMeta("k", "v2");
+  }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto k, InTx(store(), [](Tx& tx) { return tx.GetMeta("k"); }));
+  EXPECT_EQ(k, std::optional<std::string>("v2"));
+  CONF_ASSERT_OK_AND_ASSIGN(auto empty, InTx(store(), [](Tx& tx) { return tx.GetMeta("empty"); }));
+  EXPECT_EQ(empty, std::optional<std::string>(""));
+}
+
+TEST_P(StoreConformanceTest, TokensPutGetRevoke) {
+  TokenRecord t{"ab12cd", "alice", "member", 10, 0, false};
+  TokenRecord u{"ef34", "agent-join", "agent-join", 11, 99999, false};
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.PutToken(t));
+    return tx.PutToken(u);
+  }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [](Tx& tx) { return tx.GetToken("ab12cd"); }));
+  EXPECT_EQ(got, std::optional<TokenRecord>(t));
+  t.revoked = true;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutToken(t); }));
+  CONF_ASSERT_OK_AND_ASSIGN(got, InTx(store(), [](Tx& tx) { return tx.GetToken("ab12cd"); }));
+  EXPECT_EQ(got, std::optional<TokenRecord>(t));
+  CONF_ASSERT_OK_AND_ASSIGN(got, InTx(store(), [](Tx& tx) { return tx.GetToken("ef34"); }));
+  EXPECT_EQ(got, std::optional<TokenRecord>(u));
+  CONF_ASSERT_OK_AND_ASSIGN(got, InTx(store(), [](Tx& tx) { return tx.GetToken("nope"); }));
+  EXPECT_FALSE(got.has_value());
+}
+
+// ---------------------------------------------------------------------------
+// Transactions
+
+TEST_P(StoreConformanceTest, ErrorRollsBackEverything) {
+  CONF_ASSERT_OK_AND_ASSIGN(Job kept, Insert(store(), MakeJob("alice", RunSpec())));
+  int64_t rolled_back_id = 0;
+  const Status boom = Status::FailedPrecondition("stop here");
+  Status st = store().Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(rolled_back_id, tx.InsertJob(MakeJob("bob", CommandSpec())));
+    Job upd = kept;
+    upd.state = JobState::kCancelled;
+    GP_RETURN_IF_ERROR(tx.UpdateJob(upd));
+    GP_RETURN_IF_ERROR(
+        tx.PutAttempt(MakeAttempt(rolled_back_id, 1, "n-1", AttemptState::kScheduled)));
+    GP_RETURN_IF_ERROR(tx.PutNode(MakeNode("n-1", "alpha")));
+    GP_RETURN_IF_ERROR(tx.AppendLogs(rolled_back_id, {Line("2.1", 0, "x")}));
+    GP_RETURN_IF_ERROR(tx.PushOutbox("n-1", "assign", "{}").status());
+    GP_RETURN_IF_ERROR(tx.PutMeta("k", "v"));
+    GP_RETURN_IF_ERROR(tx.PutToken(TokenRecord{"h", "bob", "admin", 1, 0, false}));
+    return boom;
+  });
+  EXPECT_EQ(st, boom);  // the callback's error, unchanged
+  EXPECT_GT(rolled_back_id, kept.id);
+
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto jobs, tx.ListJobs({}));
+    EXPECT_EQ(jobs, std::vector<Job>{kept});
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(rolled_back_id));
+    EXPECT_FALSE(job.has_value());
+    GP_ASSIGN_OR_RETURN(auto attempts, tx.ListAttempts({}));
+    EXPECT_TRUE(attempts.empty());
+    GP_ASSIGN_OR_RETURN(auto nodes, tx.ListNodes());
+    EXPECT_TRUE(nodes.empty());
+    GP_ASSIGN_OR_RETURN(auto logs, tx.ReadLogs(rolled_back_id, 0, 100));
+    EXPECT_TRUE(logs.empty());
+    GP_ASSIGN_OR_RETURN(auto end, tx.LastLogOffset("2.1"));
+    EXPECT_EQ(end, -1);
+    GP_ASSIGN_OR_RETURN(auto outbox, tx.ListOutbox("n-1", 0));
+    EXPECT_TRUE(outbox.empty());
+    GP_ASSIGN_OR_RETURN(auto meta, tx.GetMeta("k"));
+    EXPECT_FALSE(meta.has_value());
+    GP_ASSIGN_OR_RETURN(auto token, tx.GetToken("h"));
+    EXPECT_FALSE(token.has_value());
+    return Status::Ok();
+  }));
+
+  // The next id is still unique (a backend may or may not reuse the rolled
+  // back one, which nobody outside the transaction saw).
+  CONF_ASSERT_OK_AND_ASSIGN(Job next, Insert(store(), MakeJob("carol", RunSpec())));
+  EXPECT_GT(next.id, kept.id);
+  CONF_ASSERT_OK_AND_ASSIGN(auto jobs, InTx(store(), [](Tx& tx) { return tx.ListJobs({}); }));
+  EXPECT_EQ(Ids(jobs), (std::vector<int64_t>{kept.id, next.id}));
+}
+
+TEST_P(StoreConformanceTest, ExceptionRollsBackAndPropagates) {
+  EXPECT_THROW((void)store().Transact([](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.InsertJob(MakeJob("alice", RunSpec())).status());
+    throw std::runtime_error("callback bug");
+  }),
+               std::runtime_error);
+  CONF_ASSERT_OK_AND_ASSIGN(auto jobs, InTx(store(), [](Tx& tx) { return tx.ListJobs({}); }));
+  EXPECT_TRUE(jobs.empty());
+  CONF_EXPECT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+}
+
+TEST_P(StoreConformanceTest, NestedTransactIsFailedPrecondition) {
+  bool inner_ran = false;
+  Status inner;
+  CONF_ASSERT_OK(store().Transact([&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.PutMeta("outer", "1"));
+    inner = store().Transact([&](Tx&) {
+      inner_ran = true;
+      return Status::Ok();
+    });
+    return tx.PutMeta("outer2", "2");
+  }));
+  EXPECT_EQ(inner.code(), StatusCode::kFailedPrecondition) << inner.ToString();
+  EXPECT_FALSE(inner_ran);
+  CONF_ASSERT_OK_AND_ASSIGN(auto v, InTx(store(), [](Tx& tx) { return tx.GetMeta("outer2"); }));
+  EXPECT_EQ(v, std::optional<std::string>("2"));
+}
+
+TEST_P(StoreConformanceTest, ReopenSeesEverythingCommitted) {
+  Job job = MakeJob("alice", RunSpec(), JobState::kRunning);
+  job.exit_code = std::nullopt;
+  job.current_attempt = "1.1";
+  job.attempts = 1;
+  Attempt attempt = MakeAttempt(1, 1, "n-1", AttemptState::kRunning);
+  attempt.gpu_uuids = {"GPU-x"};
+  Node node = MakeNode("n-1", "alpha");
+  node.gpus = {GpuInfo{0, "GPU-x", "NVIDIA H100", 81920, 9, 0, false}};
+  node.labels = {{"k", "v"}};
+  TokenRecord token{"hash1", "alice", "admin", 1, 2, false};
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(job.id, tx.InsertJob(job));
+    GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+    GP_RETURN_IF_ERROR(tx.PutNode(node));
+    GP_RETURN_IF_ERROR(tx.AppendLogs(job.id, {Line("1.1", 0, "a"), Line("1.1", 2, "b")}));
+    GP_RETURN_IF_ERROR(tx.PushOutbox("n-1", "assign", "{}").status());
+    GP_RETURN_IF_ERROR(tx.PutMeta("k", "v"));
+    return tx.PutToken(token);
+  }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto logs_before,
+                            InTx(store(), [](Tx& tx) { return tx.ReadLogs(1, 0, 10); }));
+  ASSERT_EQ(logs_before.size(), 2u);
+
+  Reopen();
+
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto j, tx.GetJob(job.id));
+    EXPECT_EQ(j, std::optional<Job>(job));
+    GP_ASSIGN_OR_RETURN(auto a, tx.GetAttempt("1.1"));
+    EXPECT_EQ(a, std::optional<Attempt>(attempt));
+    GP_ASSIGN_OR_RETURN(auto n, tx.GetNodeByName("alpha"));
+    EXPECT_EQ(n, std::optional<Node>(node));
+    GP_ASSIGN_OR_RETURN(auto logs, tx.ReadLogs(job.id, 0, 10));
+    EXPECT_EQ(logs, logs_before);
+    GP_ASSIGN_OR_RETURN(auto end, tx.LastLogOffset("1.1"));
+    EXPECT_EQ(end, 2);  // the line stored at offset 2
+    GP_ASSIGN_OR_RETURN(auto outbox, tx.ListOutbox("n-1", 0));
+    EXPECT_EQ(outbox, (std::vector<OutboxMessage>{{"n-1", 1, "assign", "{}"}}));
+    GP_ASSIGN_OR_RETURN(auto meta, tx.GetMeta("k"));
+    EXPECT_EQ(meta, std::optional<std::string>("v"));
+    GP_ASSIGN_OR_RETURN(auto t, tx.GetToken("hash1"));
+    EXPECT_EQ(t, std::optional<TokenRecord>(token));
+    return Status::Ok();
+  }));
+
+  // Counters continue after a reopen: ids, log cursors, outbox seqs.
+  CONF_ASSERT_OK_AND_ASSIGN(Job next, Insert(store(), MakeJob("bob", CommandSpec())));
+  EXPECT_GT(next.id, job.id);
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) { return tx.AppendLogs(1, {Line("1.1", 4, "c")}); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto logs_after, InTx(store(), [&](Tx& tx) {
+                              return tx.ReadLogs(1, logs_before.back().cursor, 10);
+                            }));
+  ASSERT_EQ(logs_after.size(), 1u);
+  EXPECT_GT(logs_after[0].cursor, logs_before.back().cursor);
+  CONF_ASSERT_OK_AND_ASSIGN(
+      int64_t seq, InTx(store(), [](Tx& tx) { return tx.PushOutbox("n-1", "assign", "{}"); }));
+  EXPECT_EQ(seq, 2);
+}
+
+}  // namespace gpupool

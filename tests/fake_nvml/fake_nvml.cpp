@@ -1,0 +1,433 @@
+// A fake libnvidia-ml.so.1 for tests: the NVML C entry points gpupool uses,
+// serving devices described by a JSON file instead of real GPUs.
+//
+// The file is named by $FAKE_NVML_CONFIG and read again on every call, so a
+// test may rewrite it between reads. Without the variable nvmlInit fails with
+// NVML_ERROR_DRIVER_NOT_LOADED, as on a machine without a driver. Format:
+//
+//   {"driver_version": "550.54.15", "cuda_version": 12040, "init_error": 0,
+//    "missing": ["nvmlDeviceGetComputeRunningProcesses_v3"],  // -> error 13
+//    "errors": {"nvmlDeviceGetCount": 9},                     // forced codes
+//    "devices": [{"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-...",
+//                 "memory_total_mib": 81920, "memory_used_mib": 1024,
+//                 "cc": [8, 0], "utilization": 37, "temperature": 55,
+//                 "power_mw": 210000, "errors": {"nvmlDeviceGetTemperature": 3},
+//                 "processes": [{"pid": 1234, "used_mib": 1000}]}]}
+//
+// "missing" makes a function answer NVML_ERROR_FUNCTION_NOT_FOUND; truly
+// absent symbols come from building this file several times with the
+// FAKE_NVML_EXPORT_* switches (see CMakeLists.txt): "full", "v2" (no _v3),
+// "legacy" (plain names only, no compute capability, power or index) and
+// "broken" (no nvmlDeviceGetUUID).
+//
+// For tests, fakeNvmlCallCount(name) says how often an entry point was
+// called since fakeNvmlResetCallCounts() or since the library was loaded (it
+// may stay loaded after dlclose). All entry points are thread-safe.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu/nvml_api.h"
+
+#ifndef FAKE_NVML_EXPORT_V3
+#define FAKE_NVML_EXPORT_V3 1  // nvmlDeviceGetComputeRunningProcesses_v3
+#endif
+#ifndef FAKE_NVML_EXPORT_V2
+#define FAKE_NVML_EXPORT_V2 1  // the _v2 entry points
+#endif
+#ifndef FAKE_NVML_EXPORT_EXTRAS
+#define FAKE_NVML_EXPORT_EXTRAS 1  // compute capability, power, index
+#endif
+#ifndef FAKE_NVML_EXPORT_UUID
+#define FAKE_NVML_EXPORT_UUID 1
+#endif
+
+using namespace gpupool::nvml;
+
+namespace {
+
+constexpr unsigned long long kMiB = 1024ULL * 1024ULL;
+
+struct Process {
+  unsigned int pid = 0;
+  long long used_mib = -1;  // < 0: not available
+};
+
+struct Device {
+  std::string name;
+  std::string uuid;
+  unsigned long long total_mib = 0;
+  unsigned long long used_mib = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  unsigned int utilization = 0;
+  unsigned int temperature = 0;
+  unsigned int power_mw = 0;
+  std::vector<Process> processes;
+  std::map<std::string, int> errors;
+};
+
+struct Config {
+  std::string driver_version;
+  int cuda_version = 0;
+  int init_error = 0;
+  std::map<std::string, int> errors;  // includes "missing" as error 13
+  std::vector<Device> devices;
+};
+
+std::mutex mu;
+int init_count = 0;                     // guarded by mu
+std::map<std::string, int> call_count;  // guarded by mu
+
+std::map<std::string, int> ReadErrors(const nlohmann::json& j) {
+  std::map<std::string, int> errors;
+  if (j.contains("errors")) {
+    for (auto& [name, code] : j.at("errors").items()) errors[name] = code.get<int>();
+  }
+  return errors;
+}
+
+// The configuration, or an NVML error code when there is none.
+std::optional<Config> LoadConfig(nvmlReturn_t* error) {
+  const char* path = std::getenv("FAKE_NVML_CONFIG");
+  if (path == nullptr || *path == '\0') {
+    *error = NVML_ERROR_DRIVER_NOT_LOADED;
+    return std::nullopt;
+  }
+  try {
+    std::ifstream in(path);
+    if (!in) {
+      std::fprintf(stderr, "fake_nvml: cannot read %s\n", path);
+      *error = NVML_ERROR_DRIVER_NOT_LOADED;
+      return std::nullopt;
+    }
+    nlohmann::json j = nlohmann::json::parse(in);
+    Config c;
+    c.driver_version = j.value("driver_version", "");
+    c.cuda_version = j.value("cuda_version", 0);
+    c.init_error = j.value("init_error", 0);
+    c.errors = ReadErrors(j);
+    for (const auto& name : j.value("missing", nlohmann::json::array())) {
+      c.errors[name.get<std::string>()] = NVML_ERROR_FUNCTION_NOT_FOUND;
+    }
+    for (const auto& d : j.value("devices", nlohmann::json::array())) {
+      Device dev;
+      dev.name = d.value("name", "");
+      dev.uuid = d.value("uuid", "");
+      dev.total_mib = d.value("memory_total_mib", 0ULL);
+      dev.used_mib = d.value("memory_used_mib", 0ULL);
+      if (d.contains("cc")) {
+        dev.cc_major = d.at("cc").at(0).get<int>();
+        dev.cc_minor = d.at("cc").at(1).get<int>();
+      }
+      dev.utilization = d.value("utilization", 0U);
+      dev.temperature = d.value("temperature", 0U);
+      dev.power_mw = d.value("power_mw", 0U);
+      for (const auto& p : d.value("processes", nlohmann::json::array())) {
+        dev.processes.push_back({p.value("pid", 0U), p.value("used_mib", -1LL)});
+      }
+      dev.errors = ReadErrors(d);
+      c.devices.push_back(std::move(dev));
+    }
+    return c;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fake_nvml: bad config %s: %s\n", path, e.what());
+    *error = NVML_ERROR_UNKNOWN;
+    return std::nullopt;
+  }
+}
+
+int ForcedError(const std::map<std::string, int>& errors, const char* function) {
+  auto it = errors.find(function);
+  return it == errors.end() ? NVML_SUCCESS : it->second;
+}
+
+// Runs `body(config)` for a system-level call after the common checks.
+template <typename Body>
+nvmlReturn_t System(const char* function, Body body) {
+  std::lock_guard<std::mutex> lock(mu);
+  ++call_count[function];
+  if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  nvmlReturn_t error = NVML_SUCCESS;
+  std::optional<Config> config = LoadConfig(&error);
+  if (!config) return error;
+  if (int forced = ForcedError(config->errors, function)) return forced;
+  return body(*config);
+}
+
+// Handles are 1-based device positions disguised as pointers.
+nvmlDevice_t HandleFor(unsigned int index) {
+  return reinterpret_cast<nvmlDevice_t>(static_cast<uintptr_t>(index) + 1);
+}
+
+// Runs `body(device)` for a per-device call after the common checks.
+template <typename Body>
+nvmlReturn_t WithDevice(const char* function, nvmlDevice_t handle, Body body) {
+  return System(function, [&](const Config& config) -> nvmlReturn_t {
+    uintptr_t position = reinterpret_cast<uintptr_t>(handle);
+    if (position == 0 || position > config.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
+    const Device& device = config.devices[position - 1];
+    if (int forced = ForcedError(device.errors, function)) return forced;
+    return body(device);
+  });
+}
+
+nvmlReturn_t CopyString(const std::string& s, char* out, unsigned int length) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (s.size() + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(out, s.c_str(), s.size() + 1);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t Init(const char* function) {
+  std::lock_guard<std::mutex> lock(mu);
+  ++call_count[function];
+  nvmlReturn_t error = NVML_SUCCESS;
+  std::optional<Config> config = LoadConfig(&error);
+  if (!config) return error;
+  if (config->init_error != NVML_SUCCESS) return config->init_error;
+  ++init_count;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t GetCount(const char* function, unsigned int* count) {
+  return System(function, [&](const Config& c) {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = static_cast<unsigned int>(c.devices.size());
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t GetHandle(const char* function, unsigned int index, nvmlDevice_t* device) {
+  return System(function, [&](const Config& c) {
+    if (device == nullptr || index >= c.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = HandleFor(index);
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t GetCudaVersion(const char* function, int* version) {
+  return System(function, [&](const Config& c) {
+    if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *version = c.cuda_version;
+    return NVML_SUCCESS;
+  });
+}
+
+template <typename Info>
+nvmlReturn_t GetProcesses(const char* function, nvmlDevice_t handle, unsigned int* count,
+                          Info* infos) {
+  return WithDevice(function, handle, [&](const Device& d) {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n = static_cast<unsigned int>(d.processes.size());
+    if (*count < n) {
+      *count = n;
+      return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (n > 0 && infos == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < n; ++i) {
+      Info info{};
+      info.pid = d.processes[i].pid;
+      info.usedGpuMemory = d.processes[i].used_mib < 0
+                               ? kValueNotAvailable
+                               : static_cast<unsigned long long>(d.processes[i].used_mib) * kMiB;
+      if constexpr (sizeof(Info) == sizeof(nvmlProcessInfo_v2_t)) {
+        info.gpuInstanceId = 0xFFFFFFFFu;
+        info.computeInstanceId = 0xFFFFFFFFu;
+      }
+      infos[i] = info;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- Test helper (not part of NVML) ----------------------------------------
+
+int fakeNvmlCallCount(const char* function) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = call_count.find(function);
+  return it == call_count.end() ? 0 : it->second;
+}
+
+void fakeNvmlResetCallCounts() {
+  std::lock_guard<std::mutex> lock(mu);
+  call_count.clear();
+}
+
+// ---- Library ---------------------------------------------------------------
+
+nvmlReturn_t nvmlInit() { return Init(kSymInit); }
+#if FAKE_NVML_EXPORT_V2
+nvmlReturn_t nvmlInit_v2() { return Init(kSymInit_v2); }
+#endif
+
+nvmlReturn_t nvmlShutdown() {
+  std::lock_guard<std::mutex> lock(mu);
+  ++call_count[kSymShutdown];
+  if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  --init_count;
+  return NVML_SUCCESS;
+}
+
+const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+      return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    default:
+      return "Unknown Error";
+  }
+}
+
+// ---- System ----------------------------------------------------------------
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  return System(kSymSystemGetDriverVersion,
+                [&](const Config& c) { return CopyString(c.driver_version, version, length); });
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+  return GetCudaVersion(kSymSystemGetCudaDriverVersion, version);
+}
+#if FAKE_NVML_EXPORT_V2
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  return GetCudaVersion(kSymSystemGetCudaDriverVersion_v2, version);
+}
+#endif
+
+// ---- Devices ---------------------------------------------------------------
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return GetCount(kSymDeviceGetCount, count); }
+#if FAKE_NVML_EXPORT_V2
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  return GetCount(kSymDeviceGetCount_v2, count);
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return GetHandle(kSymDeviceGetHandleByIndex, index, device);
+}
+#if FAKE_NVML_EXPORT_V2
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  return GetHandle(kSymDeviceGetHandleByIndex_v2, index, device);
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+  return WithDevice(kSymDeviceGetName, device,
+                    [&](const Device& d) { return CopyString(d.name, name, length); });
+}
+
+#if FAKE_NVML_EXPORT_UUID
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  return WithDevice(kSymDeviceGetUUID, device,
+                    [&](const Device& d) { return CopyString(d.uuid, uuid, length); });
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  return WithDevice(kSymDeviceGetMemoryInfo, device, [&](const Device& d) {
+    if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    memory->total = d.total_mib * kMiB;
+    memory->used = d.used_mib * kMiB;
+    memory->free = memory->total > memory->used ? memory->total - memory->used : 0;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  return WithDevice(kSymDeviceGetUtilizationRates, device, [&](const Device& d) {
+    if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    utilization->gpu = d.utilization;
+    utilization->memory = 0;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int* temp) {
+  return WithDevice(kSymDeviceGetTemperature, device, [&](const Device& d) {
+    if (temp == nullptr || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = d.temperature;
+    return NVML_SUCCESS;
+  });
+}
+
+#if FAKE_NVML_EXPORT_EXTRAS
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major, int* minor) {
+  return WithDevice(kSymDeviceGetCudaComputeCapability, device, [&](const Device& d) {
+    if (major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *major = d.cc_major;
+    *minor = d.cc_minor;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
+  return WithDevice(kSymDeviceGetPowerUsage, device, [&](const Device& d) {
+    if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *power = d.power_mw;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+  return WithDevice(kSymDeviceGetIndex, device, [&](const Device&) {
+    if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = static_cast<unsigned int>(reinterpret_cast<uintptr_t>(device) - 1);
+    return NVML_SUCCESS;
+  });
+}
+#endif
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                  nvmlProcessInfo_v1_t* infos) {
+  return GetProcesses(kSymDeviceGetComputeRunningProcesses, device, count, infos);
+}
+#if FAKE_NVML_EXPORT_V2
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                     nvmlProcessInfo_v2_t* infos) {
+  return GetProcesses(kSymDeviceGetComputeRunningProcesses_v2, device, count, infos);
+}
+#endif
+#if FAKE_NVML_EXPORT_V3
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                     nvmlProcessInfo_v2_t* infos) {
+  return GetProcesses(kSymDeviceGetComputeRunningProcesses_v3, device, count, infos);
+}
+#endif
+
+}  // extern "C"

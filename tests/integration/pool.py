@@ -1,0 +1,153 @@
+"""Starts real gpupool servers and agents for end-to-end tests.
+
+Everything runs on 127.0.0.1 with ports picked by the kernel, in a temporary
+directory per test. Processes are killed at the end of each test.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+GPUPOOL = os.environ.get("GPUPOOL_BIN", os.path.join(os.path.dirname(__file__), "../../build/bin/gpupool"))
+FAKE_NVML_DIR = os.environ.get("FAKE_NVML_DIR", "")
+
+
+def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Pool:
+    def __init__(self, tmp_path):
+        self.dir = tmp_path
+        self.server_dir = str(tmp_path / "server")
+        self.server = None
+        self.agents = {}
+        self.url = None
+        self.token = None
+        self.port = 0
+        self.logs = []
+
+    # ---- processes ----
+    def _spawn(self, args, name, env=None):
+        log = open(self.dir / f"{name}.log", "ab")
+        self.logs.append(log)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        return subprocess.Popen([GPUPOOL] + args, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True)
+
+    def start_server(self, extra=()):
+        url_file = os.path.join(self.server_dir, "server.url")
+        if os.path.exists(url_file):
+            os.remove(url_file)
+        self.server = self._spawn(["server", "--data-dir", self.server_dir, "--listen",
+                                   f"127.0.0.1:{self.port}", "--log-level", "debug", *extra], "server")
+        wait_for(lambda: os.path.exists(url_file) and open(url_file).read().strip(), what="server.url")
+        self.url = open(url_file).read().strip()
+        self.port = int(self.url.rsplit(":", 1)[1])
+        self.token = open(os.path.join(self.server_dir, "admin.token")).read().strip()
+        return self
+
+    def kill_server(self, sig=signal.SIGKILL):
+        self.server.send_signal(sig)
+        self.server.wait(timeout=20)
+
+    def join_token(self):
+        return open(os.path.join(self.server_dir, "join.token")).read().strip()
+
+    def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=()):
+        data = str(self.dir / f"agent-{name}")
+        args = ["agent", "--server", self.url, "--join-token", self.join_token(), "--data-dir", data,
+                "--name", name, "--log-level", "debug", "--kill-grace-ms", "2000", *extra]
+        if gpus:
+            args += ["--simulate-gpus", gpus]
+        self.agents[name] = self._spawn(args, f"agent-{name}", env)
+        return self.agents[name]
+
+    def kill_agent(self, name, sig=signal.SIGKILL):
+        p = self.agents.pop(name)
+        p.send_signal(sig)
+        p.wait(timeout=30)
+
+    def stop(self):
+        for p in list(self.agents.values()):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+        if self.server and self.server.poll() is None:
+            self.server.send_signal(signal.SIGKILL)
+            self.server.wait()
+        # Jobs run under shims in their own sessions: kill any left behind.
+        subprocess.run(["pkill", "-KILL", "-f", f"agent-shim {self.dir}"], check=False)
+        for log in self.logs:
+            log.close()
+
+    # ---- API and CLI ----
+    def api(self, method, path, body=None, token="admin"):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if token == "admin":
+            token = self.token
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=90) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def cli(self, *args, timeout=120, check=False):
+        env = dict(os.environ, GPUPOOL_SERVER=self.url, GPUPOOL_TOKEN=self.token,
+                   GPUPOOL_CONFIG=str(self.dir / "no-config.json"))
+        r = subprocess.run([GPUPOOL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+        if check and r.returncode != 0:
+            raise AssertionError(f"gpupool {' '.join(args)} exited {r.returncode}: {r.stderr}")
+        return r
+
+    def submit(self, spec):
+        status, job = self.api("POST", "/v1/jobs", spec)
+        assert status == 201, job
+        return job["id"]
+
+    def job(self, job_id):
+        status, job = self.api("GET", f"/v1/jobs/{job_id}")
+        assert status == 200, job
+        return job
+
+    def wait_state(self, job_id, states, timeout=30.0):
+        states = {states} if isinstance(states, str) else set(states)
+        return wait_for(lambda: (lambda j: j if j["state"] in states else None)(self.job(job_id)),
+                        timeout=timeout, what=f"job {job_id} to reach {states}")
+
+    def wait_finished(self, job_id, timeout=30.0):
+        return self.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout)
+
+    def logs_text(self, job_id):
+        lines, cursor = [], 0
+        while True:
+            status, page = self.api("GET", f"/v1/jobs/{job_id}/logs?after={cursor}&limit=1000")
+            assert status == 200, page
+            lines += [l["text"] for l in page["lines"]]
+            if not page["lines"]:
+                return lines
+            cursor = page["next_cursor"]
+
+    def nodes(self):
+        status, body = self.api("GET", "/v1/nodes")
+        assert status == 200, body
+        return body["nodes"]
+
+    def wait_nodes_ready(self, count, timeout=20.0):
+        return wait_for(lambda: len([n for n in self.nodes() if n["state"] == "ready"]) >= count,
+                        timeout=timeout, what=f"{count} ready nodes")

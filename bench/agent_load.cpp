@@ -66,7 +66,7 @@ struct Stats {
   int64_t disconnects = 0;       // welcomed connections that closed
   int64_t connect_failures = 0;  // connections that closed before welcome
   int64_t frames_in = 0;
-  int64_t orders = 0;  // reliable server messages applied
+  int64_t orders = 0;               // reliable server messages applied
   std::vector<int64_t> welcome_ms;  // connect start -> welcome, first time
   std::set<std::string> close_reasons;
 };
@@ -139,7 +139,9 @@ class Load {
  public:
   Load(Options o, net::EventLoop& loop) : o_(std::move(o)), loop_(loop) {
     auto url = net::ParseUrl(o_.server);
-    ws_url_ = url ? "ws://" + url->host + ":" + std::to_string(url->port) + url->path + "/v1/agent/connect" : "";
+    ws_url_ = url ? "ws://" + url->host + ":" + std::to_string(url->port) + url->path +
+                        "/v1/agent/connect"
+                  : "";
   }
 
   bool Init() {
@@ -161,7 +163,8 @@ class Load {
       loop_.RunAfter(at, [a] { a->Connect(); });
     }
     ScheduleReport();
-    loop_.RunAfter(static_cast<int64_t>(o_.duration_s * 1000), [this] { Finish("duration reached"); });
+    loop_.RunAfter(static_cast<int64_t>(o_.duration_s * 1000),
+                   [this] { Finish("duration reached"); });
   }
 
   void Finish(const std::string& why) {
@@ -183,8 +186,8 @@ class Load {
     stats_.welcome_ms.push_back(connect_ms);
     if (AllWelcomed()) {
       all_welcomed_ms_ = NowMs() - start_ms_;
-      std::cout << "agent-load: all " << o_.agents << " agents welcomed after " << all_welcomed_ms_ << " ms"
-                << std::endl;
+      std::cout << "agent-load: all " << o_.agents << " agents welcomed after " << all_welcomed_ms_
+                << " ms" << std::endl;
       if (!o_.ready_file.empty()) {
         std::ofstream(o_.ready_file, std::ios::trunc) << all_welcomed_ms_ << "\n";
       }
@@ -199,10 +202,11 @@ class Load {
       size_t i = static_cast<size_t>(p * static_cast<double>(w.size() - 1) + 0.5);
       return w[std::min(i, w.size() - 1)];
     };
-    std::cout << "agent-load: " << label << " t=" << (NowMs() - start_ms_) / 1000.0 << "s agents=" << o_.agents
-              << " welcomed=" << stats_.welcomed_ever << " connected=" << stats_.connected
-              << " welcomes=" << stats_.welcomes << " heartbeats=" << stats_.heartbeats
-              << " disconnects=" << stats_.disconnects << " connect_failures=" << stats_.connect_failures
+    std::cout << "agent-load: " << label << " t=" << (NowMs() - start_ms_) / 1000.0
+              << "s agents=" << o_.agents << " welcomed=" << stats_.welcomed_ever
+              << " connected=" << stats_.connected << " welcomes=" << stats_.welcomes
+              << " heartbeats=" << stats_.heartbeats << " disconnects=" << stats_.disconnects
+              << " connect_failures=" << stats_.connect_failures
               << " frames_in=" << stats_.frames_in << " orders=" << stats_.orders
               << " welcome_ms_p50=" << pct(0.5) << " welcome_ms_p99=" << pct(0.99) << std::endl;
     if (label == std::string("final") && !stats_.close_reasons.empty()) {
@@ -243,12 +247,15 @@ class Load {
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", like NVML's UUIDs.
 std::string FakeGpuUuid() {
   std::string h = RandomHex(16);
-  return "GPU-" + h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) + "-" +
-         h.substr(20, 12);
+  return "GPU-" + h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" +
+         h.substr(16, 4) + "-" + h.substr(20, 12);
 }
 
 SimAgent::SimAgent(Load& load, int index)
-    : load_(load), index_(index), name_(load.options().name_prefix + std::to_string(index)), instance_(RandomHex(8)) {
+    : load_(load),
+      index_(index),
+      name_(load.options().name_prefix + std::to_string(index)),
+      instance_(RandomHex(8)) {
   for (int g = 0; g < 2; ++g) {
     GpuInfo gpu;
     gpu.index = g;
@@ -287,7 +294,8 @@ void SimAgent::OnOpen(std::shared_ptr<net::WsConnection> conn) {
   h.labels["load"] = "true";
   // Tasks "held": started and not yet acked as finished. The simulation ends
   // each task at once, so the hello lists none.
-  Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello), proto::Encode(h)});
+  Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
+        proto::Encode(h)});
 }
 
 void SimAgent::OnMessage(const std::string& text) {
@@ -398,7 +406,8 @@ void SimAgent::Heartbeat() {
     hb.telemetry.push_back(std::move(t));
   }
   hb.running_tasks = 0;
-  Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHeartbeat), proto::Encode(hb)});
+  Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHeartbeat),
+        proto::Encode(hb)});
   ++load_.stats().heartbeats;
   heartbeat_timer_ = load_.loop().RunAfter(heartbeat_ms_, [this] { Heartbeat(); });
 }
@@ -425,8 +434,8 @@ void RaiseFdLimit(int agents) {
     ::setrlimit(RLIMIT_NOFILE, &rl);
   }
   if (rl.rlim_cur != RLIM_INFINITY && static_cast<int64_t>(rl.rlim_cur) < agents + 64) {
-    std::cerr << "gpupool-agent-load: warning: the descriptor limit (" << rl.rlim_cur << ") is below "
-              << agents + 64 << "\n";
+    std::cerr << "gpupool-agent-load: warning: the descriptor limit (" << rl.rlim_cur
+              << ") is below " << agents + 64 << "\n";
   }
 }
 
@@ -436,12 +445,16 @@ void RaiseFdLimit(int agents) {
 int main(int argc, char** argv) {
   using gpupool::bench::Options;
   Options o;
-  CLI::App app{"gpupool-agent-load: N simulated agents over the real agent protocol, in one process"};
+  CLI::App app{
+      "gpupool-agent-load: N simulated agents over the real agent protocol, in one process"};
   app.add_option("--server", o.server, "server URL")->capture_default_str();
   app.add_option("--join-token", o.join_token, "join token (or GPUPOOL_JOIN_TOKEN)");
   app.add_option("--join-token-file", o.join_token_file, "read the join token from this file");
-  app.add_option("--agents", o.agents, "simulated agents")->capture_default_str()->check(CLI::Range(1, 100'000));
-  app.add_option("--heartbeat-ms", o.heartbeat_ms, "heartbeat interval (0: as the server's welcome says)")
+  app.add_option("--agents", o.agents, "simulated agents")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100'000));
+  app.add_option("--heartbeat-ms", o.heartbeat_ms,
+                 "heartbeat interval (0: as the server's welcome says)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
   app.add_option("--duration-s", o.duration_s, "run this long, then disconnect and exit")
@@ -449,8 +462,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 86'400.0));
   app.add_option("--ramp-per-s", o.ramp_per_s, "new connections per second (0: all at once)")
       ->capture_default_str();
-  app.add_option("--report-s", o.report_s, "print progress this often (0: never)")->capture_default_str();
-  app.add_option("--ready-file", o.ready_file, "write this file once every agent has been welcomed");
+  app.add_option("--report-s", o.report_s, "print progress this often (0: never)")
+      ->capture_default_str();
+  app.add_option("--ready-file", o.ready_file,
+                 "write this file once every agent has been welcomed");
   app.add_option("--name-prefix", o.name_prefix, "node names are PREFIX<i>")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -460,12 +475,14 @@ int main(int argc, char** argv) {
   if (!o.join_token_file.empty()) {
     std::ifstream in(o.join_token_file);
     if (!in || !(in >> o.join_token)) {
-      std::cerr << "gpupool-agent-load: cannot read the join token from " << o.join_token_file << "\n";
+      std::cerr << "gpupool-agent-load: cannot read the join token from " << o.join_token_file
+                << "\n";
       return 2;
     }
   }
   if (o.join_token.empty()) {
-    std::cerr << "gpupool-agent-load: a join token is required (--join-token or --join-token-file)\n";
+    std::cerr
+        << "gpupool-agent-load: a join token is required (--join-token or --join-token-file)\n";
     return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);

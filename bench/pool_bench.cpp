@@ -42,12 +42,15 @@ namespace {
 using json = nlohmann::json;
 
 int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
 double SteadyMs() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 struct Common {
@@ -64,8 +67,8 @@ class Api {
   explicit Api(const Common& c) : c_(c) {}
 
   // The JSON answer of a 2xx response, or an error message.
-  bool Call(const std::string& method, const std::string& target, const std::string& body, json* out,
-            std::string* err, int64_t timeout_ms = 30'000) const {
+  bool Call(const std::string& method, const std::string& target, const std::string& body,
+            json* out, std::string* err, int64_t timeout_ms = 30'000) const {
     net::HttpCall call;
     call.base_url = c_.server;
     call.method = method;
@@ -80,7 +83,8 @@ class Api {
       return false;
     }
     if (r->status < 200 || r->status > 299) {
-      *err = method + " " + target + ": HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 300);
+      *err = method + " " + target + ": HTTP " + std::to_string(r->status) + " " +
+             r->body.substr(0, 300);
       return false;
     }
     *out = json::parse(r->body, nullptr, false);
@@ -148,13 +152,16 @@ int Latency(const Common& c, bool wait_finished) {
     std::string state = job.value("state", "");
     if (state != "running" && !IsFinished(state)) {
       ++timeouts;
-      std::cerr << "latency: job " << id << " still " << state << " after 30s: " << job.value("reason", "") << "\n";
+      std::cerr << "latency: job " << id << " still " << state
+                << " after 30s: " << job.value("reason", "") << "\n";
       continue;
     }
     total.push_back(t1 - t0);
     post.push_back(t_post - t0);
-    int64_t created = job.value("created_ms", int64_t{0}), started = job.value("started_ms", int64_t{0});
-    if (created > 0 && started >= created) server_side.push_back(static_cast<double>(started - created));
+    int64_t created = job.value("created_ms", int64_t{0}),
+            started = job.value("started_ms", int64_t{0});
+    if (created > 0 && started >= created)
+      server_side.push_back(static_cast<double>(started - created));
     if (wait_finished && !IsFinished(state)) {
       for (int k = 0; k < 10 && !IsFinished(job.value("state", "")); ++k) {
         if (!api.Call("GET", target + "?until=finished&wait=30s", "", &job, &err, 40'000)) {
@@ -173,16 +180,19 @@ int Latency(const Common& c, bool wait_finished) {
   for (double v : total) mean += v;
   mean /= static_cast<double>(total.size());
   std::cout << "latency: " << total.size() << " jobs (\"" << c.run << "\", " << c.gpus << " GPU)"
-            << ", submit to running, ms: p50 " << Fmt(Pct(total, 50)) << "  p90 " << Fmt(Pct(total, 90)) << "  p99 "
-            << Fmt(Pct(total, 99)) << "  max " << Fmt(total.back()) << "  mean " << Fmt(mean) << "\n"
+            << ", submit to running, ms: p50 " << Fmt(Pct(total, 50)) << "  p90 "
+            << Fmt(Pct(total, 90)) << "  p99 " << Fmt(Pct(total, 99)) << "  max "
+            << Fmt(total.back()) << "  mean " << Fmt(mean) << "\n"
             << "  POST alone, ms: p50 " << Fmt(Pct(post, 50)) << "  p99 " << Fmt(Pct(post, 99))
             << "; server's created_ms to started_ms: p50 " << Fmt(Pct(server_side, 50)) << "  p99 "
             << Fmt(Pct(server_side, 99)) << "\n";
   std::cout << "RESULT latency jobs=" << total.size() << " p50_ms=" << Fmt(Pct(total, 50))
-            << " p90_ms=" << Fmt(Pct(total, 90)) << " p99_ms=" << Fmt(Pct(total, 99)) << " max_ms=" << Fmt(total.back())
-            << " mean_ms=" << Fmt(mean) << " post_p50_ms=" << Fmt(Pct(post, 50))
-            << " server_p50_ms=" << Fmt(Pct(server_side, 50)) << " server_p99_ms=" << Fmt(Pct(server_side, 99))
-            << " timeouts=" << timeouts << " errors=" << errors << std::endl;
+            << " p90_ms=" << Fmt(Pct(total, 90)) << " p99_ms=" << Fmt(Pct(total, 99))
+            << " max_ms=" << Fmt(total.back()) << " mean_ms=" << Fmt(mean)
+            << " post_p50_ms=" << Fmt(Pct(post, 50))
+            << " server_p50_ms=" << Fmt(Pct(server_side, 50))
+            << " server_p99_ms=" << Fmt(Pct(server_side, 99)) << " timeouts=" << timeouts
+            << " errors=" << errors << std::endl;
   return timeouts == 0 && errors == 0 ? 0 : 1;
 }
 
@@ -213,9 +223,11 @@ int Throughput(const Common& c, int concurrency) {
   }
   for (auto& t : threads) t.join();
   double t_submitted = SteadyMs();
-  std::cout << "throughput: submitted " << ids.size() << " jobs in " << Fmt((t_submitted - t_start) / 1000.0)
-            << " s (" << Fmt(static_cast<double>(ids.size()) * 1000.0 / (t_submitted - t_start)) << " submits/s, "
-            << concurrency << " submitters), " << errors.load() << " errors" << std::endl;
+  std::cout << "throughput: submitted " << ids.size() << " jobs in "
+            << Fmt((t_submitted - t_start) / 1000.0) << " s ("
+            << Fmt(static_cast<double>(ids.size()) * 1000.0 / (t_submitted - t_start))
+            << " submits/s, " << concurrency << " submitters), " << errors.load() << " errors"
+            << std::endl;
   if (ids.empty()) return 1;
 
   // Wait until nothing is pending, scheduled or running.
@@ -235,7 +247,8 @@ int Throughput(const Common& c, int concurrency) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   double t_drained = SteadyMs();
-  if (!drained) std::cerr << "throughput: jobs still live after --timeout-s " << c.timeout_s << "\n";
+  if (!drained)
+    std::cerr << "throughput: jobs still live after --timeout-s " << c.timeout_s << "\n";
 
   // Read every job back (ascending pages from the first id).
   std::sort(ids.begin(), ids.end());
@@ -262,15 +275,17 @@ int Throughput(const Common& c, int concurrency) {
   }
   double span_s = static_cast<double>(last_finished - first_submit_ms) / 1000.0;
   double rate = span_s > 0 ? static_cast<double>(mine.size()) / span_s : 0;
-  std::cout << "throughput: " << mine.size() << " jobs (\"" << c.run << "\", " << c.gpus << " GPU) from first submit to last"
-            << " finished in " << Fmt(span_s) << " s: " << Fmt(rate) << " jobs/s (client saw the pool drained after "
-            << Fmt((t_drained - t_start) / 1000.0) << " s)\n  states:";
+  std::cout << "throughput: " << mine.size() << " jobs (\"" << c.run << "\", " << c.gpus
+            << " GPU) from first submit to last"
+            << " finished in " << Fmt(span_s) << " s: " << Fmt(rate)
+            << " jobs/s (client saw the pool drained after " << Fmt((t_drained - t_start) / 1000.0)
+            << " s)\n  states:";
   for (const auto& [s, n] : states) std::cout << " " << s << "=" << n;
   std::cout << "\n";
   int succeeded = states.count("succeeded") ? states["succeeded"] : 0;
-  std::cout << "RESULT throughput jobs=" << mine.size() << " jobs_per_s=" << Fmt(rate) << " span_s=" << Fmt(span_s)
-            << " submit_s=" << Fmt((t_submitted - t_start) / 1000.0) << " succeeded=" << succeeded
-            << " errors=" << errors.load() << std::endl;
+  std::cout << "RESULT throughput jobs=" << mine.size() << " jobs_per_s=" << Fmt(rate)
+            << " span_s=" << Fmt(span_s) << " submit_s=" << Fmt((t_submitted - t_start) / 1000.0)
+            << " succeeded=" << succeeded << " errors=" << errors.load() << std::endl;
   bool ok = drained && errors == 0 && succeeded == c.jobs;
   if (!ok) std::cerr << "throughput: not every job succeeded\n";
   return ok ? 0 : 1;
@@ -283,7 +298,8 @@ int main(int argc, char** argv) {
   gpupool::bench::Common c;
   if (const char* s = std::getenv("GPUPOOL_SERVER")) c.server = s;
   if (const char* t = std::getenv("GPUPOOL_TOKEN")) c.token = t;
-  CLI::App app{"gpupool-pool-bench: submit-to-running latency and job throughput of a running pool"};
+  CLI::App app{
+      "gpupool-pool-bench: submit-to-running latency and job throughput of a running pool"};
   app.require_subcommand(1);
   app.add_option("--server", c.server, "server URL (or GPUPOOL_SERVER)");
   app.add_option("--token", c.token, "API token (or GPUPOOL_TOKEN)");
@@ -294,7 +310,9 @@ int main(int argc, char** argv) {
   std::string lat_run = "sleep 0.05";
   int lat_gpus = 1;
   bool no_wait = false;
-  lat->add_option("--jobs", lat_jobs, "jobs to time")->capture_default_str()->check(CLI::Range(1, 100'000));
+  lat->add_option("--jobs", lat_jobs, "jobs to time")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100'000));
   lat->add_option("--run", lat_run, "the job's command")->capture_default_str();
   lat->add_option("--gpus", lat_gpus, "GPUs each job asks for")->capture_default_str();
   lat->add_flag("--no-wait-finished", no_wait, "submit the next job as soon as one is running");
@@ -303,14 +321,19 @@ int main(int argc, char** argv) {
   int thr_jobs = 2000, concurrency = 8;
   std::string thr_run = "true";
   int thr_gpus = 0;
-  thr->add_option("--jobs", thr_jobs, "jobs to run")->capture_default_str()->check(CLI::Range(1, 1'000'000));
-  thr->add_option("--concurrency", concurrency, "submitting threads")->capture_default_str()->check(CLI::Range(1, 256));
+  thr->add_option("--jobs", thr_jobs, "jobs to run")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  thr->add_option("--concurrency", concurrency, "submitting threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   thr->add_option("--run", thr_run, "the job's command")->capture_default_str();
   thr->add_option("--gpus", thr_gpus, "GPUs each job asks for")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (c.server.empty() || c.token.empty()) {
-    std::cerr << "gpupool-pool-bench: set --server and --token (or GPUPOOL_SERVER and GPUPOOL_TOKEN)\n";
+    std::cerr
+        << "gpupool-pool-bench: set --server and --token (or GPUPOOL_SERVER and GPUPOOL_TOKEN)\n";
     return 2;
   }
   if (lat->parsed()) {

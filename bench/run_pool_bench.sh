@@ -35,6 +35,8 @@ done
 
 tmp=$(mktemp -d /tmp/gpupool-pool-bench.XXXXXX)
 dev_pid=
+server_pid=
+agent_pids=
 stop_pool() {
   if [[ -n $dev_pid ]]; then
     kill -TERM "$dev_pid" 2>/dev/null || true
@@ -77,6 +79,22 @@ start_pool() {
   done
   [[ $ready -ge $n ]] || { echo "only $ready of $n agents became ready" >&2; cat "$dir/dev.log" >&2; return 1; }
   sleep 1  # let the joins settle (first heartbeats, scheduling passes)
+  server_pid=$(pgrep -f "server --data-dir $dir/data/server" | head -1)
+  agent_pids=$(pgrep -f "agent --server $GPUPOOL_SERVER " | tr '\n' ' ')
+}
+
+# CPU accounting, to tell the pool's own cost from other load on the machine.
+# ticks PID...: utime+stime+cutime+cstime (children: shims and jobs, once reaped).
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15 + $16 + $17}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+# machine_busy: "user+system idle" jiffies of all CPUs.
+machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }
+cpu_note() {  # cpu_note BUSY0 IDLE0 SERVER_TICKS0 AGENT_TICKS0 JOBS
+  local m1 b1 i1 s1 a1
+  m1=$(machine); b1=${m1% *}; i1=${m1#* }
+  s1=$(ticks $server_pid); a1=$(ticks $agent_pids)
+  awk -v b0="$1" -v i0="$2" -v b1="$b1" -v i1="$i1" -v s0="$3" -v s1="$s1" -v a0="$4" -v a1="$a1" -v n="$5" \
+    -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "   machine idle %.0f%% during the run; CPU per job: server %.2f ms, agents+shims+jobs %.2f ms\n",
+      100 * (i1 - i0) / (b1 - b0 + i1 - i0), (s1 - s0) * 1000 / hz / n, (a1 - a0) * 1000 / hz / n}'
 }
 
 # field KEY LINE: the value of KEY=VALUE in a RESULT line.
@@ -93,7 +111,9 @@ latency() {
   local p50s=() p99s=() p90s=() maxs=() srv=()
   for r in $(seq "$runs"); do
     start_pool "$agents"
+    m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
     line=$("$bench" latency --jobs "$latency_jobs" | tee /dev/stderr | grep '^RESULT') || true
+    cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$latency_jobs" >&2
     stop_pool
     [[ -n $line ]] || { echo "latency run $r failed" >&2; continue; }
     p50s+=("$(field p50_ms "$line")"); p90s+=("$(field p90_ms "$line")")
@@ -109,11 +129,15 @@ latency() {
 
 throughput() {
   local agents=4 r line
-  local rates=() spans=()
+  local rates=() spans=() notes=()
   for r in $(seq "$runs"); do
     start_pool "$agents"
+    m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
     line=$("$bench" throughput --jobs "$throughput_jobs" --concurrency "$concurrency" | tee /dev/stderr |
       grep '^RESULT') || true
+    note=$(cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$throughput_jobs")
+    echo "$note" >&2
+    notes+=("${note#   }")
     stop_pool
     [[ -n $line ]] || { echo "throughput run $r failed" >&2; continue; }
     rates+=("$(field jobs_per_s "$line")"); spans+=("$(field span_s "$line")")
@@ -121,6 +145,7 @@ throughput() {
   echo "== throughput, $agents agents, $throughput_jobs jobs x $runs runs: median" \
     "$(printf '%s\n' "${rates[@]}" | median) jobs/s (span $(printf '%s\n' "${spans[@]}" | median) s);" \
     "per run: ${rates[*]}" | tee -a "$tmp/summary"
+  printf '   %s\n' "${notes[@]}" | tee -a "$tmp/summary"
 }
 
 touch "$tmp/summary"

@@ -83,6 +83,7 @@ asio::awaitable<void> Run(Exchange& x) {
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(kMaxResponseBody);
+  parser.skip(req.method() == http::verb::head);  // no body follows
   auto [read_ec, read] = co_await http::async_read(stream, buffer, parser, kTuple);
   if (read_ec) {
     x.result =

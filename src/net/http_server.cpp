@@ -13,6 +13,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
@@ -171,9 +172,34 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
 
   void DoRead() {
     state_ = State::kReading;
+    head_ = false;
     parser_.emplace();
     parser_->body_limit(core_->options.max_body_bytes);
     stream_.expires_after(IdleTimeout());
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // Clients such as curl send "Expect: 100-continue" before a body and wait
+  // (a second, for curl) for the go-ahead.
+  void OnHeader(beast::error_code ec) {
+    if (state_ != State::kReading) return;
+    if (ec || parser_->is_done()) return OnRead(ec);
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                        [self = shared_from_this()](beast::error_code ec, size_t) {
+                          if (ec) return self->OnRead(ec);
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    if (state_ != State::kReading) return;
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
@@ -197,6 +223,7 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     parser_.reset();
     version_ = req.version();
     keep_alive_ = req.keep_alive();
+    head_ = req.method() == http::verb::head;
     HttpRequest request = ToHttpRequest(req, peer_);
     if (boost::beast::websocket::is_upgrade(req)) return HandleUpgrade(std::move(req), request);
 
@@ -270,6 +297,7 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     if (!no_body) res_.body() = std::move(response.body);
     res_.keep_alive(keep_alive);
     res_.prepare_payload();
+    if (head_) res_.body().clear();  // keeps the Content-Length of the GET answer
     stream_.expires_after(IdleTimeout());
     http::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->OnWrite(ec);
@@ -349,6 +377,7 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
   uint64_t seq_ = 0;  // number of the request being handled
   unsigned version_ = 0;
   bool keep_alive_ = false;
+  bool head_ = false;  // the request being answered is a HEAD
 };
 
 // The acceptor, shared with its pending accept so the HttpServer object can

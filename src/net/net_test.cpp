@@ -461,6 +461,33 @@ TEST_F(ServerTest, KeepAliveAndPipeliningAnswerInOrder) {
   for (const auto& p : seen) EXPECT_EQ(p, seen[0]);  // one connection throughout
 }
 
+TEST_F(ServerTest, ExpectContinueAndHead) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest req, Responder respond) {
+    HttpResponse r;
+    r.body = "got " + std::to_string(req.body.size()) + " bytes";
+    respond(std::move(r));
+  };
+  StartServer(std::move(h));
+  RawClient client(server_->port());
+  ASSERT_TRUE(
+      client.Send("POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n"
+                  "Expect: 100-continue\r\n\r\n"));
+  auto interim = client.ReadResponses(1);  // sent before the body
+  ASSERT_EQ(interim.size(), 1u);
+  EXPECT_EQ(interim[0], "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(client.Send(std::string(5000, 'b')));
+  auto responses = client.ReadResponses(1);
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_NE(responses[0].find("got 5000 bytes"), std::string::npos) << responses[0];
+
+  auto res = Fetch(Call("HEAD", "/"));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->headers["content-length"], "11");  // as for GET
+  EXPECT_EQ(res->body, "");
+}
+
 TEST_F(ServerTest, LongPollAnsweredFromTimer) {
   HttpHandlers h;
   h.on_request = [this](HttpRequest, Responder respond) {

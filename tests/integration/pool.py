@@ -65,6 +65,7 @@ class Pool:
         return open(os.path.join(self.server_dir, "join.token")).read().strip()
 
     def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=()):
+        """gpus=None: no --simulate-gpus, so the agent uses NVML."""
         data = str(self.dir / f"agent-{name}")
         args = ["agent", "--server", self.url, "--join-token", self.join_token(), "--data-dir", data,
                 "--name", name, "--log-level", "debug", "--kill-grace-ms", "2000", *extra]

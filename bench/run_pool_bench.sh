@@ -45,7 +45,7 @@ stop_pool() {
   fi
   # Shims of jobs still running (dev's agents run with --on-exit kill, so
   # normally there are none); scoped to this run's directory.
-  pkill -TERM -f "agent-shim $tmp/" 2>/dev/null || true
+  pkill -TERM -f -- "--data-dir $tmp/" 2>/dev/null || true
 }
 cleanup() {
   stop_pool
@@ -112,7 +112,9 @@ latency() {
   for r in $(seq "$runs"); do
     start_pool "$agents"
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
-    line=$("$bench" latency --jobs "$latency_jobs" | tee /dev/stderr | grep '^RESULT') || true
+    out=$("$bench" latency --jobs "$latency_jobs" 2>&1) || true
+    printf '%s\n' "$out" >&2
+    line=$(grep '^RESULT' <<<"$out") || true
     cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$latency_jobs" >&2
     stop_pool
     [[ -n $line ]] || { echo "latency run $r failed" >&2; continue; }
@@ -133,8 +135,9 @@ throughput() {
   for r in $(seq "$runs"); do
     start_pool "$agents"
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
-    line=$("$bench" throughput --jobs "$throughput_jobs" --concurrency "$concurrency" | tee /dev/stderr |
-      grep '^RESULT') || true
+    out=$("$bench" throughput --jobs "$throughput_jobs" --concurrency "$concurrency" 2>&1) || true
+    printf '%s\n' "$out" >&2
+    line=$(grep '^RESULT' <<<"$out") || true
     note=$(cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$throughput_jobs")
     echo "$note" >&2
     notes+=("${note#   }")

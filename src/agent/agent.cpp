@@ -4,16 +4,15 @@
 
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "agent/tasks.h"
 #include "common/clock.h"
+#include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
 #include "gpu/gpu_source.h"
@@ -61,7 +60,7 @@ class Agent {
   Agent(AgentOptions options, net::EventLoop& loop)
       : options_(std::move(options)),
         loop_(loop),
-        tasks_({options_.data_dir, SelfExe(), options_.kill_grace_ms}, loop, clock_,
+        tasks_({options_.data_dir, options_.kill_grace_ms}, loop, clock_,
                [this] { WakePoll(); }) {}
 
   Status Init() {
@@ -179,12 +178,6 @@ class Agent {
   }
 
  private:
-  static std::string SelfExe() {
-    std::error_code ec;
-    auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-    return ec ? "gpupool" : p.string();
-  }
-
   void Connect() {
     if (shutting_down_) return;
     net::WsClientOptions o;
@@ -368,11 +361,9 @@ class Agent {
   std::string StatePath() const { return options_.data_dir + "/agent.json"; }
 
   void LoadState() {
-    std::ifstream in(StatePath());
-    if (!in) return;
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+    auto text = ReadFile(StatePath());
+    if (!text.ok()) return;  // a new agent
+    auto j = nlohmann::json::parse(*text, nullptr, false);
     if (j.is_object() && j.contains("last_server_seq") && j["last_server_seq"].is_number_integer()) {
       in_ = proto::InboundSequence(j["last_server_seq"].get<int64_t>());
     } else {
@@ -381,14 +372,9 @@ class Agent {
   }
 
   void SaveState() {
-    std::string tmp = StatePath() + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << nlohmann::json{{"last_server_seq", in_.last_applied()}, {"node_id", node_id_}}.dump() << "\n";
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, StatePath(), ec);
-    if (ec) GP_LOG(kError) << "cannot save " << StatePath() << ": " << ec.message();
+    std::string state =
+        nlohmann::json{{"last_server_seq", in_.last_applied()}, {"node_id", node_id_}}.dump() + "\n";
+    if (Status s = WriteFileAtomic(StatePath(), state); !s.ok()) GP_LOG(kError) << s.message();
   }
 
   AgentOptions options_;

@@ -14,23 +14,13 @@
 
 #include "agent/task_files.h"
 #include "common/clock.h"
+#include "common/files.h"
 #include "common/json_reader.h"
 #include "common/units.h"
 #include "proto/messages.h"
 
 namespace gpupool::agent {
 namespace {
-
-Result<std::string> ReadAll(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
-  std::string out;
-  char buf[65536];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -42,18 +32,6 @@ bool WriteAll(int fd, std::string_view data) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return true;
-}
-
-Status WriteAtomic(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
-  bool ok = WriteAll(fd, content) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::Internal("cannot write " + path + ": " + std::strerror(errno));
-  }
-  return Status::Ok();
 }
 
 // Splits a stream into lines and appends each as a record to output.log.
@@ -128,10 +106,10 @@ int RunShim(const ShimOptions& options) {
     r.failed = true;
     r.reason = why;
     r.finished_ms = clock.NowMs();
-    (void)WriteAtomic(paths.result_json(), EncodeResult(r));
+    (void)WriteFileAtomic(paths.result_json(), EncodeResult(r), {0644, true});
     return 1;
   };
-  auto text = ReadAll(paths.task_json());
+  auto text = ReadFile(paths.task_json());
   if (!text.ok()) return fail_early("cannot start: " + text.status().message());
   auto task = proto::DecodeStartTask(*text);
   if (!task.ok()) return fail_early("cannot start: task.json: " + task.status().message());
@@ -208,7 +186,7 @@ int RunShim(const ShimOptions& options) {
   ::close(exec_pipe[0]);
   {
     std::string pid_line = std::to_string(pid) + "\n";
-    (void)WriteAtomic(paths.job_pid(), pid_line);
+    (void)WriteFileAtomic(paths.job_pid(), pid_line);
     std::string started = "started " + pid_line;
     (void)WriteAll(STDOUT_FILENO, started);  // the agent may be gone: ignore errors
   }
@@ -272,7 +250,7 @@ int RunShim(const ShimOptions& options) {
       while (::read(sig_fd, &si, sizeof si) == sizeof si) {
         if (si.ssi_signo == SIGCHLD) continue;
         std::string reason = "stopped";
-        if (auto why = ReadAll(options.task_dir + "/stop.reason"); why.ok() && !why->empty()) {
+        if (auto why = ReadFile(options.task_dir + "/stop.reason"); why.ok() && !why->empty()) {
           reason = "stopped: " + *why;
         }
         stop_group(reason, false);
@@ -302,7 +280,7 @@ int RunShim(const ShimOptions& options) {
   }
   result.finished_ms = clock.NowMs();
   ::close(log_fd);
-  Status s = WriteAtomic(paths.result_json(), EncodeResult(result));
+  Status s = WriteFileAtomic(paths.result_json(), EncodeResult(result), {0644, true});
   return s.ok() ? 0 : 1;
 }
 

@@ -1,4 +1,5 @@
-// The shim: `gpupool agent-shim TASK_DIR`, one small process per task.
+// The shim: one small process per task, forked from the agent (see
+// TaskManager::Start) into a new session.
 //
 // The agent starts a shim in a new session; the shim starts the job in its
 // own process group, writes the job's output to TASK_DIR/output.log, enforces

@@ -1,7 +1,10 @@
 #include "agent/tasks.h"
 
+#include "agent/shim.h"
+
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,36 +16,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/log.h"
 
 namespace gpupool::agent {
 namespace fs = std::filesystem;
-
-namespace {
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Status WriteFile(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::Internal("cannot write " + tmp);
-    out << content;
-    if (!out.flush()) return Status::Internal("cannot write " + tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return Status::Internal("cannot rename " + tmp + ": " + ec.message());
-  return Status::Ok();
-}
-
-}  // namespace
 
 TaskManager::TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
                          std::function<void()> on_wake)
@@ -101,36 +79,38 @@ Status TaskManager::Start(const proto::StartTask& task) {
   std::error_code ec;
   fs::create_directories(t.paths.work_dir(), ec);
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
-  GP_RETURN_IF_ERROR(WriteFile(t.paths.task_json(), proto::Encode(task)));
+  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.task_json(), proto::Encode(task)));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
-  std::string grace = std::to_string(options_.kill_grace_ms);
   std::string shim_log = t.paths.dir + "/shim.log";
-  const char* argv[] = {options_.shim_exe.c_str(), "agent-shim", t.paths.dir.c_str(),
-                        "--kill-grace-ms", grace.c_str(), nullptr};
+  ShimOptions shim{t.paths.dir, options_.kill_grace_ms};
+  // The shim is a fork of the agent that never execs: no binary to load, so
+  // a task starts in well under a millisecond. This relies on the agent
+  // being single-threaded (the child may safely allocate and do I/O).
   pid_t pid = ::fork();
   if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
     ::setsid();  // the shim outlives the agent and ignores its terminal
+    ::prctl(PR_SET_NAME, "gpupool-shim");
     ::dup2(status[1], STDOUT_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY);
     ::dup2(devnull, STDIN_FILENO);
     int err = ::open(shim_log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (err >= 0) ::dup2(err, STDERR_FILENO);
-    // Nothing else of the agent's (its server connection above all) may leak
-    // into the shim, or the connection would outlive a killed agent.
+    // Nothing else of the agent's (its server connection above all) may stay
+    // open in the shim, or the connection would outlive a killed agent.
     ::close_range(3, ~0U, 0);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execv(argv[0], const_cast<char* const*>(argv));
-    _exit(127);
+    _exit(RunShim(shim));
   }
   ::close(status[1]);
   t.shim_pid = pid;
   t.shim_start_time = ProcessStartTime(pid).value_or(0);
-  GP_RETURN_IF_ERROR(WriteFile(t.paths.shim_pid(),
+  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.shim_pid(),
                                std::to_string(pid) + " " + std::to_string(t.shim_start_time) + "\n"));
   t.status_pipe = status[0];
   auto& stored = tasks_[t.attempt_id] = std::move(t);
@@ -181,7 +161,7 @@ void TaskManager::Stop(const std::string& attempt_id, const std::string& reason)
   if (it == tasks_.end()) return;
   TaskState& t = it->second;
   if (t.result || t.lost) return;
-  (void)WriteFile(t.paths.dir + "/stop.reason", reason);
+  (void)WriteFileAtomic(t.paths.dir + "/stop.reason", reason);
   auto start = ProcessStartTime(t.shim_pid);
   if (start && *start == t.shim_start_time) ::kill(t.shim_pid, SIGTERM);
 }

@@ -48,7 +48,6 @@ class TaskManager {
  public:
   struct Options {
     std::string data_dir;
-    std::string shim_exe;            // the gpupool binary (runs `agent-shim`)
     int64_t kill_grace_ms = 10'000;  // passed to the shim
   };
 

@@ -4,9 +4,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/files.h"
 #include "net/http_client.h"
 
 namespace gpupool::cli {
@@ -22,11 +21,8 @@ std::string ConfigPath() {
 
 Result<Endpoint> ResolveEndpoint(const std::string& server_flag, const std::string& token_flag) {
   Endpoint e;
-  std::ifstream in(ConfigPath());
-  if (in) {
-    std::stringstream ss;
-    ss << in.rdbuf();
-    json j = json::parse(ss.str(), nullptr, false);
+  if (auto text = ReadFile(ConfigPath()); text.ok()) {
+    json j = json::parse(*text, nullptr, false);
     if (j.is_object()) {
       if (j.contains("server") && j["server"].is_string()) e.server = j["server"];
       if (j.contains("token") && j["token"].is_string()) e.token = j["token"];
@@ -47,16 +43,7 @@ Result<Endpoint> ResolveEndpoint(const std::string& server_flag, const std::stri
 Status WriteConfig(const std::string& path, const Endpoint& e) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Status::Internal("cannot write " + tmp);
-    out << json{{"server", e.server}, {"token", e.token}}.dump(2) << "\n";
-  }
-  ::chmod(tmp.c_str(), 0600);
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::Internal("cannot write " + path + ": " + ec.message());
-  return Status::Ok();
+  return WriteFileAtomic(path, json{{"server", e.server}, {"token", e.token}}.dump(2) + "\n", {0600, false});
 }
 
 Result<json> ApiClient::Get(const std::string& target, int64_t timeout_ms) {

@@ -11,6 +11,7 @@
 
 #include "cli/table.h"
 #include "common/clock.h"
+#include "common/files.h"
 #include "common/units.h"
 #include "model/job_spec.h"
 #include "net/http.h"
@@ -80,19 +81,13 @@ Result<int64_t> ParseId(const std::string& id) {
   return Status::InvalidArgument("invalid job id \"" + id + "\": expected a number such as 42");
 }
 
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Builds the spec from a file and/or flags; validation errors name the field.
 Result<JobSpec> BuildSpec(const SubmitFlags& f) {
   json j = json::object();
   if (!f.file.empty()) {
-    GP_ASSIGN_OR_RETURN(std::string text, ReadFile(f.file));
+    auto read = ReadFile(f.file);
+    if (!read.ok()) return Status::InvalidArgument(read.status().message());
+    std::string text = *std::move(read);
     auto spec = ParseJobSpec(text);
     if (!spec.ok()) return spec.status().WithContext(f.file);
     j = JobSpecToJson(*spec);

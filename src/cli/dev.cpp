@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/client.h"
+#include "common/files.h"
 
 namespace gpupool::cli {
 namespace fs = std::filesystem;
@@ -43,15 +44,6 @@ pid_t Spawn(const std::vector<std::string>& args) {
     _exit(127);
   }
   return pid;
-}
-
-std::string ReadTrimmed(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
 }
 
 // Sends SIGTERM and waits up to `wait_ms`, then SIGKILL.
@@ -109,15 +101,15 @@ int RunDev(const DevOptions& o) {
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    url = ReadTrimmed(server_dir + "/server.url");
+    url = ReadFileTrimmed(server_dir + "/server.url").value_or("");
   }
   if (url.empty()) {
     std::cerr << "gpupool dev: the server did not start within 10s\n";
     Terminate(server, 5000);
     return 1;
   }
-  std::string admin = ReadTrimmed(server_dir + "/admin.token");
-  std::string join = ReadTrimmed(server_dir + "/join.token");
+  std::string admin = ReadFileTrimmed(server_dir + "/admin.token").value_or("");
+  std::string join = ReadFileTrimmed(server_dir + "/join.token").value_or("");
 
   std::vector<pid_t> agents;
   for (int i = 1; i <= o.agents; ++i) {
@@ -134,9 +126,11 @@ int RunDev(const DevOptions& o) {
 
   Endpoint e{url, admin};
   if (!o.env_file.empty()) {
-    std::ofstream env(o.env_file, std::ios::trunc);
-    env << "export GPUPOOL_SERVER=" << url << "\nexport GPUPOOL_TOKEN=" << admin
-        << "\nexport GPUPOOL_DEV_DATA_DIR=" << dir << "\n";
+    std::string env = "export GPUPOOL_SERVER=" + url + "\nexport GPUPOOL_TOKEN=" + admin +
+                      "\nexport GPUPOOL_DEV_DATA_DIR=" + dir + "\n";
+    if (Status s = WriteFileAtomic(o.env_file, env, {0600, false}); !s.ok()) {
+      std::cerr << "gpupool dev: " << s.message() << "\n";
+    }
   }
   if (o.write_config) {
     if (Status s = WriteConfig(ConfigPath(), e); !s.ok()) std::cerr << "gpupool dev: " << s.message() << "\n";

@@ -7,9 +7,9 @@
 #include <iostream>
 
 #include "agent/agent.h"
-#include "agent/shim.h"
 #include "cli/commands.h"
 #include "cli/dev.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "server/server.h"
 
@@ -41,11 +41,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "gpupool 0.1.0");
   cli::GlobalFlags g;
   std::string log_level = "info";
-  auto add_global = [&](CLI::App* c) {
-    c->add_option("--server", g.server, "server URL (or GPUPOOL_SERVER)");
-    c->add_option("--token", g.token, "API token (or GPUPOOL_TOKEN)");
-    c->add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
-  };
+  // Client flags may stand before or after the command (gpupool -o json jobs,
+  // gpupool jobs -o json): they belong to the app and subcommands fall through.
+  app.fallthrough();
+  app.add_option("--server", g.server, "server URL (or GPUPOOL_SERVER)");
+  app.add_option("--token", g.token, "API token (or GPUPOOL_TOKEN)");
+  app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  auto add_global = [](CLI::App* c) { c->fallthrough(); };
 
   // server
   server::ServerOptions so;
@@ -76,12 +78,6 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"keep", "kill"}))->capture_default_str();
   agent_cmd->add_option("--kill-grace-ms", ao.kill_grace_ms, "SIGTERM to SIGKILL grace")->capture_default_str();
   agent_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
-
-  agent::ShimOptions shim;
-  auto* shim_cmd = app.add_subcommand("agent-shim", "");  // internal: runs one task
-  shim_cmd->group("");
-  shim_cmd->add_option("dir", shim.task_dir)->required();
-  shim_cmd->add_option("--kill-grace-ms", shim.kill_grace_ms);
 
   // dev
   cli::DevOptions dev;
@@ -152,8 +148,9 @@ int main(int argc, char** argv) {
       if (const char* t = std::getenv("GPUPOOL_JOIN_TOKEN")) ao.join_token = t;
     }
     if (!join_token_file.empty()) {
-      std::ifstream in(join_token_file);
-      if (!in || !(in >> ao.join_token)) {
+      auto token = ReadFileTrimmed(join_token_file);
+      if (token.ok()) ao.join_token = *token;
+      if (!token.ok() || ao.join_token.empty()) {
         std::cerr << "gpupool agent: cannot read the join token from " << join_token_file << "\n";
         return 2;
       }
@@ -166,7 +163,6 @@ int main(int argc, char** argv) {
     ao.kill_tasks_on_exit = on_exit == "kill";
     return agent::RunAgent(ao);
   }
-  if (shim_cmd->parsed()) return agent::RunShim(shim);
   if (dev_cmd->parsed()) return cli::RunDev(dev);
   if (submit->parsed()) {
     sf.command = job_command;

@@ -9,40 +9,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/ids.h"
 
 namespace gpupool::server {
-
-Status WriteFileAtomic(const std::string& path, const std::string& content, int mode) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fchmod(fd, mode);
-  ::fsync(fd);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::Internal("cannot rename " + tmp + ": " + std::strerror(errno));
-  }
-  return Status::Ok();
-}
-
-Result<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 Result<Auth::Bootstrapped> Auth::Bootstrap(const std::string& data_dir) {
   Bootstrapped out;
@@ -59,15 +29,13 @@ Result<Auth::Bootstrapped> Auth::Bootstrap(const std::string& data_dir) {
     GP_RETURN_IF_ERROR(tx.PutToken({Sha256Hex(out.join_token), "agent", "agent-join", now, 0, false}));
     // Files first: if writing them fails the transaction rolls back and the
     // next start tries again.
-    GP_RETURN_IF_ERROR(WriteFileAtomic(admin_path, out.admin_token + "\n", 0600));
-    GP_RETURN_IF_ERROR(WriteFileAtomic(join_path, out.join_token + "\n", 0600));
+    GP_RETURN_IF_ERROR(WriteFileAtomic(admin_path, out.admin_token + "\n", {0600, true}));
+    GP_RETURN_IF_ERROR(WriteFileAtomic(join_path, out.join_token + "\n", {0600, true}));
     created = true;
     return tx.PutMeta("auth/bootstrapped", "1");
   }));
   if (!created) {
-    GP_ASSIGN_OR_RETURN(std::string join, ReadFileToString(join_path));
-    while (!join.empty() && (join.back() == '\n' || join.back() == ' ')) join.pop_back();
-    out.join_token = join;
+    GP_ASSIGN_OR_RETURN(out.join_token, ReadFileTrimmed(join_path));
   }
   join_token_ = out.join_token;
   return out;

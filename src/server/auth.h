@@ -48,8 +48,4 @@ class Auth {
   std::map<std::string, Principal> cache_;  // token hash -> principal
 };
 
-// Writes `content` to `path` atomically (temp file + rename) with `mode`.
-Status WriteFileAtomic(const std::string& path, const std::string& content, int mode);
-Result<std::string> ReadFileToString(const std::string& path);
-
 }  // namespace gpupool::server

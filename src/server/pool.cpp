@@ -525,13 +525,11 @@ Result<int> Pool::Schedule() {
       touched_jobs_.insert(job.id);
       ++placed;
     }
-    int position = 0;
     for (const sched::Waiting& w : d.waiting) {
       Job& job = *pending_by_id.at(w.job_id);
-      ++position;
-      std::string reason = w.unsatisfiable ? w.reason : w.reason + " (position " + std::to_string(position) + " in the queue)";
-      if (job.reason == reason) continue;
-      job.reason = reason;
+      // Written only when it changes: most passes leave most reasons alone.
+      if (job.reason == w.reason) continue;
+      job.reason = w.reason;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
       touched_jobs_.insert(job.id);
     }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "net/http_server.h"
 #include "server/agent_hub.h"
@@ -74,10 +75,15 @@ int RunServer(const ServerOptions& options) {
   net::EventLoop loop;
   AgentHub* hub_ptr = nullptr;
   Api* api_ptr = nullptr;
-  bool schedule_posted = false;
+  // Scheduling passes are coalesced: at most one is queued, and passes start
+  // at least kMinPassGapMs apart so a burst of events costs one pass.
+  constexpr int64_t kMinPassGapMs = 20;
+  bool schedule_queued = false;
+  int64_t last_pass_ms = 0;
   Pool* pool_ptr = nullptr;
   auto run_schedule = [&] {
-    schedule_posted = false;
+    schedule_queued = false;
+    last_pass_ms = clock.NowMs();
     auto placed = pool_ptr->Schedule();
     if (!placed.ok()) GP_LOG(kError) << "scheduling pass failed: " << placed.status().ToString();
   };
@@ -85,9 +91,14 @@ int RunServer(const ServerOptions& options) {
   hooks.outbox_ready = [&](const std::string& node) { hub_ptr->OutboxReady(node); };
   hooks.job_changed = [&](int64_t job) { api_ptr->JobChanged(job); };
   hooks.schedule_needed = [&] {
-    if (schedule_posted) return;
-    schedule_posted = true;
-    loop.Post(run_schedule);
+    if (schedule_queued) return;
+    schedule_queued = true;
+    int64_t wait = last_pass_ms + kMinPassGapMs - clock.NowMs();
+    if (wait > 0) {
+      loop.RunAfter(wait, run_schedule);
+    } else {
+      loop.Post(run_schedule);
+    }
   };
   Pool pool(**store, clock, options.pool, hooks);
   pool_ptr = &pool;
@@ -123,7 +134,7 @@ int RunServer(const ServerOptions& options) {
   std::string url = "http://" + (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first) +
                     ":" + std::to_string((*http)->port());
   // Lets `gpupool dev` and scripts find a server started on port 0.
-  (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n", 0644);
+  (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
   GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";
   std::cout << "gpupool server listening on " << url << std::endl;
 

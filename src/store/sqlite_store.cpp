@@ -56,6 +56,8 @@ CREATE TABLE attempts (
 ) WITHOUT ROWID;
 CREATE INDEX attempts_job_number ON attempts(job_id, number);
 CREATE INDEX attempts_node_state ON attempts(node_id, state);
+-- Scheduling passes read the live (scheduled, running) attempts of the pool.
+CREATE INDEX attempts_state ON attempts(state);
 
 CREATE TABLE nodes (
   id             TEXT PRIMARY KEY,

@@ -87,8 +87,9 @@ class Pool:
         if self.server and self.server.poll() is None:
             self.server.send_signal(signal.SIGKILL)
             self.server.wait()
-        # Jobs run under shims in their own sessions: kill any left behind.
-        subprocess.run(["pkill", "-KILL", "-f", f"agent-shim {self.dir}"], check=False)
+        # Jobs run under shims (forks of their agent, in their own sessions,
+        # with the agent's command line): kill any left behind.
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"--data-dir {self.dir}/"], check=False)
         for log in self.logs:
             log.close()
 

@@ -162,11 +162,13 @@ def test_nodes_show_simulated_gpus(pool):
     assert "A100 (simulated)" in r.stdout and "T4 (simulated)" in r.stdout
 
 
-def test_submit_wait_json_output(pool):
+def test_client_flags_before_or_after_the_command(pool):
     start(pool)
     r = pool.cli("-o", "json", "submit", "--wait", "--", "true")
-    # -o belongs to the subcommand; the CLI reports unknown placement clearly.
-    if r.returncode != 0:
-        r = pool.cli("submit", "-o", "json", "--wait", "--", "true")
     assert r.returncode == 0, r.stderr
     assert '"state": "succeeded"' in r.stdout
+    r = pool.cli("jobs", "-o", "json")
+    assert r.returncode == 0, r.stderr
+    assert '"state": "succeeded"' in r.stdout
+    r = pool.cli("--server", "http://127.0.0.1:1", "jobs")
+    assert r.returncode == 1 and "cannot connect" in r.stderr

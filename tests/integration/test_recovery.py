@@ -58,14 +58,14 @@ def test_agent_losing_its_task_gets_it_requeued(pool):
     pool.start_server()
     pool.start_agent("a")
     pool.wait_nodes_ready(1)
-    job_id = pool.submit({"run": "if [ $GPUPOOL_ATTEMPT_ID = ${GPUPOOL_JOB_ID}.1 ]; then sleep 300; fi; "
+    job_id = pool.submit({"run": "if [ $GPUPOOL_ATTEMPT_ID = ${GPUPOOL_JOB_ID}.1 ]; then sleep 307; fi; "
                                  "echo ran as $GPUPOOL_ATTEMPT_ID",
                           "resources": {"gpus": 1}})
     pool.wait_state(job_id, "running")
     # The machine "reboots": the agent and everything it started die.
     pool.kill_agent("a")
-    subprocess.run(["pkill", "-KILL", "-f", f"agent-shim {pool.dir}"], check=False)
-    subprocess.run(["pkill", "-KILL", "-f", "sleep 300"], check=False)
+    subprocess.run(["pkill", "-KILL", "-f", "--", f"--data-dir {pool.dir}/agent-a"], check=False)
+    subprocess.run(["pkill", "-KILL", "-f", "sleep 307"], check=False)
     pool.start_agent("a")
     job = pool.wait_finished(job_id, timeout=40)
     assert job["state"] == "succeeded", job
@@ -78,7 +78,7 @@ def test_node_that_never_returns_has_its_jobs_requeued(pool):
     pool.start_server(extra=["--node-lost-after-ms", "1500"])
     pool.start_agent("a")
     pool.wait_nodes_ready(1)
-    job_id = pool.submit({"run": "if [ $GPUPOOL_ATTEMPT_ID = ${GPUPOOL_JOB_ID}.1 ]; then sleep 300; fi; echo ok",
+    job_id = pool.submit({"run": "if [ $GPUPOOL_ATTEMPT_ID = ${GPUPOOL_JOB_ID}.1 ]; then sleep 309; fi; echo ok",
                           "resources": {"gpus": 1}})
     pool.wait_state(job_id, "running")
     pool.kill_agent("a")
@@ -89,7 +89,7 @@ def test_node_that_never_returns_has_its_jobs_requeued(pool):
     assert {n["name"]: n["state"] for n in pool.nodes()} == {"a": "lost", "b": "ready"}
     # The old agent comes back with its stale attempt: it is told to stop it.
     pool.start_agent("a")
-    wait_for(lambda: subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True).returncode != 0,
+    wait_for(lambda: subprocess.run(["pgrep", "-f", "sleep 309"], capture_output=True).returncode != 0,
              timeout=20, what="the stale attempt to be killed")
     assert pool.job(job_id)["state"] == "succeeded"
 

@@ -292,22 +292,22 @@ class Agent {
     });
   }
 
-  // Ships new output, then status changes. Output of an ended task is
-  // shipped completely before its final report, so the server has every
-  // line when it sees the job finish.
+  // Ships new output, then status changes. A task's output is shipped
+  // completely before its final report, so the server has every line when it
+  // sees the job finish.
   void PollTasks() {
     tasks_.Poll();
     for (const auto& [id, t] : tasks_.tasks()) {
       if (final_seq_.count(id)) continue;
-      bool ended = t.result || t.lost;
-      ShipOutput(id, ended);
-      if (t.started && !reported_running_.count(id) && !ended) {
-        reported_running_.insert(id);
+      if (!ShipOutput(id)) continue;  // back-pressure: the rest waits in the file
+      bool ended = tasks_.Ended(t);
+      if (t.started && !ended && reported_running_.insert(id).second) {
         Push(proto::kTaskStatus, proto::Encode(tasks_.Report(t)));
       }
-      if (ended && !tasks_.HasUnreadOutput(id)) {
+      if (ended) {
         proto::TaskReport r = tasks_.Report(t);
-        GP_LOG(kInfo) << "task " << id << " " << r.state << (r.state == "exited" ? " with code " + std::to_string(r.exit_code) : "")
+        GP_LOG(kInfo) << "task " << id << " " << r.state
+                      << (r.state == "exited" ? " with code " + std::to_string(r.exit_code) : "")
                       << (r.reason.empty() ? "" : ": " + r.reason);
         Push(proto::kTaskStatus, proto::Encode(r));
         final_seq_[id] = outbox_.last_seq();
@@ -315,16 +315,23 @@ class Agent {
     }
   }
 
-  void ShipOutput(const std::string& id, bool all) {
-    do {
-      if (outbox_.bytes() > kMaxOutboxBytes) return;  // the files keep it until the server catches up
+  // Ships the task's complete unread output lines; false when the outbox is
+  // too full to take all of them (the rest waits in the file).
+  bool ShipOutput(const std::string& id) {
+    const TaskState& t = tasks_.tasks().at(id);
+    while (true) {
+      if (outbox_.bytes() > kMaxOutboxBytes) return false;
+      int64_t before = t.read_offset;
       auto records = tasks_.ReadOutput(id, kMaxChunkBytes);
-      if (records.empty()) return;
+      if (records.empty()) {
+        if (t.read_offset == before) return true;  // nothing complete left
+        continue;                                  // only the shim's own records
+      }
       proto::LogChunk chunk;
       chunk.attempt_id = id;
       for (auto& r : records) chunk.lines.push_back({r.offset, std::move(r.stream), r.ts_ms, std::move(r.text)});
       Push(proto::kLogs, proto::Encode(chunk));
-    } while (all);
+    }
   }
 
   void ForgetAckedTasks(int64_t acked) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -100,22 +101,27 @@ std::vector<std::string> JobEnvironment(const proto::StartTask& task, const std:
 int RunShim(const ShimOptions& options) {
   RealClock clock;
   TaskPaths paths{options.task_dir};
+  const proto::StartTask& task = options.task;
+  int log_fd = ::open(paths.output_log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    // Nothing can be recorded: the agent sees the shim gone without a result.
+    std::fprintf(stderr, "gpupool-shim %s: cannot open output.log: %s\n", task.attempt_id.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  auto record_result = [&](const TaskResult& r) {
+    bool ok = WriteAll(log_fd, EncodeRecord('r', clock.NowMs(), EncodeResult(r)));
+    return ok && ::fsync(log_fd) == 0;
+  };
   auto fail_early = [&](const std::string& why) {
     TaskResult r;
     r.exit_code = 127;
     r.failed = true;
     r.reason = why;
     r.finished_ms = clock.NowMs();
-    (void)WriteFileAtomic(paths.result_json(), EncodeResult(r), {0644, true});
+    record_result(r);
     return 1;
   };
-  auto text = ReadFile(paths.task_json());
-  if (!text.ok()) return fail_early("cannot start: " + text.status().message());
-  auto task = proto::DecodeStartTask(*text);
-  if (!task.ok()) return fail_early("cannot start: task.json: " + task.status().message());
-
-  int log_fd = ::open(paths.output_log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return fail_early(std::string("cannot open output.log: ") + std::strerror(errno));
 
   sigset_t mask, old_mask;
   sigemptyset(&mask);
@@ -134,13 +140,13 @@ int RunShim(const ShimOptions& options) {
   }
 
   // Everything the child needs is prepared before fork.
-  std::vector<std::string> env = JobEnvironment(*task, paths.work_dir());
+  std::vector<std::string> env = JobEnvironment(task, paths.work_dir());
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::vector<std::string> argv_s;
-  if (!task->spec.run.empty()) argv_s = {"/bin/sh", "-c", task->spec.run};
-  else argv_s = task->spec.command;
+  if (!task.spec.run.empty()) argv_s = {"/bin/sh", "-c", task.spec.run};
+  else argv_s = task.spec.command;
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -185,9 +191,10 @@ int RunShim(const ShimOptions& options) {
   }
   ::close(exec_pipe[0]);
   {
-    std::string pid_line = std::to_string(pid) + "\n";
-    (void)WriteFileAtomic(paths.job_pid(), pid_line);
-    std::string started = "started " + pid_line;
+    pid_t self = ::getpid();
+    ShimPids pids{self, ProcessStartTime(self).value_or(0), pid};
+    (void)WriteAll(log_fd, EncodeRecord('p', clock.NowMs(), EncodePids(pids)));
+    std::string started = "started " + std::to_string(pid) + "\n";
     (void)WriteAll(STDOUT_FILENO, started);  // the agent may be gone: ignore errors
   }
 
@@ -197,7 +204,7 @@ int RunShim(const ShimOptions& options) {
     err_sink.Add(msg.data(), msg.size(), clock.NowMs());
   }
   int64_t start_ms = clock.NowMs();
-  int64_t deadline = task->spec.max_runtime_ms > 0 ? start_ms + task->spec.max_runtime_ms : 0;
+  int64_t deadline = task.spec.max_runtime_ms > 0 ? start_ms + task.spec.max_runtime_ms : 0;
   int64_t kill_at = 0;       // when to send SIGKILL to the group
   int64_t drain_until = 0;   // after the job exits, how long to wait for pipes
   bool exited = false;
@@ -218,7 +225,7 @@ int RunShim(const ShimOptions& options) {
   while (!exited || out_open || err_open) {
     int64_t now = clock.NowMs();
     if (deadline && now >= deadline && !exited) {
-      stop_group("exceeded max_runtime of " + FormatDurationMs(task->spec.max_runtime_ms), true);
+      stop_group("exceeded max_runtime of " + FormatDurationMs(task.spec.max_runtime_ms), true);
     }
     if (kill_at && now >= kill_at && !exited) {
       ::kill(-pid, SIGKILL);
@@ -279,9 +286,9 @@ int RunShim(const ShimOptions& options) {
     result.exit_code = 128 + result.signal;
   }
   result.finished_ms = clock.NowMs();
+  bool recorded = record_result(result);
   ::close(log_fd);
-  Status s = WriteFileAtomic(paths.result_json(), EncodeResult(result), {0644, true});
-  return s.ok() ? 0 : 1;
+  return recorded ? 0 : 1;
 }
 
 }  // namespace gpupool::agent

@@ -31,10 +31,24 @@ Result<TaskResult> DecodeResult(std::string_view text) {
   return out;
 }
 
-std::string EncodeRecord(char stream, int64_t ts_ms, std::string_view text) {
+std::string EncodePids(const ShimPids& p) {
+  return std::to_string(p.shim_pid) + " " + std::to_string(p.shim_start_time) + " " +
+         std::to_string(p.job_pid);
+}
+
+Result<ShimPids> DecodePids(std::string_view text) {
+  ShimPids p;
+  std::istringstream in{std::string(text)};
+  if (!(in >> p.shim_pid >> p.shim_start_time >> p.job_pid) || p.shim_pid <= 0 || p.job_pid <= 0) {
+    return Status::InvalidArgument("bad pids record \"" + std::string(text) + "\"");
+  }
+  return p;
+}
+
+std::string EncodeRecord(char kind, int64_t ts_ms, std::string_view text) {
   std::string out;
   out.reserve(text.size() + 24);
-  out += stream;
+  out += kind;
   out += ' ';
   out += std::to_string(ts_ms);
   out += ' ';
@@ -54,13 +68,16 @@ std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offse
     rec.offset = base_offset + static_cast<int64_t>(pos);
     rec.stream = "stdout";
     bool parsed = false;
-    if (line.size() >= 4 && (line[0] == 'o' || line[0] == 'e') && line[1] == ' ') {
+    bool known_kind = line.size() >= 4 && line[1] == ' ' &&
+                      (line[0] == 'o' || line[0] == 'e' || line[0] == 'p' || line[0] == 'r');
+    if (known_kind) {
       size_t sp = line.find(' ', 2);
       if (sp != std::string_view::npos) {
         int64_t ts = 0;
         auto [p, ec] = std::from_chars(line.data() + 2, line.data() + sp, ts);
         if (ec == std::errc() && p == line.data() + sp) {
-          rec.stream = line[0] == 'o' ? "stdout" : "stderr";
+          rec.kind = line[0];
+          rec.stream = line[0] == 'e' ? "stderr" : "stdout";
           rec.ts_ms = ts;
           rec.text = std::string(line.substr(sp + 1));
           parsed = true;

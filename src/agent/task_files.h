@@ -1,18 +1,20 @@
 // The on-disk layout of one task (one attempt) on an agent, shared by the
-// agent and the shim that runs the job. Files are the source of truth, so an
-// agent restart finds its tasks again:
+// agent and the shim that runs the job. The files are the source of truth,
+// so an agent restart finds its tasks again:
 //
 //   DATA_DIR/tasks/<attempt id>/
-//     task.json    the start order (proto::StartTask), written before the shim starts
-//     shim.pid     "<pid> <start time>" of the shim, written by the agent
-//     job.pid      the job's pid (= its process group), written by the shim
-//     output.log   the job's output as records, appended by the shim
-//     result.json  how the job ended, written atomically by the shim last
+//     output.log   written only by the shim: one record per line
 //     work/        the job's working directory
 //
-// An output record is one line: "<o|e> <ts_ms> <text>\n"; a job line longer
-// than kMaxLineBytes is split into several records. A record's byte offset
-// in output.log identifies it for the server (dedup after resends).
+// Records are "<kind> <ts_ms> <payload>\n":
+//   o / e   a line the job wrote to stdout / stderr (a line longer than
+//           kMaxLineBytes is split into several records)
+//   p       "<shim pid> <shim start time> <job pid>": the job runs (the job's
+//           pid is also its process group)
+//   r       the result as JSON (TaskResult); always the last record
+// A record's byte offset in output.log identifies it for the server (dedup
+// after resends). A task creates two directories and one file on purpose:
+// creating and deleting inodes at a high rate is what limits job throughput.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +31,7 @@ inline constexpr size_t kMaxLineBytes = 16 * 1024;
 
 struct TaskPaths {
   std::string dir;
-  std::string task_json() const { return dir + "/task.json"; }
-  std::string shim_pid() const { return dir + "/shim.pid"; }
-  std::string job_pid() const { return dir + "/job.pid"; }
   std::string output_log() const { return dir + "/output.log"; }
-  std::string result_json() const { return dir + "/result.json"; }
   std::string work_dir() const { return dir + "/work"; }
 };
 
@@ -52,13 +50,22 @@ Result<TaskResult> DecodeResult(std::string_view text);
 
 struct OutputRecord {
   int64_t offset = 0;
-  std::string stream;  // "stdout" / "stderr"
+  char kind = 'o';     // 'o', 'e', 'p' or 'r'
+  std::string stream;  // "stdout" / "stderr" for 'o' / 'e'
   int64_t ts_ms = 0;
-  std::string text;
+  std::string text;    // the payload
 };
 
 // "o 1700000000123 hello\n"
-std::string EncodeRecord(char stream, int64_t ts_ms, std::string_view text);
+std::string EncodeRecord(char kind, int64_t ts_ms, std::string_view text);
+
+struct ShimPids {
+  int shim_pid = 0;
+  uint64_t shim_start_time = 0;
+  int job_pid = 0;
+};
+std::string EncodePids(const ShimPids& p);
+Result<ShimPids> DecodePids(std::string_view text);
 
 // Parses complete records from `data`, which starts at byte `base_offset` of
 // the file. Stops at an incomplete final record; `consumed` is how many bytes

@@ -40,6 +40,26 @@ TEST(TaskFilesTest, MalformedRecordIsKeptAsText) {
   EXPECT_EQ(recs[0].stream, "stdout");
 }
 
+TEST(TaskFilesTest, ShimRecordsCarryPidsAndResult) {
+  TaskResult r{3, 0, "", false, 99};
+  std::string data = EncodeRecord('p', 1, EncodePids({10, 20, 30})) + EncodeRecord('o', 2, "out") +
+                     EncodeRecord('r', 3, EncodeResult(r));
+  size_t consumed = 0;
+  auto recs = ParseRecords(data, 0, &consumed);
+  ASSERT_EQ(recs.size(), 3u);
+  EXPECT_EQ(recs[0].kind, 'p');
+  auto pids = DecodePids(recs[0].text);
+  ASSERT_TRUE(pids.ok()) << pids.status().ToString();
+  EXPECT_EQ(pids->shim_pid, 10);
+  EXPECT_EQ(pids->shim_start_time, 20u);
+  EXPECT_EQ(pids->job_pid, 30);
+  EXPECT_EQ(recs[1].kind, 'o');
+  EXPECT_EQ(recs[2].kind, 'r');
+  EXPECT_EQ(DecodeResult(recs[2].text)->exit_code, 3);
+  EXPECT_FALSE(DecodePids("1 2").ok());
+  EXPECT_FALSE(DecodePids("0 2 3").ok());
+}
+
 TEST(TaskFilesTest, ResultRoundTripAndErrors) {
   TaskResult r{137, 9, "exceeded max_runtime of 1s", true, 1234};
   auto d = DecodeResult(EncodeResult(r));

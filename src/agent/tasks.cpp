@@ -1,7 +1,5 @@
 #include "agent/tasks.h"
 
-#include "agent/shim.h"
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -9,18 +7,38 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "agent/shim.h"
 #include "common/files.h"
 #include "common/log.h"
 
 namespace gpupool::agent {
 namespace fs = std::filesystem;
+
+namespace {
+
+// Reads `len` bytes of `path` at `offset` (fewer at the end of the file).
+std::string ReadAt(const std::string& path, int64_t offset, size_t len) {
+  std::string buf;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return buf;
+  buf.resize(len);
+  ssize_t n = ::pread(fd, buf.data(), len, offset);
+  ::close(fd);
+  buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return buf;
+}
+
+int64_t FileSize(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+}
+
+}  // namespace
 
 TaskManager::TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
                          std::function<void()> on_wake)
@@ -35,6 +53,27 @@ TaskManager::~TaskManager() {
   }
 }
 
+void TaskManager::ApplyShimRecord(TaskState& t, const OutputRecord& r) {
+  if (r.kind == 'p') {
+    auto pids = DecodePids(r.text);
+    if (!pids.ok()) return;
+    t.started = true;
+    t.shim_pid = pids->shim_pid;
+    t.shim_start_time = pids->shim_start_time;
+  } else if (r.kind == 'r') {
+    auto result = DecodeResult(r.text);
+    if (result.ok()) {
+      t.result = *result;
+    } else {
+      TaskResult broken;
+      broken.failed = true;
+      broken.exit_code = 1;
+      broken.reason = "unreadable result: " + result.status().message();
+      t.result = broken;
+    }
+  }
+}
+
 Status TaskManager::Recover() {
   std::string root = options_.data_dir + "/tasks";
   std::error_code ec;
@@ -45,26 +84,34 @@ Status TaskManager::Recover() {
     TaskState t;
     t.attempt_id = entry.path().filename().string();
     t.paths.dir = entry.path().string();
-    auto spec = ReadFile(t.paths.task_json());
-    if (!spec.ok()) {
-      // Died between mkdir and writing task.json: nothing ran.
-      fs::remove_all(entry.path(), ec);
+    auto id = ParseAttemptId(t.attempt_id);
+    if (!id.ok()) {
+      GP_LOG(kWarn) << "ignoring " << t.paths.dir << ": not a task directory";
       continue;
     }
-    auto start = proto::DecodeStartTask(*spec);
-    if (start.ok()) t.job_id = start->job_id;
-    if (auto pid = ReadFile(t.paths.shim_pid()); pid.ok()) {
-      std::istringstream in(*pid);
-      in >> t.shim_pid >> t.shim_start_time;
+    t.job_id = id->first;
+    // The pids record comes first (unless the job never started); the result
+    // record, if any, last.
+    std::string log = t.paths.output_log();
+    size_t consumed = 0;
+    for (const auto& r : ParseRecords(ReadAt(log, 0, 64 * 1024), 0, &consumed)) {
+      if (r.kind == 'p' || r.kind == 'r') ApplyShimRecord(t, r);
     }
-    t.started = fs::exists(t.paths.job_pid());
-    ReadResult(t);
+    int64_t size = FileSize(log);
+    int64_t tail = std::max<int64_t>(0, size - 64 * 1024);
+    std::string end = ReadAt(log, tail, 64 * 1024);
+    size_t nl = tail > 0 ? end.find('\n') : std::string::npos;  // skip a partial first line
+    std::string_view whole = nl == std::string::npos ? std::string_view(end) : std::string_view(end).substr(nl + 1);
+    int64_t base = tail + static_cast<int64_t>(end.size() - whole.size());
+    for (const auto& r : ParseRecords(whole, base, &consumed)) {
+      if (r.kind == 'r') ApplyShimRecord(t, r);
+    }
     if (!t.result) {
       auto now_start = ProcessStartTime(t.shim_pid);
-      if (!now_start || *now_start != t.shim_start_time) t.lost = true;
+      t.shim_gone = !now_start || *now_start != t.shim_start_time;
     }
     GP_LOG(kInfo) << "recovered task " << t.attempt_id << ": "
-                  << (t.result ? "ended" : t.lost ? "lost" : "running");
+                  << (t.result ? "ended" : t.shim_gone ? "lost" : "running");
     tasks_[t.attempt_id] = std::move(t);
   }
   return Status::Ok();
@@ -79,12 +126,10 @@ Status TaskManager::Start(const proto::StartTask& task) {
   std::error_code ec;
   fs::create_directories(t.paths.work_dir(), ec);
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
-  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.task_json(), proto::Encode(task)));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
-  std::string shim_log = t.paths.dir + "/shim.log";
-  ShimOptions shim{t.paths.dir, options_.kill_grace_ms};
+  ShimOptions shim{t.paths.dir, task, options_.kill_grace_ms};
   // The shim is a fork of the agent that never execs: no binary to load, so
   // a task starts in well under a millisecond. This relies on the agent
   // being single-threaded (the child may safely allocate and do I/O).
@@ -96,8 +141,7 @@ Status TaskManager::Start(const proto::StartTask& task) {
     ::dup2(status[1], STDOUT_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY);
     ::dup2(devnull, STDIN_FILENO);
-    int err = ::open(shim_log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (err >= 0) ::dup2(err, STDERR_FILENO);
+    // stderr stays the agent's: the shim's rare messages land in the agent log.
     // Nothing else of the agent's (its server connection above all) may stay
     // open in the shim, or the connection would outlive a killed agent.
     ::close_range(3, ~0U, 0);
@@ -110,8 +154,6 @@ Status TaskManager::Start(const proto::StartTask& task) {
   ::close(status[1]);
   t.shim_pid = pid;
   t.shim_start_time = ProcessStartTime(pid).value_or(0);
-  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.shim_pid(),
-                               std::to_string(pid) + " " + std::to_string(t.shim_start_time) + "\n"));
   t.status_pipe = status[0];
   auto& stored = tasks_[t.attempt_id] = std::move(t);
   Watch(stored);
@@ -126,41 +168,31 @@ void TaskManager::Watch(TaskState& t) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     auto it = tasks_.find(id);
     if (n > 0) {
-      if (it != tasks_.end() && std::string_view(buf, static_cast<size_t>(n)).find("started") != std::string_view::npos) {
+      if (it != tasks_.end() &&
+          std::string_view(buf, static_cast<size_t>(n)).find("started") != std::string_view::npos) {
         it->second.started = true;
       }
       if (on_wake_) on_wake_();
       return true;
     }
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-    // The shim exited: its result is on disk now.
+    // The shim exited: its last record is on disk now.
     ::close(fd);
-    if (it != tasks_.end()) it->second.status_pipe = -1;
+    if (it != tasks_.end()) {
+      it->second.status_pipe = -1;
+      it->second.shim_gone = true;
+      ::waitpid(it->second.shim_pid, nullptr, WNOHANG);
+    }
     if (on_wake_) loop_.Post(on_wake_);
     return false;
   });
-}
-
-void TaskManager::ReadResult(TaskState& t) {
-  auto text = ReadFile(t.paths.result_json());
-  if (!text.ok()) return;
-  auto r = DecodeResult(*text);
-  if (r.ok()) {
-    t.result = *r;
-  } else {
-    TaskResult broken;
-    broken.failed = true;
-    broken.exit_code = 1;
-    broken.reason = "unreadable result: " + r.status().message();
-    t.result = broken;
-  }
 }
 
 void TaskManager::Stop(const std::string& attempt_id, const std::string& reason) {
   auto it = tasks_.find(attempt_id);
   if (it == tasks_.end()) return;
   TaskState& t = it->second;
-  if (t.result || t.lost) return;
+  if (t.result || t.shim_gone) return;
   (void)WriteFileAtomic(t.paths.dir + "/stop.reason", reason);
   auto start = ProcessStartTime(t.shim_pid);
   if (start && *start == t.shim_start_time) ::kill(t.shim_pid, SIGTERM);
@@ -170,49 +202,37 @@ void TaskManager::StopAll(const std::string& reason) {
   for (auto& [id, t] : tasks_) Stop(id, reason);
 }
 
-std::vector<std::string> TaskManager::Poll() {
-  std::vector<std::string> changed;
+void TaskManager::Poll() {
   for (auto& [id, t] : tasks_) {
-    if (t.result || t.lost) continue;
-    // Reap our own shims; after an agent restart they are not our children.
-    if (t.shim_pid > 0) ::waitpid(t.shim_pid, nullptr, WNOHANG);
-    if (!t.started && fs::exists(t.paths.job_pid())) {
-      t.started = true;
-      changed.push_back(id);
-    }
-    ReadResult(t);
-    if (t.result) {
-      changed.push_back(id);
-      continue;
-    }
+    if (t.result || t.shim_gone) continue;
+    // Our own shims report through their pipes; shims recovered after an
+    // agent restart are not our children and are checked through /proc.
+    if (t.status_pipe >= 0) continue;
     auto start = ProcessStartTime(t.shim_pid);
-    if (!start || *start != t.shim_start_time) {
-      // The shim may have written its result just before exiting.
-      ReadResult(t);
-      if (!t.result) t.lost = true;
-      changed.push_back(id);
-    }
+    if (!start || *start != t.shim_start_time) t.shim_gone = true;
   }
-  return changed;
 }
 
 std::vector<OutputRecord> TaskManager::ReadOutput(const std::string& attempt_id, size_t max_bytes) {
   auto it = tasks_.find(attempt_id);
   if (it == tasks_.end()) return {};
   TaskState& t = it->second;
-  int fd = ::open(t.paths.output_log().c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  std::string buf(max_bytes, '\0');
-  ssize_t n = ::pread(fd, buf.data(), buf.size(), t.read_offset);
-  ::close(fd);
-  if (n <= 0) return {};
-  buf.resize(static_cast<size_t>(n));
+  std::string buf = ReadAt(t.paths.output_log(), t.read_offset, max_bytes);
+  if (buf.empty()) return {};
   size_t consumed = 0;
   auto records = ParseRecords(buf, t.read_offset, &consumed);
   t.read_offset += static_cast<int64_t>(consumed);
-  if (!records.empty() && records.front().offset == t.skip_offset) records.erase(records.begin());
+  std::vector<OutputRecord> out;
+  out.reserve(records.size());
+  for (auto& r : records) {
+    if (r.kind == 'p' || r.kind == 'r') {
+      ApplyShimRecord(t, r);
+    } else if (r.offset != t.skip_offset) {
+      out.push_back(std::move(r));
+    }
+  }
   if (consumed > 0) t.skip_offset = -1;
-  return records;
+  return out;
 }
 
 void TaskManager::ResumeOutputAfter(const std::string& attempt_id, int64_t last_offset) {
@@ -226,10 +246,10 @@ void TaskManager::ResumeOutputAfter(const std::string& attempt_id, int64_t last_
 bool TaskManager::HasUnreadOutput(const std::string& attempt_id) const {
   auto it = tasks_.find(attempt_id);
   if (it == tasks_.end()) return false;
-  struct stat st;
-  if (::stat(it->second.paths.output_log().c_str(), &st) != 0) return false;
-  return st.st_size > it->second.read_offset;
+  return FileSize(it->second.paths.output_log()) > it->second.read_offset;
 }
+
+bool TaskManager::Ended(const TaskState& t) const { return t.result.has_value() || t.shim_gone; }
 
 proto::TaskReport TaskManager::Report(const TaskState& t) const {
   proto::TaskReport r;
@@ -241,7 +261,7 @@ proto::TaskReport TaskManager::Report(const TaskState& t) const {
     r.signal = t.result->signal;
     r.reason = t.result->reason;
     r.ts_ms = t.result->finished_ms;
-  } else if (t.lost) {
+  } else if (t.shim_gone) {
     r.state = "lost";
     r.reason = "its shim exited without a result";
   } else {
@@ -270,7 +290,7 @@ void TaskManager::Remove(const std::string& attempt_id) {
 
 int TaskManager::running() const {
   int n = 0;
-  for (const auto& [id, t] : tasks_) n += !(t.result || t.lost);
+  for (const auto& [id, t] : tasks_) n += !Ended(t);
   return n;
 }
 

@@ -3,8 +3,8 @@
 //
 // Start() is idempotent by attempt id, so a start order delivered twice runs
 // the job once. Recover() rebuilds the task list from DATA_DIR/tasks after an
-// agent restart: a task with result.json has ended; one whose shim still runs
-// is running; any other was lost. Output is read from each task's
+// agent restart: a task whose output.log ends with a result has ended; one
+// whose shim still runs is running; any other was lost. Output is read from each task's
 // output.log at a per-task offset, so the agent can resume shipping exactly
 // where the server's copy ends.
 //
@@ -36,12 +36,12 @@ struct TaskState {
   TaskPaths paths;
   pid_t shim_pid = 0;
   uint64_t shim_start_time = 0;
-  bool started = false;                // the job process runs (or ran)
-  std::optional<TaskResult> result;    // set once the job ended
-  bool lost = false;                   // the shim vanished without a result
-  int64_t read_offset = 0;             // next byte of output.log to ship
-  int64_t skip_offset = -1;            // a record at this offset was already shipped
-  int status_pipe = -1;                // read end of the shim's stdout, or -1
+  bool started = false;              // the job process runs (or ran)
+  std::optional<TaskResult> result;  // set once the result record was read
+  bool shim_gone = false;            // the shim process has exited
+  int64_t read_offset = 0;           // next byte of output.log to read
+  int64_t skip_offset = -1;          // a record at this offset was already shipped
+  int status_pipe = -1;              // read end of the shim's stdout, or -1
 };
 
 class TaskManager {
@@ -61,19 +61,22 @@ class TaskManager {
   void Stop(const std::string& attempt_id, const std::string& reason);
   void StopAll(const std::string& reason);
 
-  // Checks shims that exited and reads their results. Returns the ids of
-  // tasks whose state changed (started, ended, lost).
-  std::vector<std::string> Poll();
+  // Notices shims that exited (and reaps them).
+  void Poll();
 
-  // Reads complete output records from the task's read offset, at most about
-  // `max_bytes`, and advances the offset past them.
+  // Reads complete records from the task's read offset, at most about
+  // `max_bytes`, and advances the offset past them. Returns the job's output
+  // lines; the shim's own records (job started, result) update the task.
   std::vector<OutputRecord> ReadOutput(const std::string& attempt_id, size_t max_bytes);
-  // Resumes shipping after the record at `last_offset` (the last line the
+  // Resumes reading after the record at `last_offset` (the last line the
   // server has), or from the start when it is negative.
   void ResumeOutputAfter(const std::string& attempt_id, int64_t last_offset);
   // True when output.log has bytes past the read offset.
   bool HasUnreadOutput(const std::string& attempt_id) const;
 
+  // Ended: its result was read, or its shim is gone (read the output to the
+  // end first: the result is the shim's last record; without one it is lost).
+  bool Ended(const TaskState& t) const;
   // The report the server should see for a task right now.
   proto::TaskReport Report(const TaskState& t) const;
   std::vector<proto::TaskReport> Reports() const;
@@ -86,7 +89,8 @@ class TaskManager {
 
  private:
   void Watch(TaskState& t);
-  void ReadResult(TaskState& t);
+  // Applies a 'p' or 'r' record to the task.
+  void ApplyShimRecord(TaskState& t, const OutputRecord& r);
 
   Options options_;
   net::EventLoop& loop_;

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -75,17 +76,20 @@ int RunServer(const ServerOptions& options) {
   net::EventLoop loop;
   AgentHub* hub_ptr = nullptr;
   Api* api_ptr = nullptr;
-  // Scheduling passes are coalesced: at most one is queued, and passes start
-  // at least kMinPassGapMs apart so a burst of events costs one pass.
-  constexpr int64_t kMinPassGapMs = 20;
+  // Scheduling passes are coalesced (at most one queued) and spaced: the next
+  // pass starts no sooner than twice the last pass's duration after it, so
+  // an idle pool schedules at once and a long queue cannot take more than
+  // about a third of the loop.
   bool schedule_queued = false;
-  int64_t last_pass_ms = 0;
+  int64_t next_pass_ms = 0;
   Pool* pool_ptr = nullptr;
   auto run_schedule = [&] {
     schedule_queued = false;
-    last_pass_ms = clock.NowMs();
+    auto t0 = std::chrono::steady_clock::now();
     auto placed = pool_ptr->Schedule();
     if (!placed.ok()) GP_LOG(kError) << "scheduling pass failed: " << placed.status().ToString();
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    next_pass_ms = clock.NowMs() + std::min<int64_t>(2 * took.count(), 100);
   };
   PoolHooks hooks;
   hooks.outbox_ready = [&](const std::string& node) { hub_ptr->OutboxReady(node); };
@@ -93,7 +97,7 @@ int RunServer(const ServerOptions& options) {
   hooks.schedule_needed = [&] {
     if (schedule_queued) return;
     schedule_queued = true;
-    int64_t wait = last_pass_ms + kMinPassGapMs - clock.NowMs();
+    int64_t wait = next_pass_ms - clock.NowMs();
     if (wait > 0) {
       loop.RunAfter(wait, run_schedule);
     } else {

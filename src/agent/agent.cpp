@@ -25,8 +25,8 @@
 namespace gpupool::agent {
 namespace {
 
-constexpr size_t kMaxChunkBytes = 256 * 1024;   // output per logs message
-constexpr size_t kMaxOutboxBytes = 16 << 20;    // stop reading output beyond this
+constexpr size_t kMaxChunkBytes = 256 * 1024;  // output per logs message
+constexpr size_t kMaxOutboxBytes = 16 << 20;   // stop reading output beyond this
 const char* kVersion = "0.1.0";
 
 // An empty GPU source, for machines without NVML.
@@ -60,8 +60,7 @@ class Agent {
   Agent(AgentOptions options, net::EventLoop& loop)
       : options_(std::move(options)),
         loop_(loop),
-        tasks_({options_.data_dir, options_.kill_grace_ms}, loop, clock_,
-               [this] { WakePoll(); }) {}
+        tasks_({options_.data_dir, options_.kill_grace_ms}, loop, clock_, [this] { WakePoll(); }) {}
 
   Status Init() {
     std::error_code ec;
@@ -85,9 +84,11 @@ class Agent {
     }
     GP_LOG(kInfo) << "GPUs: " << gpu_->Describe();
     auto url = net::ParseUrl(options_.server_url);
-    if (!url) return Status::InvalidArgument("--server: invalid URL \"" + options_.server_url + "\"");
-    ws_url_ = "ws://" + (url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host) +
-              ":" + std::to_string(url->port) + url->path + "/v1/agent/connect";
+    if (!url)
+      return Status::InvalidArgument("--server: invalid URL \"" + options_.server_url + "\"");
+    ws_url_ = "ws://" +
+              (url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host) + ":" +
+              std::to_string(url->port) + url->path + "/v1/agent/connect";
     instance_ = RandomHex(8);
     LoadState();
     GP_RETURN_IF_ERROR(tasks_.Recover());
@@ -119,7 +120,8 @@ class Agent {
     h.agent_version = kVersion;
     h.last_server_seq = in_.last_applied();
     h.cpu_milli = static_cast<int64_t>(::sysconf(_SC_NPROCESSORS_ONLN)) * 1000;
-    h.memory_mib = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+    h.memory_mib =
+        static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
     auto snap = gpu_->Read();
     if (snap.ok()) {
       h.gpus = snap->gpus;
@@ -129,7 +131,8 @@ class Agent {
       GP_LOG(kWarn) << "cannot read GPUs: " << snap.status().message();
     }
     h.tasks = tasks_.Reports();
-    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello), proto::Encode(h)});
+    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
+          proto::Encode(h)});
   }
 
   void OnMessage(const std::string& text) {
@@ -153,7 +156,8 @@ class Agent {
         break;
     }
     Status s = ApplyOrder(*env);
-    if (!s.ok()) GP_LOG(kError) << "order " << env->seq << " (" << env->type << "): " << s.ToString();
+    if (!s.ok())
+      GP_LOG(kError) << "order " << env->seq << " (" << env->type << "): " << s.ToString();
     in_.MarkApplied(env->seq);
     SaveState();
     ScheduleAck();
@@ -221,7 +225,8 @@ class Agent {
       Status s = tasks_.Start(start);
       if (!s.ok()) {
         // Report it so the job does not wait forever.
-        proto::TaskReport r{start.attempt_id, "failed", 127, 0, "cannot start: " + s.message(), clock_.NowMs()};
+        proto::TaskReport r{start.attempt_id, "failed", 127, 0, "cannot start: " + s.message(),
+                            clock_.NowMs()};
         Push(proto::kTaskStatus, proto::Encode(r));
       }
       WakePoll();
@@ -260,7 +265,8 @@ class Agent {
     ack_scheduled_ = true;
     loop_.Post([this] {
       ack_scheduled_ = false;
-      if (welcomed_) Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kAck), "{}"});
+      if (welcomed_)
+        Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kAck), "{}"});
     });
   }
 
@@ -270,7 +276,8 @@ class Agent {
     proto::Heartbeat hb;
     if (auto snap = gpu_->Read(); snap.ok()) hb.telemetry = snap->telemetry;
     hb.running_tasks = tasks_.running();
-    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHeartbeat), proto::Encode(hb)});
+    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHeartbeat),
+          proto::Encode(hb)});
     heartbeat_timer_ = loop_.RunAfter(heartbeat_ms_, [this] { Heartbeat(); });
   }
 
@@ -329,7 +336,8 @@ class Agent {
       }
       proto::LogChunk chunk;
       chunk.attempt_id = id;
-      for (auto& r : records) chunk.lines.push_back({r.offset, std::move(r.stream), r.ts_ms, std::move(r.text)});
+      for (auto& r : records)
+        chunk.lines.push_back({r.offset, std::move(r.stream), r.ts_ms, std::move(r.text)});
       Push(proto::kLogs, proto::Encode(chunk));
     }
   }
@@ -371,7 +379,8 @@ class Agent {
     auto text = ReadFile(StatePath());
     if (!text.ok()) return;  // a new agent
     auto j = nlohmann::json::parse(*text, nullptr, false);
-    if (j.is_object() && j.contains("last_server_seq") && j["last_server_seq"].is_number_integer()) {
+    if (j.is_object() && j.contains("last_server_seq") &&
+        j["last_server_seq"].is_number_integer()) {
       in_ = proto::InboundSequence(j["last_server_seq"].get<int64_t>());
     } else {
       GP_LOG(kWarn) << StatePath() << " is unreadable; starting from scratch";
@@ -380,7 +389,8 @@ class Agent {
 
   void SaveState() {
     std::string state =
-        nlohmann::json{{"last_server_seq", in_.last_applied()}, {"node_id", node_id_}}.dump() + "\n";
+        nlohmann::json{{"last_server_seq", in_.last_applied()}, {"node_id", node_id_}}.dump() +
+        "\n";
     if (Status s = WriteFileAtomic(StatePath(), state); !s.ok()) GP_LOG(kError) << s.message();
   }
 

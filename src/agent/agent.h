@@ -16,9 +16,9 @@ struct AgentOptions {
   std::string server_url;  // "http://127.0.0.1:8470"
   std::string join_token;
   std::string data_dir;
-  std::string name;            // node name; the host name by default
-  std::string simulate_gpus;   // e.g. "2xA100:80GiB"; empty = real GPUs through NVML
-  std::string nvml_library;    // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
+  std::string name;                 // node name; the host name by default
+  std::string simulate_gpus;        // e.g. "2xA100:80GiB"; empty = real GPUs through NVML
+  std::string nvml_library;         // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
   bool kill_tasks_on_exit = false;  // on SIGTERM stop running jobs too (gpupool dev)
   int64_t kill_grace_ms = 10'000;
   int64_t poll_ms = 100;            // how often output files are read

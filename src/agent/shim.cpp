@@ -145,8 +145,10 @@ int RunShim(const ShimOptions& options) {
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
   std::vector<std::string> argv_s;
-  if (!task.spec.run.empty()) argv_s = {"/bin/sh", "-c", task.spec.run};
-  else argv_s = task.spec.command;
+  if (!task.spec.run.empty())
+    argv_s = {"/bin/sh", "-c", task.spec.run};
+  else
+    argv_s = task.spec.command;
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -205,8 +207,8 @@ int RunShim(const ShimOptions& options) {
   }
   int64_t start_ms = clock.NowMs();
   int64_t deadline = task.spec.max_runtime_ms > 0 ? start_ms + task.spec.max_runtime_ms : 0;
-  int64_t kill_at = 0;       // when to send SIGKILL to the group
-  int64_t drain_until = 0;   // after the job exits, how long to wait for pipes
+  int64_t kill_at = 0;      // when to send SIGKILL to the group
+  int64_t drain_until = 0;  // after the job exits, how long to wait for pipes
   bool exited = false;
   int wstatus = 0;
   bool out_open = true, err_open = true;

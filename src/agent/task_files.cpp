@@ -57,7 +57,8 @@ std::string EncodeRecord(char kind, int64_t ts_ms, std::string_view text) {
   return out;
 }
 
-std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offset, size_t* consumed) {
+std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offset,
+                                       size_t* consumed) {
   std::vector<OutputRecord> out;
   size_t pos = 0;
   while (pos < data.size()) {

@@ -53,7 +53,7 @@ struct OutputRecord {
   char kind = 'o';     // 'o', 'e', 'p' or 'r'
   std::string stream;  // "stdout" / "stderr" for 'o' / 'e'
   int64_t ts_ms = 0;
-  std::string text;    // the payload
+  std::string text;  // the payload
 };
 
 // "o 1700000000123 hello\n"
@@ -70,7 +70,8 @@ Result<ShimPids> DecodePids(std::string_view text);
 // Parses complete records from `data`, which starts at byte `base_offset` of
 // the file. Stops at an incomplete final record; `consumed` is how many bytes
 // were parsed. A malformed record is returned as stdout text, not dropped.
-std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offset, size_t* consumed);
+std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offset,
+                                       size_t* consumed);
 
 // The start time of a process (field 22 of /proc/PID/stat), to tell a live
 // process from a later one that reused its pid; nullopt if it is gone.

@@ -101,7 +101,8 @@ Status TaskManager::Recover() {
     int64_t tail = std::max<int64_t>(0, size - 64 * 1024);
     std::string end = ReadAt(log, tail, 64 * 1024);
     size_t nl = tail > 0 ? end.find('\n') : std::string::npos;  // skip a partial first line
-    std::string_view whole = nl == std::string::npos ? std::string_view(end) : std::string_view(end).substr(nl + 1);
+    std::string_view whole =
+        nl == std::string::npos ? std::string_view(end) : std::string_view(end).substr(nl + 1);
     int64_t base = tail + static_cast<int64_t>(end.size() - whole.size());
     for (const auto& r : ParseRecords(whole, base, &consumed)) {
       if (r.kind == 'r') ApplyShimRecord(t, r);
@@ -111,7 +112,9 @@ Status TaskManager::Recover() {
       t.shim_gone = !now_start || *now_start != t.shim_start_time;
     }
     GP_LOG(kInfo) << "recovered task " << t.attempt_id << ": "
-                  << (t.result ? "ended" : t.shim_gone ? "lost" : "running");
+                  << (t.result      ? "ended"
+                      : t.shim_gone ? "lost"
+                                    : "running");
     tasks_[t.attempt_id] = std::move(t);
   }
   return Status::Ok();
@@ -128,7 +131,8 @@ Status TaskManager::Start(const proto::StartTask& task) {
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
 
   int status[2];
-  if (::pipe2(status, O_CLOEXEC) != 0) return Status::Internal(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(status, O_CLOEXEC) != 0)
+    return Status::Internal(std::string("pipe: ") + std::strerror(errno));
   ShimOptions shim{t.paths.dir, task, options_.kill_grace_ms};
   // The shim is a fork of the agent that never execs: no binary to load, so
   // a task starts in well under a millisecond. This relies on the agent

@@ -14,7 +14,8 @@ using nlohmann::json;
 
 std::string ConfigPath() {
   if (const char* p = std::getenv("GPUPOOL_CONFIG"); p && *p) return p;
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) return std::string(x) + "/gpupool/config.json";
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x)
+    return std::string(x) + "/gpupool/config.json";
   const char* home = std::getenv("HOME");
   return std::string(home ? home : ".") + "/.config/gpupool/config.json";
 }
@@ -34,7 +35,8 @@ Result<Endpoint> ResolveEndpoint(const std::string& server_flag, const std::stri
   if (!token_flag.empty()) e.token = token_flag;
   if (e.server.empty()) {
     return Status::FailedPrecondition(
-        "no server: pass --server URL, set GPUPOOL_SERVER, or start a local pool with `gpupool dev`");
+        "no server: pass --server URL, set GPUPOOL_SERVER, or start a local pool with `gpupool "
+        "dev`");
   }
   while (!e.server.empty() && e.server.back() == '/') e.server.pop_back();
   return e;
@@ -43,7 +45,8 @@ Result<Endpoint> ResolveEndpoint(const std::string& server_flag, const std::stri
 Status WriteConfig(const std::string& path, const Endpoint& e) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  return WriteFileAtomic(path, json{{"server", e.server}, {"token", e.token}}.dump(2) + "\n", {0600, false});
+  return WriteFileAtomic(path, json{{"server", e.server}, {"token", e.token}}.dump(2) + "\n",
+                         {0600, false});
 }
 
 Result<json> ApiClient::Get(const std::string& target, int64_t timeout_ms) {
@@ -70,17 +73,25 @@ Result<json> ApiClient::Call(const std::string& method, const std::string& targe
     return j;
   }
   std::string message = "HTTP " + std::to_string(r.status);
-  if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message")) {
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("message")) {
     message = j["error"]["message"].get<std::string>();
   }
   switch (r.status) {
-    case 400: return Status::InvalidArgument(message);
-    case 401: return Status::Unauthenticated(message + " (check --token or GPUPOOL_TOKEN)");
-    case 403: return Status::PermissionDenied(message);
-    case 404: return Status::NotFound(message);
-    case 409: return Status::FailedPrecondition(message);
-    case 503: return Status::Unavailable(message);
-    default: return Status::Internal(message);
+    case 400:
+      return Status::InvalidArgument(message);
+    case 401:
+      return Status::Unauthenticated(message + " (check --token or GPUPOOL_TOKEN)");
+    case 403:
+      return Status::PermissionDenied(message);
+    case 404:
+      return Status::NotFound(message);
+    case 409:
+      return Status::FailedPrecondition(message);
+    case 503:
+      return Status::Unavailable(message);
+    default:
+      return Status::Internal(message);
   }
 }
 

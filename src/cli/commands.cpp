@@ -22,9 +22,7 @@ using nlohmann::json;
 
 namespace {
 
-int ExitCodeFor(const Status& s) {
-  return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
-}
+int ExitCodeFor(const Status& s) { return s.code() == StatusCode::kInvalidArgument ? 2 : 1; }
 
 Result<ApiClient> Connect(const GlobalFlags& g) {
   GP_ASSIGN_OR_RETURN(Endpoint e, ResolveEndpoint(g.server, g.token));
@@ -56,7 +54,8 @@ std::string GpusOf(const json& spec) {
   std::string s = std::to_string(gpus);
   if (r.contains("gpu_models")) {
     std::string models;
-    for (const auto& m : r["gpu_models"]) models += (models.empty() ? "" : "|") + m.get<std::string>();
+    for (const auto& m : r["gpu_models"])
+      models += (models.empty() ? "" : "|") + m.get<std::string>();
     s += "x" + models;
   }
   if (r.contains("gpu_memory")) s += " (" + r["gpu_memory"].get<std::string>() + ")";
@@ -65,7 +64,8 @@ std::string GpusOf(const json& spec) {
 
 std::string StateText(const json& job) {
   std::string s = Str(job, "state");
-  if ((s == "succeeded" || s == "failed") && job.contains("exit_code") && !job["exit_code"].is_null()) {
+  if ((s == "succeeded" || s == "failed") && job.contains("exit_code") &&
+      !job["exit_code"].is_null()) {
     s += " (" + job["exit_code"].dump() + ")";
   }
   return s;
@@ -151,8 +151,10 @@ int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
   if (!job.ok()) return ReportError(job.status());
   int64_t id = Int(*job, "id");
   if (!f.wait && !f.follow) {
-    if (g.output == "json") std::cout << job->dump(2) << "\n";
-    else std::cout << id << "\n";
+    if (g.output == "json")
+      std::cout << job->dump(2) << "\n";
+    else
+      std::cout << id << "\n";
     return 0;
   }
   std::cerr << "submitted job " << id << "\n";
@@ -166,14 +168,16 @@ int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
       if (!complete.ok()) return ReportError(complete.status());
       if (!*complete) continue;
     }
-    auto cur = api->Get("/v1/jobs/" + std::to_string(id) + "?until=finished&wait=" + (tty ? "1s" : "30s"), 90'000);
+    auto cur = api->Get(
+        "/v1/jobs/" + std::to_string(id) + "?until=finished&wait=" + (tty ? "1s" : "30s"), 90'000);
     if (!cur.ok()) return ReportError(cur.status());
     std::string state = Str(*cur, "state");
     std::string status = "job " + std::to_string(id) + " " + state;
     if (!Str(*cur, "reason").empty()) status += ": " + Str(*cur, "reason");
     bool done = state == "succeeded" || state == "failed" || state == "cancelled";
     if (tty) {
-      std::cerr << "\r\033[K" << (done ? "" : std::string(frames[tick % 4]) + " ") << status << std::flush;
+      std::cerr << "\r\033[K" << (done ? "" : std::string(frames[tick % 4]) + " ") << status
+                << std::flush;
     } else if (status != last_status && !f.follow) {
       std::cerr << status << "\n";
     }
@@ -184,7 +188,8 @@ int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
     if (g.output == "json") std::cout << cur->dump(2) << "\n";
     if (state == "succeeded") return 0;
     if (state == "cancelled") return 130;
-    return cur->contains("exit_code") && (*cur)["exit_code"].is_number_integer() && (*cur)["exit_code"] != 0
+    return cur->contains("exit_code") && (*cur)["exit_code"].is_number_integer() &&
+                   (*cur)["exit_code"] != 0
                ? (*cur)["exit_code"].get<int>()
                : 1;
   }
@@ -206,8 +211,8 @@ int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all
   auto jobs = (*r)["jobs"];
   for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
     const json& j = *it;
-    t.Add({std::to_string(Int(j, "id")), Str(j, "name"), StateText(j), Str(j, "owner"), GpusOf(j["spec"]),
-           Ago(Int(j, "created_ms")), Str(j, "reason")});
+    t.Add({std::to_string(Int(j, "id")), Str(j, "name"), StateText(j), Str(j, "owner"),
+           GpusOf(j["spec"]), Ago(Int(j, "created_ms")), Str(j, "reason")});
   }
   t.Print(std::cout);
   return 0;
@@ -245,7 +250,8 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
       for (const auto& u : a["gpus"]) gpus += (gpus.empty() ? "" : ",") + u.get<std::string>();
       t.Add({Str(a, "id"), Str(a, "node_id"), gpus.empty() ? "-" : gpus, Str(a, "state"),
              a["exit_code"].is_null() ? "-" : a["exit_code"].dump(),
-             Int(a, "started_ms") ? FormatTimestampMs(Int(a, "started_ms")) : "-", Str(a, "reason")});
+             Int(a, "started_ms") ? FormatTimestampMs(Int(a, "started_ms")) : "-",
+             Str(a, "reason")});
     }
     t.Print(std::cout);
   }
@@ -278,8 +284,10 @@ int CmdCancel(const GlobalFlags& g, const std::string& id_text) {
   if (!api.ok()) return ReportError(api.status());
   auto r = api->Post("/v1/jobs/" + std::to_string(*id) + "/cancel", json::object());
   if (!r.ok()) return ReportError(r.status());
-  if (g.output == "json") std::cout << r->dump(2) << "\n";
-  else std::cout << "job " << *id << " " << Str(*r, "state") << "\n";
+  if (g.output == "json")
+    std::cout << r->dump(2) << "\n";
+  else
+    std::cout << "job " << *id << " " << Str(*r, "state") << "\n";
   return 0;
 }
 
@@ -295,21 +303,25 @@ int CmdNodes(const GlobalFlags& g) {
   Table t({"NAME", "STATE", "GPU", "MEMORY USED", "UTIL", "TEMP", "POWER", "JOB"});
   for (const auto& n : (*r)["nodes"]) {
     std::string state = Str(n, "state");
-    std::string host = std::to_string(Int(n, "cpu_milli") / 1000) + " CPUs, " + FormatMebibytes(Int(n, "memory_mib"));
+    std::string host = std::to_string(Int(n, "cpu_milli") / 1000) + " CPUs, " +
+                       FormatMebibytes(Int(n, "memory_mib"));
     t.Add({Str(n, "name"), state, host, "", "", "", "", ""});
     for (const auto& gpu : n["gpus"]) {
       std::string mem = FormatMebibytes(Int(gpu, "memory_mib"));
       std::string util = "-", temp = "-", power = "-";
       if (gpu.contains("telemetry")) {
         const json& tel = gpu["telemetry"];
-        if (Int(tel, "memory_used_mib") >= 0) mem = FormatMebibytes(Int(tel, "memory_used_mib")) + " / " + mem;
-        if (Int(tel, "utilization_percent") >= 0) util = std::to_string(Int(tel, "utilization_percent")) + "%";
+        if (Int(tel, "memory_used_mib") >= 0)
+          mem = FormatMebibytes(Int(tel, "memory_used_mib")) + " / " + mem;
+        if (Int(tel, "utilization_percent") >= 0)
+          util = std::to_string(Int(tel, "utilization_percent")) + "%";
         if (Int(tel, "temperature_c") >= 0) temp = std::to_string(Int(tel, "temperature_c")) + "C";
         if (Int(tel, "power_mw") >= 0) power = std::to_string(Int(tel, "power_mw") / 1000) + "W";
       }
       std::string name = "  " + std::to_string(Int(gpu, "index")) + ": " + Str(gpu, "name") +
                          (gpu.value("simulated", false) ? " (simulated)" : "");
-      t.Add({"", "", name, mem, util, temp, power, Str(gpu, "attempt").empty() ? "-" : Str(gpu, "attempt")});
+      t.Add({"", "", name, mem, util, temp, power,
+             Str(gpu, "attempt").empty() ? "-" : Str(gpu, "attempt")});
     }
   }
   t.Print(std::cout);

@@ -73,7 +73,8 @@ int RunDev(const DevOptions& o) {
   if (dir.empty()) {
     const char* xdg = std::getenv("XDG_DATA_HOME");
     const char* home = std::getenv("HOME");
-    dir = (xdg && *xdg ? std::string(xdg) : std::string(home ? home : ".") + "/.local/share") + "/gpupool/dev";
+    dir = (xdg && *xdg ? std::string(xdg) : std::string(home ? home : ".") + "/.local/share") +
+          "/gpupool/dev";
   }
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -91,8 +92,8 @@ int RunDev(const DevOptions& o) {
   sigaction(SIGTERM, &sa, nullptr);
 
   std::string exe = SelfExe();
-  std::vector<pid_t> server = {
-      Spawn({exe, "server", "--data-dir", server_dir, "--listen", o.listen, "--log-level", o.log_level})};
+  std::vector<pid_t> server = {Spawn(
+      {exe, "server", "--data-dir", server_dir, "--listen", o.listen, "--log-level", o.log_level})};
   std::string url;
   for (int i = 0; i < 200 && url.empty() && !g_stop; ++i) {
     int st;
@@ -113,10 +114,20 @@ int RunDev(const DevOptions& o) {
 
   std::vector<pid_t> agents;
   for (int i = 1; i <= o.agents; ++i) {
-    std::vector<std::string> args = {exe, "agent", "--server", url, "--join-token", join,
-                                     "--data-dir", dir + "/agent-" + std::to_string(i), "--name",
-                                     "dev-agent-" + std::to_string(i), "--on-exit", "kill",
-                                     "--log-level", o.log_level};
+    std::vector<std::string> args = {exe,
+                                     "agent",
+                                     "--server",
+                                     url,
+                                     "--join-token",
+                                     join,
+                                     "--data-dir",
+                                     dir + "/agent-" + std::to_string(i),
+                                     "--name",
+                                     "dev-agent-" + std::to_string(i),
+                                     "--on-exit",
+                                     "kill",
+                                     "--log-level",
+                                     o.log_level};
     if (!o.simulate_gpus.empty() && o.simulate_gpus != "none") {
       args.push_back("--simulate-gpus");
       args.push_back(o.simulate_gpus);
@@ -133,12 +144,17 @@ int RunDev(const DevOptions& o) {
     }
   }
   if (o.write_config) {
-    if (Status s = WriteConfig(ConfigPath(), e); !s.ok()) std::cerr << "gpupool dev: " << s.message() << "\n";
+    if (Status s = WriteConfig(ConfigPath(), e); !s.ok())
+      std::cerr << "gpupool dev: " << s.message() << "\n";
   }
   std::cout << "gpupool dev: server " << url << " with " << o.agents << " agent(s)"
-            << (o.simulate_gpus.empty() || o.simulate_gpus == "none" ? "" : ", simulated GPUs " + o.simulate_gpus + " each")
+            << (o.simulate_gpus.empty() || o.simulate_gpus == "none"
+                    ? ""
+                    : ", simulated GPUs " + o.simulate_gpus + " each")
             << "\n  data:   " << dir << "\n"
-            << (o.write_config ? "  the CLI is configured (" + ConfigPath() + "): try `gpupool nodes`\n" : "")
+            << (o.write_config
+                    ? "  the CLI is configured (" + ConfigPath() + "): try `gpupool nodes`\n"
+                    : "")
             << (o.env_file.empty() ? "" : "  environment for scripts: source " + o.env_file + "\n")
             << "  stop with Ctrl-C\n"
             << std::flush;

@@ -13,8 +13,8 @@ struct DevOptions {
   std::string listen = "127.0.0.1:8470";
   int agents = 2;
   std::string simulate_gpus = "2xA100:80GiB";  // "none" for no GPUs
-  std::string env_file;      // write GPUPOOL_SERVER / GPUPOOL_TOKEN here
-  bool write_config = true;  // point the CLI's config file at this pool
+  std::string env_file;                        // write GPUPOOL_SERVER / GPUPOOL_TOKEN here
+  bool write_config = true;                    // point the CLI's config file at this pool
   std::string log_level = "info";
 };
 

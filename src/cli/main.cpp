@@ -55,9 +55,12 @@ int main(int argc, char** argv) {
   auto* server_cmd = app.add_subcommand("server", "run the pool server");
   server_cmd->add_option("--data-dir", so.data_dir, "where state is kept")->capture_default_str();
   server_cmd->add_option("--listen", so.listen, "HOST:PORT to serve on")->capture_default_str();
-  server_cmd->add_option("--heartbeat-ms", so.pool.heartbeat_ms, "agent heartbeat interval")->capture_default_str();
-  server_cmd->add_option("--node-lost-after-ms", so.pool.node_lost_after_ms,
-                         "requeue a disconnected node's jobs after this long")->capture_default_str();
+  server_cmd->add_option("--heartbeat-ms", so.pool.heartbeat_ms, "agent heartbeat interval")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--node-lost-after-ms", so.pool.node_lost_after_ms,
+                   "requeue a disconnected node's jobs after this long")
+      ->capture_default_str();
   server_cmd->add_flag("--fsync", so.sqlite_fsync, "fsync every commit (survives power loss)");
   server_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
 
@@ -69,30 +72,37 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--server", ao.server_url, "server URL")->required();
   agent_cmd->add_option("--join-token", ao.join_token, "join token (or GPUPOOL_JOIN_TOKEN)");
   agent_cmd->add_option("--join-token-file", join_token_file, "read the join token from a file");
-  agent_cmd->add_option("--data-dir", ao.data_dir, "where the agent keeps its tasks")->capture_default_str();
+  agent_cmd->add_option("--data-dir", ao.data_dir, "where the agent keeps its tasks")
+      ->capture_default_str();
   agent_cmd->add_option("--name", ao.name, "node name (default: the host name)");
   agent_cmd->add_option("--simulate-gpus", ao.simulate_gpus,
                         "report GPUs that do not exist, e.g. 2xA100:80GiB,1xT4:16GiB");
   agent_cmd->add_option("--nvml-library", ao.nvml_library, "path of libnvidia-ml.so.1");
   agent_cmd->add_option("--on-exit", on_exit, "keep or kill running jobs when the agent stops")
-      ->check(CLI::IsMember({"keep", "kill"}))->capture_default_str();
-  agent_cmd->add_option("--kill-grace-ms", ao.kill_grace_ms, "SIGTERM to SIGKILL grace")->capture_default_str();
+      ->check(CLI::IsMember({"keep", "kill"}))
+      ->capture_default_str();
+  agent_cmd->add_option("--kill-grace-ms", ao.kill_grace_ms, "SIGTERM to SIGKILL grace")
+      ->capture_default_str();
   agent_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
 
   // dev
   cli::DevOptions dev;
-  auto* dev_cmd = app.add_subcommand("dev", "run a server and local agents (a pool on this machine)");
+  auto* dev_cmd =
+      app.add_subcommand("dev", "run a server and local agents (a pool on this machine)");
   dev_cmd->add_option("--agents", dev.agents, "number of agents")->capture_default_str();
-  dev_cmd->add_option("--simulate-gpus", dev.simulate_gpus, "GPUs each agent reports, or none")->capture_default_str();
+  dev_cmd->add_option("--simulate-gpus", dev.simulate_gpus, "GPUs each agent reports, or none")
+      ->capture_default_str();
   dev_cmd->add_option("--data-dir", dev.data_dir, "where the pool keeps its state");
-  dev_cmd->add_option("--listen", dev.listen, "server HOST:PORT (port 0 picks one)")->capture_default_str();
+  dev_cmd->add_option("--listen", dev.listen, "server HOST:PORT (port 0 picks one)")
+      ->capture_default_str();
   dev_cmd->add_option("--env-file", dev.env_file, "write GPUPOOL_SERVER and GPUPOOL_TOKEN here");
   dev_cmd->add_flag("!--no-config", dev.write_config, "do not write the CLI config file");
   dev_cmd->add_option("--log-level", dev.log_level, "debug, info, warn or error");
 
   // user commands
   cli::SubmitFlags sf;
-  auto* submit = app.add_subcommand("submit", "submit a job: gpupool submit job.yaml | gpupool submit --gpus 1 -- CMD");
+  auto* submit = app.add_subcommand(
+      "submit", "submit a job: gpupool submit job.yaml | gpupool submit --gpus 1 -- CMD");
   add_global(submit);
   submit->add_option("file", sf.file, "job spec (YAML or JSON)");
   submit->add_option("--name", sf.name, "job name");
@@ -156,7 +166,8 @@ int main(int argc, char** argv) {
       }
     }
     if (ao.join_token.empty()) {
-      std::cerr << "gpupool agent: a join token is required (--join-token, --join-token-file or GPUPOOL_JOIN_TOKEN);"
+      std::cerr << "gpupool agent: a join token is required (--join-token, --join-token-file or "
+                   "GPUPOOL_JOIN_TOKEN);"
                    " the pool's admin gets it with `gpupool admin join-token`\n";
       return 2;
     }

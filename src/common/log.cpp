@@ -25,11 +25,16 @@ void SetLogComponent(std::string_view name) {
 }
 
 bool ParseLogLevel(std::string_view text, LogLevel* out) {
-  if (text == "debug") *out = LogLevel::kDebug;
-  else if (text == "info") *out = LogLevel::kInfo;
-  else if (text == "warn") *out = LogLevel::kWarn;
-  else if (text == "error") *out = LogLevel::kError;
-  else return false;
+  if (text == "debug")
+    *out = LogLevel::kDebug;
+  else if (text == "info")
+    *out = LogLevel::kInfo;
+  else if (text == "warn")
+    *out = LogLevel::kWarn;
+  else if (text == "error")
+    *out = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 

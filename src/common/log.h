@@ -45,6 +45,7 @@ struct LogVoidify {
 
 }  // namespace gpupool
 
-#define GP_LOG(level)                                           \
-  !::gpupool::LogEnabled(::gpupool::LogLevel::level) ? (void)0 \
-                                                     : ::gpupool::LogVoidify() & ::gpupool::LogMessage(::gpupool::LogLevel::level)
+#define GP_LOG(level)                                \
+  !::gpupool::LogEnabled(::gpupool::LogLevel::level) \
+      ? (void)0                                      \
+      : ::gpupool::LogVoidify() & ::gpupool::LogMessage(::gpupool::LogLevel::level)

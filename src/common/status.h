@@ -17,16 +17,16 @@ namespace gpupool {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the caller's input is malformed (HTTP 400, CLI exit 2)
-  kNotFound,           // HTTP 404
-  kAlreadyExists,      // HTTP 409
-  kFailedPrecondition, // the request is valid but the state forbids it (HTTP 409)
-  kUnauthenticated,    // HTTP 401
-  kPermissionDenied,   // HTTP 403
-  kResourceExhausted,  // HTTP 429
-  kUnavailable,        // a peer or resource cannot be reached (HTTP 503)
-  kDeadlineExceeded,   // HTTP 504
-  kInternal,           // a bug or an unexpected environment failure (HTTP 500)
+  kInvalidArgument,     // the caller's input is malformed (HTTP 400, CLI exit 2)
+  kNotFound,            // HTTP 404
+  kAlreadyExists,       // HTTP 409
+  kFailedPrecondition,  // the request is valid but the state forbids it (HTTP 409)
+  kUnauthenticated,     // HTTP 401
+  kPermissionDenied,    // HTTP 403
+  kResourceExhausted,   // HTTP 429
+  kUnavailable,         // a peer or resource cannot be reached (HTTP 503)
+  kDeadlineExceeded,    // HTTP 504
+  kInternal,            // a bug or an unexpected environment failure (HTTP 500)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -37,13 +37,17 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return {}; }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status FailedPrecondition(std::string m) {
     return {StatusCode::kFailedPrecondition, std::move(m)};
   }
-  static Status Unauthenticated(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
+  static Status Unauthenticated(std::string m) {
+    return {StatusCode::kUnauthenticated, std::move(m)};
+  }
   static Status PermissionDenied(std::string m) {
     return {StatusCode::kPermissionDenied, std::move(m)};
   }
@@ -76,7 +80,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(v_).ok() && "Result must not hold an OK status");
   }
@@ -110,14 +114,15 @@ class [[nodiscard]] Result {
 #define GP_CONCAT_(a, b) GP_CONCAT_INNER_(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is not OK.
-#define GP_RETURN_IF_ERROR(expr)                   \
-  do {                                             \
-    ::gpupool::Status gp_status_ = (expr);         \
-    if (!gp_status_.ok()) return gp_status_;       \
+#define GP_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::gpupool::Status gp_status_ = (expr);   \
+    if (!gp_status_.ok()) return gp_status_; \
   } while (0)
 
 // `GP_ASSIGN_OR_RETURN(auto x, MakeX());` binds the value or returns the error.
-#define GP_ASSIGN_OR_RETURN(lhs, expr) GP_ASSIGN_OR_RETURN_IMPL_(GP_CONCAT_(gp_result_, __LINE__), lhs, expr)
+#define GP_ASSIGN_OR_RETURN(lhs, expr) \
+  GP_ASSIGN_OR_RETURN_IMPL_(GP_CONCAT_(gp_result_, __LINE__), lhs, expr)
 #define GP_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \

@@ -18,8 +18,7 @@ struct Decimal {
 
 // `shown` is the text quoted in error messages (the whole input when `text`
 // is one part of it).
-Result<Decimal> ParseDecimal(std::string_view text, std::string_view what,
-                             std::string_view shown) {
+Result<Decimal> ParseDecimal(std::string_view text, std::string_view what, std::string_view shown) {
   auto bad = [&](std::string_view why) {
     return Status::InvalidArgument("invalid " + std::string(what) + " \"" + std::string(shown) +
                                    "\": " + std::string(why));
@@ -63,18 +62,28 @@ Result<int64_t> ParseBytes(std::string_view text) {
   std::string_view s = d.suffix;
   if (!s.empty() && (s.back() == 'B' || s.back() == 'b')) s.remove_suffix(1);
   int64_t mult = 0;
-  if (s.empty()) mult = 1;
-  else if (s == "Ki" || s == "ki") mult = int64_t{1} << 10;
-  else if (s == "Mi") mult = int64_t{1} << 20;
-  else if (s == "Gi") mult = int64_t{1} << 30;
-  else if (s == "Ti") mult = int64_t{1} << 40;
-  else if (s == "K" || s == "k") mult = 1000;
-  else if (s == "M") mult = 1000 * 1000;
-  else if (s == "G") mult = 1000LL * 1000 * 1000;
-  else if (s == "T") mult = 1000LL * 1000 * 1000 * 1000;
+  if (s.empty())
+    mult = 1;
+  else if (s == "Ki" || s == "ki")
+    mult = int64_t{1} << 10;
+  else if (s == "Mi")
+    mult = int64_t{1} << 20;
+  else if (s == "Gi")
+    mult = int64_t{1} << 30;
+  else if (s == "Ti")
+    mult = int64_t{1} << 40;
+  else if (s == "K" || s == "k")
+    mult = 1000;
+  else if (s == "M")
+    mult = 1000 * 1000;
+  else if (s == "G")
+    mult = 1000LL * 1000 * 1000;
+  else if (s == "T")
+    mult = 1000LL * 1000 * 1000 * 1000;
   else {
     return Status::InvalidArgument("invalid size \"" + std::string(text) + "\": unknown unit \"" +
-                                   std::string(d.suffix) + "\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+                                   std::string(d.suffix) +
+                                   "\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
   }
   // milli * mult / 1000, guarding against overflow.
   long double bytes = static_cast<long double>(d.milli) * mult / 1000.0L;
@@ -100,7 +109,8 @@ Result<int64_t> ParseMilli(std::string_view text) {
 
 Result<int64_t> ParseDurationMs(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument("invalid duration \"" + std::string(text) + "\": " + std::string(why));
+    return Status::InvalidArgument("invalid duration \"" + std::string(text) +
+                                   "\": " + std::string(why));
   };
   if (text.empty()) return bad("empty");
   std::string_view rest = text;
@@ -108,7 +118,9 @@ Result<int64_t> ParseDurationMs(std::string_view text) {
   bool any = false;
   while (!rest.empty()) {
     size_t n = 0;
-    while (n < rest.size() && (std::isdigit(static_cast<unsigned char>(rest[n])) || rest[n] == '.' || rest[n] == '-')) ++n;
+    while (n < rest.size() &&
+           (std::isdigit(static_cast<unsigned char>(rest[n])) || rest[n] == '.' || rest[n] == '-'))
+      ++n;
     size_t u = n;
     while (u < rest.size() && std::isalpha(static_cast<unsigned char>(rest[u]))) ++u;
     if (n == 0) return bad("expected a number");
@@ -120,12 +132,18 @@ Result<int64_t> ParseDurationMs(std::string_view text) {
     if (unit.empty()) {
       if (any || u != rest.size()) return bad("every part needs a unit (ms, s, m, h, d)");
       unit_ms = 1000;
-    } else if (unit == "ms") unit_ms = 1;
-    else if (unit == "s") unit_ms = 1000;
-    else if (unit == "m") unit_ms = 60 * 1000;
-    else if (unit == "h") unit_ms = 3600 * 1000;
-    else if (unit == "d") unit_ms = 24LL * 3600 * 1000;
-    else return bad("unknown unit \"" + std::string(unit) + "\" (use ms, s, m, h, d)");
+    } else if (unit == "ms")
+      unit_ms = 1;
+    else if (unit == "s")
+      unit_ms = 1000;
+    else if (unit == "m")
+      unit_ms = 60 * 1000;
+    else if (unit == "h")
+      unit_ms = 3600 * 1000;
+    else if (unit == "d")
+      unit_ms = 24LL * 3600 * 1000;
+    else
+      return bad("unknown unit \"" + std::string(unit) + "\" (use ms, s, m, h, d)");
     long double part = static_cast<long double>(d.milli) * unit_ms / 1000.0L;
     if (part + total > 1e15L) return bad("too large");
     total += static_cast<int64_t>(std::llround(part));

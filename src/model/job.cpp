@@ -21,9 +21,9 @@ Result<E> ParseName(std::string_view name, const std::pair<E, std::string_view> 
 }
 
 constexpr std::pair<JobState, std::string_view> kJobStateNames[] = {
-    {JobState::kPending, "pending"},     {JobState::kScheduled, "scheduled"},
-    {JobState::kRunning, "running"},     {JobState::kSucceeded, "succeeded"},
-    {JobState::kFailed, "failed"},       {JobState::kCancelled, "cancelled"},
+    {JobState::kPending, "pending"}, {JobState::kScheduled, "scheduled"},
+    {JobState::kRunning, "running"}, {JobState::kSucceeded, "succeeded"},
+    {JobState::kFailed, "failed"},   {JobState::kCancelled, "cancelled"},
 };
 
 constexpr std::pair<AttemptState, std::string_view> kAttemptStateNames[] = {

@@ -30,9 +30,9 @@ struct JobSpec {
 };
 
 enum class JobState { kPending, kScheduled, kRunning, kSucceeded, kFailed, kCancelled };
-inline constexpr JobState kAllJobStates[] = {JobState::kPending,   JobState::kScheduled,
-                                             JobState::kRunning,   JobState::kSucceeded,
-                                             JobState::kFailed,    JobState::kCancelled};
+inline constexpr JobState kAllJobStates[] = {JobState::kPending, JobState::kScheduled,
+                                             JobState::kRunning, JobState::kSucceeded,
+                                             JobState::kFailed,  JobState::kCancelled};
 
 std::string_view JobStateName(JobState s);  // "pending", "running", ...
 Result<JobState> ParseJobState(std::string_view name);
@@ -46,8 +46,8 @@ struct Job {
   // Why the job is pending (a scheduler reason) or why it failed.
   std::string reason;
   std::optional<int32_t> exit_code;
-  int32_t attempts = 0;          // attempts created so far
-  std::string current_attempt;   // id of the live attempt, or empty
+  int32_t attempts = 0;         // attempts created so far
+  std::string current_attempt;  // id of the live attempt, or empty
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
   int64_t started_ms = 0;   // first time an attempt ran; 0 if never

@@ -40,13 +40,20 @@ const std::vector<JobTransitionRule>& Table() {
 
 std::string_view JobEventName(JobEvent e) {
   switch (e) {
-    case kSchedule: return "schedule";
-    case kStarted: return "started";
-    case kExitedOk: return "exited-ok";
-    case kExitedError: return "exited-error";
-    case JobEvent::kAttemptFailed: return "failed";
-    case kLost: return "lost";
-    case kCancel: return "cancel";
+    case kSchedule:
+      return "schedule";
+    case kStarted:
+      return "started";
+    case kExitedOk:
+      return "exited-ok";
+    case kExitedError:
+      return "exited-error";
+    case JobEvent::kAttemptFailed:
+      return "failed";
+    case kLost:
+      return "lost";
+    case kCancel:
+      return "cancel";
   }
   return "unknown";
 }

@@ -21,18 +21,17 @@
 namespace gpupool {
 
 enum class JobEvent {
-  kSchedule,     // the scheduler placed the job: a new attempt is created
-  kStarted,      // the agent reports the attempt's process is running
-  kExitedOk,     // the process exited with code 0
-  kExitedError,  // the process exited with a non-zero code or a signal
+  kSchedule,       // the scheduler placed the job: a new attempt is created
+  kStarted,        // the agent reports the attempt's process is running
+  kExitedOk,       // the process exited with code 0
+  kExitedError,    // the process exited with a non-zero code or a signal
   kAttemptFailed,  // the attempt failed without a normal exit (spawn error, max_runtime)
-  kLost,         // the node or agent lost the attempt: requeue the job
-  kCancel,       // the user cancelled the job
+  kLost,           // the node or agent lost the attempt: requeue the job
+  kCancel,         // the user cancelled the job
 };
-inline constexpr JobEvent kAllJobEvents[] = {JobEvent::kSchedule,    JobEvent::kStarted,
-                                             JobEvent::kExitedOk,    JobEvent::kExitedError,
-                                             JobEvent::kAttemptFailed,      JobEvent::kLost,
-                                             JobEvent::kCancel};
+inline constexpr JobEvent kAllJobEvents[] = {
+    JobEvent::kSchedule,      JobEvent::kStarted, JobEvent::kExitedOk, JobEvent::kExitedError,
+    JobEvent::kAttemptFailed, JobEvent::kLost,    JobEvent::kCancel};
 std::string_view JobEventName(JobEvent e);
 
 enum class JobActionType {

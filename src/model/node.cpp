@@ -4,9 +4,12 @@ namespace gpupool {
 
 std::string_view NodeStateName(NodeState s) {
   switch (s) {
-    case NodeState::kReady: return "ready";
-    case NodeState::kOffline: return "offline";
-    case NodeState::kLost: return "lost";
+    case NodeState::kReady:
+      return "ready";
+    case NodeState::kOffline:
+      return "offline";
+    case NodeState::kLost:
+      return "lost";
   }
   return "unknown";
 }

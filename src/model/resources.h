@@ -24,8 +24,8 @@ struct Resources {
 // One GPU as a node reports it. Static facts only; telemetry is separate.
 struct GpuInfo {
   int32_t index = 0;
-  std::string uuid;      // "GPU-8a3b..."; simulated GPUs use "GPU-SIM-..."
-  std::string name;      // as NVML reports it, e.g. "NVIDIA A100-SXM4-80GB"
+  std::string uuid;  // "GPU-8a3b..."; simulated GPUs use "GPU-SIM-..."
+  std::string name;  // as NVML reports it, e.g. "NVIDIA A100-SXM4-80GB"
   int64_t memory_mib = 0;
   int32_t cc_major = 0;  // compute capability
   int32_t cc_minor = 0;

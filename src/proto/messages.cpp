@@ -12,7 +12,7 @@ using nlohmann::json;
 namespace {
 
 json GpuToJson(const GpuInfo& g) {
-  return {{"index", g.index},     {"uuid", g.uuid},         {"name", g.name},
+  return {{"index", g.index},           {"uuid", g.uuid},         {"name", g.name},
           {"memory_mib", g.memory_mib}, {"cc_major", g.cc_major}, {"cc_minor", g.cc_minor},
           {"simulated", g.simulated}};
 }
@@ -33,7 +33,8 @@ Status GpuFromJson(const json& j, const std::string& path, GpuInfo* g) {
 
 json TelemetryToJson(const GpuTelemetry& t) {
   json procs = json::array();
-  for (const auto& p : t.processes) procs.push_back({{"pid", p.pid}, {"used_memory_mib", p.used_memory_mib}});
+  for (const auto& p : t.processes)
+    procs.push_back({{"pid", p.pid}, {"used_memory_mib", p.used_memory_mib}});
   return {{"uuid", t.uuid},
           {"memory_used_mib", t.memory_used_mib},
           {"utilization_percent", t.utilization_percent},
@@ -80,7 +81,8 @@ Status TaskFromJson(const json& j, const std::string& path, TaskReport* t) {
       t->state != "lost") {
     r.Fail("state", "must be one of running, exited, failed, lost");
   }
-  if (r.ok() && t->state == "exited" && !r.Has("exit_code")) r.Fail("exit_code", "is required when state is exited");
+  if (r.ok() && t->state == "exited" && !r.Has("exit_code"))
+    r.Fail("exit_code", "is required when state is exited");
   if (r.ok()) {
     auto id = ParseAttemptId(t->attempt_id);
     if (!id.ok()) r.Fail("attempt_id", id.status().message());
@@ -172,7 +174,8 @@ Result<Hello> DecodeHello(std::string_view body) {
       return Status::Ok();
     });
     if (r.ok() && m->node_name.empty()) r.Fail("node_name", "must not be empty");
-    if (r.ok() && (m->cpu_milli < 0 || m->memory_mib < 0)) r.Fail("cpu_milli", "must not be negative");
+    if (r.ok() && (m->cpu_milli < 0 || m->memory_mib < 0))
+      r.Fail("cpu_milli", "must not be negative");
     return r.status();
   });
 }
@@ -208,7 +211,8 @@ Result<TaskReport> DecodeTaskReport(std::string_view body) {
 std::string Encode(const LogChunk& m) {
   json lines = json::array();
   for (const auto& l : m.lines) {
-    lines.push_back({{"offset", l.offset}, {"stream", l.stream}, {"ts_ms", l.ts_ms}, {"text", l.text}});
+    lines.push_back(
+        {{"offset", l.offset}, {"stream", l.stream}, {"ts_ms", l.ts_ms}, {"text", l.text}});
   }
   // Job output may hold invalid UTF-8: replace it rather than fail.
   return json{{"attempt_id", m.attempt_id}, {"lines", lines}}.dump(-1, ' ', false,

@@ -21,8 +21,9 @@ TEST(MessagesTest, EnvelopeRoundTrip) {
 TEST(MessagesTest, EnvelopeErrorsNameTheField) {
   EXPECT_THAT(DecodeEnvelope("not json").status().message(), HasSubstr("invalid JSON"));
   EXPECT_THAT(DecodeEnvelope("[1]").status().message(), HasSubstr("must be a JSON object"));
-  EXPECT_THAT(DecodeEnvelope(R"({"v":1,"seq":"x","ack":0,"type":"a","body":{}})").status().message(),
-              HasSubstr("seq: must be an integer"));
+  EXPECT_THAT(
+      DecodeEnvelope(R"({"v":1,"seq":"x","ack":0,"type":"a","body":{}})").status().message(),
+      HasSubstr("seq: must be an integer"));
   EXPECT_THAT(DecodeEnvelope(R"({"v":2,"seq":1,"ack":0,"type":"a","body":{}})").status().message(),
               HasSubstr("unsupported protocol version 2"));
   EXPECT_THAT(DecodeEnvelope(R"({"v":1,"seq":1,"ack":0,"type":"a","body":{},"extra":1})")
@@ -41,12 +42,15 @@ TEST(MessagesTest, HelloRoundTrip) {
   h.last_server_seq = 12;
   h.cpu_milli = 8000;
   h.memory_mib = 32768;
-  h.gpus = {{0, "GPU-1", "NVIDIA T4", 15360, 7, 5, false}, {1, "GPU-SIM-2", "A100", 81920, 8, 0, true}};
+  h.gpus = {{0, "GPU-1", "NVIDIA T4", 15360, 7, 5, false},
+            {1, "GPU-SIM-2", "A100", 81920, 8, 0, true}};
   h.driver_version = "550.54.15";
   h.cuda_version = "12.4";
   h.labels = {{"room", "b12"}};
-  h.tasks = {{"4.1", "running", 0, 0, "", 100}, {"5.2", "exited", 3, 0, "", 200},
-             {"6.1", "exited", 137, 9, "", 300}, {"7.1", "failed", 0, 0, "max_runtime 1s exceeded", 400}};
+  h.tasks = {{"4.1", "running", 0, 0, "", 100},
+             {"5.2", "exited", 3, 0, "", 200},
+             {"6.1", "exited", 137, 9, "", 300},
+             {"7.1", "failed", 0, 0, "max_runtime 1s exceeded", 400}};
   auto d = DecodeHello(Encode(h));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(*d, h);
@@ -55,7 +59,8 @@ TEST(MessagesTest, HelloRoundTrip) {
 TEST(MessagesTest, HelloRejectsBadGpu) {
   std::string body =
       R"({"node_name":"a","agent_instance":"i","last_server_seq":0,"gpus":[{"index":0,"uuid":"G","name":"T4","memory_mib":1},{"index":1,"uuid":"H","name":"T4","memory_mib":"lots"}]})";
-  EXPECT_THAT(DecodeHello(body).status().message(), HasSubstr("body.gpus[1].memory_mib: must be an integer"));
+  EXPECT_THAT(DecodeHello(body).status().message(),
+              HasSubstr("body.gpus[1].memory_mib: must be an integer"));
 }
 
 TEST(MessagesTest, TaskReportValidation) {
@@ -79,10 +84,11 @@ TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
   auto dc = DecodeLogChunk(Encode(c));
   ASSERT_TRUE(dc.ok()) << dc.status().ToString();
   EXPECT_EQ(*dc, c);
-  EXPECT_THAT(DecodeLogChunk(R"({"attempt_id":"9.1","lines":[{"offset":0,"stream":"tty","text":""}]})")
-                  .status()
-                  .message(),
-              HasSubstr("body.lines[0].stream: must be stdout or stderr"));
+  EXPECT_THAT(
+      DecodeLogChunk(R"({"attempt_id":"9.1","lines":[{"offset":0,"stream":"tty","text":""}]})")
+          .status()
+          .message(),
+      HasSubstr("body.lines[0].stream: must be stdout or stderr"));
 }
 
 TEST(MessagesTest, InvalidUtf8InLogsIsReplacedNotFatal) {
@@ -111,12 +117,14 @@ TEST(MessagesTest, StartStopWelcomeRoundTrip) {
 
   Welcome w{"n-1", 9, 5000, {{"3.2", 120}}};
   EXPECT_EQ(*DecodeWelcome(Encode(w)), w);
-  EXPECT_THAT(DecodeWelcome(R"({"node_id":"n","last_agent_seq":0,"heartbeat_ms":0})").status().message(),
-              HasSubstr("heartbeat_ms: must be positive"));
+  EXPECT_THAT(
+      DecodeWelcome(R"({"node_id":"n","last_agent_seq":0,"heartbeat_ms":0})").status().message(),
+      HasSubstr("heartbeat_ms: must be positive"));
 }
 
 TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {
-  std::string body = R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x","resources":{"gpus":-1}}})";
+  std::string body =
+      R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x","resources":{"gpus":-1}}})";
   EXPECT_THAT(DecodeStartTask(body).status().message(), HasSubstr("body.spec: resources.gpus"));
 }
 

@@ -80,9 +80,8 @@ Decisions Decide(const Snapshot& snapshot, const Options& options) {
   std::vector<size_t> picked;
   for (const PendingJob& job : snapshot.queue) {
     const Resources& r = job.resources;
-    bool limit_reached =
-        options.max_placements > 0 &&
-        out.placements.size() >= static_cast<size_t>(options.max_placements);
+    bool limit_reached = options.max_placements > 0 &&
+                         out.placements.size() >= static_cast<size_t>(options.max_placements);
     bool placed = false;
     for (NodeView& node : nodes) {
       if (limit_reached || !TryPlace(node, r, &picked)) continue;
@@ -103,7 +102,8 @@ Decisions Decide(const Snapshot& snapshot, const Options& options) {
       out.waiting.push_back({job.job_id, std::move(why), true});
     } else if (r.gpus > 0) {
       out.waiting.push_back(
-          {job.job_id, "waiting for " + std::to_string(r.gpus) + " free GPU" + (r.gpus > 1 ? "s" : ""), false});
+          {job.job_id,
+           "waiting for " + std::to_string(r.gpus) + " free GPU" + (r.gpus > 1 ? "s" : ""), false});
     } else {
       out.waiting.push_back({job.job_id, "waiting for free CPU or memory", false});
     }

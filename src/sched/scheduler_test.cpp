@@ -11,7 +11,8 @@ NodeView MakeNode(std::string id, std::vector<std::pair<std::string, int64_t>> g
   n.id = id;
   n.name = id;
   int i = 0;
-  for (auto& [name, mem] : gpus) n.gpus.push_back({id + "-gpu" + std::to_string(i++), name, mem, true});
+  for (auto& [name, mem] : gpus)
+    n.gpus.push_back({id + "-gpu" + std::to_string(i++), name, mem, true});
   n.cpu_milli_total = n.cpu_milli_free = cpu_milli;
   n.memory_mib_total = n.memory_mib_free = mem_mib;
   return n;
@@ -43,7 +44,8 @@ TEST(SchedulerTest, FirstFitFillsNodesInOrder) {
 
 TEST(SchedulerTest, MemoryAndModelConstraints) {
   Snapshot s;
-  s.nodes = {MakeNode("a", {{"NVIDIA T4", 16384}}), MakeNode("b", {{"NVIDIA A100-SXM4-80GB", 81920}})};
+  s.nodes = {MakeNode("a", {{"NVIDIA T4", 16384}}),
+             MakeNode("b", {{"NVIDIA A100-SXM4-80GB", 81920}})};
   s.queue = {Job(1, 1, 40960), Job(2, 1, 0, {"T4"})};
   Decisions d = Decide(s, {});
   ASSERT_EQ(d.placements.size(), 2u);

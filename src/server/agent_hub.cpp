@@ -14,7 +14,8 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     conn_ = std::move(conn);
     std::weak_ptr<Session> weak = shared_from_this();
     hello_timer_ = hub_.loop_.RunAfter(15'000, [weak] {
-      if (auto self = weak.lock(); self && self->node_id_.empty()) self->Fail("no hello within 15s");
+      if (auto self = weak.lock(); self && self->node_id_.empty())
+        self->Fail("no hello within 15s");
     });
     WatchSilence();
   }
@@ -26,7 +27,8 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
       auto self = weak.lock();
       if (!self || self->closed_) return;
       if (!self->heard_) {
-        return self->Fail("nothing received for " + std::to_string(self->hub_.silence_limit_ms_ / 1000) + "s");
+        return self->Fail("nothing received for " +
+                          std::to_string(self->hub_.silence_limit_ms_ / 1000) + "s");
       }
       self->heard_ = false;
       self->WatchSilence();
@@ -88,7 +90,8 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
       hub_.by_node_.erase(it);
       GP_LOG(kInfo) << "agent " << node_name_ << " (" << node_id_ << ") disconnected: " << reason;
       Status s = hub_.pool_.AgentDisconnected(node_id_);
-      if (!s.ok()) GP_LOG(kError) << "cannot mark node " << node_id_ << " offline: " << s.ToString();
+      if (!s.ok())
+        GP_LOG(kError) << "cannot mark node " << node_id_ << " offline: " << s.ToString();
     }
   }
 
@@ -158,7 +161,8 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
       auto self = weak.lock();
       if (!self || self->closed_) return;
       self->ack_scheduled_ = false;
-      self->Send({proto::kProtocolVersion, 0, self->in_.last_applied(), std::string(proto::kAck), "{}"});
+      self->Send(
+          {proto::kProtocolVersion, 0, self->in_.last_applied(), std::string(proto::kAck), "{}"});
     });
   }
 

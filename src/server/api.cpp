@@ -57,19 +57,21 @@ json NodeToJson(const NodeStatus& s) {
   const Node& n = s.node;
   json gpus = json::array();
   for (const GpuInfo& g : n.gpus) {
-    json gj = {{"index", g.index},
-               {"uuid", g.uuid},
-               {"name", g.name},
-               {"memory_mib", g.memory_mib},
-               {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
-               {"simulated", g.simulated},
-               {"description", DescribeGpu(g)}};
+    json gj = {
+        {"index", g.index},
+        {"uuid", g.uuid},
+        {"name", g.name},
+        {"memory_mib", g.memory_mib},
+        {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
+        {"simulated", g.simulated},
+        {"description", DescribeGpu(g)}};
     auto used = s.gpu_attempts.find(g.uuid);
     gj["attempt"] = used == s.gpu_attempts.end() ? json(nullptr) : json(used->second);
     for (const GpuTelemetry& t : s.telemetry) {
       if (t.uuid != g.uuid) continue;
       json procs = json::array();
-      for (const auto& p : t.processes) procs.push_back({{"pid", p.pid}, {"used_memory_mib", p.used_memory_mib}});
+      for (const auto& p : t.processes)
+        procs.push_back({{"pid", p.pid}, {"used_memory_mib", p.used_memory_mib}});
       gj["telemetry"] = {{"memory_used_mib", t.memory_used_mib},
                          {"utilization_percent", t.utilization_percent},
                          {"temperature_c", t.temperature_c},
@@ -162,7 +164,8 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
 void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respond) {
   auto parts = SplitPath(req.path);
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
-  if (parts.empty() || parts[0] != "v1") return fail(Status::NotFound("no such endpoint: " + req.path));
+  if (parts.empty() || parts[0] != "v1")
+    return fail(Status::NotFound("no such endpoint: " + req.path));
   if (who.role == "agent-join") {
     return fail(Status::PermissionDenied("the join token only connects agents"));
   }
@@ -174,14 +177,17 @@ void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respo
     auto id = ParseJobId(parts[2]);
     if (!id.ok()) return fail(id.status());
     if (parts.size() == 3 && m == "GET") return GetJob(req, who, *id, respond);
-    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST") return CancelJob(who, *id, respond);
-    if (parts.size() == 4 && parts[3] == "logs" && m == "GET") return JobLogs(req, who, *id, respond);
+    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST")
+      return CancelJob(who, *id, respond);
+    if (parts.size() == 4 && parts[3] == "logs" && m == "GET")
+      return JobLogs(req, who, *id, respond);
   } else if (parts.size() == 2 && parts[1] == "nodes" && m == "GET") {
     return ListNodes(respond, "");
   } else if (parts.size() == 3 && parts[1] == "nodes" && m == "GET") {
     return ListNodes(respond, std::string(parts[2]));
   } else if (parts.size() == 2 && parts[1] == "join-token" && m == "GET") {
-    if (!who.is_admin()) return fail(Status::PermissionDenied("only admins may read the join token"));
+    if (!who.is_admin())
+      return fail(Status::PermissionDenied("only admins may read the join token"));
     (*respond)(JsonResponse(200, {{"token", auth_.join_token()}}));
     return;
   } else if (parts.size() == 2 && parts[1] == "whoami" && m == "GET") {
@@ -224,7 +230,8 @@ void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, 
       return true;
     }
     JobState s = d->job.state;
-    bool reached = until.empty() || IsTerminal(s) || (until == "running" && s == JobState::kRunning);
+    bool reached =
+        until.empty() || IsTerminal(s) || (until == "running" && s == JobState::kRunning);
     if (!reached && !timed_out) return false;
     json out = JobToJson(d->job);
     json attempts = json::array();
@@ -249,13 +256,16 @@ void Api::ListJobs(const net::HttpRequest& req, const Principal& who, Respond re
     while (!rest.empty()) {
       size_t comma = rest.find(',');
       auto state = ParseJobState(rest.substr(0, comma));
-      if (!state.ok()) return (*respond)(ErrorResponse(state.status().WithContext("query parameter state")));
+      if (!state.ok())
+        return (*respond)(ErrorResponse(state.status().WithContext("query parameter state")));
       q.states.push_back(*state);
       rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
     }
   }
-  if (!who.is_admin()) q.owner = who.subject;
-  else if (auto it = req.query.find("owner"); it != req.query.end() && !it->second.empty()) q.owner = it->second;
+  if (!who.is_admin())
+    q.owner = who.subject;
+  else if (auto it = req.query.find("owner"); it != req.query.end() && !it->second.empty())
+    q.owner = it->second;
   auto jobs = pool_.ListJobs(q);
   if (!jobs.ok()) return (*respond)(ErrorResponse(jobs.status()));
   json arr = json::array();
@@ -320,12 +330,14 @@ void Api::ListNodes(Respond respond, const std::string& only) {
   json arr = json::array();
   for (const NodeStatus& n : *nodes) {
     if (!only.empty()) {
-      if (n.node.id == only || n.node.name == only) return (*respond)(JsonResponse(200, NodeToJson(n)));
+      if (n.node.id == only || n.node.name == only)
+        return (*respond)(JsonResponse(200, NodeToJson(n)));
       continue;
     }
     arr.push_back(NodeToJson(n));
   }
-  if (!only.empty()) return (*respond)(ErrorResponse(Status::NotFound("node " + only + " does not exist")));
+  if (!only.empty())
+    return (*respond)(ErrorResponse(Status::NotFound("node " + only + " does not exist")));
   (*respond)(JsonResponse(200, {{"nodes", arr}}));
 }
 

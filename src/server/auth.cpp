@@ -26,7 +26,8 @@ Result<Auth::Bootstrapped> Auth::Bootstrap(const std::string& data_dir) {
     out.admin_token = "gpa_" + RandomHex(24);
     out.join_token = "gpj_" + RandomHex(24);
     GP_RETURN_IF_ERROR(tx.PutToken({Sha256Hex(out.admin_token), "admin", "admin", now, 0, false}));
-    GP_RETURN_IF_ERROR(tx.PutToken({Sha256Hex(out.join_token), "agent", "agent-join", now, 0, false}));
+    GP_RETURN_IF_ERROR(
+        tx.PutToken({Sha256Hex(out.join_token), "agent", "agent-join", now, 0, false}));
     // Files first: if writing them fails the transaction rolls back and the
     // next start tries again.
     GP_RETURN_IF_ERROR(WriteFileAtomic(admin_path, out.admin_token + "\n", {0600, true}));
@@ -43,7 +44,8 @@ Result<Auth::Bootstrapped> Auth::Bootstrap(const std::string& data_dir) {
 
 Result<Principal> Auth::Authenticate(const std::string& header) {
   constexpr std::string_view kBearer = "Bearer ";
-  if (header.empty()) return Status::Unauthenticated("missing Authorization: Bearer <token> header");
+  if (header.empty())
+    return Status::Unauthenticated("missing Authorization: Bearer <token> header");
   if (header.compare(0, kBearer.size(), kBearer) != 0) {
     return Status::Unauthenticated("the Authorization header must be \"Bearer <token>\"");
   }

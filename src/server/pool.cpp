@@ -17,7 +17,8 @@ std::string AgentSeqKey(const std::string& node_id) { return "agent_seq/" + node
 std::string ExitReason(const proto::TaskReport& r) {
   if (!r.reason.empty()) return r.reason;
   if (r.signal > 0) return "killed by signal " + std::to_string(r.signal);
-  if (r.state == "exited" && r.exit_code != 0) return "exited with code " + std::to_string(r.exit_code);
+  if (r.state == "exited" && r.exit_code != 0)
+    return "exited with code " + std::to_string(r.exit_code);
   return "";
 }
 
@@ -170,7 +171,8 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
 Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
                       const std::string& reason) {
   proto::StopTask stop{attempt_id, reason};
-  GP_ASSIGN_OR_RETURN(int64_t seq, tx.PushOutbox(node_id, std::string(proto::kStop), proto::Encode(stop)));
+  GP_ASSIGN_OR_RETURN(int64_t seq,
+                      tx.PushOutbox(node_id, std::string(proto::kStop), proto::Encode(stop)));
   (void)seq;
   touched_nodes_.insert(node_id);
   return Status::Ok();
@@ -239,10 +241,14 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
     return Status::Ok();
   }
   JobEvent event;
-  if (r.state == "running") event = JobEvent::kStarted;
-  else if (r.state == "exited") event = ExitEvent(r.exit_code);
-  else if (r.state == "failed") event = JobEvent::kAttemptFailed;
-  else event = JobEvent::kLost;
+  if (r.state == "running")
+    event = JobEvent::kStarted;
+  else if (r.state == "exited")
+    event = ExitEvent(r.exit_code);
+  else if (r.state == "failed")
+    event = JobEvent::kAttemptFailed;
+  else
+    event = JobEvent::kLost;
   return ApplyEvent(tx, *job, *attempt, static_cast<int>(event), &r);
 }
 
@@ -255,11 +261,13 @@ Result<std::pair<std::string, int64_t>> Pool::GetAgentSeq(Tx& tx, const std::str
   if (space == std::string::npos) return Status::Internal("corrupt " + AgentSeqKey(node_id));
   int64_t seq = 0;
   auto [end, ec] = std::from_chars(v->data() + space + 1, v->data() + v->size(), seq);
-  if (ec != std::errc() || end != v->data() + v->size()) return Status::Internal("corrupt " + AgentSeqKey(node_id));
+  if (ec != std::errc() || end != v->data() + v->size())
+    return Status::Internal("corrupt " + AgentSeqKey(node_id));
   return std::make_pair(v->substr(0, space), seq);
 }
 
-Status Pool::SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& instance, int64_t seq) {
+Status Pool::SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& instance,
+                         int64_t seq) {
   return tx.PutMeta(AgentSeqKey(node_id), instance + " " + std::to_string(seq));
 }
 
@@ -319,7 +327,8 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
       if (held.count(a.id) || on_the_way.count(a.id)) continue;
       GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
       if (!job || job->current_attempt != a.id) continue;
-      proto::TaskReport lost{a.id, "lost", 0, 0, "the agent on " + node.name + " no longer has it", now};
+      proto::TaskReport lost{a.id, "lost", 0, 0, "the agent on " + node.name + " no longer has it",
+                             now};
       GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, static_cast<int>(JobEvent::kLost), &lost));
     }
     GP_ASSIGN_OR_RETURN(live, tx.ListAttempts(q));
@@ -347,10 +356,12 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
 Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::string& type,
                           const std::string& body) {
   auto live = live_.find(node_id);
-  if (live == live_.end()) return Status::FailedPrecondition("node " + node_id + " is not connected");
+  if (live == live_.end())
+    return Status::FailedPrecondition("node " + node_id + " is not connected");
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto last, GetAgentSeq(tx, node_id));
-    if (last.first == live->second.instance && seq <= last.second) return Status::Ok();  // duplicate
+    if (last.first == live->second.instance && seq <= last.second)
+      return Status::Ok();  // duplicate
     if (type == proto::kTaskStatus) {
       GP_ASSIGN_OR_RETURN(auto report, proto::DecodeTaskReport(body));
       GP_RETURN_IF_ERROR(ApplyTaskReport(tx, node_id, report));
@@ -403,7 +414,8 @@ Status Pool::AgentAcked(const std::string& node_id, int64_t seq) {
   return store_.Transact([&](Tx& tx) { return tx.AckOutbox(node_id, seq); });
 }
 
-Result<std::vector<OutboxMessage>> Pool::PendingOrders(const std::string& node_id, int64_t after_seq) {
+Result<std::vector<OutboxMessage>> Pool::PendingOrders(const std::string& node_id,
+                                                       int64_t after_seq) {
   std::vector<OutboxMessage> out;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(out, tx.ListOutbox(node_id, after_seq));
@@ -481,7 +493,8 @@ Result<int> Pool::Schedule() {
       auto v = views.find(a.node_id);
       if (v == views.end()) continue;
       for (auto& g : v->second.gpus) {
-        if (std::find(a.gpu_uuids.begin(), a.gpu_uuids.end(), g.uuid) != a.gpu_uuids.end()) g.free = false;
+        if (std::find(a.gpu_uuids.begin(), a.gpu_uuids.end(), g.uuid) != a.gpu_uuids.end())
+          g.free = false;
       }
       if (auto j = job_by_id.find(a.job_id); j != job_by_id.end()) {
         v->second.cpu_milli_free -= j->second->spec.resources.cpu_milli;
@@ -512,8 +525,8 @@ Result<int> Pool::Schedule() {
       a.created_ms = now;
       GP_RETURN_IF_ERROR(tx.PutAttempt(a));
       proto::StartTask start{a.id, job.id, job.spec, a.gpu_uuids};
-      GP_ASSIGN_OR_RETURN(int64_t seq,
-                          tx.PushOutbox(p.node_id, std::string(proto::kStart), proto::Encode(start)));
+      GP_ASSIGN_OR_RETURN(
+          int64_t seq, tx.PushOutbox(p.node_id, std::string(proto::kStart), proto::Encode(start)));
       (void)seq;
       job.attempts = a.number;
       job.current_attempt = a.id;

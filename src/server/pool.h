@@ -50,7 +50,7 @@ struct PoolHooks {
 struct NodeStatus {
   Node node;
   bool connected = false;
-  std::vector<GpuTelemetry> telemetry;  // latest heartbeat, by GPU
+  std::vector<GpuTelemetry> telemetry;              // latest heartbeat, by GPU
   std::map<std::string, std::string> gpu_attempts;  // GPU uuid -> attempt id using it
   int32_t running_tasks = 0;
 };

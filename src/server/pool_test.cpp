@@ -99,11 +99,14 @@ TEST_F(PoolTest, DuplicateAgentMessagesAreAppliedOnce) {
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   proto::LogChunk c{"1.1", {{0, "stdout", 1, "line one"}}};
-  ASSERT_TRUE(pool_->AgentMessage(node.node_id, 1, std::string(proto::kLogs), proto::Encode(c)).ok());
+  ASSERT_TRUE(
+      pool_->AgentMessage(node.node_id, 1, std::string(proto::kLogs), proto::Encode(c)).ok());
   // The same seq again (a resend after a reconnect) changes nothing.
-  ASSERT_TRUE(pool_->AgentMessage(node.node_id, 1, std::string(proto::kLogs), proto::Encode(c)).ok());
+  ASSERT_TRUE(
+      pool_->AgentMessage(node.node_id, 1, std::string(proto::kLogs), proto::Encode(c)).ok());
   // The same line under a new seq (agent restart) is deduplicated by offset.
-  ASSERT_TRUE(pool_->AgentMessage(node.node_id, 2, std::string(proto::kLogs), proto::Encode(c)).ok());
+  ASSERT_TRUE(
+      pool_->AgentMessage(node.node_id, 2, std::string(proto::kLogs), proto::Encode(c)).ok());
   EXPECT_EQ(pool_->ReadLogs(1, 0, 100)->size(), 1u);
 }
 
@@ -113,7 +116,8 @@ TEST_F(PoolTest, FailedExitAndMaxRuntimeFailure) {
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 2);
   ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 3, 0, "", 0}).ok());
-  ASSERT_TRUE(Report(node.node_id, 2, {"2.1", "failed", 143, 15, "exceeded max_runtime of 1s", 0}).ok());
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"2.1", "failed", 143, 15, "exceeded max_runtime of 1s", 0}).ok());
   auto j1 = pool_->GetJob(1)->job, j2 = pool_->GetJob(2)->job;
   EXPECT_EQ(j1.state, JobState::kFailed);
   EXPECT_EQ(j1.exit_code, 3);
@@ -178,7 +182,8 @@ TEST_F(PoolTest, ReconnectKeepsRunningTaskAndResumesSequence) {
   ASSERT_EQ(*pool_->Schedule(), 1);
   ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
   proto::LogChunk c{"1.1", {{0, "stdout", 1, "abc"}}};
-  ASSERT_TRUE(pool_->AgentMessage(node.node_id, 2, std::string(proto::kLogs), proto::Encode(c)).ok());
+  ASSERT_TRUE(
+      pool_->AgentMessage(node.node_id, 2, std::string(proto::kLogs), proto::Encode(c)).ok());
   ASSERT_TRUE(pool_->AgentDisconnected(node.node_id).ok());
   proto::Hello h = MakeHello("a", 1, "same");
   h.last_server_seq = 1;
@@ -219,7 +224,8 @@ TEST_F(PoolTest, LostNodeRequeuesItsJobsAfterTheGracePeriod) {
 
 TEST_F(PoolTest, MalformedAgentMessageIsRejectedAndChangesNothing) {
   auto node = *pool_->AgentHello(MakeHello("a", 1));
-  Status s = pool_->AgentMessage(node.node_id, 1, std::string(proto::kTaskStatus), R"({"attempt_id":"x"})");
+  Status s = pool_->AgentMessage(node.node_id, 1, std::string(proto::kTaskStatus),
+                                 R"({"attempt_id":"x"})");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   // The seq was not consumed: a valid message with the same seq still applies.
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());

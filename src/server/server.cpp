@@ -25,13 +25,15 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen
     return Status::InvalidArgument("--listen: expected HOST:PORT such as 127.0.0.1:8470");
   }
   std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   int port = -1;
   try {
     port = std::stoi(listen.substr(colon + 1));
   } catch (...) {
   }
-  if (port < 0 || port > 65535) return Status::InvalidArgument("--listen: invalid port in \"" + listen + "\"");
+  if (port < 0 || port > 65535)
+    return Status::InvalidArgument("--listen: invalid port in \"" + listen + "\"");
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
@@ -42,7 +44,8 @@ int RunServer(const ServerOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {
-    std::cerr << "gpupool server: cannot create " << options.data_dir << ": " << ec.message() << "\n";
+    std::cerr << "gpupool server: cannot create " << options.data_dir << ": " << ec.message()
+              << "\n";
     return 1;
   }
   ::chmod(options.data_dir.c_str(), 0700);
@@ -88,7 +91,8 @@ int RunServer(const ServerOptions& options) {
     auto t0 = std::chrono::steady_clock::now();
     auto placed = pool_ptr->Schedule();
     if (!placed.ok()) GP_LOG(kError) << "scheduling pass failed: " << placed.status().ToString();
-    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
     next_pass_ms = clock.NowMs() + std::min<int64_t>(2 * took.count(), 100);
   };
   PoolHooks hooks;
@@ -116,7 +120,9 @@ int RunServer(const ServerOptions& options) {
   hub_ptr = &hub;
 
   net::HttpHandlers handlers;
-  handlers.on_request = [&](net::HttpRequest req, net::Responder r) { api.Handle(std::move(req), std::move(r)); };
+  handlers.on_request = [&](net::HttpRequest req, net::Responder r) {
+    api.Handle(std::move(req), std::move(r));
+  };
   handlers.on_upgrade = [&](const net::HttpRequest& req)
       -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
     if (req.path != "/v1/agent/connect") {
@@ -132,18 +138,22 @@ int RunServer(const ServerOptions& options) {
   http_opts.port = addr->second;
   auto http = net::HttpServer::Start(loop, http_opts, handlers);
   if (!http.ok()) {
-    std::cerr << "gpupool server: cannot listen on " << options.listen << ": " << http.status().message() << "\n";
+    std::cerr << "gpupool server: cannot listen on " << options.listen << ": "
+              << http.status().message() << "\n";
     return 1;
   }
-  std::string url = "http://" + (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first) +
-                    ":" + std::to_string((*http)->port());
+  std::string url =
+      "http://" +
+      (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first) + ":" +
+      std::to_string((*http)->port());
   // Lets `gpupool dev` and scripts find a server started on port 0.
   (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
   GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";
   std::cout << "gpupool server listening on " << url << std::endl;
 
   std::function<void()> tick = [&] {
-    if (Status s = pool.CheckNodes(); !s.ok()) GP_LOG(kError) << "node check failed: " << s.ToString();
+    if (Status s = pool.CheckNodes(); !s.ok())
+      GP_LOG(kError) << "node check failed: " << s.ToString();
     hooks.schedule_needed();
     loop.RunAfter(options.schedule_interval_ms, tick);
   };

@@ -11,7 +11,7 @@
 namespace gpupool::server {
 
 struct ServerOptions {
-  std::string data_dir;                  // created if missing (mode 0700)
+  std::string data_dir;                   // created if missing (mode 0700)
   std::string listen = "127.0.0.1:8470";  // HOST:PORT; port 0 picks a free one
   PoolOptions pool;
   int64_t schedule_interval_ms = 2000;  // a pass at least this often

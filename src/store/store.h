@@ -27,11 +27,11 @@
 namespace gpupool {
 
 struct JobQuery {
-  std::optional<std::string> owner;       // only this owner's jobs
-  std::vector<JobState> states;           // any of these; empty = all
-  int64_t after_id = 0;                   // id > after_id (paging)
-  int32_t limit = 1000;                   // at most this many, by ascending id
-  bool newest_first = false;              // order by descending id instead
+  std::optional<std::string> owner;  // only this owner's jobs
+  std::vector<JobState> states;      // any of these; empty = all
+  int64_t after_id = 0;              // id > after_id (paging)
+  int32_t limit = 1000;              // at most this many, by ascending id
+  bool newest_first = false;         // order by descending id instead
 };
 
 struct AttemptQuery {
@@ -87,7 +87,8 @@ class Tx {
   // Attempts: insert or replace by id.
   virtual Status PutAttempt(const Attempt& a) = 0;
   virtual Result<std::optional<Attempt>> GetAttempt(const std::string& id) = 0;
-  virtual Result<std::vector<Attempt>> ListAttempts(const AttemptQuery& q) = 0;  // by job id, number
+  virtual Result<std::vector<Attempt>> ListAttempts(
+      const AttemptQuery& q) = 0;  // by job id, number
 
   // Nodes: insert or replace by id; names are unique (AlreadyExists otherwise).
   virtual Status PutNode(const Node& n) = 0;

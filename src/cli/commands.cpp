@@ -303,8 +303,8 @@ int CmdNodes(const GlobalFlags& g) {
   Table t({"NAME", "STATE", "GPU", "MEMORY USED", "UTIL", "TEMP", "POWER", "JOB"});
   for (const auto& n : (*r)["nodes"]) {
     std::string state = Str(n, "state");
-    std::string host = std::to_string(Int(n, "cpu_milli") / 1000) + " CPUs, " +
-                       FormatMebibytes(Int(n, "memory_mib"));
+    std::string host = "host: " + std::to_string(Int(n, "cpu_milli") / 1000) + " CPUs, " +
+                       FormatMebibytes(Int(n, "memory_mib")) + " RAM";
     t.Add({Str(n, "name"), state, host, "", "", "", "", ""});
     for (const auto& gpu : n["gpus"]) {
       std::string mem = FormatMebibytes(Int(gpu, "memory_mib"));

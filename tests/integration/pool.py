@@ -15,6 +15,19 @@ GPUPOOL = os.environ.get("GPUPOOL_BIN", os.path.join(os.path.dirname(__file__), 
 FAKE_NVML_DIR = os.environ.get("FAKE_NVML_DIR", "")
 
 
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+
+
+def check_sanitizer_reports(directory):
+    """In a sanitizer build every process logs here; any report fails the test."""
+    for path in directory.glob("*.log"):
+        text = path.read_text(errors="replace")
+        for marker in SANITIZER_MARKERS:
+            if marker in text:
+                start = text.index(marker)
+                raise AssertionError(f"{path.name}: sanitizer report:\n{text[start:start + 3000]}")
+
+
 def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -92,6 +105,8 @@ class Pool:
         subprocess.run(["pkill", "-KILL", "-f", "--", f"--data-dir {self.dir}/"], check=False)
         for log in self.logs:
             log.close()
+        check_sanitizer_reports(self.dir)
+
 
     # ---- API and CLI ----
     def api(self, method, path, body=None, token="admin"):

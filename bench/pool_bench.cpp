@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/client.h"
 #include "net/http_client.h"
 
 namespace gpupool::bench {
@@ -62,47 +63,9 @@ struct Common {
   double timeout_s = 300;
 };
 
-class Api {
- public:
-  explicit Api(const Common& c) : c_(c) {}
+cli::ApiClient MakeApi(const Common& c) { return cli::ApiClient(cli::Endpoint{c.server, c.token}); }
 
-  // The JSON answer of a 2xx response, or an error message.
-  bool Call(const std::string& method, const std::string& target, const std::string& body,
-            json* out, std::string* err, int64_t timeout_ms = 30'000) const {
-    net::HttpCall call;
-    call.base_url = c_.server;
-    call.method = method;
-    call.target = target;
-    call.body = body;
-    call.timeout_ms = timeout_ms;
-    call.headers["Authorization"] = "Bearer " + c_.token;
-    if (!body.empty()) call.headers["Content-Type"] = "application/json";
-    auto r = net::Fetch(call);
-    if (!r.ok()) {
-      *err = method + " " + target + ": " + r.status().ToString();
-      return false;
-    }
-    if (r->status < 200 || r->status > 299) {
-      *err = method + " " + target + ": HTTP " + std::to_string(r->status) + " " +
-             r->body.substr(0, 300);
-      return false;
-    }
-    *out = json::parse(r->body, nullptr, false);
-    if (out->is_discarded()) {
-      *err = method + " " + target + ": the answer is not JSON";
-      return false;
-    }
-    return true;
-  }
-
-  std::string JobBody() const {
-    json spec = {{"run", c_.run}, {"resources", {{"gpus", c_.gpus}}}};
-    return spec.dump();
-  }
-
- private:
-  const Common& c_;
-};
+json JobSpec(const Common& c) { return {{"run", c.run}, {"resources", {{"gpus", c.gpus}}}}; }
 
 // Nearest-rank percentile of sorted values.
 double Pct(const std::vector<double>& sorted, double p) {
@@ -123,7 +86,7 @@ bool IsFinished(const std::string& state) {
 }
 
 int Latency(const Common& c, bool wait_finished) {
-  Api api(c);
+  cli::ApiClient api = MakeApi(c);
   std::vector<double> total, post, server_side;
   int timeouts = 0, errors = 0;
   double deadline = SteadyMs() + c.timeout_s * 1000;
@@ -132,22 +95,23 @@ int Latency(const Common& c, bool wait_finished) {
       std::cerr << "latency: stopping after " << i << " jobs: --timeout-s reached\n";
       break;
     }
-    json job;
-    std::string err;
     double t0 = SteadyMs();
-    if (!api.Call("POST", "/v1/jobs", api.JobBody(), &job, &err)) {
-      std::cerr << "latency: " << err << "\n";
+    auto posted = api.Post("/v1/jobs", JobSpec(c));
+    if (!posted.ok()) {
+      std::cerr << "latency: POST /v1/jobs: " << posted.status().ToString() << "\n";
       if (++errors > 5) return 1;
       continue;
     }
     double t_post = SteadyMs();
-    int64_t id = job.value("id", int64_t{0});
+    int64_t id = posted->value("id", int64_t{0});
     std::string target = "/v1/jobs/" + std::to_string(id);
-    if (!api.Call("GET", target + "?until=running&wait=30s", "", &job, &err, 40'000)) {
-      std::cerr << "latency: " << err << "\n";
+    auto got = api.Get(target + "?until=running&wait=30s", 40'000);
+    if (!got.ok()) {
+      std::cerr << "latency: GET " << target << ": " << got.status().ToString() << "\n";
       if (++errors > 5) return 1;
       continue;
     }
+    json job = *std::move(got);
     double t1 = SteadyMs();
     std::string state = job.value("state", "");
     if (state != "running" && !IsFinished(state)) {
@@ -164,10 +128,12 @@ int Latency(const Common& c, bool wait_finished) {
       server_side.push_back(static_cast<double>(started - created));
     if (wait_finished && !IsFinished(state)) {
       for (int k = 0; k < 10 && !IsFinished(job.value("state", "")); ++k) {
-        if (!api.Call("GET", target + "?until=finished&wait=30s", "", &job, &err, 40'000)) {
-          std::cerr << "latency: " << err << "\n";
+        auto done = api.Get(target + "?until=finished&wait=30s", 40'000);
+        if (!done.ok()) {
+          std::cerr << "latency: GET " << target << ": " << done.status().ToString() << "\n";
           break;
         }
+        job = *std::move(done);
       }
     }
   }
@@ -197,27 +163,27 @@ int Latency(const Common& c, bool wait_finished) {
 }
 
 int Throughput(const Common& c, int concurrency) {
-  Api api(c);
+  cli::ApiClient api = MakeApi(c);
   std::atomic<int> next{0};
   std::atomic<int> errors{0};
   std::mutex mu;
   std::vector<int64_t> ids;
   ids.reserve(c.jobs);
-  const std::string body = api.JobBody();
+  const json spec = JobSpec(c);
   int64_t first_submit_ms = WallMs();
   double t_start = SteadyMs();
   std::vector<std::thread> threads;
   for (int t = 0; t < concurrency; ++t) {
     threads.emplace_back([&] {
       for (int i = next++; i < c.jobs; i = next++) {
-        json job;
-        std::string err;
-        if (!api.Call("POST", "/v1/jobs", body, &job, &err)) {
-          if (errors++ < 5) std::cerr << "throughput: " << err << "\n";
+        auto job = api.Post("/v1/jobs", spec);
+        if (!job.ok()) {
+          if (errors++ < 5)
+            std::cerr << "throughput: POST /v1/jobs: " << job.status().ToString() << "\n";
           continue;
         }
         std::lock_guard<std::mutex> lock(mu);
-        ids.push_back(job.value("id", int64_t{0}));
+        ids.push_back(job->value("id", int64_t{0}));
       }
     });
   }
@@ -234,15 +200,14 @@ int Throughput(const Common& c, int concurrency) {
   double deadline = t_start + c.timeout_s * 1000;
   bool drained = false;
   while (SteadyMs() < deadline) {
-    json r;
-    std::string err;
-    if (api.Call("GET", "/v1/jobs?state=pending,scheduled,running&limit=1", "", &r, &err)) {
-      if (r.contains("jobs") && r["jobs"].empty()) {
+    auto r = api.Get("/v1/jobs?state=pending,scheduled,running&limit=1");
+    if (r.ok()) {
+      if (r->contains("jobs") && (*r)["jobs"].empty()) {
         drained = true;
         break;
       }
     } else {
-      std::cerr << "throughput: " << err << "\n";
+      std::cerr << "throughput: " << r.status().ToString() << "\n";
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -257,12 +222,12 @@ int Throughput(const Common& c, int concurrency) {
   int64_t last_finished = 0, seen = 0;
   int64_t after = ids.front() - 1;
   while (seen < static_cast<int64_t>(mine.size())) {
-    json r;
-    std::string err;
-    if (!api.Call("GET", "/v1/jobs?after=" + std::to_string(after) + "&limit=1000", "", &r, &err)) {
-      std::cerr << "throughput: " << err << "\n";
+    auto page = api.Get("/v1/jobs?after=" + std::to_string(after) + "&limit=1000");
+    if (!page.ok()) {
+      std::cerr << "throughput: " << page.status().ToString() << "\n";
       return 1;
     }
+    json r = *std::move(page);
     if (!r.contains("jobs") || r["jobs"].empty()) break;
     for (const json& j : r["jobs"]) {
       int64_t id = j.value("id", int64_t{0});

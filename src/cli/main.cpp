@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "server/server.h"
+#include "sim/openb.h"
 
 using namespace gpupool;
 
@@ -141,6 +142,23 @@ int main(int argc, char** argv) {
   auto* join = admin->add_subcommand("join-token", "print the token agents join with");
   add_global(join);
 
+  // sim openb: the FGD paper's experiment on the openb trace (docs/evaluation.md)
+  auto* sim_cmd = app.add_subcommand("sim", "simulate the scheduler on a trace");
+  sim_cmd->require_subcommand(1);
+  auto* sim_openb = sim_cmd->add_subcommand("openb", "the FGD experiment on the openb trace");
+  sim::OpenbCommand so_sim;
+  sim_openb->add_option("--nodes", so_sim.nodes_path, "node list CSV")->required();
+  sim_openb->add_option("--tasks", so_sim.tasks_path, "task list CSV")->required();
+  sim_openb
+      ->add_option("--policy", so_sim.options.policy,
+                   "random, first-fit, best-fit, dot-product, fgd")
+      ->check(CLI::IsMember(sched::PolicyNames()));
+  sim_openb->add_option("--seed", so_sim.options.seed, "random seed");
+  sim_openb->add_option("--out", so_sim.out_dir, "output directory")->required();
+  sim_openb->add_option("--inflate-pct", so_sim.options.inflate_pct, "GPU demand, % of capacity");
+  sim_openb->add_option("--typical-threshold", so_sim.options.typical_threshold_pct,
+                        "FGD: % of GPU tasks the target workload covers");
+
   try {
     app.parse(cli_argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -185,5 +203,6 @@ int main(int argc, char** argv) {
   if (cancel->parsed()) return cli::CmdCancel(g, id);
   if (nodes->parsed()) return cli::CmdNodes(g);
   if (join->parsed()) return cli::CmdJoinToken(g);
+  if (sim_openb->parsed()) return sim::RunOpenbCommand(so_sim);
   return 2;
 }

@@ -1,0 +1,140 @@
+#include "sched/policies.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::sched {
+namespace {
+
+NodeCapacity Node(int64_t cpu, std::vector<int> gpus, std::string model = "V100") {
+  return NodeCapacity{cpu, 1 << 20, std::move(model), std::move(gpus)};
+}
+
+TaskRequest Share(int milli, int64_t cpu = 1000) { return TaskRequest{cpu, 1024, 1, milli, {}}; }
+TaskRequest Whole(int n, int64_t cpu = 1000) { return TaskRequest{cpu, 1024, n, 1000, {}}; }
+
+TEST(Placement, FitsChecksEveryDimension) {
+  NodeCapacity n = Node(4000, {1000, 300});
+  EXPECT_TRUE(Fits(n, Share(300)));
+  EXPECT_TRUE(Fits(n, Whole(1)));
+  EXPECT_FALSE(Fits(n, Whole(2)));          // the second GPU is partly used
+  EXPECT_FALSE(Fits(n, Share(500, 5000)));  // CPU
+  TaskRequest mem = Share(100);
+  mem.memory_mib = int64_t{1} << 21;
+  EXPECT_FALSE(Fits(n, mem));
+  TaskRequest model = Share(100);
+  model.gpu_models = {"T4", "A10"};
+  EXPECT_FALSE(Fits(n, model));
+  model.gpu_models.push_back("V100");
+  EXPECT_TRUE(Fits(n, model));
+}
+
+TEST(Placement, AllocateNeverOvercommitsAndReleaseUndoes) {
+  NodeCapacity n = Node(4000, {1000, 300});
+  EXPECT_FALSE(Allocate(n, Share(500), {1}));  // 300 free only
+  EXPECT_FALSE(Allocate(n, Whole(1), {1}));
+  EXPECT_FALSE(Allocate(n, Whole(2), {0, 0}));
+  NodeCapacity before = n;
+  ASSERT_TRUE(Allocate(n, Share(500), {0}));
+  EXPECT_EQ(n.gpus, (std::vector<int>{500, 300}));
+  EXPECT_EQ(n.cpu_milli, 3000);
+  Release(n, Share(500), {0});
+  EXPECT_EQ(n.gpus, before.gpus);
+  EXPECT_EQ(n.cpu_milli, before.cpu_milli);
+}
+
+TEST(Policies, FirstFitTakesFirstFeasibleNodeAndGpu) {
+  auto s = ClusterState::FromCapacity({Node(500, {1000}), Node(8000, {200, 1000, 1000})});
+  auto p = MakePolicy("first-fit");
+  Rng rng(1);
+  auto c = p->Place(s, Share(500), rng);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->node, 1);  // node 0 lacks CPU
+  EXPECT_EQ(c->gpus, std::vector<int>{1});
+  auto w = p->Place(s, Whole(2), rng);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->gpus, (std::vector<int>{1, 2}));
+  EXPECT_FALSE(p->Place(s, Whole(3), rng));
+}
+
+TEST(Policies, BestFitPrefersTheFullestNodeAndTightestGpu) {
+  auto s = ClusterState::FromCapacity({Node(64000, std::vector<int>(8, 1000)),
+                                       Node(64000, {1000, 1000}), Node(64000, {1000, 600})});
+  s.free[2].gpus = {1000, 600};
+  auto p = MakePolicy("best-fit");
+  Rng rng(1);
+  auto c = p->Place(s, Share(500), rng);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->node, 2);                    // least left after placement
+  EXPECT_EQ(c->gpus, std::vector<int>{1});  // the GPU with 600 free, not 1000
+}
+
+TEST(Policies, FgdPacksAShareOntoAPartlyUsedGpu) {
+  // The workload is all whole-GPU tasks: splitting a free GPU fragments it,
+  // packing onto the partly used GPU does not.
+  std::vector<TaskType> types = {{Whole(1), 1.0}};
+  auto s = ClusterState::FromCapacity({Node(64000, {1000, 1000}), Node(64000, {1000, 1000})});
+  s.free[1].gpus = {1000, 500};
+  auto p = MakePolicy("fgd", types);
+  Rng rng(7);
+  auto c = p->Place(s, Share(300), rng);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->node, 1);
+  EXPECT_EQ(c->gpus, std::vector<int>{1});
+}
+
+TEST(Policies, FragmentationCountsWhatTheWorkloadCannotUse) {
+  std::vector<TaskType> types = {{Whole(1), 0.5}, {Share(500), 0.5}};
+  NodeCapacity n = Node(64000, {1000, 400});
+  // Whole tasks cannot use the 400; shares of 500 cannot either.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n, types), 400);
+  n.cpu_milli = 0;  // nothing fits: all free GPU milli is fragment
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n, types), 1400);
+  TaskType t4{Share(100), 1.0};
+  t4.request.gpu_models = {"T4"};
+  EXPECT_DOUBLE_EQ(NodeFragmentation(Node(64000, {1000}), {t4}), 1000);
+}
+
+TEST(Policies, TypicalTypesCoverThresholdAndNormalise) {
+  std::vector<TaskRequest> tasks(6, Whole(1));
+  for (int i = 0; i < 3; ++i) tasks.push_back(Share(500));
+  tasks.push_back(Share(200));
+  tasks.push_back(TaskRequest{1000, 10, 0, 0, {}});  // CPU-only: left out
+  auto types = TypicalTaskTypes(tasks, 60, 1);
+  ASSERT_EQ(types.size(), 1u);
+  EXPECT_DOUBLE_EQ(types[0].weight, 1.0);
+  types = TypicalTaskTypes(tasks, 100, 10);
+  ASSERT_EQ(types.size(), 3u);
+  EXPECT_DOUBLE_EQ(types[0].weight, 0.6);
+  EXPECT_EQ(types[0].request.num_gpu, 1);
+  EXPECT_EQ(types[0].request.gpu_milli, 1000);
+}
+
+TEST(Policies, EveryPolicyReturnsValidChoicesAndIsDeterministic) {
+  for (const auto& name : PolicyNames()) {
+    auto run = [&](uint64_t seed) {
+      std::vector<NodeCapacity> nodes;
+      for (int i = 0; i < 20; ++i) nodes.push_back(Node(32000, std::vector<int>(1 + i % 8, 1000)));
+      auto s = ClusterState::FromCapacity(nodes);
+      auto p = MakePolicy(name, {{Whole(1), 0.5}, {Share(300), 0.5}});
+      Rng rng(seed);
+      std::vector<int> placed;
+      for (int k = 0; k < 200; ++k) {
+        TaskRequest t = k % 3 == 0 ? Whole(1 + k % 2) : Share(100 + (k * 37) % 800);
+        auto c = p->Place(s, t, rng);
+        if (!c) {
+          for (const auto& f : s.free) EXPECT_FALSE(Fits(f, t)) << name;
+          placed.push_back(-1);
+          continue;
+        }
+        EXPECT_TRUE(Allocate(s.free[c->node], t, c->gpus)) << name;
+        placed.push_back(c->node);
+      }
+      return placed;
+    };
+    EXPECT_EQ(run(3), run(3)) << name;
+  }
+  EXPECT_EQ(MakePolicy("nope"), nullptr);
+}
+
+}  // namespace
+}  // namespace gpupool::sched

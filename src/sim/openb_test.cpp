@@ -1,0 +1,120 @@
+#include "sim/openb.h"
+
+#include <gtest/gtest.h>
+
+namespace gpupool::sim {
+namespace {
+
+const char* kNodes =
+    "sn,cpu_milli,memory_mib,gpu,model\n"
+    "n0,64000,262144,2,P100\n"
+    "n1,96000,786432,8,G2\n";
+
+const char* kTaskHeader =
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+    "deletion_time,scheduled_time\n";
+
+TEST(OpenbCsv, ParsesNodesAndTasks) {
+  auto nodes = ParseOpenbNodes("nodes.csv", kNodes);
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[1].capacity.gpus.size(), 8u);
+  EXPECT_EQ((*nodes)[1].capacity.model, "G2");
+  auto tasks =
+      ParseOpenbTasks("tasks.csv", std::string(kTaskHeader) +
+                                       "t0,12000,16384,1,460,V100M16|A10,LS,Running,0,5,0\r\n"
+                                       "t1,4000,100,0,0,,BE,Succeeded,1,2,1\n");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].request.gpu_milli, 460);
+  EXPECT_EQ((*tasks)[0].request.gpu_models, (std::vector<std::string>{"V100M16", "A10"}));
+  EXPECT_TRUE((*tasks)[0].request.IsFractional());
+}
+
+TEST(OpenbCsv, ErrorsNameFileLineAndColumn) {
+  auto bad_int = ParseOpenbNodes("nodes.csv", std::string(kNodes) + "n2,abc,1,1,T4\n");
+  ASSERT_FALSE(bad_int.ok());
+  EXPECT_NE(bad_int.status().message().find("nodes.csv:4: column cpu_milli"), std::string::npos)
+      << bad_int.status().message();
+  auto short_row = ParseOpenbTasks("tasks.csv", std::string(kTaskHeader) + "t0,1,2\n");
+  ASSERT_FALSE(short_row.ok());
+  EXPECT_NE(short_row.status().message().find("tasks.csv:2: expected 11 fields"),
+            std::string::npos);
+  auto range =
+      ParseOpenbTasks("tasks.csv", std::string(kTaskHeader) + "t0,1,2,1,1500,,LS,Running,0,0,0\n");
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.status().message().find("tasks.csv:2: column gpu_milli"), std::string::npos);
+  auto header = ParseOpenbNodes("nodes.csv", "sn,cpu_milli,gpu,model\n");
+  ASSERT_FALSE(header.ok());
+  EXPECT_NE(header.status().message().find("memory_mib"), std::string::npos);
+  EXPECT_FALSE(ParseOpenbNodes("nodes.csv", "").ok());
+}
+
+sched::TaskRequest Req(int n, int milli) { return sched::TaskRequest{1000, 100, n, milli, {}}; }
+
+TEST(OpenbInflate, PadsUntilOneMoreWouldPassTheTarget) {
+  std::vector<sched::TaskRequest> tasks = {Req(1, 1000), Req(1, 500), Req(2, 1000)};
+  sched::Rng rng(42);
+  auto out = InflateTasks(tasks, 13000, rng);
+  int64_t demand = 0;
+  for (const auto& t : out) demand += t.GpuDemand();
+  EXPECT_LE(demand, 13000);
+  EXPECT_GT(demand, 13000 - 2000);  // stopped by a draw that would pass
+  EXPECT_GT(out.size(), tasks.size());
+}
+
+TEST(OpenbInflate, TrimsWhenOverTheTarget) {
+  std::vector<sched::TaskRequest> tasks(20, Req(1, 1000));
+  sched::Rng rng(42);
+  auto out = InflateTasks(tasks, 13000, rng);
+  EXPECT_EQ(out.size(), 13u);
+}
+
+std::vector<OpenbNode> SmallCluster() {
+  std::vector<OpenbNode> nodes;
+  for (int i = 0; i < 30; ++i) {
+    OpenbNode n;
+    n.name = "n" + std::to_string(i);
+    n.capacity = {64000, 262144, i % 3 == 0 ? "T4" : "V100", std::vector<int>(1 + i % 8, 1000)};
+    nodes.push_back(n);
+  }
+  return nodes;
+}
+
+std::vector<OpenbTask> SmallTasks() {
+  std::vector<OpenbTask> tasks;
+  for (int i = 0; i < 60; ++i) {
+    OpenbTask t;
+    t.name = "t" + std::to_string(i);
+    t.request = i % 4 == 0 ? Req(1 + i % 3, 1000) : Req(1, 100 + (i * 53) % 900);
+    if (i % 7 == 0) t.request.gpu_models = {"T4"};
+    tasks.push_back(t);
+  }
+  return tasks;
+}
+
+TEST(OpenbRun, SameSeedSameResultAndCurveIsComplete) {
+  for (const auto& policy : sched::PolicyNames()) {
+    OpenbOptions o;
+    o.policy = policy;
+    o.seed = 7;
+    auto a = RunOpenb(SmallCluster(), SmallTasks(), o);
+    auto b = RunOpenb(SmallCluster(), SmallTasks(), o);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ(a->allocated_gpu_milli, b->allocated_gpu_milli) << policy;
+    ASSERT_EQ(a->curve.size(), b->curve.size());
+    for (size_t i = 0; i < a->curve.size(); ++i) {
+      EXPECT_EQ(a->curve[i].allocation_pct, b->curve[i].allocation_pct);
+    }
+    EXPECT_GE(a->curve.size(), 121u) << policy;  // 0..~130%
+    EXPECT_LE(a->allocation_rate_at_end, 100.0);
+    EXPECT_GE(a->allocation_rate_at_end, a->allocation_rate_at_100);
+    EXPECT_GT(a->tasks_failed, 0);  // 130% cannot all fit
+  }
+  OpenbOptions bad;
+  bad.policy = "nope";
+  EXPECT_FALSE(RunOpenb(SmallCluster(), SmallTasks(), bad).ok());
+}
+
+}  // namespace
+}  // namespace gpupool::sim

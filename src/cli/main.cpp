@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
   sim_openb->add_option("--out", so_sim.out_dir, "output directory")->required();
   sim_openb->add_option("--inflate-pct", so_sim.options.inflate_pct, "GPU demand, % of capacity");
   sim_openb->add_option("--typical-threshold", so_sim.options.typical_threshold_pct,
-                        "FGD: % of GPU tasks the target workload covers");
+                        "FGD: % of all tasks (CPU-only included) the target workload covers");
 
   try {
     app.parse(cli_argc, argv);

@@ -24,9 +24,13 @@ int PerGpuMilli(const TaskRequest& t) {
   return t.IsFractional() ? t.gpu_milli : static_cast<int>(kMilliPerGpu);
 }
 
-// Keeps the best integer score seen, breaking ties uniformly at random
-// (reservoir sampling over the tied candidates, as kube-scheduler's selectHost).
+// Keeps the best integer score seen. Ties: uniformly at random (reservoir
+// sampling over the tied candidates, as upstream kube-scheduler's selectHost)
+// or the first offered, i.e. the lowest node index (the FGD artifact's patched
+// selectHost keeps the lexicographically smallest node name).
 struct BestPicker {
+  explicit BestPicker(TieBreak tb) : random_ties(tb == TieBreak::kRandom) {}
+  bool random_ties;
   bool have = false;
   int64_t score = 0;
   int ties = 0;
@@ -38,7 +42,7 @@ struct BestPicker {
       score = s;
       ties = 1;
       choice = Choice{node, gpus};
-    } else if (s == score) {
+    } else if (s == score && random_ties) {
       ++ties;
       if (rng.Uniform(static_cast<uint64_t>(ties)) == 0) choice = Choice{node, gpus};
     }
@@ -92,9 +96,10 @@ constexpr double kMaxSpecGpu = 8000;
 
 class BestFitPolicy : public PlacementPolicy {
  public:
+  explicit BestFitPolicy(TieBreak tb) : tie_break_(tb) {}
   std::string Name() const override { return "best-fit"; }
   std::optional<Choice> Place(const ClusterState& s, const TaskRequest& t, Rng& rng) override {
-    BestPicker best;
+    BestPicker best(tie_break_);
     for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
       const NodeCapacity& n = s.free[i];
       if (!Fits(n, t)) continue;
@@ -115,13 +120,17 @@ class BestFitPolicy : public PlacementPolicy {
     }
     return best.Result();
   }
+
+ private:
+  TieBreak tie_break_;
 };
 
 class DotProductPolicy : public PlacementPolicy {
  public:
+  explicit DotProductPolicy(TieBreak tb) : tie_break_(tb) {}
   std::string Name() const override { return "dot-product"; }
   std::optional<Choice> Place(const ClusterState& s, const TaskRequest& t, Rng& rng) override {
-    BestPicker best;
+    BestPicker best(tie_break_);
     for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
       const NodeCapacity& n = s.free[i];
       if (!Fits(n, t)) continue;
@@ -137,7 +146,7 @@ class DotProductPolicy : public PlacementPolicy {
       };
       if (t.IsFractional()) {
         // One candidate per GPU: the share against that GPU's free milli.
-        BestPicker on_node;
+        BestPicker on_node(TieBreak::kLowestIndex);
         for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
           if (n.gpus[g] < t.gpu_milli) continue;
           const double dot = (cpu_term + (static_cast<double>(t.gpu_milli) / kMilliPerGpu) *
@@ -158,16 +167,19 @@ class DotProductPolicy : public PlacementPolicy {
     }
     return best.Result();
   }
+
+ private:
+  TieBreak tie_break_;
 };
 
 class FgdPolicy : public PlacementPolicy {
  public:
-  explicit FgdPolicy(std::vector<TaskType> types) : types_(std::move(types)) {}
+  FgdPolicy(std::vector<TaskType> types, TieBreak tb) : types_(std::move(types)), tie_break_(tb) {}
   std::string Name() const override { return "fgd"; }
 
   std::optional<Choice> Place(const ClusterState& s, const TaskRequest& t, Rng& rng) override {
     if (cache_.size() != s.free.size()) cache_.assign(s.free.size(), Cached{});
-    BestPicker best;
+    BestPicker best(tie_break_);
     for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
       const NodeCapacity& n = s.free[i];
       if (!Fits(n, t)) continue;
@@ -229,6 +241,7 @@ class FgdPolicy : public PlacementPolicy {
   }
 
   std::vector<TaskType> types_;
+  TieBreak tie_break_;
   std::vector<Cached> cache_;
 };
 
@@ -268,16 +281,21 @@ double NodeFragmentation(const NodeCapacity& free, const std::vector<TaskType>& 
 }
 
 std::vector<TaskType> TypicalTaskTypes(const std::vector<TaskRequest>& tasks, double threshold_pct,
-                                       int step) {
+                                       int step, bool include_cpu) {
+  // Key order (cpu, per-GPU milli, num_gpu, models) is the artifact's order
+  // for equal counts; a CPU-only task has per-GPU milli 0.
   using Key = std::tuple<int64_t, int, int, std::vector<std::string>>;
   std::map<Key, double> counts;
   double total = 0;
   for (const TaskRequest& t : tasks) {
-    if (t.num_gpu <= 0) continue;
-    counts[Key{t.cpu_milli, t.num_gpu, PerGpuMilli(t), t.gpu_models}] += 1;
+    if (t.num_gpu <= 0 && !include_cpu) continue;
+    const int milli = t.num_gpu <= 0 ? 0 : PerGpuMilli(t);
+    counts[Key{t.cpu_milli, milli, std::max(t.num_gpu, 0), t.gpu_models}] += 1;
     total += 1;
   }
-  std::vector<std::pair<Key, double>> sorted(counts.begin(), counts.end());
+  // Most popular first; equal counts: larger key first (the map iterates in
+  // ascending key order, so walk it backwards before a stable sort).
+  std::vector<std::pair<Key, double>> sorted(counts.rbegin(), counts.rend());
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   const double expected = threshold_pct * total / 100.0;
@@ -292,8 +310,8 @@ std::vector<TaskType> TypicalTaskTypes(const std::vector<TaskRequest>& tasks, do
     const auto& [key, n] = sorted[i];
     TaskType tt;
     tt.request.cpu_milli = std::get<0>(key);
-    tt.request.num_gpu = std::get<1>(key);
-    tt.request.gpu_milli = std::get<2>(key);
+    tt.request.gpu_milli = std::get<1>(key);
+    tt.request.num_gpu = std::get<2>(key);
     tt.request.gpu_models = std::get<3>(key);
     tt.weight = n / cum;
     out.push_back(std::move(tt));
@@ -305,13 +323,13 @@ std::vector<std::string> PolicyNames() {
   return {"random", "first-fit", "best-fit", "dot-product", "fgd"};
 }
 
-std::unique_ptr<PlacementPolicy> MakePolicy(const std::string& name,
-                                            std::vector<TaskType> workload) {
+std::unique_ptr<PlacementPolicy> MakePolicy(const std::string& name, std::vector<TaskType> workload,
+                                            TieBreak tie_break) {
   if (name == "random") return std::make_unique<RandomPolicy>();
   if (name == "first-fit") return std::make_unique<FirstFitPolicy>();
-  if (name == "best-fit") return std::make_unique<BestFitPolicy>();
-  if (name == "dot-product") return std::make_unique<DotProductPolicy>();
-  if (name == "fgd") return std::make_unique<FgdPolicy>(std::move(workload));
+  if (name == "best-fit") return std::make_unique<BestFitPolicy>(tie_break);
+  if (name == "dot-product") return std::make_unique<DotProductPolicy>(tie_break);
+  if (name == "fgd") return std::make_unique<FgdPolicy>(std::move(workload), tie_break);
   return nullptr;
 }
 

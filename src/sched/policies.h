@@ -4,8 +4,10 @@
 // Contract: Place() is deterministic given (state, task, generator state): it
 // reads nothing else (no clock, no I/O, no globals) and returns a Choice that
 // is valid for state.free (Fits and ValidChoice hold), or nullopt when no node
-// can host the task. Ties between equally scored nodes are broken uniformly at
-// random through the passed generator, as kube-scheduler does. A policy object
+// can host the task. Ties between equally scored nodes are broken as the
+// TieBreak given to MakePolicy says: uniformly at random through the passed
+// generator (upstream kube-scheduler), or the lowest node index (the FGD
+// artifact, which patches kube-scheduler to keep the smallest node name). A policy object
 // may keep a private cache (FGD memoises per-node fragmentation), so one
 // object must not be used from two threads at once; distinct objects share
 // nothing.
@@ -57,16 +59,23 @@ struct TaskType {
 };
 
 // The target workload FGD measures fragmentation against: task types grouped
-// by (cpu, num_gpu, gpu_milli, models), most popular first (ties by key),
-// taken in steps of `step` until they cover `threshold_pct` percent of the
-// GPU tasks, then renormalised (the artifact's defaults: 60%, step 10).
-// CPU-only tasks are left out, as in the artifact.
+// by (cpu, per-GPU milli, num_gpu, models), most popular first (equal counts:
+// the larger key first, as the artifact sorts), taken in steps of `step`
+// types until they cover `threshold_pct` percent of the counted tasks, then
+// renormalised. CPU-only tasks are counted (as type num_gpu = 0) when
+// `include_cpu` is set. The defaults are what the artifact's FGD experiment
+// runs with (scripts/generate_config_and_run.py: isInvolvedCpuPods=true,
+// podPopularityThreshold=95, podIncreaseStep=1); its code defaults, used when
+// no config is given, are 60%, step 10, without CPU tasks. The artifact
+// builds this from the original trace, before it is inflated.
 std::vector<TaskType> TypicalTaskTypes(const std::vector<TaskRequest>& tasks,
-                                       double threshold_pct = 60, int step = 10);
+                                       double threshold_pct = 95, int step = 1,
+                                       bool include_cpu = true);
 
 // Expected GPU fragmentation of a node (milli-GPU) under the workload: for
 // each type, the free GPU milli that type could not use on this node (all of
-// it if the type cannot fit at all), weighted by popularity.
+// it if the type cannot fit at all, and always all of it for a CPU-only type),
+// weighted by popularity.
 double NodeFragmentation(const NodeCapacity& free, const std::vector<TaskType>& types);
 
 class PlacementPolicy {
@@ -80,9 +89,16 @@ class PlacementPolicy {
 // The policy names MakePolicy accepts, in a stable order.
 std::vector<std::string> PolicyNames();
 
-// Builds a policy by name; `workload` is used by fgd only. Returns nullptr for
-// an unknown name.
+enum class TieBreak {
+  kRandom,       // uniformly among the best (upstream kube-scheduler)
+  kLowestIndex,  // the best node with the lowest index (the FGD artifact)
+};
+
+// Builds a policy by name; `workload` is used by fgd only, `tie_break` by the
+// scoring policies (best-fit, dot-product, fgd). Returns nullptr for an
+// unknown name.
 std::unique_ptr<PlacementPolicy> MakePolicy(const std::string& name,
-                                            std::vector<TaskType> workload = {});
+                                            std::vector<TaskType> workload = {},
+                                            TieBreak tie_break = TieBreak::kRandom);
 
 }  // namespace gpupool::sched

@@ -98,15 +98,83 @@ TEST(Policies, TypicalTypesCoverThresholdAndNormalise) {
   std::vector<TaskRequest> tasks(6, Whole(1));
   for (int i = 0; i < 3; ++i) tasks.push_back(Share(500));
   tasks.push_back(Share(200));
-  tasks.push_back(TaskRequest{1000, 10, 0, 0, {}});  // CPU-only: left out
-  auto types = TypicalTaskTypes(tasks, 60, 1);
+  tasks.push_back(TaskRequest{1000, 10, 0, 0, {}});  // CPU-only
+  // Without CPU tasks (the artifact's code default): 10 GPU tasks counted.
+  auto types = TypicalTaskTypes(tasks, 60, 1, false);
   ASSERT_EQ(types.size(), 1u);
   EXPECT_DOUBLE_EQ(types[0].weight, 1.0);
-  types = TypicalTaskTypes(tasks, 100, 10);
+  types = TypicalTaskTypes(tasks, 100, 10, false);
   ASSERT_EQ(types.size(), 3u);
   EXPECT_DOUBLE_EQ(types[0].weight, 0.6);
   EXPECT_EQ(types[0].request.num_gpu, 1);
   EXPECT_EQ(types[0].request.gpu_milli, 1000);
+}
+
+TEST(Policies, TypicalTypesDefaultToTheArtifactExperiment) {
+  // 95%, step 1, CPU tasks counted: 11 tasks, 95% of them is 10.45, so the
+  // walk takes whole (6), share 500 (3), then one of the two singletons.
+  std::vector<TaskRequest> tasks(6, Whole(1));
+  for (int i = 0; i < 3; ++i) tasks.push_back(Share(500));
+  tasks.push_back(Share(200));
+  tasks.push_back(TaskRequest{1000, 10, 0, 0, {}});
+  auto types = TypicalTaskTypes(tasks);
+  ASSERT_EQ(types.size(), 4u);
+  EXPECT_DOUBLE_EQ(types[0].weight, 6.0 / 11);
+  EXPECT_DOUBLE_EQ(types[1].weight, 3.0 / 11);
+  // Equal counts: the larger (cpu, per-GPU milli, num, models) key first, as
+  // the artifact sorts: same CPU, and the share's 200 milli beats the CPU
+  // task's 0.
+  EXPECT_EQ(types[2].request.gpu_milli, 200);
+  EXPECT_EQ(types[3].request.num_gpu, 0);
+  EXPECT_EQ(types[3].request.gpu_milli, 0);
+  EXPECT_EQ(types[3].request.cpu_milli, 1000);
+  types = TypicalTaskTypes(tasks, 90);  // 9.9: the first three suffice
+  ASSERT_EQ(types.size(), 3u);
+  EXPECT_DOUBLE_EQ(types[2].weight, 1.0 / 10);
+}
+
+TEST(Policies, CpuTypesCountAllFreeGpuMilliAsFragment) {
+  TaskType cpu{TaskRequest{1000, 10, 0, 0, {}}, 0.5};
+  TaskType whole{Whole(1), 0.5};
+  NodeCapacity n = Node(64000, {1000, 400});
+  // A CPU-only type can use none of the 1400 free milli; whole GPUs strand 400.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n, {cpu, whole}), 0.5 * 1400 + 0.5 * 400);
+  EXPECT_DOUBLE_EQ(NodeFragmentation(Node(64000, {0, 0}), {cpu, whole}), 0);
+}
+
+TEST(Policies, FgdWithCpuTypesStillPrefersThePackingGpu) {
+  // One node with a half-used GPU and a free one: a 500-milli share should
+  // go on the half-used GPU whatever share of the workload is CPU-only.
+  auto s = ClusterState::FromCapacity({Node(64000, {1000, 1000})});
+  s.free[0].gpus = {1000, 500};
+  for (double cpu_share : {0.0, 0.3, 0.6}) {
+    auto p = MakePolicy("fgd", {{TaskRequest{1000, 10, 0, 0, {}}, cpu_share},
+                                {Whole(1), (1 - cpu_share) / 2},
+                                {Share(500), (1 - cpu_share) / 2}});
+    Rng rng(1);
+    auto c = p->Place(s, Share(500), rng);
+    ASSERT_TRUE(c);
+    EXPECT_EQ(c->gpus, std::vector<int>{1}) << cpu_share;
+  }
+}
+
+TEST(Policies, LowestIndexTieBreakKeepsTheFirstBestNode) {
+  // Four identical empty nodes tie for every scoring policy: with the
+  // artifact's tie break the first one wins whatever the seed; with random
+  // ties some seed picks another.
+  auto s = ClusterState::FromCapacity(std::vector<NodeCapacity>(4, Node(32000, {1000, 1000})));
+  std::vector<TaskType> w = {{Whole(1), 0.5}, {Share(300), 0.5}};
+  for (const std::string name : {"best-fit", "dot-product", "fgd"}) {
+    bool other = false;
+    for (uint64_t seed = 0; seed < 16; ++seed) {
+      Rng r1(seed), r2(seed);
+      auto c = MakePolicy(name, w, TieBreak::kLowestIndex)->Place(s, Share(300), r1);
+      ASSERT_TRUE(c) << name;
+      EXPECT_EQ(c->node, 0) << name;
+      other |= MakePolicy(name, w, TieBreak::kRandom)->Place(s, Share(300), r2)->node != 0;
+    }
+    EXPECT_TRUE(other) << name;
+  }
 }
 
 TEST(Policies, EveryPolicyReturnsValidChoicesAndIsDeterministic) {

@@ -113,10 +113,13 @@ Result<std::vector<OpenbNode>> ParseOpenbNodes(const std::string& source, const 
 }
 
 Result<std::vector<OpenbTask>> ParseOpenbTasks(const std::string& source, const std::string& text) {
-  GP_ASSIGN_OR_RETURN(CsvTable t, ParseCsv(source, text,
-                                           {"name", "cpu_milli", "memory_mib", "num_gpu",
-                                            "gpu_milli", "gpu_spec", "qos", "pod_phase",
-                                            "creation_time", "deletion_time", "scheduled_time"}));
+  // Only the request columns are required: the trace's multigpu20 file has
+  // no gpu_spec (any model) and none of the status and time columns, which
+  // the experiment ignores anyway.
+  GP_ASSIGN_OR_RETURN(
+      CsvTable t,
+      ParseCsv(source, text, {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}));
+  const auto spec_col = t.column.find("gpu_spec");
   std::vector<OpenbTask> out;
   for (const auto& row : t.rows) {
     OpenbTask task;
@@ -138,7 +141,7 @@ Result<std::vector<OpenbTask>> ParseOpenbTasks(const std::string& source, const 
       return Status::InvalidArgument(source + ":" + std::to_string(row.line) +
                                      ": column gpu_milli: a GPU task must ask for more than 0");
     }
-    const std::string& spec = row.cells[t.column["gpu_spec"]];
+    const std::string spec = spec_col == t.column.end() ? "" : row.cells[spec_col->second];
     if (!spec.empty()) {
       std::string_view rest = spec;
       while (true) {
@@ -188,8 +191,14 @@ std::vector<sched::TaskRequest> InflateTasks(const std::vector<sched::TaskReques
 
 Result<OpenbResult> RunOpenb(const std::vector<OpenbNode>& nodes,
                              const std::vector<OpenbTask>& tasks, const OpenbOptions& options) {
+  // Nodes in name order: with TieBreak::kLowestIndex a tie goes to the
+  // smallest name, as in the artifact (the trace's names are already sorted).
+  std::vector<size_t> order(nodes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return nodes[a].name < nodes[b].name; });
   std::vector<sched::NodeCapacity> caps;
-  for (const auto& n : nodes) caps.push_back(n.capacity);
+  for (size_t i : order) caps.push_back(nodes[i].capacity);
   sched::ClusterState state = sched::ClusterState::FromCapacity(std::move(caps));
   OpenbResult res;
   res.policy = options.policy;
@@ -201,11 +210,15 @@ Result<OpenbResult> RunOpenb(const std::vector<OpenbNode>& nodes,
   sched::Rng rng(options.seed);
   std::vector<sched::TaskRequest> list;
   for (const auto& t : tasks) list.push_back(t.request);
+  const std::vector<sched::TaskRequest> original = list;
   list = InflateTasks(list, res.gpu_milli_total * options.inflate_pct / 100, rng);
   for (size_t i = list.size(); i > 1; --i) std::swap(list[i - 1], list[rng.Uniform(i)]);
 
-  auto policy = sched::MakePolicy(options.policy,
-                                  sched::TypicalTaskTypes(list, options.typical_threshold_pct));
+  auto policy =
+      sched::MakePolicy(options.policy,
+                        sched::TypicalTaskTypes(original, options.typical_threshold_pct,
+                                                options.typical_step, options.typical_include_cpu),
+                        options.tie_break);
   if (!policy) return Status::InvalidArgument("unknown policy '" + options.policy + "'");
 
   const double total = static_cast<double>(res.gpu_milli_total);

@@ -46,8 +46,17 @@ Result<std::string> ReadFile(const std::string& path);
 struct OpenbOptions {
   std::string policy = "fgd";
   uint64_t seed = 42;
-  int inflate_pct = 130;               // target GPU demand, percent of capacity
-  double typical_threshold_pct = 100;  // FGD target workload: all GPU task types
+  int inflate_pct = 130;  // target GPU demand, percent of capacity
+  // FGD's target workload (sched::TypicalTaskTypes), built from the trace as
+  // read, before inflation, as the artifact does; defaults are the artifact
+  // experiment's: the most popular types covering 95% of all tasks, CPU-only
+  // tasks included, one type at a time.
+  double typical_threshold_pct = 95;
+  int typical_step = 1;
+  bool typical_include_cpu = true;
+  // Ties between equally scored nodes: the artifact's patched kube-scheduler
+  // keeps the smallest node name (nodes are visited in name order here).
+  sched::TieBreak tie_break = sched::TieBreak::kLowestIndex;
 };
 
 // Brings the list to `target_milli` GPU demand as the artifact does (see the

@@ -31,6 +31,18 @@ TEST(OpenbCsv, ParsesNodesAndTasks) {
   EXPECT_TRUE((*tasks)[0].request.IsFractional());
 }
 
+TEST(OpenbCsv, TasksWithoutGpuSpecAskForAnyModel) {
+  // The multigpu20 file has only the request columns.
+  auto tasks = ParseOpenbTasks("t.csv",
+                               "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                               "t0,12000,16384,8,1000\nt1,6000,12288,1,460\n");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  ASSERT_EQ(tasks->size(), 2u);
+  EXPECT_EQ((*tasks)[0].request.num_gpu, 8);
+  EXPECT_TRUE((*tasks)[1].request.gpu_models.empty());
+  EXPECT_FALSE(ParseOpenbTasks("t.csv", "name,cpu_milli,num_gpu,gpu_milli\n").ok());
+}
+
 TEST(OpenbCsv, ErrorsNameFileLineAndColumn) {
   auto bad_int = ParseOpenbNodes("nodes.csv", std::string(kNodes) + "n2,abc,1,1,T4\n");
   ASSERT_FALSE(bad_int.ok());
@@ -114,6 +126,36 @@ TEST(OpenbRun, SameSeedSameResultAndCurveIsComplete) {
   OpenbOptions bad;
   bad.policy = "nope";
   EXPECT_FALSE(RunOpenb(SmallCluster(), SmallTasks(), bad).ok());
+}
+
+TEST(OpenbRun, NodesAreVisitedInNameOrderWhateverTheFileOrder) {
+  // Ties go to the smallest node name, so listing the nodes out of name order
+  // gives the same run as listing them sorted.
+  auto sorted =
+      ParseOpenbNodes("n.csv",
+                      "sn,cpu_milli,memory_mib,gpu,model\n"
+                      "a,64000,262144,2,T4\nb,96000,786432,8,G2\nc,32000,262144,4,P100\n");
+  auto shuffled =
+      ParseOpenbNodes("n.csv",
+                      "sn,cpu_milli,memory_mib,gpu,model\n"
+                      "c,32000,262144,4,P100\na,64000,262144,2,T4\nb,96000,786432,8,G2\n");
+  ASSERT_TRUE(sorted.ok() && shuffled.ok());
+  std::vector<OpenbTask> tasks;
+  for (int i = 0; i < 12; ++i) {
+    tasks.push_back({"t" + std::to_string(i), Req(1 + i % 3, i % 3 ? 1000 : 300 + 50 * i)});
+  }
+  for (const std::string policy : {"best-fit", "fgd", "dot-product"}) {
+    OpenbOptions o;
+    o.policy = policy;
+    auto r1 = RunOpenb(*sorted, tasks, o);
+    auto r2 = RunOpenb(*shuffled, tasks, o);
+    ASSERT_TRUE(r1.ok() && r2.ok());
+    EXPECT_EQ(r1->allocated_gpu_milli, r2->allocated_gpu_milli) << policy;
+    ASSERT_EQ(r1->curve.size(), r2->curve.size()) << policy;
+    for (size_t k = 0; k < r1->curve.size(); ++k) {
+      EXPECT_DOUBLE_EQ(r1->curve[k].allocation_pct, r2->curve[k].allocation_pct) << policy;
+    }
+  }
 }
 
 }  // namespace

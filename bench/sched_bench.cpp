@@ -1,10 +1,11 @@
 // Google Benchmark of the scheduling code (issue 3's figures).
 //
-//   BM_Place/<policy>/<gpus>: one placement decision (Place + Allocate, with
-//     a Release so the cluster stays near half full) on a cluster of <gpus>
-//     GPUs in 8-GPU nodes of four models, for a stream of mixed requests:
-//     fractional shares, single GPUs and multi-GPU tasks, some constrained to
-//     a model. Reported as placements per second.
+//   BM_Place/<policy>/<gpus>: one placement decision of first-fit, best-fit,
+//     dot-product or fgd (Place + Allocate, with a Release so the cluster
+//     stays near half full) on a cluster of <gpus> GPUs in 8-GPU nodes of
+//     four models, for a stream of mixed requests: fractional shares, single
+//     GPUs and multi-GPU tasks, some constrained to a model. Reported as
+//     placements per second.
 //   BM_Decide/<pending>/<gpus>: one pass of the server's queue scheduler over
 //     <pending> jobs on an idle cluster of <gpus> whole GPUs.
 //
@@ -81,11 +82,13 @@ void BM_Place(benchmark::State& state, const std::string& policy_name) {
   // Fill to about half of the GPUs, then keep the level steady: every
   // measured placement is matched by the release of the oldest one.
   size_t next = 0;
-  while (cluster.FreeGpuMilli() > cluster.TotalGpuMilli() / 2) {
+  const int64_t half = cluster.TotalGpuMilli() / 2;
+  for (int64_t free = cluster.FreeGpuMilli(); free > half;) {
     const TaskRequest& t = requests[next++ % requests.size()];
     auto c = policy->Place(cluster, t, rng);
     if (!c) continue;
     Allocate(cluster.free[c->node], t, c->gpus);
+    free -= t.GpuDemand();
     live.push_back({t, *c});
   }
   int64_t placed = 0;
@@ -146,6 +149,10 @@ void BM_Decide(benchmark::State& state) {
 
 BENCHMARK_CAPTURE(BM_Place, first_fit, std::string("first-fit"))->Arg(1000)->Arg(10000)->Arg(50000);
 BENCHMARK_CAPTURE(BM_Place, best_fit, std::string("best-fit"))->Arg(1000)->Arg(10000)->Arg(50000);
+BENCHMARK_CAPTURE(BM_Place, dot_product, std::string("dot-product"))
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(50000);
 BENCHMARK_CAPTURE(BM_Place, fgd, std::string("fgd"))->Arg(1000)->Arg(10000)->Arg(50000);
 BENCHMARK(BM_Decide)
     ->Args({1000, 1000})

@@ -27,6 +27,8 @@
 //                 expected GPU fragmentation under the target workload (the
 //                 popularity of task types), scored sigmoid(-delta/1000)*100 in
 //                 integers as in the authors' artifact.
+//   gpupool     - ours (policy_gpupool.h): FGD's fragmentation measure, ranked
+//                 by its exact change, ties broken by packing.
 #pragma once
 
 #include <cstdint>

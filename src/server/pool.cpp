@@ -119,7 +119,7 @@ Result<Job> Pool::Cancel(int64_t id) {
     }
     proto::TaskReport why;
     why.reason = "cancelled by the user";
-    return ApplyEvent(tx, job, attempt, static_cast<int>(JobEvent::kCancel), &why);
+    return ApplyEvent(tx, job, attempt, JobEvent::kCancel, &why);
   });
   if (!s.ok()) {
     Discard();
@@ -178,9 +178,8 @@ Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& att
   return Status::Ok();
 }
 
-Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, int event_int,
+Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
                         const proto::TaskReport* report) {
-  auto event = static_cast<JobEvent>(event_int);
   JobTransition t = Step(job.state, event);
   if (!t.accepted) return Status::Ok();  // stale or duplicate event: nothing to do
   int64_t now = clock_.NowMs();
@@ -249,7 +248,7 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
     event = JobEvent::kAttemptFailed;
   else
     event = JobEvent::kLost;
-  return ApplyEvent(tx, *job, *attempt, static_cast<int>(event), &r);
+  return ApplyEvent(tx, *job, *attempt, event, &r);
 }
 
 // --------------------------------------------------------------- agent side
@@ -329,7 +328,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
       if (!job || job->current_attempt != a.id) continue;
       proto::TaskReport lost{a.id, "lost", 0, 0, "the agent on " + node.name + " no longer has it",
                              now};
-      GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, static_cast<int>(JobEvent::kLost), &lost));
+      GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, JobEvent::kLost, &lost));
     }
     GP_ASSIGN_OR_RETURN(live, tx.ListAttempts(q));
     for (const Attempt& a : live) {
@@ -443,7 +442,7 @@ Status Pool::CheckNodes() {
         GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
         if (!job || job->current_attempt != a.id) continue;
         proto::TaskReport lost{a.id, "lost", 0, 0, "node " + n.name + " stopped answering", now};
-        GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, static_cast<int>(JobEvent::kLost), &lost));
+        GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, JobEvent::kLost, &lost));
       }
     }
     return Status::Ok();

@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "model/job.h"
+#include "model/job_state.h"
 #include "model/node.h"
 #include "proto/messages.h"
 #include "store/store.h"
@@ -107,7 +108,8 @@ class Pool {
 
   // Applies `event` to the job owning `attempt` (already fenced), carrying
   // out the transition's actions inside `tx`.
-  Status ApplyEvent(Tx& tx, Job& job, Attempt& attempt, int event, const proto::TaskReport* report);
+  Status ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
+                    const proto::TaskReport* report);
   Status ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r);
   Status PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
                   const std::string& reason);

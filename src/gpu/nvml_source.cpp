@@ -182,8 +182,8 @@ ProcessList CallProcesses(Fn fn, nvmlDevice_t device) {
   return {NVML_ERROR_INSUFFICIENT_SIZE, {}};
 }
 
-// The newest available variant; an older one when a newer reports that it
-// is not implemented.
+// The newest available variant; an older one when a newer one answers
+// NVML_ERROR_FUNCTION_NOT_FOUND (an old driver).
 ProcessList ListProcesses(const NvmlFunctions& f, nvmlDevice_t device) {
   ProcessList list{NVML_ERROR_FUNCTION_NOT_FOUND, {}};
   if (f.processes_v3 != nullptr) list = CallProcesses<nvmlProcessInfo_v2_t>(f.processes_v3, device);

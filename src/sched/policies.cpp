@@ -188,6 +188,19 @@ class TaskFilter {
   std::vector<signed char> allowed_;
 };
 
+// Syncs every node's summary and calls visit(index, free, summary) for each
+// node the task fits on, in index order: the scan the scoring policies share.
+template <typename Visit>
+void ForEachFittingNode(const ClusterState& s, const TaskRequest& t, NodeSummaries& nodes,
+                        Visit&& visit) {
+  TaskFilter filter(t, nodes);
+  for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
+    const NodeCapacity& n = s.free[static_cast<size_t>(i)];
+    const NodeSummaries::Node& sum = nodes.Sync(i, n);
+    if (filter.Fits(sum, n)) visit(i, n, sum);
+  }
+}
+
 // Keeps the best integer score seen. Ties: uniformly at random (reservoir
 // sampling over the tied candidates, as upstream kube-scheduler's selectHost)
 // or the first offered, i.e. the lowest node index (the FGD artifact's patched
@@ -232,16 +245,14 @@ class BestFitPolicy : public PlacementPolicy {
   std::string Name() const override { return "best-fit"; }
   std::optional<Choice> Place(const ClusterState& s, const TaskRequest& t, Rng& rng) override {
     nodes_.Resize(s.free.size());
-    TaskFilter filter(t, nodes_);
     FastPicker best(tie_break_);
-    for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
-      const NodeCapacity& n = s.free[static_cast<size_t>(i)];
-      const NodeSummaries::Node& sum = nodes_.Sync(i, n);
-      if (!filter.Fits(sum, n)) continue;
-      const double left = 0.5 * static_cast<double>(sum.cpu - t.cpu_milli) / kMaxSpecCpu +
-                          0.5 * static_cast<double>(sum.gpu_total - t.GpuDemand()) / kMaxSpecGpu;
-      best.Offer(static_cast<int64_t>((1.0 - left) * 100.0), i, -1, rng);
-    }
+    ForEachFittingNode(s, t, nodes_,
+                       [&](int i, const NodeCapacity&, const NodeSummaries::Node& sum) {
+                         const double left =
+                             0.5 * static_cast<double>(sum.cpu - t.cpu_milli) / kMaxSpecCpu +
+                             0.5 * static_cast<double>(sum.gpu_total - t.GpuDemand()) / kMaxSpecGpu;
+                         best.Offer(static_cast<int64_t>((1.0 - left) * 100.0), i, -1, rng);
+                       });
     if (best.have && t.IsFractional()) {
       // The fitting GPU with least free milli (the first of equals).
       const NodeCapacity& n = s.free[static_cast<size_t>(best.node)];
@@ -265,43 +276,40 @@ class DotProductPolicy : public PlacementPolicy {
   std::string Name() const override { return "dot-product"; }
   std::optional<Choice> Place(const ClusterState& s, const TaskRequest& t, Rng& rng) override {
     nodes_.Resize(s.free.size());
-    TaskFilter filter(t, nodes_);
     FastPicker best(tie_break_);
-    for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
-      const NodeCapacity& n = s.free[static_cast<size_t>(i)];
-      const NodeSummaries::Node& sum = nodes_.Sync(i, n);
-      if (!filter.Fits(sum, n)) continue;
-      const NodeCapacity& cap = s.capacity[static_cast<size_t>(i)];
-      const double cpu_cap = std::max<double>(1, static_cast<double>(cap.cpu_milli));
-      const double cpu_term = (static_cast<double>(t.cpu_milli) / cpu_cap) *
-                              (static_cast<double>(n.cpu_milli) / cpu_cap);
-      if (t.IsFractional()) {
-        // One candidate per GPU: the share against that GPU's free milli;
-        // the node offers its best (the first of equals).
-        bool have = false;
-        int64_t node_score = 0;
-        int node_gpu = -1;
-        for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
-          if (n.gpus[g] < t.gpu_milli) continue;
-          const double dot = (cpu_term + (static_cast<double>(t.gpu_milli) / kMilliPerGpu) *
-                                             (static_cast<double>(n.gpus[g]) / kMilliPerGpu)) /
-                             2;
-          const auto sc = static_cast<int64_t>((1.0 - dot) * 100.0);
-          if (!have || sc > node_score) {
-            have = true;
-            node_score = sc;
-            node_gpu = g;
+    ForEachFittingNode(
+        s, t, nodes_, [&](int i, const NodeCapacity& n, const NodeSummaries::Node& sum) {
+          const NodeCapacity& cap = s.capacity[static_cast<size_t>(i)];
+          const double cpu_cap = std::max<double>(1, static_cast<double>(cap.cpu_milli));
+          const double cpu_term = (static_cast<double>(t.cpu_milli) / cpu_cap) *
+                                  (static_cast<double>(n.cpu_milli) / cpu_cap);
+          if (t.IsFractional()) {
+            // One candidate per GPU: the share against that GPU's free milli;
+            // the node offers its best (the first of equals).
+            bool have = false;
+            int64_t node_score = 0;
+            int node_gpu = -1;
+            for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
+              if (n.gpus[g] < t.gpu_milli) continue;
+              const double dot = (cpu_term + (static_cast<double>(t.gpu_milli) / kMilliPerGpu) *
+                                                 (static_cast<double>(n.gpus[g]) / kMilliPerGpu)) /
+                                 2;
+              const auto sc = static_cast<int64_t>((1.0 - dot) * 100.0);
+              if (!have || sc > node_score) {
+                have = true;
+                node_score = sc;
+                node_gpu = g;
+              }
+            }
+            best.Offer(node_score, i, node_gpu, rng);
+          } else {
+            const double gpu_req = static_cast<double>(t.GpuDemand());
+            const double gpu_free = static_cast<double>(sum.gpu_total);
+            const double gpu_cap = std::max(1.0, static_cast<double>(FreeGpuMilli(cap)));
+            const double dot = (cpu_term + (gpu_req / gpu_cap) * (gpu_free / gpu_cap)) / 2;
+            best.Offer(static_cast<int64_t>((1.0 - dot) * 100.0), i, -1, rng);
           }
-        }
-        best.Offer(node_score, i, node_gpu, rng);
-      } else {
-        const double gpu_req = static_cast<double>(t.GpuDemand());
-        const double gpu_free = static_cast<double>(sum.gpu_total);
-        const double gpu_cap = std::max(1.0, static_cast<double>(FreeGpuMilli(cap)));
-        const double dot = (cpu_term + (gpu_req / gpu_cap) * (gpu_free / gpu_cap)) / 2;
-        best.Offer(static_cast<int64_t>((1.0 - dot) * 100.0), i, -1, rng);
-      }
-    }
+        });
     return best.Result(s, t);
   }
 
@@ -356,19 +364,16 @@ class FgdPolicy : public PlacementPolicy {
       scores_.clear();
     }
     std::vector<Entry>& cache = ScoresFor(t, s.free.size());
-    TaskFilter filter(t, nodes_);
     FastPicker best(tie_break_);
-    for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
-      const NodeCapacity& n = s.free[static_cast<size_t>(i)];
-      const NodeSummaries::Node& sum = nodes_.Sync(i, n);
-      if (!filter.Fits(sum, n)) continue;
-      Entry& e = cache[static_cast<size_t>(i)];
-      if (e.epoch != sum.epoch) {
-        ScoreNode(i, sum, t, e);
-        e.epoch = sum.epoch;
-      }
-      best.Offer(e.score, i, e.gpu, rng);
-    }
+    ForEachFittingNode(s, t, nodes_,
+                       [&](int i, const NodeCapacity&, const NodeSummaries::Node& sum) {
+                         Entry& e = cache[static_cast<size_t>(i)];
+                         if (e.epoch != sum.epoch) {
+                           ScoreNode(i, sum, t, e);
+                           e.epoch = sum.epoch;
+                         }
+                         best.Offer(e.score, i, e.gpu, rng);
+                       });
     return best.Result(s, t);
   }
 

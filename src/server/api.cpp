@@ -144,7 +144,9 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
 }  // namespace
 
 Api::~Api() {
-  for (auto& [id, w] : waiters_) loop_.Cancel(w.timer);
+  for (auto& [job, waiters] : waiters_) {
+    for (auto& [id, w] : waiters) loop_.Cancel(w.timer);
+  }
 }
 
 void Api::Handle(net::HttpRequest req, net::Responder responder) {
@@ -344,40 +346,32 @@ void Api::ListNodes(Respond respond, const std::string& only) {
 void Api::WaitOn(int64_t job_id, int64_t wait_ms, Probe probe) {
   if (probe(wait_ms <= 0)) return;
   uint64_t id = next_waiter_++;
-  auto timer = loop_.RunAfter(wait_ms, [this, id] {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) return;
-    Waiter w = std::move(it->second);
-    waiters_.erase(it);
-    for (auto [b, e] = waiters_by_job_.equal_range(w.job_id); b != e; ++b) {
-      if (b->second == id) {
-        waiters_by_job_.erase(b);
-        break;
-      }
-    }
-    w.probe(true);
+  auto timer = loop_.RunAfter(wait_ms, [this, job_id, id] {
+    auto job = waiters_.find(job_id);
+    if (job == waiters_.end()) return;
+    auto it = job->second.find(id);
+    if (it == job->second.end()) return;
+    Probe last = std::move(it->second.probe);
+    job->second.erase(it);
+    if (job->second.empty()) waiters_.erase(job);
+    last(true);
   });
-  waiters_[id] = Waiter{job_id, std::move(probe), timer};
-  waiters_by_job_.emplace(job_id, id);
+  waiters_[job_id][id] = Waiter{std::move(probe), timer};
 }
 
 void Api::JobChanged(int64_t job_id) {
-  auto [b, e] = waiters_by_job_.equal_range(job_id);
-  std::vector<uint64_t> ids;
-  for (auto it = b; it != e; ++it) ids.push_back(it->second);
-  for (uint64_t id : ids) {
-    auto it = waiters_.find(id);
-    if (it == waiters_.end()) continue;
-    if (!it->second.probe(false)) continue;
-    loop_.Cancel(it->second.timer);
-    waiters_.erase(it);
-    for (auto [b2, e2] = waiters_by_job_.equal_range(job_id); b2 != e2; ++b2) {
-      if (b2->second == id) {
-        waiters_by_job_.erase(b2);
-        break;
-      }
+  auto job = waiters_.find(job_id);
+  if (job == waiters_.end()) return;
+  // A probe responds at most once; those that do are forgotten.
+  for (auto it = job->second.begin(); it != job->second.end();) {
+    if (it->second.probe(false)) {
+      loop_.Cancel(it->second.timer);
+      it = job->second.erase(it);
+    } else {
+      ++it;
     }
   }
+  if (job->second.empty()) waiters_.erase(job);
 }
 
 }  // namespace gpupool::server

@@ -53,7 +53,6 @@ class Api {
   void WaitOn(int64_t job_id, int64_t wait_ms, Probe probe);
 
   struct Waiter {
-    int64_t job_id;
     Probe probe;
     net::EventLoop::TimerId timer;
   };
@@ -63,8 +62,7 @@ class Api {
   Auth& auth_;
   const Clock& clock_;
   uint64_t next_waiter_ = 1;
-  std::map<uint64_t, Waiter> waiters_;
-  std::multimap<int64_t, uint64_t> waiters_by_job_;
+  std::map<int64_t, std::map<uint64_t, Waiter>> waiters_;  // job id -> waiter id -> waiter
 };
 
 }  // namespace gpupool::server

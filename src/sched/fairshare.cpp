@@ -220,6 +220,7 @@ Result<std::vector<QueueEntry>> OrderQueue(const std::vector<GroupState>& groups
   };
   std::sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
     if (x.job->priority != y.job->priority) return x.job->priority < y.job->priority;
+    if (x.job->front != y.job->front) return x.job->front;
     if (less_used(x.group, y.group)) return true;
     if (less_used(y.group, x.group)) return false;
     if (x.job->submit_ms != y.job->submit_ms) return x.job->submit_ms < y.job->submit_ms;

@@ -120,6 +120,7 @@ struct QueuedJob {
   PriorityClass priority = PriorityClass::kNormal;
   int64_t submit_ms = 0;
   int64_t gpu_milli = 0;  // total GPU milli the job asks for; >= 0
+  bool front = false;     // displaced by its provider: first in its class
 };
 
 struct FairShareOptions {
@@ -150,7 +151,8 @@ struct QueueEntry {
 // The queue in the order jobs should be considered, with explanations.
 //
 // Order (a strict total order, so the result does not depend on input order):
-//  1. priority class (interactive, then normal, then opportunistic);
+//  1. priority class (interactive, then normal, then opportunistic); within
+//     a class, jobs marked `front` (displaced by their provider) first;
 //  2. the group's decayed usage relative to its weight, lower first: group a
 //     goes before group b when usage_a / weight_a < usage_b / weight_b,
 //     compared exactly as usage_a * weight_b < usage_b * weight_a in 128-bit

@@ -411,10 +411,7 @@ class FgdPolicy : public PlacementPolicy {
   static constexpr size_t kMaxCachedScores = size_t{1} << 21;  // entries over all shapes
   static constexpr size_t kMaxMemo = size_t{1} << 20;
 
-  static int64_t Score(double before, double after) {
-    const double x = (before - after) / 1000.0;
-    return static_cast<int64_t>(100.0 / (1.0 + std::exp(-x)));
-  }
+  static int64_t Score(double before, double after) { return FgdScore(before, after); }
 
   // The score cache of the task's shape (cpu, per-GPU milli, GPU count).
   std::vector<Entry>& ScoresFor(const TaskRequest& t, size_t nodes) {
@@ -567,6 +564,11 @@ class FgdPolicy : public PlacementPolicy {
 };
 
 }  // namespace
+
+int64_t FgdScore(double before, double after) {
+  const double x = (before - after) / 1000.0;
+  return static_cast<int64_t>(100.0 / (1.0 + std::exp(-x)));
+}
 
 double NodeFragmentation(const NodeCapacity& free, const std::vector<TaskType>& types) {
   const int64_t total = FreeGpuMilli(free);

@@ -80,6 +80,11 @@ std::vector<TaskType> TypicalTaskTypes(const std::vector<TaskRequest>& tasks,
 // weighted by popularity.
 double NodeFragmentation(const NodeCapacity& free, const std::vector<TaskType>& types);
 
+// FGD's score of a placement that takes a node's fragmentation from `before`
+// to `after`: sigmoid(-(after - before) / 1000) * 100, truncated (0..100,
+// higher is better), as in the authors' artifact.
+int64_t FgdScore(double before, double after);
+
 class PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;

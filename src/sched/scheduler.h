@@ -1,83 +1,236 @@
-// The scheduler: a pure function from a snapshot of the pool to decisions.
+// The pool's scheduler: a pure function from a snapshot of the pool to
+// decisions. The server, the campus simulator and the benchmarks run this
+// same code.
 //
-// Decide() reads nothing but its arguments: no clock, no I/O, no globals, so
-// the server, the simulator and the benchmarks run the same code and get the
-// same answer for the same input. The caller builds the snapshot (free GPUs,
-// free CPU and memory per node, the queue in priority order) and applies the
-// decisions in one transaction.
+// Contract: Scheduler::Decide() reads nothing but its arguments and the
+// Scheduler's configuration: no clock (the snapshot carries `now_ms`), no
+// I/O, no globals, no randomness (every tie ends in node and job order), so
+// the same snapshot gives the same decisions, bit for bit. A Scheduler holds
+// no state between calls; one object may be used from one thread at a time
+// (it reuses scratch buffers), distinct objects share nothing.
 //
-// Policy (for now): first fit in queue order. Each job takes the first ready
-// node with enough free matching GPUs, CPU and memory; a job that cannot be
-// placed does not block the ones behind it. A job that no node could host
-// even when idle gets a reason naming the constraint nobody meets.
+// What one pass does, in order:
+//  1. Orders the pending queue: priority class (interactive > normal >
+//     opportunistic), then fair share among groups by decayed usage / weight,
+//     then submit time, then job id (fairshare.h, OrderQueue). A job that was
+//     displaced (`front`) goes before the others of its class.
+//  2. Walks the queue placing jobs. Candidate nodes come from an index by GPU
+//     shape (model, memory, compute capability) and free capacity, never from
+//     a scan of every node: whole-GPU requests look up nodes by their number
+//     of fully free GPUs, shares by the GPU with the least sufficient free
+//     milli. The best `candidates` nodes are then scored by how little the
+//     placement fragments the node for the queued workload (FGD's measure,
+//     policies.h) with packing as tie-break. A gang (nodes > 1) is placed on
+//     distinct nodes all or nothing. A request shape that failed once in a
+//     pass is not tried again in that pass.
+//  3. Backfill: the first `max_reservations` jobs that cannot start get a
+//     reservation: the earliest time the running work's expected ends free
+//     enough room, and the GPUs it would take then. A later job may use those
+//     GPUs now only when it is expected to end before the reservation starts;
+//     otherwise it must fit around them. Jobs without a known runtime bound
+//     never end "before" anything.
+//  4. Preemption, only of preemptible (checkpointing) attempts, only to serve
+//     (a) an interactive job, (b) a group reclaiming its guarantee, or (c) an
+//     owner's job on a node its group owns. Victims are chosen per node: the
+//     node where the fewest minutes of work since the last checkpoint are lost
+//     (borrowed work first), never an attempt preempted within
+//     `anti_thrash_window_ms`, never interactive work, never work that is
+//     itself within its group's guarantee unless the preemptor is an owner on
+//     its own node. The preemptor waits for the victims to leave; the caller
+//     checkpoints and requeues them.
+//
+// Amounts are integers: milli-CPU, MiB, milli-GPU (1000 = one GPU), ms.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "model/resources.h"
+#include "sched/fairshare.h"
 
 namespace gpupool::sched {
 
-struct GpuSlot {
+// ---------------------------------------------------------------------------
+// Snapshot.
+
+struct GpuView {
   std::string uuid;
-  std::string name;  // model name as reported, e.g. "NVIDIA A100-SXM4-80GB"
+  std::string model;  // as reported ("NVIDIA A100-SXM4-80GB"); matched by GpuModelMatches
   int64_t memory_mib = 0;
-  bool free = true;  // not assigned to any live attempt
+  int32_t compute_capability = 0;  // major * 10 + minor, e.g. 80 for 8.0; 0 = unknown
+  // Free now: 1000 and memory_mib when nothing runs on it.
+  int32_t free_milli = 1000;
+  int64_t free_memory_mib = 0;
 };
 
 struct NodeView {
   std::string id;
   std::string name;
-  bool ready = true;  // false: known but not accepting work now
-  std::vector<GpuSlot> gpus;
+  bool ready = true;        // false: known but not accepting work now
+  std::string owner_group;  // the group (lab) that owns the machine; may be empty
+  std::map<std::string, std::string> labels;
+  std::vector<GpuView> gpus;
   int64_t cpu_milli_total = 0;
   int64_t cpu_milli_free = 0;
   int64_t memory_mib_total = 0;
   int64_t memory_mib_free = 0;
 };
 
+// What one job asks for. Per node: a gang of `nodes` nodes asks for all of
+// this on each of them.
+struct Request {
+  int32_t nodes = 1;      // >= 1; > 1 is a gang placed all or nothing
+  int32_t gpus = 0;       // whole GPUs per node
+  int32_t gpu_milli = 0;  // a share of one GPU (1..999) when gpus == 0; 0 = none
+  // Whole GPUs: the minimum memory of each GPU. A share: the GPU memory the
+  // share takes (and so needs free on its GPU).
+  int64_t gpu_memory_mib = 0;
+  int32_t min_compute_capability = 0;   // as GpuView::compute_capability; 0 = any
+  std::vector<std::string> gpu_models;  // allowed models; empty = any
+  // Preferred models: only these are used until `prefer_wait_ms` after
+  // submission, then any allowed model (the fastest that fits first).
+  std::vector<std::string> preferred_models;
+  int64_t prefer_wait_ms = 0;
+  std::map<std::string, std::string> node_labels;  // every one must match the node's
+  int64_t cpu_milli = 0;                           // per node
+  int64_t memory_mib = 0;                          // per node
+
+  // GPU milli per node and in all.
+  int64_t GpuMilliPerNode() const { return gpus > 0 ? int64_t{gpus} * 1000 : gpu_milli; }
+  int64_t GpuMilli() const { return GpuMilliPerNode() * nodes; }
+};
+
 struct PendingJob {
   int64_t job_id = 0;
-  Resources resources;
+  std::string group;
+  PriorityClass priority = PriorityClass::kNormal;
+  int64_t submit_ms = 0;
+  Request request;
+  // Upper bound of its runtime (max_runtime), used by backfill; 0 = unknown.
+  int64_t runtime_limit_ms = 0;
+  bool front = false;  // displaced by a provider: goes first in its class
+};
+
+// What a running attempt holds on one node.
+struct Holding {
+  std::string node_id;
+  std::vector<std::string> gpu_uuids;
+  int32_t gpu_milli = 0;       // per GPU: 1000 for whole GPUs, less for a share
+  int64_t gpu_memory_mib = 0;  // per GPU, for a share; whole GPUs hold all of theirs
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+};
+
+struct RunningJob {
+  int64_t job_id = 0;
+  std::string attempt_id;
+  std::string group;
+  PriorityClass priority = PriorityClass::kNormal;
+  std::vector<Holding> holdings;  // one per node (several for a gang)
+  int64_t started_ms = 0;
+  int64_t last_checkpoint_ms = 0;  // before started_ms (e.g. 0) = never
+  bool preemptible = false;
+  std::optional<int64_t> last_preempted_ms;  // of this job, by any attempt
+  int64_t expected_end_ms = 0;               // started + runtime limit; 0 = unknown
+};
+
+struct GroupConfig {
+  std::string name;
+  int64_t weight = 1;
+  int64_t guaranteed_milli = 0;
+};
+
+struct SchedulerConfig {
+  std::vector<GroupConfig> groups;  // jobs of groups not listed get weight 1, no guarantee
+  int64_t half_life_ms = 7LL * 24 * 3600 * 1000;
+  int64_t anti_thrash_window_ms = 30LL * 60 * 1000;
+  // GPU speed relative to 1.0, by model name as matched by GpuModelMatches;
+  // unlisted models are 1.0. Used to order fallbacks (fastest first).
+  std::map<std::string, double> model_speed;
+  int32_t candidates = 8;        // nodes scored per placement (after the index)
+  int32_t max_reservations = 8;  // backfill reservations per pass; 0 = no backfill
+  bool preemption = true;
+  int32_t max_placements = 0;  // per pass; 0 = no limit
 };
 
 struct Snapshot {
+  int64_t now_ms = 0;
   std::vector<NodeView> nodes;
-  std::vector<PendingJob> queue;  // in the order jobs should be considered
+  std::vector<PendingJob> pending;  // any order
+  std::vector<RunningJob> running;
+  std::map<std::string, DecayedUsage> usage;  // by group; missing = none
 };
 
-struct Options {
-  // At most this many placements per call (0 = no limit); keeps one pass short.
-  int32_t max_placements = 0;
+// ---------------------------------------------------------------------------
+// Decisions.
+
+struct NodeAssignment {
+  std::string node_id;
+  std::vector<std::string> gpu_uuids;
+  int32_t gpu_milli = 0;       // per GPU
+  int64_t gpu_memory_mib = 0;  // per GPU for a share; 0 for whole GPUs
+  friend bool operator==(const NodeAssignment&, const NodeAssignment&) = default;
 };
 
 struct Placement {
   int64_t job_id = 0;
-  std::string node_id;
-  std::vector<std::string> gpu_uuids;
+  std::vector<NodeAssignment> nodes;  // rank order: nodes[0] is rank 0 (the gang master)
+  bool backfilled = false;            // ran ahead of a reserved job
   friend bool operator==(const Placement&, const Placement&) = default;
 };
 
 struct Waiting {
   int64_t job_id = 0;
-  // "no node has a GPU with 80 GiB" when nothing could ever host the job;
-  // otherwise why it waits now ("waiting for 2 free GPUs").
+  int64_t position = 0;  // 1-based place in the ordered queue
+  // The constraint that keeps it waiting, e.g. "no node has a GPU with 80
+  // GiB" (unsatisfiable) or "waiting for 2 free GPUs of model A100".
   std::string reason;
-  bool unsatisfiable = false;  // true: no ready node could host it even when idle
+  // Position, class and the group's share (QueueEntry::explanation).
+  std::string explanation;
+  bool unsatisfiable = false;     // no ready node could host it even when idle
+  int64_t reserved_start_ms = 0;  // backfill reservation: expected start; 0 = none
   friend bool operator==(const Waiting&, const Waiting&) = default;
+};
+
+enum class PreemptReason { kInteractive, kGuarantee, kOwner };
+std::string_view PreemptReasonName(PreemptReason r);  // "interactive", "guarantee", "owner"
+
+struct Preemption {
+  std::string attempt_id;
+  int64_t job_id = 0;
+  int64_t for_job_id = 0;  // the job the room is made for
+  PreemptReason reason = PreemptReason::kGuarantee;
+  int64_t lost_work_ms = 0;  // now - last checkpoint (or start)
+  std::string message;       // "preempted for interactive job 12 (checkpoint and requeue)"
+  friend bool operator==(const Preemption&, const Preemption&) = default;
 };
 
 struct Decisions {
   std::vector<Placement> placements;
-  std::vector<Waiting> waiting;  // every queued job not placed, in queue order
+  std::vector<Waiting> waiting;  // every pending job not placed, in queue order
+  std::vector<Preemption> preemptions;
 };
 
-Decisions Decide(const Snapshot& snapshot, const Options& options);
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+  // Errors: InvalidArgument for an inconsistent snapshot (a duplicate node or
+  // job id, a holding on an unknown node or GPU, a request with nodes < 1,
+  // a share >= 1000 milli or both gpus and gpu_milli set), naming the item.
+  Result<Decisions> Decide(const Snapshot& snapshot);
+  const SchedulerConfig& config() const { return config_; }
 
-// Why no node of `nodes` could host `request` even if every GPU were free,
-// or empty when some ready node could.
-std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Resources& request);
+ private:
+  SchedulerConfig config_;
+};
+
+// Checks one request on its own (the API validates submissions with it).
+Status ValidateRequest(const Request& request);
+
+// Why no ready node of `nodes` could host `request` even if all were free,
+// or empty when some could ("no node has a GPU with 80 GiB of model A100").
+std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Request& request);
 
 }  // namespace gpupool::sched

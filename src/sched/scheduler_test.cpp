@@ -5,138 +5,381 @@
 namespace gpupool::sched {
 namespace {
 
-NodeView MakeNode(std::string id, std::vector<std::pair<std::string, int64_t>> gpus,
-                  int64_t cpu_milli = 16000, int64_t mem_mib = 65536) {
+constexpr int64_t kMin = 60'000;
+constexpr int64_t kHour = 60 * kMin;
+
+// A node of `count` GPUs of one model; everything free.
+NodeView MakeNode(const std::string& id, int count,
+                  const std::string& model = "NVIDIA A100-SXM4-80GB", int64_t gpu_mem = 81920,
+                  int32_t cc = 80) {
   NodeView n;
   n.id = id;
   n.name = id;
-  int i = 0;
-  for (auto& [name, mem] : gpus)
-    n.gpus.push_back({id + "-gpu" + std::to_string(i++), name, mem, true});
-  n.cpu_milli_total = n.cpu_milli_free = cpu_milli;
-  n.memory_mib_total = n.memory_mib_free = mem_mib;
+  for (int i = 0; i < count; ++i) {
+    n.gpus.push_back({id + "-g" + std::to_string(i), model, gpu_mem, cc, 1000, gpu_mem});
+  }
+  n.cpu_milli_total = n.cpu_milli_free = 64000;
+  n.memory_mib_total = n.memory_mib_free = 256 * 1024;
   return n;
 }
 
-PendingJob Job(int64_t id, int gpus, int64_t gpu_mem = 0, std::vector<std::string> models = {}) {
+PendingJob Whole(int64_t id, int gpus, const std::string& group = "a") {
   PendingJob j;
   j.job_id = id;
-  j.resources.gpus = gpus;
-  j.resources.gpu_memory_mib = gpu_mem;
-  j.resources.gpu_models = std::move(models);
+  j.group = group;
+  j.submit_ms = id;
+  j.request.gpus = gpus;
   return j;
 }
 
-TEST(SchedulerTest, FirstFitFillsNodesInOrder) {
-  Snapshot s;
-  s.nodes = {MakeNode("a", {{"T4", 16384}, {"T4", 16384}}), MakeNode("b", {{"A100", 81920}})};
-  s.queue = {Job(1, 1), Job(2, 1), Job(3, 1), Job(4, 1)};
-  Decisions d = Decide(s, {});
-  ASSERT_EQ(d.placements.size(), 3u);
-  EXPECT_EQ(d.placements[0], (Placement{1, "a", {"a-gpu0"}}));
-  EXPECT_EQ(d.placements[1], (Placement{2, "a", {"a-gpu1"}}));
-  EXPECT_EQ(d.placements[2], (Placement{3, "b", {"b-gpu0"}}));
-  ASSERT_EQ(d.waiting.size(), 1u);
-  EXPECT_EQ(d.waiting[0].job_id, 4);
-  EXPECT_FALSE(d.waiting[0].unsatisfiable);
-  EXPECT_EQ(d.waiting[0].reason, "waiting for 1 free GPU");
+PendingJob Share(int64_t id, int milli, int64_t mem = 0) {
+  PendingJob j = Whole(id, 0);
+  j.request.gpu_milli = milli;
+  j.request.gpu_memory_mib = mem;
+  return j;
 }
 
-TEST(SchedulerTest, MemoryAndModelConstraints) {
+// Marks GPUs of node `n` as held by a running job and returns that job.
+RunningJob Occupy(NodeView& n, std::vector<int> gpus, int64_t job_id, const std::string& group) {
+  RunningJob r;
+  r.job_id = job_id;
+  r.attempt_id = std::to_string(job_id) + ".1";
+  r.group = group;
+  Holding h;
+  h.node_id = n.id;
+  h.gpu_milli = 1000;
+  for (int g : gpus) {
+    n.gpus[static_cast<size_t>(g)].free_milli = 0;
+    n.gpus[static_cast<size_t>(g)].free_memory_mib = 0;
+    h.gpu_uuids.push_back(n.gpus[static_cast<size_t>(g)].uuid);
+  }
+  r.holdings.push_back(h);
+  return r;
+}
+
+Decisions Schedule(const Snapshot& s, SchedulerConfig config = {}) {
+  Scheduler sched(std::move(config));
+  auto d = sched.Decide(s);
+  EXPECT_TRUE(d.ok()) << d.status().message();
+  return d.ok() ? *d : Decisions{};
+}
+
+const Waiting* FindWaiting(const Decisions& d, int64_t id) {
+  for (const Waiting& w : d.waiting) {
+    if (w.job_id == id) return &w;
+  }
+  return nullptr;
+}
+
+TEST(SchedulerTest, WholeGpusPackOntoNodesAlreadyInUse) {
   Snapshot s;
-  s.nodes = {MakeNode("a", {{"NVIDIA T4", 16384}}),
-             MakeNode("b", {{"NVIDIA A100-SXM4-80GB", 81920}})};
-  s.queue = {Job(1, 1, 40960), Job(2, 1, 0, {"T4"})};
-  Decisions d = Decide(s, {});
+  s.nodes = {MakeNode("a", 4), MakeNode("b", 4)};
+  s.running.push_back(Occupy(s.nodes[1], {0}, 100, "a"));
+  s.pending = {Whole(1, 1)};
+  Decisions d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 1u);
+  EXPECT_EQ(d.placements[0].nodes[0].node_id, "b");  // keeps node a whole
+  EXPECT_EQ(d.placements[0].nodes[0].gpu_uuids, std::vector<std::string>{"b-g1"});
+}
+
+TEST(SchedulerTest, SharesStackOnOneGpuWithinMilliAndMemory) {
+  Snapshot s;
+  s.nodes = {MakeNode("a", 1, "NVIDIA T4", 16384, 75)};
+  s.pending = {Share(1, 500, 6000), Share(2, 500, 6000), Share(3, 250, 1000)};
+  Decisions d = Schedule(s);
   ASSERT_EQ(d.placements.size(), 2u);
-  EXPECT_EQ(d.placements[0].node_id, "b");
-  EXPECT_EQ(d.placements[1].node_id, "a");
-}
-
-TEST(SchedulerTest, UsedGpusAreSkipped) {
-  Snapshot s;
-  s.nodes = {MakeNode("a", {{"T4", 16384}, {"T4", 16384}})};
-  s.nodes[0].gpus[0].free = false;
-  s.queue = {Job(1, 2), Job(2, 1)};
-  Decisions d = Decide(s, {});
-  ASSERT_EQ(d.placements.size(), 1u);
-  EXPECT_EQ(d.placements[0], (Placement{2, "a", {"a-gpu1"}}));
-  EXPECT_EQ(d.waiting[0].reason, "waiting for 2 free GPUs");
-}
-
-TEST(SchedulerTest, UnsatisfiableReasons) {
-  std::vector<NodeView> nodes = {MakeNode("a", {{"T4", 16384}, {"T4", 16384}}, 8000, 32768)};
-  Resources r;
-  r.gpus = 1;
-  r.gpu_memory_mib = 81920;
-  EXPECT_EQ(UnsatisfiableReason(nodes, r), "no node has a GPU with 80 GiB");
-  r.gpu_memory_mib = 0;
-  r.gpu_models = {"A100", "H100"};
-  EXPECT_EQ(UnsatisfiableReason(nodes, r), "no node has a GPU of model A100 or H100");
-  r.gpu_models = {};
-  r.gpus = 4;
-  EXPECT_EQ(UnsatisfiableReason(nodes, r), "no node has 4 GPUs (the most on one node is 2)");
-  r.gpus = 1;
-  r.cpu_milli = 16000;
-  EXPECT_EQ(UnsatisfiableReason(nodes, r), "no node has 16 CPUs");
-  r.cpu_milli = 0;
-  r.memory_mib = 65536;
-  EXPECT_EQ(UnsatisfiableReason(nodes, r), "no node has 64 GiB of memory");
-  r.memory_mib = 0;
-  EXPECT_EQ(UnsatisfiableReason(nodes, r), "");
-  EXPECT_EQ(UnsatisfiableReason({}, r), "no node is ready");
-}
-
-TEST(SchedulerTest, UnsatisfiableJobIsMarkedAndDoesNotBlockOthers) {
-  Snapshot s;
-  s.nodes = {MakeNode("a", {{"T4", 16384}})};
-  s.queue = {Job(1, 1, 81920), Job(2, 1)};
-  Decisions d = Decide(s, {});
-  ASSERT_EQ(d.placements.size(), 1u);
-  EXPECT_EQ(d.placements[0].job_id, 2);
+  EXPECT_EQ(d.placements[0].nodes[0].gpu_uuids, d.placements[1].nodes[0].gpu_uuids);
+  EXPECT_EQ(d.placements[0].nodes[0].gpu_milli, 500);
+  EXPECT_EQ(d.placements[0].nodes[0].gpu_memory_mib, 6000);
   ASSERT_EQ(d.waiting.size(), 1u);
-  EXPECT_TRUE(d.waiting[0].unsatisfiable);
-  EXPECT_EQ(d.waiting[0].reason, "no node has a GPU with 80 GiB");
+  EXPECT_EQ(d.waiting[0].reason, "waiting for a 0.25 GPU share with 1000 MiB free");
+  EXPECT_FALSE(d.waiting[0].unsatisfiable);
+
+  // Memory, not milli, is what runs out here.
+  s.pending = {Share(1, 250, 10000), Share(2, 250, 10000)};
+  d = Schedule(s);
+  EXPECT_EQ(d.placements.size(), 1u);
 }
 
-TEST(SchedulerTest, CpuAndMemoryAreConsumed) {
+TEST(SchedulerTest, ConstraintsAreHonouredAndExplained) {
   Snapshot s;
-  s.nodes = {MakeNode("a", {}, 4000, 8192)};
-  PendingJob j1;
-  j1.job_id = 1;
-  j1.resources.cpu_milli = 3000;
-  PendingJob j2 = j1;
-  j2.job_id = 2;
-  s.queue = {j1, j2};
-  Decisions d = Decide(s, {});
-  ASSERT_EQ(d.placements.size(), 1u);
-  EXPECT_EQ(d.waiting[0].reason, "waiting for free CPU or memory");
+  s.nodes = {MakeNode("t4", 2, "NVIDIA T4", 16384, 75), MakeNode("a100", 2)};
+  s.nodes[1].labels["rack"] = "r2";
+  PendingJob cc = Whole(1, 1);
+  cc.request.min_compute_capability = 80;
+  PendingJob model = Whole(2, 1);
+  model.request.gpu_models = {"T4"};
+  PendingJob label = Whole(3, 1);
+  label.request.node_labels["rack"] = "r2";
+  PendingJob big = Whole(4, 1);
+  big.request.gpu_memory_mib = 200000;
+  PendingJob h100 = Whole(5, 1);
+  h100.request.gpu_models = {"H100"};
+  PendingJob old_cc = Whole(6, 1);
+  old_cc.request.min_compute_capability = 90;
+  s.pending = {cc, model, label, big, h100, old_cc};
+  Decisions d = Schedule(s);
+  std::map<int64_t, std::string> where;
+  for (const Placement& p : d.placements) where[p.job_id] = p.nodes[0].node_id;
+  EXPECT_EQ(where[1], "a100");
+  EXPECT_EQ(where[2], "t4");
+  EXPECT_EQ(where[3], "a100");
+  ASSERT_EQ(d.waiting.size(), 3u);
+  EXPECT_EQ(FindWaiting(d, 4)->reason, "no node has a GPU with 195.3 GiB");
+  EXPECT_EQ(FindWaiting(d, 5)->reason, "no node has a GPU of model H100");
+  EXPECT_EQ(FindWaiting(d, 6)->reason, "no node has a GPU with compute capability >= 9.0");
+  EXPECT_TRUE(FindWaiting(d, 6)->unsatisfiable);
 }
 
-TEST(SchedulerTest, NodesNotReadyAreSkipped) {
+TEST(SchedulerTest, NodesThatAreNotReadyGetNothing) {
   Snapshot s;
-  s.nodes = {MakeNode("a", {{"T4", 16384}})};
+  s.nodes = {MakeNode("a", 2)};
   s.nodes[0].ready = false;
-  s.queue = {Job(1, 1)};
-  Decisions d = Decide(s, {});
+  s.pending = {Whole(1, 1)};
+  Decisions d = Schedule(s);
   EXPECT_TRUE(d.placements.empty());
   EXPECT_EQ(d.waiting[0].reason, "no node is ready");
 }
 
-TEST(SchedulerTest, MaxPlacementsLimitsOnePass) {
+TEST(SchedulerTest, GangIsPlacedWholeOnDistinctNodesOrNotAtAll) {
   Snapshot s;
-  s.nodes = {MakeNode("a", {{"T4", 1}, {"T4", 1}, {"T4", 1}})};
-  s.queue = {Job(1, 1), Job(2, 1), Job(3, 1)};
-  Decisions d = Decide(s, {.max_placements = 2});
-  EXPECT_EQ(d.placements.size(), 2u);
-  EXPECT_EQ(d.waiting.size(), 1u);
+  s.nodes = {MakeNode("a", 4), MakeNode("b", 4), MakeNode("c", 2)};
+  PendingJob gang = Whole(1, 2);
+  gang.request.nodes = 3;
+  s.pending = {gang};
+  Decisions d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 1u);
+  std::set<std::string> nodes;
+  for (const NodeAssignment& a : d.placements[0].nodes) {
+    nodes.insert(a.node_id);
+    EXPECT_EQ(a.gpu_uuids.size(), 2u);
+  }
+  EXPECT_EQ(nodes.size(), 3u);
+
+  // Only two nodes have 3 GPUs: nothing is placed, and nothing is held.
+  gang.request.gpus = 3;
+  PendingJob small = Whole(2, 1);
+  s.pending = {gang, small};
+  d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 1u);
+  EXPECT_EQ(d.placements[0].job_id, 2);
+  EXPECT_EQ(FindWaiting(d, 1)->reason, "the gang needs 3 nodes that can each host one rank; 2 can");
 }
 
-TEST(SchedulerTest, DeterministicForSameInput) {
+TEST(SchedulerTest, InteractiveGoesFirstThenTheLessUsedGroup) {
   Snapshot s;
-  s.nodes = {MakeNode("a", {{"T4", 16384}, {"T4", 16384}}), MakeNode("b", {{"A100", 81920}})};
-  for (int i = 1; i <= 10; ++i) s.queue.push_back(Job(i, 1 + i % 2));
-  Decisions a = Decide(s, {}), b = Decide(s, {});
+  s.now_ms = 10 * kHour;
+  s.nodes = {MakeNode("a", 2)};
+  PendingJob heavy = Whole(1, 1, "heavy");
+  PendingJob light = Whole(2, 1, "light");
+  PendingJob session = Whole(3, 1, "heavy");
+  session.priority = PriorityClass::kInteractive;
+  session.submit_ms = 99;
+  s.pending = {heavy, light, session};
+  s.usage["heavy"] = {1000 * kHour, s.now_ms};
+  Decisions d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 2u);
+  EXPECT_EQ(d.placements[0].job_id, 3);
+  EXPECT_EQ(d.placements[1].job_id, 2);
+  EXPECT_EQ(d.waiting[0].job_id, 1);
+  EXPECT_EQ(d.waiting[0].position, 3);
+  EXPECT_NE(d.waiting[0].explanation.find("group heavy"), std::string::npos);
+}
+
+TEST(SchedulerTest, DisplacedJobsGoFirstInTheirClass) {
+  Snapshot s;
+  s.nodes = {MakeNode("a", 1)};
+  PendingJob first = Whole(1, 1);
+  PendingJob displaced = Whole(2, 1);
+  displaced.front = true;
+  s.pending = {first, displaced};
+  Decisions d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 1u);
+  EXPECT_EQ(d.placements[0].job_id, 2);
+}
+
+TEST(SchedulerTest, BackfillRunsShortJobsAheadButNeverDelaysTheReservation) {
+  Snapshot s;
+  s.now_ms = kHour;
+  s.nodes = {MakeNode("a", 4)};
+  RunningJob r = Occupy(s.nodes[0], {0, 1}, 100, "a");
+  r.expected_end_ms = s.now_ms + kHour;
+  s.running = {r};
+  PendingJob big = Whole(1, 4);
+  PendingJob short_job = Whole(2, 1);
+  short_job.runtime_limit_ms = 30 * kMin;
+  PendingJob long_job = Whole(3, 1);
+  long_job.runtime_limit_ms = 2 * kHour;
+  PendingJob unknown = Whole(4, 1);
+  s.pending = {big, short_job, long_job, unknown};
+  Decisions d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 1u);
+  EXPECT_EQ(d.placements[0].job_id, 2);
+  EXPECT_TRUE(d.placements[0].backfilled);
+  const Waiting* w = FindWaiting(d, 1);
+  EXPECT_EQ(w->reserved_start_ms, s.now_ms + kHour);
+  EXPECT_EQ(w->reason, "waiting for 4 free GPUs; reserved: expected to start in 1h");
+  EXPECT_TRUE(FindWaiting(d, 3) != nullptr);
+  EXPECT_TRUE(FindWaiting(d, 4) != nullptr);
+
+  // Without backfill reservations the long jobs take the free GPUs.
+  SchedulerConfig no_backfill;
+  no_backfill.max_reservations = 0;
+  d = Schedule(s, no_backfill);
+  EXPECT_EQ(d.placements.size(), 2u);
+}
+
+SchedulerConfig TwoGroups() {
+  SchedulerConfig c;
+  c.groups = {{"owner", 1, 2000}, {"guest", 1, 0}};
+  return c;
+}
+
+TEST(SchedulerTest, InteractivePreemptsTheBorrowedAttemptThatLosesLeastWork) {
+  Snapshot s;
+  s.now_ms = 10 * kHour;
+  s.nodes = {MakeNode("a", 2)};
+  RunningJob old_ckpt = Occupy(s.nodes[0], {0}, 100, "guest");
+  old_ckpt.preemptible = true;
+  old_ckpt.started_ms = kHour;
+  old_ckpt.last_checkpoint_ms = 2 * kHour;  // 8 h of work would be lost
+  RunningJob fresh = Occupy(s.nodes[0], {1}, 101, "guest");
+  fresh.preemptible = true;
+  fresh.started_ms = kHour;
+  fresh.last_checkpoint_ms = s.now_ms - 5 * kMin;
+  s.running = {old_ckpt, fresh};
+  PendingJob session = Whole(1, 1, "owner");
+  session.priority = PriorityClass::kInteractive;
+  s.pending = {session};
+  Decisions d = Schedule(s, TwoGroups());
+  EXPECT_TRUE(d.placements.empty());
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].attempt_id, "101.1");
+  EXPECT_EQ(d.preemptions[0].reason, PreemptReason::kInteractive);
+  EXPECT_EQ(d.preemptions[0].lost_work_ms, 5 * kMin);
+  EXPECT_EQ(FindWaiting(d, 1)->reason,
+            "waiting for 1 preempted attempt to checkpoint and leave node a");
+
+  // Within the anti-thrash window it is spared; the other one goes.
+  s.running[1].last_preempted_ms = s.now_ms - 10 * kMin;
+  d = Schedule(s, TwoGroups());
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].attempt_id, "100.1");
+
+  // Attempts that do not checkpoint are never preempted.
+  s.running[0].preemptible = false;
+  d = Schedule(s, TwoGroups());
+  EXPECT_TRUE(d.preemptions.empty());
+}
+
+TEST(SchedulerTest, WorkWithinItsGuaranteeIsNotPreemptedExceptByTheOwner) {
+  Snapshot s;
+  s.now_ms = 10 * kHour;
+  s.nodes = {MakeNode("a", 1)};
+  SchedulerConfig c;
+  c.groups = {{"owner", 1, 1000}, {"guest", 1, 1000}};
+  RunningJob guest = Occupy(s.nodes[0], {0}, 100, "guest");
+  guest.preemptible = true;
+  s.running = {guest};
+  PendingJob session = Whole(1, 1, "owner");
+  session.priority = PriorityClass::kInteractive;
+  s.pending = {session};
+  EXPECT_TRUE(Schedule(s, c).preemptions.empty());  // guest is within its guarantee
+
+  s.nodes[0].owner_group = "owner";
+  Decisions d = Schedule(s, c);
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].reason, PreemptReason::kOwner);
+}
+
+TEST(SchedulerTest, AGroupReclaimsItsGuaranteeFromBorrowers) {
+  Snapshot s;
+  s.now_ms = 10 * kHour;
+  s.nodes = {MakeNode("a", 2)};
+  RunningJob b1 = Occupy(s.nodes[0], {0}, 100, "guest");
+  RunningJob b2 = Occupy(s.nodes[0], {1}, 101, "guest");
+  b1.preemptible = b2.preemptible = true;
+  s.running = {b1, b2};
+  s.pending = {Whole(1, 1, "owner")};
+  Decisions d = Schedule(s, TwoGroups());
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].reason, PreemptReason::kGuarantee);
+
+  // A normal job beyond its group's guarantee only waits.
+  s.pending = {Whole(1, 1, "guest2")};
+  EXPECT_TRUE(Schedule(s, TwoGroups()).preemptions.empty());
+}
+
+TEST(SchedulerTest, PreferredModelsFirstThenTheFastestFallback) {
+  Snapshot s;
+  s.now_ms = 10 * kMin;
+  s.nodes = {MakeNode("t4", 1, "NVIDIA T4", 16384, 75),
+             MakeNode("v100", 1, "Tesla V100-SXM2-32GB", 32768, 70), MakeNode("a100", 1)};
+  s.running.push_back(Occupy(s.nodes[2], {0}, 100, "x"));
+  PendingJob j = Whole(1, 1);
+  j.submit_ms = 0;
+  j.request.preferred_models = {"A100"};
+  j.request.prefer_wait_ms = 15 * kMin;
+  s.pending = {j};
+  SchedulerConfig c;
+  c.model_speed = {{"A100", 3.0}, {"V100", 1.0}, {"T4", 0.5}};
+  Decisions d = Schedule(s, c);
+  EXPECT_TRUE(d.placements.empty());
+  EXPECT_NE(d.waiting[0].reason.find("preferring A100 for 5m more"), std::string::npos)
+      << d.waiting[0].reason;
+
+  s.now_ms = 20 * kMin;
+  d = Schedule(s, c);
+  ASSERT_EQ(d.placements.size(), 1u);
+  EXPECT_EQ(d.placements[0].nodes[0].node_id, "v100");
+}
+
+TEST(SchedulerTest, PlacementLimitStopsThePass) {
+  Snapshot s;
+  s.nodes = {MakeNode("a", 8)};
+  for (int i = 1; i <= 5; ++i) s.pending.push_back(Whole(i, 1));
+  SchedulerConfig c;
+  c.max_placements = 2;
+  Decisions d = Schedule(s, c);
+  EXPECT_EQ(d.placements.size(), 2u);
+  EXPECT_EQ(d.waiting.size(), 3u);
+  EXPECT_NE(d.waiting[0].reason.find("placement limit"), std::string::npos);
+}
+
+TEST(SchedulerTest, BadSnapshotsAreRejectedWithTheItem) {
+  Snapshot s;
+  s.nodes = {MakeNode("a", 1), MakeNode("a", 1)};
+  Scheduler sched({});
+  auto d = sched.Decide(s);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("duplicate node id"), std::string::npos);
+
+  s.nodes.pop_back();
+  PendingJob j = Share(1, 1000);
+  s.pending = {j};
+  d = sched.Decide(s);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("pending[0] (job 1).request.gpu_milli"), std::string::npos)
+      << d.status().message();
+
+  s.pending.clear();
+  RunningJob r;
+  r.attempt_id = "9.1";
+  r.holdings.push_back({"nowhere", {}, 1000, 0, 0, 0});
+  s.running = {r};
+  d = sched.Decide(s);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("unknown node nowhere"), std::string::npos);
+}
+
+TEST(SchedulerTest, SameSnapshotSameDecisions) {
+  Snapshot s;
+  s.now_ms = kHour;
+  for (int i = 0; i < 6; ++i) s.nodes.push_back(MakeNode("n" + std::to_string(i), 4));
+  for (int i = 1; i <= 30; ++i) {
+    s.pending.push_back(i % 3 == 0 ? Share(i, 300, 1000) : Whole(i, 1 + i % 4));
+  }
+  Decisions a = Schedule(s), b = Schedule(s);
   EXPECT_EQ(a.placements, b.placements);
   EXPECT_EQ(a.waiting, b.waiting);
 }

@@ -386,3 +386,165 @@ TEST(SchedulerTest, SameSnapshotSameDecisions) {
 
 }  // namespace
 }  // namespace gpupool::sched
+
+namespace gpupool::sched {
+namespace {
+
+// Two groups with endless backlogs of 10-minute 1-GPU jobs share 6 GPUs for
+// two days. Decayed-usage ordering must converge to the weights (2:1), and
+// a group that arrives late must catch up rather than be locked out.
+TEST(FairShareConvergenceTest, GpuTimeFollowsTheWeights) {
+  SchedulerConfig config;
+  config.groups = {{"a", 2, 0}, {"b", 1, 0}};
+  config.half_life_ms = kHour;
+  Scheduler sched(config);
+  Snapshot s;
+  for (int i = 0; i < 3; ++i) s.nodes.push_back(MakeNode("n" + std::to_string(i), 2));
+  struct Run {
+    int64_t job;
+    std::string group;
+    int node, gpu;
+    int64_t end;
+  };
+  std::vector<Run> running;
+  std::map<std::string, int64_t> late_gpu_ms;
+  int64_t next_id = 1;
+  for (int64_t t = 0; t < 48 * kHour; t += kMin) {
+    s.now_ms = t;
+    // Charge the minute that just passed, release what ended.
+    for (const Run& r : running) {
+      s.usage[r.group] = Charge(s.usage[r.group], 1000, t - kMin, t, config.half_life_ms);
+      if (t >= 24 * kHour) late_gpu_ms[r.group] += kMin;
+    }
+    std::erase_if(running, [&](const Run& r) {
+      if (r.end > t) return false;
+      auto& gpu = s.nodes[static_cast<size_t>(r.node)].gpus[static_cast<size_t>(r.gpu)];
+      gpu.free_milli = 1000;
+      gpu.free_memory_mib = gpu.memory_mib;
+      return true;
+    });
+    s.pending.clear();
+    for (const char* g : {"a", "b"}) {
+      if (std::string(g) == "b" && t < 6 * kHour) continue;  // b arrives late
+      for (int k = 0; k < 8; ++k) {
+        PendingJob j = Whole(next_id++, 1, g);
+        j.submit_ms = t;
+        s.pending.push_back(j);
+      }
+    }
+    auto d = sched.Decide(s);
+    ASSERT_TRUE(d.ok());
+    for (const Placement& p : d->placements) {
+      const PendingJob* job = nullptr;
+      for (const PendingJob& j : s.pending) job = j.job_id == p.job_id ? &j : job;
+      const NodeAssignment& a = p.nodes[0];
+      const int node = a.node_id[1] - '0';
+      const int gpu = a.gpu_uuids[0].back() - '0';
+      auto& g = s.nodes[static_cast<size_t>(node)].gpus[static_cast<size_t>(gpu)];
+      g.free_milli = 0;
+      g.free_memory_mib = 0;
+      running.push_back({p.job_id, job->group, node, gpu, t + 10 * kMin});
+    }
+  }
+  const double a = static_cast<double>(late_gpu_ms["a"]);
+  const double b = static_cast<double>(late_gpu_ms["b"]);
+  EXPECT_NEAR(a / (a + b), 2.0 / 3.0, 0.04) << a << " " << b;
+}
+
+}  // namespace
+}  // namespace gpupool::sched
+
+namespace gpupool::sched {
+namespace {
+
+// Interactive sessions keep arriving on a pool full of preemptible batch
+// work. Every preemption must respect the anti-thrash window for its job,
+// every session is eventually served, and batch work keeps running.
+TEST(PreemptionTest, NoJobIsPreemptedTwiceWithinTheWindow) {
+  SchedulerConfig config;
+  config.groups = {{"batch", 1, 0}, {"people", 1, 0}};
+  config.anti_thrash_window_ms = 30 * kMin;
+  Scheduler sched(config);
+  Snapshot s;
+  s.nodes = {MakeNode("n0", 4)};
+  struct Job {
+    PendingJob spec;
+    bool batch = false;
+    std::optional<int64_t> last_preempted;
+    int attempts = 0;
+    int gpu = -1;  // while running
+    int64_t started = 0, ends = 0;
+  };
+  std::map<int64_t, Job> jobs;
+  for (int64_t id = 1; id <= 6; ++id) {
+    Job j;
+    j.spec = Whole(id, 1, "batch");
+    j.batch = true;
+    jobs[id] = j;
+  }
+  std::map<int64_t, std::vector<int64_t>> preempted_at;
+  int64_t next = 100;
+  int sessions = 0, served = 0;
+  for (int64_t t = 0; t < 4 * kHour; t += kMin) {
+    s.now_ms = t;
+    if (t % (7 * kMin) == 0) {  // a 5-minute session every 7 minutes
+      Job j;
+      j.spec = Whole(next++, 1, "people");
+      j.spec.priority = PriorityClass::kInteractive;
+      j.spec.submit_ms = t;
+      jobs[j.spec.job_id] = j;
+      ++sessions;
+    }
+    for (auto& [id, j] : jobs) {  // sessions end
+      if (j.gpu >= 0 && !j.batch && j.ends <= t) {
+        s.nodes[0].gpus[static_cast<size_t>(j.gpu)].free_milli = 1000;
+        j.gpu = -2;  // done
+      }
+    }
+    s.pending.clear();
+    s.running.clear();
+    for (auto& [id, j] : jobs) {
+      if (j.gpu == -1) s.pending.push_back(j.spec);
+      if (j.gpu >= 0) {
+        RunningJob r = Occupy(s.nodes[0], {j.gpu}, id, j.spec.group);
+        r.attempt_id = std::to_string(id) + "." + std::to_string(j.attempts);
+        r.priority = j.spec.priority;
+        r.preemptible = j.batch;
+        r.started_ms = j.started;
+        r.last_preempted_ms = j.last_preempted;
+        s.running.push_back(r);
+      }
+    }
+    auto d = sched.Decide(s);
+    ASSERT_TRUE(d.ok());
+    for (const Preemption& p : d->preemptions) {
+      Job& v = jobs.at(p.job_id);
+      preempted_at[p.job_id].push_back(t);
+      s.nodes[0].gpus[static_cast<size_t>(v.gpu)].free_milli = 1000;  // it leaves at once
+      v.gpu = -1;
+      v.last_preempted = t;
+    }
+    for (const Placement& p : d->placements) {
+      Job& j = jobs.at(p.job_id);
+      j.gpu = p.nodes[0].gpu_uuids[0].back() - '0';
+      s.nodes[0].gpus[static_cast<size_t>(j.gpu)].free_milli = 0;
+      ++j.attempts;
+      j.started = t;
+      j.ends = t + 5 * kMin;
+      if (!j.batch) ++served;
+    }
+  }
+  int preemptions = 0;
+  for (const auto& [id, times] : preempted_at) {
+    EXPECT_TRUE(jobs.at(id).batch);
+    for (size_t i = 1; i < times.size(); ++i) {
+      EXPECT_GE(times[i] - times[i - 1], 30 * kMin) << "job " << id;
+    }
+    preemptions += static_cast<int>(times.size());
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GE(served, sessions - 1);  // the last one may still be waiting
+}
+
+}  // namespace
+}  // namespace gpupool::sched

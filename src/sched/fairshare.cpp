@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <unordered_set>
 #include <utility>
 
 namespace gpupool::sched {
@@ -73,9 +74,9 @@ Result<std::map<std::string, size_t, std::less<>>> IndexGroups(
   std::map<std::string, size_t, std::less<>> index;
   for (size_t i = 0; i < groups.size(); ++i) {
     const GroupState& g = groups[i];
-    const std::string where = "groups[" + std::to_string(i) + "]";
-    if (g.name.empty()) return Status::InvalidArgument(where + ".name: must not be empty");
-    const std::string named = where + " (" + g.name + ")";
+    auto where = [&] { return "groups[" + std::to_string(i) + "]"; };
+    if (g.name.empty()) return Status::InvalidArgument(where() + ".name: must not be empty");
+    const std::string named = where() + " (" + g.name + ")";
     if (g.weight <= 0) {
       return Status::InvalidArgument(named + ".weight: must be > 0, got " +
                                      std::to_string(g.weight));
@@ -197,18 +198,20 @@ Result<std::vector<QueueEntry>> OrderQueue(const std::vector<GroupState>& groups
   };
   std::vector<Item> items;
   items.reserve(jobs.size());
-  std::map<int64_t, size_t> seen_ids;
+  std::unordered_set<int64_t> seen_ids;
+  seen_ids.reserve(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {
     const QueuedJob& job = jobs[j];
-    const std::string where =
-        "jobs[" + std::to_string(j) + "] (id " + std::to_string(job.job_id) + ")";
+    auto where = [&] {
+      return "jobs[" + std::to_string(j) + "] (id " + std::to_string(job.job_id) + ")";
+    };
     auto it = index.find(job.group);
     if (it == index.end()) {
-      return Status::InvalidArgument(where + ".group: unknown group \"" + job.group + "\"");
+      return Status::InvalidArgument(where() + ".group: unknown group \"" + job.group + "\"");
     }
-    if (job.gpu_milli < 0) return Status::InvalidArgument(where + ".gpu_milli: must be >= 0");
-    if (!seen_ids.emplace(job.job_id, j).second) {
-      return Status::InvalidArgument(where + ".job_id: duplicate job id");
+    if (job.gpu_milli < 0) return Status::InvalidArgument(where() + ".gpu_milli: must be >= 0");
+    if (!seen_ids.insert(job.job_id).second) {
+      return Status::InvalidArgument(where() + ".job_id: duplicate job id");
     }
     items.push_back({&job, it->second});
   }
@@ -292,15 +295,16 @@ Result<VictimChoice> PickVictims(const std::vector<GroupState>& groups,
   int in_window = 0;
   for (size_t i = 0; i < running.size(); ++i) {
     const RunningAttempt& a = running[i];
-    const std::string where =
-        "running[" + std::to_string(i) + "] (attempt " + std::to_string(a.attempt_id) + ")";
+    auto where = [&] {
+      return "running[" + std::to_string(i) + "] (attempt " + std::to_string(a.attempt_id) + ")";
+    };
     auto it = index.find(a.group);
     if (it == index.end()) {
-      return Status::InvalidArgument(where + ".group: unknown group \"" + a.group + "\"");
+      return Status::InvalidArgument(where() + ".group: unknown group \"" + a.group + "\"");
     }
-    if (a.gpu_milli < 0) return Status::InvalidArgument(where + ".gpu_milli: must be >= 0");
+    if (a.gpu_milli < 0) return Status::InvalidArgument(where() + ".gpu_milli: must be >= 0");
     if (!seen_ids.emplace(a.attempt_id, i).second) {
-      return Status::InvalidArgument(where + ".attempt_id: duplicate attempt id");
+      return Status::InvalidArgument(where() + ".attempt_id: duplicate attempt id");
     }
     const GroupState& g = groups[it->second];
     if (a.group == request.group || a.gpu_milli == 0 || g.allocated_milli <= g.guaranteed_milli) {

@@ -1,6 +1,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <deque>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -262,7 +263,7 @@ class Pass {
     int64_t phantom_mem = 0;
     int shape = 0;
     bool claimed = false;        // promised to a reservation's future
-    int32_t indexed_milli = -1;  // key in share_ while indexed, -1 when not
+    int32_t indexed_milli = -1;  // key in partial_ while indexed, -1 when not
     int32_t AvailMilli() const { return free_milli - phantom_milli; }
     int64_t AvailMem() const { return free_mem - phantom_mem; }
   };
@@ -285,10 +286,12 @@ class Pass {
   struct Tiers {
     std::vector<std::vector<char>> allowed;  // per tier, by shape
   };
+  // Running work's expected end, replayed by backfill reservations.
   struct Event {
     int64_t at;
     int64_t job_id;
-    Holding holding;
+    int node;
+    const Holding* holding;
   };
 
   // --- building -------------------------------------------------------------
@@ -297,10 +300,11 @@ class Pass {
     std::unordered_map<std::string, int> node_index;
     std::map<std::tuple<std::string, int64_t, int32_t>, int> shape_ids;
     nodes_.reserve(snap_.nodes.size());
+    nodes_.reserve(snap_.nodes.size());
     for (const NodeView& v : snap_.nodes) {
-      const std::string where = "nodes[" + std::to_string(nodes_.size()) + "] (" + v.id + ")";
+      auto where = [&] { return "nodes[" + std::to_string(nodes_.size()) + "] (" + v.id + ")"; };
       if (!node_index.emplace(v.id, static_cast<int>(nodes_.size())).second) {
-        return Status::InvalidArgument(where + ".id: duplicate node id");
+        return Status::InvalidArgument(where() + ".id: duplicate node id");
       }
       NodeS n;
       n.view = &v;
@@ -310,45 +314,42 @@ class Pass {
       for (const GpuView& g : v.gpus) {
         if (g.free_milli < 0 || g.free_milli > kFull || g.free_memory_mib < 0 ||
             g.free_memory_mib > g.memory_mib) {
-          return Status::InvalidArgument(where + ".gpus (" + g.uuid +
+          return Status::InvalidArgument(where() + ".gpus (" + g.uuid +
                                          "): free amounts must be within the GPU's capacity");
         }
-        auto key = std::make_tuple(g.model, g.memory_mib, g.compute_capability);
-        auto [it, inserted] = shape_ids.emplace(key, static_cast<int>(shapes_.size()));
-        if (inserted)
-          shapes_.push_back({g.model, g.memory_mib, g.compute_capability, Speed(g.model)});
         GpuS s;
         s.free_milli = g.free_milli;
         s.free_mem = g.free_memory_mib;
-        s.shape = it->second;
+        s.shape = ShapeOf(g, shape_ids);
         gpus_.push_back(s);
-        gpu_node_.push_back(static_cast<int>(nodes_.size()));
-        gpu_uuid_index_[g.uuid] = static_cast<int>(gpus_.size()) - 1;
         if (gpus_.back().shape != gpus_[static_cast<size_t>(n.gpu_begin)].shape) n.mixed = true;
       }
       n.gpu_end = static_cast<int>(gpus_.size());
       nodes_.push_back(std::move(n));
     }
-    whole_.resize(shapes_.size());
-    share_.resize(shapes_.size());
+    int most_gpus = 0;
+    for (const NodeS& n : nodes_) most_gpus = std::max(most_gpus, n.gpu_end - n.gpu_begin);
+    whole_.assign(shapes_.size(),
+                  std::vector<std::vector<int>>(static_cast<size_t>(most_gpus) + 1));
+    partial_.resize(shapes_.size());
     seen_.assign(nodes_.size(), 0);
     for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
       if (nodes_[static_cast<size_t>(i)].mixed && Ready(i)) mixed_.push_back(i);
       Index(i);
     }
 
-    std::set<int64_t> pending_ids;
+    pending_by_id_.reserve(snap_.pending.size());
     for (size_t i = 0; i < snap_.pending.size(); ++i) {
       const PendingJob& j = snap_.pending[i];
-      const std::string where =
-          "pending[" + std::to_string(i) + "] (job " + std::to_string(j.job_id) + ")";
-      if (!pending_ids.insert(j.job_id).second) {
-        return Status::InvalidArgument(where + ": duplicate job id");
+      auto where = [&] {
+        return "pending[" + std::to_string(i) + "] (job " + std::to_string(j.job_id) + ")";
+      };
+      if (!pending_by_id_.emplace(j.job_id, &j).second) {
+        return Status::InvalidArgument(where() + ": duplicate job id");
       }
       if (Status s = ValidateRequest(j.request); !s.ok()) {
-        return Status::InvalidArgument(where + ".request." + s.message());
+        return Status::InvalidArgument(where() + ".request." + s.message());
       }
-      pending_by_id_[j.job_id] = &j;
     }
     for (size_t i = 0; i < snap_.running.size(); ++i) {
       const RunningJob& r = snap_.running[i];
@@ -359,9 +360,7 @@ class Pass {
                                          "): holding on unknown node " + h.node_id);
         }
         for (const std::string& uuid : h.gpu_uuids) {
-          auto g = gpu_uuid_index_.find(uuid);
-          if (g == gpu_uuid_index_.end() ||
-              gpu_node_[static_cast<size_t>(g->second)] != n->second) {
+          if (GpuIndex(n->second, uuid) < 0) {
             return Status::InvalidArgument("running[" + std::to_string(i) + "] (" + r.attempt_id +
                                            "): holding names GPU " + uuid + " not on node " +
                                            h.node_id);
@@ -369,11 +368,36 @@ class Pass {
         }
         running_on_node_[n->second].push_back(i);
         allocated_[GroupName(r.group)] += h.gpu_milli * static_cast<int64_t>(h.gpu_uuids.size());
-        if (r.expected_end_ms > 0) events_.push_back({r.expected_end_ms, r.job_id, h});
+        if (r.expected_end_ms > 0) events_.push_back({r.expected_end_ms, r.job_id, n->second, &h});
       }
     }
     node_index_ = std::move(node_index);
     return Status::Ok();
+  }
+
+  // The shape id of a GPU; consecutive GPUs are usually of one shape.
+  int ShapeOf(const GpuView& g, std::map<std::tuple<std::string, int64_t, int32_t>, int>& ids) {
+    if (!shapes_.empty()) {
+      const Shape& last = shapes_[static_cast<size_t>(last_shape_)];
+      if (last.memory_mib == g.memory_mib && last.cc == g.compute_capability &&
+          last.model == g.model) {
+        return last_shape_;
+      }
+    }
+    auto [it, inserted] = ids.emplace(std::make_tuple(g.model, g.memory_mib, g.compute_capability),
+                                      static_cast<int>(shapes_.size()));
+    if (inserted) shapes_.push_back({g.model, g.memory_mib, g.compute_capability, Speed(g.model)});
+    last_shape_ = it->second;
+    return it->second;
+  }
+
+  // Global index of the GPU `uuid` on node n, or -1.
+  int GpuIndex(int n, const std::string& uuid) const {
+    const NodeS& node = nodes_[static_cast<size_t>(n)];
+    for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
+      if (node.view->gpus[static_cast<size_t>(g - node.gpu_begin)].uuid == uuid) return g;
+    }
+    return -1;
   }
 
   double Speed(const std::string& model) const {
@@ -445,8 +469,8 @@ class Pass {
     for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
       GpuS& gpu = gpus_[static_cast<size_t>(g)];
       const int32_t avail = gpu.AvailMilli();
-      if (avail > 0) {
-        share_[static_cast<size_t>(gpu.shape)].emplace(avail, n, g);
+      if (avail > 0 && avail < kFull) {
+        partial_[static_cast<size_t>(gpu.shape)].emplace(avail, n, g);
         gpu.indexed_milli = avail;
       }
       if (avail == kFull) {
@@ -459,19 +483,23 @@ class Pass {
         }
       }
     }
-    for (const auto& [shape, count] : node.indexed)
-      whole_[static_cast<size_t>(shape)].emplace(count, n);
+    for (const auto& [shape, count] : node.indexed) {
+      std::vector<int>& bucket = whole_[static_cast<size_t>(shape)][static_cast<size_t>(count)];
+      bucket.insert(std::lower_bound(bucket.begin(), bucket.end(), n), n);
+    }
   }
 
   void Unindex(int n) {
     NodeS& node = nodes_[static_cast<size_t>(n)];
-    for (const auto& [shape, count] : node.indexed)
-      whole_[static_cast<size_t>(shape)].erase({count, n});
+    for (const auto& [shape, count] : node.indexed) {
+      std::vector<int>& bucket = whole_[static_cast<size_t>(shape)][static_cast<size_t>(count)];
+      bucket.erase(std::lower_bound(bucket.begin(), bucket.end(), n));
+    }
     node.indexed.clear();
     for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
       GpuS& gpu = gpus_[static_cast<size_t>(g)];
       if (gpu.indexed_milli >= 0) {
-        share_[static_cast<size_t>(gpu.shape)].erase({gpu.indexed_milli, n, g});
+        partial_[static_cast<size_t>(gpu.shape)].erase({gpu.indexed_milli, n, g});
         gpu.indexed_milli = -1;
       }
     }
@@ -576,23 +604,32 @@ class Pass {
       }
       return false;
     };
-    if (r.gpus > 0) {
-      for (size_t s = 0; s < shapes_.size(); ++s) {
-        if (!allowed[s]) continue;
-        size_t found = 0;
-        for (auto it = whole_[s].lower_bound({r.gpus, -1}); it != whole_[s].end() && found < cap;
-             ++it) {
-          if (offer(it->second, false)) ++found;
+    // Nodes by fully free GPUs of shape s, from `from` up: the tightest first.
+    auto walk_whole = [&](size_t s, int from, size_t& found) {
+      const auto& buckets = whole_[s];
+      for (size_t c = static_cast<size_t>(from); c < buckets.size() && found < cap; ++c) {
+        for (int n : buckets[c]) {
+          if (found >= cap) break;
+          if (offer(n, false)) ++found;
         }
       }
+    };
+    if (r.gpus > 0) {
+      for (size_t s = 0; s < shapes_.size(); ++s) {
+        size_t found = 0;
+        if (allowed[s]) walk_whole(s, r.gpus, found);
+      }
     } else if (r.gpu_milli > 0) {
+      // A share: GPUs already shared with the least sufficient room first,
+      // then whole free GPUs on the nodes with the fewest.
       for (size_t s = 0; s < shapes_.size(); ++s) {
         if (!allowed[s]) continue;
         size_t found = 0;
-        for (auto it = share_[s].lower_bound({r.gpu_milli, -1, -1});
-             it != share_[s].end() && found < cap; ++it) {
+        for (auto it = partial_[s].lower_bound({r.gpu_milli, -1, -1});
+             it != partial_[s].end() && found < cap; ++it) {
           if (offer(std::get<1>(*it), false)) ++found;
         }
+        walk_whole(s, 1, found);
       }
     } else {
       // CPU-only work: nodes without GPUs first, then the rest, in order.
@@ -689,19 +726,41 @@ class Pass {
     Index(s.node);
   }
 
-  std::string RequestKey(const PendingJob& job, bool may_use_reserved) const {
-    const Request& r = job.request;
-    std::string k = std::to_string(r.nodes) + "/" + std::to_string(r.gpus) + "/" +
-                    std::to_string(r.gpu_milli) + "/" + std::to_string(r.gpu_memory_mib) + "/" +
-                    std::to_string(r.min_compute_capability) + "/" + std::to_string(r.cpu_milli) +
-                    "/" + std::to_string(r.memory_mib) + (may_use_reserved ? "/r" : "/-");
-    for (const auto& m : r.gpu_models) k += "|m" + m;
-    if (!r.preferred_models.empty()) {
-      k += PreferenceActive(job) ? "|P" : "|p";
-      for (const auto& m : r.preferred_models) k += "|" + m;
+  // Jobs whose requests are alike share one id per pass: what failed for
+  // one fails for all (free capacity only shrinks within a pass).
+  struct RequestKey {
+    const Request* r;
+    uint8_t flags;  // 1: may use reserved capacity, 2: preference window open
+  };
+  struct RequestKeyHash {
+    size_t operator()(const RequestKey& k) const {
+      const Request& r = *k.r;
+      size_t h = std::hash<int64_t>()(r.nodes * 1'000'003LL + r.gpus * 1'009LL + r.gpu_milli);
+      auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+      mix(std::hash<int64_t>()(r.gpu_memory_mib));
+      mix(std::hash<int64_t>()(r.cpu_milli * 31 + r.memory_mib));
+      mix(static_cast<size_t>(r.min_compute_capability) * 7 + k.flags);
+      for (const auto& m : r.gpu_models) mix(std::hash<std::string>()(m));
+      for (const auto& m : r.preferred_models) mix(std::hash<std::string>()(m) * 3);
+      for (const auto& [a, b] : r.node_labels) mix(std::hash<std::string>()(a + "=" + b));
+      return h;
     }
-    for (const auto& [a, b] : r.node_labels) k += "|l" + a + "=" + b;
-    return k;
+  };
+  struct RequestKeyEq {
+    bool operator()(const RequestKey& x, const RequestKey& y) const {
+      const Request& a = *x.r;
+      const Request& b = *y.r;
+      return x.flags == y.flags && a.nodes == b.nodes && a.gpus == b.gpus &&
+             a.gpu_milli == b.gpu_milli && a.gpu_memory_mib == b.gpu_memory_mib &&
+             a.min_compute_capability == b.min_compute_capability && a.cpu_milli == b.cpu_milli &&
+             a.memory_mib == b.memory_mib && a.gpu_models == b.gpu_models &&
+             a.preferred_models == b.preferred_models && a.node_labels == b.node_labels;
+    }
+  };
+  using RequestIds = std::unordered_map<RequestKey, size_t, RequestKeyHash, RequestKeyEq>;
+
+  size_t RequestId(RequestIds& ids, const Request& r, uint8_t flags) {
+    return ids.try_emplace(RequestKey{&r, flags}, ids.size()).first->second;
   }
 
   bool MayUseReserved(const PendingJob& job) const {
@@ -712,9 +771,13 @@ class Pass {
   bool TryPlace(const PendingJob& job) {
     const Request& r = job.request;
     const bool may_use_reserved = MayUseReserved(job);
-    const std::string key = RequestKey(job, may_use_reserved);
-    if (failed_.count(key) > 0) return false;
-    const Tiers tiers = TiersFor(job);
+    const size_t id = RequestId(
+        placing_ids_, r,
+        static_cast<uint8_t>((may_use_reserved ? 1 : 0) | (PreferenceActive(job) ? 2 : 0)));
+    if (id < failed_.size() && failed_[id]) return false;
+    if (tiers_.size() <= id) tiers_.resize(id + 1);
+    if (!tiers_[id]) tiers_[id] = TiersFor(job);
+    const Tiers& tiers = *tiers_[id];
     for (const std::vector<char>& allowed : tiers.allowed) {
       std::vector<Saved> saved;
       Placement p;
@@ -740,6 +803,7 @@ class Pass {
         saved.push_back(Save(c.node));
         Take(c.node, r, c.gpus, c.actual);
         exclude_.push_back(c.node);
+        exclude_order_ = exclude_;
         NodeAssignment a;
         a.node_id = nodes_[static_cast<size_t>(c.node)].view->id;
         for (int g : c.gpus) {
@@ -756,10 +820,12 @@ class Pass {
       exclude_.clear();
       if (static_cast<int>(p.nodes.size()) == r.nodes) {
         if (job.runtime_limit_ms > 0) {
-          for (const NodeAssignment& a : p.nodes) {
-            events_.push_back({snap_.now_ms + job.runtime_limit_ms, job.job_id,
-                               Holding{a.node_id, a.gpu_uuids, a.gpu_milli, a.gpu_memory_mib,
-                                       r.cpu_milli, r.memory_mib}});
+          for (size_t k = 0; k < p.nodes.size(); ++k) {
+            const NodeAssignment& a = p.nodes[k];
+            placed_holdings_.push_back(Holding{a.node_id, a.gpu_uuids, a.gpu_milli,
+                                               a.gpu_memory_mib, r.cpu_milli, r.memory_mib});
+            events_.push_back({snap_.now_ms + job.runtime_limit_ms, job.job_id, exclude_order_[k],
+                               &placed_holdings_.back()});
           }
         }
         allocated_[GroupName(job.group)] += r.GpuMilli();
@@ -768,22 +834,16 @@ class Pass {
       }
       for (auto it = saved.rbegin(); it != saved.rend(); ++it) Restore(*it);
     }
-    failed_.insert(key);
+    if (failed_.size() <= id) failed_.resize(id + 1, 0);
+    failed_[id] = 1;
     return false;
   }
 
   const std::string& Unsatisfiable(const Request& r) {
-    std::string key = std::to_string(r.nodes) + "/" + std::to_string(r.gpus) + "/" +
-                      std::to_string(r.gpu_milli) + "/" + std::to_string(r.gpu_memory_mib) + "/" +
-                      std::to_string(r.min_compute_capability) + "/" + std::to_string(r.cpu_milli) +
-                      "/" + std::to_string(r.memory_mib);
-    for (const auto& m : r.gpu_models) key += "|m" + m;
-    for (const auto& [a, b] : r.node_labels) key += "|l" + a + "=" + b;
-    auto it = unsatisfiable_.find(key);
-    if (it == unsatisfiable_.end()) {
-      it = unsatisfiable_.emplace(std::move(key), UnsatisfiableReason(snap_.nodes, r)).first;
-    }
-    return it->second;
+    const size_t id = RequestId(static_ids_, r, 0);
+    if (unsatisfiable_.size() <= id) unsatisfiable_.resize(id + 1);
+    if (!unsatisfiable_[id]) unsatisfiable_[id] = UnsatisfiableReason(snap_.nodes, r);
+    return *unsatisfiable_[id];
   }
 
   // Holds what is avail now of the GPUs `picked` on node n (and CPU and
@@ -820,65 +880,76 @@ class Pass {
     for (const auto& tier : tiers.allowed) {
       for (size_t s = 0; s < shapes_.size(); ++s) allowed[s] |= tier[s];
     }
-    // Scratch copy of the avail state; claimed GPUs are someone else's future.
-    std::vector<NodeS> nodes = nodes_;
-    std::vector<GpuS> gpus = gpus_;
-    for (NodeS& n : nodes) {
-      n.cpu_free -= n.phantom_cpu;
-      n.mem_free -= n.phantom_mem;
-      n.phantom_cpu = n.phantom_mem = 0;
-    }
-    for (GpuS& g : gpus) {
-      g.free_milli = g.claimed ? 0 : g.AvailMilli();
-      g.free_mem = g.claimed ? 0 : g.AvailMem();
-      g.phantom_milli = 0;
-      g.phantom_mem = 0;
+    // Scratch copies of the nodes the replay touches, in the avail view;
+    // claimed GPUs belong to an earlier reservation's future.
+    struct Scratch {
+      NodeS node;
+      std::vector<GpuS> gpus;
+      bool fits = false;
+    };
+    std::unordered_map<int, Scratch> scratch;
+    int fitting = 0;
+    auto get = [&](int n) -> Scratch& {
+      auto [it, inserted] = scratch.try_emplace(n);
+      if (inserted) {
+        const NodeS& node = nodes_[static_cast<size_t>(n)];
+        it->second.node = node;
+        it->second.node.cpu_free -= node.phantom_cpu;
+        it->second.node.mem_free -= node.phantom_mem;
+        it->second.node.phantom_cpu = it->second.node.phantom_mem = 0;
+        for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
+          GpuS copy = gpus_[static_cast<size_t>(g)];
+          copy.free_milli = copy.claimed ? 0 : copy.AvailMilli();
+          copy.free_mem = copy.claimed ? 0 : copy.AvailMem();
+          copy.phantom_milli = 0;
+          copy.phantom_mem = 0;
+          it->second.gpus.push_back(copy);
+        }
+      }
+      return it->second;
+    };
+    auto check = [&](int n) {
+      Scratch& sc = get(n);
+      const bool f = FitOnState(sc.node, sc.gpus.data(), r, allowed, false).has_value();
+      fitting += static_cast<int>(f) - static_cast<int>(sc.fits);
+      sc.fits = f;
+    };
+    if (r.nodes > 1) {  // ranks that fit now, from the index
+      std::vector<Choice> now;
+      Candidates(r, allowed, false, &now);
+      for (const Choice& c : now) check(c.node);
     }
     std::sort(events_.begin(), events_.end(), [](const Event& a, const Event& b) {
-      return std::tie(a.at, a.job_id, a.holding.node_id) <
-             std::tie(b.at, b.job_id, b.holding.node_id);
+      return std::tie(a.at, a.job_id, a.node) < std::tie(b.at, b.job_id, b.node);
     });
-    std::vector<char> fits(nodes.size(), 0);
-    int fitting = 0;
-    auto check = [&](int n) {
-      const NodeS& node = nodes[static_cast<size_t>(n)];
-      const bool f = FitOnState(node, gpus.data() + node.gpu_begin, r, allowed, false).has_value();
-      fitting += static_cast<int>(f) - fits[static_cast<size_t>(n)];
-      fits[static_cast<size_t>(n)] = f;
-    };
-    for (int n = 0; n < static_cast<int>(nodes.size()); ++n) check(n);
     int64_t at = 0;
     for (const Event& e : events_) {
       if (fitting >= r.nodes) break;
-      const int n = node_index_.at(e.holding.node_id);
-      NodeS& node = nodes[static_cast<size_t>(n)];
-      node.cpu_free += e.holding.cpu_milli;
-      node.mem_free += e.holding.memory_mib;
-      for (const std::string& uuid : e.holding.gpu_uuids) {
-        const int g = gpu_uuid_index_.at(uuid);
-        GpuS& gpu = gpus[static_cast<size_t>(g)];
+      Scratch& sc = get(e.node);
+      sc.node.cpu_free += e.holding->cpu_milli;
+      sc.node.mem_free += e.holding->memory_mib;
+      for (const std::string& uuid : e.holding->gpu_uuids) {
+        const int g = GpuIndex(e.node, uuid) - sc.node.gpu_begin;
+        GpuS& gpu = sc.gpus[static_cast<size_t>(g)];
         if (gpu.claimed) continue;
-        const bool whole = e.holding.gpu_milli >= kFull;
-        gpu.free_milli = std::min(kFull, gpu.free_milli + e.holding.gpu_milli);
-        gpu.free_mem += whole ? snap_.nodes[static_cast<size_t>(n)]
-                                    .gpus[static_cast<size_t>(g - node.gpu_begin)]
-                                    .memory_mib
-                              : e.holding.gpu_memory_mib;
-        gpu.free_mem = std::min(gpu.free_mem, snap_.nodes[static_cast<size_t>(n)]
-                                                  .gpus[static_cast<size_t>(g - node.gpu_begin)]
-                                                  .memory_mib);
+        const int64_t cap = sc.node.view->gpus[static_cast<size_t>(g)].memory_mib;
+        gpu.free_milli = std::min(kFull, gpu.free_milli + e.holding->gpu_milli);
+        gpu.free_mem = std::min(
+            cap, gpu.free_mem + (e.holding->gpu_milli >= kFull ? cap : e.holding->gpu_memory_mib));
       }
-      check(n);
+      check(e.node);
       at = std::max(e.at, snap_.now_ms + 1);
     }
     if (fitting < r.nodes || at == 0) return 0;
-    int taken = 0;
-    for (int n = 0; n < static_cast<int>(nodes.size()) && taken < r.nodes; ++n) {
-      if (!fits[static_cast<size_t>(n)]) continue;
-      const NodeS& node = nodes[static_cast<size_t>(n)];
-      auto picked = FitOnState(node, gpus.data() + node.gpu_begin, r, allowed, false);
-      HoldFor(n, r, *picked, at);
-      ++taken;
+    std::vector<int> chosen;
+    for (const auto& [n, sc] : scratch) {
+      if (sc.fits) chosen.push_back(n);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    chosen.resize(static_cast<size_t>(r.nodes));
+    for (int n : chosen) {
+      const Scratch& sc = scratch.at(n);
+      HoldFor(n, r, *FitOnState(sc.node, sc.gpus.data(), r, allowed, false), at);
     }
     return at;
   }
@@ -1033,7 +1104,7 @@ class Pass {
         node.cpu_free += h.cpu_milli;
         node.mem_free += h.memory_mib;
         for (const std::string& uuid : h.gpu_uuids) {
-          const int g = gpu_uuid_index_.at(uuid) - node.gpu_begin;
+          const int g = GpuIndex(n, uuid) - node.gpu_begin;
           GpuS& gpu = gpus[static_cast<size_t>(g)];
           const int64_t cap = node.view->gpus[static_cast<size_t>(g)].memory_mib;
           gpu.free_milli = std::min(kFull, gpu.free_milli + h.gpu_milli);
@@ -1059,11 +1130,12 @@ class Pass {
   std::vector<Shape> shapes_;
   std::vector<NodeS> nodes_;
   std::vector<GpuS> gpus_;
-  std::vector<int> gpu_node_;
-  std::unordered_map<std::string, int> gpu_uuid_index_;
   std::unordered_map<std::string, int> node_index_;
-  std::vector<std::set<std::pair<int, int>>> whole_;        // per shape: (avail whole GPUs, node)
-  std::vector<std::set<std::tuple<int, int, int>>> share_;  // per shape: (avail milli, node, gpu)
+  // Per shape and number of fully free GPUs (avail), the nodes in order.
+  std::vector<std::vector<std::vector<int>>> whole_;
+  // Per shape, GPUs partly taken: (avail milli, node, gpu).
+  std::vector<std::set<std::tuple<int, int, int>>> partial_;
+  int last_shape_ = 0;
   std::vector<int> mixed_;
   std::vector<int> seen_;
   int stamp_ = 0;
@@ -1074,9 +1146,14 @@ class Pass {
   std::map<std::string, int64_t> allocated_;
   std::map<std::string, GroupState> group_state_;
   std::vector<TaskType> workload_;
-  std::unordered_set<std::string> failed_;
-  std::unordered_map<std::string, std::string> unsatisfiable_;
+  RequestIds placing_ids_;                                 // by request and flags
+  std::vector<char> failed_;                               // by placing id
+  std::vector<std::optional<Tiers>> tiers_;                // by placing id
+  RequestIds static_ids_;                                  // by request alone
+  std::vector<std::optional<std::string>> unsatisfiable_;  // by static id
   std::vector<Event> events_;
+  std::deque<Holding> placed_holdings_;  // this pass's placements, for events_
+  std::vector<int> exclude_order_;
 
   std::vector<int> reserved_nodes_;
   int64_t earliest_reservation_ms_ = INT64_MAX;

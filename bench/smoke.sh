@@ -1,8 +1,31 @@
 #!/usr/bin/env bash
-# bench_smoke: starts a server on a free loopback port and runs
-# gpupool-agent-load with 20 agents for 3 s; passes when all 20 are welcomed
-# and none is disconnected.  Usage: smoke.sh GPUPOOL_BIN AGENT_LOAD_BIN
+# The benchmarks' smoke tests (CTest, label `integration`).
+#
+#   smoke.sh GPUPOOL_BIN AGENT_LOAD_BIN   (bench_smoke)
+#     starts a server on a free loopback port and runs gpupool-agent-load with
+#     20 agents for 3 s; passes when all 20 are welcomed and none is
+#     disconnected.
+#   smoke.sh --sched SCHED_BENCH_BIN      (sched_bench_smoke)
+#     runs the smallest scheduler benchmarks briefly (one queue pass at 1k
+#     GPUs and 1k pending, FGD placement at 1k GPUs); passes when none
+#     reports an error and the queue pass places jobs.
 set -euo pipefail
+
+if [[ ${1:-} == --sched ]]; then
+  bench=$2
+  out=$("$bench" --benchmark_filter='^BM_Decide/gpus:1000/pending:1000$|^BM_Place/fgd/1000$' \
+    --benchmark_min_time=0.01 --benchmark_format=json)
+  grep -E '"name"|"placed/pass"|"placements/s"|"error' <<<"$out"
+  if grep -q '"error_occurred": true' <<<"$out"; then
+    echo "a benchmark reported an error"
+    exit 1
+  fi
+  [[ $(grep -c '"name": "BM_' <<<"$out") == 2 ]] || { echo "expected 2 benchmarks"; exit 1; }
+  placed=$(grep -o '"placed/pass": [0-9.e+]*' <<<"$out" | head -1 | awk '{print $2}')
+  awk -v p="${placed:-0}" 'BEGIN { exit !(p > 0) }' || { echo "the queue pass placed nothing"; exit 1; }
+  exit 0
+fi
+
 gpupool=$1
 load=$2
 tmp=$(mktemp -d /tmp/gpupool-bench-smoke.XXXXXX)

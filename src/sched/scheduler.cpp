@@ -1,7 +1,9 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
+#include <limits>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -162,7 +164,7 @@ std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Reques
     cpu_ok |= c;
     mem_ok |= m;
     const int need = r.gpus > 0 ? r.gpus : (r.gpu_milli > 0 ? 1 : 0);
-    if (c && m && full >= need) ++hosts;
+    if (c && m && full >= need && ++hosts >= r.nodes) return "";
   }
   if (hosts >= r.nodes) return "";
   if (ready == 0) return "no node is ready";
@@ -219,7 +221,11 @@ class Pass {
       const PendingJob& job = *pending_by_id_.at(entry.job_id);
       Waiting w{job.job_id, entry.position, "", entry.explanation, false, 0};
       if (config_.max_placements > 0 && placed >= config_.max_placements) {
-        w.reason = "waiting for the next scheduling pass (placement limit reached)";
+        w.reason = Unsatisfiable(job.request);
+        w.unsatisfiable = !w.reason.empty();
+        if (w.reason.empty()) {
+          w.reason = "waiting for the next scheduling pass (placement limit reached)";
+        }
         out_.waiting.push_back(std::move(w));
         continue;
       }
@@ -301,7 +307,14 @@ class Pass {
     std::map<std::tuple<std::string, int64_t, int32_t>, int> shape_ids;
     nodes_.reserve(snap_.nodes.size());
     nodes_.reserve(snap_.nodes.size());
-    for (const NodeView& v : snap_.nodes) {
+    // Nodes in id order: ties end in node id, whatever the caller's order.
+    std::vector<const NodeView*> by_id;
+    by_id.reserve(snap_.nodes.size());
+    for (const NodeView& v : snap_.nodes) by_id.push_back(&v);
+    std::sort(by_id.begin(), by_id.end(),
+              [](const NodeView* a, const NodeView* b) { return a->id < b->id; });
+    for (const NodeView* vp : by_id) {
+      const NodeView& v = *vp;
       auto where = [&] { return "nodes[" + std::to_string(nodes_.size()) + "] (" + v.id + ")"; };
       if (!node_index.emplace(v.id, static_cast<int>(nodes_.size())).second) {
         return Status::InvalidArgument(where() + ".id: duplicate node id");
@@ -333,6 +346,7 @@ class Pass {
                   std::vector<std::vector<int>>(static_cast<size_t>(most_gpus) + 1));
     partial_.resize(shapes_.size());
     seen_.assign(nodes_.size(), 0);
+    frag_before_.assign(nodes_.size(), std::numeric_limits<double>::quiet_NaN());
     for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
       if (nodes_[static_cast<size_t>(i)].mixed && Ready(i)) mixed_.push_back(i);
       Index(i);
@@ -464,6 +478,7 @@ class Pass {
 
   void Index(int n) {
     NodeS& node = nodes_[static_cast<size_t>(n)];
+    frag_before_[static_cast<size_t>(n)] = std::numeric_limits<double>::quiet_NaN();
     if (!node.view->ready) return;
     node.indexed.clear();
     for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
@@ -544,6 +559,8 @@ class Pass {
       }
       t.allowed.push_back(std::move(tier));
     }
+    // Last, any allowed model at once: a gang may span speed tiers.
+    if (t.allowed.size() > 1 && job.request.nodes > 1) t.allowed.push_back(std::move(allowed));
     return t;
   }
 
@@ -649,33 +666,36 @@ class Pass {
   }
 
   // Fragmentation of a node's avail state under the queued workload.
-  double Fragmentation(const NodeS& node, const GpuS* gpus, int64_t cpu_after) const {
-    NodeCapacity cap;
-    cap.cpu_milli = cpu_after;
-    cap.memory_mib = node.mem_free;
-    for (int g = node.gpu_begin; g < node.gpu_end; ++g)
-      cap.gpus.push_back(gpus[g - node.gpu_begin].AvailMilli());
-    return NodeFragmentation(cap, workload_);
+  // Fragmentation of a node under the queued workload, with the GPUs' avail
+  // milli in `milli` and `cpu` milli-CPU left.
+  double Fragmentation(const std::vector<int>& milli, int64_t cpu) const {
+    scratch_cap_.cpu_milli = cpu;
+    scratch_cap_.gpus = milli;
+    return NodeFragmentation(scratch_cap_, workload_);
   }
 
   // Ours: FGD's score under the queued workload, then nodes already in use,
-  // then the least GPU milli left (best fit), then node order.
-  std::tuple<int64_t, int, int64_t, int> Score(const Choice& c, const Request& r) const {
+  // then the least GPU milli left (best fit), then node order (by id).
+  std::tuple<int64_t, int, int64_t, int> Score(const Choice& c, const Request& r) {
     const NodeS& node = nodes_[static_cast<size_t>(c.node)];
-    const GpuS* gpus = gpus_.data() + node.gpu_begin;
-    int64_t left = 0;
     bool in_use = node.cpu_free < node.view->cpu_milli_total;
-    std::vector<GpuS> after(gpus, gpus + (node.gpu_end - node.gpu_begin));
-    for (GpuS& g : after) {
-      in_use |= g.free_milli < kFull;
+    scratch_milli_.clear();
+    for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
+      const GpuS& gpu = gpus_[static_cast<size_t>(g)];
+      in_use |= gpu.free_milli < kFull;
+      scratch_milli_.push_back(std::max(gpu.AvailMilli(), 0));
     }
-    for (int g : c.gpus)
-      after[static_cast<size_t>(g - node.gpu_begin)].free_milli -= r.gpus > 0 ? kFull : r.gpu_milli;
-    for (const GpuS& g : after) left += std::max(g.AvailMilli(), 0);
-    const double before = Fragmentation(node, gpus, node.cpu_free - node.phantom_cpu);
-    const double frag_after =
-        Fragmentation(node, after.data(), node.cpu_free - node.phantom_cpu - r.cpu_milli);
-    return {-FgdScore(before, frag_after), in_use ? 0 : 1, left, c.node};
+    const int64_t cpu = node.cpu_free - node.phantom_cpu;
+    double& before = frag_before_[static_cast<size_t>(c.node)];
+    if (std::isnan(before)) before = Fragmentation(scratch_milli_, cpu);
+    for (int g : c.gpus) {
+      int& m = scratch_milli_[static_cast<size_t>(g - node.gpu_begin)];
+      m = std::max(m - (r.gpus > 0 ? kFull : r.gpu_milli), 0);
+    }
+    int64_t left = 0;
+    for (int m : scratch_milli_) left += m;
+    const double after = Fragmentation(scratch_milli_, cpu - r.cpu_milli);
+    return {-FgdScore(before, after), in_use ? 0 : 1, left, c.node};
   }
 
   // Takes `r` on node n (GPUs `gpus`). `actual`: take reserved resources
@@ -1146,6 +1166,9 @@ class Pass {
   std::map<std::string, int64_t> allocated_;
   std::map<std::string, GroupState> group_state_;
   std::vector<TaskType> workload_;
+  std::vector<double> frag_before_;  // per node, NaN when stale
+  std::vector<int> scratch_milli_;
+  mutable NodeCapacity scratch_cap_;
   RequestIds placing_ids_;                                 // by request and flags
   std::vector<char> failed_;                               // by placing id
   std::vector<std::optional<Tiers>> tiers_;                // by placing id

@@ -4,8 +4,9 @@
 //
 // Contract: Scheduler::Decide() reads nothing but its arguments and the
 // Scheduler's configuration: no clock (the snapshot carries `now_ms`), no
-// I/O, no globals, no randomness (every tie ends in node and job order), so
-// the same snapshot gives the same decisions, bit for bit. A Scheduler holds
+// I/O, no globals, no randomness (every tie ends in node id or job order),
+// so the same snapshot gives the same decisions, bit for bit, whatever the
+// order of its vectors. A Scheduler holds
 // no state between calls; one object may be used from one thread at a time
 // (it reuses scratch buffers), distinct objects share nothing.
 //
@@ -90,7 +91,8 @@ struct Request {
   int32_t min_compute_capability = 0;   // as GpuView::compute_capability; 0 = any
   std::vector<std::string> gpu_models;  // allowed models; empty = any
   // Preferred models: only these are used until `prefer_wait_ms` after
-  // submission, then any allowed model (the fastest that fits first).
+  // submission, then any allowed model (the fastest that fits first; a gang
+  // that fits in no single speed tier may then mix them).
   std::vector<std::string> preferred_models;
   int64_t prefer_wait_ms = 0;
   std::map<std::string, std::string> node_labels;  // every one must match the node's

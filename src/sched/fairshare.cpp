@@ -233,6 +233,17 @@ Result<std::vector<QueueEntry>> OrderQueue(const std::vector<GroupState>& groups
   std::vector<int64_t> projected(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) projected[i] = groups[i].allocated_milli;
 
+  // The parts of each explanation that depend only on the group.
+  std::vector<std::string> group_text(groups.size()), guarantee_text(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    group_text[i] = "group " + groups[i].name + ": " +
+                    std::to_string(Percent(static_cast<u128>(usage[i]), total_usage)) +
+                    "% of recent use, fair share " +
+                    std::to_string(Percent(static_cast<u128>(groups[i].weight), total_weight)) +
+                    "%; ";
+    guarantee_text[i] = Gpus(groups[i].guaranteed_milli);
+  }
+
   std::vector<QueueEntry> out;
   out.reserve(items.size());
   for (size_t k = 0; k < items.size(); ++k) {
@@ -254,18 +265,20 @@ Result<std::vector<QueueEntry>> OrderQueue(const std::vector<GroupState>& groups
     e.share_fraction = static_cast<double>(group.weight) / static_cast<double>(total_weight);
     e.fair_share_factor = std::exp2(-e.usage_fraction / e.share_fraction);
 
-    e.explanation = "position " + std::to_string(e.position) + " (" +
-                    std::string(PriorityClassName(job.priority)) + "): group " + group.name + ": " +
-                    std::to_string(Percent(static_cast<u128>(usage[g]), total_usage)) +
-                    "% of recent use, fair share " +
-                    std::to_string(Percent(static_cast<u128>(group.weight), total_weight)) + "%; ";
-    if (e.borrowing) {
-      e.explanation += "would borrow beyond its guarantee (" + Gpus(projected[g]) + " of " +
-                       Gpus(group.guaranteed_milli) + " GPUs with the jobs ahead of it)";
-    } else {
-      e.explanation += "within its guarantee (" + Gpus(projected[g]) + " of " +
-                       Gpus(group.guaranteed_milli) + " GPUs with the jobs ahead of it)";
-    }
+    // Built in place: this runs once per queued job on every pass.
+    std::string& x = e.explanation;
+    x.reserve(200);
+    x += "position ";
+    x += std::to_string(e.position);
+    x += " (";
+    x += PriorityClassName(job.priority);
+    x += "): ";
+    x += group_text[g];
+    x += e.borrowing ? "would borrow beyond its guarantee (" : "within its guarantee (";
+    x += Gpus(projected[g]);
+    x += " of ";
+    x += guarantee_text[g];
+    x += " GPUs with the jobs ahead of it)";
     out.push_back(std::move(e));
   }
   return out;

@@ -217,9 +217,9 @@ class Pass {
     GP_ASSIGN_OR_RETURN(auto order, OrderJobs());
     BuildWorkload();
     int placed = 0;
-    for (const QueueEntry& entry : order) {
+    for (QueueEntry& entry : order) {
       const PendingJob& job = *pending_by_id_.at(entry.job_id);
-      Waiting w{job.job_id, entry.position, "", entry.explanation, false, 0};
+      Waiting w{job.job_id, entry.position, "", std::move(entry.explanation), false, 0};
       if (config_.max_placements > 0 && placed >= config_.max_placements) {
         w.reason = Unsatisfiable(job.request);
         w.unsatisfiable = !w.reason.empty();
@@ -240,7 +240,7 @@ class Pass {
         out_.waiting.push_back(std::move(w));
         continue;
       }
-      w.reason = WaitText(job.request);
+      w.reason = CachedWaitText(job.request);
       if (PreferenceActive(job)) {
         w.reason += " (preferring " + ListText(job.request.preferred_models) + " for " +
                     DurationText(job.submit_ms + job.request.prefer_wait_ms - snap_.now_ms) +
@@ -859,6 +859,13 @@ class Pass {
     return false;
   }
 
+  const std::string& CachedWaitText(const Request& r) {
+    const size_t id = RequestId(static_ids_, r, 0);
+    if (wait_text_.size() <= id) wait_text_.resize(id + 1);
+    if (!wait_text_[id]) wait_text_[id] = WaitText(r);
+    return *wait_text_[id];
+  }
+
   const std::string& Unsatisfiable(const Request& r) {
     const size_t id = RequestId(static_ids_, r, 0);
     if (unsatisfiable_.size() <= id) unsatisfiable_.resize(id + 1);
@@ -1174,6 +1181,7 @@ class Pass {
   std::vector<std::optional<Tiers>> tiers_;                // by placing id
   RequestIds static_ids_;                                  // by request alone
   std::vector<std::optional<std::string>> unsatisfiable_;  // by static id
+  std::vector<std::optional<std::string>> wait_text_;      // by static id
   std::vector<Event> events_;
   std::deque<Holding> placed_holdings_;  // this pass's placements, for events_
   std::vector<int> exclude_order_;

@@ -450,6 +450,24 @@ void BM_Decide(benchmark::State& state) {
       Counter(static_cast<double>(in.snapshot_bytes), Counter::kDefaults, Counter::kIs1024);
 }
 
+// One pass that decides a single job: what a pass costs before any
+// decision (reading the snapshot, building the indexes), the part that grows
+// linearly with the GPUs. BM_Decide minus this, per placement, is the cost of
+// a decision itself.
+void BM_DecideOne(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  Snapshot snapshot = Input(gpus, 1000).snapshot;
+  snapshot.pending.resize(1);
+  Scheduler scheduler(GridConfig(gpus));
+  for (auto _ : state) {
+    Result<Decisions> d = scheduler.Decide(snapshot);
+    benchmark::DoNotOptimize(d);
+  }
+  state.counters["ns/gpu"] =
+      benchmark::Counter(static_cast<double>(gpus) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 BENCHMARK_CAPTURE(BM_Place, first_fit, std::string("first-fit"))->Arg(1000)->Arg(10000)->Arg(50000);
 BENCHMARK_CAPTURE(BM_Place, best_fit, std::string("best-fit"))->Arg(1000)->Arg(10000)->Arg(50000);
 BENCHMARK_CAPTURE(BM_Place, dot_product, std::string("dot-product"))
@@ -461,6 +479,12 @@ BENCHMARK(BM_Decide)
     ->ArgNames({"gpus", "pending"})
     ->ArgsProduct({{1000, 10000, 50000}, {1000, 10000, 100000}})
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecideOne)
+    ->ArgName("gpus")
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(50000)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace gpupool::sched

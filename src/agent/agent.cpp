@@ -130,6 +130,8 @@ class Agent {
     } else {
       GP_LOG(kWarn) << "cannot read GPUs: " << snap.status().message();
     }
+    h.labels = options_.labels;
+    h.owner_group = options_.owner_group;
     h.tasks = tasks_.Reports();
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
           proto::Encode(h)});
@@ -235,7 +237,7 @@ class Agent {
     if (env.type == proto::kStop) {
       GP_ASSIGN_OR_RETURN(auto stop, proto::DecodeStopTask(env.body));
       GP_LOG(kInfo) << "stopping " << stop.attempt_id << ": " << stop.reason;
-      tasks_.Stop(stop.attempt_id, stop.reason);
+      tasks_.Stop(stop.attempt_id, stop.reason, stop.grace_ms);
       return Status::Ok();
     }
     return Status::InvalidArgument("unknown order type \"" + env.type + "\"");
@@ -435,6 +437,26 @@ void Link::OnClose(std::string reason) {
 }
 
 }  // namespace
+
+Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std::string>& flags) {
+  std::map<std::string, std::string> labels;
+  for (const std::string& flag : flags) {
+    auto bad = [&](const std::string& why) {
+      return Status::InvalidArgument("--label " + flag + ": " + why);
+    };
+    size_t eq = flag.find('=');
+    if (eq == std::string::npos) return bad("expected KEY=VALUE, e.g. --label zone=eu-1");
+    std::string key = flag.substr(0, eq);
+    bool ok = !key.empty() && key.size() <= 128;
+    for (char c : key) {
+      ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-' || c == '/');
+    }
+    if (!ok) return bad("the key must be 1-128 characters of A-Z, a-z, 0-9, '.', '_', '-', '/'");
+    if (!labels.emplace(key, flag.substr(eq + 1)).second) return bad("the key is given twice");
+  }
+  return labels;
+}
 
 int RunAgent(const AgentOptions& options) {
   SetLogComponent("agent " + options.name);

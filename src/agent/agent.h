@@ -8,7 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
+
+#include "common/status.h"
 
 namespace gpupool::agent {
 
@@ -16,14 +20,21 @@ struct AgentOptions {
   std::string server_url;  // "http://127.0.0.1:8470"
   std::string join_token;
   std::string data_dir;
-  std::string name;                 // node name; the host name by default
-  std::string simulate_gpus;        // e.g. "2xA100:80GiB"; empty = real GPUs through NVML
-  std::string nvml_library;         // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
-  bool kill_tasks_on_exit = false;  // on SIGTERM stop running jobs too (gpupool dev)
-  int64_t kill_grace_ms = 10'000;
+  std::string name;           // node name; the host name by default
+  std::string simulate_gpus;  // e.g. "2xA100:80GiB"; empty = real GPUs through NVML
+  std::string nvml_library;   // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
+  std::string owner_group;    // the group (lab) that owns this machine (--owner-group)
+  std::map<std::string, std::string> labels;  // node labels jobs can ask for (--label k=v)
+  bool kill_tasks_on_exit = false;            // on SIGTERM stop running jobs too (gpupool dev)
+  int64_t kill_grace_ms = 10'000;   // SIGTERM to SIGKILL when the server's stop names none
   int64_t poll_ms = 100;            // how often output files are read
   int64_t max_backoff_ms = 10'000;  // reconnect backoff ceiling
 };
+
+// `--label KEY=VALUE` flags as a map. Keys are 1-128 characters of
+// [A-Za-z0-9._/-]; a repeated key, a missing '=' or a bad key is
+// InvalidArgument naming the flag.
+Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std::string>& flags);
 
 // Runs until SIGINT or SIGTERM; returns the process exit code.
 int RunAgent(const AgentOptions& options);

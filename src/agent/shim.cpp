@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -78,6 +79,16 @@ class LineSink {
   std::string buf_;
 };
 
+// The grace the agent asked for when it stopped the task, or `fallback`.
+int64_t StopGraceMs(const TaskPaths& paths, int64_t fallback) {
+  auto text = ReadFile(paths.stop_grace());
+  if (!text.ok()) return fallback;
+  int64_t ms = 0;
+  auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), ms);
+  if (ec != std::errc() || end != text->data() + text->size() || ms <= 0) return fallback;
+  return ms;
+}
+
 std::vector<std::string> JobEnvironment(const proto::StartTask& task, const std::string& work) {
   std::vector<std::string> env;
   for (const char* keep : {"PATH", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL"}) {
@@ -91,6 +102,11 @@ std::vector<std::string> JobEnvironment(const proto::StartTask& task, const std:
   for (const auto& g : task.gpu_uuids) gpus += (gpus.empty() ? "" : ",") + g;
   env.push_back("CUDA_VISIBLE_DEVICES=" + gpus);
   env.push_back("GPUPOOL_GPUS=" + gpus);
+  // A share of a GPU: how much, so the job (and the sharing layer) can keep to it.
+  if (task.gpu_milli > 0 && task.gpu_milli < 1000) {
+    env.push_back("GPUPOOL_GPU_MILLI=" + std::to_string(task.gpu_milli));
+    env.push_back("GPUPOOL_GPU_MEMORY_MIB=" + std::to_string(task.gpu_memory_mib));
+  }
   env.push_back("GPUPOOL_JOB_ID=" + std::to_string(task.job_id));
   env.push_back("GPUPOOL_ATTEMPT_ID=" + task.attempt_id);
   return env;
@@ -213,10 +229,10 @@ int RunShim(const ShimOptions& options) {
   int wstatus = 0;
   bool out_open = true, err_open = true;
 
-  auto stop_group = [&](const std::string& reason, bool failed) {
+  auto stop_group = [&](const std::string& reason, bool failed, int64_t grace_ms) {
     if (kill_at != 0 || exited) return;
     ::kill(-pid, SIGTERM);
-    kill_at = clock.NowMs() + options.kill_grace_ms;
+    kill_at = clock.NowMs() + grace_ms;
     if (result.reason.empty()) {
       result.reason = reason;
       result.failed = failed;
@@ -227,7 +243,8 @@ int RunShim(const ShimOptions& options) {
   while (!exited || out_open || err_open) {
     int64_t now = clock.NowMs();
     if (deadline && now >= deadline && !exited) {
-      stop_group("exceeded max_runtime of " + FormatDurationMs(task.spec.max_runtime_ms), true);
+      stop_group("exceeded max_runtime of " + FormatDurationMs(task.spec.max_runtime_ms), true,
+                 options.kill_grace_ms);
     }
     if (kill_at && now >= kill_at && !exited) {
       ::kill(-pid, SIGKILL);
@@ -259,10 +276,10 @@ int RunShim(const ShimOptions& options) {
       while (::read(sig_fd, &si, sizeof si) == sizeof si) {
         if (si.ssi_signo == SIGCHLD) continue;
         std::string reason = "stopped";
-        if (auto why = ReadFile(options.task_dir + "/stop.reason"); why.ok() && !why->empty()) {
+        if (auto why = ReadFile(paths.stop_reason()); why.ok() && !why->empty()) {
           reason = "stopped: " + *why;
         }
-        stop_group(reason, false);
+        stop_group(reason, false, StopGraceMs(paths, options.kill_grace_ms));
       }
     }
     if (!exited) {

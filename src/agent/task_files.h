@@ -5,6 +5,10 @@
 //   DATA_DIR/tasks/<attempt id>/
 //     output.log   written only by the shim: one record per line
 //     work/        the job's working directory
+//     stop.reason, stop.grace_ms
+//                  written by the agent only when it stops the task, just
+//                  before it signals the shim: why, and (if the server named
+//                  one) the SIGTERM-to-SIGKILL grace in milliseconds
 //
 // Records are "<kind> <ts_ms> <payload>\n":
 //   o / e   a line the job wrote to stdout / stderr (a line longer than
@@ -33,6 +37,8 @@ struct TaskPaths {
   std::string dir;
   std::string output_log() const { return dir + "/output.log"; }
   std::string work_dir() const { return dir + "/work"; }
+  std::string stop_reason() const { return dir + "/stop.reason"; }
+  std::string stop_grace() const { return dir + "/stop.grace_ms"; }
 };
 
 struct TaskResult {

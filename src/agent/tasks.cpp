@@ -192,12 +192,14 @@ void TaskManager::Watch(TaskState& t) {
   });
 }
 
-void TaskManager::Stop(const std::string& attempt_id, const std::string& reason) {
+void TaskManager::Stop(const std::string& attempt_id, const std::string& reason, int64_t grace_ms) {
   auto it = tasks_.find(attempt_id);
   if (it == tasks_.end()) return;
   TaskState& t = it->second;
   if (t.result || t.shim_gone) return;
-  (void)WriteFileAtomic(t.paths.dir + "/stop.reason", reason);
+  // Written before the signal: the shim reads both when it gets SIGTERM.
+  if (grace_ms > 0) (void)WriteFileAtomic(t.paths.stop_grace(), std::to_string(grace_ms));
+  (void)WriteFileAtomic(t.paths.stop_reason(), reason);
   auto start = ProcessStartTime(t.shim_pid);
   if (start && *start == t.shim_start_time) ::kill(t.shim_pid, SIGTERM);
 }

@@ -57,8 +57,9 @@ class TaskManager {
 
   Status Recover();
   Status Start(const proto::StartTask& task);
-  // Asks the task's shim to stop the job (SIGTERM to the group, then SIGKILL).
-  void Stop(const std::string& attempt_id, const std::string& reason);
+  // Asks the task's shim to stop the job (SIGTERM to the group, then SIGKILL
+  // after `grace_ms`, or the shim's kill_grace_ms when 0).
+  void Stop(const std::string& attempt_id, const std::string& reason, int64_t grace_ms = 0);
   void StopAll(const std::string& reason);
 
   // Notices shims that exited (and reaps them).

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -49,9 +50,11 @@ std::string Ago(int64_t ms) {
 
 std::string GpusOf(const json& spec) {
   const json& r = spec.value("resources", json::object());
-  int64_t gpus = r.value("gpus", 0);
-  if (gpus == 0) return "-";
-  std::string s = std::to_string(gpus);
+  std::string s;
+  auto g = r.find("gpus");
+  if (g == r.end() || g->is_null() || (g->is_number() && g->get<double>() == 0)) return "-";
+  // A share is a fraction (0.5); whole GPUs an integer.
+  s = g->is_string() ? g->get<std::string>() : g->dump();
   if (r.contains("gpu_models")) {
     std::string models;
     for (const auto& m : r["gpu_models"])
@@ -61,6 +64,15 @@ std::string GpusOf(const json& spec) {
   if (r.contains("gpu_memory")) s += " (" + r["gpu_memory"].get<std::string>() + ")";
   return s;
 }
+
+// "3" for a pending job the scheduler has ordered, else "-".
+std::string PositionOf(const json& job) {
+  auto it = job.find("position");
+  return it != job.end() && it->is_number_integer() ? it->dump() : "-";
+}
+
+// "1.5" GPUs from milli.
+std::string GpuAmount(int64_t milli) { return FormatMilli(milli); }
 
 std::string StateText(const json& job) {
   std::string s = Str(job, "state");
@@ -99,12 +111,14 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f) {
   if (!f.name.empty()) j["name"] = f.name;
   json& r = j["resources"];
   if (r.is_null()) r = json::object();
-  if (f.gpus >= 0) r["gpus"] = f.gpus;
+  if (!f.gpus.empty()) r["gpus"] = f.gpus;
   if (!f.gpu_memory.empty()) r["gpu_memory"] = f.gpu_memory;
   if (!f.gpu_models.empty()) r["gpu_models"] = f.gpu_models;
   if (!f.cpus.empty()) r["cpus"] = f.cpus;
   if (!f.memory.empty()) r["memory"] = f.memory;
   if (!f.max_runtime.empty()) j["max_runtime"] = f.max_runtime;
+  if (!f.priority.empty()) j["priority"] = f.priority;
+  if (!f.group.empty()) j["group"] = f.group;
   for (const std::string& kv : f.env) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -207,12 +221,12 @@ int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all
     std::cout << (*r)["jobs"].dump(2) << "\n";
     return 0;
   }
-  Table t({"ID", "NAME", "STATE", "OWNER", "GPUS", "SUBMITTED", "REASON"});
+  Table t({"ID", "NAME", "STATE", "POS", "OWNER", "GPUS", "SUBMITTED", "REASON"});
   auto jobs = (*r)["jobs"];
   for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
     const json& j = *it;
-    t.Add({std::to_string(Int(j, "id")), Str(j, "name"), StateText(j), Str(j, "owner"),
-           GpusOf(j["spec"]), Ago(Int(j, "created_ms")), Str(j, "reason")});
+    t.Add({std::to_string(Int(j, "id")), Str(j, "name"), StateText(j), PositionOf(j),
+           Str(j, "owner"), GpusOf(j["spec"]), Ago(Int(j, "created_ms")), Str(j, "reason")});
   }
   t.Print(std::cout);
   return 0;
@@ -232,8 +246,13 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
   const json& j = *r;
   Table kv({"Job:", std::to_string(Int(j, "id")) + " (" + Str(j, "name") + ")"});
   kv.Add({"State:", StateText(j)});
+  if (PositionOf(j) != "-") kv.Add({"Position:", PositionOf(j) + " in the queue"});
   if (!Str(j, "reason").empty()) kv.Add({"Reason:", Str(j, "reason")});
+  if (!Str(j, "explanation").empty()) kv.Add({"Why this place:", Str(j, "explanation")});
   kv.Add({"Owner:", Str(j, "owner")});
+  kv.Add({"Group:", Str(j, "group")});
+  kv.Add({"Priority:", Str(j, "priority") +
+                           (j.value("preemptible", false) ? " (preemptible: checkpoints)" : "")});
   kv.Add({"Submitted:", FormatTimestampMs(Int(j, "created_ms"))});
   if (Int(j, "started_ms")) kv.Add({"Started:", FormatTimestampMs(Int(j, "started_ms"))});
   if (Int(j, "finished_ms")) kv.Add({"Finished:", FormatTimestampMs(Int(j, "finished_ms"))});
@@ -248,6 +267,12 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
     for (const auto& a : j["attempt_list"]) {
       std::string gpus;
       for (const auto& u : a["gpus"]) gpus += (gpus.empty() ? "" : ",") + u.get<std::string>();
+      int64_t milli = Int(a, "gpu_milli");
+      if (milli > 0 && milli < 1000) {
+        gpus += " (" + GpuAmount(milli) + " of it";
+        if (Int(a, "gpu_memory_mib") > 0) gpus += ", " + FormatMebibytes(Int(a, "gpu_memory_mib"));
+        gpus += ")";
+      }
       t.Add({Str(a, "id"), Str(a, "node_id"), gpus.empty() ? "-" : gpus, Str(a, "state"),
              a["exit_code"].is_null() ? "-" : a["exit_code"].dump(),
              Int(a, "started_ms") ? FormatTimestampMs(Int(a, "started_ms")) : "-",
@@ -320,9 +345,65 @@ int CmdNodes(const GlobalFlags& g) {
       }
       std::string name = "  " + std::to_string(Int(gpu, "index")) + ": " + Str(gpu, "name") +
                          (gpu.value("simulated", false) ? " (simulated)" : "");
-      t.Add({"", "", name, mem, util, temp, power,
-             Str(gpu, "attempt").empty() ? "-" : Str(gpu, "attempt")});
+      std::string jobs;
+      for (const auto& a : gpu.value("attempts", json::array())) {
+        jobs += (jobs.empty() ? "" : ",") + a.get<std::string>();
+      }
+      if (jobs.empty()) jobs = Str(gpu, "attempt");  // older servers
+      int64_t used = Int(gpu, "used_milli");
+      if (used > 0 && used < 1000) jobs += " (" + GpuAmount(used) + " used)";
+      t.Add({"", "", name, mem, util, temp, power, jobs.empty() ? "-" : jobs});
     }
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int CmdQueue(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/queue");
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << (*r)["jobs"].dump(2) << "\n";
+    return 0;
+  }
+  Table t({"POS", "ID", "NAME", "OWNER", "GROUP", "CLASS", "GPUS", "WAITING", "REASON"});
+  for (const auto& j : (*r)["jobs"]) {
+    t.Add({PositionOf(j), std::to_string(Int(j, "id")), Str(j, "name"), Str(j, "owner"),
+           Str(j, "group"), Str(j, "priority"), GpusOf(j["spec"]), Ago(Int(j, "created_ms")),
+           Str(j, "reason")});
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int CmdGroups(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/groups");
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << (*r)["groups"].dump(2) << "\n";
+    return 0;
+  }
+  auto percent = [](double f) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f%%", f * 100);
+    return std::string(buf);
+  };
+  Table t({"GROUP", "WEIGHT", "GUARANTEED", "ALLOCATED", "USAGE (GPU-h)", "USAGE %", "SHARE %",
+           "FAIRSHARE", "RUNNING", "PENDING"});
+  for (const auto& gr : (*r)["groups"]) {
+    char hours[32], factor[32];
+    std::snprintf(hours, sizeof hours, "%.2f", gr.value("usage_gpu_hours", 0.0));
+    std::snprintf(factor, sizeof factor, "%.3f", gr.value("fair_share_factor", 0.0));
+    t.Add({Str(gr, "name") + (gr.value("configured", false) ? "" : " (not configured)"),
+           std::to_string(Int(gr, "weight")), GpuAmount(Int(gr, "guaranteed_gpu_milli")),
+           GpuAmount(Int(gr, "allocated_gpu_milli")), hours,
+           percent(gr.value("usage_fraction", 0.0)), percent(gr.value("share_fraction", 0.0)),
+           factor, std::to_string(Int(gr, "running_jobs")),
+           std::to_string(Int(gr, "pending_jobs"))});
   }
   t.Print(std::cout);
   return 0;

@@ -20,8 +20,10 @@ struct SubmitFlags {
   std::string file;                  // job.yaml / job.json
   std::vector<std::string> command;  // argv after "--"
   std::string name;
-  int gpus = -1;  // -1: not given
+  std::string gpus;  // "2", "0.5", "500m"; empty: not given
   std::string gpu_memory, cpus, memory, max_runtime;
+  std::string priority;  // interactive, normal, opportunistic; empty: not given
+  std::string group;
   std::vector<std::string> gpu_models;
   std::vector<std::string> env;  // KEY=VALUE
   bool wait = false;
@@ -34,6 +36,10 @@ int CmdJob(const GlobalFlags& g, const std::string& id);
 int CmdLogs(const GlobalFlags& g, const std::string& id, bool follow);
 int CmdCancel(const GlobalFlags& g, const std::string& id);
 int CmdNodes(const GlobalFlags& g);
+// Pending jobs in scheduler order, with why each waits (like squeue).
+int CmdQueue(const GlobalFlags& g);
+// Each group's weight, guarantee, allocation, usage and fair share (like sshare).
+int CmdGroups(const GlobalFlags& g);
 int CmdJoinToken(const GlobalFlags& g);
 
 // Prints "gpupool: <message>" and returns the exit code for `s`.

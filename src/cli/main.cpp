@@ -11,7 +11,9 @@
 #include "cli/dev.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "server/server.h"
+#include "sim/campus_command.h"
 #include "sim/openb.h"
 
 using namespace gpupool;
@@ -63,6 +65,8 @@ int main(int argc, char** argv) {
                    "requeue a disconnected node's jobs after this long")
       ->capture_default_str();
   server_cmd->add_flag("--fsync", so.sqlite_fsync, "fsync every commit (survives power loss)");
+  server_cmd->add_option("--scheduler-config", so.scheduler_config,
+                         "YAML file: fair-share groups, quotas, preemption");
   server_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
 
   // agent
@@ -79,6 +83,11 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--simulate-gpus", ao.simulate_gpus,
                         "report GPUs that do not exist, e.g. 2xA100:80GiB,1xT4:16GiB");
   agent_cmd->add_option("--nvml-library", ao.nvml_library, "path of libnvidia-ml.so.1");
+  std::vector<std::string> agent_labels;
+  agent_cmd->add_option("--label", agent_labels,
+                        "node label KEY=VALUE jobs can ask for (repeatable)");
+  agent_cmd->add_option("--owner-group", ao.owner_group,
+                        "the group (lab) owning this machine: its jobs may reclaim it");
   agent_cmd->add_option("--on-exit", on_exit, "keep or kill running jobs when the agent stops")
       ->check(CLI::IsMember({"keep", "kill"}))
       ->capture_default_str();
@@ -107,13 +116,15 @@ int main(int argc, char** argv) {
   add_global(submit);
   submit->add_option("file", sf.file, "job spec (YAML or JSON)");
   submit->add_option("--name", sf.name, "job name");
-  submit->add_option("--gpus", sf.gpus, "number of GPUs");
+  submit->add_option("--gpus", sf.gpus, "number of GPUs, or a share of one: 0.5 or 500m");
   submit->add_option("--gpu-memory", sf.gpu_memory, "minimum memory per GPU, e.g. 24GiB");
   submit->add_option("--gpu-model", sf.gpu_models, "allowed GPU model (repeatable)");
   submit->add_option("--cpus", sf.cpus, "CPUs, e.g. 4 or 0.5");
   submit->add_option("--memory", sf.memory, "host memory, e.g. 16GiB");
   submit->add_option("--max-runtime", sf.max_runtime, "kill the job after this long, e.g. 2h");
   submit->add_option("--env", sf.env, "KEY=VALUE for the job (repeatable)");
+  submit->add_option("--priority", sf.priority, "interactive, normal or opportunistic");
+  submit->add_option("--group", sf.group, "the group (lab) whose share the job uses");
   submit->add_flag("--wait", sf.wait, "wait for the job and exit with its exit code");
   submit->add_flag("-f,--follow", sf.follow, "stream the job's output while waiting");
 
@@ -137,6 +148,10 @@ int main(int argc, char** argv) {
   cancel->add_option("id", id, "job id")->required();
   auto* nodes = app.add_subcommand("nodes", "list nodes and their GPUs");
   add_global(nodes);
+  auto* queue = app.add_subcommand("queue", "pending jobs in scheduler order, and why they wait");
+  add_global(queue);
+  auto* groups = app.add_subcommand("groups", "groups' shares, guarantees and usage");
+  add_global(groups);
   auto* admin = app.add_subcommand("admin", "operator commands");
   admin->require_subcommand(1);
   auto* join = admin->add_subcommand("join-token", "print the token agents join with");
@@ -158,6 +173,62 @@ int main(int argc, char** argv) {
   sim_openb->add_option("--inflate-pct", so_sim.options.inflate_pct, "GPU demand, % of capacity");
   sim_openb->add_option("--typical-threshold", so_sim.options.typical_threshold_pct,
                         "FGD: % of all tasks (CPU-only included) the target workload covers");
+  // sim campus / sim trace: the campus-sharing simulator (docs/evaluation.md, docs/sim-trace.md)
+  auto add_sim_knobs = [](CLI::App* c, sim::SimOptions& o, std::string& modes) {
+    c->add_option("--mode", modes, "pooled, per-lab or both")
+        ->check(CLI::IsMember({"pooled", "per-lab", "both"}));
+    auto duration = [c](const char* name, int64_t& ms, const char* help) {
+      c->add_option_function<std::string>(
+          name,
+          [name, &ms](const std::string& v) {
+            auto parsed = ParseDurationMs(v);
+            if (!parsed.ok()) throw CLI::ValidationError(name, parsed.status().message());
+            ms = *parsed;
+          },
+          help);
+    };
+    duration("--tick", o.tick_ms, "scheduler pass period while jobs wait (default 5m)");
+    duration("--preempt-grace", o.preempt_grace_ms, "a victim vacates after this (default 30s)");
+  };
+  auto* sim_campus =
+      sim_cmd->add_subcommand("campus", "simulate a synthetic campus, pooled vs per lab");
+  sim::CampusCommand sc_sim;
+  sim_campus->option_defaults()->always_capture_default();
+  sim_campus->add_option("--seed", sc_sim.campus.seed, "random seed of the generator");
+  sim_campus->add_option("--out", sc_sim.out_dir, "output directory")->required();
+  sim_campus->add_option("--write-trace", sc_sim.write_trace, "also write the trace (JSONL)");
+  add_sim_knobs(sim_campus, sc_sim.sim, sc_sim.modes);
+  sim_campus->add_option("--labs", sc_sim.campus.labs, "number of labs");
+  sim_campus->add_option("--days", sc_sim.campus.days, "days of submissions");
+  sim_campus->add_option("--min-nodes", sc_sim.campus.min_nodes, "fewest machines per lab");
+  sim_campus->add_option("--max-nodes", sc_sim.campus.max_nodes, "most machines per lab");
+  sim_campus->add_option("--load", sc_sim.campus.load, "batch work / pool capacity");
+  sim_campus->add_option("--load-spread", sc_sim.campus.load_spread, "log-spread of lab loads");
+  sim_campus->add_option("--deadlines-per-week", sc_sim.campus.deadlines_per_week,
+                         "deadlines per lab per week");
+  sim_campus->add_option("--burst-days", sc_sim.campus.burst_days, "days of rush before one");
+  sim_campus->add_option("--deadline-burst", sc_sim.campus.deadline_burst,
+                         "batch rate multiplier in a rush");
+  sim_campus->add_option("--gang-fraction", sc_sim.campus.gang_fraction,
+                         "multi-GPU jobs run on 2 nodes");
+  sim_campus->add_option("--batch-median-hours", sc_sim.campus.batch_median_hours,
+                         "median batch duration at speed 1");
+  sim_campus->add_option("--batch-sigma", sc_sim.campus.batch_sigma, "lognormal sigma");
+  sim_campus->add_option("--checkpoint-fraction", sc_sim.campus.checkpoint_fraction,
+                         "batch jobs that checkpoint");
+  sim_campus->add_option("--interactive-per-day", sc_sim.campus.interactive_per_day,
+                         "sessions per lab and working day");
+  sim_campus->add_option("--sweeps-per-week", sc_sim.campus.sweeps_per_week,
+                         "opportunistic sweeps per lab and week");
+  sim_campus->add_option("--leave-per-node-day", sc_sim.campus.leave_per_node_day,
+                         "provider departures per machine and day");
+  sim_campus->add_option("--away-hours", sc_sim.campus.away_hours, "mean time away");
+  auto* sim_trace = sim_cmd->add_subcommand("trace", "simulate a JSONL trace, pooled vs per lab");
+  sim::TraceCommand st_sim;
+  sim_trace->add_option("--trace", st_sim.trace_path, "trace file (JSONL)")->required();
+  sim_trace->add_option("--out", st_sim.out_dir, "output directory")->required();
+  sim_trace->add_option("--seed", st_sim.seed, "recorded with the results (default: the trace's)");
+  add_sim_knobs(sim_trace, st_sim.sim, st_sim.modes);
 
   try {
     app.parse(cli_argc, argv);
@@ -190,6 +261,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     ao.kill_tasks_on_exit = on_exit == "kill";
+    auto labels = agent::ParseLabelFlags(agent_labels);
+    if (!labels.ok()) {
+      std::cerr << "gpupool agent: " << labels.status().message() << "\n";
+      return 2;
+    }
+    ao.labels = *std::move(labels);
     return agent::RunAgent(ao);
   }
   if (dev_cmd->parsed()) return cli::RunDev(dev);
@@ -202,7 +279,11 @@ int main(int argc, char** argv) {
   if (logs->parsed()) return cli::CmdLogs(g, id, follow);
   if (cancel->parsed()) return cli::CmdCancel(g, id);
   if (nodes->parsed()) return cli::CmdNodes(g);
+  if (queue->parsed()) return cli::CmdQueue(g);
+  if (groups->parsed()) return cli::CmdGroups(g);
   if (join->parsed()) return cli::CmdJoinToken(g);
   if (sim_openb->parsed()) return sim::RunOpenbCommand(so_sim);
+  if (sim_campus->parsed()) return sim::RunCampusCommand(sc_sim);
+  if (sim_trace->parsed()) return sim::RunTraceCommand(st_sim);
   return 2;
 }

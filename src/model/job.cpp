@@ -30,6 +30,13 @@ constexpr std::pair<AttemptState, std::string_view> kAttemptStateNames[] = {
     {AttemptState::kScheduled, "scheduled"}, {AttemptState::kRunning, "running"},
     {AttemptState::kSucceeded, "succeeded"}, {AttemptState::kFailed, "failed"},
     {AttemptState::kCancelled, "cancelled"}, {AttemptState::kLost, "lost"},
+    {AttemptState::kPreempted, "preempted"},
+};
+
+constexpr std::pair<JobPriority, std::string_view> kPriorityNames[] = {
+    {JobPriority::kInteractive, "interactive"},
+    {JobPriority::kNormal, "normal"},
+    {JobPriority::kOpportunistic, "opportunistic"},
 };
 
 }  // namespace
@@ -40,6 +47,13 @@ Result<JobState> ParseJobState(std::string_view name) {
 }
 bool IsTerminal(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+}
+
+std::string_view JobPriorityName(JobPriority p) {
+  return kPriorityNames[static_cast<int>(p)].second;
+}
+Result<JobPriority> ParseJobPriority(std::string_view name) {
+  return ParseName(name, kPriorityNames, "priority");
 }
 
 std::string_view AttemptStateName(AttemptState s) {

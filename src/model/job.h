@@ -18,6 +18,25 @@
 
 namespace gpupool {
 
+// Priority classes, served in this order (the values match
+// sched::PriorityClass, which the model layer does not depend on).
+enum class JobPriority : int8_t { kInteractive = 0, kNormal = 1, kOpportunistic = 2 };
+std::string_view JobPriorityName(JobPriority p);  // "interactive", "normal", "opportunistic"
+Result<JobPriority> ParseJobPriority(std::string_view name);
+
+// How long a stopped job gets between SIGTERM and SIGKILL when it is
+// preempted and its spec does not say (CheckpointSpec::grace_ms).
+inline constexpr int64_t kDefaultStopGraceMs = 30'000;
+
+// A job that checkpoints (its spec has a checkpoint section) may be
+// preempted: stopped and requeued, resuming from its last checkpoint.
+struct CheckpointSpec {
+  int64_t interval_ms = 0;  // ask for a checkpoint this often; 0 = only before vacating
+  int64_t grace_ms = kDefaultStopGraceMs;  // SIGTERM to SIGKILL when vacating
+  std::string signal = "SIGUSR1";          // the request; "none" = no signal
+  friend bool operator==(const CheckpointSpec&, const CheckpointSpec&) = default;
+};
+
 struct JobSpec {
   std::string name;
   std::string run;                   // a shell command (sh -c), or
@@ -25,6 +44,11 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   Resources resources;
   int64_t max_runtime_ms = 0;  // 0 = no limit
+  JobPriority priority = JobPriority::kNormal;
+  std::string group = "default";  // the group (lab) whose share the job uses
+  std::optional<CheckpointSpec> checkpoint;
+
+  bool preemptible() const { return checkpoint.has_value(); }
 
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
 };
@@ -52,11 +76,26 @@ struct Job {
   int64_t updated_ms = 0;
   int64_t started_ms = 0;   // first time an attempt ran; 0 if never
   int64_t finished_ms = 0;  // 0 while not terminal
+  // When an attempt of this job was last preempted (the stop was ordered);
+  // the scheduler's anti-thrash window counts from it, across attempts.
+  std::optional<int64_t> last_preempted_ms;
+  // Displaced through no fault of its own (its node was lost): goes before
+  // the other pending jobs of its class. Cleared when it is placed again.
+  bool front = false;
 
   friend bool operator==(const Job&, const Job&) = default;
 };
 
-enum class AttemptState { kScheduled, kRunning, kSucceeded, kFailed, kCancelled, kLost };
+// preempted: stopped to make room for other work and its job requeued.
+enum class AttemptState {
+  kScheduled,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kLost,
+  kPreempted
+};
 std::string_view AttemptStateName(AttemptState s);
 Result<AttemptState> ParseAttemptState(std::string_view name);
 bool IsLive(AttemptState s);  // scheduled or running
@@ -67,12 +106,26 @@ struct Attempt {
   int32_t number = 0;  // 1, 2, ...
   std::string node_id;
   std::vector<std::string> gpu_uuids;
+  // Per GPU: 1000 for whole GPUs, the share (1..999) for a fraction. A share
+  // also holds `gpu_memory_mib` of its GPU's memory (0 = no reservation).
+  int32_t gpu_milli = 0;
+  int64_t gpu_memory_mib = 0;
   AttemptState state = AttemptState::kScheduled;
   std::optional<int32_t> exit_code;
   std::string reason;
   int64_t created_ms = 0;
   int64_t started_ms = 0;
   int64_t finished_ms = 0;
+  // Set when the scheduler ordered the attempt stopped to make room for job
+  // `preempt_for_job`; `reason` then says why. When it ends, its job is
+  // requeued (the attempt closes as preempted).
+  int64_t preempt_ms = 0;
+  int64_t preempt_for_job = 0;
+
+  // GPU milli it holds in all (per-GPU milli times GPUs).
+  int64_t TotalGpuMilli() const {
+    return static_cast<int64_t>(gpu_milli) * static_cast<int64_t>(gpu_uuids.size());
+  }
 
   friend bool operator==(const Attempt&, const Attempt&) = default;
 };

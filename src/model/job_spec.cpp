@@ -1,28 +1,24 @@
 // JobSpec parsing, validation and JSON mapping. See job_spec.h for the
 // accepted fields.
 //
-// One code path: YAML text is first turned into a nlohmann::json tree (plain
-// scalars resolved per the YAML 1.2 core schema, quoted scalars kept as
-// strings), then JobSpecFromJson converts and checks it exactly as it checks
-// an API request body, and finally ValidateJobSpec checks the invariants.
+// One code path: YAML text is first turned into a nlohmann::json tree
+// (model/yaml.h: plain scalars resolved per the YAML 1.2 core schema, quoted
+// scalars kept as strings), then JobSpecFromJson converts and checks it
+// exactly as it checks an API request body, and finally ValidateJobSpec
+// checks the invariants.
 #include "model/job_spec.h"
 
-#include <yaml-cpp/eventhandler.h>
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 
 #include "common/units.h"
+#include "model/yaml.h"
 
 namespace gpupool {
 namespace {
@@ -31,8 +27,6 @@ using nlohmann::json;
 
 // Limits. Anything beyond them is a typo or an attack, not a real job.
 constexpr size_t kMaxSpecBytes = 1 << 20;  // YAML/JSON text
-constexpr size_t kMaxYamlNodes = 100'000;  // after alias expansion
-constexpr int kMaxYamlDepth = 64;
 constexpr size_t kMaxNameChars = 128;
 constexpr size_t kMaxArgBytes = 128 * 1024;  // Linux MAX_ARG_STRLEN
 constexpr size_t kMaxCommandArgs = 4096;
@@ -45,9 +39,27 @@ constexpr int64_t kMaxGpuMemoryMib = int64_t{1} << 20;  // 1 TiB
 constexpr int64_t kMaxCpus = 1024;
 constexpr int64_t kMaxMemoryMib = int64_t{64} << 20;  // 64 TiB
 constexpr int64_t kMaxRuntimeSeconds = 365LL * 24 * 3600;
+constexpr size_t kMaxNodeLabels = 64;
+constexpr size_t kMaxLabelKeyChars = 128;
+constexpr size_t kMaxLabelValueChars = 256;
+constexpr int32_t kMaxComputeCapability = 99 * 10 + 9;  // "99.9"
+constexpr int64_t kMaxPreferWaitSeconds = 7LL * 24 * 3600;
+constexpr int64_t kDefaultPreferWaitMs = 10LL * 60 * 1000;
+constexpr int64_t kMinCheckpointIntervalSeconds = 10;
+constexpr int64_t kMaxCheckpointIntervalSeconds = 7LL * 24 * 3600;
+constexpr int64_t kMaxGraceSeconds = 3600;
 
-constexpr const char* kTopFields[] = {"name", "run", "command", "env", "resources", "max_runtime"};
-constexpr const char* kResourceFields[] = {"gpus", "gpu_memory", "gpu_models", "cpus", "memory"};
+constexpr const char* kTopFields[] = {
+    "name", "run", "command", "env", "resources", "max_runtime", "priority", "group", "checkpoint"};
+constexpr const char* kResourceFields[] = {"gpus",        "gpu_memory", "gpu_models",
+                                           "cpus",        "memory",     "min_compute_capability",
+                                           "node_labels", "prefer"};
+constexpr const char* kPreferFields[] = {"models", "wait"};
+constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal"};
+// Signals a job may ask to receive as its checkpoint request (SIGKILL and
+// SIGSTOP cannot be caught, so they could never request anything).
+constexpr const char* kCheckpointSignals[] = {"SIGUSR1", "SIGUSR2", "SIGHUP",  "SIGINT",
+                                              "SIGQUIT", "SIGTERM", "SIGALRM", "SIGWINCH"};
 
 Status Error(std::string_view path, std::string_view message) {
   std::string m(path.empty() ? "(root)" : path);
@@ -156,12 +168,38 @@ Result<int64_t> NumberToMilli(const json& j, std::string_view path, int64_t max_
 // ---------------------------------------------------------------------------
 // Range checks shared by JobSpecFromJson and ValidateJobSpec.
 
-Status CheckGpus(int64_t gpus) {
+Status CheckGpus(int64_t gpus, int64_t gpu_milli) {
   if (gpus < 0 || gpus > kMaxGpus) {
-    return Error("resources.gpus", "must be an integer from 0 to " + std::to_string(kMaxGpus) +
-                                       ", got " + std::to_string(gpus));
+    return Error("resources.gpus",
+                 "must be a whole number of GPUs from 0 to " + std::to_string(kMaxGpus) +
+                     " or a share of one GPU such as 0.5 or \"500m\", got " + std::to_string(gpus));
+  }
+  if (gpu_milli < 0 || gpu_milli >= 1000) {
+    return Error("resources.gpus",
+                 "a share of a GPU must be from 0.001 to 0.999 (1m to 999m), got " +
+                     std::to_string(gpu_milli) + "m");
+  }
+  if (gpus > 0 && gpu_milli > 0) {
+    return Error("resources.gpus", "either whole GPUs or a share of one GPU, not both");
   }
   return Status::Ok();
+}
+
+// Text of a duration limit, e.g. "365d".
+std::string Limit(int64_t seconds) { return FormatDurationMs(seconds * 1000); }
+
+Status CheckDurationMs(std::string_view path, int64_t ms, int64_t min_seconds,
+                       int64_t max_seconds) {
+  if (ms < min_seconds * 1000 || ms > max_seconds * 1000) {
+    return Error(path, "must be from " + Limit(min_seconds) + " to " + Limit(max_seconds) +
+                           ", got " + FormatDurationMs(ms));
+  }
+  return Status::Ok();
+}
+
+// "8.6" for 86.
+std::string ComputeCapabilityText(int32_t cc) {
+  return std::to_string(cc / 10) + "." + std::to_string(cc % 10);
 }
 
 Status CheckMebibytes(std::string_view path, int64_t mib, int64_t max_mib) {
@@ -193,31 +231,6 @@ Status CheckRuntimeMs(int64_t ms) {
 Status CheckNoNul(std::string_view path, std::string_view s) {
   if (s.find('\0') != std::string_view::npos) return Error(path, "must not contain a NUL byte");
   return Status::Ok();
-}
-
-// Returns the offset of the first byte that is not part of well-formed UTF-8
-// (no overlongs, surrogates or code points past U+10FFFF), or npos.
-size_t InvalidUtf8Offset(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    auto b = static_cast<unsigned char>(s[i]);
-    size_t len = b < 0x80           ? 1
-                 : (b >> 5) == 0x6  ? 2
-                 : (b >> 4) == 0xE  ? 3
-                 : (b >> 3) == 0x1E ? 4
-                                    : 0;
-    if (len == 0 || i + len > s.size()) return i;
-    uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
-    for (size_t k = 1; k < len; ++k) {
-      auto c = static_cast<unsigned char>(s[i + k]);
-      if ((c & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    constexpr uint32_t kMinForLength[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMinForLength[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::string_view::npos;
 }
 
 // Strings that reach a process (argv, environment) or JSON output.
@@ -308,38 +321,207 @@ Result<int64_t> SizeField(const json& j, std::string_view path) {
   return *mib;
 }
 
+// "gpus": an integer (whole GPUs), a fraction below 1 (0.5) or an amount
+// text ("500m", "0.25", "2"): a share of one GPU in thousandths.
+Status ParseGpus(const json& v, Resources& out) {
+  constexpr std::string_view kPath = "resources.gpus";
+  const std::string range = "must be a whole number of GPUs from 0 to " + std::to_string(kMaxGpus) +
+                            " or a share of one GPU such as 0.5 or \"500m\", got " + Got(v);
+  const std::string not_whole =
+      "a share of a GPU must be less than 1; more than one GPU must be a whole number, got " +
+      Got(v);
+  int64_t milli = 0;
+  if (auto n = IntegralValue(v)) {
+    if (*n < 0 || *n > kMaxGpus) return Error(kPath, range);
+    out.gpus = static_cast<int32_t>(*n);
+    return Status::Ok();
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (!std::isfinite(d) || d < 0 || d > static_cast<double>(kMaxGpus)) {
+      return Error(kPath, range);
+    }
+    if (d > 1) return Error(kPath, not_whole);
+    GP_ASSIGN_OR_RETURN(milli, NumberToMilli(v, kPath, 1, range));
+  } else if (v.is_string()) {
+    auto m = ParseMilli(v.get_ref<const std::string&>());
+    if (!m.ok()) return m.status().WithContext(kPath);
+    milli = *m;
+    if (milli % 1000 != 0 && milli > 1000) return Error(kPath, not_whole);
+    if (milli > kMaxGpus * 1000) return Error(kPath, range);
+  } else {
+    return Error(kPath, range);
+  }
+  if (milli % 1000 == 0) {
+    out.gpus = static_cast<int32_t>(milli / 1000);
+  } else {
+    out.gpu_milli = static_cast<int32_t>(milli);
+  }
+  return Status::Ok();
+}
+
+// A list of GPU model names, or a single one.
+Result<std::vector<std::string>> ModelList(const json& v, const std::string& path) {
+  std::vector<std::string> models;
+  if (v.is_string()) {
+    models.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.size() > kMaxGpuModels) {
+      return Error(path, "at most " + std::to_string(kMaxGpuModels) + " models, got " +
+                             std::to_string(v.size()));
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+      GP_ASSIGN_OR_RETURN(std::string model,
+                          StringField(v[i], path + "[" + std::to_string(i) + "]"));
+      models.push_back(std::move(model));
+    }
+  } else {
+    return Error(path, "must be a string or a list of strings, got " + Got(v));
+  }
+  return models;
+}
+
+// "8.0", "8.6", 7.5 or 9: major.minor, stored as major * 10 + minor.
+Result<int32_t> ComputeCapabilityField(const json& v) {
+  constexpr std::string_view kPath = "resources.min_compute_capability";
+  std::string text;
+  if (v.is_string()) {
+    text = v.get<std::string>();
+  } else if (v.is_number() && !v.is_number_float()) {
+    text = v.dump();
+  } else if (v.is_number_float() && std::isfinite(v.get<double>()) && v.get<double>() >= 0 &&
+             v.get<double>() < 1000) {
+    // The shortest text that reads back as the same double: 8.6 -> "8.6".
+    text = v.dump();
+  } else {
+    return Error(kPath, "must be a compute capability such as \"8.0\", got " + Got(v));
+  }
+  size_t dot = text.find('.');
+  std::string_view major = std::string_view(text).substr(0, dot);
+  std::string_view minor =
+      dot == std::string::npos ? std::string_view("0") : std::string_view(text).substr(dot + 1);
+  auto digits = [](std::string_view d) {
+    return !d.empty() &&
+           std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (!digits(major) || major.size() > 2 || !digits(minor) || minor.size() != 1) {
+    return Error(
+        kPath,
+        "must be MAJOR.MINOR with one minor digit, such as \"8.0\" or \"8.6\", got " + Got(v));
+  }
+  int32_t cc = std::stoi(std::string(major)) * 10 + (minor[0] - '0');
+  if (cc < 10 || cc > kMaxComputeCapability) {
+    return Error(kPath, "must be from 1.0 to 99.9, got " + Got(v));
+  }
+  return cc;
+}
+
+Status CheckLabel(const std::string& key, const std::string& value) {
+  std::string path = "resources.node_labels." + key;
+  bool ok = !key.empty() && key.size() <= kMaxLabelKeyChars;
+  for (char c : key) {
+    ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                c == '.' || c == '_' || c == '-' || c == '/');
+  }
+  if (!ok) {
+    return Error(path, "invalid label name (1 to " + std::to_string(kMaxLabelKeyChars) +
+                           " characters of A-Z, a-z, 0-9, '.', '_', '-' and '/')");
+  }
+  if (value.size() > kMaxLabelValueChars) {
+    return Error(path, "at most " + std::to_string(kMaxLabelValueChars) + " characters");
+  }
+  return CheckText(path, value);
+}
+
+Status ParseNodeLabels(const json& v, Resources& out) {
+  constexpr std::string_view kPath = "resources.node_labels";
+  if (!v.is_object()) return Error(kPath, "expected a mapping of label: value, got " + Got(v));
+  if (v.size() > kMaxNodeLabels) {
+    return Error(kPath, "at most " + std::to_string(kMaxNodeLabels) + " labels, got " +
+                            std::to_string(v.size()));
+  }
+  for (const auto& [key, value] : v.items()) {
+    std::string path = std::string(kPath) + "." + key;
+    std::string text;
+    if (value.is_string()) {
+      text = value.get<std::string>();
+    } else if (value.is_boolean() || (value.is_number() && !value.is_number_float())) {
+      text = value.dump();  // rack: 3 means "3"
+    } else {
+      std::string hint = value.is_number_float() ? " (quote it: \"" + value.dump() + "\")" : "";
+      return Error(path, "must be a string, got " + Got(value) + hint);
+    }
+    GP_RETURN_IF_ERROR(CheckLabel(key, text));
+    out.node_labels[key] = std::move(text);
+  }
+  return Status::Ok();
+}
+
+// A duration given as text ("10m") or a number of seconds.
+Result<int64_t> DurationField(const json& v, const std::string& path, int64_t max_seconds) {
+  if (v.is_string()) {
+    auto ms = ParseDurationMs(v.get_ref<const std::string&>());
+    if (!ms.ok()) return ms.status().WithContext(path);
+    return *ms;
+  }
+  if (v.is_number()) {
+    return NumberToMilli(v, path, max_seconds,
+                         "must be a number of seconds from 0 to " + std::to_string(max_seconds) +
+                             " (" + Limit(max_seconds) + ")");
+  }
+  return Error(path, "must be a duration such as \"10m\" or a number of seconds, got " + Got(v));
+}
+
+Status ParsePrefer(const json& v, Resources& out) {
+  if (!v.is_object()) {
+    return Error("resources.prefer",
+                 "expected a mapping such as {models: [A100], wait: 10m}, got " + Got(v));
+  }
+  GP_RETURN_IF_ERROR(CheckKnownFields(v, "resources.prefer.", kPreferFields));
+  const json* models = Field(v, "models");
+  if (models == nullptr) return Error("resources.prefer.models", "is required");
+  GP_ASSIGN_OR_RETURN(out.preferred_models, ModelList(*models, "resources.prefer.models"));
+  if (out.preferred_models.empty()) return Error("resources.prefer.models", "must not be empty");
+  out.prefer_wait_ms = kDefaultPreferWaitMs;
+  if (const json* w = Field(v, "wait")) {
+    GP_ASSIGN_OR_RETURN(out.prefer_wait_ms,
+                        DurationField(*w, "resources.prefer.wait", kMaxPreferWaitSeconds));
+  }
+  return Status::Ok();
+}
+
+Status ParseCheckpoint(const json& v, CheckpointSpec& out) {
+  if (!v.is_object()) {
+    return Error("checkpoint",
+                 "expected a mapping such as {interval: 30m, grace: 60s}, got " + Got(v));
+  }
+  GP_RETURN_IF_ERROR(CheckKnownFields(v, "checkpoint.", kCheckpointFields));
+  if (const json* i = Field(v, "interval")) {
+    GP_ASSIGN_OR_RETURN(out.interval_ms,
+                        DurationField(*i, "checkpoint.interval", kMaxCheckpointIntervalSeconds));
+  }
+  if (const json* g = Field(v, "grace")) {
+    GP_ASSIGN_OR_RETURN(out.grace_ms, DurationField(*g, "checkpoint.grace", kMaxGraceSeconds));
+  }
+  if (const json* s = Field(v, "signal")) {
+    GP_ASSIGN_OR_RETURN(out.signal, StringField(*s, "checkpoint.signal"));
+    // "USR1" is SIGUSR1.
+    if (out.signal != "none" && !out.signal.starts_with("SIG")) out.signal = "SIG" + out.signal;
+  }
+  return Status::Ok();
+}
+
 Status ParseResources(const json& j, Resources& out) {
   if (!j.is_object()) return Error("resources", "expected a mapping, got " + Got(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "resources.", kResourceFields));
-  if (const json* v = Field(j, "gpus")) {
-    auto n = IntegralValue(*v);
-    if (!n || *n < 0 || *n > kMaxGpus) {
-      return Error("resources.gpus",
-                   "must be an integer from 0 to " + std::to_string(kMaxGpus) + ", got " + Got(*v));
-    }
-    out.gpus = static_cast<int32_t>(*n);
-  }
+  if (const json* v = Field(j, "gpus")) GP_RETURN_IF_ERROR(ParseGpus(*v, out));
   if (const json* v = Field(j, "gpu_memory")) {
     GP_ASSIGN_OR_RETURN(out.gpu_memory_mib, SizeField(*v, "resources.gpu_memory"));
     GP_RETURN_IF_ERROR(
         CheckMebibytes("resources.gpu_memory", out.gpu_memory_mib, kMaxGpuMemoryMib));
   }
   if (const json* v = Field(j, "gpu_models")) {
-    if (v->is_string()) {
-      out.gpu_models.push_back(v->get<std::string>());
-    } else if (v->is_array()) {
-      if (v->size() > kMaxGpuModels) {
-        return Error("resources.gpu_models", "at most " + std::to_string(kMaxGpuModels) +
-                                                 " models, got " + std::to_string(v->size()));
-      }
-      for (size_t i = 0; i < v->size(); ++i) {
-        std::string path = "resources.gpu_models[" + std::to_string(i) + "]";
-        GP_ASSIGN_OR_RETURN(std::string model, StringField((*v)[i], path));
-        out.gpu_models.push_back(std::move(model));
-      }
-    } else {
-      return Error("resources.gpu_models", "must be a string or a list of strings, got " + Got(*v));
-    }
+    GP_ASSIGN_OR_RETURN(out.gpu_models, ModelList(*v, "resources.gpu_models"));
   }
   if (const json* v = Field(j, "cpus")) {
     constexpr std::string_view kPath = "resources.cpus";
@@ -358,6 +540,11 @@ Status ParseResources(const json& j, Resources& out) {
     GP_ASSIGN_OR_RETURN(out.memory_mib, SizeField(*v, "resources.memory"));
     GP_RETURN_IF_ERROR(CheckMebibytes("resources.memory", out.memory_mib, kMaxMemoryMib));
   }
+  if (const json* v = Field(j, "min_compute_capability")) {
+    GP_ASSIGN_OR_RETURN(out.min_compute_capability, ComputeCapabilityField(*v));
+  }
+  if (const json* v = Field(j, "node_labels")) GP_RETURN_IF_ERROR(ParseNodeLabels(*v, out));
+  if (const json* v = Field(j, "prefer")) GP_RETURN_IF_ERROR(ParsePrefer(*v, out));
   return Status::Ok();
 }
 
@@ -382,283 +569,15 @@ Status ParseEnv(const json& j, std::map<std::string, std::string>& out) {
   return Status::Ok();
 }
 
-// ---------------------------------------------------------------------------
-// YAML to JSON.
-
-bool IsDigits(std::string_view s, int base) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    bool ok = base == 8    ? (c >= '0' && c <= '7')
-              : base == 10 ? (c >= '0' && c <= '9')
-                           : std::isxdigit(static_cast<unsigned char>(c)) != 0;
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
-bool IsCoreFloat(std::string_view s) {
-  size_t i = 0;
-  auto digits = [&] {
-    size_t start = i;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
-    return i - start;
-  };
-  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-  size_t whole = digits();
-  size_t frac = 0;
-  if (i < s.size() && s[i] == '.') {
-    ++i;
-    frac = digits();
-  }
-  if (whole == 0 && frac == 0) return false;
-  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-    ++i;
-    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
-    if (digits() == 0) return false;
-  }
-  return i == s.size();
-}
-
-// Resolves a plain scalar per the YAML 1.2 core schema: null, bool, int,
-// float, else string.
-Result<json> ResolvePlainScalar(const std::string& s, std::string_view path) {
-  if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return json(nullptr);
-  if (s == "true" || s == "True" || s == "TRUE") return json(true);
-  if (s == "false" || s == "False" || s == "FALSE") return json(false);
-
-  std::string_view body = s;
-  bool negative = false;
-  if (!body.empty() && (body[0] == '-' || body[0] == '+')) {
-    negative = body[0] == '-';
-    body.remove_prefix(1);
-  }
-  int base = 0;
-  if (IsDigits(body, 10)) {
-    base = 10;
-  } else if (s.starts_with("0o") && IsDigits(s.substr(2), 8)) {
-    base = 8;
-    body = std::string_view(s).substr(2);
-  } else if (s.starts_with("0x") && IsDigits(s.substr(2), 16)) {
-    base = 16;
-    body = std::string_view(s).substr(2);
-  }
-  if (base != 0) {
-    uint64_t u = 0;
-    auto [ptr, ec] = std::from_chars(body.data(), body.data() + body.size(), u, base);
-    if (ec == std::errc() && ptr == body.data() + body.size()) {
-      constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-      if (!negative) return u <= kMax ? json(static_cast<int64_t>(u)) : json(u);
-      if (u <= kMax + 1) return json(static_cast<int64_t>(0 - u));
-    }
-    if (base != 10) return Error(path, "integer " + Quote(s) + " out of range");
-    // Decimal integers too large for 64 bits become floats, so range checks
-    // report them instead of a type error.
-  }
-
-  if (IsCoreFloat(s)) {
-    std::string_view f = s;
-    if (f[0] == '+') f.remove_prefix(1);
-    double d = 0;
-    auto [ptr, ec] = std::from_chars(f.data(), f.data() + f.size(), d);
-    if (ec == std::errc::result_out_of_range) {
-      // Overflow becomes infinity (rejected by range checks), underflow zero.
-      bool tiny = f.find("e-") != std::string_view::npos || f.find("E-") != std::string_view::npos;
-      d = tiny ? 0.0 : negative ? -HUGE_VAL : HUGE_VAL;
-    } else if (ec != std::errc() || ptr != f.data() + f.size()) {
-      return json(s);
-    }
-    return json(d);
-  }
-  std::string_view abs = s;
-  if (!abs.empty() && (abs[0] == '-' || abs[0] == '+')) abs.remove_prefix(1);
-  if (abs == ".inf" || abs == ".Inf" || abs == ".INF") {
-    return json(negative ? -std::numeric_limits<double>::infinity()
-                         : std::numeric_limits<double>::infinity());
-  }
-  if (s == ".nan" || s == ".NaN" || s == ".NAN") {
-    return json(std::numeric_limits<double>::quiet_NaN());
-  }
-  return json(s);
-}
-
-class YamlToJson {
- public:
-  // `values_as_text`: the scalar values of this mapping are kept as written
-  // (used for env, whose values are text whatever they look like).
-  Result<json> Convert(const YAML::Node& node, const std::string& path, int depth,
-                       bool values_as_text) {
-    if (++nodes_ > kMaxYamlNodes) return Error("", "spec too large (too many values)");
-    if (depth > kMaxYamlDepth) return Error(path, "nested too deeply");
-    switch (node.Type()) {
-      case YAML::NodeType::Undefined:
-      case YAML::NodeType::Null:
-        return json(nullptr);
-      case YAML::NodeType::Scalar:
-        return ConvertScalar(node, path);
-      case YAML::NodeType::Sequence: {
-        json arr = json::array();
-        size_t i = 0;
-        for (const auto& child : node) {
-          GP_ASSIGN_OR_RETURN(
-              json v, Convert(child, path + "[" + std::to_string(i) + "]", depth + 1, false));
-          arr.push_back(std::move(v));
-          ++i;
-        }
-        return arr;
-      }
-      case YAML::NodeType::Map: {
-        json obj = json::object();
-        for (const auto& kv : node) {
-          if (!kv.first.IsScalar()) {
-            return Error(path, "mapping keys must be plain text, not lists or mappings");
-          }
-          const std::string& key = kv.first.Scalar();
-          std::string child_path = path.empty() ? key : path + "." + key;
-          if (obj.contains(key)) return Error(child_path, "duplicate key");
-          json value;
-          if (values_as_text && kv.second.IsScalar()) {
-            value = kv.second.Scalar();
-          } else {
-            bool text = depth == 0 && key == "env";
-            GP_ASSIGN_OR_RETURN(value, Convert(kv.second, child_path, depth + 1, text));
-          }
-          obj[key] = std::move(value);
-        }
-        return obj;
-      }
-    }
-    return Error(path, "unsupported YAML node");
-  }
-
- private:
-  Result<json> ConvertScalar(const YAML::Node& node, const std::string& path) {
-    const std::string& tag = node.Tag();
-    const std::string& s = node.Scalar();
-    constexpr std::string_view kCore = "tag:yaml.org,2002:";
-    if (tag == "!" || tag == "tag:yaml.org,2002:str") return json(s);
-    if (tag == "?" || tag.empty()) return ResolvePlainScalar(s, path);
-    if (tag.starts_with(kCore)) {
-      std::string_view type = std::string_view(tag).substr(kCore.size());
-      GP_ASSIGN_OR_RETURN(json v, ResolvePlainScalar(s, path));
-      bool match = (type == "int" && v.is_number_integer()) || (type == "float" && v.is_number()) ||
-                   (type == "bool" && v.is_boolean()) || (type == "null" && v.is_null());
-      if (!match) return Error(path, Quote(s) + " is not a valid !!" + std::string(type));
-      if (type == "float") return json(v.get<double>());
-      return v;
-    }
-    return Error(path, "unsupported tag " + Quote(tag));
-  }
-
-  size_t nodes_ = 0;
-};
-
-// Counts the documents of a YAML stream without building them. yaml-cpp 0.7's
-// LoadAll loops forever, allocating, on a stray top-level token such as ","
-// (jbeder/yaml-cpp#1040, fixed upstream by #1319): every pass yields another
-// empty document. Counting stops after a few, and the first event's position
-// says where the junk is.
-class DocumentCounter final : public YAML::EventHandler {
- public:
-  struct Summary {
-    int documents = 0;  // capped at kMaxCounted
-    bool first_only_null = false;
-    YAML::Mark first_mark;  // of the first document's first node
-  };
-  static constexpr int kMaxCounted = 3;
-
-  static Summary Count(const std::string& text) {
-    std::istringstream in(text);
-    YAML::Parser parser(in);
-    DocumentCounter counter;
-    while (counter.summary_.documents < kMaxCounted && parser.HandleNextDocument(counter)) {
-      ++counter.summary_.documents;
-    }
-    return counter.summary_;
-  }
-
-  void OnDocumentStart(const YAML::Mark&) override { events_ = 0; }
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { Event(mark, true); }
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { Event(mark, false); }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                const std::string&) override {
-    Event(mark, false);
-  }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                       YAML::EmitterStyle::value) override {
-    Event(mark, false);
-  }
-  void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
-                  YAML::EmitterStyle::value) override {
-    Event(mark, false);
-  }
-  void OnMapEnd() override {}
-
- private:
-  void Event(const YAML::Mark& mark, bool null) {
-    if (summary_.documents == 0 && events_++ == 0) {
-      summary_.first_mark = mark;
-      summary_.first_only_null = null;
-    }
-  }
-
-  Summary summary_;
-  int events_ = 0;
-};
-
-std::string Position(const YAML::Mark& mark) {
-  return "line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1);
-}
-
 }  // namespace
 
 Result<JobSpec> ParseJobSpec(std::string_view text) {
-  if (text.size() > kMaxSpecBytes) {
-    return Error("", "spec too large: " + std::to_string(text.size()) + " bytes, at most " +
-                         std::to_string(kMaxSpecBytes));
-  }
-  if (size_t bad = InvalidUtf8Offset(text); bad != std::string_view::npos) {
-    // yaml-cpp would pass bad bytes through (or stop at a NUL byte).
-    size_t line_start = text.rfind('\n', bad == 0 ? 0 : bad - 1);
-    line_start = line_start == std::string_view::npos || bad == 0 ? 0 : line_start + 1;
-    size_t line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(bad), '\n');
-    return Status::InvalidArgument("line " + std::to_string(line) + ", column " +
-                                   std::to_string(bad - line_start + 1) + ": not valid UTF-8");
-  }
-  if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    return Error("", "spec contains a NUL byte at offset " + std::to_string(nul));
-  }
-  const std::string str(text);
-  json j;
-  try {
-    DocumentCounter::Summary docs = DocumentCounter::Count(str);
-    if (docs.documents > 1) {
-      // An empty first document stops at the next "---"; anything else
-      // there is junk the parser skipped.
-      const YAML::Mark& at = docs.first_mark;
-      if (docs.first_only_null && !at.is_null() && at.pos >= 0 &&
-          static_cast<size_t>(at.pos) < str.size() &&
-          str.compare(static_cast<size_t>(at.pos), 3, "---") != 0 &&
-          str.compare(static_cast<size_t>(at.pos), 3, "...") != 0) {
-        return Status::InvalidArgument(Position(at) + ": unexpected content; expected a mapping");
-      }
-      return Error("", "expected one YAML document, got " +
-                           std::string(docs.documents >= DocumentCounter::kMaxCounted
-                                           ? "more than 2"
-                                           : std::to_string(docs.documents)));
-    }
-    YAML::Node root = YAML::Load(str);
-    if (docs.documents == 0 || root.IsNull()) {
-      return Error("", "empty spec; expected a mapping with run or command");
-    }
-    YamlToJson converter;
-    GP_ASSIGN_OR_RETURN(j, converter.Convert(root, "", 0, false));
-  } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) return Status::InvalidArgument("invalid YAML: " + e.msg);
-    return Status::InvalidArgument(Position(e.mark) + ": " + e.msg);
-  }
+  YamlOptions options;
+  options.what = "spec";
+  options.max_bytes = kMaxSpecBytes;
+  options.empty_message = "empty spec; expected a mapping with run or command";
+  options.text_valued_keys = {"env"};
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options));
   return JobSpecFromJson(j);
 }
 
@@ -714,6 +633,20 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
                    "must be a duration such as \"2h\" or a number of seconds, got " + Got(*v));
     }
   }
+  if (const json* v = Field(j, "priority")) {
+    GP_ASSIGN_OR_RETURN(std::string text, StringField(*v, "priority"));
+    auto p = ParseJobPriority(text);
+    if (!p.ok()) return p.status().WithContext("priority");
+    spec.priority = *p;
+  }
+  if (const json* v = Field(j, "group")) {
+    GP_ASSIGN_OR_RETURN(spec.group, StringField(*v, "group"));
+  }
+  if (const json* v = Field(j, "checkpoint")) {
+    CheckpointSpec checkpoint;
+    GP_RETURN_IF_ERROR(ParseCheckpoint(*v, checkpoint));
+    spec.checkpoint = std::move(checkpoint);
+  }
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec));
   return spec;
 }
@@ -766,7 +699,7 @@ Status ValidateJobSpec(const JobSpec& spec) {
     GP_RETURN_IF_ERROR(CheckText("env." + name, value));
   }
   const Resources& r = spec.resources;
-  GP_RETURN_IF_ERROR(CheckGpus(r.gpus));
+  GP_RETURN_IF_ERROR(CheckGpus(r.gpus, r.gpu_milli));
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.gpu_memory", r.gpu_memory_mib, kMaxGpuMemoryMib));
   if (r.gpu_models.size() > kMaxGpuModels) {
     return Error("resources.gpu_models", "at most " + std::to_string(kMaxGpuModels) +
@@ -785,7 +718,66 @@ Status ValidateJobSpec(const JobSpec& spec) {
   }
   GP_RETURN_IF_ERROR(CheckCpuMilli(r.cpu_milli));
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.memory", r.memory_mib, kMaxMemoryMib));
+  if (r.min_compute_capability != 0 &&
+      (r.min_compute_capability < 10 || r.min_compute_capability > kMaxComputeCapability)) {
+    return Error("resources.min_compute_capability", "must be from 1.0 to 99.9, got " +
+                                                         std::to_string(r.min_compute_capability) +
+                                                         " (major * 10 + minor)");
+  }
+  if (r.node_labels.size() > kMaxNodeLabels) {
+    return Error("resources.node_labels", "at most " + std::to_string(kMaxNodeLabels) + " labels");
+  }
+  for (const auto& [key, value] : r.node_labels) GP_RETURN_IF_ERROR(CheckLabel(key, value));
+  if (r.preferred_models.size() > kMaxGpuModels) {
+    return Error("resources.prefer.models", "at most " + std::to_string(kMaxGpuModels) + " models");
+  }
+  for (size_t i = 0; i < r.preferred_models.size(); ++i) {
+    const std::string& model = r.preferred_models[i];
+    std::string path = "resources.prefer.models[" + std::to_string(i) + "]";
+    if (model.find_first_not_of(" \t") == std::string::npos)
+      return Error(path, "must not be empty");
+    if (model.size() > kMaxGpuModelChars) {
+      return Error(path, "at most " + std::to_string(kMaxGpuModelChars) + " characters");
+    }
+    GP_RETURN_IF_ERROR(CheckText(path, model));
+    // A preferred model must be allowed: "A100-SXM4-80GB" is an "A100".
+    bool allowed = r.gpu_models.empty() ||
+                   std::any_of(r.gpu_models.begin(), r.gpu_models.end(),
+                               [&](const std::string& m) { return GpuModelMatches(model, m); });
+    if (!allowed) {
+      return Error(path, Quote(model) + " is not one of resources.gpu_models");
+    }
+  }
+  if (r.preferred_models.empty() && r.prefer_wait_ms != 0) {
+    return Error("resources.prefer.models", "is required with resources.prefer.wait");
+  }
+  GP_RETURN_IF_ERROR(
+      CheckDurationMs("resources.prefer.wait", r.prefer_wait_ms, 0, kMaxPreferWaitSeconds));
   GP_RETURN_IF_ERROR(CheckRuntimeMs(spec.max_runtime_ms));
+  if (static_cast<int>(spec.priority) < 0 || static_cast<int>(spec.priority) > 2) {
+    return Error("priority", "must be interactive, normal or opportunistic");
+  }
+  if (!IsValidName(spec.group)) {
+    return Error("group", "must be 1 to " + std::to_string(kMaxNameChars) +
+                              " characters of A-Z, a-z, 0-9, '.', '_' and '-', got " +
+                              Quote(spec.group));
+  }
+  if (spec.checkpoint) {
+    const CheckpointSpec& c = *spec.checkpoint;
+    if (c.interval_ms != 0) {
+      GP_RETURN_IF_ERROR(CheckDurationMs("checkpoint.interval", c.interval_ms,
+                                         kMinCheckpointIntervalSeconds,
+                                         kMaxCheckpointIntervalSeconds));
+    }
+    GP_RETURN_IF_ERROR(CheckDurationMs("checkpoint.grace", c.grace_ms, 1, kMaxGraceSeconds));
+    bool known = c.signal == "none";
+    for (const char* sig : kCheckpointSignals) known = known || c.signal == sig;
+    if (!known) {
+      return Error("checkpoint.signal",
+                   "unknown signal " + Quote(c.signal) + " (one of: none, " +
+                       Join(std::begin(kCheckpointSignals), std::end(kCheckpointSignals)) + ")");
+    }
+  }
   return Status::Ok();
 }
 
@@ -797,13 +789,36 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (!spec.env.empty()) j["env"] = spec.env;
   const Resources& r = spec.resources;
   json res = json::object();
-  res["gpus"] = r.gpus;
+  // A share is written as a fraction (0.5), which reads back exactly.
+  if (r.gpu_milli > 0) {
+    res["gpus"] = static_cast<double>(r.gpu_milli) / 1000.0;
+  } else {
+    res["gpus"] = r.gpus;
+  }
   if (r.gpu_memory_mib != 0) res["gpu_memory"] = ExactMebibytes(r.gpu_memory_mib);
   if (!r.gpu_models.empty()) res["gpu_models"] = r.gpu_models;
   if (r.cpu_milli != 0) res["cpus"] = FormatMilli(r.cpu_milli);
   if (r.memory_mib != 0) res["memory"] = ExactMebibytes(r.memory_mib);
+  if (r.min_compute_capability != 0) {
+    res["min_compute_capability"] = ComputeCapabilityText(r.min_compute_capability);
+  }
+  if (!r.node_labels.empty()) res["node_labels"] = r.node_labels;
+  if (!r.preferred_models.empty()) {
+    res["prefer"] = {{"models", r.preferred_models}, {"wait", ExactDuration(r.prefer_wait_ms)}};
+  }
   j["resources"] = std::move(res);
   if (spec.max_runtime_ms != 0) j["max_runtime"] = ExactDuration(spec.max_runtime_ms);
+  if (spec.priority != JobPriority::kNormal) j["priority"] = JobPriorityName(spec.priority);
+  if (spec.group != "default") j["group"] = spec.group;
+  if (spec.checkpoint) {
+    json c = json::object();
+    if (spec.checkpoint->interval_ms != 0) {
+      c["interval"] = ExactDuration(spec.checkpoint->interval_ms);
+    }
+    c["grace"] = ExactDuration(spec.checkpoint->grace_ms);
+    c["signal"] = spec.checkpoint->signal;
+    j["checkpoint"] = std::move(c);
+  }
   return j;
 }
 

@@ -13,12 +13,30 @@
 //   env: {NAME: string}   names match [A-Za-z_][A-Za-z0-9_]*; values are strings,
 //                         numbers or booleans (converted to text)
 //   resources:
-//     gpus: integer 0..64
-//     gpu_memory: size ("24GiB"), per GPU, at most 1 TiB
-//     gpu_models: [string] or a single string
+//     gpus: whole GPUs, an integer 0..64; or a share of one GPU: a fraction
+//           below 1 (0.5) or an amount ("500m", "0.25"), at most 3 decimals.
+//           A fraction above 1 that is not whole (1.5) is rejected.
+//     gpu_memory: size ("24GiB"), at most 1 TiB. Whole GPUs: the minimum
+//           memory of each GPU. A share: the GPU memory the share takes
+//           (reserved on its GPU); absent = no memory reservation.
+//     gpu_models: [string] or a single string; allowed models (any if absent)
+//     min_compute_capability: "MAJOR.MINOR" ("8.0") or a number (8.6)
+//     node_labels: {name: value}; every one must match the node's labels
+//     prefer: {models: [string], wait: duration (default 10m, at most 7d)}
+//           preferred models, used alone until `wait` after submission
 //     cpus: number ("2", 0.5, "500m"), at most 1024
 //     memory: size, at most 64 TiB
 //   max_runtime: duration ("2h", "90s", or a number of seconds), at most 365d
+//   priority: interactive | normal | opportunistic    (default normal)
+//   group: the group (lab) whose share the job uses; same rules as name
+//                                                     (default "default")
+//   checkpoint: the job checkpoints, so it may be preempted (stopped and
+//               requeued). Its own fields are optional:
+//     interval: duration, 10s..7d; how often the agent asks for a
+//           checkpoint (absent = only before vacating)
+//     grace: duration, 1s..1h (default 30s); SIGTERM to SIGKILL on vacating
+//     signal: SIGUSR1 (default), SIGUSR2, SIGHUP, SIGINT, SIGQUIT, SIGTERM,
+//           SIGALRM, SIGWINCH (the "SIG" may be left out), or none
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

@@ -160,12 +160,15 @@ TEST(ParseJobSpec, Yaml12CoreSchema) {
   EXPECT_THAT(ParseError("run: x\nresources: {gpus: 0xFFFFFFFFFFFFFFFFFF}"),
               HasSubstr("resources.gpus: integer \"0xFFFFFFFFFFFFFFFFFF\" out of range"));
   EXPECT_THAT(ParseError("run: x\nresources: {gpus: 99999999999999999999999}"),
-              HasSubstr("resources.gpus: must be an integer from 0 to 64, got 9.99"));
+              HasSubstr("resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of "
+                        "one GPU such as 0.5 or \"500m\", got 9.99"));
   EXPECT_THAT(ParseError("run: x\nresources: {gpus: -9223372036854775808}"),
-              HasSubstr("resources.gpus: must be an integer from 0 to 64, got "
+              HasSubstr("resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of "
+                        "one GPU such as 0.5 or \"500m\", got "
                         "-9223372036854775808"));
   EXPECT_THAT(ParseError("run: x\nresources: {gpus: 18446744073709551615}"),
-              HasSubstr("resources.gpus: must be an integer from 0 to 64, got "
+              HasSubstr("resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of "
+                        "one GPU such as 0.5 or \"500m\", got "
                         "18446744073709551615"));
 }
 
@@ -265,6 +268,101 @@ TEST(ParseJobSpec, AliasesWork) {
 
 // ---------------------------------------------------------------------------
 // Field by field.
+
+TEST(ParseJobSpec, SchedulingFields) {
+  JobSpec s = MustParse(R"(
+run: python3 notebook.py
+priority: interactive
+group: vision-lab
+resources:
+  gpus: 0.5
+  gpu_memory: 20GiB
+  gpu_models: [A100, L40S]
+  min_compute_capability: "8.6"
+  node_labels: {zone: eu-1, rack: 3, ib: true}
+  prefer: {models: [L40S], wait: 15m}
+checkpoint:
+  interval: 30m
+  grace: 60s
+  signal: USR2
+)");
+  EXPECT_EQ(s.resources.gpus, 0);
+  EXPECT_EQ(s.resources.gpu_milli, 500);
+  EXPECT_EQ(s.resources.TotalGpuMilli(), 500);
+  EXPECT_EQ(s.resources.gpu_memory_mib, 20 * 1024);
+  EXPECT_EQ(s.resources.min_compute_capability, 86);
+  EXPECT_EQ(s.resources.node_labels,
+            (std::map<std::string, std::string>{{"zone", "eu-1"}, {"rack", "3"}, {"ib", "true"}}));
+  EXPECT_EQ(s.resources.preferred_models, std::vector<std::string>{"L40S"});
+  EXPECT_EQ(s.resources.prefer_wait_ms, 15 * 60'000);
+  EXPECT_EQ(s.priority, JobPriority::kInteractive);
+  EXPECT_EQ(s.group, "vision-lab");
+  ASSERT_TRUE(s.checkpoint.has_value());
+  EXPECT_TRUE(s.preemptible());
+  EXPECT_EQ(*s.checkpoint, (CheckpointSpec{30 * 60'000, 60'000, "SIGUSR2"}));
+  ExpectRoundTrip(s);
+}
+
+TEST(ParseJobSpec, SchedulingDefaults) {
+  JobSpec s = MustParse("run: x");
+  EXPECT_EQ(s.priority, JobPriority::kNormal);
+  EXPECT_EQ(s.group, "default");
+  EXPECT_FALSE(s.checkpoint.has_value());
+  EXPECT_FALSE(s.preemptible());
+  // An empty checkpoint section still makes the job preemptible, with defaults.
+  JobSpec c = MustParse("run: x\ncheckpoint: {}\nresources: {prefer: {models: T4}}");
+  ASSERT_TRUE(c.checkpoint.has_value());
+  EXPECT_EQ(*c.checkpoint, (CheckpointSpec{0, 30'000, "SIGUSR1"}));
+  EXPECT_EQ(c.resources.preferred_models, std::vector<std::string>{"T4"});
+  EXPECT_EQ(c.resources.prefer_wait_ms, 10 * 60'000);  // prefer.wait defaults to 10m
+  EXPECT_EQ(MustParse("run: x\ncheckpoint: {signal: none}").checkpoint->signal, "none");
+  // A preferred model may be more specific than an allowed one.
+  EXPECT_EQ(MustParse("run: x\nresources: {gpu_models: A100, prefer: {models: A100-SXM4-80GB}}")
+                .resources.preferred_models,
+            std::vector<std::string>{"A100-SXM4-80GB"});
+}
+
+TEST(ParseJobSpec, GpuFractions) {
+  struct Case {
+    const char* gpus;
+    int32_t whole;
+    int32_t milli;
+  };
+  for (const Case& c :
+       {Case{"0.5", 0, 500}, Case{"'500m'", 0, 500}, Case{"'0.25'", 0, 250}, Case{"0.001", 0, 1},
+        Case{"'999m'", 0, 999}, Case{"'2'", 2, 0}, Case{"2.0", 2, 0}, Case{"'1000m'", 1, 0},
+        Case{"1.0", 1, 0}, Case{"0", 0, 0}, Case{"'0'", 0, 0}, Case{"64", 64, 0}}) {
+    SCOPED_TRACE(c.gpus);
+    JobSpec s = MustParse(std::string("run: x\nresources: {gpus: ") + c.gpus + "}");
+    EXPECT_EQ(s.resources.gpus, c.whole);
+    EXPECT_EQ(s.resources.gpu_milli, c.milli);
+    ExpectRoundTrip(s);
+  }
+  // The canonical JSON writes a share as a fraction.
+  JobSpec share = Basic();
+  share.resources.gpu_milli = 125;
+  EXPECT_EQ(JobSpecToJson(share)["resources"]["gpus"], json(0.125));
+}
+
+TEST(ParseJobSpec, ComputeCapabilityForms) {
+  for (auto [text, cc] : std::vector<std::pair<std::string, int32_t>>{{"'8.0'", 80},
+                                                                      {"'8.6'", 86},
+                                                                      {"8.6", 86},
+                                                                      {"7.5", 75},
+                                                                      {"9", 90},
+                                                                      {"'12'", 120},
+                                                                      {"'10.0'", 100},
+                                                                      {"1.0", 10},
+                                                                      {"'99.9'", 999}}) {
+    SCOPED_TRACE(text);
+    JobSpec s = MustParse("run: x\nresources: {min_compute_capability: " + text + "}");
+    EXPECT_EQ(s.resources.min_compute_capability, cc);
+    ExpectRoundTrip(s);
+  }
+  JobSpec s = Basic();
+  s.resources.min_compute_capability = 75;
+  EXPECT_EQ(JobSpecToJson(s)["resources"]["min_compute_capability"], "7.5");
+}
 
 TEST(JobSpecFromJson, Sizes) {
   auto mem = [](const std::string& v) {
@@ -394,9 +492,11 @@ const BadSpec kBadSpecs[] = {
     {"command: [\"a\\0b\"]", "command[0]: must not contain a NUL byte"},
     // unknown fields
     {"run: x\nfoo: 1",
-     "foo: unknown field (known: name, run, command, env, resources, max_runtime)"},
+     "foo: unknown field (known: name, run, command, env, resources, max_runtime, priority, "
+     "group, checkpoint)"},
     {"run: x\nresources: {foo: 1}",
-     "resources.foo: unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory)"},
+     "resources.foo: unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
+     "min_compute_capability, node_labels, prefer)"},
     {"run: x\nresources: {gpu: 1}", "resources.gpu: unknown field"},
     // name
     {"run: x\nname: [a]", "name: must be a string, got a list"},
@@ -412,13 +512,27 @@ const BadSpec kBadSpecs[] = {
     // resources
     {"run: x\nresources: [gpus]", "resources: expected a mapping, got a list"},
     {"run: x\nresources: 4", "resources: expected a mapping, got 4"},
-    {"run: x\nresources: {gpus: -1}", "resources.gpus: must be an integer from 0 to 64, got -1"},
-    {"run: x\nresources: {gpus: 65}", "resources.gpus: must be an integer from 0 to 64, got 65"},
-    {"run: x\nresources: {gpus: 1.5}", "resources.gpus: must be an integer from 0 to 64, got 1.5"},
-    {"run: x\nresources: {gpus: '2'}",
-     "resources.gpus: must be an integer from 0 to 64, got \"2\""},
+    {"run: x\nresources: {gpus: -1}",
+     "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such as "
+     "0.5 or \"500m\", got -1"},
+    {"run: x\nresources: {gpus: 65}",
+     "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such as "
+     "0.5 or \"500m\", got 65"},
+    {"run: x\nresources: {gpus: 1.5}",
+     "resources.gpus: a share of a GPU must be less than 1; more than one GPU must be a whole "
+     "number, got 1.5"},
+    {"run: x\nresources: {gpus: '1500m'}",
+     "resources.gpus: a share of a GPU must be less than 1; more than one GPU must be a whole "
+     "number, got \"1500m\""},
+    {"run: x\nresources: {gpus: '65'}", "resources.gpus: must be a whole number of GPUs from 0"},
+    {"run: x\nresources: {gpus: 0.0005}", "resources.gpus: at most three decimal places"},
+    {"run: x\nresources: {gpus: '0.0005'}",
+     "resources.gpus: invalid amount \"0.0005\": at most three decimal places"},
+    {"run: x\nresources: {gpus: half}", "resources.gpus: invalid amount \"half\""},
+    {"run: x\nresources: {gpus: [1]}", "resources.gpus: must be a whole number of GPUs"},
     {"run: x\nresources: {gpus: true}",
-     "resources.gpus: must be an integer from 0 to 64, got true"},
+     "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such as "
+     "0.5 or \"500m\", got true"},
     {"run: x\nresources: {gpu_memory: 24XB}",
      "resources.gpu_memory: invalid size \"24XB\": unknown unit \"XB\""},
     {"run: x\nresources: {gpu_memory: 2TiB}",
@@ -471,6 +585,60 @@ const BadSpec kBadSpecs[] = {
     {"run: x\nmax_runtime: ''", "max_runtime: invalid duration \"\": empty"},
     {"run: x\nmax_runtime: 1h30",
      "max_runtime: invalid duration \"1h30\": every part needs a unit"},
+    // min_compute_capability
+    {"run: x\nresources: {min_compute_capability: '8.10'}",
+     "resources.min_compute_capability: must be MAJOR.MINOR with one minor digit, such as "
+     "\"8.0\" or \"8.6\", got \"8.10\""},
+    {"run: x\nresources: {min_compute_capability: 8.65}",
+     "resources.min_compute_capability: must be MAJOR.MINOR with one minor digit"},
+    {"run: x\nresources: {min_compute_capability: 'v8'}",
+     "resources.min_compute_capability: must be MAJOR.MINOR"},
+    {"run: x\nresources: {min_compute_capability: -8.0}",
+     "resources.min_compute_capability: must be a compute capability such as \"8.0\", got "
+     "-8.0"},
+    {"run: x\nresources: {min_compute_capability: '0.5'}",
+     "resources.min_compute_capability: must be from 1.0 to 99.9, got \"0.5\""},
+    {"run: x\nresources: {min_compute_capability: [8]}",
+     "resources.min_compute_capability: must be a compute capability"},
+    // node_labels
+    {"run: x\nresources: {node_labels: [a]}",
+     "resources.node_labels: expected a mapping of label: value, got a list"},
+    {"run: x\nresources: {node_labels: {zone: [a]}}",
+     "resources.node_labels.zone: must be a string, got a list"},
+    {"run: x\nresources: {node_labels: {zone: 1.5}}",
+     "resources.node_labels.zone: must be a string, got 1.5 (quote it: \"1.5\")"},
+    {"run: x\nresources: {node_labels: {'a b': c}}",
+     "resources.node_labels.a b: invalid label name"},
+    // prefer
+    {"run: x\nresources: {prefer: [A100]}",
+     "resources.prefer: expected a mapping such as {models: [A100], wait: 10m}, got a list"},
+    {"run: x\nresources: {prefer: {wait: 5m}}", "resources.prefer.models: is required"},
+    {"run: x\nresources: {prefer: {models: []}}", "resources.prefer.models: must not be empty"},
+    {"run: x\nresources: {prefer: {models: [A100], wait: soon}}",
+     "resources.prefer.wait: invalid duration \"soon\""},
+    {"run: x\nresources: {prefer: {models: [A100], wait: 8d}}",
+     "resources.prefer.wait: must be from 0s to 7d, got 8d"},
+    {"run: x\nresources: {prefer: {models: [A100], for: 5m}}",
+     "resources.prefer.for: unknown field (known: models, wait)"},
+    {"run: x\nresources: {gpu_models: [A100], prefer: {models: [H100]}}",
+     "resources.prefer.models[0]: \"H100\" is not one of resources.gpu_models"},
+    // priority and group
+    {"run: x\npriority: urgent",
+     "priority: unknown priority \"urgent\" (one of: interactive, normal, opportunistic)"},
+    {"run: x\npriority: 1", "priority: must be a string, got 1"},
+    {"run: x\ngroup: 'my lab'", "group: must be 1 to 128 characters"},
+    {"run: x\ngroup: [a]", "group: must be a string, got a list"},
+    // checkpoint
+    {"run: x\ncheckpoint: true",
+     "checkpoint: expected a mapping such as {interval: 30m, grace: 60s}, got true"},
+    {"run: x\ncheckpoint: {every: 5m}",
+     "checkpoint.every: unknown field (known: interval, grace, signal)"},
+    {"run: x\ncheckpoint: {interval: 5s}", "checkpoint.interval: must be from 10s to 7d, got 5s"},
+    {"run: x\ncheckpoint: {interval: often}", "checkpoint.interval: invalid duration"},
+    {"run: x\ncheckpoint: {grace: 2h}", "checkpoint.grace: must be from 1s to 1h, got 2h"},
+    {"run: x\ncheckpoint: {grace: 0}", "checkpoint.grace: must be from 1s to 1h, got 0s"},
+    {"run: x\ncheckpoint: {signal: SIGSTOP}", "checkpoint.signal: unknown signal \"SIGSTOP\""},
+    {"run: x\ncheckpoint: {signal: 10}", "checkpoint.signal: must be a string, got 10"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, BadSpecTest, ::testing::ValuesIn(kBadSpecs));
@@ -483,11 +651,12 @@ TEST(JobSpecFromJson, NotAnObject) {
 
 TEST(JobSpecFromJson, JsonTypesAreStrict) {
   EXPECT_THAT(JsonError(json{{"run", "x"}, {"resources", {{"gpus", 2.5}}}}),
-              HasSubstr("resources.gpus: must be an integer from 0 to 64, got 2.5"));
+              HasSubstr("resources.gpus: a share of a GPU must be less than 1; more than one GPU "
+                        "must be a whole number, got 2.5"));
   EXPECT_EQ(JobSpecFromJson(json{{"run", "x"}, {"resources", {{"gpus", 2.0}}}})->resources.gpus, 2);
-  EXPECT_THAT(
-      JsonError(json{{"run", "x"}, {"resources", {{"gpus", UINT64_MAX}}}}),
-      HasSubstr("resources.gpus: must be an integer from 0 to 64, got 18446744073709551615"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"resources", {{"gpus", UINT64_MAX}}}}),
+              HasSubstr("resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of "
+                        "one GPU such as 0.5 or \"500m\", got 18446744073709551615"));
   EXPECT_THAT(JsonError(json{{"run", "x"}, {"resources", {{"cpus", 1e300}}}}),
               HasSubstr("resources.cpus: must be a number from 0 to 1024"));
   EXPECT_THAT(JsonError(json{{"run", "x"}, {"max_runtime", INT64_MAX}}),
@@ -529,8 +698,45 @@ TEST(ValidateJobSpec, RejectsBadStructs) {
        "run/command: exactly one of run or command is "
        "required (got both)"},
       {[](JobSpec& s) { s.resources.gpus = -1; },
-       "resources.gpus: must be an integer from 0 to 64, got -1"},
-      {[](JobSpec& s) { s.resources.gpus = 65; }, "resources.gpus: must be an integer"},
+       "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such "
+       "as 0.5 or \"500m\", got -1"},
+      {[](JobSpec& s) { s.resources.gpus = 65; }, "resources.gpus: must be a whole number"},
+      {[](JobSpec& s) { s.resources.gpu_milli = 1000; },
+       "resources.gpus: a share of a GPU must be from 0.001 to 0.999 (1m to 999m), got 1000m"},
+      {[](JobSpec& s) {
+         s.resources.gpus = 1;
+         s.resources.gpu_milli = 500;
+       },
+       "resources.gpus: either whole GPUs or a share of one GPU, not both"},
+      {[](JobSpec& s) { s.resources.min_compute_capability = 5; },
+       "resources.min_compute_capability: must be from 1.0 to 99.9"},
+      {[](JobSpec& s) {
+         s.resources.node_labels = {{"bad key", "x"}};
+       },
+       "resources.node_labels.bad key: invalid label name"},
+      {[](JobSpec& s) { s.resources.prefer_wait_ms = 1000; },
+       "resources.prefer.models: is required with resources.prefer.wait"},
+      {[](JobSpec& s) {
+         s.resources.gpu_models = {"A100"};
+         s.resources.preferred_models = {"T4"};
+         s.resources.prefer_wait_ms = 1000;
+       },
+       "resources.prefer.models[0]: \"T4\" is not one of resources.gpu_models"},
+      {[](JobSpec& s) { s.group = ""; }, "group: must be 1 to 128 characters"},
+      {[](JobSpec& s) { s.priority = static_cast<JobPriority>(7); },
+       "priority: must be interactive, normal or opportunistic"},
+      {[](JobSpec& s) {
+         s.checkpoint = CheckpointSpec{1000, 30'000, "SIGUSR1"};
+       },
+       "checkpoint.interval: must be from 10s to 7d, got 1s"},
+      {[](JobSpec& s) {
+         s.checkpoint = CheckpointSpec{0, 0, "SIGUSR1"};
+       },
+       "checkpoint.grace: must be from 1s to 1h, got 0s"},
+      {[](JobSpec& s) {
+         s.checkpoint = CheckpointSpec{0, 30'000, "SIGKILL"};
+       },
+       "checkpoint.signal: unknown signal \"SIGKILL\" (one of: none, SIGUSR1"},
       {[](JobSpec& s) { s.resources.gpu_memory_mib = -1; },
        "resources.gpu_memory: must not be negative"},
       {[](JobSpec& s) { s.resources.gpu_memory_mib = (int64_t{1} << 20) + 1; },
@@ -616,7 +822,18 @@ TEST(JobSpecRoundTrip, EveryField) {
   s.name = "a.b_c-1";
   s.command = {"python", "-c", "print('hi \"there\"')", "", "ünïcode"};
   s.env = {{"EMPTY", ""}, {"NUM", "007"}, {"SPACES", "  a  "}, {"NL", "a\nb"}};
-  s.resources = {64, int64_t{1} << 20, {"A100", "H100 80GB"}, 1'024'000, int64_t{64} << 20};
+  s.resources.gpus = 64;
+  s.resources.gpu_memory_mib = int64_t{1} << 20;
+  s.resources.gpu_models = {"A100", "H100 80GB"};
+  s.resources.cpu_milli = 1'024'000;
+  s.resources.memory_mib = int64_t{64} << 20;
+  s.resources.min_compute_capability = 999;
+  s.resources.node_labels = {{"zone", "eu-1"}, {"a/b.c_d-e", ""}};
+  s.resources.preferred_models = {"H100 80GB"};
+  s.resources.prefer_wait_ms = 7LL * 86'400'000;
+  s.priority = JobPriority::kOpportunistic;
+  s.group = std::string(128, 'g');
+  s.checkpoint = CheckpointSpec{7LL * 86'400'000, 3'600'000, "SIGWINCH"};
   s.max_runtime_ms = int64_t{365} * 86'400'000;
   ExpectRoundTrip(s);
 }

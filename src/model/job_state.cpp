@@ -27,6 +27,10 @@ std::vector<JobTransitionRule> BuildTable() {
     t.push_back({live, kAttemptFailed, JobState::kFailed, {Close(AttemptState::kFailed)}});
     t.push_back({live, kLost, kPending, {Close(AttemptState::kLost)}});
     t.push_back({live, kCancel, kCancelled, {kStop, Close(AttemptState::kCancelled)}});
+    // Preemption keeps the job where it is until the attempt has left: its
+    // GPUs are busy until then. Leaving is not a failure.
+    t.push_back({live, kPreempt, live, {kStop}});
+    t.push_back({live, kPreempted, kPending, {Close(AttemptState::kPreempted)}});
   }
   return t;
 }
@@ -54,6 +58,10 @@ std::string_view JobEventName(JobEvent e) {
       return "lost";
     case kCancel:
       return "cancel";
+    case kPreempt:
+      return "preempt";
+    case kPreempted:
+      return "preempted";
   }
   return "unknown";
 }

@@ -3,7 +3,9 @@
 //   pending --schedule--> scheduled --started--> running --exited 0--> succeeded
 //                              |                    |  --exited n / failed--> failed
 //                              +---- lost ----------+--> pending (attempt closed as lost: requeue)
+//                              +---- preempted -----+--> pending (attempt closed as preempted)
 //   pending|scheduled|running --cancel--> cancelled
+//   scheduled|running --preempt--> (same state; the attempt is ordered to stop)
 //
 // Step never performs effects; it returns the actions the caller must carry
 // out (create the attempt and order its start, close the attempt with a
@@ -28,10 +30,13 @@ enum class JobEvent {
   kAttemptFailed,  // the attempt failed without a normal exit (spawn error, max_runtime)
   kLost,           // the node or agent lost the attempt: requeue the job
   kCancel,         // the user cancelled the job
+  kPreempt,        // the scheduler preempts the attempt: order it to stop (checkpoint)
+  kPreempted,      // a preempted attempt ended, however it exited: requeue the job
 };
 inline constexpr JobEvent kAllJobEvents[] = {
-    JobEvent::kSchedule,      JobEvent::kStarted, JobEvent::kExitedOk, JobEvent::kExitedError,
-    JobEvent::kAttemptFailed, JobEvent::kLost,    JobEvent::kCancel};
+    JobEvent::kSchedule,    JobEvent::kStarted,       JobEvent::kExitedOk,
+    JobEvent::kExitedError, JobEvent::kAttemptFailed, JobEvent::kLost,
+    JobEvent::kCancel,      JobEvent::kPreempt,       JobEvent::kPreempted};
 std::string_view JobEventName(JobEvent e);
 
 enum class JobActionType {

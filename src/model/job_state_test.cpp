@@ -38,6 +38,10 @@ const std::map<std::pair<JobState, JobEvent>, Expect> kExpected = {
     {{kRunning, JobEvent::kAttemptFailed}, {JobState::kFailed, {Close(AttemptState::kFailed)}}},
     {{kRunning, kLost}, {kPending, {Close(AttemptState::kLost)}}},
     {{kRunning, kCancel}, {kCancelled, {kStop, Close(AttemptState::kCancelled)}}},
+    {{kScheduled, kPreempt}, {kScheduled, {kStop}}},
+    {{kRunning, kPreempt}, {kRunning, {kStop}}},
+    {{kScheduled, kPreempted}, {kPending, {Close(AttemptState::kPreempted)}}},
+    {{kRunning, kPreempted}, {kPending, {Close(AttemptState::kPreempted)}}},
 };
 
 TEST(JobStateTest, EveryStateEventPair) {
@@ -83,6 +87,20 @@ TEST(JobStateTest, RequeueAfterLostCanBeScheduledAgain) {
     s = t.next;
   }
   EXPECT_EQ(s, kSucceeded);
+}
+
+TEST(JobStateTest, PreemptionRequeuesWithoutFailing) {
+  // Preempting orders a stop but leaves the job running until the attempt
+  // has left; then it is pending again and can run as a new attempt.
+  JobState s = kPending;
+  for (JobEvent e : {kSchedule, kStarted, kPreempt}) s = Step(s, e).next;
+  EXPECT_EQ(s, kRunning);
+  JobTransition left = Step(s, kPreempted);
+  ASSERT_TRUE(left.accepted);
+  EXPECT_EQ(left.next, kPending);
+  EXPECT_EQ(left.actions, (std::vector<JobAction>{Close(AttemptState::kPreempted)}));
+  EXPECT_FALSE(Step(kPending, kPreempt).accepted);
+  EXPECT_TRUE(Step(kPending, kSchedule).accepted);
 }
 
 TEST(JobStateTest, ExitEventFollowsCode) {

@@ -30,6 +30,7 @@ struct Node {
   std::string cuda_version;    // e.g. "12.4"
   std::string agent_version;
   std::map<std::string, std::string> labels;
+  std::string owner_group;  // the group (lab) that owns the machine; empty = none
   int64_t registered_ms = 0;
   int64_t last_seen_ms = 0;
 

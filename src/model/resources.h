@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,12 +12,27 @@
 namespace gpupool {
 
 // What a job asks for. Zero means "no requirement" for the minimums.
+//
+// GPUs are either whole (`gpus` > 0) or a share of one GPU (`gpu_milli` in
+// 1..999 with `gpus` == 0), never both. `gpu_memory_mib` is, for whole GPUs,
+// the minimum memory of each GPU; for a share, the GPU memory the share takes
+// (reserved on its GPU; 0 = no memory reservation).
 struct Resources {
-  int32_t gpus = 0;                     // whole GPUs
-  int64_t gpu_memory_mib = 0;           // minimum memory of each GPU
-  std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
-  int64_t cpu_milli = 0;                // host CPU, thousandths of a core
-  int64_t memory_mib = 0;               // host memory
+  int32_t gpus = 0;                                // whole GPUs
+  int64_t gpu_memory_mib = 0;                      // see above
+  std::vector<std::string> gpu_models;             // allowed GPU models; empty = any
+  int64_t cpu_milli = 0;                           // host CPU, thousandths of a core
+  int64_t memory_mib = 0;                          // host memory
+  int32_t gpu_milli = 0;                           // a share of one GPU, 1..999; 0 = none
+  int32_t min_compute_capability = 0;              // major * 10 + minor (80 for 8.0); 0 = any
+  std::map<std::string, std::string> node_labels;  // every one must match the node's
+  // Preferred models, used alone until `prefer_wait_ms` after submission;
+  // then any allowed model.
+  std::vector<std::string> preferred_models;
+  int64_t prefer_wait_ms = 0;
+
+  // GPU milli in all: 1000 per whole GPU, or the share.
+  int64_t TotalGpuMilli() const { return gpus > 0 ? int64_t{gpus} * 1000 : gpu_milli; }
 
   friend bool operator==(const Resources&, const Resources&) = default;
 };

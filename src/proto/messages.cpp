@@ -146,6 +146,7 @@ std::string Encode(const Hello& m) {
               {"driver_version", m.driver_version},
               {"cuda_version", m.cuda_version},
               {"labels", m.labels},
+              {"owner_group", m.owner_group},
               {"tasks", tasks}}
       .dump();
 }
@@ -167,6 +168,7 @@ Result<Hello> DecodeHello(std::string_view body) {
     m->driver_version = r.Str("driver_version", false);
     m->cuda_version = r.Str("cuda_version", false);
     m->labels = r.StrMap("labels", false);
+    m->owner_group = r.Str("owner_group", false);
     r.Each("tasks", false, [&](const json& t, const std::string& path) {
       TaskReport report;
       GP_RETURN_IF_ERROR(TaskFromJson(t, path, &report));
@@ -260,11 +262,13 @@ Result<Welcome> DecodeWelcome(std::string_view body) {
 }
 
 std::string Encode(const StartTask& m) {
-  return json{{"attempt_id", m.attempt_id},
-              {"job_id", m.job_id},
-              {"spec", JobSpecToJson(m.spec)},
-              {"gpu_uuids", m.gpu_uuids}}
-      .dump();
+  json j = {{"attempt_id", m.attempt_id},
+            {"job_id", m.job_id},
+            {"spec", JobSpecToJson(m.spec)},
+            {"gpu_uuids", m.gpu_uuids}};
+  if (m.gpu_milli != 0) j["gpu_milli"] = m.gpu_milli;
+  if (m.gpu_memory_mib != 0) j["gpu_memory_mib"] = m.gpu_memory_mib;
+  return j.dump();
 }
 
 Result<StartTask> DecodeStartTask(std::string_view body) {
@@ -273,6 +277,15 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
     m->job_id = r.Int("job_id");
     const json* spec = r.Raw("spec");
     m->gpu_uuids = r.StrList("gpu_uuids", false);
+    m->gpu_milli = static_cast<int32_t>(r.Int("gpu_milli", false));
+    m->gpu_memory_mib = r.Int("gpu_memory_mib", false);
+    if (r.ok() && (m->gpu_milli < 0 || m->gpu_milli > 1000)) {
+      r.Fail("gpu_milli", "must be from 0 to 1000");
+    }
+    if (r.ok() && m->gpu_memory_mib < 0) r.Fail("gpu_memory_mib", "must not be negative");
+    if (r.ok() && m->gpu_milli > 0 && m->gpu_milli < 1000 && m->gpu_uuids.size() != 1) {
+      r.Fail("gpu_uuids", "a share of a GPU names exactly one GPU");
+    }
     if (r.ok()) {
       auto s = JobSpecFromJson(*spec);
       if (!s.ok()) return s.status().WithContext("body.spec");
@@ -283,13 +296,17 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
 }
 
 std::string Encode(const StopTask& m) {
-  return json{{"attempt_id", m.attempt_id}, {"reason", m.reason}}.dump();
+  json j = {{"attempt_id", m.attempt_id}, {"reason", m.reason}};
+  if (m.grace_ms != 0) j["grace_ms"] = m.grace_ms;
+  return j.dump();
 }
 
 Result<StopTask> DecodeStopTask(std::string_view body) {
   return DecodeBody<StopTask>(body, [](JsonReader& r, StopTask* m) {
     m->attempt_id = r.Str("attempt_id");
     m->reason = r.Str("reason", false);
+    m->grace_ms = r.Int("grace_ms", false);
+    if (r.ok() && m->grace_ms < 0) r.Fail("grace_ms", "must not be negative");
     return r.status();
   });
 }

@@ -74,6 +74,7 @@ struct Hello {
   std::string cuda_version;
   std::map<std::string, std::string> labels;
   std::vector<TaskReport> tasks;  // every task the agent holds
+  std::string owner_group;        // the group (lab) that owns the machine; may be empty
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 
@@ -114,12 +115,19 @@ struct StartTask {
   int64_t job_id = 0;
   JobSpec spec;
   std::vector<std::string> gpu_uuids;
+  // Per GPU: 1000 for whole GPUs; a share (1..999) of the one GPU in
+  // gpu_uuids, with `gpu_memory_mib` of its memory (0 = no reservation).
+  // Absent (0) from older servers means whole GPUs.
+  int32_t gpu_milli = 0;
+  int64_t gpu_memory_mib = 0;
   friend bool operator==(const StartTask&, const StartTask&) = default;
 };
 
 struct StopTask {
   std::string attempt_id;
-  std::string reason;  // "cancelled", "stale attempt", ...
+  std::string reason;  // "cancelled", "stale attempt", "preempted for ...", ...
+  // SIGTERM to SIGKILL; 0 = the agent's own default (--kill-grace-ms).
+  int64_t grace_ms = 0;
   friend bool operator==(const StopTask&, const StopTask&) = default;
 };
 

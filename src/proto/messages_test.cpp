@@ -47,6 +47,7 @@ TEST(MessagesTest, HelloRoundTrip) {
   h.driver_version = "550.54.15";
   h.cuda_version = "12.4";
   h.labels = {{"room", "b12"}};
+  h.owner_group = "vision";
   h.tasks = {{"4.1", "running", 0, 0, "", 100},
              {"5.2", "exited", 3, 0, "", 200},
              {"6.1", "exited", 137, 9, "", 300},
@@ -120,6 +121,38 @@ TEST(MessagesTest, StartStopWelcomeRoundTrip) {
   EXPECT_THAT(
       DecodeWelcome(R"({"node_id":"n","last_agent_seq":0,"heartbeat_ms":0})").status().message(),
       HasSubstr("heartbeat_ms: must be positive"));
+}
+
+TEST(MessagesTest, StartTaskCarriesAGpuShareAndStopItsGrace) {
+  StartTask s;
+  s.attempt_id = "4.1";
+  s.job_id = 4;
+  s.spec.name = "share";
+  s.spec.run = "true";
+  s.spec.resources.gpu_milli = 500;
+  s.spec.resources.gpu_memory_mib = 10240;
+  s.spec.checkpoint = CheckpointSpec{60'000, 5'000, "SIGUSR2"};
+  s.gpu_uuids = {"GPU-1"};
+  s.gpu_milli = 500;
+  s.gpu_memory_mib = 10240;
+  auto ds = DecodeStartTask(Encode(s));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(*ds, s);
+  // A share names exactly one GPU.
+  s.gpu_uuids = {"GPU-1", "GPU-2"};
+  EXPECT_THAT(DecodeStartTask(Encode(s)).status().message(),
+              HasSubstr("body.gpu_uuids: a share of a GPU names exactly one GPU"));
+  EXPECT_THAT(DecodeStartTask(R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x"},)"
+                              R"("gpu_milli":1001})")
+                  .status()
+                  .message(),
+              HasSubstr("body.gpu_milli: must be from 0 to 1000"));
+
+  StopTask st{"4.1", "preempted for interactive job 9", 5000};
+  EXPECT_EQ(*DecodeStopTask(Encode(st)), st);
+  EXPECT_EQ(DecodeStopTask(R"({"attempt_id":"4.1"})")->grace_ms, 0);  // older servers
+  EXPECT_THAT(DecodeStopTask(R"({"attempt_id":"4.1","grace_ms":-1})").status().message(),
+              HasSubstr("body.grace_ms: must not be negative"));
 }
 
 TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {

@@ -258,6 +258,16 @@ class Pass {
       }
       out_.waiting.push_back(std::move(w));
     }
+    // Positions count the jobs still waiting, as a user reads them: the ones
+    // placed in this pass are no longer in line.
+    for (size_t i = 0; i < out_.waiting.size(); ++i) {
+      Waiting& w = out_.waiting[i];
+      const std::string old = "position " + std::to_string(w.position);
+      w.position = static_cast<int64_t>(i) + 1;
+      if (w.explanation.compare(0, old.size(), old) == 0) {
+        w.explanation.replace(0, old.size(), "position " + std::to_string(w.position));
+      }
+    }
     return std::move(out_);
   }
 
@@ -987,17 +997,22 @@ class Pass {
     return snap_.now_ms - std::max(v.last_checkpoint_ms, v.started_ms);
   }
 
-  bool VictimOk(const RunningJob& v, const PendingJob& job, bool owner_node) const {
+  // Whether running job v on `node` may make room for `job`.
+  bool VictimOk(const RunningJob& v, const PendingJob& job, const NodeS& node, bool owner_node,
+                bool interactive) const {
     if (!v.preemptible || v.priority == PriorityClass::kInteractive) return false;
     if (victims_.count(v.attempt_id) > 0) return false;
-    if (GroupName(v.group) == GroupName(job.group)) return false;
     if (v.last_preempted_ms &&
         snap_.now_ms - *v.last_preempted_ms < config_.anti_thrash_window_ms) {
       return false;
     }
-    if (owner_node) return true;
-    // Borrowed work only: its group stays at or above its guarantee without it.
+    // A group's work on a machine it owns is never preempted by others.
     const std::string g = GroupName(v.group);
+    if (!node.view->owner_group.empty() && node.view->owner_group == g) return false;
+    if (owner_node) return g != GroupName(job.group);
+    // A group's own interactive session may displace its own batch work.
+    if (g == GroupName(job.group)) return interactive;
+    // Borrowed work only: its group stays at or above its guarantee without it.
     auto gs = group_state_.find(g);
     const int64_t guaranteed = gs == group_state_.end() ? 0 : gs->second.guaranteed_milli;
     auto a = allocated_.find(g);
@@ -1035,7 +1050,7 @@ class Pass {
       if (!node.view->ready || !LabelsOk(*node.view, job.request.node_labels)) continue;
       std::vector<size_t> cands;
       for (size_t i : runs) {
-        if (VictimOk(snap_.running[i], job, owner_node)) cands.push_back(i);
+        if (VictimOk(snap_.running[i], job, node, owner_node, interactive)) cands.push_back(i);
       }
       if (cands.empty()) continue;
       std::sort(cands.begin(), cands.end(), [&](size_t a, size_t b) {

@@ -33,12 +33,15 @@
 //  4. Preemption, only of preemptible (checkpointing) attempts, only to serve
 //     (a) an interactive job, (b) a group reclaiming its guarantee, or (c) an
 //     owner's job on a node its group owns. Victims are chosen per node: the
-//     node where the fewest minutes of work since the last checkpoint are lost
-//     (borrowed work first), never an attempt preempted within
-//     `anti_thrash_window_ms`, never interactive work, never work that is
-//     itself within its group's guarantee unless the preemptor is an owner on
-//     its own node. The preemptor waits for the victims to leave; the caller
-//     checkpoints and requeues them.
+//     node where the fewest minutes of work since the last checkpoint are lost,
+//     never an attempt preempted within `anti_thrash_window_ms`, never
+//     interactive work, never a group's work on a node that group owns, and
+//     never work within its group's guarantee, except that an owner on its
+//     own node takes any other group's work and an interactive job may take
+//     its own group's batch work. The preemptor waits for the victims to
+//     leave; the caller checkpoints and requeues them, and should mark the
+//     preemptor `front` until it starts, so that the room it made is not
+//     taken by the next job in line (often the victim itself).
 //
 // Amounts are integers: milli-CPU, MiB, milli-GPU (1000 = one GPU), ms.
 #pragma once
@@ -112,7 +115,9 @@ struct PendingJob {
   Request request;
   // Upper bound of its runtime (max_runtime), used by backfill; 0 = unknown.
   int64_t runtime_limit_ms = 0;
-  bool front = false;  // displaced by a provider: goes first in its class
+  // Goes first in its class: displaced by a provider, or waiting for the
+  // victims it preempted to leave.
+  bool front = false;
 };
 
 // What a running attempt holds on one node.
@@ -185,7 +190,7 @@ struct Placement {
 
 struct Waiting {
   int64_t job_id = 0;
-  int64_t position = 0;  // 1-based place in the ordered queue
+  int64_t position = 0;  // 1-based place among the jobs still waiting, in queue order
   // The constraint that keeps it waiting, e.g. "no node has a GPU with 80
   // GiB" (unsatisfiable) or "waiting for 2 free GPUs of model A100".
   std::string reason;

@@ -21,12 +21,15 @@ net::HttpResponse JsonResponse(int status, const json& body) {
   return r;
 }
 
-json JobToJson(const Job& j) {
+json JobToJson(const Job& j, const std::optional<QueueInfo>& queue) {
   json out = {{"id", j.id},
               {"name", j.spec.name},
               {"owner", j.owner},
               {"state", JobStateName(j.state)},
               {"reason", j.reason},
+              {"priority", JobPriorityName(j.spec.priority)},
+              {"group", j.spec.group},
+              {"preemptible", j.spec.preemptible()},
               {"attempts", j.attempts},
               {"current_attempt", j.current_attempt},
               {"created_ms", j.created_ms},
@@ -35,6 +38,14 @@ json JobToJson(const Job& j) {
               {"finished_ms", j.finished_ms},
               {"spec", JobSpecToJson(j.spec)}};
   out["exit_code"] = j.exit_code ? json(*j.exit_code) : json(nullptr);
+  out["last_preempted_ms"] = j.last_preempted_ms ? json(*j.last_preempted_ms) : json(nullptr);
+  // Where a pending job stands after the last scheduling pass.
+  bool queued = queue && j.state == JobState::kPending;
+  out["position"] = queued ? json(queue->position) : json(nullptr);
+  out["explanation"] = queued ? queue->explanation : "";
+  out["unsatisfiable"] = queued && queue->unsatisfiable;
+  out["reserved_start_ms"] =
+      queued && queue->reserved_start_ms > 0 ? json(queue->reserved_start_ms) : json(nullptr);
   return out;
 }
 
@@ -44,13 +55,32 @@ json AttemptToJson(const Attempt& a) {
               {"number", a.number},
               {"node_id", a.node_id},
               {"gpus", a.gpu_uuids},
+              {"gpu_milli", a.gpu_milli},
+              {"gpu_memory_mib", a.gpu_memory_mib},
               {"state", AttemptStateName(a.state)},
               {"reason", a.reason},
               {"created_ms", a.created_ms},
               {"started_ms", a.started_ms},
               {"finished_ms", a.finished_ms}};
   out["exit_code"] = a.exit_code ? json(*a.exit_code) : json(nullptr);
+  out["preempted_for_job"] = a.preempt_for_job > 0 ? json(a.preempt_for_job) : json(nullptr);
+  out["preempt_ms"] = a.preempt_ms > 0 ? json(a.preempt_ms) : json(nullptr);
   return out;
+}
+
+json GroupToJson(const GroupStatus& g) {
+  return {{"name", g.name},
+          {"configured", g.configured},
+          {"weight", g.weight},
+          {"guaranteed_gpu_milli", g.guaranteed_milli},
+          {"allocated_gpu_milli", g.allocated_milli},
+          {"usage_gpu_milli_ms", g.usage_milli_ms},
+          {"usage_gpu_hours", static_cast<double>(g.usage_milli_ms) / 3.6e9},
+          {"usage_fraction", g.usage_fraction},
+          {"share_fraction", g.share_fraction},
+          {"fair_share_factor", g.fair_share_factor},
+          {"running_jobs", g.running_jobs},
+          {"pending_jobs", g.pending_jobs}};
 }
 
 json NodeToJson(const NodeStatus& s) {
@@ -66,7 +96,13 @@ json NodeToJson(const NodeStatus& s) {
         {"simulated", g.simulated},
         {"description", DescribeGpu(g)}};
     auto used = s.gpu_attempts.find(g.uuid);
-    gj["attempt"] = used == s.gpu_attempts.end() ? json(nullptr) : json(used->second);
+    bool in_use = used != s.gpu_attempts.end() && !used->second.empty();
+    // "attempt": the first attempt using it (kept for older clients);
+    // "attempts": all of them (several shares may use one GPU).
+    gj["attempt"] = in_use ? json(used->second.front()) : json(nullptr);
+    gj["attempts"] = in_use ? json(used->second) : json::array();
+    auto milli = s.gpu_used_milli.find(g.uuid);
+    gj["used_milli"] = milli == s.gpu_used_milli.end() ? 0 : milli->second;
     for (const GpuTelemetry& t : s.telemetry) {
       if (t.uuid != g.uuid) continue;
       json procs = json::array();
@@ -91,6 +127,7 @@ json NodeToJson(const NodeStatus& s) {
           {"cuda_version", n.cuda_version},
           {"agent_version", n.agent_version},
           {"labels", n.labels},
+          {"owner_group", n.owner_group},
           {"registered_ms", n.registered_ms},
           {"last_seen_ms", n.last_seen_ms},
           {"running_tasks", s.running_tasks}};
@@ -183,6 +220,10 @@ void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respo
       return CancelJob(who, *id, respond);
     if (parts.size() == 4 && parts[3] == "logs" && m == "GET")
       return JobLogs(req, who, *id, respond);
+  } else if (parts.size() == 2 && parts[1] == "queue" && m == "GET") {
+    return Queue(who, respond);
+  } else if (parts.size() == 2 && parts[1] == "groups" && m == "GET") {
+    return Groups(respond);
   } else if (parts.size() == 2 && parts[1] == "nodes" && m == "GET") {
     return ListNodes(respond, "");
   } else if (parts.size() == 3 && parts[1] == "nodes" && m == "GET") {
@@ -206,7 +247,7 @@ void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond r
   if (!spec.ok()) return (*respond)(ErrorResponse(spec.status()));
   auto job = pool_.Submit(*spec, who.subject);
   if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
-  (*respond)(JsonResponse(201, JobToJson(*job)));
+  (*respond)(JsonResponse(201, JobToJson(*job, std::nullopt)));
 }
 
 Result<JobDetail> Api::VisibleJob(const Principal& who, int64_t id) {
@@ -235,7 +276,7 @@ void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, 
     bool reached =
         until.empty() || IsTerminal(s) || (until == "running" && s == JobState::kRunning);
     if (!reached && !timed_out) return false;
-    json out = JobToJson(d->job);
+    json out = JobToJson(d->job, d->queue);
     json attempts = json::array();
     for (const Attempt& a : d->attempts) attempts.push_back(AttemptToJson(a));
     out["attempt_list"] = attempts;
@@ -271,7 +312,7 @@ void Api::ListJobs(const net::HttpRequest& req, const Principal& who, Respond re
   auto jobs = pool_.ListJobs(q);
   if (!jobs.ok()) return (*respond)(ErrorResponse(jobs.status()));
   json arr = json::array();
-  for (const Job& j : *jobs) arr.push_back(JobToJson(j));
+  for (const Job& j : *jobs) arr.push_back(JobToJson(j, pool_.QueueInfoFor(j.id)));
   (*respond)(JsonResponse(200, {{"jobs", arr}}));
 }
 
@@ -280,7 +321,26 @@ void Api::CancelJob(const Principal& who, int64_t id, Respond respond) {
   if (!d.ok()) return (*respond)(ErrorResponse(d.status()));
   auto job = pool_.Cancel(id);
   if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
-  (*respond)(JsonResponse(200, JobToJson(*job)));
+  (*respond)(JsonResponse(200, JobToJson(*job, std::nullopt)));
+}
+
+void Api::Queue(const Principal& who, Respond respond) {
+  // Members see their own jobs, with their places in the whole queue.
+  std::optional<std::string> owner;
+  if (!who.is_admin()) owner = who.subject;
+  auto queue = pool_.Queue(owner);
+  if (!queue.ok()) return (*respond)(ErrorResponse(queue.status()));
+  json arr = json::array();
+  for (const QueuedJob& q : *queue) arr.push_back(JobToJson(q.job, q.queue));
+  (*respond)(JsonResponse(200, {{"jobs", arr}}));
+}
+
+void Api::Groups(Respond respond) {
+  auto groups = pool_.Groups();
+  if (!groups.ok()) return (*respond)(ErrorResponse(groups.status()));
+  json arr = json::array();
+  for (const GroupStatus& g : *groups) arr.push_back(GroupToJson(g));
+  (*respond)(JsonResponse(200, {{"groups", arr}}));
 }
 
 void Api::JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond) {

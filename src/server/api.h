@@ -45,6 +45,8 @@ class Api {
   void CancelJob(const Principal& who, int64_t id, Respond respond);
   void JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond);
   void ListNodes(Respond respond, const std::string& only);
+  void Queue(const Principal& who, Respond respond);
+  void Groups(Respond respond);
 
   // Checks that `who` may see job `id`; NotFound otherwise (no existence leak).
   Result<JobDetail> VisibleJob(const Principal& who, int64_t id);

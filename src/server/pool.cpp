@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "common/ids.h"
 #include "model/job_spec.h"
@@ -12,6 +13,55 @@ namespace gpupool::server {
 namespace {
 
 std::string AgentSeqKey(const std::string& node_id) { return "agent_seq/" + node_id; }
+
+static_assert(static_cast<int>(JobPriority::kInteractive) ==
+              static_cast<int>(sched::PriorityClass::kInteractive));
+static_assert(static_cast<int>(JobPriority::kNormal) ==
+              static_cast<int>(sched::PriorityClass::kNormal));
+static_assert(static_cast<int>(JobPriority::kOpportunistic) ==
+              static_cast<int>(sched::PriorityClass::kOpportunistic));
+
+sched::PriorityClass ClassOf(JobPriority p) { return static_cast<sched::PriorityClass>(p); }
+
+// What a job asks the scheduler for. Gangs (nodes > 1) are not offered by
+// the server yet.
+sched::Request RequestFor(const JobSpec& spec) {
+  const Resources& r = spec.resources;
+  sched::Request q;
+  q.nodes = 1;
+  q.gpus = r.gpus;
+  q.gpu_milli = r.gpus > 0 ? 0 : r.gpu_milli;
+  q.gpu_memory_mib = r.gpu_memory_mib;
+  q.min_compute_capability = r.min_compute_capability;
+  q.gpu_models = r.gpu_models;
+  q.preferred_models = r.preferred_models;
+  q.prefer_wait_ms = r.prefer_wait_ms;
+  q.node_labels = r.node_labels;
+  q.cpu_milli = r.cpu_milli;
+  q.memory_mib = r.memory_mib;
+  return q;
+}
+
+// The GPU milli an attempt holds on each of its GPUs. Attempts stored before
+// GPU shares existed have 0 and held whole GPUs.
+int32_t MilliPerGpu(const Attempt& a) {
+  return a.gpu_milli > 0 ? a.gpu_milli : (a.gpu_uuids.empty() ? 0 : 1000);
+}
+int64_t TotalMilli(const Attempt& a) {
+  return int64_t{MilliPerGpu(a)} * static_cast<int64_t>(a.gpu_uuids.size());
+}
+
+// A preempted job gets this long between SIGTERM and SIGKILL.
+int64_t PreemptGraceMs(const JobSpec& spec) {
+  return spec.checkpoint ? spec.checkpoint->grace_ms : kDefaultStopGraceMs;
+}
+
+// Whether a report about an attempt that was ordered to stop for preemption
+// means the job finished anyway: it exited cleanly before the stop reached
+// it (the shim records "stopped: ..." as the reason of anything it stopped).
+bool FinishedBeforePreemption(const proto::TaskReport& r) {
+  return r.state == "exited" && r.exit_code == 0 && r.signal == 0 && r.reason.empty();
+}
 
 // Text a user reads for an attempt that ended without a clean exit.
 std::string ExitReason(const proto::TaskReport& r) {
@@ -24,8 +74,20 @@ std::string ExitReason(const proto::TaskReport& r) {
 
 }  // namespace
 
+namespace {
+sched::SchedulerConfig SchedulerConfigOf(const PoolOptions& options) {
+  sched::SchedulerConfig c = options.scheduler;
+  c.max_placements = options.max_placements_per_pass;
+  return c;
+}
+}  // namespace
+
 Pool::Pool(Store& store, const Clock& clock, PoolOptions options, PoolHooks hooks)
-    : store_(store), clock_(clock), options_(options), hooks_(std::move(hooks)) {}
+    : store_(store),
+      clock_(clock),
+      options_(std::move(options)),
+      hooks_(std::move(hooks)),
+      scheduler_(SchedulerConfigOf(options_)) {}
 
 void Pool::Notify() {
   std::set<std::string> nodes;
@@ -66,6 +128,7 @@ Status Pool::Recover() {
 
 Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner) {
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  GP_RETURN_IF_ERROR(sched::ValidateRequest(RequestFor(spec)).WithContext("resources"));
   Job job;
   job.owner = owner;
   job.spec = spec;
@@ -93,7 +156,87 @@ Result<JobDetail> Pool::GetJob(int64_t id) {
     GP_ASSIGN_OR_RETURN(d.attempts, tx.ListAttempts(q));
     return Status::Ok();
   }));
+  if (d.job.state == JobState::kPending) d.queue = QueueInfoFor(id);
   return d;
+}
+
+std::optional<QueueInfo> Pool::QueueInfoFor(int64_t job_id) const {
+  auto it = queue_.find(job_id);
+  if (it == queue_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<std::vector<QueuedJob>> Pool::Queue(const std::optional<std::string>& owner) {
+  std::vector<Job> pending;
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    JobQuery q;
+    q.owner = owner;
+    q.states = {JobState::kPending};
+    q.limit = 1'000'000;
+    GP_ASSIGN_OR_RETURN(pending, tx.ListJobs(q));
+    return Status::Ok();
+  }));
+  std::vector<QueuedJob> out;
+  out.reserve(pending.size());
+  for (Job& j : pending) {
+    QueuedJob e;
+    e.queue = QueueInfoFor(j.id);
+    e.job = std::move(j);
+    out.push_back(std::move(e));
+  }
+  // Scheduler order; jobs not ordered yet go last, by id (submission).
+  std::stable_sort(out.begin(), out.end(), [](const QueuedJob& a, const QueuedJob& b) {
+    int64_t pa = a.queue ? a.queue->position : INT64_MAX;
+    int64_t pb = b.queue ? b.queue->position : INT64_MAX;
+    return pa < pb;
+  });
+  return out;
+}
+
+Result<std::vector<GroupStatus>> Pool::Groups() {
+  int64_t now = clock_.NowMs();
+  PoolView view;
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(view, ReadView(tx, true));
+    return Status::Ok();
+  }));
+  std::map<std::string, GroupStatus> groups;
+  auto group = [&](const std::string& name) -> GroupStatus& {
+    GroupStatus& g = groups[name];
+    g.name = name;
+    return g;
+  };
+  for (const sched::GroupConfig& c : options_.scheduler.groups) {
+    GroupStatus& g = group(c.name);
+    g.configured = true;
+    g.weight = c.weight;
+    g.guaranteed_milli = c.guaranteed_milli;
+  }
+  for (const auto& [name, u] : UsageNow(view, now)) group(name).usage_milli_ms = u.milli_ms;
+  std::map<int64_t, const Job*> live_by_id;
+  for (const Job& j : view.live_jobs) {
+    live_by_id[j.id] = &j;
+    ++group(j.spec.group).running_jobs;
+  }
+  for (const Job& j : view.pending) ++group(j.spec.group).pending_jobs;
+  for (const Attempt& a : view.live_attempts) {
+    auto j = live_by_id.find(a.job_id);
+    if (j != live_by_id.end()) group(j->second->spec.group).allocated_milli += TotalMilli(a);
+  }
+  double total_usage = 0, total_weight = 0;
+  for (const auto& [name, g] : groups) {
+    total_usage += static_cast<double>(g.usage_milli_ms);
+    total_weight += static_cast<double>(g.weight);
+  }
+  std::vector<GroupStatus> out;
+  for (auto& [name, g] : groups) {
+    g.usage_fraction = total_usage > 0 ? static_cast<double>(g.usage_milli_ms) / total_usage : 0;
+    g.share_fraction = total_weight > 0 ? static_cast<double>(g.weight) / total_weight : 0;
+    g.fair_share_factor =
+        g.share_fraction > 0 ? std::exp2(-g.usage_fraction / g.share_fraction) : 0;
+    out.push_back(g);
+  }
+  return out;
 }
 
 Result<std::vector<Job>> Pool::ListJobs(const JobQuery& q) {
@@ -145,9 +288,13 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
     AttemptQuery q;
     q.live_only = true;
     GP_ASSIGN_OR_RETURN(auto attempts, tx.ListAttempts(q));
-    std::map<std::string, std::map<std::string, std::string>> used;
+    std::map<std::string, std::map<std::string, std::vector<std::string>>> used;
+    std::map<std::string, std::map<std::string, int32_t>> milli;
     for (const Attempt& a : attempts) {
-      for (const auto& g : a.gpu_uuids) used[a.node_id][g] = a.id;
+      for (const auto& g : a.gpu_uuids) {
+        used[a.node_id][g].push_back(a.id);
+        milli[a.node_id][g] += MilliPerGpu(a);
+      }
     }
     for (Node& n : nodes) {
       NodeStatus st;
@@ -158,6 +305,7 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
         st.running_tasks = it->second.running_tasks;
       }
       st.gpu_attempts = used[n.id];
+      st.gpu_used_milli = milli[n.id];
       st.node = std::move(n);
       out.push_back(std::move(st));
     }
@@ -169,8 +317,8 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
 // --------------------------------------------------------------- transitions
 
 Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
-                      const std::string& reason) {
-  proto::StopTask stop{attempt_id, reason};
+                      const std::string& reason, int64_t grace_ms) {
+  proto::StopTask stop{attempt_id, reason, grace_ms};
   GP_ASSIGN_OR_RETURN(int64_t seq,
                       tx.PushOutbox(node_id, std::string(proto::kStop), proto::Encode(stop)));
   (void)seq;
@@ -178,8 +326,18 @@ Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& att
   return Status::Ok();
 }
 
+Status Pool::ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, int64_t from_ms,
+                         int64_t to_ms) {
+  if (gpu_milli <= 0) return Status::Ok();
+  GP_ASSIGN_OR_RETURN(auto stored, tx.GetGroupUsage(group));
+  sched::DecayedUsage u;
+  if (stored) u = {stored->milli_ms, stored->as_of_ms};
+  u = sched::Charge(u, gpu_milli, from_ms, to_ms, options_.scheduler.half_life_ms);
+  return tx.PutGroupUsage(GroupUsage{group, u.milli_ms, u.as_of_ms});
+}
+
 Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
-                        const proto::TaskReport* report) {
+                        const proto::TaskReport* report, const StopOrder* stop) {
   JobTransition t = Step(job.state, event);
   if (!t.accepted) return Status::Ok();  // stale or duplicate event: nothing to do
   int64_t now = clock_.NowMs();
@@ -195,14 +353,21 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
         break;
       case JobActionType::kStopAttempt:
-        GP_RETURN_IF_ERROR(PushStop(tx, attempt.node_id, attempt.id, "cancelled"));
+        GP_RETURN_IF_ERROR(PushStop(tx, attempt.node_id, attempt.id,
+                                    stop ? stop->reason : "cancelled", stop ? stop->grace_ms : 0));
         break;
       case JobActionType::kCloseAttempt:
         attempt.state = action.close_as;
         attempt.finished_ms = now;
         if (report && report->state == "exited") attempt.exit_code = report->exit_code;
-        if (report) attempt.reason = ExitReason(*report);
+        // A preempted attempt keeps the preemption message as its reason.
+        if (report && action.close_as != AttemptState::kPreempted) {
+          attempt.reason = ExitReason(*report);
+        }
         GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+        // Its group is charged for the time the attempt held its GPUs.
+        GP_RETURN_IF_ERROR(
+            ChargeUsage(tx, job.spec.group, TotalMilli(attempt), attempt.created_ms, now));
         job.current_attempt.clear();
         want_schedule_ = true;  // its GPUs are free again
         break;
@@ -214,9 +379,17 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
     job.finished_ms = now;
     job.exit_code = attempt.exit_code;
     job.reason = job.state == JobState::kSucceeded ? "" : (report ? ExitReason(*report) : "");
+  } else if (event == JobEvent::kPreempted) {
+    job.reason = "requeued: attempt " + attempt.id + " was " + attempt.reason;
+  } else if (event == JobEvent::kPreempt) {
+    job.last_preempted_ms = now;
+    job.reason = "being " + attempt.reason;
   } else if (job.state == JobState::kPending) {
     job.reason = "requeued: attempt " + attempt.id + " was lost" +
                  (report && !report->reason.empty() ? " (" + report->reason + ")" : "");
+    job.front = true;  // displaced through no fault of its own
+  } else if (job.state == JobState::kRunning && attempt.preempt_ms > 0) {
+    // A late "started" report of an attempt that is being preempted.
   } else {
     job.reason.clear();
   }
@@ -242,6 +415,8 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   JobEvent event;
   if (r.state == "running")
     event = JobEvent::kStarted;
+  else if (attempt->preempt_ms > 0 && !FinishedBeforePreemption(r))
+    event = JobEvent::kPreempted;  // however it ended: the job goes back to the queue
   else if (r.state == "exited")
     event = ExitEvent(r.exit_code);
   else if (r.state == "failed")
@@ -292,6 +467,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
     node.cuda_version = hello.cuda_version;
     node.agent_version = hello.agent_version;
     node.labels = hello.labels;
+    node.owner_group = hello.owner_group;
     node.last_seen_ms = now;
     GP_RETURN_IF_ERROR(tx.PutNode(node));
     welcome.node_id = node.id;
@@ -455,102 +631,257 @@ Status Pool::CheckNodes() {
   return Status::Ok();
 }
 
+Result<Pool::PoolView> Pool::ReadView(Tx& tx, bool with_pending) {
+  PoolView v;
+  if (with_pending) {
+    JobQuery pending_q;
+    pending_q.states = {JobState::kPending};
+    pending_q.limit = 1'000'000;
+    GP_ASSIGN_OR_RETURN(v.pending, tx.ListJobs(pending_q));
+  }
+  JobQuery live_q;
+  live_q.states = {JobState::kScheduled, JobState::kRunning};
+  live_q.limit = 1'000'000;
+  GP_ASSIGN_OR_RETURN(v.live_jobs, tx.ListJobs(live_q));
+  AttemptQuery aq;
+  aq.live_only = true;
+  GP_ASSIGN_OR_RETURN(v.live_attempts, tx.ListAttempts(aq));
+  GP_ASSIGN_OR_RETURN(v.nodes, tx.ListNodes());
+  GP_ASSIGN_OR_RETURN(v.usage, tx.ListGroupUsage());
+  return v;
+}
+
+std::map<std::string, sched::DecayedUsage> Pool::UsageNow(const PoolView& view, int64_t now) const {
+  const int64_t half_life = options_.scheduler.half_life_ms;
+  std::map<std::string, sched::DecayedUsage> usage;
+  for (const GroupUsage& u : view.usage) {
+    usage[u.group] = sched::Decay({u.milli_ms, u.as_of_ms}, now, half_life);
+  }
+  std::map<int64_t, const Job*> live_by_id;
+  for (const Job& j : view.live_jobs) live_by_id[j.id] = &j;
+  for (const Attempt& a : view.live_attempts) {
+    auto j = live_by_id.find(a.job_id);
+    if (j == live_by_id.end()) continue;
+    // Added virtually: the charge is written when the attempt ends.
+    sched::DecayedUsage& u = usage[j->second->spec.group];
+    u = sched::Charge(u, TotalMilli(a), a.created_ms, now, half_life);
+  }
+  return usage;
+}
+
+sched::Snapshot Pool::MakeSnapshot(const PoolView& view, int64_t now,
+                                   std::map<int64_t, std::string>* skipped) const {
+  sched::Snapshot snap;
+  snap.now_ms = now;
+  std::map<std::string, size_t> node_at;
+  for (const Node& n : view.nodes) {
+    sched::NodeView v;
+    v.id = n.id;
+    v.name = n.name;
+    v.ready = n.state == NodeState::kReady && live_.count(n.id) > 0;
+    v.owner_group = n.owner_group;
+    v.labels = n.labels;
+    for (const GpuInfo& g : n.gpus) {
+      sched::GpuView gv;
+      gv.uuid = g.uuid;
+      gv.model = g.name;
+      gv.memory_mib = std::max<int64_t>(g.memory_mib, 0);
+      gv.compute_capability = g.cc_major * 10 + g.cc_minor;
+      gv.free_milli = 1000;
+      gv.free_memory_mib = gv.memory_mib;
+      v.gpus.push_back(std::move(gv));
+    }
+    v.cpu_milli_total = v.cpu_milli_free = n.cpu_milli;
+    v.memory_mib_total = v.memory_mib_free = n.memory_mib;
+    node_at[n.id] = snap.nodes.size();
+    snap.nodes.push_back(std::move(v));
+  }
+
+  std::map<int64_t, const Job*> live_by_id;
+  for (const Job& j : view.live_jobs) live_by_id[j.id] = &j;
+  for (const Attempt& a : view.live_attempts) {
+    auto n = node_at.find(a.node_id);
+    if (n == node_at.end()) continue;  // a node the store no longer has
+    sched::NodeView& node = snap.nodes[n->second];
+    auto j = live_by_id.find(a.job_id);
+    const Job* job = j == live_by_id.end() ? nullptr : j->second;
+    sched::Holding h;
+    h.node_id = a.node_id;
+    h.gpu_milli = MilliPerGpu(a);
+    bool share = h.gpu_milli < 1000;
+    h.gpu_memory_mib = share ? a.gpu_memory_mib : 0;
+    // The amounts are clamped so that a node that came back with fewer or
+    // smaller GPUs never makes the snapshot inconsistent.
+    for (const std::string& uuid : a.gpu_uuids) {
+      auto g = std::find_if(node.gpus.begin(), node.gpus.end(),
+                            [&](const sched::GpuView& x) { return x.uuid == uuid; });
+      if (g == node.gpus.end()) continue;
+      g->free_milli = std::max(0, g->free_milli - h.gpu_milli);
+      g->free_memory_mib = share ? std::max<int64_t>(0, g->free_memory_mib - h.gpu_memory_mib) : 0;
+      h.gpu_uuids.push_back(uuid);
+    }
+    if (job != nullptr) {
+      h.cpu_milli = job->spec.resources.cpu_milli;
+      h.memory_mib = job->spec.resources.memory_mib;
+      node.cpu_milli_free = std::max<int64_t>(0, node.cpu_milli_free - h.cpu_milli);
+      node.memory_mib_free = std::max<int64_t>(0, node.memory_mib_free - h.memory_mib);
+    }
+    if (job == nullptr || job->current_attempt != a.id) continue;  // stale: holds, never runs
+    sched::RunningJob r;
+    r.job_id = job->id;
+    r.attempt_id = a.id;
+    r.group = job->spec.group;
+    r.priority = ClassOf(job->spec.priority);
+    r.holdings.push_back(std::move(h));
+    r.started_ms = a.started_ms > 0 ? a.started_ms : a.created_ms;
+    // Checkpoints are not reported yet: all work since the start is at stake.
+    r.last_checkpoint_ms = r.started_ms;
+    // An attempt already ordered to stop is leaving: it is not preempted twice.
+    r.preemptible = job->spec.preemptible() && a.preempt_ms == 0;
+    r.last_preempted_ms = job->last_preempted_ms;
+    r.expected_end_ms = job->spec.max_runtime_ms > 0 ? r.started_ms + job->spec.max_runtime_ms : 0;
+    snap.running.push_back(std::move(r));
+  }
+
+  for (const Job& j : view.pending) {
+    sched::PendingJob p;
+    p.job_id = j.id;
+    p.group = j.spec.group;
+    p.priority = ClassOf(j.spec.priority);
+    p.submit_ms = j.created_ms;
+    p.request = RequestFor(j.spec);
+    p.runtime_limit_ms = j.spec.max_runtime_ms;
+    p.front = j.front;
+    if (Status st = sched::ValidateRequest(p.request); !st.ok()) {
+      // One bad record must not stop every other job from being scheduled.
+      (*skipped)[j.id] = "cannot be scheduled: " + st.message();
+      continue;
+    }
+    snap.pending.push_back(std::move(p));
+  }
+  snap.usage = UsageNow(view, now);
+  return snap;
+}
+
 Result<int> Pool::Schedule() {
   int placed = 0;
   int64_t now = clock_.NowMs();
+  std::map<int64_t, QueueInfo> queue;
   Status s = store_.Transact([&](Tx& tx) -> Status {
-    JobQuery pending_q;
-    pending_q.states = {JobState::kPending};
-    pending_q.limit = 100000;
-    GP_ASSIGN_OR_RETURN(auto pending, tx.ListJobs(pending_q));
-    if (pending.empty()) return Status::Ok();
+    GP_ASSIGN_OR_RETURN(PoolView view, ReadView(tx, true));
+    if (view.pending.empty()) return Status::Ok();
+    std::map<int64_t, std::string> skipped;
+    sched::Snapshot snap = MakeSnapshot(view, now, &skipped);
+    GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(snap));
 
-    GP_ASSIGN_OR_RETURN(auto nodes, tx.ListNodes());
-    JobQuery live_q;
-    live_q.states = {JobState::kScheduled, JobState::kRunning};
-    live_q.limit = 1000000;
-    GP_ASSIGN_OR_RETURN(auto live_jobs, tx.ListJobs(live_q));
-    AttemptQuery aq;
-    aq.live_only = true;
-    GP_ASSIGN_OR_RETURN(auto live_attempts, tx.ListAttempts(aq));
-
-    std::map<int64_t, const Job*> job_by_id;
-    for (const Job& j : live_jobs) job_by_id[j.id] = &j;
-    std::map<std::string, sched::NodeView> views;
-    sched::Snapshot snap;
-    for (const Node& n : nodes) {
-      sched::NodeView v;
-      v.id = n.id;
-      v.name = n.name;
-      v.ready = n.state == NodeState::kReady && live_.count(n.id) > 0;
-      for (const GpuInfo& g : n.gpus) v.gpus.push_back({g.uuid, g.name, g.memory_mib, true});
-      v.cpu_milli_total = v.cpu_milli_free = n.cpu_milli;
-      v.memory_mib_total = v.memory_mib_free = n.memory_mib;
-      views[n.id] = std::move(v);
-    }
-    for (const Attempt& a : live_attempts) {
-      auto v = views.find(a.node_id);
-      if (v == views.end()) continue;
-      for (auto& g : v->second.gpus) {
-        if (std::find(a.gpu_uuids.begin(), a.gpu_uuids.end(), g.uuid) != a.gpu_uuids.end())
-          g.free = false;
-      }
-      if (auto j = job_by_id.find(a.job_id); j != job_by_id.end()) {
-        v->second.cpu_milli_free -= j->second->spec.resources.cpu_milli;
-        v->second.memory_mib_free -= j->second->spec.resources.memory_mib;
-      }
-    }
-    for (auto& [id, v] : views) snap.nodes.push_back(std::move(v));
     std::map<int64_t, Job*> pending_by_id;
-    for (Job& j : pending) {
-      snap.queue.push_back({j.id, j.spec.resources});
-      pending_by_id[j.id] = &j;
+    for (Job& j : view.pending) pending_by_id[j.id] = &j;
+    std::map<std::string, Attempt*> attempt_by_id;
+    // Jobs that already wait for victims to leave, and who those are.
+    std::map<int64_t, std::vector<int64_t>> leaving_for;
+    for (Attempt& a : view.live_attempts) {
+      attempt_by_id[a.id] = &a;
+      if (a.preempt_ms > 0) leaving_for[a.preempt_for_job].push_back(a.job_id);
     }
-    sched::Options opts;
-    opts.max_placements = options_.max_placements_per_pass;
-    sched::Decisions d = sched::Decide(snap, opts);
 
     for (const sched::Placement& p : d.placements) {
-      Job& job = *pending_by_id.at(p.job_id);
+      auto it = pending_by_id.find(p.job_id);
+      if (it == pending_by_id.end() || p.nodes.empty()) continue;
+      Job& job = *it->second;
       JobTransition t = Step(job.state, JobEvent::kSchedule);
       if (!t.accepted) continue;
+      const sched::NodeAssignment& where = p.nodes[0];  // the server places no gangs yet
       Attempt a;
       a.number = job.attempts + 1;
       a.id = MakeAttemptId(job.id, a.number);
       a.job_id = job.id;
-      a.node_id = p.node_id;
-      a.gpu_uuids = p.gpu_uuids;
+      a.node_id = where.node_id;
+      a.gpu_uuids = where.gpu_uuids;
+      a.gpu_milli = where.gpu_uuids.empty() ? 0 : where.gpu_milli;
+      a.gpu_memory_mib = where.gpu_milli < 1000 ? where.gpu_memory_mib : 0;
       a.state = AttemptState::kScheduled;
       a.created_ms = now;
       GP_RETURN_IF_ERROR(tx.PutAttempt(a));
-      proto::StartTask start{a.id, job.id, job.spec, a.gpu_uuids};
-      GP_ASSIGN_OR_RETURN(
-          int64_t seq, tx.PushOutbox(p.node_id, std::string(proto::kStart), proto::Encode(start)));
+      proto::StartTask start{a.id, job.id, job.spec, a.gpu_uuids, a.gpu_milli, a.gpu_memory_mib};
+      GP_ASSIGN_OR_RETURN(int64_t seq, tx.PushOutbox(where.node_id, std::string(proto::kStart),
+                                                     proto::Encode(start)));
       (void)seq;
       job.attempts = a.number;
       job.current_attempt = a.id;
       job.state = t.next;
       job.reason.clear();
+      job.front = false;
       job.updated_ms = now;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
-      touched_nodes_.insert(p.node_id);
+      touched_nodes_.insert(where.node_id);
       touched_jobs_.insert(job.id);
       ++placed;
     }
-    for (const sched::Waiting& w : d.waiting) {
-      Job& job = *pending_by_id.at(w.job_id);
+
+    // Preemptions: each victim is ordered to stop (its checkpoint grace) and
+    // its job requeued when the attempt ends. A job that already waits for
+    // victims gets no more until they have left, so passes that run while
+    // they leave do not preempt again.
+    std::map<int64_t, std::vector<int64_t>> newly_leaving;
+    for (const sched::Preemption& pr : d.preemptions) {
+      if (leaving_for.count(pr.for_job_id)) continue;
+      auto a = attempt_by_id.find(pr.attempt_id);
+      if (a == attempt_by_id.end() || a->second->preempt_ms > 0) continue;
+      Attempt& attempt = *a->second;
+      GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt.job_id));
+      if (!job || job->current_attempt != attempt.id || !job->spec.preemptible()) continue;
+      attempt.preempt_ms = now;
+      attempt.preempt_for_job = pr.for_job_id;
+      attempt.reason =
+          pr.message.empty() ? "preempted for job " + std::to_string(pr.for_job_id) : pr.message;
+      GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+      StopOrder stop{attempt.reason, PreemptGraceMs(job->spec)};
+      GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, attempt, JobEvent::kPreempt, nullptr, &stop));
+      newly_leaving[pr.for_job_id].push_back(job->id);
+    }
+    for (auto& [for_job, victims] : newly_leaving) {
+      auto& all = leaving_for[for_job];
+      all.insert(all.end(), victims.begin(), victims.end());
+      // The preemptor goes first in its class until it starts, so that the
+      // room its victims leave is not taken by the next job in line (often
+      // the victim itself, requeued).
+      if (auto p = pending_by_id.find(for_job); p != pending_by_id.end() && !p->second->front) {
+        p->second->front = true;
+        GP_RETURN_IF_ERROR(tx.UpdateJob(*p->second));
+        touched_jobs_.insert(for_job);
+      }
+    }
+
+    auto set_reason = [&](Job& job, const std::string& reason) -> Status {
       // Written only when it changes: most passes leave most reasons alone.
-      if (job.reason == w.reason) continue;
-      job.reason = w.reason;
+      if (job.reason == reason) return Status::Ok();
+      job.reason = reason;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
       touched_jobs_.insert(job.id);
+      return Status::Ok();
+    };
+    for (const sched::Waiting& w : d.waiting) {
+      auto it = pending_by_id.find(w.job_id);
+      if (it == pending_by_id.end()) continue;
+      std::string reason = w.reason;
+      if (auto l = leaving_for.find(w.job_id); l != leaving_for.end()) {
+        std::string ids;
+        for (int64_t v : l->second) ids += (ids.empty() ? "" : ", ") + std::to_string(v);
+        reason = "waiting for job" + std::string(l->second.size() > 1 ? "s " : " ") + ids +
+                 " to leave (preempted for it: checkpoint and requeue)";
+      }
+      queue[w.job_id] = QueueInfo{w.position, w.explanation, w.unsatisfiable, w.reserved_start_ms};
+      GP_RETURN_IF_ERROR(set_reason(*it->second, reason));
     }
+    for (const auto& [id, why] : skipped)
+      GP_RETURN_IF_ERROR(set_reason(*pending_by_id.at(id), why));
     return Status::Ok();
   });
   if (!s.ok()) {
     Discard();
     return s;
   }
+  queue_ = std::move(queue);
   Notify();
   return placed;
 }

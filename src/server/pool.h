@@ -8,6 +8,22 @@
 // agent hub can send them. `hooks.job_changed(job_id)` fires after any commit
 // that changed a job or added log lines to it (long polls wait on it).
 //
+// Scheduling: Schedule() reads the pending queue, the nodes, the live
+// attempts and the groups' usage from the store (nothing is cached between
+// passes, so a restarted server needs no rebuild), builds a sched::Snapshot,
+// calls sched::Scheduler::Decide and applies the decisions in one
+// transaction: placements create attempts and start orders; preemptions
+// order the victim's agent to stop it (the job is requeued as pending when
+// the attempt ends, without counting as a failure); waiting jobs get their
+// reason (persisted when it changes) and their position and explanation
+// (kept in memory: they change with every pass and are recomputed after a
+// restart by the first pass).
+//
+// Fair-share usage: when an attempt ends, its group is charged GPU milli x
+// the time the attempt held its GPUs (from placement to end), in the same
+// transaction; running attempts are added for their time so far in each
+// snapshot without being written.
+//
 // Threading: single-threaded; call everything from the server's event loop.
 // Time comes from the injected Clock.
 #pragma once
@@ -26,6 +42,7 @@
 #include "model/job_state.h"
 #include "model/node.h"
 #include "proto/messages.h"
+#include "sched/scheduler.h"
 #include "store/store.h"
 
 namespace gpupool::server {
@@ -37,6 +54,9 @@ struct PoolOptions {
   int64_t node_lost_after_ms = 40'000;
   // Placements per scheduling pass; the rest wait for the next pass.
   int32_t max_placements_per_pass = 500;
+  // Fair share, guarantees, preemption and backfill (--scheduler-config).
+  // Its max_placements is replaced by max_placements_per_pass.
+  sched::SchedulerConfig scheduler;
 };
 
 struct PoolHooks {
@@ -51,14 +71,49 @@ struct PoolHooks {
 struct NodeStatus {
   Node node;
   bool connected = false;
-  std::vector<GpuTelemetry> telemetry;              // latest heartbeat, by GPU
-  std::map<std::string, std::string> gpu_attempts;  // GPU uuid -> attempt id using it
+  std::vector<GpuTelemetry> telemetry;  // latest heartbeat, by GPU
+  // GPU uuid -> the live attempts using it (several when it holds shares),
+  // and the GPU milli they hold.
+  std::map<std::string, std::vector<std::string>> gpu_attempts;
+  std::map<std::string, int32_t> gpu_used_milli;
   int32_t running_tasks = 0;
+};
+
+// Where a pending job stands after the last scheduling pass.
+struct QueueInfo {
+  int64_t position = 0;     // 1-based place in the ordered queue
+  std::string explanation;  // class, the group's share, borrowing
+  bool unsatisfiable = false;
+  int64_t reserved_start_ms = 0;  // backfill reservation: expected start; 0 = none
 };
 
 struct JobDetail {
   Job job;
   std::vector<Attempt> attempts;
+  std::optional<QueueInfo> queue;  // pending jobs the last pass ordered
+};
+
+// One pending job in scheduler order (GET /v1/queue).
+struct QueuedJob {
+  Job job;
+  std::optional<QueueInfo> queue;  // absent: submitted after the last pass
+};
+
+// A group's standing for fair share (GET /v1/groups), like Slurm's sshare.
+struct GroupStatus {
+  std::string name;
+  bool configured = false;  // listed in the scheduler config
+  int64_t weight = 1;
+  int64_t guaranteed_milli = 0;
+  int64_t allocated_milli = 0;  // GPU milli its live attempts hold now
+  int64_t usage_milli_ms = 0;   // decayed usage now, running work included
+  // For people: its part of all groups' usage and of all weights, and
+  // Slurm's classic fair-share factor 2^(-usage/share) in (0, 1].
+  double usage_fraction = 0;
+  double share_fraction = 0;
+  double fair_share_factor = 1;
+  int32_t running_jobs = 0;
+  int32_t pending_jobs = 0;
 };
 
 class Pool {
@@ -76,6 +131,12 @@ class Pool {
   Result<Job> Cancel(int64_t id);
   Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();
+  // Pending jobs in the order the scheduler considers them; `owner` limits
+  // the list to one user's jobs (positions stay those in the whole queue).
+  Result<std::vector<QueuedJob>> Queue(const std::optional<std::string>& owner);
+  Result<std::vector<GroupStatus>> Groups();
+  // The last pass's view of a pending job, if it has one.
+  std::optional<QueueInfo> QueueInfoFor(int64_t job_id) const;
 
   // ---- agent side (node_id as returned by AgentHello) ----
   // Registers or updates the node, reconciles the tasks the agent holds with
@@ -106,13 +167,39 @@ class Pool {
     int32_t running_tasks = 0;
   };
 
+  // What a stop order says (kStopAttempt): why, and the SIGTERM-to-SIGKILL
+  // grace (0 = the agent's default). Without one, ApplyEvent's stops say
+  // "cancelled".
+  struct StopOrder {
+    std::string reason = "cancelled";
+    int64_t grace_ms = 0;
+  };
+  // What one pass reads from the store.
+  struct PoolView {
+    std::vector<Job> pending;
+    std::vector<Job> live_jobs;  // scheduled or running
+    std::vector<Attempt> live_attempts;
+    std::vector<Node> nodes;
+    std::vector<GroupUsage> usage;
+  };
+
   // Applies `event` to the job owning `attempt` (already fenced), carrying
   // out the transition's actions inside `tx`.
   Status ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
-                    const proto::TaskReport* report);
+                    const proto::TaskReport* report, const StopOrder* stop = nullptr);
+  // Charges `group` for `gpu_milli` held over [from_ms, to_ms].
+  Status ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, int64_t from_ms,
+                     int64_t to_ms);
+  Result<PoolView> ReadView(Tx& tx, bool with_pending);
+  // The scheduler's input; `skipped` gets pending jobs whose request the
+  // scheduler would reject, with the reason.
+  sched::Snapshot MakeSnapshot(const PoolView& view, int64_t now,
+                               std::map<int64_t, std::string>* skipped) const;
+  // Decayed usage per group now, running attempts included.
+  std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, int64_t now) const;
   Status ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r);
   Status PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
-                  const std::string& reason);
+                  const std::string& reason, int64_t grace_ms = 0);
   Status SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& instance, int64_t seq);
   Result<std::pair<std::string, int64_t>> GetAgentSeq(Tx& tx, const std::string& node_id);
   // Fires the hooks for what the committed transaction touched.
@@ -124,7 +211,9 @@ class Pool {
   const Clock& clock_;
   PoolOptions options_;
   PoolHooks hooks_;
+  sched::Scheduler scheduler_;
   std::map<std::string, LiveNode> live_;  // connected nodes
+  std::map<int64_t, QueueInfo> queue_;    // pending job -> its place after the last pass
   // Collected during a transaction, fired after it commits.
   std::set<std::string> touched_nodes_;
   std::set<int64_t> touched_jobs_;

@@ -4,7 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "store/sqlite_store.h"
 
@@ -25,7 +27,20 @@ class PoolTest : public ::testing::Test {
     hooks.outbox_ready = [this](const std::string& n) { outbox_nodes_.push_back(n); };
     hooks.job_changed = [this](int64_t j) { changed_jobs_.push_back(j); };
     hooks.schedule_needed = [this] { ++schedule_requests_; };
+    hooks_ = hooks;
     pool_ = std::make_unique<Pool>(*store_, clock_, PoolOptions{}, hooks);
+  }
+  // Replaces the pool with one using `options` (the same store).
+  void UseOptions(PoolOptions options) {
+    options_ = options;
+    pool_ = std::make_unique<Pool>(*store_, clock_, std::move(options), hooks_);
+  }
+  // A new store and pool over the same files, as after a server restart.
+  void Restart() {
+    pool_.reset();
+    store_.reset();
+    store_ = *SqliteStore::Open((dir_ / "state.db").string());
+    pool_ = std::make_unique<Pool>(*store_, clock_, options_, hooks_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -49,6 +64,25 @@ class PoolTest : public ::testing::Test {
     return s;
   }
 
+  std::vector<proto::StopTask> Stops(const std::string& node, int64_t after = 0) {
+    std::vector<proto::StopTask> out;
+    for (const auto& m : *pool_->PendingOrders(node, after)) {
+      if (m.type == proto::kStop) out.push_back(*proto::DecodeStopTask(m.body));
+    }
+    return out;
+  }
+
+  std::optional<GroupUsage> StoredUsage(const std::string& group) {
+    std::optional<GroupUsage> out;
+    EXPECT_TRUE(store_
+                    ->Transact([&](Tx& tx) -> Status {
+                      GP_ASSIGN_OR_RETURN(out, tx.GetGroupUsage(group));
+                      return Status::Ok();
+                    })
+                    .ok());
+    return out;
+  }
+
   std::vector<proto::StartTask> Starts(const std::string& node, int64_t after = 0) {
     std::vector<proto::StartTask> out;
     for (const auto& m : *pool_->PendingOrders(node, after)) {
@@ -65,6 +99,8 @@ class PoolTest : public ::testing::Test {
   FakeClock clock_;
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<Pool> pool_;
+  PoolHooks hooks_;
+  PoolOptions options_;
   std::vector<std::string> outbox_nodes_;
   std::vector<int64_t> changed_jobs_;
   int schedule_requests_ = 0;
@@ -238,6 +274,276 @@ TEST_F(PoolTest, InvalidSpecIsRejectedAndNothingStored) {
   JobSpec s;  // neither run nor command
   EXPECT_EQ(pool_->Submit(s, "u").status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(pool_->ListJobs({})->empty());
+}
+
+TEST_F(PoolTest, TwoHalfSharesLandOnOneGpuAndAThirdWaits) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec half = Spec(0);
+  half.resources.gpu_milli = 500;
+  half.resources.gpu_memory_mib = 10240;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool_->Submit(half, "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 2);
+  auto starts = Starts(node.node_id);
+  ASSERT_EQ(starts.size(), 2u);
+  for (const auto& s : starts) {
+    EXPECT_EQ(s.gpu_uuids, std::vector<std::string>{"a-gpu0"});
+    EXPECT_EQ(s.gpu_milli, 500);
+    EXPECT_EQ(s.gpu_memory_mib, 10240);
+  }
+  auto d = *pool_->GetJob(1);
+  ASSERT_EQ(d.attempts.size(), 1u);
+  EXPECT_EQ(d.attempts[0].gpu_milli, 500);
+  EXPECT_EQ(d.attempts[0].gpu_memory_mib, 10240);
+  auto third = *pool_->GetJob(3);
+  EXPECT_EQ(third.job.state, JobState::kPending);
+  EXPECT_FALSE(third.job.reason.empty());
+  EXPECT_NE(third.job.reason, "waiting for the scheduler");
+  ASSERT_TRUE(third.queue.has_value());
+  // First among the jobs still waiting: the two placed shares left the line.
+  EXPECT_EQ(third.queue->position, 1);
+  EXPECT_FALSE(third.queue->explanation.empty());
+  // When one share ends, the third takes its place on the same GPU.
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(pool_->GetJob(3)->attempts.at(0).gpu_uuids, std::vector<std::string>{"a-gpu0"});
+  EXPECT_FALSE(pool_->GetJob(3)->queue.has_value());
+}
+
+TEST_F(PoolTest, ConstraintsReachTheScheduler) {
+  proto::Hello h = MakeHello("a", 1);
+  h.labels = {{"zone", "eu-1"}};
+  h.owner_group = "vision";
+  auto node = *pool_->AgentHello(h);
+  auto n = (*pool_->ListNodes())[0].node;
+  EXPECT_EQ(n.owner_group, "vision");
+  EXPECT_EQ(n.labels, (std::map<std::string, std::string>{{"zone", "eu-1"}}));
+  JobSpec cc = Spec(1);
+  cc.resources.min_compute_capability = 90;  // the A100s are 8.0
+  JobSpec label = Spec(1);
+  label.resources.node_labels = {{"zone", "us-2"}};
+  JobSpec fits = Spec(1);
+  fits.resources.node_labels = {{"zone", "eu-1"}};
+  fits.resources.min_compute_capability = 80;
+  ASSERT_TRUE(pool_->Submit(cc, "u").ok());
+  ASSERT_TRUE(pool_->Submit(label, "u").ok());
+  ASSERT_TRUE(pool_->Submit(fits, "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(Starts(node.node_id).at(0).attempt_id, "3.1");
+  auto j1 = *pool_->GetJob(1);
+  EXPECT_THAT(j1.job.reason, HasSubstr("compute capability"));
+  EXPECT_TRUE(j1.queue->unsatisfiable);
+  EXPECT_THAT(pool_->GetJob(2)->job.reason, HasSubstr("zone=us-2"));
+}
+
+TEST_F(PoolTest, QueueIsInClassOrderWithPositions) {
+  (void)*pool_->AgentHello(MakeHello("a", 1));
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());  // takes the only GPU
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  JobSpec opp = Spec(1), normal = Spec(1), inter = Spec(1);
+  opp.priority = JobPriority::kOpportunistic;
+  inter.priority = JobPriority::kInteractive;
+  ASSERT_TRUE(pool_->Submit(opp, "u").ok());     // 2
+  ASSERT_TRUE(pool_->Submit(normal, "v").ok());  // 3
+  ASSERT_TRUE(pool_->Submit(inter, "u").ok());   // 4
+  ASSERT_EQ(*pool_->Schedule(), 0);              // job 1 is not preemptible
+  auto q = *pool_->Queue(std::nullopt);
+  ASSERT_EQ(q.size(), 3u);
+  EXPECT_EQ(q[0].job.id, 4);
+  EXPECT_EQ(q[1].job.id, 3);
+  EXPECT_EQ(q[2].job.id, 2);
+  for (size_t i = 0; i < q.size(); ++i) {
+    ASSERT_TRUE(q[i].queue.has_value());
+    EXPECT_EQ(q[i].queue->position, static_cast<int64_t>(i + 1));
+  }
+  EXPECT_THAT(q[0].queue->explanation, HasSubstr("interactive"));
+  // One user's view keeps the places in the whole queue.
+  auto mine = *pool_->Queue(std::string("v"));
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0].queue->position, 2);
+  // A job submitted after the pass is listed last, without a place yet.
+  ASSERT_TRUE(pool_->Submit(inter, "u").ok());
+  q = *pool_->Queue(std::nullopt);
+  ASSERT_EQ(q.size(), 4u);
+  EXPECT_EQ(q[3].job.id, 5);
+  EXPECT_FALSE(q[3].queue.has_value());
+}
+
+TEST_F(PoolTest, PreemptionStopsTheVictimWithItsGraceAndRequeuesIt) {
+  PoolOptions o;
+  o.scheduler.groups = {{"lab-a", 1, 0}, {"lab-b", 1, 0}};
+  UseOptions(o);
+  auto node = *pool_->AgentHello(MakeHello("a", 2));
+  JobSpec victim = Spec(1);
+  victim.group = "lab-a";
+  victim.checkpoint = CheckpointSpec{0, 5'000, "SIGUSR1"};
+  JobSpec keeper = Spec(1);  // no checkpoint section: never preempted
+  keeper.group = "lab-a";
+  ASSERT_TRUE(pool_->Submit(keeper, "u").ok());  // 1
+  ASSERT_TRUE(pool_->Submit(victim, "u").ok());  // 2
+  ASSERT_EQ(*pool_->Schedule(), 2);
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 2, {"2.1", "running", 0, 0, "", 0}).ok());
+  clock_.AdvanceMs(60'000);
+
+  JobSpec inter = Spec(1);
+  inter.group = "lab-b";
+  inter.priority = JobPriority::kInteractive;
+  ASSERT_TRUE(pool_->Submit(inter, "w").ok());  // 3
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  auto stops = Stops(node.node_id);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].attempt_id, "2.1");
+  EXPECT_EQ(stops[0].grace_ms, 5'000);
+  EXPECT_THAT(stops[0].reason, HasSubstr("job 3"));
+  auto v = *pool_->GetJob(2);
+  EXPECT_EQ(v.job.state, JobState::kRunning);  // until the attempt has left
+  EXPECT_EQ(v.job.last_preempted_ms, clock_.NowMs());
+  EXPECT_THAT(v.job.reason, HasSubstr("being preempted"));
+  EXPECT_EQ(v.attempts[0].preempt_for_job, 3);
+  EXPECT_THAT(pool_->GetJob(3)->job.reason, HasSubstr("waiting for job 2 to leave"));
+
+  // Passes while the victim leaves order nothing more.
+  clock_.AdvanceMs(1000);
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_EQ(Stops(node.node_id).size(), 1u);
+
+  // The agent reports the stopped job (it may exit however it likes).
+  ASSERT_TRUE(Report(node.node_id, 3,
+                     {"2.1", "exited", 143, 15, "stopped: " + stops[0].reason, clock_.NowMs()})
+                  .ok());
+  v = *pool_->GetJob(2);
+  EXPECT_EQ(v.job.state, JobState::kPending);
+  EXPECT_THAT(v.job.reason, HasSubstr("requeued: attempt 2.1 was preempted for"));
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kPreempted);
+  EXPECT_THAT(v.attempts[0].reason, HasSubstr("preempted for"));
+  EXPECT_FALSE(v.job.exit_code.has_value());
+  EXPECT_FALSE(v.job.front);
+  // The interactive job takes the GPU; the keeper was never touched.
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(pool_->GetJob(3)->job.state, JobState::kScheduled);
+  EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kRunning);
+  EXPECT_EQ(pool_->GetJob(1)->attempts.size(), 1u);
+
+  // A second interactive job finds no preemptible work (the keeper has no
+  // checkpoint section, the victim is pending): it waits.
+  JobSpec inter2 = inter;
+  ASSERT_TRUE(pool_->Submit(inter2, "w").ok());  // 4
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_EQ(Stops(node.node_id).size(), 1u);
+
+  // When the interactive jobs end, the victim runs again as attempt 2.
+  ASSERT_TRUE(Report(node.node_id, 4, {"3.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);  // job 4 (interactive) first
+  EXPECT_EQ(pool_->GetJob(4)->job.state, JobState::kScheduled);
+  ASSERT_TRUE(Report(node.node_id, 5, {"4.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  v = *pool_->GetJob(2);
+  EXPECT_EQ(v.job.current_attempt, "2.2");
+  EXPECT_EQ(v.job.attempts, 2);
+  // The anti-thrash window survives the new attempt.
+  EXPECT_TRUE(v.job.last_preempted_ms.has_value());
+}
+
+TEST_F(PoolTest, AnAttemptThatFinishedBeforeItsStopSucceeds) {
+  PoolOptions o;
+  o.scheduler.groups = {{"lab-a", 1, 0}};
+  UseOptions(o);
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec victim = Spec(1);
+  victim.group = "lab-a";
+  victim.checkpoint = CheckpointSpec{};
+  ASSERT_TRUE(pool_->Submit(victim, "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  JobSpec inter = Spec(1);
+  inter.priority = JobPriority::kInteractive;
+  ASSERT_TRUE(pool_->Submit(inter, "w").ok());
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  auto stops = Stops(node.node_id);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].grace_ms, kDefaultStopGraceMs);
+  // It exited cleanly on its own before the stop reached it.
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  auto d = *pool_->GetJob(1);
+  EXPECT_EQ(d.job.state, JobState::kSucceeded);
+  EXPECT_EQ(d.attempts[0].state, AttemptState::kSucceeded);
+}
+
+TEST_F(PoolTest, UsageIsChargedWhenAttemptsEndAndSurvivesARestart) {
+  PoolOptions o;
+  o.scheduler.half_life_ms = 0;  // no decay: exact numbers
+  UseOptions(o);
+  auto node = *pool_->AgentHello(MakeHello("a", 2));
+  JobSpec two = Spec(2);
+  two.group = "vision";
+  ASSERT_TRUE(pool_->Submit(two, "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  clock_.AdvanceMs(10'000);
+  // While it runs, the usage is counted but not written.
+  EXPECT_FALSE(StoredUsage("vision").has_value());
+  auto groups = *pool_->Groups();
+  auto vision = std::find_if(groups.begin(), groups.end(),
+                             [](const GroupStatus& g) { return g.name == "vision"; });
+  ASSERT_NE(vision, groups.end());
+  EXPECT_EQ(vision->usage_milli_ms, 2000 * 10'000);
+  EXPECT_EQ(vision->allocated_milli, 2000);
+  EXPECT_EQ(vision->running_jobs, 1);
+  EXPECT_FALSE(vision->configured);
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  auto stored = StoredUsage("vision");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->milli_ms, 2000 * 10'000);
+  EXPECT_EQ(stored->as_of_ms, clock_.NowMs());
+
+  Restart();
+  clock_.AdvanceMs(5'000);
+  groups = *pool_->Groups();
+  vision = std::find_if(groups.begin(), groups.end(),
+                        [](const GroupStatus& g) { return g.name == "vision"; });
+  ASSERT_NE(vision, groups.end());
+  EXPECT_EQ(vision->usage_milli_ms, 2000 * 10'000);
+  EXPECT_EQ(vision->allocated_milli, 0);
+  EXPECT_DOUBLE_EQ(vision->usage_fraction, 1.0);
+}
+
+TEST_F(PoolTest, UsageDecaysWithTheHalfLife) {
+  PoolOptions o;
+  o.scheduler.half_life_ms = 3'600'000;
+  o.scheduler.groups = {{"nlp", 3, 2000}};
+  UseOptions(o);
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec s = Spec(1);
+  s.group = "nlp";
+  ASSERT_TRUE(pool_->Submit(s, "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  clock_.AdvanceMs(60'000);
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  int64_t charged = StoredUsage("nlp")->milli_ms;
+  EXPECT_GT(charged, 0);
+  EXPECT_LT(charged, 1000 * 60'000);  // integrated decay charges a little less
+  clock_.AdvanceMs(3'600'000);
+  auto groups = *pool_->Groups();
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_TRUE(groups[0].configured);
+  EXPECT_EQ(groups[0].weight, 3);
+  EXPECT_EQ(groups[0].guaranteed_milli, 2000);
+  EXPECT_NEAR(static_cast<double>(groups[0].usage_milli_ms), charged / 2.0, 2.0);
+}
+
+TEST_F(PoolTest, LostNodeRequeuesTheJobToTheFrontOfItsClass) {
+  auto a = *pool_->AgentHello(MakeHello("a", 1));
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(pool_->AgentDisconnected(a.node_id).ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());  // 2, submitted later
+  clock_.AdvanceMs(PoolOptions{}.node_lost_after_ms + 1);
+  ASSERT_TRUE(pool_->CheckNodes().ok());
+  EXPECT_TRUE(pool_->GetJob(1)->job.front);
+  auto b = *pool_->AgentHello(MakeHello("b", 1));
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  auto starts = Starts(b.node_id);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].attempt_id, "1.2");
+  EXPECT_FALSE(pool_->GetJob(1)->job.front);  // placed: no longer displaced
 }
 
 }  // namespace

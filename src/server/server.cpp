@@ -14,6 +14,7 @@
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/scheduler_config.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -41,6 +42,21 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen
 
 int RunServer(const ServerOptions& options) {
   SetLogComponent("server");
+  // A bad config stops the server before it touches the data directory.
+  PoolOptions pool_options = options.pool;
+  if (!options.scheduler_config.empty()) {
+    auto config = LoadSchedulerConfig(options.scheduler_config);
+    if (!config.ok()) {
+      std::cerr << "gpupool server: --scheduler-config " << config.status().message() << "\n";
+      return 2;
+    }
+    pool_options.scheduler = *std::move(config);
+    GP_LOG(kInfo) << "scheduler config " << options.scheduler_config << ": "
+                  << pool_options.scheduler.groups.size() << " groups, half-life "
+                  << pool_options.scheduler.half_life_ms << " ms, preemption "
+                  << (pool_options.scheduler.preemption ? "on" : "off");
+  }
+
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {
@@ -54,7 +70,6 @@ int RunServer(const ServerOptions& options) {
     std::cerr << "gpupool server: " << addr.status().message() << "\n";
     return 2;
   }
-
   SqliteOptions sqlite_opts;
   sqlite_opts.fsync_every_commit = options.sqlite_fsync;
   auto store = SqliteStore::Open(options.data_dir + "/state.db", sqlite_opts);
@@ -108,7 +123,7 @@ int RunServer(const ServerOptions& options) {
       loop.Post(run_schedule);
     }
   };
-  Pool pool(**store, clock, options.pool, hooks);
+  Pool pool(**store, clock, pool_options, hooks);
   pool_ptr = &pool;
   if (Status s = pool.Recover(); !s.ok()) {
     std::cerr << "gpupool server: " << s.ToString() << "\n";

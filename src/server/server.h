@@ -16,6 +16,9 @@ struct ServerOptions {
   PoolOptions pool;
   int64_t schedule_interval_ms = 2000;  // a pass at least this often
   bool sqlite_fsync = false;            // fsync every commit (power-loss safe)
+  // YAML file with fair-share groups, quotas and preemption settings
+  // (server/scheduler_config.h); empty = the defaults. Replaces pool.scheduler.
+  std::string scheduler_config;
 };
 
 // Returns the process exit code.

@@ -115,12 +115,34 @@ CREATE TABLE tokens (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 2: the scheduler's fields (GPU shares, preemption, node owners)
+// and per-group fair-share usage. Attempts written before it held whole GPUs.
+constexpr const char* kSchemaV2 = R"sql(
+ALTER TABLE jobs ADD COLUMN last_preempted_ms INTEGER;
+ALTER TABLE jobs ADD COLUMN front INTEGER NOT NULL DEFAULT 0;
+
+ALTER TABLE attempts ADD COLUMN gpu_milli INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN gpu_memory_mib INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN preempt_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN preempt_for_job INTEGER NOT NULL DEFAULT 0;
+UPDATE attempts SET gpu_milli = 1000 WHERE gpu_uuids <> '[]';
+
+ALTER TABLE nodes ADD COLUMN owner_group TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE group_usage (
+  grp      TEXT PRIMARY KEY,
+  milli_ms INTEGER NOT NULL,
+  as_of_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
 struct Migration {
   int version;
   const char* sql;
 };
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
+    {2, kSchemaV2},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");
@@ -169,8 +191,9 @@ class Query {
     return Check(sqlite3_bind_text(stmt_, i, data, static_cast<int>(v.size()), SQLITE_TRANSIENT));
   }
   Query& Bind(int i, const std::optional<int32_t>& v) {
-    return v ? Bind(i, static_cast<int64_t>(*v)) : Check(sqlite3_bind_null(stmt_, i));
+    return v ? Bind(i, static_cast<int64_t>(*v)) : BindNull(i);
   }
+  Query& BindNull(int i) { return Check(sqlite3_bind_null(stmt_, i)); }
 
   // true: a row is available; false: done.
   Result<bool> Step() {
@@ -361,7 +384,7 @@ namespace {
 
 constexpr std::string_view kJobColumns =
     "id, owner, state, reason, exit_code, attempts, current_attempt, created_ms, updated_ms, "
-    "started_ms, finished_ms, spec";
+    "started_ms, finished_ms, spec, last_preempted_ms, front";
 
 Result<Job> ReadJob(const Query& q) {
   Job job;
@@ -390,12 +413,14 @@ Result<Job> ReadJob(const Query& q) {
   }();
   if (!spec.ok()) return Status::Internal(where + ": " + spec.status().message());
   job.spec = std::move(spec).value();
+  if (!q.IsNull(12)) job.last_preempted_ms = q.Int(12);
+  job.front = q.Int(13) != 0;
   return job;
 }
 
 constexpr std::string_view kAttemptColumns =
     "id, job_id, number, node_id, gpu_uuids, state, exit_code, reason, created_ms, started_ms, "
-    "finished_ms";
+    "finished_ms, gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job";
 
 Result<Attempt> ReadAttempt(const Query& q) {
   Attempt a;
@@ -416,12 +441,16 @@ Result<Attempt> ReadAttempt(const Query& q) {
   a.created_ms = q.Int(8);
   a.started_ms = q.Int(9);
   a.finished_ms = q.Int(10);
+  a.gpu_milli = static_cast<int32_t>(q.Int(11));
+  a.gpu_memory_mib = q.Int(12);
+  a.preempt_ms = q.Int(13);
+  a.preempt_for_job = q.Int(14);
   return a;
 }
 
 constexpr std::string_view kNodeColumns =
     "id, name, state, gpus, cpu_milli, memory_mib, driver_version, cuda_version, agent_version, "
-    "labels, registered_ms, last_seen_ms";
+    "labels, registered_ms, last_seen_ms, owner_group";
 
 Result<Node> ReadNode(const Query& q) {
   Node n;
@@ -444,6 +473,7 @@ Result<Node> ReadNode(const Query& q) {
                                            [](const json& j) { return j.get<Labels>(); }));
   n.registered_ms = q.Int(10);
   n.last_seen_ms = q.Int(11);
+  n.owner_group = q.Text(12);
   return n;
 }
 
@@ -484,8 +514,9 @@ class SqliteTx : public Tx {
     GP_ASSIGN_OR_RETURN(
         Query q, impl_.Prepare("INSERT INTO jobs (owner, name, state, reason, exit_code, "
                                "attempts, current_attempt, created_ms, updated_ms, "
-                               "started_ms, finished_ms, spec) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"));
+                               "started_ms, finished_ms, spec, last_preempted_ms, front) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?14, "
+                               "?15)"));
     BindJob(q, job);
     GP_RETURN_IF_ERROR(q.Run());
     return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_.db.get()));
@@ -496,7 +527,9 @@ class SqliteTx : public Tx {
                                                "reason = ?4, exit_code = ?5, attempts = ?6, "
                                                "current_attempt = ?7, created_ms = ?8, "
                                                "updated_ms = ?9, started_ms = ?10, "
-                                               "finished_ms = ?11, spec = ?12 WHERE id = ?13"));
+                                               "finished_ms = ?11, spec = ?12, "
+                                               "last_preempted_ms = ?14, front = ?15 "
+                                               "WHERE id = ?13"));
     BindJob(q, job);
     q.Bind(13, job.id);
     GP_RETURN_IF_ERROR(q.Run());
@@ -545,15 +578,21 @@ class SqliteTx : public Tx {
   Status PutAttempt(const Attempt& a) override {
     GP_ASSIGN_OR_RETURN(
         Query q, impl_.Prepare("INSERT INTO attempts (id, job_id, number, node_id, gpu_uuids, "
-                               "state, exit_code, reason, created_ms, started_ms, finished_ms) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) "
+                               "state, exit_code, reason, created_ms, started_ms, finished_ms, "
+                               "gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                               "?14, ?15) "
                                "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, "
                                "number = excluded.number, node_id = excluded.node_id, "
                                "gpu_uuids = excluded.gpu_uuids, state = excluded.state, "
                                "exit_code = excluded.exit_code, reason = excluded.reason, "
                                "created_ms = excluded.created_ms, "
                                "started_ms = excluded.started_ms, "
-                               "finished_ms = excluded.finished_ms"));
+                               "finished_ms = excluded.finished_ms, "
+                               "gpu_milli = excluded.gpu_milli, "
+                               "gpu_memory_mib = excluded.gpu_memory_mib, "
+                               "preempt_ms = excluded.preempt_ms, "
+                               "preempt_for_job = excluded.preempt_for_job"));
     q.Bind(1, a.id)
         .Bind(2, a.job_id)
         .Bind(3, static_cast<int64_t>(a.number))
@@ -564,7 +603,11 @@ class SqliteTx : public Tx {
         .Bind(8, a.reason)
         .Bind(9, a.created_ms)
         .Bind(10, a.started_ms)
-        .Bind(11, a.finished_ms);
+        .Bind(11, a.finished_ms)
+        .Bind(12, static_cast<int64_t>(a.gpu_milli))
+        .Bind(13, a.gpu_memory_mib)
+        .Bind(14, a.preempt_ms)
+        .Bind(15, a.preempt_for_job);
     Status st = q.Run();
     if (!st.ok() && IsForeignKeyError(q.extended_error())) {
       return Status::NotFound("attempt " + a.id + ": job " + std::to_string(a.job_id) +
@@ -607,8 +650,8 @@ class SqliteTx : public Tx {
     GP_ASSIGN_OR_RETURN(
         Query q, impl_.Prepare("INSERT INTO nodes (id, name, state, gpus, cpu_milli, memory_mib, "
                                "driver_version, cuda_version, agent_version, labels, "
-                               "registered_ms, last_seen_ms) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
+                               "registered_ms, last_seen_ms, owner_group) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
                                "ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
                                "state = excluded.state, gpus = excluded.gpus, "
                                "cpu_milli = excluded.cpu_milli, memory_mib = excluded.memory_mib, "
@@ -616,7 +659,8 @@ class SqliteTx : public Tx {
                                "cuda_version = excluded.cuda_version, "
                                "agent_version = excluded.agent_version, labels = excluded.labels, "
                                "registered_ms = excluded.registered_ms, "
-                               "last_seen_ms = excluded.last_seen_ms"));
+                               "last_seen_ms = excluded.last_seen_ms, "
+                               "owner_group = excluded.owner_group"));
     q.Bind(1, n.id)
         .Bind(2, n.name)
         .Bind(3, NodeStateName(n.state))
@@ -628,7 +672,8 @@ class SqliteTx : public Tx {
         .Bind(9, n.agent_version)
         .Bind(10, Dump(json(n.labels)))
         .Bind(11, n.registered_ms)
-        .Bind(12, n.last_seen_ms);
+        .Bind(12, n.last_seen_ms)
+        .Bind(13, n.owner_group);
     Status st = q.Run();
     // The id conflict is resolved by the upsert, so a unique violation can
     // only be the name.
@@ -778,6 +823,38 @@ class SqliteTx : public Tx {
     return q.Run();
   }
 
+  // ---- group usage
+
+  Status PutGroupUsage(const GroupUsage& u) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT INTO group_usage (grp, milli_ms, as_of_ms) "
+                                               "VALUES (?1, ?2, ?3) ON CONFLICT (grp) DO UPDATE "
+                                               "SET milli_ms = excluded.milli_ms, "
+                                               "as_of_ms = excluded.as_of_ms"));
+    q.Bind(1, u.group).Bind(2, u.milli_ms).Bind(3, u.as_of_ms);
+    return q.Run();
+  }
+
+  Result<std::optional<GroupUsage>> GetGroupUsage(const std::string& group) override {
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("SELECT grp, milli_ms, as_of_ms FROM group_usage WHERE grp = ?1"));
+    q.Bind(1, group);
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return std::optional<GroupUsage>();
+    return std::optional<GroupUsage>(GroupUsage{q.Text(0), q.Int(1), q.Int(2)});
+  }
+
+  Result<std::vector<GroupUsage>> ListGroupUsage() override {
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("SELECT grp, milli_ms, as_of_ms FROM group_usage ORDER BY grp"));
+    std::vector<GroupUsage> out;
+    while (true) {
+      GP_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      out.push_back(GroupUsage{q.Text(0), q.Int(1), q.Int(2)});
+    }
+    return out;
+  }
+
   // ---- tokens
 
   Status PutToken(const TokenRecord& t) override {
@@ -807,8 +884,15 @@ class SqliteTx : public Tx {
   }
 
  private:
-  // Binds parameters 1..12 of the INSERT and UPDATE statements.
+  // Binds parameters 1..12, 14 and 15 of the INSERT and UPDATE statements
+  // (13 is the id in UPDATE).
   static void BindJob(Query& q, const Job& job) {
+    if (job.last_preempted_ms) {
+      q.Bind(14, *job.last_preempted_ms);
+    } else {
+      q.BindNull(14);
+    }
+    q.Bind(15, int64_t{job.front ? 1 : 0});
     q.Bind(1, job.owner)
         .Bind(2, job.spec.name)
         .Bind(3, JobStateName(job.state))

@@ -162,6 +162,147 @@ TEST(SqliteStoreTest, ReopenDoesNotRerunMigrations) {
   EXPECT_EQ(*id, 2);
 }
 
+// The schema exactly as version 1 of the binary created it.
+constexpr const char* kSchemaV1ForTest = R"sql(
+CREATE TABLE jobs (
+  id              INTEGER PRIMARY KEY AUTOINCREMENT,
+  owner           TEXT NOT NULL,
+  name            TEXT NOT NULL,
+  state           TEXT NOT NULL,
+  reason          TEXT NOT NULL,
+  exit_code       INTEGER,
+  attempts        INTEGER NOT NULL,
+  current_attempt TEXT NOT NULL,
+  created_ms      INTEGER NOT NULL,
+  updated_ms      INTEGER NOT NULL,
+  started_ms      INTEGER NOT NULL,
+  finished_ms     INTEGER NOT NULL,
+  spec            TEXT NOT NULL
+);
+CREATE INDEX jobs_state_id ON jobs(state, id);
+CREATE INDEX jobs_owner_id ON jobs(owner, id);
+
+CREATE TABLE attempts (
+  id          TEXT PRIMARY KEY,
+  job_id      INTEGER NOT NULL REFERENCES jobs(id),
+  number      INTEGER NOT NULL,
+  node_id     TEXT NOT NULL,
+  gpu_uuids   TEXT NOT NULL,
+  state       TEXT NOT NULL,
+  exit_code   INTEGER,
+  reason      TEXT NOT NULL,
+  created_ms  INTEGER NOT NULL,
+  started_ms  INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX attempts_job_number ON attempts(job_id, number);
+CREATE INDEX attempts_node_state ON attempts(node_id, state);
+-- Scheduling passes read the live (scheduled, running) attempts of the pool.
+CREATE INDEX attempts_state ON attempts(state);
+
+CREATE TABLE nodes (
+  id             TEXT PRIMARY KEY,
+  name           TEXT NOT NULL UNIQUE,
+  state          TEXT NOT NULL,
+  gpus           TEXT NOT NULL,
+  cpu_milli      INTEGER NOT NULL,
+  memory_mib     INTEGER NOT NULL,
+  driver_version TEXT NOT NULL,
+  cuda_version   TEXT NOT NULL,
+  agent_version  TEXT NOT NULL,
+  labels         TEXT NOT NULL,
+  registered_ms  INTEGER NOT NULL,
+  last_seen_ms   INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE logs (
+  cursor     INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id     INTEGER NOT NULL REFERENCES jobs(id),
+  attempt_id TEXT NOT NULL,
+  "offset"   INTEGER NOT NULL,
+  stream     TEXT NOT NULL,
+  ts_ms      INTEGER NOT NULL,
+  text       TEXT NOT NULL,
+  UNIQUE (attempt_id, "offset")
+);
+CREATE INDEX logs_job_cursor ON logs(job_id, cursor);
+
+CREATE TABLE outbox (
+  node_id TEXT NOT NULL,
+  seq     INTEGER NOT NULL,
+  type    TEXT NOT NULL,
+  body    TEXT NOT NULL,
+  PRIMARY KEY (node_id, seq)
+) WITHOUT ROWID;
+-- The last seq handed out per node; outlives AckOutbox's deletes so a seq is
+-- never handed out twice.
+CREATE TABLE outbox_seq (
+  node_id  TEXT PRIMARY KEY,
+  last_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE tokens (
+  hash       TEXT PRIMARY KEY,
+  subject    TEXT NOT NULL,
+  role       TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL,
+  revoked    INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+TEST(SqliteStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
+  TempDir dir;
+  {
+    RawDb raw(dir.db());
+    raw.Exec(kSchemaV1ForTest);
+    raw.Exec(
+        R"(INSERT INTO jobs VALUES (1, 'alice', 'old', 'running', '', NULL, 1, '1.1', 10, 11, 12, 0,
+                '{"name":"old","run":"true","resources":{"gpus":2}}'))");
+    raw.Exec(R"(INSERT INTO jobs VALUES (2, 'bob', 'cpu', 'succeeded', '', 0, 1, '', 10, 11, 12, 13,
+                '{"name":"cpu","run":"true","resources":{"gpus":0}}'))");
+    raw.Exec(R"(INSERT INTO attempts VALUES ('1.1', 1, 1, 'n-1', '["GPU-a","GPU-b"]', 'running',
+                NULL, '', 10, 12, 0))");
+    raw.Exec(R"(INSERT INTO attempts VALUES ('2.1', 2, 1, 'n-1', '[]', 'succeeded', 0, '', 10, 12,
+                13))");
+    raw.Exec(R"(INSERT INTO nodes VALUES ('n-1', 'alpha', 'ready', '[]', 8000, 1024, '', '', '',
+                '{}', 1, 2))");
+    raw.Exec("PRAGMA user_version = 1");
+  }
+  auto store = MustOpen(dir.db());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"), "2");
+  ASSERT_TRUE(store
+                  ->Transact([](Tx& tx) -> Status {
+                    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(1));
+                    EXPECT_TRUE(job.has_value());
+                    if (!job) return Status::Ok();
+                    EXPECT_EQ(job->spec.resources.gpus, 2);
+                    EXPECT_EQ(job->spec.priority, JobPriority::kNormal);
+                    EXPECT_EQ(job->spec.group, "default");
+                    EXPECT_FALSE(job->last_preempted_ms.has_value());
+                    EXPECT_FALSE(job->front);
+                    // Attempts from before shares held whole GPUs.
+                    GP_ASSIGN_OR_RETURN(auto gpu, tx.GetAttempt("1.1"));
+                    GP_ASSIGN_OR_RETURN(auto cpu, tx.GetAttempt("2.1"));
+                    EXPECT_EQ(gpu->gpu_milli, 1000);
+                    EXPECT_EQ(gpu->TotalGpuMilli(), 2000);
+                    EXPECT_EQ(cpu->gpu_milli, 0);
+                    EXPECT_EQ(gpu->preempt_ms, 0);
+                    GP_ASSIGN_OR_RETURN(auto node, tx.GetNode("n-1"));
+                    EXPECT_EQ(node->owner_group, "");
+                    GP_ASSIGN_OR_RETURN(auto usage, tx.ListGroupUsage());
+                    EXPECT_TRUE(usage.empty());
+                    return tx.PutGroupUsage(GroupUsage{"vision", 1, 2});
+                  })
+                  .ok());
+}
+
 TEST(SqliteStoreTest, NewerSchemaIsRefused) {
   TempDir dir;
   { ASSERT_NE(MustOpen(dir.db()), nullptr); }

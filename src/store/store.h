@@ -64,6 +64,16 @@ struct OutboxMessage {
   friend bool operator==(const OutboxMessage&, const OutboxMessage&) = default;
 };
 
+// A group's (lab's) decayed GPU usage for fair share, in GPU-milli x ms as
+// of `as_of_ms` (see sched/fairshare.h DecayedUsage). The store keeps the
+// numbers; the caller decays and charges them.
+struct GroupUsage {
+  std::string group;
+  int64_t milli_ms = 0;
+  int64_t as_of_ms = 0;
+  friend bool operator==(const GroupUsage&, const GroupUsage&) = default;
+};
+
 struct TokenRecord {
   std::string hash;     // SHA-256 hex of the secret; secrets are never stored
   std::string subject;  // user or agent name the token acts as
@@ -118,6 +128,11 @@ class Tx {
   // Small named values (e.g. per-node channel counters, settings).
   virtual Result<std::optional<std::string>> GetMeta(const std::string& key) = 0;
   virtual Status PutMeta(const std::string& key, const std::string& value) = 0;
+
+  // Fair-share usage per group: insert or replace by group name.
+  virtual Status PutGroupUsage(const GroupUsage& u) = 0;
+  virtual Result<std::optional<GroupUsage>> GetGroupUsage(const std::string& group) = 0;
+  virtual Result<std::vector<GroupUsage>> ListGroupUsage() = 0;  // by group name
 
   // Tokens, looked up by hash.
   virtual Status PutToken(const TokenRecord& t) = 0;

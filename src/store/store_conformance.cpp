@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -104,6 +105,24 @@ JobSpec RunSpec() {
   s.resources.cpu_milli = 4500;
   s.resources.memory_mib = 64 * 1024;
   s.max_runtime_ms = 2 * 3600 * 1000;
+  return s;
+}
+
+// A share of a GPU with every scheduling field set.
+JobSpec ShareSpec() {
+  JobSpec s;
+  s.name = "notebook";
+  s.run = "jupyter lab";
+  s.resources.gpu_milli = 250;
+  s.resources.gpu_memory_mib = 10 * 1024;
+  s.resources.min_compute_capability = 86;
+  s.resources.gpu_models = {"A100", "L40S"};
+  s.resources.preferred_models = {"L40S"};
+  s.resources.prefer_wait_ms = 600'000;
+  s.resources.node_labels = {{"rack", "3"}, {"net", "ib"}};
+  s.priority = JobPriority::kInteractive;
+  s.group = "vision";
+  s.checkpoint = CheckpointSpec{1'800'000, 60'000, "SIGUSR2"};
   return s;
 }
 
@@ -268,8 +287,14 @@ TEST_P(StoreConformanceTest, JobRoundTripsEveryField) {
   Job c = MakeJob("carol", RunSpec(), JobState::kFailed);
   c.exit_code = -9;
   c.reason = "killed: \"OOM\"\nsecond line";
+  Job d = MakeJob("dave", ShareSpec(), JobState::kPending);
+  d.attempts = 3;
+  d.last_preempted_ms = 1'700'000'002'000;
+  d.front = true;
+  Job e = MakeJob("erin", ShareSpec(), JobState::kPending);
+  e.last_preempted_ms = 0;  // preempted at time 0 is not "never"
   std::vector<Job> jobs;
-  for (Job j : {a, b, c}) {
+  for (Job j : {a, b, c, d, e}) {
     CONF_ASSERT_OK_AND_ASSIGN(Job stored, Insert(store(), j));
     jobs.push_back(stored);
   }
@@ -307,6 +332,8 @@ TEST_P(StoreConformanceTest, UpdateJobReplacesEveryField) {
   changed.updated_ms = 2;
   changed.started_ms = 3;
   changed.finished_ms = 4;
+  changed.last_preempted_ms = 5;
+  changed.front = true;
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.UpdateJob(changed); }));
   CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [&](Tx& tx) { return tx.GetJob(a.id); }));
   ASSERT_TRUE(got.has_value());
@@ -319,10 +346,13 @@ TEST_P(StoreConformanceTest, UpdateJobReplacesEveryField) {
 
   changed.exit_code = 0;
   changed.state = JobState::kSucceeded;
+  changed.last_preempted_ms = std::nullopt;
+  changed.front = false;
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.UpdateJob(changed); }));
   CONF_ASSERT_OK_AND_ASSIGN(got, InTx(store(), [&](Tx& tx) { return tx.GetJob(a.id); }));
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->exit_code, std::optional<int32_t>(0));
+  EXPECT_EQ(*got, changed);
 }
 
 TEST_P(StoreConformanceTest, UpdateMissingJobIsNotFound) {
@@ -426,16 +456,22 @@ TEST_P(StoreConformanceTest, AttemptsPutGetListAndReplace) {
   for (int i = 0; i < 3; ++i) {
     CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
   }
-  Attempt a11 = MakeAttempt(1, 1, "n-a", AttemptState::kFailed);
+  Attempt a11 = MakeAttempt(1, 1, "n-a", AttemptState::kPreempted);
   a11.exit_code = 1;
-  a11.reason = "exit 1";
+  a11.reason = "preempted for interactive job 3";
   a11.gpu_uuids = {"GPU-1"};
+  a11.gpu_milli = 1000;
+  a11.preempt_ms = 6;
+  a11.preempt_for_job = 3;
   a11.started_ms = 7;
   a11.finished_ms = 8;
   Attempt a12 = MakeAttempt(1, 2, "n-b", AttemptState::kRunning);
   a12.gpu_uuids = {"GPU-2", "GPU-3"};
   a12.started_ms = 9;
   Attempt a21 = MakeAttempt(2, 1, "n-a", AttemptState::kScheduled);
+  a21.gpu_uuids = {"GPU-4"};
+  a21.gpu_milli = 250;
+  a21.gpu_memory_mib = 10240;
   Attempt a32 = MakeAttempt(3, 2, "n-b", AttemptState::kLost);
   a32.exit_code = 0;
   Attempt a310 = MakeAttempt(3, 10, "n-a", AttemptState::kSucceeded);
@@ -501,6 +537,7 @@ TEST_P(StoreConformanceTest, NodesPutGetByNameListAndReplace) {
   a.gpus = {GpuInfo{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false},
             GpuInfo{1, "GPU-SIM-bbb", "NVIDIA T4", 15360, 7, 5, true}};
   a.labels = {{"zone", "eu-1"}, {"owner", "lab \"x\""}};
+  a.owner_group = "vision";
   Node b = MakeNode("n-1", "beta");
   b.state = NodeState::kOffline;
   b.driver_version = "";
@@ -527,6 +564,7 @@ TEST_P(StoreConformanceTest, NodesPutGetByNameListAndReplace) {
   a.state = NodeState::kOffline;
   a.gpus.pop_back();
   a.labels.clear();
+  a.owner_group = "";
   a.last_seen_ms = 1234;
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutNode(a); }));
   CONF_ASSERT_OK_AND_ASSIGN(auto old_name,
@@ -708,6 +746,48 @@ TEST_P(StoreConformanceTest, MetaGetPutOverwrite) {
   EXPECT_EQ(k, std::optional<std::string>("v2"));
   CONF_ASSERT_OK_AND_ASSIGN(auto empty, InTx(store(), [](Tx& tx) { return tx.GetMeta("empty"); }));
   EXPECT_EQ(empty, std::optional<std::string>(""));
+}
+
+TEST_P(StoreConformanceTest, GroupUsagePutGetListReplaceAndRollback) {
+  CONF_ASSERT_OK_AND_ASSIGN(auto none,
+                            InTx(store(), [](Tx& tx) { return tx.GetGroupUsage("vision"); }));
+  EXPECT_FALSE(none.has_value());
+  CONF_ASSERT_OK_AND_ASSIGN(auto empty, InTx(store(), [](Tx& tx) { return tx.ListGroupUsage(); }));
+  EXPECT_TRUE(empty.empty());
+  GroupUsage vision{"vision", 3'600'000'000, 1'700'000'000'000};
+  GroupUsage nlp{"nlp", 0, 5};
+  GroupUsage big{"astro", INT64_MAX, INT64_MAX - 1};  // saturated usage stays exact
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.PutGroupUsage(vision));
+    GP_RETURN_IF_ERROR(tx.PutGroupUsage(nlp));
+    return tx.PutGroupUsage(big);
+  }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto got,
+                            InTx(store(), [](Tx& tx) { return tx.GetGroupUsage("vision"); }));
+  EXPECT_EQ(got, std::optional<GroupUsage>(vision));
+  CONF_ASSERT_OK_AND_ASSIGN(auto listed, InTx(store(), [](Tx& tx) { return tx.ListGroupUsage(); }));
+  EXPECT_EQ(listed, (std::vector<GroupUsage>{big, nlp, vision}));  // by group name
+
+  // Replace by name.
+  vision.milli_ms = 7;
+  vision.as_of_ms = 1'700'000'001'000;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutGroupUsage(vision); }));
+  CONF_ASSERT_OK_AND_ASSIGN(got, InTx(store(), [](Tx& tx) { return tx.GetGroupUsage("vision"); }));
+  EXPECT_EQ(got, std::optional<GroupUsage>(vision));
+
+  // A failed transaction leaves usage as it was.
+  Status st = InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.PutGroupUsage(GroupUsage{"vision", 99, 99}));
+    GP_RETURN_IF_ERROR(tx.PutGroupUsage(GroupUsage{"new", 1, 1}));
+    return Status::Internal("boom");
+  });
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  CONF_ASSERT_OK_AND_ASSIGN(listed, InTx(store(), [](Tx& tx) { return tx.ListGroupUsage(); }));
+  EXPECT_EQ(listed, (std::vector<GroupUsage>{big, nlp, vision}));
+
+  Reopen();
+  CONF_ASSERT_OK_AND_ASSIGN(listed, InTx(store(), [](Tx& tx) { return tx.ListGroupUsage(); }));
+  EXPECT_EQ(listed, (std::vector<GroupUsage>{big, nlp, vision}));
 }
 
 TEST_P(StoreConformanceTest, TokensPutGetRevoke) {

@@ -1,0 +1,38 @@
+// YAML text to a JSON tree, strictly: the one reader behind job specs
+// (model/job_spec.h) and configuration files such as the scheduler's.
+//
+// Plain scalars are resolved per the YAML 1.2 core schema (null, bool, int,
+// float, else string); quoted scalars stay strings; duplicate keys, more than
+// one document, non-scalar keys, alias bombs, deep nesting, invalid UTF-8 and
+// NUL bytes are rejected with InvalidArgument naming the line and column or
+// the field path. Pure functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool {
+
+struct YamlOptions {
+  std::string what = "document";  // names the input in messages ("spec too large")
+  size_t max_bytes = 1 << 20;
+  // Message for an empty document.
+  std::string empty_message = "empty document; expected a mapping";
+  // Top-level keys whose mapping's scalar values are kept as written, not
+  // resolved (a job's env: "007" and 007 are both the text 007).
+  std::vector<std::string> text_valued_keys;
+};
+
+// Parses one YAML document (JSON text works too: YAML is a superset).
+Result<nlohmann::json> ParseYamlDocument(std::string_view text, const YamlOptions& options);
+
+// The offset of the first byte of `s` that is not part of well-formed UTF-8
+// (no overlongs, surrogates or code points past U+10FFFF), or npos.
+size_t InvalidUtf8Offset(std::string_view s);
+
+}  // namespace gpupool

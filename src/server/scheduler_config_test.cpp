@@ -1,0 +1,149 @@
+#include "server/scheduler_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace gpupool::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Error(std::string_view text) {
+  auto r = ParseSchedulerConfig(text);
+  EXPECT_FALSE(r.ok()) << "accepted:\n" << text;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+TEST(SchedulerConfig, EveryField) {
+  auto r = ParseSchedulerConfig(R"(
+half_life: 3d
+anti_thrash_window: 45m
+groups:
+  vision: {weight: 2, guaranteed_gpus: 4}
+  nlp: {guaranteed_gpus: 0.5}
+  astro:
+model_speed: {A100: 2.0, T4: 0.5, H100: 3}
+backfill_reservations: 0
+candidates: 16
+preemption: false
+)");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const sched::SchedulerConfig& c = *r;
+  EXPECT_EQ(c.half_life_ms, 3LL * 86'400'000);
+  EXPECT_EQ(c.anti_thrash_window_ms, 45LL * 60'000);
+  ASSERT_EQ(c.groups.size(), 3u);
+  // In the order nlohmann keeps object keys (sorted).
+  EXPECT_EQ(c.groups[0].name, "astro");
+  EXPECT_EQ(c.groups[0].weight, 1);
+  EXPECT_EQ(c.groups[0].guaranteed_milli, 0);
+  EXPECT_EQ(c.groups[1].name, "nlp");
+  EXPECT_EQ(c.groups[1].weight, 1);
+  EXPECT_EQ(c.groups[1].guaranteed_milli, 500);
+  EXPECT_EQ(c.groups[2].name, "vision");
+  EXPECT_EQ(c.groups[2].weight, 2);
+  EXPECT_EQ(c.groups[2].guaranteed_milli, 4000);
+  EXPECT_EQ(c.model_speed.at("A100"), 2.0);
+  EXPECT_EQ(c.model_speed.at("T4"), 0.5);
+  EXPECT_EQ(c.model_speed.at("H100"), 3.0);
+  EXPECT_EQ(c.max_reservations, 0);
+  EXPECT_EQ(c.candidates, 16);
+  EXPECT_FALSE(c.preemption);
+}
+
+TEST(SchedulerConfig, DefaultsWhenAbsent) {
+  auto r = ParseSchedulerConfig("groups: {}\n");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  sched::SchedulerConfig d;
+  EXPECT_EQ(r->half_life_ms, d.half_life_ms);
+  EXPECT_EQ(r->anti_thrash_window_ms, d.anti_thrash_window_ms);
+  EXPECT_EQ(r->max_reservations, d.max_reservations);
+  EXPECT_EQ(r->preemption, d.preemption);
+  EXPECT_TRUE(r->groups.empty());
+  // Numbers are seconds; 0 turns the decay off.
+  EXPECT_EQ(ParseSchedulerConfig("half_life: 0")->half_life_ms, 0);
+  EXPECT_EQ(ParseSchedulerConfig("anti_thrash_window: 90")->anti_thrash_window_ms, 90'000);
+}
+
+TEST(SchedulerConfig, ErrorsNameTheField) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"", "empty scheduler config"},
+      {"[1]", "(root): expected a mapping, got a list"},
+      {"half_lif: 7d",
+       "half_lif: unknown field (known: half_life, anti_thrash_window, groups, model_speed, "
+       "backfill_reservations, preemption, candidates)"},
+      {"half_life: soon", "half_life: invalid duration \"soon\""},
+      {"half_life: 400d", "half_life: must be from 0 to 365d, got 400d"},
+      {"half_life: -5", "half_life: must be from 0 to 365d, got -5"},
+      {"half_life: [7d]", "half_life: must be a duration such as \"7d\" or \"30m\", got a list"},
+      {"anti_thrash_window: 31d", "anti_thrash_window: must be from 0 to 30d, got 31d"},
+      {"groups: [vision]", "groups: expected a mapping such as {vision: {weight: 2}}, got a list"},
+      {"groups: {vision: 2}",
+       "groups.vision: expected a mapping such as {weight: 2, guaranteed_gpus: 4}, got 2"},
+      {"groups: {'my lab': {weight: 1}}", "groups.my lab: invalid group name"},
+      {"groups: {vision: {weight: 0}}",
+       "groups.vision.weight: must be an integer from 1 to 1000000, got 0"},
+      {"groups: {vision: {weight: 1.5}}",
+       "groups.vision.weight: must be an integer from 1 to 1000000, got 1.5"},
+      {"groups: {vision: {weight: '2'}}",
+       "groups.vision.weight: must be an integer from 1 to 1000000, got \"2\""},
+      {"groups: {vision: {guaranteed_gpus: -1}}",
+       "groups.vision.guaranteed_gpus: must be a number of GPUs from 0 to 1000000 with at most "
+       "three decimals, got -1"},
+      {"groups: {vision: {guaranteed_gpus: 0.0001}}",
+       "groups.vision.guaranteed_gpus: must be a number of GPUs"},
+      {"groups: {vision: {quota: 4}}",
+       "groups.vision.quota: unknown field (known: weight, guaranteed_gpus)"},
+      {"model_speed: {A100: 0}",
+       "model_speed.A100: must be a number above 0 and at most 1000 (1.0 = ordinary), got 0"},
+      {"model_speed: {A100: fast}", "model_speed.A100: must be a number above 0"},
+      {"model_speed: [A100]", "model_speed: expected a mapping such as {A100: 2.0, T4: 0.5}"},
+      {"backfill_reservations: -1",
+       "backfill_reservations: must be an integer from 0 to 1000, got -1"},
+      {"backfill_reservations: 2.5", "backfill_reservations: must be an integer"},
+      {"candidates: 0", "candidates: must be an integer from 1 to 1000, got 0"},
+      {"preemption: yes", "preemption: must be true or false, got \"yes\""},
+      {"groups: {a: 1}\ngroups: {b: 2}", "groups: duplicate key"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    EXPECT_THAT(Error(c.yaml), HasSubstr(c.message));
+  }
+}
+
+TEST(SchedulerConfig, LoadNamesTheFile) {
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("sched_config_test_" + std::to_string(::getpid()) + ".yaml"))
+                         .string();
+  {
+    std::ofstream out(path);
+    out << "groups:\n  vision: {weight: -2}\n";
+  }
+  auto r = LoadSchedulerConfig(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(path + ": groups.vision.weight: must be"));
+  {
+    std::ofstream out(path);
+    out << "groups:\n  vision: {weight: 2}\n";
+  }
+  r = LoadSchedulerConfig(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->groups.at(0).weight, 2);
+  std::filesystem::remove(path);
+  r = LoadSchedulerConfig(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gpupool::server

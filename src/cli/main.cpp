@@ -189,6 +189,9 @@ int main(int argc, char** argv) {
     };
     duration("--tick", o.tick_ms, "scheduler pass period while jobs wait (default 5m)");
     duration("--preempt-grace", o.preempt_grace_ms, "a victim vacates after this (default 30s)");
+    c->add_option("--per-lab-preemption", o.per_lab_preemption,
+                  "per-lab runs preempt too (a lab's sessions displace its own batch work); "
+                  "false (the default) is the status quo, labs without such a scheduler");
   };
   auto* sim_campus =
       sim_cmd->add_subcommand("campus", "simulate a synthetic campus, pooled vs per lab");

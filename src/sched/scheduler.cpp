@@ -1006,12 +1006,12 @@ class Pass {
         snap_.now_ms - *v.last_preempted_ms < config_.anti_thrash_window_ms) {
       return false;
     }
-    // A group's work on a machine it owns is never preempted by others.
-    const std::string g = GroupName(v.group);
-    if (!node.view->owner_group.empty() && node.view->owner_group == g) return false;
-    if (owner_node) return g != GroupName(job.group);
     // A group's own interactive session may displace its own batch work.
+    const std::string g = GroupName(v.group);
     if (g == GroupName(job.group)) return interactive;
+    // A group's work on a machine it owns is never preempted by others.
+    if (!node.view->owner_group.empty() && node.view->owner_group == g) return false;
+    if (owner_node) return true;
     // Borrowed work only: its group stays at or above its guarantee without it.
     auto gs = group_state_.find(g);
     const int64_t guaranteed = gs == group_state_.end() ? 0 : gs->second.guaranteed_milli;
@@ -1079,7 +1079,11 @@ class Pass {
       o.node = n;
       o.victims = chosen;
       for (size_t i : chosen) o.lost += LostWork(snap_.running[i]);
-      o.reason = owner_node
+      // An owner's right is used only when it takes other groups' work.
+      const bool takes_others = std::any_of(chosen.begin(), chosen.end(), [&](size_t i) {
+        return GroupName(snap_.running[i].group) != group;
+      });
+      o.reason = owner_node && takes_others
                      ? PreemptReason::kOwner
                      : (interactive ? PreemptReason::kInteractive : PreemptReason::kGuarantee);
       if (!best || std::make_tuple(o.lost, o.victims.size(), o.node) <

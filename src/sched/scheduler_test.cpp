@@ -306,7 +306,6 @@ TEST(SchedulerTest, WorkOnItsOwnersNodeIsSafeAndSessionsMayDisplaceTheirOwnBatch
   s.nodes[0].owner_group = "guest";  // the guest runs on its own machine
   EXPECT_TRUE(Schedule(s, TwoGroups()).preemptions.empty());
 
-  s.nodes[0].owner_group.clear();
   s.pending[0].group = "guest";  // its own session displaces its own batch job
   Decisions d = Schedule(s, TwoGroups());
   ASSERT_EQ(d.preemptions.size(), 1u);

@@ -323,6 +323,7 @@ Result<std::vector<ModeRun>> RunCampusModes(const Trace& trace, const std::vecto
     if (!result.ok()) return result.status().WithContext(std::string(SimModeName(mode)));
     ModeRun run;
     run.result = std::move(*result);
+    run.options = o;
     int64_t window = 0;
     for (const auto& j : trace.jobs) window = std::max(window, j.submit_ms);
     run.metrics = ComputeMetrics(trace, run.result, SeriesBucketMs(window));
@@ -367,6 +368,15 @@ nlohmann::ordered_json SummaryJson(const Trace& trace, const std::vector<ModeRun
   for (const auto& r : runs) {
     auto m = MetricsJson(r.metrics);
     if (wall_seconds >= 0) m["sim_wall_seconds"] = r.wall_seconds;
+    const SimOptions& o = r.options;
+    m["options"] = {{"tick_ms", o.tick_ms},
+                    {"preempt_grace_ms", o.preempt_grace_ms},
+                    {"half_life_ms", o.half_life_ms},
+                    {"anti_thrash_window_ms", o.anti_thrash_window_ms},
+                    {"candidates", o.candidates},
+                    {"max_reservations", o.max_reservations},
+                    {"preemption", o.mode == SimMode::kPerLab ? o.preemption && o.per_lab_preemption
+                                                              : o.preemption}};
     modes[r.metrics.mode] = std::move(m);
   }
   j["modes"] = std::move(modes);

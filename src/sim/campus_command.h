@@ -37,6 +37,7 @@ struct ModeRun {
   SimResult result;
   ModeMetrics metrics;
   double wall_seconds = 0;  // the simulation alone
+  SimOptions options;       // what it ran with
 };
 
 // Simulates `trace` in each mode, timing each run.

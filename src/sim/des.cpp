@@ -231,7 +231,8 @@ class Simulator {
     base.anti_thrash_window_ms = opt_.anti_thrash_window_ms;
     base.candidates = opt_.candidates;
     base.max_reservations = opt_.max_reservations;
-    base.preemption = opt_.preemption;
+    base.preemption = opt_.mode == SimMode::kPerLab ? opt_.preemption && opt_.per_lab_preemption
+                                                    : opt_.preemption;
     for (const auto& n : trace_.nodes) base.model_speed.emplace(n.gpu_model, n.speed);
 
     if (opt_.mode == SimMode::kPooled) {

@@ -76,6 +76,10 @@ struct SimOptions {
   int32_t candidates = 8;
   int32_t max_reservations = 8;
   bool preemption = true;
+  // Whether per-lab runs preempt too (a lab's sessions displacing its own
+  // checkpointing batch work). Off (the default) is the status quo: labs
+  // run their own machines without a preempting scheduler.
+  bool per_lab_preemption = false;
 };
 
 enum class AttemptEnd {

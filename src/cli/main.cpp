@@ -189,6 +189,14 @@ int main(int argc, char** argv) {
     };
     duration("--tick", o.tick_ms, "scheduler pass period while jobs wait (default 5m)");
     duration("--preempt-grace", o.preempt_grace_ms, "a victim vacates after this (default 30s)");
+    c->add_option_function<std::string>(
+        "--placement",
+        [&o](const std::string& v) {
+          auto p = sched::ParsePlacementScore(v);
+          if (!p.ok()) throw CLI::ValidationError("--placement", p.status().message());
+          o.placement = *p;
+        },
+        "how the scheduler ranks candidate nodes: gpupool (default), best-fit, first-fit");
     c->add_option("--per-lab-preemption", o.per_lab_preemption,
                   "per-lab runs preempt too (a lab's sessions displace its own batch work); "
                   "false (the default) is the status quo, labs without such a scheduler");

@@ -28,6 +28,27 @@ std::string_view PreemptReasonName(PreemptReason r) {
   return "unknown";
 }
 
+std::string_view PlacementScoreName(PlacementScore s) {
+  switch (s) {
+    case PlacementScore::kGpupool:
+      return "gpupool";
+    case PlacementScore::kBestFit:
+      return "best-fit";
+    case PlacementScore::kFirstFit:
+      return "first-fit";
+  }
+  return "unknown";
+}
+
+Result<PlacementScore> ParsePlacementScore(std::string_view name) {
+  for (PlacementScore s :
+       {PlacementScore::kGpupool, PlacementScore::kBestFit, PlacementScore::kFirstFit}) {
+    if (name == PlacementScoreName(s)) return s;
+  }
+  return Status::InvalidArgument("unknown placement \"" + std::string(name) +
+                                 "\"; expected gpupool, best-fit or first-fit");
+}
+
 Status ValidateRequest(const Request& r) {
   if (r.nodes < 1) return Status::InvalidArgument("nodes: must be >= 1");
   if (r.gpus < 0) return Status::InvalidArgument("gpus: must be >= 0");
@@ -215,7 +236,7 @@ class Pass {
   Result<Decisions> Run() {
     GP_RETURN_IF_ERROR(Build());
     GP_ASSIGN_OR_RETURN(auto order, OrderJobs());
-    BuildWorkload();
+    if (config_.placement == PlacementScore::kGpupool) BuildWorkload();
     int placed = 0;
     for (QueueEntry& entry : order) {
       const PendingJob& job = *pending_by_id_.at(entry.job_id);
@@ -684,8 +705,9 @@ class Pass {
     return NodeFragmentation(scratch_cap_, workload_);
   }
 
-  // Ours: FGD's score under the queued workload, then nodes already in use,
-  // then the least GPU milli left (best fit), then node order (by id).
+  // The rank of a candidate, lower first (PlacementScore): ours is FGD's
+  // score under the queued workload, then nodes already in use, then the
+  // least GPU milli left (best fit), then node order (by id).
   std::tuple<int64_t, int, int64_t, int> Score(const Choice& c, const Request& r) {
     const NodeS& node = nodes_[static_cast<size_t>(c.node)];
     bool in_use = node.cpu_free < node.view->cpu_milli_total;
@@ -695,15 +717,19 @@ class Pass {
       in_use |= gpu.free_milli < kFull;
       scratch_milli_.push_back(std::max(gpu.AvailMilli(), 0));
     }
+    if (config_.placement == PlacementScore::kFirstFit) return {0, 0, 0, c.node};
     const int64_t cpu = node.cpu_free - node.phantom_cpu;
     double& before = frag_before_[static_cast<size_t>(c.node)];
-    if (std::isnan(before)) before = Fragmentation(scratch_milli_, cpu);
+    if (config_.placement == PlacementScore::kGpupool && std::isnan(before)) {
+      before = Fragmentation(scratch_milli_, cpu);
+    }
     for (int g : c.gpus) {
       int& m = scratch_milli_[static_cast<size_t>(g - node.gpu_begin)];
       m = std::max(m - (r.gpus > 0 ? kFull : r.gpu_milli), 0);
     }
     int64_t left = 0;
     for (int m : scratch_milli_) left += m;
+    if (config_.placement == PlacementScore::kBestFit) return {0, 0, left, c.node};
     const double after = Fragmentation(scratch_milli_, cpu - r.cpu_milli);
     return {-FgdScore(before, after), in_use ? 0 : 1, left, c.node};
   }

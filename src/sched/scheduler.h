@@ -149,6 +149,18 @@ struct GroupConfig {
   int64_t guaranteed_milli = 0;
 };
 
+// How the candidates the index yields are ranked (the index itself always
+// offers the tightest fits first).
+enum class PlacementScore {
+  // Ours: FGD's fragmentation measure under the queued workload, then nodes
+  // already in use, then the least GPU left, then node id.
+  kGpupool,
+  kBestFit,   // the least GPU milli left on the node, then node id
+  kFirstFit,  // the lowest node id
+};
+std::string_view PlacementScoreName(PlacementScore s);  // "gpupool", "best-fit", "first-fit"
+Result<PlacementScore> ParsePlacementScore(std::string_view name);
+
 struct SchedulerConfig {
   std::vector<GroupConfig> groups;  // jobs of groups not listed get weight 1, no guarantee
   int64_t half_life_ms = 7LL * 24 * 3600 * 1000;
@@ -156,6 +168,7 @@ struct SchedulerConfig {
   // GPU speed relative to 1.0, by model name as matched by GpuModelMatches;
   // unlisted models are 1.0. Used to order fallbacks (fastest first).
   std::map<std::string, double> model_speed;
+  PlacementScore placement = PlacementScore::kGpupool;
   int32_t candidates = 8;        // nodes scored per placement (after the index)
   int32_t max_reservations = 8;  // backfill reservations per pass; 0 = no backfill
   bool preemption = true;

@@ -82,6 +82,28 @@ TEST(SchedulerTest, WholeGpusPackOntoNodesAlreadyInUse) {
   EXPECT_EQ(d.placements[0].nodes[0].gpu_uuids, std::vector<std::string>{"b-g1"});
 }
 
+TEST(SchedulerTest, PlacementScoreIsPluggable) {
+  Snapshot s;
+  s.nodes = {MakeNode("a", 4), MakeNode("b", 4), MakeNode("c", 4)};
+  s.running.push_back(Occupy(s.nodes[1], {0}, 100, "x"));
+  s.running.push_back(Occupy(s.nodes[2], {0, 1}, 101, "x"));
+  s.pending = {Whole(1, 1)};
+  std::map<PlacementScore, std::string> where;
+  for (PlacementScore p :
+       {PlacementScore::kGpupool, PlacementScore::kBestFit, PlacementScore::kFirstFit}) {
+    SchedulerConfig c;
+    c.placement = p;
+    Decisions d = Schedule(s, c);
+    ASSERT_EQ(d.placements.size(), 1u);
+    where[p] = d.placements[0].nodes[0].node_id;
+  }
+  EXPECT_EQ(where[PlacementScore::kFirstFit], "a");  // lowest id with room
+  EXPECT_EQ(where[PlacementScore::kBestFit], "c");   // least left after
+  EXPECT_EQ(where[PlacementScore::kGpupool], "c");
+  EXPECT_EQ(*ParsePlacementScore("best-fit"), PlacementScore::kBestFit);
+  EXPECT_FALSE(ParsePlacementScore("fgd").ok());
+}
+
 TEST(SchedulerTest, SharesStackOnOneGpuWithinMilliAndMemory) {
   Snapshot s;
   s.nodes = {MakeNode("a", 1, "NVIDIA T4", 16384, 75)};

@@ -25,9 +25,9 @@ constexpr int64_t kMaxCandidates = 1000;
 constexpr double kMaxModelSpeed = 1000;
 constexpr size_t kMaxGroupNameChars = 128;
 
-constexpr const char* kTopFields[] = {"half_life",   "anti_thrash_window",    "groups",
-                                      "model_speed", "backfill_reservations", "preemption",
-                                      "candidates"};
+constexpr const char* kTopFields[] = {
+    "half_life",  "anti_thrash_window", "groups",   "model_speed", "backfill_reservations",
+    "preemption", "candidates",         "placement"};
 constexpr const char* kGroupFields[] = {"weight", "guaranteed_gpus"};
 
 Status Error(const std::string& path, const std::string& message) {
@@ -202,6 +202,12 @@ Result<sched::SchedulerConfig> ParseSchedulerConfig(std::string_view text) {
   if (const json* v = field("candidates")) {
     GP_ASSIGN_OR_RETURN(int64_t n, Integer(*v, "candidates", 1, kMaxCandidates));
     config.candidates = static_cast<int32_t>(n);
+  }
+  if (const json* v = field("placement")) {
+    if (!v->is_string()) return Error("placement", "must be a name, got " + Got(*v));
+    auto p = sched::ParsePlacementScore(v->get<std::string>());
+    if (!p.ok()) return Error("placement", p.status().message());
+    config.placement = *p;
   }
   if (const json* v = field("preemption")) {
     if (!v->is_boolean()) return Error("preemption", "must be true or false, got " + Got(*v));

@@ -32,6 +32,7 @@ groups:
 model_speed: {A100: 2.0, T4: 0.5, H100: 3}
 backfill_reservations: 0
 candidates: 16
+placement: best-fit
 preemption: false
 )");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -54,6 +55,7 @@ preemption: false
   EXPECT_EQ(c.model_speed.at("H100"), 3.0);
   EXPECT_EQ(c.max_reservations, 0);
   EXPECT_EQ(c.candidates, 16);
+  EXPECT_EQ(c.placement, sched::PlacementScore::kBestFit);
   EXPECT_FALSE(c.preemption);
 }
 
@@ -81,7 +83,9 @@ TEST(SchedulerConfig, ErrorsNameTheField) {
       {"[1]", "(root): expected a mapping, got a list"},
       {"half_lif: 7d",
        "half_lif: unknown field (known: half_life, anti_thrash_window, groups, model_speed, "
-       "backfill_reservations, preemption, candidates)"},
+       "backfill_reservations, preemption, candidates, placement)"},
+      {"placement: fgd",
+       "placement: unknown placement \"fgd\"; expected gpupool, best-fit or first-fit"},
       {"half_life: soon", "half_life: invalid duration \"soon\""},
       {"half_life: 400d", "half_life: must be from 0 to 365d, got 400d"},
       {"half_life: -5", "half_life: must be from 0 to 365d, got -5"},

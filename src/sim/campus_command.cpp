@@ -374,6 +374,7 @@ nlohmann::ordered_json SummaryJson(const Trace& trace, const std::vector<ModeRun
                     {"half_life_ms", o.half_life_ms},
                     {"anti_thrash_window_ms", o.anti_thrash_window_ms},
                     {"candidates", o.candidates},
+                    {"placement", sched::PlacementScoreName(o.placement)},
                     {"max_reservations", o.max_reservations},
                     {"preemption", o.mode == SimMode::kPerLab ? o.preemption && o.per_lab_preemption
                                                               : o.preemption}};

@@ -230,6 +230,7 @@ class Simulator {
     base.half_life_ms = opt_.half_life_ms;
     base.anti_thrash_window_ms = opt_.anti_thrash_window_ms;
     base.candidates = opt_.candidates;
+    base.placement = opt_.placement;
     base.max_reservations = opt_.max_reservations;
     base.preemption = opt_.mode == SimMode::kPerLab ? opt_.preemption && opt_.per_lab_preemption
                                                     : opt_.preemption;

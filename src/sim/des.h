@@ -74,6 +74,7 @@ struct SimOptions {
   int64_t half_life_ms = 7LL * 24 * 3600 * 1000;
   int64_t anti_thrash_window_ms = 30LL * 60 * 1000;
   int32_t candidates = 8;
+  sched::PlacementScore placement = sched::PlacementScore::kGpupool;
   int32_t max_reservations = 8;
   bool preemption = true;
   // Whether per-lab runs preempt too (a lab's sessions displacing its own

@@ -61,34 +61,6 @@ constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal"};
 constexpr const char* kCheckpointSignals[] = {"SIGUSR1", "SIGUSR2", "SIGHUP",  "SIGINT",
                                               "SIGQUIT", "SIGTERM", "SIGALRM", "SIGWINCH"};
 
-Status Error(std::string_view path, std::string_view message) {
-  std::string m(path.empty() ? "(root)" : path);
-  m += ": ";
-  m += message;
-  return Status::InvalidArgument(std::move(m));
-}
-
-std::string Quote(std::string_view s) {
-  constexpr size_t kMaxShown = 64;
-  std::string out = "\"";
-  out += s.size() > kMaxShown ? std::string(s.substr(0, kMaxShown)) + "..." : std::string(s);
-  out += "\"";
-  return out;
-}
-
-// How a value is shown after "got": scalars as JSON, containers by kind.
-std::string Got(const json& j) {
-  if (j.is_object()) return "a mapping";
-  if (j.is_array()) return "a list";
-  if (j.is_null()) return "null";
-  if (j.is_string()) return Quote(j.get_ref<const std::string&>());
-  if (j.is_number_float() && !std::isfinite(j.get<double>())) {
-    double d = j.get<double>();
-    return std::isnan(d) ? "nan" : d < 0 ? "-inf" : "inf";
-  }
-  return j.dump();
-}
-
 std::string Join(const char* const* begin, const char* const* end) {
   std::string s;
   for (auto it = begin; it != end; ++it) {
@@ -104,8 +76,8 @@ Status CheckKnownFields(const json& obj, std::string_view prefix, const char* co
     bool found = false;
     for (const char* k : known) found = found || key == k;
     if (!found) {
-      return Error(std::string(prefix) + key,
-                   "unknown field (known: " + Join(std::begin(known), std::end(known)) + ")");
+      return FieldError(std::string(prefix) + key,
+                        "unknown field (known: " + Join(std::begin(known), std::end(known)) + ")");
     }
   }
   return Status::Ok();
@@ -146,23 +118,24 @@ std::optional<int64_t> IntegralValue(const json& j) {
 Result<int64_t> NumberToMilli(const json& j, std::string_view path, int64_t max_units,
                               std::string_view range) {
   if (auto v = IntegralValue(j)) {
-    if (*v < 0 || *v > max_units) return Error(path, std::string(range) + ", got " + Got(j));
+    if (*v < 0 || *v > max_units)
+      return FieldError(path, std::string(range) + ", got " + DescribeValue(j));
     return *v * 1000;
   }
   if (j.is_number_float()) {
     double d = j.get<double>();
     if (!std::isfinite(d) || d < 0 || d > static_cast<double>(max_units)) {
-      return Error(path, std::string(range) + ", got " + Got(j));
+      return FieldError(path, std::string(range) + ", got " + DescribeValue(j));
     }
     int64_t milli = std::llround(d * 1000.0);
     // Division is correctly rounded, so this holds exactly when `d` is the
     // double nearest to a decimal with at most three places.
     if (static_cast<double>(milli) / 1000.0 != d) {
-      return Error(path, "at most three decimal places, got " + Got(j));
+      return FieldError(path, "at most three decimal places, got " + DescribeValue(j));
     }
     return milli;
   }
-  return Error(path, std::string(range) + ", got " + Got(j));
+  return FieldError(path, std::string(range) + ", got " + DescribeValue(j));
 }
 
 // ---------------------------------------------------------------------------
@@ -170,17 +143,18 @@ Result<int64_t> NumberToMilli(const json& j, std::string_view path, int64_t max_
 
 Status CheckGpus(int64_t gpus, int64_t gpu_milli) {
   if (gpus < 0 || gpus > kMaxGpus) {
-    return Error("resources.gpus",
-                 "must be a whole number of GPUs from 0 to " + std::to_string(kMaxGpus) +
-                     " or a share of one GPU such as 0.5 or \"500m\", got " + std::to_string(gpus));
+    return FieldError("resources.gpus", "must be a whole number of GPUs from 0 to " +
+                                            std::to_string(kMaxGpus) +
+                                            " or a share of one GPU such as 0.5 or \"500m\", got " +
+                                            std::to_string(gpus));
   }
   if (gpu_milli < 0 || gpu_milli >= 1000) {
-    return Error("resources.gpus",
-                 "a share of a GPU must be from 0.001 to 0.999 (1m to 999m), got " +
-                     std::to_string(gpu_milli) + "m");
+    return FieldError("resources.gpus",
+                      "a share of a GPU must be from 0.001 to 0.999 (1m to 999m), got " +
+                          std::to_string(gpu_milli) + "m");
   }
   if (gpus > 0 && gpu_milli > 0) {
-    return Error("resources.gpus", "either whole GPUs or a share of one GPU, not both");
+    return FieldError("resources.gpus", "either whole GPUs or a share of one GPU, not both");
   }
   return Status::Ok();
 }
@@ -191,8 +165,8 @@ std::string Limit(int64_t seconds) { return FormatDurationMs(seconds * 1000); }
 Status CheckDurationMs(std::string_view path, int64_t ms, int64_t min_seconds,
                        int64_t max_seconds) {
   if (ms < min_seconds * 1000 || ms > max_seconds * 1000) {
-    return Error(path, "must be from " + Limit(min_seconds) + " to " + Limit(max_seconds) +
-                           ", got " + FormatDurationMs(ms));
+    return FieldError(path, "must be from " + Limit(min_seconds) + " to " + Limit(max_seconds) +
+                                ", got " + FormatDurationMs(ms));
   }
   return Status::Ok();
 }
@@ -203,40 +177,43 @@ std::string ComputeCapabilityText(int32_t cc) {
 }
 
 Status CheckMebibytes(std::string_view path, int64_t mib, int64_t max_mib) {
-  if (mib < 0) return Error(path, "must not be negative, got " + std::to_string(mib) + " MiB");
+  if (mib < 0) return FieldError(path, "must not be negative, got " + std::to_string(mib) + " MiB");
   if (mib > max_mib) {
-    return Error(path,
-                 "must be at most " + FormatMebibytes(max_mib) + ", got " + FormatMebibytes(mib));
+    return FieldError(
+        path, "must be at most " + FormatMebibytes(max_mib) + ", got " + FormatMebibytes(mib));
   }
   return Status::Ok();
 }
 
 Status CheckCpuMilli(int64_t milli) {
   if (milli < 0 || milli > kMaxCpus * 1000) {
-    return Error("resources.cpus",
-                 "must be from 0 to " + std::to_string(kMaxCpus) + ", got " + FormatMilli(milli));
+    return FieldError("resources.cpus", "must be from 0 to " + std::to_string(kMaxCpus) + ", got " +
+                                            FormatMilli(milli));
   }
   return Status::Ok();
 }
 
 Status CheckRuntimeMs(int64_t ms) {
-  if (ms < 0) return Error("max_runtime", "must not be negative, got " + FormatDurationMs(ms));
+  if (ms < 0) return FieldError("max_runtime", "must not be negative, got " + FormatDurationMs(ms));
   if (ms > kMaxRuntimeSeconds * 1000) {
-    return Error("max_runtime", "must be at most " + FormatDurationMs(kMaxRuntimeSeconds * 1000) +
-                                    ", got " + FormatDurationMs(ms));
+    return FieldError("max_runtime", "must be at most " +
+                                         FormatDurationMs(kMaxRuntimeSeconds * 1000) + ", got " +
+                                         FormatDurationMs(ms));
   }
   return Status::Ok();
 }
 
 Status CheckNoNul(std::string_view path, std::string_view s) {
-  if (s.find('\0') != std::string_view::npos) return Error(path, "must not contain a NUL byte");
+  if (s.find('\0') != std::string_view::npos)
+    return FieldError(path, "must not contain a NUL byte");
   return Status::Ok();
 }
 
 // Strings that reach a process (argv, environment) or JSON output.
 Status CheckText(std::string_view path, std::string_view s) {
   GP_RETURN_IF_ERROR(CheckNoNul(path, s));
-  if (InvalidUtf8Offset(s) != std::string_view::npos) return Error(path, "must be valid UTF-8");
+  if (InvalidUtf8Offset(s) != std::string_view::npos)
+    return FieldError(path, "must be valid UTF-8");
   return Status::Ok();
 }
 
@@ -258,9 +235,9 @@ Status CheckEnvName(std::string_view name) {
     ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' ||
          (i > 0 && c >= '0' && c <= '9');
   }
-  if (!ok) return Error(path, "invalid variable name (must match [A-Za-z_][A-Za-z0-9_]*)");
+  if (!ok) return FieldError(path, "invalid variable name (must match [A-Za-z_][A-Za-z0-9_]*)");
   if (name.starts_with("GPUPOOL_") || name == "CUDA_VISIBLE_DEVICES") {
-    return Error(
+    return FieldError(
         path, "reserved variable name (GPUPOOL_* and CUDA_VISIBLE_DEVICES are set by the agent)");
   }
   return Status::Ok();
@@ -297,14 +274,15 @@ Result<std::string> StringField(const json& j, std::string_view path) {
   if (!j.is_string()) {
     std::string hint;
     if (j.is_number() || j.is_boolean()) hint = " (quote it: \"" + j.dump() + "\")";
-    return Error(path, "must be a string, got " + Got(j) + hint);
+    return FieldError(path, "must be a string, got " + DescribeValue(j) + hint);
   }
   return j.get<std::string>();
 }
 
 Result<int64_t> SizeField(const json& j, std::string_view path) {
   if (!j.is_string()) {
-    return Error(path, "must be a size with a unit such as \"24GiB\", got " + Got(j));
+    return FieldError(path,
+                      "must be a size with a unit such as \"24GiB\", got " + DescribeValue(j));
   }
   const auto& text = j.get_ref<const std::string&>();
   auto mib = ParseMebibytes(text);
@@ -315,8 +293,8 @@ Result<int64_t> SizeField(const json& j, std::string_view path) {
   bool has_unit =
       last != std::string::npos && !(text[last] >= '0' && text[last] <= '9') && text[last] != '.';
   if (*mib != 0 && !has_unit) {
-    return Error(path, "invalid size " + Quote(text) + ": missing unit (e.g. \"" + text +
-                           "GiB\" or \"" + text + "MiB\")");
+    return FieldError(path, "invalid size " + QuoteForError(text) + ": missing unit (e.g. \"" +
+                                text + "GiB\" or \"" + text + "MiB\")");
   }
   return *mib;
 }
@@ -326,31 +304,32 @@ Result<int64_t> SizeField(const json& j, std::string_view path) {
 Status ParseGpus(const json& v, Resources& out) {
   constexpr std::string_view kPath = "resources.gpus";
   const std::string range = "must be a whole number of GPUs from 0 to " + std::to_string(kMaxGpus) +
-                            " or a share of one GPU such as 0.5 or \"500m\", got " + Got(v);
+                            " or a share of one GPU such as 0.5 or \"500m\", got " +
+                            DescribeValue(v);
   const std::string not_whole =
       "a share of a GPU must be less than 1; more than one GPU must be a whole number, got " +
-      Got(v);
+      DescribeValue(v);
   int64_t milli = 0;
   if (auto n = IntegralValue(v)) {
-    if (*n < 0 || *n > kMaxGpus) return Error(kPath, range);
+    if (*n < 0 || *n > kMaxGpus) return FieldError(kPath, range);
     out.gpus = static_cast<int32_t>(*n);
     return Status::Ok();
   }
   if (v.is_number_float()) {
     double d = v.get<double>();
     if (!std::isfinite(d) || d < 0 || d > static_cast<double>(kMaxGpus)) {
-      return Error(kPath, range);
+      return FieldError(kPath, range);
     }
-    if (d > 1) return Error(kPath, not_whole);
+    if (d > 1) return FieldError(kPath, not_whole);
     GP_ASSIGN_OR_RETURN(milli, NumberToMilli(v, kPath, 1, range));
   } else if (v.is_string()) {
     auto m = ParseMilli(v.get_ref<const std::string&>());
     if (!m.ok()) return m.status().WithContext(kPath);
     milli = *m;
-    if (milli % 1000 != 0 && milli > 1000) return Error(kPath, not_whole);
-    if (milli > kMaxGpus * 1000) return Error(kPath, range);
+    if (milli % 1000 != 0 && milli > 1000) return FieldError(kPath, not_whole);
+    if (milli > kMaxGpus * 1000) return FieldError(kPath, range);
   } else {
-    return Error(kPath, range);
+    return FieldError(kPath, range);
   }
   if (milli % 1000 == 0) {
     out.gpus = static_cast<int32_t>(milli / 1000);
@@ -367,8 +346,8 @@ Result<std::vector<std::string>> ModelList(const json& v, const std::string& pat
     models.push_back(v.get<std::string>());
   } else if (v.is_array()) {
     if (v.size() > kMaxGpuModels) {
-      return Error(path, "at most " + std::to_string(kMaxGpuModels) + " models, got " +
-                             std::to_string(v.size()));
+      return FieldError(path, "at most " + std::to_string(kMaxGpuModels) + " models, got " +
+                                  std::to_string(v.size()));
     }
     for (size_t i = 0; i < v.size(); ++i) {
       GP_ASSIGN_OR_RETURN(std::string model,
@@ -376,7 +355,7 @@ Result<std::vector<std::string>> ModelList(const json& v, const std::string& pat
       models.push_back(std::move(model));
     }
   } else {
-    return Error(path, "must be a string or a list of strings, got " + Got(v));
+    return FieldError(path, "must be a string or a list of strings, got " + DescribeValue(v));
   }
   return models;
 }
@@ -394,7 +373,8 @@ Result<int32_t> ComputeCapabilityField(const json& v) {
     // The shortest text that reads back as the same double: 8.6 -> "8.6".
     text = v.dump();
   } else {
-    return Error(kPath, "must be a compute capability such as \"8.0\", got " + Got(v));
+    return FieldError(kPath,
+                      "must be a compute capability such as \"8.0\", got " + DescribeValue(v));
   }
   size_t dot = text.find('.');
   std::string_view major = std::string_view(text).substr(0, dot);
@@ -405,13 +385,13 @@ Result<int32_t> ComputeCapabilityField(const json& v) {
            std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
   };
   if (!digits(major) || major.size() > 2 || !digits(minor) || minor.size() != 1) {
-    return Error(
-        kPath,
-        "must be MAJOR.MINOR with one minor digit, such as \"8.0\" or \"8.6\", got " + Got(v));
+    return FieldError(kPath,
+                      "must be MAJOR.MINOR with one minor digit, such as \"8.0\" or \"8.6\", got " +
+                          DescribeValue(v));
   }
   int32_t cc = std::stoi(std::string(major)) * 10 + (minor[0] - '0');
   if (cc < 10 || cc > kMaxComputeCapability) {
-    return Error(kPath, "must be from 1.0 to 99.9, got " + Got(v));
+    return FieldError(kPath, "must be from 1.0 to 99.9, got " + DescribeValue(v));
   }
   return cc;
 }
@@ -424,21 +404,22 @@ Status CheckLabel(const std::string& key, const std::string& value) {
                 c == '.' || c == '_' || c == '-' || c == '/');
   }
   if (!ok) {
-    return Error(path, "invalid label name (1 to " + std::to_string(kMaxLabelKeyChars) +
-                           " characters of A-Z, a-z, 0-9, '.', '_', '-' and '/')");
+    return FieldError(path, "invalid label name (1 to " + std::to_string(kMaxLabelKeyChars) +
+                                " characters of A-Z, a-z, 0-9, '.', '_', '-' and '/')");
   }
   if (value.size() > kMaxLabelValueChars) {
-    return Error(path, "at most " + std::to_string(kMaxLabelValueChars) + " characters");
+    return FieldError(path, "at most " + std::to_string(kMaxLabelValueChars) + " characters");
   }
   return CheckText(path, value);
 }
 
 Status ParseNodeLabels(const json& v, Resources& out) {
   constexpr std::string_view kPath = "resources.node_labels";
-  if (!v.is_object()) return Error(kPath, "expected a mapping of label: value, got " + Got(v));
+  if (!v.is_object())
+    return FieldError(kPath, "expected a mapping of label: value, got " + DescribeValue(v));
   if (v.size() > kMaxNodeLabels) {
-    return Error(kPath, "at most " + std::to_string(kMaxNodeLabels) + " labels, got " +
-                            std::to_string(v.size()));
+    return FieldError(kPath, "at most " + std::to_string(kMaxNodeLabels) + " labels, got " +
+                                 std::to_string(v.size()));
   }
   for (const auto& [key, value] : v.items()) {
     std::string path = std::string(kPath) + "." + key;
@@ -449,7 +430,7 @@ Status ParseNodeLabels(const json& v, Resources& out) {
       text = value.dump();  // rack: 3 means "3"
     } else {
       std::string hint = value.is_number_float() ? " (quote it: \"" + value.dump() + "\")" : "";
-      return Error(path, "must be a string, got " + Got(value) + hint);
+      return FieldError(path, "must be a string, got " + DescribeValue(value) + hint);
     }
     GP_RETURN_IF_ERROR(CheckLabel(key, text));
     out.node_labels[key] = std::move(text);
@@ -469,19 +450,22 @@ Result<int64_t> DurationField(const json& v, const std::string& path, int64_t ma
                          "must be a number of seconds from 0 to " + std::to_string(max_seconds) +
                              " (" + Limit(max_seconds) + ")");
   }
-  return Error(path, "must be a duration such as \"10m\" or a number of seconds, got " + Got(v));
+  return FieldError(
+      path, "must be a duration such as \"10m\" or a number of seconds, got " + DescribeValue(v));
 }
 
 Status ParsePrefer(const json& v, Resources& out) {
   if (!v.is_object()) {
-    return Error("resources.prefer",
-                 "expected a mapping such as {models: [A100], wait: 10m}, got " + Got(v));
+    return FieldError(
+        "resources.prefer",
+        "expected a mapping such as {models: [A100], wait: 10m}, got " + DescribeValue(v));
   }
   GP_RETURN_IF_ERROR(CheckKnownFields(v, "resources.prefer.", kPreferFields));
   const json* models = Field(v, "models");
-  if (models == nullptr) return Error("resources.prefer.models", "is required");
+  if (models == nullptr) return FieldError("resources.prefer.models", "is required");
   GP_ASSIGN_OR_RETURN(out.preferred_models, ModelList(*models, "resources.prefer.models"));
-  if (out.preferred_models.empty()) return Error("resources.prefer.models", "must not be empty");
+  if (out.preferred_models.empty())
+    return FieldError("resources.prefer.models", "must not be empty");
   out.prefer_wait_ms = kDefaultPreferWaitMs;
   if (const json* w = Field(v, "wait")) {
     GP_ASSIGN_OR_RETURN(out.prefer_wait_ms,
@@ -492,8 +476,8 @@ Status ParsePrefer(const json& v, Resources& out) {
 
 Status ParseCheckpoint(const json& v, CheckpointSpec& out) {
   if (!v.is_object()) {
-    return Error("checkpoint",
-                 "expected a mapping such as {interval: 30m, grace: 60s}, got " + Got(v));
+    return FieldError("checkpoint", "expected a mapping such as {interval: 30m, grace: 60s}, got " +
+                                        DescribeValue(v));
   }
   GP_RETURN_IF_ERROR(CheckKnownFields(v, "checkpoint.", kCheckpointFields));
   if (const json* i = Field(v, "interval")) {
@@ -512,7 +496,7 @@ Status ParseCheckpoint(const json& v, CheckpointSpec& out) {
 }
 
 Status ParseResources(const json& j, Resources& out) {
-  if (!j.is_object()) return Error("resources", "expected a mapping, got " + Got(j));
+  if (!j.is_object()) return FieldError("resources", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "resources.", kResourceFields));
   if (const json* v = Field(j, "gpus")) GP_RETURN_IF_ERROR(ParseGpus(*v, out));
   if (const json* v = Field(j, "gpu_memory")) {
@@ -549,10 +533,11 @@ Status ParseResources(const json& j, Resources& out) {
 }
 
 Status ParseEnv(const json& j, std::map<std::string, std::string>& out) {
-  if (!j.is_object()) return Error("env", "expected a mapping of NAME: value, got " + Got(j));
+  if (!j.is_object())
+    return FieldError("env", "expected a mapping of NAME: value, got " + DescribeValue(j));
   if (j.size() > kMaxEnvVars) {
-    return Error("env", "at most " + std::to_string(kMaxEnvVars) + " variables, got " +
-                            std::to_string(j.size()));
+    return FieldError("env", "at most " + std::to_string(kMaxEnvVars) + " variables, got " +
+                                 std::to_string(j.size()));
   }
   for (const auto& [name, value] : j.items()) {
     GP_RETURN_IF_ERROR(CheckEnvName(name));
@@ -562,7 +547,8 @@ Status ParseEnv(const json& j, std::map<std::string, std::string>& out) {
     } else if (value.is_number() || value.is_boolean()) {
       text = value.dump();
     } else {
-      return Error("env." + name, "must be a string, number or boolean, got " + Got(value));
+      return FieldError("env." + name,
+                        "must be a string, number or boolean, got " + DescribeValue(value));
     }
     out[name] = std::move(text);
   }
@@ -582,7 +568,7 @@ Result<JobSpec> ParseJobSpec(std::string_view text) {
 }
 
 Result<JobSpec> JobSpecFromJson(const json& j) {
-  if (!j.is_object()) return Error("", "expected a mapping, got " + Got(j));
+  if (!j.is_object()) return FieldError("", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "", kTopFields));
   JobSpec spec;
   spec.name = "job";
@@ -592,22 +578,22 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   const json* run = Field(j, "run");
   const json* command = Field(j, "command");
   if ((run == nullptr) == (command == nullptr)) {
-    return Error("run/command", std::string("exactly one of run or command is required") +
-                                    (run ? " (got both)" : ""));
+    return FieldError("run/command", std::string("exactly one of run or command is required") +
+                                         (run ? " (got both)" : ""));
   }
   if (run) {
     GP_ASSIGN_OR_RETURN(spec.run, StringField(*run, "run"));
-    if (spec.run.empty()) return Error("run", "must not be empty");
+    if (spec.run.empty()) return FieldError("run", "must not be empty");
   }
   if (command) {
     if (!command->is_array()) {
-      return Error("command",
-                   "must be a list of strings (use run for a shell command), got " + Got(*command));
+      return FieldError("command", "must be a list of strings (use run for a shell command), got " +
+                                       DescribeValue(*command));
     }
-    if (command->empty()) return Error("command", "must not be empty");
+    if (command->empty()) return FieldError("command", "must not be empty");
     if (command->size() > kMaxCommandArgs) {
-      return Error("command", "at most " + std::to_string(kMaxCommandArgs) + " arguments, got " +
-                                  std::to_string(command->size()));
+      return FieldError("command", "at most " + std::to_string(kMaxCommandArgs) +
+                                       " arguments, got " + std::to_string(command->size()));
     }
     for (size_t i = 0; i < command->size(); ++i) {
       GP_ASSIGN_OR_RETURN(std::string arg,
@@ -629,8 +615,9 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
                                         "must be a number of seconds from 0 to " +
                                             std::to_string(kMaxRuntimeSeconds) + " (365d)"));
     } else {
-      return Error("max_runtime",
-                   "must be a duration such as \"2h\" or a number of seconds, got " + Got(*v));
+      return FieldError(
+          "max_runtime",
+          "must be a duration such as \"2h\" or a number of seconds, got " + DescribeValue(*v));
     }
   }
   if (const json* v = Field(j, "priority")) {
@@ -653,48 +640,48 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
 
 Status ValidateJobSpec(const JobSpec& spec) {
   if (!IsValidName(spec.name)) {
-    return Error("name", "must be 1 to " + std::to_string(kMaxNameChars) +
-                             " characters of A-Z, a-z, 0-9, '.', '_' and '-', got " +
-                             Quote(spec.name));
+    return FieldError("name", "must be 1 to " + std::to_string(kMaxNameChars) +
+                                  " characters of A-Z, a-z, 0-9, '.', '_' and '-', got " +
+                                  QuoteForError(spec.name));
   }
   bool has_run = !spec.run.empty();
   bool has_command = !spec.command.empty();
   if (has_run == has_command) {
-    return Error("run/command", std::string("exactly one of run or command is required") +
-                                    (has_run ? " (got both)" : ""));
+    return FieldError("run/command", std::string("exactly one of run or command is required") +
+                                         (has_run ? " (got both)" : ""));
   }
   if (has_run) {
     if (spec.run.find_first_not_of(" \t\r\n") == std::string::npos) {
-      return Error("run", "must not be blank");
+      return FieldError("run", "must not be blank");
     }
     if (spec.run.size() > kMaxArgBytes) {
-      return Error("run", "at most " + std::to_string(kMaxArgBytes) + " bytes, got " +
-                              std::to_string(spec.run.size()));
+      return FieldError("run", "at most " + std::to_string(kMaxArgBytes) + " bytes, got " +
+                                   std::to_string(spec.run.size()));
     }
     GP_RETURN_IF_ERROR(CheckText("run", spec.run));
   }
   if (has_command) {
     if (spec.command.size() > kMaxCommandArgs) {
-      return Error("command", "at most " + std::to_string(kMaxCommandArgs) + " arguments, got " +
-                                  std::to_string(spec.command.size()));
+      return FieldError("command", "at most " + std::to_string(kMaxCommandArgs) +
+                                       " arguments, got " + std::to_string(spec.command.size()));
     }
-    if (spec.command[0].empty()) return Error("command[0]", "the program must not be empty");
+    if (spec.command[0].empty()) return FieldError("command[0]", "the program must not be empty");
     for (size_t i = 0; i < spec.command.size(); ++i) {
       std::string path = "command[" + std::to_string(i) + "]";
       if (spec.command[i].size() > kMaxArgBytes) {
-        return Error(path, "at most " + std::to_string(kMaxArgBytes) + " bytes");
+        return FieldError(path, "at most " + std::to_string(kMaxArgBytes) + " bytes");
       }
       GP_RETURN_IF_ERROR(CheckText(path, spec.command[i]));
     }
   }
   if (spec.env.size() > kMaxEnvVars) {
-    return Error("env", "at most " + std::to_string(kMaxEnvVars) + " variables, got " +
-                            std::to_string(spec.env.size()));
+    return FieldError("env", "at most " + std::to_string(kMaxEnvVars) + " variables, got " +
+                                 std::to_string(spec.env.size()));
   }
   for (const auto& [name, value] : spec.env) {
     GP_RETURN_IF_ERROR(CheckEnvName(name));
     if (value.size() > kMaxArgBytes) {
-      return Error("env." + name, "at most " + std::to_string(kMaxArgBytes) + " bytes");
+      return FieldError("env." + name, "at most " + std::to_string(kMaxArgBytes) + " bytes");
     }
     GP_RETURN_IF_ERROR(CheckText("env." + name, value));
   }
@@ -702,17 +689,18 @@ Status ValidateJobSpec(const JobSpec& spec) {
   GP_RETURN_IF_ERROR(CheckGpus(r.gpus, r.gpu_milli));
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.gpu_memory", r.gpu_memory_mib, kMaxGpuMemoryMib));
   if (r.gpu_models.size() > kMaxGpuModels) {
-    return Error("resources.gpu_models", "at most " + std::to_string(kMaxGpuModels) +
-                                             " models, got " + std::to_string(r.gpu_models.size()));
+    return FieldError("resources.gpu_models", "at most " + std::to_string(kMaxGpuModels) +
+                                                  " models, got " +
+                                                  std::to_string(r.gpu_models.size()));
   }
   for (size_t i = 0; i < r.gpu_models.size(); ++i) {
     const std::string& model = r.gpu_models[i];
     std::string path = "resources.gpu_models[" + std::to_string(i) + "]";
     if (model.find_first_not_of(" \t") == std::string::npos) {
-      return Error(path, "must not be empty");
+      return FieldError(path, "must not be empty");
     }
     if (model.size() > kMaxGpuModelChars) {
-      return Error(path, "at most " + std::to_string(kMaxGpuModelChars) + " characters");
+      return FieldError(path, "at most " + std::to_string(kMaxGpuModelChars) + " characters");
     }
     GP_RETURN_IF_ERROR(CheckText(path, model));
   }
@@ -720,24 +708,26 @@ Status ValidateJobSpec(const JobSpec& spec) {
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.memory", r.memory_mib, kMaxMemoryMib));
   if (r.min_compute_capability != 0 &&
       (r.min_compute_capability < 10 || r.min_compute_capability > kMaxComputeCapability)) {
-    return Error("resources.min_compute_capability", "must be from 1.0 to 99.9, got " +
-                                                         std::to_string(r.min_compute_capability) +
-                                                         " (major * 10 + minor)");
+    return FieldError("resources.min_compute_capability",
+                      "must be from 1.0 to 99.9, got " + std::to_string(r.min_compute_capability) +
+                          " (major * 10 + minor)");
   }
   if (r.node_labels.size() > kMaxNodeLabels) {
-    return Error("resources.node_labels", "at most " + std::to_string(kMaxNodeLabels) + " labels");
+    return FieldError("resources.node_labels",
+                      "at most " + std::to_string(kMaxNodeLabels) + " labels");
   }
   for (const auto& [key, value] : r.node_labels) GP_RETURN_IF_ERROR(CheckLabel(key, value));
   if (r.preferred_models.size() > kMaxGpuModels) {
-    return Error("resources.prefer.models", "at most " + std::to_string(kMaxGpuModels) + " models");
+    return FieldError("resources.prefer.models",
+                      "at most " + std::to_string(kMaxGpuModels) + " models");
   }
   for (size_t i = 0; i < r.preferred_models.size(); ++i) {
     const std::string& model = r.preferred_models[i];
     std::string path = "resources.prefer.models[" + std::to_string(i) + "]";
     if (model.find_first_not_of(" \t") == std::string::npos)
-      return Error(path, "must not be empty");
+      return FieldError(path, "must not be empty");
     if (model.size() > kMaxGpuModelChars) {
-      return Error(path, "at most " + std::to_string(kMaxGpuModelChars) + " characters");
+      return FieldError(path, "at most " + std::to_string(kMaxGpuModelChars) + " characters");
     }
     GP_RETURN_IF_ERROR(CheckText(path, model));
     // A preferred model must be allowed: "A100-SXM4-80GB" is an "A100".
@@ -745,22 +735,22 @@ Status ValidateJobSpec(const JobSpec& spec) {
                    std::any_of(r.gpu_models.begin(), r.gpu_models.end(),
                                [&](const std::string& m) { return GpuModelMatches(model, m); });
     if (!allowed) {
-      return Error(path, Quote(model) + " is not one of resources.gpu_models");
+      return FieldError(path, QuoteForError(model) + " is not one of resources.gpu_models");
     }
   }
   if (r.preferred_models.empty() && r.prefer_wait_ms != 0) {
-    return Error("resources.prefer.models", "is required with resources.prefer.wait");
+    return FieldError("resources.prefer.models", "is required with resources.prefer.wait");
   }
   GP_RETURN_IF_ERROR(
       CheckDurationMs("resources.prefer.wait", r.prefer_wait_ms, 0, kMaxPreferWaitSeconds));
   GP_RETURN_IF_ERROR(CheckRuntimeMs(spec.max_runtime_ms));
   if (static_cast<int>(spec.priority) < 0 || static_cast<int>(spec.priority) > 2) {
-    return Error("priority", "must be interactive, normal or opportunistic");
+    return FieldError("priority", "must be interactive, normal or opportunistic");
   }
   if (!IsValidName(spec.group)) {
-    return Error("group", "must be 1 to " + std::to_string(kMaxNameChars) +
-                              " characters of A-Z, a-z, 0-9, '.', '_' and '-', got " +
-                              Quote(spec.group));
+    return FieldError("group", "must be 1 to " + std::to_string(kMaxNameChars) +
+                                   " characters of A-Z, a-z, 0-9, '.', '_' and '-', got " +
+                                   QuoteForError(spec.group));
   }
   if (spec.checkpoint) {
     const CheckpointSpec& c = *spec.checkpoint;
@@ -773,9 +763,10 @@ Status ValidateJobSpec(const JobSpec& spec) {
     bool known = c.signal == "none";
     for (const char* sig : kCheckpointSignals) known = known || c.signal == sig;
     if (!known) {
-      return Error("checkpoint.signal",
-                   "unknown signal " + Quote(c.signal) + " (one of: none, " +
-                       Join(std::begin(kCheckpointSignals), std::end(kCheckpointSignals)) + ")");
+      return FieldError("checkpoint.signal",
+                        "unknown signal " + QuoteForError(c.signal) + " (one of: none, " +
+                            Join(std::begin(kCheckpointSignals), std::end(kCheckpointSignals)) +
+                            ")");
     }
   }
   return Status::Ok();

@@ -24,21 +24,6 @@ using nlohmann::json;
 constexpr size_t kMaxYamlNodes = 100'000;  // after alias expansion
 constexpr int kMaxYamlDepth = 64;
 
-Status Error(std::string_view path, std::string_view message) {
-  std::string m(path.empty() ? "(root)" : path);
-  m += ": ";
-  m += message;
-  return Status::InvalidArgument(std::move(m));
-}
-
-std::string Quote(std::string_view s) {
-  constexpr size_t kMaxShown = 64;
-  std::string out = "\"";
-  out += s.size() > kMaxShown ? std::string(s.substr(0, kMaxShown)) + "..." : std::string(s);
-  out += "\"";
-  return out;
-}
-
 // YAML to JSON.
 
 bool IsDigits(std::string_view s, int base) {
@@ -107,7 +92,7 @@ Result<json> ResolvePlainScalar(const std::string& s, std::string_view path) {
       if (!negative) return u <= kMax ? json(static_cast<int64_t>(u)) : json(u);
       if (u <= kMax + 1) return json(static_cast<int64_t>(0 - u));
     }
-    if (base != 10) return Error(path, "integer " + Quote(s) + " out of range");
+    if (base != 10) return FieldError(path, "integer " + QuoteForError(s) + " out of range");
     // Decimal integers too large for 64 bits become floats, so range checks
     // report them instead of a type error.
   }
@@ -146,8 +131,8 @@ class YamlToJson {
   // (used for env, whose values are text whatever they look like).
   Result<json> Convert(const YAML::Node& node, const std::string& path, int depth,
                        bool values_as_text) {
-    if (++nodes_ > kMaxYamlNodes) return Error("", "spec too large (too many values)");
-    if (depth > kMaxYamlDepth) return Error(path, "nested too deeply");
+    if (++nodes_ > kMaxYamlNodes) return FieldError("", "spec too large (too many values)");
+    if (depth > kMaxYamlDepth) return FieldError(path, "nested too deeply");
     switch (node.Type()) {
       case YAML::NodeType::Undefined:
       case YAML::NodeType::Null:
@@ -169,11 +154,11 @@ class YamlToJson {
         json obj = json::object();
         for (const auto& kv : node) {
           if (!kv.first.IsScalar()) {
-            return Error(path, "mapping keys must be plain text, not lists or mappings");
+            return FieldError(path, "mapping keys must be plain text, not lists or mappings");
           }
           const std::string& key = kv.first.Scalar();
           std::string child_path = path.empty() ? key : path + "." + key;
-          if (obj.contains(key)) return Error(child_path, "duplicate key");
+          if (obj.contains(key)) return FieldError(child_path, "duplicate key");
           json value;
           if (values_as_text && kv.second.IsScalar()) {
             value = kv.second.Scalar();
@@ -187,7 +172,7 @@ class YamlToJson {
         return obj;
       }
     }
-    return Error(path, "unsupported YAML node");
+    return FieldError(path, "unsupported YAML node");
   }
 
  private:
@@ -202,11 +187,12 @@ class YamlToJson {
       GP_ASSIGN_OR_RETURN(json v, ResolvePlainScalar(s, path));
       bool match = (type == "int" && v.is_number_integer()) || (type == "float" && v.is_number()) ||
                    (type == "bool" && v.is_boolean()) || (type == "null" && v.is_null());
-      if (!match) return Error(path, Quote(s) + " is not a valid !!" + std::string(type));
+      if (!match)
+        return FieldError(path, QuoteForError(s) + " is not a valid !!" + std::string(type));
       if (type == "float") return json(v.get<double>());
       return v;
     }
-    return Error(path, "unsupported tag " + Quote(tag));
+    return FieldError(path, "unsupported tag " + QuoteForError(tag));
   }
 
   const std::vector<std::string>& text_keys_;
@@ -299,8 +285,8 @@ size_t InvalidUtf8Offset(std::string_view s) {
 
 Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options) {
   if (text.size() > options.max_bytes) {
-    return Error("", options.what + " too large: " + std::to_string(text.size()) +
-                         " bytes, at most " + std::to_string(options.max_bytes));
+    return FieldError("", options.what + " too large: " + std::to_string(text.size()) +
+                              " bytes, at most " + std::to_string(options.max_bytes));
   }
   if (size_t bad = InvalidUtf8Offset(text); bad != std::string_view::npos) {
     // yaml-cpp would pass bad bytes through (or stop at a NUL byte).
@@ -311,7 +297,7 @@ Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options
                                    std::to_string(bad - line_start + 1) + ": not valid UTF-8");
   }
   if (size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    return Error("", options.what + " contains a NUL byte at offset " + std::to_string(nul));
+    return FieldError("", options.what + " contains a NUL byte at offset " + std::to_string(nul));
   }
   const std::string str(text);
   json j;
@@ -327,14 +313,14 @@ Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options
           str.compare(static_cast<size_t>(at.pos), 3, "...") != 0) {
         return Status::InvalidArgument(Position(at) + ": unexpected content; expected a mapping");
       }
-      return Error("", "expected one YAML document, got " +
-                           std::string(docs.documents >= DocumentCounter::kMaxCounted
-                                           ? "more than 2"
-                                           : std::to_string(docs.documents)));
+      return FieldError("", "expected one YAML document, got " +
+                                std::string(docs.documents >= DocumentCounter::kMaxCounted
+                                                ? "more than 2"
+                                                : std::to_string(docs.documents)));
     }
     YAML::Node root = YAML::Load(str);
     if (docs.documents == 0 || root.IsNull()) {
-      return Error("", options.empty_message);
+      return FieldError("", options.empty_message);
     }
     YamlToJson converter(options.text_valued_keys);
     GP_ASSIGN_OR_RETURN(j, converter.Convert(root, "", 0, false));
@@ -344,4 +330,31 @@ Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options
   }
   return j;
 }
+Status FieldError(std::string_view path, std::string_view message) {
+  std::string m(path.empty() ? "(root)" : path);
+  m += ": ";
+  m += message;
+  return Status::InvalidArgument(std::move(m));
+}
+
+std::string QuoteForError(std::string_view s) {
+  constexpr size_t kMaxShown = 64;
+  std::string out = "\"";
+  out += s.size() > kMaxShown ? std::string(s.substr(0, kMaxShown)) + "..." : std::string(s);
+  out += "\"";
+  return out;
+}
+
+std::string DescribeValue(const nlohmann::json& j) {
+  if (j.is_object()) return "a mapping";
+  if (j.is_array()) return "a list";
+  if (j.is_null()) return "null";
+  if (j.is_string()) return QuoteForError(j.get_ref<const std::string&>());
+  if (j.is_number_float() && !std::isfinite(j.get<double>())) {
+    const double d = j.get<double>();
+    return std::isnan(d) ? "nan" : d < 0 ? "-inf" : "inf";
+  }
+  return j.dump();
+}
+
 }  // namespace gpupool

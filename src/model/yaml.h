@@ -31,6 +31,15 @@ struct YamlOptions {
 // Parses one YAML document (JSON text works too: YAML is a superset).
 Result<nlohmann::json> ParseYamlDocument(std::string_view text, const YamlOptions& options);
 
+// For readers of parsed documents, so that every spec and config error reads
+// alike. FieldError: InvalidArgument "path: message" ("(root)" for the top).
+// QuoteForError: `s` in double quotes, cut after 64 bytes with "...".
+// DescribeValue: a value as shown after "got": "a mapping", "a list", "null",
+// a quoted string, or the JSON of other scalars ("nan", "inf" for those).
+Status FieldError(std::string_view path, std::string_view message);
+std::string QuoteForError(std::string_view s);
+std::string DescribeValue(const nlohmann::json& j);
+
 // The offset of the first byte of `s` that is not part of well-formed UTF-8
 // (no overlongs, surrogates or code points past U+10FFFF), or npos.
 size_t InvalidUtf8Offset(std::string_view s);

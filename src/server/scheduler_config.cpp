@@ -30,17 +30,6 @@ constexpr const char* kTopFields[] = {
     "preemption", "candidates",         "placement"};
 constexpr const char* kGroupFields[] = {"weight", "guaranteed_gpus"};
 
-Status Error(const std::string& path, const std::string& message) {
-  return Status::InvalidArgument((path.empty() ? std::string("(root)") : path) + ": " + message);
-}
-
-std::string Got(const json& j) {
-  if (j.is_object()) return "a mapping";
-  if (j.is_array()) return "a list";
-  if (j.is_null()) return "null";
-  return j.dump();
-}
-
 template <size_t N>
 Status CheckKnown(const json& obj, const std::string& prefix, const char* const (&known)[N]) {
   for (const auto& [key, value] : obj.items()) {
@@ -49,7 +38,7 @@ Status CheckKnown(const json& obj, const std::string& prefix, const char* const 
     if (found) continue;
     std::string list;
     for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-    return Error(prefix + key, "unknown field (known: " + list + ")");
+    return FieldError(prefix + key, "unknown field (known: " + list + ")");
   }
   return Status::Ok();
 }
@@ -75,16 +64,17 @@ Result<int64_t> Duration(const json& v, const std::string& path, int64_t max_sec
   } else if (v.is_number_integer()) {
     auto n = IntValue(v);
     if (!n || *n < 0 || *n > max_seconds) {
-      return Error(path,
-                   "must be from 0 to " + FormatDurationMs(max_seconds * 1000) + ", got " + Got(v));
+      return FieldError(path, "must be from 0 to " + FormatDurationMs(max_seconds * 1000) +
+                                  ", got " + DescribeValue(v));
     }
     ms = *n * 1000;
   } else {
-    return Error(path, "must be a duration such as \"7d\" or \"30m\", got " + Got(v));
+    return FieldError(path,
+                      "must be a duration such as \"7d\" or \"30m\", got " + DescribeValue(v));
   }
   if (ms < 0 || ms > max_seconds * 1000) {
-    return Error(path, "must be from 0 to " + FormatDurationMs(max_seconds * 1000) + ", got " +
-                           FormatDurationMs(ms));
+    return FieldError(path, "must be from 0 to " + FormatDurationMs(max_seconds * 1000) + ", got " +
+                                FormatDurationMs(ms));
   }
   return ms;
 }
@@ -92,8 +82,8 @@ Result<int64_t> Duration(const json& v, const std::string& path, int64_t max_sec
 Result<int64_t> Integer(const json& v, const std::string& path, int64_t min, int64_t max) {
   auto n = IntValue(v);
   if (!n || *n < min || *n > max) {
-    return Error(path, "must be an integer from " + std::to_string(min) + " to " +
-                           std::to_string(max) + ", got " + Got(v));
+    return FieldError(path, "must be an integer from " + std::to_string(min) + " to " +
+                                std::to_string(max) + ", got " + DescribeValue(v));
   }
   return *n;
 }
@@ -101,14 +91,14 @@ Result<int64_t> Integer(const json& v, const std::string& path, int64_t min, int
 // GPUs as thousandths: 4 -> 4000, 0.5 -> 500 (at most three decimals).
 Result<int64_t> GpuMilli(const json& v, const std::string& path) {
   std::string range = "must be a number of GPUs from 0 to " + std::to_string(kMaxGuaranteedGpus) +
-                      " with at most three decimals, got " + Got(v);
-  if (!v.is_number()) return Error(path, range);
+                      " with at most three decimals, got " + DescribeValue(v);
+  if (!v.is_number()) return FieldError(path, range);
   double d = v.get<double>();
   if (!std::isfinite(d) || d < 0 || d > static_cast<double>(kMaxGuaranteedGpus)) {
-    return Error(path, range);
+    return FieldError(path, range);
   }
   int64_t milli = std::llround(d * 1000.0);
-  if (static_cast<double>(milli) / 1000.0 != d) return Error(path, range);
+  if (static_cast<double>(milli) / 1000.0 != d) return FieldError(path, range);
   return milli;
 }
 
@@ -124,21 +114,22 @@ bool IsValidGroupName(const std::string& name) {
 
 Status ParseGroups(const json& v, sched::SchedulerConfig& out) {
   if (!v.is_object()) {
-    return Error("groups", "expected a mapping such as {vision: {weight: 2}}, got " + Got(v));
+    return FieldError("groups",
+                      "expected a mapping such as {vision: {weight: 2}}, got " + DescribeValue(v));
   }
   for (const auto& [name, g] : v.items()) {
     std::string path = "groups." + name;
     if (!IsValidGroupName(name)) {
-      return Error(path,
-                   "invalid group name (1 to 128 characters of A-Z, a-z, 0-9, '.', '_' "
-                   "and '-')");
+      return FieldError(path,
+                        "invalid group name (1 to 128 characters of A-Z, a-z, 0-9, '.', '_' "
+                        "and '-')");
     }
     sched::GroupConfig group;
     group.name = name;
     if (!g.is_null()) {
       if (!g.is_object()) {
-        return Error(path,
-                     "expected a mapping such as {weight: 2, guaranteed_gpus: 4}, got " + Got(g));
+        return FieldError(path, "expected a mapping such as {weight: 2, guaranteed_gpus: 4}, got " +
+                                    DescribeValue(g));
       }
       GP_RETURN_IF_ERROR(CheckKnown(g, path + ".", kGroupFields));
       if (auto it = g.find("weight"); it != g.end() && !it->is_null()) {
@@ -155,17 +146,18 @@ Status ParseGroups(const json& v, sched::SchedulerConfig& out) {
 
 Status ParseModelSpeed(const json& v, sched::SchedulerConfig& out) {
   if (!v.is_object()) {
-    return Error("model_speed", "expected a mapping such as {A100: 2.0, T4: 0.5}, got " + Got(v));
+    return FieldError("model_speed",
+                      "expected a mapping such as {A100: 2.0, T4: 0.5}, got " + DescribeValue(v));
   }
   for (const auto& [model, speed] : v.items()) {
     std::string path = "model_speed." + model;
     if (model.find_first_not_of(" \t") == std::string::npos) {
-      return Error(path, "the model name must not be empty");
+      return FieldError(path, "the model name must not be empty");
     }
     if (!speed.is_number() || !std::isfinite(speed.get<double>()) || speed.get<double>() <= 0 ||
         speed.get<double>() > kMaxModelSpeed) {
-      return Error(path,
-                   "must be a number above 0 and at most 1000 (1.0 = ordinary), got " + Got(speed));
+      return FieldError(path, "must be a number above 0 and at most 1000 (1.0 = ordinary), got " +
+                                  DescribeValue(speed));
     }
     out.model_speed[model] = speed.get<double>();
   }
@@ -179,7 +171,7 @@ Result<sched::SchedulerConfig> ParseSchedulerConfig(std::string_view text) {
   options.what = "scheduler config";
   options.empty_message = "empty scheduler config; expected a mapping such as {half_life: 7d}";
   GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options));
-  if (!j.is_object()) return Error("", "expected a mapping, got " + Got(j));
+  if (!j.is_object()) return FieldError("", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnown(j, "", kTopFields));
   sched::SchedulerConfig config;
   auto field = [&](const char* key) -> const json* {
@@ -204,13 +196,14 @@ Result<sched::SchedulerConfig> ParseSchedulerConfig(std::string_view text) {
     config.candidates = static_cast<int32_t>(n);
   }
   if (const json* v = field("placement")) {
-    if (!v->is_string()) return Error("placement", "must be a name, got " + Got(*v));
+    if (!v->is_string()) return FieldError("placement", "must be a name, got " + DescribeValue(*v));
     auto p = sched::ParsePlacementScore(v->get<std::string>());
-    if (!p.ok()) return Error("placement", p.status().message());
+    if (!p.ok()) return FieldError("placement", p.status().message());
     config.placement = *p;
   }
   if (const json* v = field("preemption")) {
-    if (!v->is_boolean()) return Error("preemption", "must be true or false, got " + Got(*v));
+    if (!v->is_boolean())
+      return FieldError("preemption", "must be true or false, got " + DescribeValue(*v));
     config.preemption = v->get<bool>();
   }
   return config;

@@ -89,6 +89,11 @@ Pool::Pool(Store& store, const Clock& clock, PoolOptions options, PoolHooks hook
       hooks_(std::move(hooks)),
       scheduler_(SchedulerConfigOf(options_)) {}
 
+void Pool::SetSchedulerConfig(sched::SchedulerConfig config) {
+  options_.scheduler = std::move(config);
+  scheduler_ = sched::Scheduler(SchedulerConfigOf(options_));
+}
+
 void Pool::Notify() {
   std::set<std::string> nodes;
   std::set<int64_t> jobs;

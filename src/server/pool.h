@@ -155,6 +155,9 @@ class Pool {
   // ---- periodic work ----
   // One scheduling pass; returns the number of placements.
   Result<int> Schedule();
+  // Replaces the scheduler's configuration (groups, half-life, preemption,
+  // ...) from the next pass on; the caller asks for a pass.
+  void SetSchedulerConfig(sched::SchedulerConfig config);
   // Turns nodes offline for too long into lost nodes and requeues their work.
   Status CheckNodes();
 

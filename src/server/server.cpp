@@ -175,6 +175,24 @@ int RunServer(const ServerOptions& options) {
   loop.RunAfter(1000, tick);
   hooks.schedule_needed();
 
+  // SIGHUP: read --scheduler-config again (groups, weights, guarantees, ...).
+  // A file that does not parse is reported and the config in force stays.
+  loop.OnSignals({SIGHUP}, [&](int) {
+    if (options.scheduler_config.empty()) {
+      GP_LOG(kWarn) << "SIGHUP: no --scheduler-config to reload";
+      return;
+    }
+    auto config = LoadSchedulerConfig(options.scheduler_config);
+    if (!config.ok()) {
+      GP_LOG(kError) << "SIGHUP: --scheduler-config " << config.status().message()
+                     << "; keeping the config in force";
+      return;
+    }
+    GP_LOG(kInfo) << "SIGHUP: scheduler config reloaded from " << options.scheduler_config << ": "
+                  << config->groups.size() << " groups";
+    pool.SetSchedulerConfig(*std::move(config));
+    hooks.schedule_needed();
+  });
   loop.OnSignals({SIGINT, SIGTERM}, [&](int sig) {
     GP_LOG(kInfo) << "signal " << sig << ": shutting down";
     hub.CloseAll();

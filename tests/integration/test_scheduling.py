@@ -2,6 +2,7 @@
 by an interactive job, queue order and fair-share usage, with a real server
 and real agents (simulated GPUs) on loopback."""
 import json
+import signal
 
 from pool import wait_for
 
@@ -185,3 +186,24 @@ def test_usage_survives_a_server_kill(pool):
     after = {g["name"]: g for g in body["groups"]}["astro"]["usage_gpu_milli_ms"]
     # Decayed a little with the default 7-day half-life, never lost.
     assert before * 0.999 <= after <= before
+
+
+def test_sighup_reloads_the_scheduler_config_and_keeps_it_when_broken(pool):
+    start(pool, config="groups: {vision: {weight: 2, guaranteed_gpus: 1}}\n")
+
+    def vision():
+        status, body = pool.api("GET", "/v1/groups")
+        assert status == 200
+        return {g["name"]: g for g in body["groups"]}.get("vision")
+
+    assert vision()["weight"] == 2
+    path = pool.dir / "scheduler.yaml"
+    path.write_text("groups: {vision: {weight: 5, guaranteed_gpus: 1}}\n")
+    pool.server.send_signal(signal.SIGHUP)
+    wait_for(lambda: vision()["weight"] == 5, what="the new weight")
+    path.write_text("groups: {vision: {weight: 0}}\n")  # invalid: the old config stays
+    pool.server.send_signal(signal.SIGHUP)
+    wait_for(lambda: "keeping the config in force" in (pool.dir / "server.log").read_text(),
+             what="the reload error in the server log")
+    assert vision()["weight"] == 5
+    assert pool.server.poll() is None

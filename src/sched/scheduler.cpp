@@ -1050,7 +1050,8 @@ class Pass {
   bool TryPreempt(const PendingJob& job, const QueueEntry& entry, std::string* note) {
     if (!config_.preemption || job.request.nodes != 1 || preemptors_ >= kMaxPreemptorsPerPass)
       return false;
-    if (job.priority == PriorityClass::kOpportunistic) return false;
+    // Opportunistic work preempts only as its owner, on its own machines.
+    const bool opportunistic = job.priority == PriorityClass::kOpportunistic;
     const std::string group = GroupName(job.group);
     auto gs = group_state_.find(group);
     const bool in_quota =
@@ -1071,7 +1072,7 @@ class Pass {
     for (const auto& [n, runs] : running_on_node_) {
       const NodeS& node = nodes_[static_cast<size_t>(n)];
       const bool owner_node = !node.view->owner_group.empty() && node.view->owner_group == group;
-      if (!owner_node && !interactive && !in_quota) continue;
+      if (!owner_node && (opportunistic || (!interactive && !in_quota))) continue;
       if (!node.view->ready || !LabelsOk(*node.view, job.request.node_labels)) continue;
       std::vector<size_t> cands;
       for (size_t i : runs) {

@@ -32,7 +32,8 @@
 //     never end "before" anything.
 //  4. Preemption, only of preemptible (checkpointing) attempts, only to serve
 //     (a) an interactive job, (b) a group reclaiming its guarantee, or (c) an
-//     owner's job on a node its group owns. Victims are chosen per node: the
+//     owner's job (of any class, opportunistic included) on a node its group
+//     owns. Victims are chosen per node: the
 //     node where the fewest minutes of work since the last checkpoint are lost,
 //     never an attempt preempted within `anti_thrash_window_ms`, never
 //     interactive work, never a group's work on a node that group owns, and

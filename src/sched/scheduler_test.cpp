@@ -313,6 +313,12 @@ TEST(SchedulerTest, WorkWithinItsGuaranteeIsNotPreemptedExceptByTheOwner) {
   Decisions d = Schedule(s, c);
   ASSERT_EQ(d.preemptions.size(), 1u);
   EXPECT_EQ(d.preemptions[0].reason, PreemptReason::kOwner);
+
+  // An owner's opportunistic job too, but only on its own machine.
+  s.pending[0].priority = PriorityClass::kOpportunistic;
+  EXPECT_EQ(Schedule(s, c).preemptions.size(), 1u);
+  s.nodes[0].owner_group.clear();
+  EXPECT_TRUE(Schedule(s, c).preemptions.empty());
 }
 
 TEST(SchedulerTest, WorkOnItsOwnersNodeIsSafeAndSessionsMayDisplaceTheirOwnBatch) {

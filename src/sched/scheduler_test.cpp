@@ -435,11 +435,6 @@ TEST(SchedulerTest, SameSnapshotSameDecisions) {
   EXPECT_EQ(a.waiting, b.waiting);
 }
 
-}  // namespace
-}  // namespace gpupool::sched
-
-namespace gpupool::sched {
-namespace {
 
 // Two groups with endless backlogs of 10-minute 1-GPU jobs share 6 GPUs for
 // two days. Decayed-usage ordering must converge to the weights (2:1), and
@@ -502,11 +497,6 @@ TEST(FairShareConvergenceTest, GpuTimeFollowsTheWeights) {
   EXPECT_NEAR(a / (a + b), 2.0 / 3.0, 0.04) << a << " " << b;
 }
 
-}  // namespace
-}  // namespace gpupool::sched
-
-namespace gpupool::sched {
-namespace {
 
 // Interactive sessions keep arriving on a pool full of preemptible batch
 // work. Every preemption must respect the anti-thrash window for its job,

@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-yaml
   procps ca-certificates
+  bubblewrap skopeo umoci busybox-static
 )
 
 missing=()

@@ -10,12 +10,15 @@
 #include <random>
 #include <set>
 
+#include "agent/agent_config.h"
 #include "agent/tasks.h"
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "exec/executors.h"
 #include "gpu/gpu_source.h"
+#include "model/node.h"
 #include "net/event_loop.h"
 #include "net/http.h"
 #include "net/websocket.h"
@@ -60,7 +63,10 @@ class Agent {
   Agent(AgentOptions options, net::EventLoop& loop)
       : options_(std::move(options)),
         loop_(loop),
-        tasks_({options_.data_dir, options_.kill_grace_ms}, loop, clock_, [this] { WakePoll(); }) {}
+        config_(DefaultAgentConfig(options_.data_dir)),
+        tasks_({options_.data_dir, options_.kill_grace_ms, &config_.exec, &exec_env_,
+                ::geteuid() == 0},
+               loop, clock_, [this] { WakePoll(); }) {}
 
   Status Init() {
     std::error_code ec;
@@ -83,6 +89,12 @@ class Agent {
       }
     }
     GP_LOG(kInfo) << "GPUs: " << gpu_->Describe();
+    if (!options_.config_file.empty()) {
+      auto config = LoadAgentConfig(options_.config_file, options_.data_dir);
+      if (!config.ok()) return Status::InvalidArgument(config.status().message());
+      config_ = *std::move(config);
+    }
+    ProbeExecutors();
     auto url = net::ParseUrl(options_.server_url);
     if (!url)
       return Status::InvalidArgument("--server: invalid URL \"" + options_.server_url + "\"");
@@ -93,6 +105,43 @@ class Agent {
     LoadState();
     GP_RETURN_IF_ERROR(tasks_.Recover());
     return Status::Ok();
+  }
+
+  // Finds which executors work here and says which limits apply.
+  void ProbeExecutors() {
+    const exec::ExecConfig& c = config_.exec;
+    bool root = ::geteuid() == 0;
+    exec_env_ = exec::ProbeExecEnvironment(c, root ? c.first_uid : -1, root ? c.first_uid : -1);
+    std::string offered;
+    for (const std::string& name : exec_env_.available) {
+      offered += (offered.empty() ? "" : ", ") + name;
+    }
+    GP_LOG(kInfo) << "executors: " << (offered.empty() ? "none" : offered)
+                  << (offered.empty() ? "" : " (default " + exec_env_.default_executor() + ")")
+                  << "; images: "
+                  << (exec_env_.sandbox_images ? "skopeo + umoci"
+                                               : "not available (no skopeo/umoci)");
+    for (const auto& [name, why] : exec_env_.unavailable) {
+      GP_LOG(kWarn) << "executor " << name << " is allowed but does not work: " << why;
+    }
+    GP_LOG(kInfo) << exec_env_.limits_mode;
+    GP_LOG(kInfo) << "tasks run as "
+                  << (root ? "uids " + std::to_string(c.first_uid) + "-" +
+                                 std::to_string(c.first_uid + c.uid_count - 1) + ", one per task"
+                           : "this agent's own account");
+  }
+
+  // The task's GPUs' device minor numbers, where NVML told them.
+  std::vector<int> GpuMinors(const std::vector<std::string>& uuids) {
+    std::vector<int> minors;
+    auto snap = gpu_->Read();
+    if (!snap.ok()) return minors;
+    for (const std::string& uuid : uuids) {
+      for (const GpuInfo& g : snap->gpus) {
+        if (g.uuid == uuid && g.minor_number >= 0) minors.push_back(g.minor_number);
+      }
+    }
+    return minors;
   }
 
   void Start() {
@@ -131,6 +180,8 @@ class Agent {
       GP_LOG(kWarn) << "cannot read GPUs: " << snap.status().message();
     }
     h.labels = options_.labels;
+    for (const std::string& name : exec_env_.available) h.labels[ExecutorLabel(name)] = "true";
+    if (exec_env_.runs_images()) h.labels[kImagesLabel] = "true";
     h.owner_group = options_.owner_group;
     h.tasks = tasks_.Reports();
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
@@ -224,7 +275,7 @@ class Agent {
       GP_ASSIGN_OR_RETURN(auto start, proto::DecodeStartTask(env.body));
       if (shutting_down_) return Status::Ok();
       GP_LOG(kInfo) << "starting " << start.attempt_id << " (" << start.spec.name << ")";
-      Status s = tasks_.Start(start);
+      Status s = tasks_.Start(start, GpuMinors(start.gpu_uuids));
       if (!s.ok()) {
         // Report it so the job does not wait forever.
         proto::TaskReport r{start.attempt_id, "failed", 127, 0, "cannot start: " + s.message(),
@@ -399,6 +450,8 @@ class Agent {
   AgentOptions options_;
   net::EventLoop& loop_;
   RealClock clock_;
+  AgentConfig config_;
+  exec::ExecEnvironment exec_env_;
   TaskManager tasks_;
   std::unique_ptr<GpuSource> gpu_;
   std::string ws_url_;
@@ -453,6 +506,9 @@ Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std
                   c == '.' || c == '_' || c == '-' || c == '/');
     }
     if (!ok) return bad("the key must be 1-128 characters of A-Z, a-z, 0-9, '.', '_', '-', '/'");
+    if (key.starts_with(kReservedLabelPrefix)) {
+      return bad("labels starting with \"gpupool/\" are set by the agent itself");
+    }
     if (!labels.emplace(key, flag.substr(eq + 1)).second) return bad("the key is given twice");
   }
   return labels;

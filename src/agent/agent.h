@@ -20,6 +20,7 @@ struct AgentOptions {
   std::string server_url;  // "http://127.0.0.1:8470"
   std::string join_token;
   std::string data_dir;
+  std::string config_file;    // the provider's config (agent/agent_config.h); empty = defaults
   std::string name;           // node name; the host name by default
   std::string simulate_gpus;  // e.g. "2xA100:80GiB"; empty = real GPUs through NVML
   std::string nvml_library;   // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
@@ -32,8 +33,8 @@ struct AgentOptions {
 };
 
 // `--label KEY=VALUE` flags as a map. Keys are 1-128 characters of
-// [A-Za-z0-9._/-]; a repeated key, a missing '=' or a bad key is
-// InvalidArgument naming the flag.
+// [A-Za-z0-9._/-] and do not start with "gpupool/" (the agent's own); a
+// repeated key, a missing '=' or a bad key is InvalidArgument naming the flag.
 Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std::string>& flags);
 
 // Runs until SIGINT or SIGTERM; returns the process exit code.

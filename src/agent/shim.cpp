@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,10 +22,18 @@
 #include "common/files.h"
 #include "common/json_reader.h"
 #include "common/units.h"
+#include "exec/launch.h"
+#include "exec/limits.h"
+#include "exec/process_tree.h"
 #include "proto/messages.h"
 
 namespace gpupool::agent {
 namespace {
+
+// The work directory's size is first counted this long after the start,
+// then at most this often (less often when counting is slow).
+constexpr int64_t kFirstDiskCheckMs = 500;
+constexpr int64_t kDiskCheckMs = 2000;
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -68,15 +79,18 @@ class LineSink {
     if (!buf_.empty()) Emit(buf_, now_ms);
     buf_.clear();
   }
+  const std::string& last_line() const { return last_line_; }
 
  private:
   void Emit(std::string_view line, int64_t now_ms) {
     // One write per record: O_APPEND keeps records whole.
     WriteAll(log_fd_, EncodeRecord(stream_, now_ms, line));
+    if (stream_ == 'e') last_line_.assign(line.substr(0, 512));
   }
   int log_fd_;
   char stream_;
   std::string buf_;
+  std::string last_line_;  // of stderr: may explain a failure to start
 };
 
 // The grace the agent asked for when it stopped the task, or `fallback`.
@@ -89,14 +103,10 @@ int64_t StopGraceMs(const TaskPaths& paths, int64_t fallback) {
   return ms;
 }
 
-std::vector<std::string> JobEnvironment(const proto::StartTask& task, const std::string& work) {
+// What gpupool tells the job, on top of the spec's env. Paths that differ
+// in a sandbox (HOME, TMPDIR, GPUPOOL_WORK_DIR) are the executor's.
+std::vector<std::string> JobEnvironment(const proto::StartTask& task) {
   std::vector<std::string> env;
-  for (const char* keep : {"PATH", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL"}) {
-    if (const char* v = ::getenv(keep)) env.push_back(std::string(keep) + "=" + v);
-  }
-  if (!::getenv("PATH")) env.push_back("PATH=/usr/local/bin:/usr/bin:/bin");
-  env.push_back("HOME=" + work);
-  env.push_back("TMPDIR=" + work);
   for (const auto& [k, v] : task.spec.env) env.push_back(k + "=" + v);
   std::string gpus;
   for (const auto& g : task.gpu_uuids) gpus += (gpus.empty() ? "" : ",") + g;
@@ -112,13 +122,46 @@ std::vector<std::string> JobEnvironment(const proto::StartTask& task, const std:
   return env;
 }
 
+// The spec's requests, else the provider's defaults; pids are the provider's.
+exec::Limits TaskLimits(const JobSpec& spec, const exec::Limits& defaults) {
+  exec::Limits l = defaults;
+  if (spec.resources.memory_mib > 0) l.memory_bytes = spec.resources.memory_mib << 20;
+  if (spec.resources.cpu_milli > 0) l.cpu_milli = spec.resources.cpu_milli;
+  if (spec.resources.disk_mib > 0) l.disk_bytes = spec.resources.disk_mib << 20;
+  return l;
+}
+
+exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths) {
+  const proto::StartTask& task = o.task;
+  exec::TaskContext c;
+  c.attempt_id = task.attempt_id;
+  c.job_id = task.job_id;
+  c.task_dir = paths.dir;
+  c.work_dir = paths.work_dir();
+  if (!task.spec.run.empty()) {
+    c.argv = {"/bin/sh", "-c", task.spec.run};
+    c.argv_is_shell = true;
+  } else {
+    c.argv = task.spec.command;
+  }
+  c.env = JobEnvironment(task);
+  c.image = task.spec.image;
+  c.network = task.spec.network;
+  c.gpu_uuids = task.gpu_uuids;
+  c.gpu_minors = o.gpu_minors;
+  c.limits = TaskLimits(task.spec, o.exec_config->defaults);
+  c.uid = o.uid;
+  c.gid = o.gid;
+  return c;
+}
+
 }  // namespace
 
 int RunShim(const ShimOptions& options) {
   RealClock clock;
   TaskPaths paths{options.task_dir};
   const proto::StartTask& task = options.task;
-  int log_fd = ::open(paths.output_log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int log_fd = ::open(paths.output_log().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (log_fd < 0) {
     // Nothing can be recorded: the agent sees the shim gone without a result.
     std::fprintf(stderr, "gpupool-shim %s: cannot open output.log: %s\n", task.attempt_id.c_str(),
@@ -129,14 +172,8 @@ int RunShim(const ShimOptions& options) {
     bool ok = WriteAll(log_fd, EncodeRecord('r', clock.NowMs(), EncodeResult(r)));
     return ok && ::fsync(log_fd) == 0;
   };
-  auto fail_early = [&](const std::string& why) {
-    TaskResult r;
-    r.exit_code = 127;
-    r.failed = true;
-    r.reason = why;
-    r.finished_ms = clock.NowMs();
-    record_result(r);
-    return 1;
+  auto event = [&](const std::string& text) {
+    (void)WriteAll(log_fd, EncodeRecord('v', clock.NowMs(), text));
   };
 
   sigset_t mask, old_mask;
@@ -148,64 +185,77 @@ int RunShim(const ShimOptions& options) {
   sigprocmask(SIG_BLOCK, &mask, &old_mask);
   ::signal(SIGPIPE, SIG_IGN);
   int sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  // Orphans of the job come to the shim, so stops and accounting see them.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  // The stop the agent asked for, if its signal arrived.
+  auto stop_requested = [&]() -> std::optional<std::string> {
+    signalfd_siginfo si;
+    std::optional<std::string> reason;
+    while (::read(sig_fd, &si, sizeof si) == sizeof si) {
+      if (si.ssi_signo == SIGCHLD) continue;
+      reason = "stopped";
+      if (auto why = ReadFile(paths.stop_reason()); why.ok() && !why->empty()) {
+        reason = "stopped: " + *why;
+      }
+    }
+    return reason;
+  };
+
+  std::unique_ptr<exec::Executor> executor;
+  exec::TaskContext ctx = MakeTaskContext(options, paths);
+  auto fail_early = [&](const std::string& why, bool stopped = false) {
+    event(why);
+    if (executor) executor->Cleanup();
+    TaskResult r;
+    r.exit_code = 127;
+    r.failed = !stopped;
+    r.reason = why;
+    r.finished_ms = clock.NowMs();
+    record_result(r);
+    return 1;
+  };
+  {
+    auto made = exec::MakeExecutor(task.spec.executor, *options.exec_config, *options.exec_env);
+    if (!made.ok()) return fail_early("cannot start: " + made.status().message());
+    executor = *std::move(made);
+  }
+  if (Status s = executor->Prepare(ctx, event); !s.ok()) {
+    return fail_early("cannot start: " + s.message());
+  }
+  if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
+  auto planned = executor->Start(ctx);
+  if (!planned.ok()) return fail_early("cannot start: " + planned.status().message());
+  const exec::LaunchPlan& plan = *planned;
 
   int out_pipe[2], err_pipe[2], exec_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0 ||
       ::pipe2(exec_pipe, O_CLOEXEC) != 0) {
     return fail_early(std::string("cannot start: pipe: ") + std::strerror(errno));
   }
-
-  // Everything the child needs is prepared before fork.
-  std::vector<std::string> env = JobEnvironment(task, paths.work_dir());
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_s;
-  if (!task.spec.run.empty())
-    argv_s = {"/bin/sh", "-c", task.spec.run};
-  else
-    argv_s = task.spec.command;
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::string work = paths.work_dir();
-
   pid_t pid = ::fork();
   if (pid < 0) return fail_early(std::string("cannot start: fork: ") + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     ::signal(SIGPIPE, SIG_DFL);
-    int devnull = ::open("/dev/null", O_RDONLY);
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ::dup2(devnull, 0);
     ::dup2(out_pipe[1], 1);
     ::dup2(err_pipe[1], 2);
-    // Only the pipes and the exec-error pipe (close-on-exec) stay open.
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], devnull}) {
-      if (fd > 2) ::close(fd);
-    }
-    ::close_range(3, static_cast<unsigned>(exec_pipe[1]) - 1, 0);
-    ::close_range(static_cast<unsigned>(exec_pipe[1]) + 1, ~0U, 0);
-    if (::chdir(work.c_str()) != 0) {
-      int e = errno;
-      (void)!::write(exec_pipe[1], &e, sizeof e);
-      _exit(127);
-    }
-    ::execvpe(argv[0], argv.data(), envp.data());
-    int e = errno;
-    (void)!::write(exec_pipe[1], &e, sizeof e);
-    _exit(127);
+    exec::ExecPlan(plan, exec_pipe[1]);
   }
-  ::setpgid(pid, pid);  // also in the parent, so kill(-pid) works at once
+  ::setpgid(pid, pid);  // also in the parent, so the group exists at once
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   ::close(exec_pipe[1]);
+  executor->Started(pid);
 
   TaskResult result;
-  int exec_errno = 0;
-  if (::read(exec_pipe[0], &exec_errno, sizeof exec_errno) == sizeof exec_errno) {
+  int failure[2] = {0, 0};
+  if (::read(exec_pipe[0], failure, sizeof failure) == sizeof failure) {
     result.failed = true;
-    result.reason = "cannot start " + argv_s[0] + ": " + std::strerror(exec_errno);
+    result.reason = exec::DescribeLaunchFailure(plan, failure[0], failure[1]);
   }
   ::close(exec_pipe[0]);
   {
@@ -221,39 +271,71 @@ int RunShim(const ShimOptions& options) {
     std::string msg = "gpupool: " + result.reason + "\n";
     err_sink.Add(msg.data(), msg.size(), clock.NowMs());
   }
+  const exec::Limits& limits = ctx.limits;
   int64_t start_ms = clock.NowMs();
   int64_t deadline = task.spec.max_runtime_ms > 0 ? start_ms + task.spec.max_runtime_ms : 0;
-  int64_t kill_at = 0;      // when to send SIGKILL to the group
+  bool watch_memory = limits.memory_bytes > 0 && !executor->EnforcesMemory();
+  int64_t next_memory_check = start_ms;
+  int64_t next_disk_check = limits.disk_bytes > 0 ? start_ms + kFirstDiskCheckMs : 0;
+  int64_t kill_at = 0;      // when to send SIGKILL to the job
   int64_t drain_until = 0;  // after the job exits, how long to wait for pipes
   bool exited = false;
   int wstatus = 0;
   bool out_open = true, err_open = true;
 
-  auto stop_group = [&](const std::string& reason, bool failed, int64_t grace_ms) {
+  auto stop_job = [&](const std::string& reason, bool failed, int64_t grace_ms) {
     if (kill_at != 0 || exited) return;
-    ::kill(-pid, SIGTERM);
-    kill_at = clock.NowMs() + grace_ms;
     if (result.reason.empty()) {
       result.reason = reason;
       result.failed = failed;
     }
+    if (grace_ms <= 0) {  // a limit the job is already past: no grace
+      executor->Stop(SIGKILL);
+      kill_at = clock.NowMs() + 1000;
+      return;
+    }
+    executor->Stop(SIGTERM);
+    kill_at = clock.NowMs() + grace_ms;
   };
 
   char buf[65536];
   while (!exited || out_open || err_open) {
     int64_t now = clock.NowMs();
     if (deadline && now >= deadline && !exited) {
-      stop_group("exceeded max_runtime of " + FormatDurationMs(task.spec.max_runtime_ms), true,
-                 options.kill_grace_ms);
+      stop_job("exceeded max_runtime of " + FormatDurationMs(task.spec.max_runtime_ms), true,
+               options.kill_grace_ms);
+    }
+    if (watch_memory && !exited && now >= next_memory_check) {
+      next_memory_check = now + options.exec_config->memory_poll_ms;
+      int64_t used = executor->GetUsage().memory_bytes;
+      if (used > limits.memory_bytes) {
+        std::string why = exec::MemoryLimitReason(limits.memory_bytes);
+        event(why + " (it used " + FormatBytes(used) + ")");
+        stop_job(why, true, 0);
+      }
+    }
+    if (next_disk_check && !exited && now >= next_disk_check) {
+      int64_t before = clock.NowMs();
+      int64_t used = exec::DirectoryBytes(paths.work_dir(), limits.disk_bytes + 1);
+      // Counting a large tree costs; keep it to about 1% of the time.
+      next_disk_check = now + std::max<int64_t>(kDiskCheckMs, 100 * (clock.NowMs() - before));
+      if (used > limits.disk_bytes) {
+        std::string why = exec::DiskLimitReason(limits.disk_bytes);
+        event(why);
+        stop_job(why, true, options.kill_grace_ms);
+      }
     }
     if (kill_at && now >= kill_at && !exited) {
-      ::kill(-pid, SIGKILL);
+      executor->Stop(SIGKILL);
       kill_at = now + 1000;
     }
     if (exited && drain_until && now >= drain_until) break;
     int64_t wake = 1000;
     if (deadline && !exited) wake = std::min(wake, std::max<int64_t>(deadline - now, 0));
     if (kill_at && !exited) wake = std::min(wake, std::max<int64_t>(kill_at - now, 0));
+    if (watch_memory && !exited) {
+      wake = std::min(wake, std::max<int64_t>(next_memory_check - now, 0));
+    }
     pollfd fds[3] = {{out_open ? out_pipe[0] : -1, POLLIN, 0},
                      {err_open ? err_pipe[0] : -1, POLLIN, 0},
                      {sig_fd, POLLIN, 0}};
@@ -272,30 +354,26 @@ int RunShim(const ShimOptions& options) {
       }
     }
     if (fds[2].revents & POLLIN) {
-      signalfd_siginfo si;
-      while (::read(sig_fd, &si, sizeof si) == sizeof si) {
-        if (si.ssi_signo == SIGCHLD) continue;
-        std::string reason = "stopped";
-        if (auto why = ReadFile(paths.stop_reason()); why.ok() && !why->empty()) {
-          reason = "stopped: " + *why;
-        }
-        stop_group(reason, false, StopGraceMs(paths, options.kill_grace_ms));
+      if (auto stop = stop_requested()) {
+        stop_job(*stop, false, StopGraceMs(paths, options.kill_grace_ms));
       }
     }
-    if (!exited) {
-      pid_t w = ::waitpid(pid, &wstatus, WNOHANG);
-      if (w == pid) {
-        exited = true;
-        // Leftover processes of the job would hold the pipes open forever.
-        ::kill(-pid, SIGKILL);
-        drain_until = now + 2000;
-      }
+    // Reap the job and any orphan of it that came to the shim.
+    int st = 0;
+    pid_t w;
+    while ((w = ::waitpid(-1, &st, WNOHANG)) > 0) {
+      if (w != pid || exited) continue;
+      exited = true;
+      wstatus = st;
+      // Leftover processes of the job would hold the pipes open forever.
+      executor->Stop(SIGKILL);
+      drain_until = now + 2000;
     }
   }
   out_sink.Finish(clock.NowMs());
   err_sink.Finish(clock.NowMs());
   if (!exited) {
-    ::kill(-pid, SIGKILL);
+    executor->Stop(SIGKILL);
     ::waitpid(pid, &wstatus, 0);
   }
   if (WIFEXITED(wstatus)) {
@@ -303,6 +381,14 @@ int RunShim(const ShimOptions& options) {
   } else if (WIFSIGNALED(wstatus)) {
     result.signal = WTERMSIG(wstatus);
     result.exit_code = 128 + result.signal;
+  }
+  if (result.reason.empty()) {
+    result.reason = executor->ExitReason(wstatus, err_sink.last_line());
+    // A limit the kernel enforced (a cgroup's OOM kill, the file size limit).
+    result.failed = result.reason.starts_with("exceeded") || result.reason.starts_with("cannot");
+  }
+  executor->Cleanup();
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
   }
   result.finished_ms = clock.NowMs();
   bool recorded = record_result(result);

@@ -1,11 +1,15 @@
 // The shim: one small process per task, forked from the agent (see
-// TaskManager::Start) into a new session. It starts the job in its own
-// process group, writes the job's output to TASK_DIR/output.log, enforces
-// max_runtime, and appends the result record when the job ends (the format
-// is in agent/task_files.h). Because the shim, not the agent, is the job's
-// parent, a job survives an agent restart and its exit code is never lost.
-// SIGTERM to the shim means "stop the job": the whole process group gets
-// SIGTERM, then SIGKILL after the grace period; the reason is read from
+// TaskManager::Start) into a new session. It runs the job through its
+// executor (exec/executor.h: prepare, start, stop, cleanup), writes the
+// job's output and the task's events to TASK_DIR/output.log, enforces
+// max_runtime and the memory and disk limits the kernel does not, and
+// appends the result record when the job ends (the format is in
+// agent/task_files.h). It is a child subreaper: every process the job
+// makes stays under it, so a stop reaches them all. Because the shim, not
+// the agent, is the job's parent, a job survives an agent restart and its
+// exit code is never lost. SIGTERM to the shim means "stop the job": every
+// process of the job gets SIGTERM (executor Stop), then SIGKILL after the
+// grace period; the reason is read from
 // TASK_DIR/stop.reason if the agent wrote one. The shim writes "started
 // <pid>" to its stdout when the job runs, so the agent learns it at once;
 // when the shim exits, its stdout closes.
@@ -14,6 +18,8 @@
 #include <cstdint>
 #include <string>
 
+#include "exec/exec_config.h"
+#include "exec/executors.h"
 #include "proto/messages.h"
 
 namespace gpupool::agent {
@@ -22,6 +28,13 @@ struct ShimOptions {
   std::string task_dir;
   proto::StartTask task;
   int64_t kill_grace_ms = 10'000;  // SIGTERM -> SIGKILL
+  // How jobs run on this node (the agent's; the shim is its fork, so these
+  // stay valid for the shim's life).
+  const exec::ExecConfig* exec_config = nullptr;
+  const exec::ExecEnvironment* exec_env = nullptr;
+  int uid = -1;  // the task's account; -1 = the agent's
+  int gid = -1;
+  std::vector<int> gpu_minors;  // of the task's GPUs, where known
 };
 
 // Returns the shim's exit code (0 when the result was recorded).

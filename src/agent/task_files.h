@@ -5,6 +5,9 @@
 //   DATA_DIR/tasks/<attempt id>/
 //     output.log   written only by the shim: one record per line
 //     work/        the job's working directory
+//     exec.json    how the agent asked for it to run: the executor and the
+//                  task's account (written before the shim starts; read to
+//                  clean up after a shim that is gone)
 //     stop.reason, stop.grace_ms
 //                  written by the agent only when it stops the task, just
 //                  before it signals the shim: why, and (if the server named
@@ -13,6 +16,8 @@
 // Records are "<kind> <ts_ms> <payload>\n":
 //   o / e   a line the job wrote to stdout / stderr (a line longer than
 //           kMaxLineBytes is split into several records)
+//   v       an event of the task's own, shown with the job's output
+//           ("pulling image 3/7 layers", "exceeded its memory limit ...")
 //   p       "<shim pid> <shim start time> <job pid>": the job runs (the job's
 //           pid is also its process group)
 //   r       the result as JSON (TaskResult); always the last record
@@ -37,6 +42,7 @@ struct TaskPaths {
   std::string dir;
   std::string output_log() const { return dir + "/output.log"; }
   std::string work_dir() const { return dir + "/work"; }
+  std::string exec_json() const { return dir + "/exec.json"; }
   std::string stop_reason() const { return dir + "/stop.reason"; }
   std::string stop_grace() const { return dir + "/stop.grace_ms"; }
 };
@@ -56,8 +62,8 @@ Result<TaskResult> DecodeResult(std::string_view text);
 
 struct OutputRecord {
   int64_t offset = 0;
-  char kind = 'o';     // 'o', 'e', 'p' or 'r'
-  std::string stream;  // "stdout" / "stderr" for 'o' / 'e'
+  char kind = 'o';     // 'o', 'e', 'v', 'p' or 'r'
+  std::string stream;  // "stdout" / "stderr" / "event" for 'o' / 'e' / 'v'
   int64_t ts_ms = 0;
   std::string text;  // the payload
 };

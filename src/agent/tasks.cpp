@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "agent/shim.h"
 #include "common/files.h"
@@ -79,6 +80,9 @@ Status TaskManager::Recover() {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) return Status::Internal("cannot create " + root + ": " + ec.message());
+  // Tasks' output and directories are the agent's alone; sandboxes reach
+  // their own work directory through a descriptor, not this path.
+  fs::permissions(root, fs::perms::owner_all, ec);
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     if (!entry.is_directory()) continue;
     TaskState t;
@@ -107,9 +111,17 @@ Status TaskManager::Recover() {
     for (const auto& r : ParseRecords(whole, base, &consumed)) {
       if (r.kind == 'r') ApplyShimRecord(t, r);
     }
+    if (auto exec = ReadFile(t.paths.exec_json()); exec.ok()) {
+      auto j = nlohmann::json::parse(*exec, nullptr, false);
+      if (j.is_object()) {
+        t.executor = j.value("executor", "");
+        t.uid = j.value("uid", -1);
+      }
+    }
     if (!t.result) {
       auto now_start = ProcessStartTime(t.shim_pid);
       t.shim_gone = !now_start || *now_start != t.shim_start_time;
+      if (t.shim_gone) CleanUpAfterLostShim(t);
     }
     GP_LOG(kInfo) << "recovered task " << t.attempt_id << ": "
                   << (t.result      ? "ended"
@@ -120,20 +132,65 @@ Status TaskManager::Recover() {
   return Status::Ok();
 }
 
-Status TaskManager::Start(const proto::StartTask& task) {
+int TaskManager::FreeUid() const {
+  const exec::ExecConfig& c = *options_.exec_config;
+  std::vector<bool> used(static_cast<size_t>(std::max(c.uid_count, 0)));
+  for (const auto& [id, t] : tasks_) {
+    int i = t.uid - c.first_uid;
+    if (i >= 0 && i < c.uid_count) used[static_cast<size_t>(i)] = true;
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!used[i]) return c.first_uid + static_cast<int>(i);
+  }
+  return -1;
+}
+
+void TaskManager::CleanUpAfterLostShim(const TaskState& t) {
+  if (options_.exec_config == nullptr || options_.exec_env == nullptr) return;
+  auto executor = exec::MakeExecutor(t.executor, *options_.exec_config, *options_.exec_env);
+  if (!executor.ok()) return;
+  exec::TaskContext ctx;
+  ctx.attempt_id = t.attempt_id;
+  ctx.job_id = t.job_id;
+  ctx.task_dir = t.paths.dir;
+  ctx.work_dir = t.paths.work_dir();
+  ctx.uid = t.uid;
+  (*executor)->Recover(ctx);
+}
+
+Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& gpu_minors) {
   if (tasks_.count(task.attempt_id)) return Status::Ok();  // a resent order
   TaskState t;
   t.attempt_id = task.attempt_id;
   t.job_id = task.job_id;
   t.paths.dir = options_.data_dir + "/tasks/" + task.attempt_id;
+  t.executor = task.spec.executor;
   std::error_code ec;
   fs::create_directories(t.paths.work_dir(), ec);
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
+  // Each sandboxed or containerized task runs as an account of its own; the
+  // `process` executor (trusted development only) runs as the agent.
+  std::string runs_as = t.executor.empty() ? options_.exec_env->default_executor() : t.executor;
+  if (options_.own_uids && runs_as != "process") {
+    t.uid = FreeUid();
+    if (t.uid < 0) {
+      return Status::ResourceExhausted("every account of the sandbox uid range is in use");
+    }
+  }
+  GP_RETURN_IF_ERROR(WriteFileAtomic(
+      t.paths.exec_json(), nlohmann::json{{"executor", t.executor}, {"uid", t.uid}}.dump() + "\n"));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0)
     return Status::Internal(std::string("pipe: ") + std::strerror(errno));
-  ShimOptions shim{t.paths.dir, task, options_.kill_grace_ms};
+  ShimOptions shim{t.paths.dir,
+                   task,
+                   options_.kill_grace_ms,
+                   options_.exec_config,
+                   options_.exec_env,
+                   t.uid,
+                   t.uid,
+                   gpu_minors};
   // The shim is a fork of the agent that never execs: no binary to load, so
   // a task starts in well under a millisecond. This relies on the agent
   // being single-threaded (the child may safely allocate and do I/O).

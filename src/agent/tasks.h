@@ -25,6 +25,8 @@
 #include "agent/task_files.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "exec/exec_config.h"
+#include "exec/executors.h"
 #include "net/event_loop.h"
 #include "proto/messages.h"
 
@@ -42,6 +44,8 @@ struct TaskState {
   int64_t read_offset = 0;           // next byte of output.log to read
   int64_t skip_offset = -1;          // a record at this offset was already shipped
   int status_pipe = -1;              // read end of the shim's stdout, or -1
+  std::string executor;              // as the spec asked ("" = the node's default)
+  int uid = -1;                      // the task's own account, or -1
 };
 
 class TaskManager {
@@ -49,6 +53,10 @@ class TaskManager {
   struct Options {
     std::string data_dir;
     int64_t kill_grace_ms = 10'000;  // passed to the shim
+    // How jobs run here; must outlive the TaskManager.
+    const exec::ExecConfig* exec_config = nullptr;
+    const exec::ExecEnvironment* exec_env = nullptr;
+    bool own_uids = false;  // give each sandboxed task its own account (a root agent)
   };
 
   TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
@@ -56,7 +64,8 @@ class TaskManager {
   ~TaskManager();
 
   Status Recover();
-  Status Start(const proto::StartTask& task);
+  // `gpu_minors`: the device minor numbers of the task's GPUs, where known.
+  Status Start(const proto::StartTask& task, const std::vector<int>& gpu_minors);
   // Asks the task's shim to stop the job (SIGTERM to the group, then SIGKILL
   // after `grace_ms`, or the shim's kill_grace_ms when 0).
   void Stop(const std::string& attempt_id, const std::string& reason, int64_t grace_ms = 0);
@@ -90,6 +99,10 @@ class TaskManager {
 
  private:
   void Watch(TaskState& t);
+  // The lowest account of the configured range no task holds, or -1.
+  int FreeUid() const;
+  // Removes what a task whose shim is gone may have left (a cgroup, a container).
+  void CleanUpAfterLostShim(const TaskState& t);
   // Applies a 'p' or 'r' record to the task.
   void ApplyShimRecord(TaskState& t, const OutputRecord& r);
 

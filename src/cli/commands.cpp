@@ -136,7 +136,12 @@ Result<bool> PrintLogs(ApiClient& api, int64_t id, int64_t* cursor, const std::s
   if (!wait.empty()) target += "&wait=" + wait;
   GP_ASSIGN_OR_RETURN(json page, api.Get(target, 90'000));
   for (const auto& l : page["lines"]) {
-    std::ostream& out = Str(l, "stream") == "stderr" ? std::cerr : std::cout;
+    std::string stream = Str(l, "stream");
+    if (stream == "event") {  // the pool's own news about the job, not its output
+      std::cerr << "[gpupool] " << Str(l, "text") << "\n";
+      continue;
+    }
+    std::ostream& out = stream == "stderr" ? std::cerr : std::cout;
     out << Str(l, "text") << "\n";
   }
   std::cout.flush();

@@ -79,6 +79,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--join-token-file", join_token_file, "read the join token from a file");
   agent_cmd->add_option("--data-dir", ao.data_dir, "where the agent keeps its tasks")
       ->capture_default_str();
+  agent_cmd->add_option("--config", ao.config_file,
+                        "the provider's config: executors, sandbox, images, limits "
+                        "(docs/provider-guide.md)");
   agent_cmd->add_option("--name", ao.name, "node name (default: the host name)");
   agent_cmd->add_option("--simulate-gpus", ao.simulate_gpus,
                         "report GPUs that do not exist, e.g. 2xA100:80GiB,1xT4:16GiB");

@@ -154,4 +154,9 @@ inline constexpr const char* kSymDeviceGetComputeRunningProcesses =
 using DeviceGetIndexFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* index);
 inline constexpr const char* kSymDeviceGetIndex = "nvmlDeviceGetIndex";
 
+// Optional. The device's minor number: the GPU's node is /dev/nvidia<minor>.
+// NVML_ERROR_NOT_SUPPORTED on platforms without such nodes (Windows).
+using DeviceGetMinorNumberFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* minor_number);
+inline constexpr const char* kSymDeviceGetMinorNumber = "nvmlDeviceGetMinorNumber";
+
 }  // namespace gpupool::nvml

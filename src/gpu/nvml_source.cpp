@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -53,6 +54,7 @@ struct NvmlFunctions {
   DeviceGetTemperatureFn device_temperature = nullptr;
   DeviceGetPowerUsageFn device_power = nullptr;
   DeviceGetIndexFn device_index = nullptr;
+  DeviceGetMinorNumberFn device_minor = nullptr;
   DeviceGetComputeRunningProcessesV2Fn processes_v3 = nullptr;
   DeviceGetComputeRunningProcessesV2Fn processes_v2 = nullptr;
   DeviceGetComputeRunningProcessesV1Fn processes_v1 = nullptr;
@@ -121,6 +123,7 @@ Result<NvmlFunctions> Resolve(void* lib, const std::string& path) {
   f.device_temperature = FindSymbol<DeviceGetTemperatureFn>(lib, {kSymDeviceGetTemperature});
   f.device_power = FindSymbol<DeviceGetPowerUsageFn>(lib, {kSymDeviceGetPowerUsage});
   f.device_index = FindSymbol<DeviceGetIndexFn>(lib, {kSymDeviceGetIndex});
+  f.device_minor = FindSymbol<DeviceGetMinorNumberFn>(lib, {kSymDeviceGetMinorNumber});
   f.processes_v3 = FindSymbol<DeviceGetComputeRunningProcessesV2Fn>(
       lib, {kSymDeviceGetComputeRunningProcesses_v3});
   f.processes_v2 = FindSymbol<DeviceGetComputeRunningProcessesV2Fn>(
@@ -275,6 +278,11 @@ class NvmlSource final : public GpuSource {
     unsigned int index = 0;
     if (f.device_index != nullptr && f.device_index(device, &index) == NVML_SUCCESS) {
       r.info.index = static_cast<int32_t>(index);
+    }
+    unsigned int minor_number = 0;
+    if (f.device_minor != nullptr && f.device_minor(device, &minor_number) == NVML_SUCCESS &&
+        minor_number <= static_cast<unsigned int>(std::numeric_limits<int32_t>::max())) {
+      r.info.minor_number = static_cast<int32_t>(minor_number);
     }
     r.info.uuid = FromBuffer(uuid, sizeof uuid);
     r.info.name = FromBuffer(name, sizeof name);

@@ -63,6 +63,7 @@ json A100() {
           {"utilization", 37},
           {"temperature", 55},
           {"power_mw", 210000},
+          {"minor", 3},  // T4 has none: its position, 1
           {"processes",
            {{{"pid", 1234}, {"used_mib", 1000}},
             {{"pid", 5678}, {"used_mib", 20}},
@@ -136,7 +137,9 @@ TEST_F(NvmlSourceTest, ReadsDevicesTelemetryAndVersions) {
 
   GpuInfo a100{
       0, "GPU-1a2b3c4d-0000-1111-2222-333344445555", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false};
+  a100.minor_number = 3;  // configured
   GpuInfo t4{1, "GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff", "Tesla T4", 15360, 7, 5, false};
+  t4.minor_number = 1;  // the fake's default: the device's position
   EXPECT_EQ(s.gpus[0], a100);
   EXPECT_EQ(s.gpus[1], t4);
 
@@ -215,6 +218,9 @@ TEST_F(NvmlSourceTest, LegacyLibraryUsesPlainEntryPoints) {
   // No nvmlDeviceGetCudaComputeCapability: unknown is 0.0.
   EXPECT_EQ(s.gpus[0].cc_major, 0);
   EXPECT_EQ(s.gpus[0].cc_minor, 0);
+  // No nvmlDeviceGetMinorNumber: -1, not known.
+  EXPECT_EQ(s.gpus[0].minor_number, -1);
+  EXPECT_EQ(s.gpus[1].minor_number, -1);
   // No nvmlDeviceGetPowerUsage: -1; the rest is still there.
   EXPECT_EQ(s.telemetry[0].power_mw, -1);
   EXPECT_EQ(s.telemetry[0].temperature_c, 55);
@@ -227,6 +233,20 @@ TEST_F(NvmlSourceTest, LegacyLibraryUsesPlainEntryPoints) {
   EXPECT_GE(lib.Calls("nvmlDeviceGetHandleByIndex"), 2);
   EXPECT_EQ(lib.Calls("nvmlSystemGetCudaDriverVersion"), 1);
   EXPECT_EQ(lib.Calls("nvmlDeviceGetComputeRunningProcesses"), 2);
+}
+
+TEST_F(NvmlSourceTest, MinorNumberThatCannotBeReadIsNotKnown) {
+  json config = BaseConfig();
+  config["devices"][0]["errors"] = {{"nvmlDeviceGetMinorNumber", 3}};
+  config["devices"][1]["minor"] = 7;
+  WriteConfig(config);
+  auto source = Open(FakeLib());
+  ASSERT_NE(source, nullptr);
+  GpuSnapshot s = ReadOk(*source);
+  ASSERT_EQ(s.gpus.size(), 2u);
+  EXPECT_EQ(s.gpus[0].minor_number, -1);
+  EXPECT_EQ(s.gpus[0].uuid, "GPU-1a2b3c4d-0000-1111-2222-333344445555");
+  EXPECT_EQ(s.gpus[1].minor_number, 7);
 }
 
 TEST_F(NvmlSourceTest, FallsBackWhenANewerProcessCallIsNotImplemented) {

@@ -37,10 +37,18 @@ struct CheckpointSpec {
   friend bool operator==(const CheckpointSpec&, const CheckpointSpec&) = default;
 };
 
+// The executors a job may ask for (JobSpec::executor); which of them a node
+// offers is its provider's choice.
+inline constexpr std::string_view kExecutorNames[] = {"sandbox", "process", "docker", "podman"};
+
 struct JobSpec {
   std::string name;
   std::string run;                   // a shell command (sh -c), or
-  std::vector<std::string> command;  // an argv list; exactly one of the two is set
+  std::vector<std::string> command;  // an argv list; at most one of the two is set,
+                                     // and one is required without an image
+  std::string image;                 // "" = the host system; see model/image_ref.h
+  std::string executor;              // "" = the node's default; one of kExecutorNames
+  bool network = true;               // false: the job gets no network
   std::map<std::string, std::string> env;
   Resources resources;
   int64_t max_runtime_ms = 0;  // 0 = no limit

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "common/units.h"
+#include "model/image_ref.h"
 #include "model/yaml.h"
 
 namespace gpupool {
@@ -38,6 +39,7 @@ constexpr int64_t kMaxGpus = 64;
 constexpr int64_t kMaxGpuMemoryMib = int64_t{1} << 20;  // 1 TiB
 constexpr int64_t kMaxCpus = 1024;
 constexpr int64_t kMaxMemoryMib = int64_t{64} << 20;  // 64 TiB
+constexpr int64_t kMaxDiskMib = int64_t{1024} << 20;  // 1 PiB
 constexpr int64_t kMaxRuntimeSeconds = 365LL * 24 * 3600;
 constexpr size_t kMaxNodeLabels = 64;
 constexpr size_t kMaxLabelKeyChars = 128;
@@ -49,11 +51,12 @@ constexpr int64_t kMinCheckpointIntervalSeconds = 10;
 constexpr int64_t kMaxCheckpointIntervalSeconds = 7LL * 24 * 3600;
 constexpr int64_t kMaxGraceSeconds = 3600;
 
-constexpr const char* kTopFields[] = {
-    "name", "run", "command", "env", "resources", "max_runtime", "priority", "group", "checkpoint"};
+constexpr const char* kTopFields[] = {"name",      "run",         "command",  "env",
+                                      "resources", "max_runtime", "priority", "group",
+                                      "image",     "executor",    "network",  "checkpoint"};
 constexpr const char* kResourceFields[] = {"gpus",        "gpu_memory", "gpu_models",
                                            "cpus",        "memory",     "min_compute_capability",
-                                           "node_labels", "prefer"};
+                                           "node_labels", "prefer",     "disk"};
 constexpr const char* kPreferFields[] = {"models", "wait"};
 constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal"};
 // Signals a job may ask to receive as its checkpoint request (SIGKILL and
@@ -68,19 +71,6 @@ std::string Join(const char* const* begin, const char* const* end) {
     s += *it;
   }
   return s;
-}
-
-template <size_t N>
-Status CheckKnownFields(const json& obj, std::string_view prefix, const char* const (&known)[N]) {
-  for (const auto& [key, value] : obj.items()) {
-    bool found = false;
-    for (const char* k : known) found = found || key == k;
-    if (!found) {
-      return FieldError(std::string(prefix) + key,
-                        "unknown field (known: " + Join(std::begin(known), std::end(known)) + ")");
-    }
-  }
-  return Status::Ok();
 }
 
 // The value of `key` in `obj`, or nullptr when it is absent or null (an
@@ -524,6 +514,10 @@ Status ParseResources(const json& j, Resources& out) {
     GP_ASSIGN_OR_RETURN(out.memory_mib, SizeField(*v, "resources.memory"));
     GP_RETURN_IF_ERROR(CheckMebibytes("resources.memory", out.memory_mib, kMaxMemoryMib));
   }
+  if (const json* v = Field(j, "disk")) {
+    GP_ASSIGN_OR_RETURN(out.disk_mib, SizeField(*v, "resources.disk"));
+    GP_RETURN_IF_ERROR(CheckMebibytes("resources.disk", out.disk_mib, kMaxDiskMib));
+  }
   if (const json* v = Field(j, "min_compute_capability")) {
     GP_ASSIGN_OR_RETURN(out.min_compute_capability, ComputeCapabilityField(*v));
   }
@@ -577,10 +571,7 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   }
   const json* run = Field(j, "run");
   const json* command = Field(j, "command");
-  if ((run == nullptr) == (command == nullptr)) {
-    return FieldError("run/command", std::string("exactly one of run or command is required") +
-                                         (run ? " (got both)" : ""));
-  }
+  if (run && command) return FieldError("run/command", "give run or command, not both");
   if (run) {
     GP_ASSIGN_OR_RETURN(spec.run, StringField(*run, "run"));
     if (spec.run.empty()) return FieldError("run", "must not be empty");
@@ -602,6 +593,18 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     }
   }
   if (const json* v = Field(j, "env")) GP_RETURN_IF_ERROR(ParseEnv(*v, spec.env));
+  if (const json* v = Field(j, "image")) {
+    GP_ASSIGN_OR_RETURN(spec.image, StringField(*v, "image"));
+  }
+  if (const json* v = Field(j, "executor")) {
+    GP_ASSIGN_OR_RETURN(spec.executor, StringField(*v, "executor"));
+  }
+  if (const json* v = Field(j, "network")) {
+    if (!v->is_boolean()) {
+      return FieldError("network", "must be true or false, got " + DescribeValue(*v));
+    }
+    spec.network = v->get<bool>();
+  }
   if (const json* v = Field(j, "resources")) GP_RETURN_IF_ERROR(ParseResources(*v, spec.resources));
   if (const json* v = Field(j, "max_runtime")) {
     if (v->is_string()) {
@@ -646,9 +649,20 @@ Status ValidateJobSpec(const JobSpec& spec) {
   }
   bool has_run = !spec.run.empty();
   bool has_command = !spec.command.empty();
-  if (has_run == has_command) {
-    return FieldError("run/command", std::string("exactly one of run or command is required") +
-                                         (has_run ? " (got both)" : ""));
+  if (has_run && has_command) return FieldError("run/command", "give run or command, not both");
+  if (!has_run && !has_command && spec.image.empty()) {
+    return FieldError("run/command",
+                      "one of run or command is required (only a job with an image may leave "
+                      "both out, to run the image's own command)");
+  }
+  if (!spec.image.empty()) {
+    auto ref = ParseImageRef(spec.image);
+    if (!ref.ok()) return ref.status().WithContext("image");
+  }
+  if (!spec.executor.empty() && std::find(std::begin(kExecutorNames), std::end(kExecutorNames),
+                                          spec.executor) == std::end(kExecutorNames)) {
+    return FieldError("executor", "unknown executor " + QuoteForError(spec.executor) +
+                                      " (one of: sandbox, process, docker, podman)");
   }
   if (has_run) {
     if (spec.run.find_first_not_of(" \t\r\n") == std::string::npos) {
@@ -706,6 +720,7 @@ Status ValidateJobSpec(const JobSpec& spec) {
   }
   GP_RETURN_IF_ERROR(CheckCpuMilli(r.cpu_milli));
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.memory", r.memory_mib, kMaxMemoryMib));
+  GP_RETURN_IF_ERROR(CheckMebibytes("resources.disk", r.disk_mib, kMaxDiskMib));
   if (r.min_compute_capability != 0 &&
       (r.min_compute_capability < 10 || r.min_compute_capability > kMaxComputeCapability)) {
     return FieldError("resources.min_compute_capability",
@@ -778,6 +793,9 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (!spec.run.empty()) j["run"] = spec.run;
   if (!spec.command.empty()) j["command"] = spec.command;
   if (!spec.env.empty()) j["env"] = spec.env;
+  if (!spec.image.empty()) j["image"] = spec.image;
+  if (!spec.executor.empty()) j["executor"] = spec.executor;
+  if (!spec.network) j["network"] = false;
   const Resources& r = spec.resources;
   json res = json::object();
   // A share is written as a fraction (0.5), which reads back exactly.
@@ -790,6 +808,7 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (!r.gpu_models.empty()) res["gpu_models"] = r.gpu_models;
   if (r.cpu_milli != 0) res["cpus"] = FormatMilli(r.cpu_milli);
   if (r.memory_mib != 0) res["memory"] = ExactMebibytes(r.memory_mib);
+  if (r.disk_mib != 0) res["disk"] = ExactMebibytes(r.disk_mib);
   if (r.min_compute_capability != 0) {
     res["min_compute_capability"] = ComputeCapabilityText(r.min_compute_capability);
   }

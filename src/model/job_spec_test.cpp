@@ -474,9 +474,20 @@ TEST_P(BadSpecTest, Rejected) {
 
 const BadSpec kBadSpecs[] = {
     // run / command
-    {"name: x", "run/command: exactly one of run or command is required"},
-    {"{}", "run/command: exactly one of run or command is required"},
-    {"run: a\ncommand: [b]", "run/command: exactly one of run or command is required (got both)"},
+    {"name: x", "run/command: one of run or command is required (only a job with an image"},
+    {"{}", "run/command: one of run or command is required"},
+    {"run: a\ncommand: [b]", "run/command: give run or command, not both"},
+    {"image: oci-archive:/i.tar\nrun: a\ncommand: [b]",
+     "run/command: give run or command, not both"},
+    // image, executor, network, disk
+    {"run: a\nimage: busybox", "image: image \"busybox\": expected docker://REF"},
+    {"run: a\nimage: 5", "image: must be a string"},
+    {"run: a\nimage: oci-archive:img.tar", "the path must be absolute"},
+    {"run: a\nexecutor: kvm",
+     "executor: unknown executor \"kvm\" (one of: sandbox, process, docker, podman)"},
+    {"run: a\nnetwork: no-thanks", "network: must be true or false, got \"no-thanks\""},
+    {"run: a\nresources: {disk: 10}", "resources.disk: must be a size with a unit"},
+    {"run: a\nresources: {disk: 2000TiB}", "resources.disk: must be at most"},
     {"run: ''", "run: must not be empty"},
     {"run: '   '", "run: must not be blank"},
     {"run: [a, b]", "run: must be a string, got a list"},
@@ -493,10 +504,10 @@ const BadSpec kBadSpecs[] = {
     // unknown fields
     {"run: x\nfoo: 1",
      "foo: unknown field (known: name, run, command, env, resources, max_runtime, priority, "
-     "group, checkpoint)"},
+     "group, image, executor, network, checkpoint)"},
     {"run: x\nresources: {foo: 1}",
      "resources.foo: unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
-     "min_compute_capability, node_labels, prefer)"},
+     "min_compute_capability, node_labels, prefer, disk)"},
     {"run: x\nresources: {gpu: 1}", "resources.gpu: unknown field"},
     // name
     {"run: x\nname: [a]", "name: must be a string, got a list"},
@@ -693,10 +704,10 @@ TEST(ValidateJobSpec, RejectsBadStructs) {
   };
   const Case cases[] = {
       {[](JobSpec& s) { s.name.clear(); }, "name: must be 1 to 128 characters"},
-      {[](JobSpec& s) { s.run.clear(); }, "run/command: exactly one of run or command is required"},
-      {[](JobSpec& s) { s.command = {"ls"}; },
-       "run/command: exactly one of run or command is "
-       "required (got both)"},
+      {[](JobSpec& s) { s.run.clear(); }, "run/command: one of run or command is required"},
+      {[](JobSpec& s) { s.command = {"ls"}; }, "run/command: give run or command, not both"},
+      {[](JobSpec& s) { s.executor = "vm"; }, "executor: unknown executor \"vm\""},
+      {[](JobSpec& s) { s.image = "docker://"; }, "image: image \"docker://\""},
       {[](JobSpec& s) { s.resources.gpus = -1; },
        "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such "
        "as 0.5 or \"500m\", got -1"},
@@ -835,7 +846,30 @@ TEST(JobSpecRoundTrip, EveryField) {
   s.group = std::string(128, 'g');
   s.checkpoint = CheckpointSpec{7LL * 86'400'000, 3'600'000, "SIGWINCH"};
   s.max_runtime_ms = int64_t{365} * 86'400'000;
+  s.image = "docker://ghcr.io/lab/train:1.2";
+  s.executor = "podman";
+  s.network = false;
+  s.resources.disk_mib = 50 * 1024;
   ExpectRoundTrip(s);
+}
+
+TEST(JobSpecFromJson, ImageJobsMayLeaveOutTheCommand) {
+  auto spec = ParseJobSpec(
+      "image: oci:/srv/layout:v1\nexecutor: sandbox\nnetwork: false\n"
+      "resources: {disk: 20GiB}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->image, "oci:/srv/layout:v1");
+  EXPECT_EQ(spec->executor, "sandbox");
+  EXPECT_FALSE(spec->network);
+  EXPECT_EQ(spec->resources.disk_mib, 20 * 1024);
+  EXPECT_TRUE(spec->run.empty());
+  EXPECT_TRUE(spec->command.empty());
+  // The defaults: the host system, the node's executor, with network.
+  auto plain = ParseJobSpec("run: echo hi");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->image, "");
+  EXPECT_EQ(plain->executor, "");
+  EXPECT_TRUE(plain->network);
 }
 
 TEST(JobSpecRoundTrip, Memories) {

@@ -19,6 +19,17 @@ enum class NodeState { kReady, kOffline, kLost };
 std::string_view NodeStateName(NodeState s);
 Result<NodeState> ParseNodeState(std::string_view name);
 
+// Labels an agent sets itself, describing how it runs jobs (a provider's
+// own --label may not start with "gpupool/"):
+//   gpupool/executor.<name>: "true"   each executor it offers and that works
+//   gpupool/images: "true"            its default executor runs images
+// The server turns a job's `executor` and `image` into these requirements.
+inline constexpr std::string_view kReservedLabelPrefix = "gpupool/";
+inline constexpr const char* kImagesLabel = "gpupool/images";
+inline std::string ExecutorLabel(std::string_view executor) {
+  return "gpupool/executor." + std::string(executor);
+}
+
 struct Node {
   std::string id;    // "n-3f9a0c1b2d4e", assigned by the server at first registration
   std::string name;  // unique, chosen by the provider (--name)

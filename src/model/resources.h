@@ -18,12 +18,13 @@ namespace gpupool {
 // the minimum memory of each GPU; for a share, the GPU memory the share takes
 // (reserved on its GPU; 0 = no memory reservation).
 struct Resources {
-  int32_t gpus = 0;                                // whole GPUs
-  int64_t gpu_memory_mib = 0;                      // see above
-  std::vector<std::string> gpu_models;             // allowed GPU models; empty = any
-  int64_t cpu_milli = 0;                           // host CPU, thousandths of a core
-  int64_t memory_mib = 0;                          // host memory
-  int32_t gpu_milli = 0;                           // a share of one GPU, 1..999; 0 = none
+  int32_t gpus = 0;                     // whole GPUs
+  int64_t gpu_memory_mib = 0;           // see above
+  std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
+  int64_t cpu_milli = 0;                // host CPU, thousandths of a core
+  int64_t memory_mib = 0;               // host memory
+  int64_t disk_mib = 0;   // what the job's work directory may hold; 0 = the node's default
+  int32_t gpu_milli = 0;  // a share of one GPU, 1..999; 0 = none
   int32_t min_compute_capability = 0;              // major * 10 + minor (80 for 8.0); 0 = any
   std::map<std::string, std::string> node_labels;  // every one must match the node's
   // Preferred models, used alone until `prefer_wait_ms` after submission;
@@ -46,6 +47,7 @@ struct GpuInfo {
   int32_t cc_major = 0;  // compute capability
   int32_t cc_minor = 0;
   bool simulated = false;
+  int32_t minor_number = -1;  // /dev/nvidia<minor>; -1 when not known (simulated GPUs)
 
   friend bool operator==(const GpuInfo&, const GpuInfo&) = default;
 };

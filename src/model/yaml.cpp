@@ -337,6 +337,19 @@ Status FieldError(std::string_view path, std::string_view message) {
   return Status::InvalidArgument(std::move(m));
 }
 
+Status CheckKnownFields(const nlohmann::json& obj, std::string_view prefix,
+                        std::span<const char* const> known) {
+  for (const auto& [key, value] : obj.items()) {
+    bool found = false;
+    for (const char* k : known) found = found || key == k;
+    if (found) continue;
+    std::string list;
+    for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+    return FieldError(std::string(prefix) + key, "unknown field (known: " + list + ")");
+  }
+  return Status::Ok();
+}
+
 std::string QuoteForError(std::string_view s) {
   constexpr size_t kMaxShown = 64;
   std::string out = "\"";

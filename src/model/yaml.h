@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +38,10 @@ Result<nlohmann::json> ParseYamlDocument(std::string_view text, const YamlOption
 // DescribeValue: a value as shown after "got": "a mapping", "a list", "null",
 // a quoted string, or the JSON of other scalars ("nan", "inf" for those).
 Status FieldError(std::string_view path, std::string_view message);
+// FieldError "PREFIXkey: unknown field (known: a, b, c)" for the first key
+// of the mapping `obj` that is not in `known`.
+Status CheckKnownFields(const nlohmann::json& obj, std::string_view prefix,
+                        std::span<const char* const> known);
 std::string QuoteForError(std::string_view s);
 std::string DescribeValue(const nlohmann::json& j);
 

@@ -12,9 +12,10 @@ using nlohmann::json;
 namespace {
 
 json GpuToJson(const GpuInfo& g) {
-  return {{"index", g.index},           {"uuid", g.uuid},         {"name", g.name},
-          {"memory_mib", g.memory_mib}, {"cc_major", g.cc_major}, {"cc_minor", g.cc_minor},
-          {"simulated", g.simulated}};
+  return {{"index", g.index},         {"uuid", g.uuid},
+          {"name", g.name},           {"memory_mib", g.memory_mib},
+          {"cc_major", g.cc_major},   {"cc_minor", g.cc_minor},
+          {"simulated", g.simulated}, {"minor_number", g.minor_number}};
 }
 
 Status GpuFromJson(const json& j, const std::string& path, GpuInfo* g) {
@@ -26,6 +27,13 @@ Status GpuFromJson(const json& j, const std::string& path, GpuInfo* g) {
   g->cc_major = static_cast<int32_t>(r.Int("cc_major", false));
   g->cc_minor = static_cast<int32_t>(r.Int("cc_minor", false));
   g->simulated = r.Bool("simulated", false);
+  // Absent from agents older than the field: not known. Linux minors have 20 bits.
+  int64_t minor_number = r.Int("minor_number", false, -1);
+  if (minor_number < -1 || minor_number >= (1 << 20)) {
+    r.Fail("minor_number", "must be -1 (not known) or a device minor number");
+  } else {
+    g->minor_number = static_cast<int32_t>(minor_number);
+  }
   if (r.ok() && g->uuid.empty()) r.Fail("uuid", "must not be empty");
   if (r.ok() && g->memory_mib < 0) r.Fail("memory_mib", "must not be negative");
   return r.Finish(false);
@@ -228,8 +236,8 @@ Result<LogChunk> DecodeLogChunk(std::string_view body) {
       JsonReader lr(l, path);
       LogChunkLine line{lr.Int("offset"), lr.Str("stream"), lr.Int("ts_ms", false), lr.Str("text")};
       if (lr.ok() && line.offset < 0) lr.Fail("offset", "must not be negative");
-      if (lr.ok() && line.stream != "stdout" && line.stream != "stderr") {
-        lr.Fail("stream", "must be stdout or stderr");
+      if (lr.ok() && line.stream != "stdout" && line.stream != "stderr" && line.stream != "event") {
+        lr.Fail("stream", "must be stdout, stderr or event");
       }
       m->lines.push_back(std::move(line));
       return lr.Finish(false);

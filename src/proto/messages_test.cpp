@@ -42,8 +42,8 @@ TEST(MessagesTest, HelloRoundTrip) {
   h.last_server_seq = 12;
   h.cpu_milli = 8000;
   h.memory_mib = 32768;
-  h.gpus = {{0, "GPU-1", "NVIDIA T4", 15360, 7, 5, false},
-            {1, "GPU-SIM-2", "A100", 81920, 8, 0, true}};
+  h.gpus = {{0, "GPU-1", "NVIDIA T4", 15360, 7, 5, false, /*minor_number=*/2},
+            {1, "GPU-SIM-2", "A100", 81920, 8, 0, true, /*minor_number=*/-1}};
   h.driver_version = "550.54.15";
   h.cuda_version = "12.4";
   h.labels = {{"room", "b12"}};
@@ -64,6 +64,20 @@ TEST(MessagesTest, HelloRejectsBadGpu) {
               HasSubstr("body.gpus[1].memory_mib: must be an integer"));
 }
 
+TEST(MessagesTest, HelloGpuMinorNumberIsOptional) {
+  // Agents older than the field do not send it: not known.
+  std::string body =
+      R"({"node_name":"a","agent_instance":"i","last_server_seq":0,"gpus":[{"index":0,"uuid":"G","name":"T4","memory_mib":1}]})";
+  auto d = DecodeHello(body);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->gpus.size(), 1u);
+  EXPECT_EQ(d->gpus[0].minor_number, -1);
+
+  std::string bad =
+      R"({"node_name":"a","agent_instance":"i","last_server_seq":0,"gpus":[{"index":0,"uuid":"G","name":"T4","memory_mib":1,"minor_number":-2}]})";
+  EXPECT_THAT(DecodeHello(bad).status().message(), HasSubstr("body.gpus[0].minor_number: must be"));
+}
+
 TEST(MessagesTest, TaskReportValidation) {
   EXPECT_THAT(DecodeTaskReport(R"({"attempt_id":"4.1","state":"weird"})").status().message(),
               HasSubstr("body.state: must be one of"));
@@ -81,7 +95,10 @@ TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(*d, hb);
 
-  LogChunk c{"9.1", {{0, "stdout", 5, "hello"}, {6, "stderr", 6, "wörld \"quoted\""}}};
+  LogChunk c{"9.1",
+             {{0, "stdout", 5, "hello"},
+              {6, "stderr", 6, "wörld \"quoted\""},
+              {30, "event", 7, "pulling image 1/3 layers"}}};
   auto dc = DecodeLogChunk(Encode(c));
   ASSERT_TRUE(dc.ok()) << dc.status().ToString();
   EXPECT_EQ(*dc, c);
@@ -89,7 +106,7 @@ TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
       DecodeLogChunk(R"({"attempt_id":"9.1","lines":[{"offset":0,"stream":"tty","text":""}]})")
           .status()
           .message(),
-      HasSubstr("body.lines[0].stream: must be stdout or stderr"));
+      HasSubstr("body.lines[0].stream: must be stdout, stderr or event"));
 }
 
 TEST(MessagesTest, InvalidUtf8InLogsIsReplacedNotFatal) {

@@ -37,6 +37,12 @@ sched::Request RequestFor(const JobSpec& spec) {
   q.preferred_models = r.preferred_models;
   q.prefer_wait_ms = r.prefer_wait_ms;
   q.node_labels = r.node_labels;
+  // Only nodes that can run it the way it asks (labels their agents set).
+  if (!spec.executor.empty()) {
+    q.node_labels[ExecutorLabel(spec.executor)] = "true";
+  } else if (!spec.image.empty()) {
+    q.node_labels[kImagesLabel] = "true";
+  }
   q.cpu_milli = r.cpu_milli;
   q.memory_mib = r.memory_mib;
   return q;
@@ -557,6 +563,18 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
         }
         GP_RETURN_IF_ERROR(tx.AppendLogs(attempt->job_id, lines));
         touched_jobs_.insert(attempt->job_id);
+        // While a job starts, its latest event says what it waits for
+        // ("pulling image 3/7 layers").
+        auto last_event = std::find_if(lines.rbegin(), lines.rend(),
+                                       [](const LogLine& l) { return l.stream == "event"; });
+        if (last_event != lines.rend()) {
+          GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
+          if (job && job->state == JobState::kScheduled &&
+              job->current_attempt == chunk.attempt_id) {
+            job->reason = last_event->text;
+            GP_RETURN_IF_ERROR(tx.UpdateJob(*job));
+          }
+        }
       }
     } else {
       return Status::InvalidArgument("type: unknown reliable message type \"" + type + "\"");

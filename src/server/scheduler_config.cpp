@@ -30,19 +30,6 @@ constexpr const char* kTopFields[] = {
     "preemption", "candidates",         "placement"};
 constexpr const char* kGroupFields[] = {"weight", "guaranteed_gpus"};
 
-template <size_t N>
-Status CheckKnown(const json& obj, const std::string& prefix, const char* const (&known)[N]) {
-  for (const auto& [key, value] : obj.items()) {
-    bool found = false;
-    for (const char* k : known) found = found || key == k;
-    if (found) continue;
-    std::string list;
-    for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);
-    return FieldError(prefix + key, "unknown field (known: " + list + ")");
-  }
-  return Status::Ok();
-}
-
 // The value of an integer JSON number that fits in int64, or nullopt.
 std::optional<int64_t> IntValue(const json& v) {
   if (v.is_number_unsigned()) {
@@ -131,7 +118,7 @@ Status ParseGroups(const json& v, sched::SchedulerConfig& out) {
         return FieldError(path, "expected a mapping such as {weight: 2, guaranteed_gpus: 4}, got " +
                                     DescribeValue(g));
       }
-      GP_RETURN_IF_ERROR(CheckKnown(g, path + ".", kGroupFields));
+      GP_RETURN_IF_ERROR(CheckKnownFields(g, path + ".", kGroupFields));
       if (auto it = g.find("weight"); it != g.end() && !it->is_null()) {
         GP_ASSIGN_OR_RETURN(group.weight, Integer(*it, path + ".weight", 1, kMaxWeight));
       }
@@ -172,7 +159,7 @@ Result<sched::SchedulerConfig> ParseSchedulerConfig(std::string_view text) {
   options.empty_message = "empty scheduler config; expected a mapping such as {half_life: 7d}";
   GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options));
   if (!j.is_object()) return FieldError("", "expected a mapping, got " + DescribeValue(j));
-  GP_RETURN_IF_ERROR(CheckKnown(j, "", kTopFields));
+  GP_RETURN_IF_ERROR(CheckKnownFields(j, "", kTopFields));
   sched::SchedulerConfig config;
   auto field = [&](const char* key) -> const json* {
     auto it = j.find(key);

@@ -256,7 +256,8 @@ json GpusToJson(const std::vector<GpuInfo>& gpus) {
                  {"memory_mib", g.memory_mib},
                  {"cc_major", g.cc_major},
                  {"cc_minor", g.cc_minor},
-                 {"simulated", g.simulated}});
+                 {"simulated", g.simulated},
+                 {"minor_number", g.minor_number}});
   }
   return a;
 }
@@ -273,6 +274,7 @@ std::vector<GpuInfo> GpusFromJson(const json& a) {
     info.cc_major = g.at("cc_major").get<int32_t>();
     info.cc_minor = g.at("cc_minor").get<int32_t>();
     info.simulated = g.at("simulated").get<bool>();
+    info.minor_number = g.value("minor_number", int32_t{-1});  // absent in older rows
     gpus.push_back(std::move(info));
   }
   return gpus;

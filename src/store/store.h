@@ -46,7 +46,7 @@ struct AttemptQuery {
 struct LogLine {
   std::string attempt_id;
   int64_t offset = 0;
-  std::string stream;  // "stdout" or "stderr"
+  std::string stream;  // "stdout", "stderr" or "event" (the task's own: "pulling image ...")
   int64_t ts_ms = 0;
   std::string text;  // without the trailing newline
   // Assigned by the store: increases with every stored line; a reader's cursor.

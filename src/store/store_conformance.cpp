@@ -534,7 +534,7 @@ TEST_P(StoreConformanceTest, AttemptOfMissingJobIsNotFound) {
 
 TEST_P(StoreConformanceTest, NodesPutGetByNameListAndReplace) {
   Node a = MakeNode("n-2", "alpha");
-  a.gpus = {GpuInfo{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false},
+  a.gpus = {GpuInfo{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false, /*minor*/ 4},
             GpuInfo{1, "GPU-SIM-bbb", "NVIDIA T4", 15360, 7, 5, true}};
   a.labels = {{"zone", "eu-1"}, {"owner", "lab \"x\""}};
   a.owner_group = "vision";

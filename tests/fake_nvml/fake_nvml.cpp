@@ -11,13 +11,15 @@
 //    "devices": [{"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-...",
 //                 "memory_total_mib": 81920, "memory_used_mib": 1024,
 //                 "cc": [8, 0], "utilization": 37, "temperature": 55,
-//                 "power_mw": 210000, "errors": {"nvmlDeviceGetTemperature": 3},
+//                 "power_mw": 210000, "minor": 3,   // /dev/nvidia3; default: position
+//                 "errors": {"nvmlDeviceGetTemperature": 3},
 //                 "processes": [{"pid": 1234, "used_mib": 1000}]}]}
 //
 // "missing" makes a function answer NVML_ERROR_FUNCTION_NOT_FOUND; truly
 // absent symbols come from building this file several times with the
 // FAKE_NVML_EXPORT_* switches (see CMakeLists.txt): "full", "v2" (no _v3),
-// "legacy" (plain names only, no compute capability, power or index) and
+// "legacy" (plain names only, no compute capability, power, index or minor
+// number) and
 // "broken" (no nvmlDeviceGetUUID).
 //
 // For tests, fakeNvmlCallCount(name) says how often an entry point was
@@ -46,7 +48,7 @@
 #define FAKE_NVML_EXPORT_V2 1  // the _v2 entry points
 #endif
 #ifndef FAKE_NVML_EXPORT_EXTRAS
-#define FAKE_NVML_EXPORT_EXTRAS 1  // compute capability, power, index
+#define FAKE_NVML_EXPORT_EXTRAS 1  // compute capability, power, index, minor number
 #endif
 #ifndef FAKE_NVML_EXPORT_UUID
 #define FAKE_NVML_EXPORT_UUID 1
@@ -73,6 +75,7 @@ struct Device {
   unsigned int utilization = 0;
   unsigned int temperature = 0;
   unsigned int power_mw = 0;
+  unsigned int minor = 0;  // /dev/nvidia<minor>; the device's position unless configured
   std::vector<Process> processes;
   std::map<std::string, int> errors;
 };
@@ -133,6 +136,7 @@ std::optional<Config> LoadConfig(nvmlReturn_t* error) {
       dev.utilization = d.value("utilization", 0U);
       dev.temperature = d.value("temperature", 0U);
       dev.power_mw = d.value("power_mw", 0U);
+      dev.minor = d.value("minor", static_cast<unsigned int>(c.devices.size()));
       for (const auto& p : d.value("processes", nlohmann::json::array())) {
         dev.processes.push_back({p.value("pid", 0U), p.value("used_mib", -1LL)});
       }
@@ -408,6 +412,14 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
   return WithDevice(kSymDeviceGetIndex, device, [&](const Device&) {
     if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     *index = static_cast<unsigned int>(reinterpret_cast<uintptr_t>(device) - 1);
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor_number) {
+  return WithDevice(kSymDeviceGetMinorNumber, device, [&](const Device& d) {
+    if (minor_number == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *minor_number = d.minor;
     return NVML_SUCCESS;
   });
 }

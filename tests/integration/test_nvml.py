@@ -19,6 +19,17 @@ CONFIG = {
 }
 
 
+def fake_devices(tmp_path, count):
+    """An agent config whose sandbox finds GPU device nodes (stand-ins) in a temp dir."""
+    dev = tmp_path / "dev"
+    dev.mkdir(exist_ok=True)
+    for name in [f"nvidia{i}" for i in range(count)] + ["nvidiactl", "nvidia-uvm"]:
+        (dev / name).write_text("")
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"sandbox: {{devices_dir: {dev}}}\n")
+    return ["--config", str(config)]
+
+
 def nvml_env(tmp_path, config):
     path = tmp_path / "nvml.json"
     path.write_text(json.dumps(config))
@@ -30,7 +41,7 @@ def test_agent_reports_nvml_gpus_and_telemetry(pool, tmp_path):
     assert FAKE_NVML_DIR, "FAKE_NVML_DIR must name the fake NVML build directory"
     path, env = nvml_env(tmp_path, CONFIG)
     pool.start_server(extra=["--heartbeat-ms", "300"])
-    pool.start_agent("gpu-box", gpus=None, env=env)
+    pool.start_agent("gpu-box", gpus=None, env=env, extra=fake_devices(tmp_path, 2))
     pool.wait_nodes_ready(1)
     node = pool.nodes()[0]
     assert node["driver_version"] == "550.54.15"

@@ -1,0 +1,256 @@
+#include "agent/agent_config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "common/units.h"
+#include "model/job.h"
+#include "model/yaml.h"
+
+namespace gpupool::agent {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kTopFields[] = {"executors", "sandbox", "images",
+                                      "docker",    "podman",  "limits"};
+constexpr const char* kSandboxFields[] = {"uids", "host_paths", "devices_dir", "bwrap", "ldconfig"};
+constexpr const char* kImagesFields[] = {"cache_dir", "cache_size", "skopeo", "umoci"};
+constexpr const char* kEngineFields[] = {"command", "gpus", "extra_args"};
+constexpr const char* kLimitsFields[] = {"cgroup", "pids", "memory", "cpus", "disk", "memory_poll"};
+constexpr int64_t kMaxPids = 4'194'304;  // the kernel's pid_max ceiling
+constexpr size_t kMaxListItems = 256;
+
+const json* Field(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+Result<std::string> Text(const json& v, const std::string& path) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+    return FieldError(path, "must be a non-empty string, got " + DescribeValue(v));
+  }
+  return v.get<std::string>();
+}
+
+Result<std::string> AbsolutePath(const json& v, const std::string& path) {
+  GP_ASSIGN_OR_RETURN(std::string p, Text(v, path));
+  if (p[0] != '/') return FieldError(path, "must be an absolute path, got " + QuoteForError(p));
+  return p;
+}
+
+Result<std::vector<std::string>> TextList(const json& v, const std::string& path) {
+  if (!v.is_array()) return FieldError(path, "must be a list, got " + DescribeValue(v));
+  if (v.size() > kMaxListItems) {
+    return FieldError(path, "at most " + std::to_string(kMaxListItems) + " items");
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    GP_ASSIGN_OR_RETURN(std::string s, Text(v[i], path + "[" + std::to_string(i) + "]"));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<int64_t> Bytes(const json& v, const std::string& path) {
+  if (!v.is_string()) {
+    return FieldError(path, "must be a size such as \"16GiB\", got " + DescribeValue(v));
+  }
+  auto b = ParseBytes(v.get_ref<const std::string&>());
+  if (!b.ok()) return b.status().WithContext(path);
+  return *b;
+}
+
+// "190000-190999": the first uid and how many.
+Status ParseUids(const json& v, exec::ExecConfig& c) {
+  const std::string path = "sandbox.uids";
+  if (!v.is_string()) {
+    return FieldError(path, "must be a range such as \"190000-190999\", got " + DescribeValue(v));
+  }
+  const std::string& text = v.get_ref<const std::string&>();
+  size_t dash = text.find('-');
+  int64_t first = -1, last = -1;
+  auto num = [](std::string_view s, int64_t& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size();
+  };
+  if (dash == std::string::npos || !num(std::string_view(text).substr(0, dash), first) ||
+      !num(std::string_view(text).substr(dash + 1), last)) {
+    return FieldError(path,
+                      "must be a range such as \"190000-190999\", got " + QuoteForError(text));
+  }
+  if (first < 1000 || last < first || last > 0x7fffffff - 1) {
+    return FieldError(path,
+                      "must be FIRST-LAST with 1000 <= FIRST <= LAST (uids below 1000 "
+                      "belong to the system), got " +
+                          QuoteForError(text));
+  }
+  c.first_uid = static_cast<int>(first);
+  c.uid_count = static_cast<int>(last - first + 1);
+  return Status::Ok();
+}
+
+Status ParseEngine(const json& v, const std::string& name, exec::ContainerOptions& o) {
+  if (!v.is_object()) return FieldError(name, "expected a mapping, got " + DescribeValue(v));
+  GP_RETURN_IF_ERROR(CheckKnownFields(v, name + ".", kEngineFields));
+  if (const json* f = Field(v, "command")) {
+    GP_ASSIGN_OR_RETURN(o.engine, Text(*f, name + ".command"));
+  }
+  if (const json* f = Field(v, "gpus")) {
+    GP_ASSIGN_OR_RETURN(o.gpu_mode, Text(*f, name + ".gpus"));
+    if (o.gpu_mode != "cdi" && o.gpu_mode != "gpus") {
+      return FieldError(name + ".gpus", "must be cdi or gpus, got " + QuoteForError(o.gpu_mode));
+    }
+  }
+  if (const json* f = Field(v, "extra_args")) {
+    GP_ASSIGN_OR_RETURN(o.extra_args, TextList(*f, name + ".extra_args"));
+  }
+  return Status::Ok();
+}
+
+Status ParseLimits(const json& v, exec::ExecConfig& c) {
+  if (!v.is_object()) return FieldError("limits", "expected a mapping, got " + DescribeValue(v));
+  GP_RETURN_IF_ERROR(CheckKnownFields(v, "limits.", kLimitsFields));
+  if (const json* f = Field(v, "cgroup")) {
+    GP_ASSIGN_OR_RETURN(c.cgroup, Text(*f, "limits.cgroup"));
+    if (c.cgroup != "auto" && c.cgroup != "none" && c.cgroup[0] != '/') {
+      return FieldError("limits.cgroup",
+                        "must be auto, none or an absolute path, got " + QuoteForError(c.cgroup));
+    }
+  }
+  if (const json* f = Field(v, "pids")) {
+    if (!f->is_number_integer() || f->get<int64_t>() < 1 || f->get<int64_t>() > kMaxPids) {
+      return FieldError("limits.pids", "must be a whole number from 1 to " +
+                                           std::to_string(kMaxPids) + ", got " + DescribeValue(*f));
+    }
+    c.defaults.pids = f->get<int64_t>();
+  }
+  if (const json* f = Field(v, "memory")) {
+    GP_ASSIGN_OR_RETURN(c.defaults.memory_bytes, Bytes(*f, "limits.memory"));
+  }
+  if (const json* f = Field(v, "disk")) {
+    GP_ASSIGN_OR_RETURN(c.defaults.disk_bytes, Bytes(*f, "limits.disk"));
+  }
+  if (const json* f = Field(v, "cpus")) {
+    int64_t milli = 0;
+    if (f->is_string()) {
+      auto m = ParseMilli(f->get_ref<const std::string&>());
+      if (!m.ok()) return m.status().WithContext("limits.cpus");
+      milli = *m;
+    } else if (f->is_number() && f->get<double>() >= 0 && f->get<double>() <= 1024) {
+      milli = static_cast<int64_t>(f->get<double>() * 1000 + 0.5);
+    } else {
+      return FieldError("limits.cpus", "must be a number of cores such as 4 or \"1500m\", got " +
+                                           DescribeValue(*f));
+    }
+    c.defaults.cpu_milli = milli;
+  }
+  if (const json* f = Field(v, "memory_poll")) {
+    if (!f->is_string()) {
+      return FieldError("limits.memory_poll",
+                        "must be a duration such as \"100ms\", got " + DescribeValue(*f));
+    }
+    auto ms = ParseDurationMs(f->get_ref<const std::string&>());
+    if (!ms.ok()) return ms.status().WithContext("limits.memory_poll");
+    if (*ms < 10 || *ms > 10'000) {
+      return FieldError("limits.memory_poll",
+                        "must be from 10ms to 10s, got " + FormatDurationMs(*ms));
+    }
+    c.memory_poll_ms = *ms;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+AgentConfig DefaultAgentConfig(const std::string& data_dir) {
+  AgentConfig config;
+  config.exec.images.dir = data_dir + "/images";
+  config.exec.podman.engine = "podman";
+  return config;
+}
+
+Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir) {
+  YamlOptions options;
+  options.what = "agent config";
+  options.max_bytes = 1 << 20;
+  options.empty_message = "empty agent config; expected a mapping";
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options));
+  if (!j.is_object()) return FieldError("", "expected a mapping, got " + DescribeValue(j));
+  GP_RETURN_IF_ERROR(CheckKnownFields(j, "", kTopFields));
+  AgentConfig config = DefaultAgentConfig(data_dir);
+  exec::ExecConfig& c = config.exec;
+  if (const json* v = Field(j, "executors")) {
+    GP_ASSIGN_OR_RETURN(c.executors, TextList(*v, "executors"));
+    if (c.executors.empty()) return FieldError("executors", "must name at least one executor");
+    for (size_t i = 0; i < c.executors.size(); ++i) {
+      const std::string& name = c.executors[i];
+      std::string path = "executors[" + std::to_string(i) + "]";
+      if (std::find(std::begin(kExecutorNames), std::end(kExecutorNames), name) ==
+          std::end(kExecutorNames)) {
+        return FieldError(path, "unknown executor " + QuoteForError(name) +
+                                    " (one of: sandbox, process, docker, podman)");
+      }
+      if (std::find(c.executors.begin(), c.executors.begin() + static_cast<std::ptrdiff_t>(i),
+                    name) != c.executors.begin() + static_cast<std::ptrdiff_t>(i)) {
+        return FieldError(path, QuoteForError(name) + " is listed twice");
+      }
+    }
+  }
+  if (const json* v = Field(j, "sandbox")) {
+    if (!v->is_object())
+      return FieldError("sandbox", "expected a mapping, got " + DescribeValue(*v));
+    GP_RETURN_IF_ERROR(CheckKnownFields(*v, "sandbox.", kSandboxFields));
+    if (const json* f = Field(*v, "uids")) GP_RETURN_IF_ERROR(ParseUids(*f, c));
+    if (const json* f = Field(*v, "host_paths")) {
+      GP_ASSIGN_OR_RETURN(c.sandbox.host_paths, TextList(*f, "sandbox.host_paths"));
+      for (size_t i = 0; i < c.sandbox.host_paths.size(); ++i) {
+        GP_RETURN_IF_ERROR(
+            AbsolutePath(c.sandbox.host_paths[i], "sandbox.host_paths[" + std::to_string(i) + "]")
+                .status());
+      }
+    }
+    if (const json* f = Field(*v, "devices_dir")) {
+      GP_ASSIGN_OR_RETURN(c.sandbox.devices_dir, AbsolutePath(*f, "sandbox.devices_dir"));
+    }
+    if (const json* f = Field(*v, "bwrap")) {
+      GP_ASSIGN_OR_RETURN(c.sandbox.bwrap, Text(*f, "sandbox.bwrap"));
+    }
+    if (const json* f = Field(*v, "ldconfig")) {
+      GP_ASSIGN_OR_RETURN(c.sandbox.ldconfig, Text(*f, "sandbox.ldconfig"));
+    }
+  }
+  if (const json* v = Field(j, "images")) {
+    if (!v->is_object())
+      return FieldError("images", "expected a mapping, got " + DescribeValue(*v));
+    GP_RETURN_IF_ERROR(CheckKnownFields(*v, "images.", kImagesFields));
+    if (const json* f = Field(*v, "cache_dir")) {
+      GP_ASSIGN_OR_RETURN(c.images.dir, AbsolutePath(*f, "images.cache_dir"));
+    }
+    if (const json* f = Field(*v, "cache_size")) {
+      GP_ASSIGN_OR_RETURN(c.images.max_bytes, Bytes(*f, "images.cache_size"));
+    }
+    if (const json* f = Field(*v, "skopeo")) {
+      GP_ASSIGN_OR_RETURN(c.images.skopeo, Text(*f, "images.skopeo"));
+    }
+    if (const json* f = Field(*v, "umoci")) {
+      GP_ASSIGN_OR_RETURN(c.images.umoci, Text(*f, "images.umoci"));
+    }
+  }
+  if (const json* v = Field(j, "docker")) GP_RETURN_IF_ERROR(ParseEngine(*v, "docker", c.docker));
+  if (const json* v = Field(j, "podman")) GP_RETURN_IF_ERROR(ParseEngine(*v, "podman", c.podman));
+  if (const json* v = Field(j, "limits")) GP_RETURN_IF_ERROR(ParseLimits(*v, c));
+  return config;
+}
+
+Result<AgentConfig> LoadAgentConfig(const std::string& path, const std::string& data_dir) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status().WithContext(path);
+  auto config = ParseAgentConfig(*text, data_dir);
+  if (!config.ok()) return config.status().WithContext(path);
+  return config;
+}
+
+}  // namespace gpupool::agent

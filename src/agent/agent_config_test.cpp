@@ -1,0 +1,94 @@
+#include "agent/agent_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace gpupool::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Error(std::string_view text) {
+  auto c = ParseAgentConfig(text, "/data");
+  return c.ok() ? "(accepted)" : c.status().message();
+}
+
+TEST(AgentConfig, Defaults) {
+  auto c = ParseAgentConfig("{}", "/var/lib/agent");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->exec.executors, std::vector<std::string>{"sandbox"});
+  EXPECT_EQ(c->exec.images.dir, "/var/lib/agent/images");
+  EXPECT_EQ(c->exec.cgroup, "auto");
+  EXPECT_EQ(c->exec.defaults.pids, 4096);
+  EXPECT_EQ(c->exec.defaults.memory_bytes, 0);
+  EXPECT_EQ(c->exec.docker.engine, "docker");
+  EXPECT_EQ(c->exec.podman.engine, "podman");
+  EXPECT_EQ(c->exec.first_uid, 190000);
+  EXPECT_EQ(c->exec.uid_count, 1000);
+}
+
+TEST(AgentConfig, EveryField) {
+  auto c = ParseAgentConfig(R"(
+executors: [docker, sandbox, process]
+sandbox:
+  uids: 200000-200009
+  host_paths: [/usr, /etc, /opt/conda]
+  devices_dir: /tmp/fakedev
+  bwrap: /usr/bin/bwrap
+  ldconfig: /tmp/ldconfig.sh
+images: {cache_dir: /cache, cache_size: 2GiB, skopeo: /usr/bin/skopeo, umoci: /usr/bin/umoci}
+docker: {command: /usr/bin/docker, gpus: gpus, extra_args: [--runtime=nvidia]}
+podman: {gpus: cdi}
+limits: {cgroup: none, pids: 64, memory: 4GiB, cpus: 1.5, disk: 10GiB, memory_poll: 50ms}
+)",
+                            "/data");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const exec::ExecConfig& e = c->exec;
+  EXPECT_EQ(e.executors, (std::vector<std::string>{"docker", "sandbox", "process"}));
+  EXPECT_EQ(e.first_uid, 200000);
+  EXPECT_EQ(e.uid_count, 10);
+  EXPECT_EQ(e.sandbox.host_paths, (std::vector<std::string>{"/usr", "/etc", "/opt/conda"}));
+  EXPECT_EQ(e.sandbox.devices_dir, "/tmp/fakedev");
+  EXPECT_EQ(e.sandbox.ldconfig, "/tmp/ldconfig.sh");
+  EXPECT_EQ(e.images.dir, "/cache");
+  EXPECT_EQ(e.images.max_bytes, int64_t{2} << 30);
+  EXPECT_EQ(e.docker.engine, "/usr/bin/docker");
+  EXPECT_EQ(e.docker.gpu_mode, "gpus");
+  EXPECT_EQ(e.docker.extra_args, std::vector<std::string>{"--runtime=nvidia"});
+  EXPECT_EQ(e.podman.engine, "podman");
+  EXPECT_EQ(e.cgroup, "none");
+  EXPECT_EQ(e.defaults, (exec::Limits{int64_t{4} << 30, 1500, 64, int64_t{10} << 30}));
+  EXPECT_EQ(e.memory_poll_ms, 50);
+}
+
+TEST(AgentConfig, RejectsWithThePath) {
+  EXPECT_THAT(Error("executor: [sandbox]"), HasSubstr("executor: unknown field (known: executors"));
+  EXPECT_THAT(Error("executors: [vm]"), HasSubstr("executors[0]: unknown executor \"vm\""));
+  EXPECT_THAT(Error("executors: []"), HasSubstr("executors: must name at least one"));
+  EXPECT_THAT(Error("executors: [sandbox, sandbox]"),
+              HasSubstr("executors[1]: \"sandbox\" is listed twice"));
+  EXPECT_THAT(Error("sandbox: {uids: 5-10}"),
+              HasSubstr("sandbox.uids: must be FIRST-LAST with 1000"));
+  EXPECT_THAT(Error("sandbox: {uids: 190000}"), HasSubstr("sandbox.uids: must be a range"));
+  EXPECT_THAT(Error("sandbox: {host_paths: [usr]}"),
+              HasSubstr("sandbox.host_paths[0]: must be an absolute path"));
+  EXPECT_THAT(Error("images: {cache_size: lots}"), HasSubstr("images.cache_size:"));
+  EXPECT_THAT(Error("docker: {gpus: all}"), HasSubstr("docker.gpus: must be cdi or gpus"));
+  EXPECT_THAT(Error("limits: {pids: 0}"), HasSubstr("limits.pids: must be a whole number from 1"));
+  EXPECT_THAT(Error("limits: {cgroup: relative/path}"),
+              HasSubstr("limits.cgroup: must be auto, none or an absolute path"));
+  EXPECT_THAT(Error("limits: {memory: 4}"), HasSubstr("limits.memory: must be a size"));
+  EXPECT_THAT(Error("limits: {memory_poll: 1ms}"),
+              HasSubstr("limits.memory_poll: must be from 10ms"));
+  EXPECT_THAT(Error("limits: {swap: 1GiB}"), HasSubstr("limits.swap: unknown field"));
+  EXPECT_THAT(Error("- a\n- b"), HasSubstr("expected a mapping"));
+}
+
+TEST(AgentConfig, LoadNamesTheFile) {
+  auto c = LoadAgentConfig("/nonexistent/agent.yaml", "/data");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/agent.yaml"));
+}
+
+}  // namespace
+}  // namespace gpupool::agent

@@ -1,0 +1,51 @@
+// The provider's choices about running jobs: which executors are allowed,
+// how the sandbox is built, the image cache, the container engine, the
+// per-task accounts and the default limits. Part of the agent's config file
+// (agent/agent_config.h, docs/provider-guide.md); plain data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "exec/container_command.h"
+#include "exec/executor.h"
+#include "exec/image_cache.h"
+
+namespace gpupool::exec {
+
+struct SandboxOptions {
+  std::string bwrap = "bwrap";
+  // What of the host a job without an image sees, read-only. Symlinks
+  // (Debian's /bin -> usr/bin) are recreated as symlinks; missing paths are
+  // skipped. Nothing else of the host is visible: no /home, /root, /srv,
+  // /mnt, /var, no agent data dir.
+  std::vector<std::string> host_paths = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                         "/lib32", "/lib64", "/libx32", "/etc"};
+  std::string devices_dir = "/dev";         // where the GPU device nodes are
+  std::string ldconfig = "/sbin/ldconfig";  // lists the driver libraries bound into images
+};
+
+struct ExecConfig {
+  // Allowed executors, the first being the default for jobs that name none.
+  // "process" (no isolation) is allowed only when listed.
+  std::vector<std::string> executors = {"sandbox"};
+  SandboxOptions sandbox;
+  ImageCacheOptions images;  // images.dir defaults to DATA_DIR/images
+  ContainerOptions docker;   // for "docker"; engine "docker"
+  ContainerOptions podman;   // for "podman"; engine "podman"
+  // cgroup v2 subtree for task limits: "auto" (the agent's own, when
+  // delegated), "none" (rlimits), or a path.
+  std::string cgroup = "auto";
+  // A root agent runs each task as its own uid (and gid) from
+  // [first_uid, first_uid + uid_count); an agent that is not root runs
+  // tasks as itself.
+  int first_uid = 190000;
+  int uid_count = 1000;
+  // Limits for jobs that name none (Limits: 0 = none). pids is always the
+  // provider's: jobs cannot ask for it.
+  Limits defaults{0, 0, 4096, 0};
+  int64_t memory_poll_ms = 100;  // how often memory is measured without a cgroup
+};
+
+}  // namespace gpupool::exec

@@ -1,0 +1,142 @@
+// Executors: how one job runs on a provider's machine.
+//
+// Every executor has the same steps, driven by the task's shim
+// (agent/shim.h), one process per task:
+//
+//   Prepare   get what the job needs before it can start: an image, a
+//             cgroup. May take minutes; reports progress as events.
+//   Start     the command the shim runs in a fresh child (a LaunchPlan):
+//             argv, environment, working directory, and what the child does
+//             to itself before exec (join a cgroup, set rlimits, drop to an
+//             unprivileged uid).
+//   Started   told the child's pid once it runs.
+//   Usage     what the job's processes use now.
+//   Stop      a signal to every process of the job.
+//   ExitReason why the job ended when the executor or a limit ended it.
+//   Cleanup   after the job ended: remove containers and cgroups, release
+//             the image.
+//   Recover   after an agent restart, for a task whose shim is gone: remove
+//             whatever the job left behind.
+//
+// The executors: `sandbox` (bubblewrap, the default), `docker` and `podman`
+// (a container engine the provider runs, with the NVIDIA toolkit), and
+// `process` (no isolation; only where the provider opts in).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool::exec {
+
+// What one job may use; 0 means no limit.
+struct Limits {
+  int64_t memory_bytes = 0;  // host memory of all its processes
+  int64_t cpu_milli = 0;     // CPU share, thousandths of a core
+  int64_t pids = 0;          // processes and threads
+  int64_t disk_bytes = 0;    // what its work directory may hold
+  friend bool operator==(const Limits&, const Limits&) = default;
+};
+
+// One task as an executor sees it. Built by the shim from the start order
+// and the provider's config.
+struct TaskContext {
+  std::string attempt_id;
+  int64_t job_id = 0;
+  std::string task_dir;  // DATA_DIR/tasks/<attempt id>
+  std::string work_dir;  // task_dir/work: the only place the job may write
+  // What to run: ["/bin/sh", "-c", run] for a spec's `run`, its `command`
+  // otherwise. Empty: the image's own entrypoint and command.
+  std::vector<std::string> argv;
+  bool argv_is_shell = false;  // argv came from `run`
+  // KEY=VALUE the job gets on top of the image's: the spec's env and
+  // gpupool's own (CUDA_VISIBLE_DEVICES, GPUPOOL_*). Paths that differ
+  // inside a sandbox are set by the executor (HOME, TMPDIR, GPUPOOL_WORK_DIR).
+  std::vector<std::string> env;
+  std::string image;  // "" (the host system) or a reference: docker://..., oci-archive:...
+  bool network = true;
+  std::vector<std::string> gpu_uuids;
+  // The assigned GPUs' device minor numbers (/dev/nvidia<minor>), as far as
+  // known (simulated GPUs have none). The control devices are added by the
+  // executor.
+  std::vector<int> gpu_minors;
+  Limits limits;
+  // The unprivileged account the job runs as (a root agent gives each task
+  // its own); -1: the agent's own.
+  int uid = -1;
+  int gid = -1;
+};
+
+// A resource limit the child sets on itself before exec (soft = hard).
+struct Rlimit {
+  int resource = 0;  // RLIMIT_*
+  uint64_t value = 0;
+  friend bool operator==(const Rlimit&, const Rlimit&) = default;
+};
+
+// What the shim's child does, in this order: join `cgroup_procs` (writes
+// its pid there), set `rlimits`, stage `stage_binds`, become `uid`/`gid`
+// (when >= 0), chdir to `cwd`, exec `argv` with exactly `env`.
+struct LaunchPlan {
+  std::vector<std::string> argv;  // argv[0] is a path or a name looked up on PATH
+  std::vector<std::string> env;
+  std::string cwd;
+  std::string cgroup_procs;  // "" = none
+  std::vector<Rlimit> rlimits;
+  int uid = -1;
+  int gid = -1;
+  // Directories the task's account must reach although it may not
+  // traverse the paths that lead to them (the agent's data dir): while
+  // still root, the child enters a private mount namespace, mounts a small
+  // tmpfs on `stage_dir` and binds each source there as stage_dir/NAME.
+  struct StageBind {
+    std::string source;
+    std::string name;
+    friend bool operator==(const StageBind&, const StageBind&) = default;
+  };
+  std::string stage_dir;
+  std::vector<StageBind> stage_binds;
+  // Descriptors the child keeps open across exec; the shim keeps them open
+  // in the child under the same numbers.
+  std::vector<int> keep_fds;
+};
+
+struct Usage {
+  int64_t memory_bytes = -1;  // -1: not known
+  int64_t cpu_ms = -1;
+  int64_t processes = -1;
+};
+
+// Called with a line for the job's events: "pulling image 3/7 layers".
+using ProgressFn = std::function<void(const std::string& event)>;
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string_view name() const = 0;
+
+  virtual Status Prepare(const TaskContext& task, const ProgressFn& progress) = 0;
+  virtual Result<LaunchPlan> Start(const TaskContext& task) = 0;
+  virtual void Started(pid_t pid) { (void)pid; }
+  virtual Usage GetUsage() = 0;
+  virtual void Stop(int sig) = 0;
+  // True when the kernel enforces the memory limit (a cgroup); otherwise
+  // the shim compares GetUsage() with the limit itself.
+  virtual bool EnforcesMemory() const = 0;
+  // Why the job ended, for its result: "" for a plain exit, else a limit
+  // ("exceeded its memory limit of 4 GiB"), a failure to start inside a
+  // wrapper, or the signal that killed it. `wait_status` is the child's
+  // status from waitpid; `last_stderr_line` the last line it wrote to stderr.
+  virtual std::string ExitReason(int wait_status, std::string_view last_stderr_line) = 0;
+  virtual void Cleanup() = 0;
+  virtual void Recover(const TaskContext& task) = 0;
+};
+
+}  // namespace gpupool::exec

@@ -1,0 +1,25 @@
+// Starting a job's process from a LaunchPlan (exec/executor.h): the child
+// side, between fork and exec. Used by the agent's shim and by tests that
+// run an executor directly.
+#pragma once
+
+#include <string>
+
+#include "exec/executor.h"
+
+namespace gpupool::exec {
+
+// What failed in the child, written to the error pipe as two ints
+// {step, errno} before it exits with 127.
+enum class LaunchStep : int { kCgroup = 1, kRlimits, kStage, kSetUser, kChdir, kExec };
+
+// Runs in the child after fork, with stdin/stdout/stderr already in place.
+// Closes every descriptor above 2 except plan.keep_fds and `error_fd`
+// (close-on-exec), then does what the plan says and execs. Never returns.
+[[noreturn]] void ExecPlan(const LaunchPlan& plan, int error_fd);
+
+// "cannot start /bin/foo: No such file or directory",
+// "cannot start: cannot join cgroup /sys/...: Permission denied".
+std::string DescribeLaunchFailure(const LaunchPlan& plan, int step, int err);
+
+}  // namespace gpupool::exec

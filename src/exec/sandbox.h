@@ -1,0 +1,64 @@
+// `sandbox`, the default executor: the job runs under bubblewrap.
+//
+// Inside it sees:
+//   /            an empty read-only tmpfs holding only what follows
+//   the system   the provider's host_paths read-only (/usr, /etc, ...), or,
+//                for a job with an image, the image's root read-only
+//   /work        its work directory, the only writable place it keeps
+//   /tmp, /dev/shm  private tmpfs
+//   /dev         a minimal /dev plus the device nodes of its own GPUs
+//                (nvidia<minor>) and the NVIDIA control devices
+//   /proc        its own pid namespace: only its processes
+//   /sys         read-only
+//   /gpupool/driver  for an image job with GPUs: the host's NVIDIA
+//                user-space libraries and tools (LD_LIBRARY_PATH, PATH)
+// and new pid, ipc, uts, cgroup (and, with network: false, network)
+// namespaces. It runs as the task's unprivileged account, dies with its
+// shim, and can see nothing of the provider's home directories, the agent's
+// data dir or other jobs. A root agent stages the work directory and the
+// image root under a private /run first (LaunchPlan::stage_binds), so the
+// task's account needs no access to the paths that lead to them.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/image_cache.h"
+#include "exec/local_executor.h"
+
+namespace gpupool::exec {
+
+// Where the job's work directory is inside the sandbox.
+inline constexpr const char* kSandboxWorkDir = "/work";
+// Where a root agent's sandbox child stages what bubblewrap binds.
+inline constexpr const char* kSandboxStageDir = "/run";
+
+class SandboxExecutor final : public LocalExecutor {
+ public:
+  // `images` may be null: image jobs then fail with a clear reason.
+  SandboxExecutor(const ExecConfig& config, const CgroupTree* cgroups,
+                  std::unique_ptr<ImageCache> images);
+
+  std::string_view name() const override { return "sandbox"; }
+  Status Prepare(const TaskContext& task, const ProgressFn& progress) override;
+  Result<LaunchPlan> Start(const TaskContext& task) override;
+  void Cleanup() override;
+  std::string ExitReason(int wait_status, std::string_view last_stderr_line) override;
+
+ protected:
+  std::vector<pid_t> Spared() const override;
+  int EndSignal(int wait_status) const override;
+
+ private:
+  std::unique_ptr<ImageCache> images_;
+  std::optional<ImageLease> image_;
+};
+
+// Whether bubblewrap runs here as `uid`/`gid` (-1: as this process): a
+// quick sandbox around /bin/true. The error says why not, with bwrap's own
+// words ("bwrap: No permissions to create new namespace ...").
+Status ProbeSandbox(const SandboxOptions& options, int uid, int gid);
+
+}  // namespace gpupool::exec

@@ -7,6 +7,12 @@
 //     the answer that shows the job running (the agent reported its process
 //     started) or already finished. Each job is waited for until it finishes
 //     before the next is submitted, so only one job is in the pool at a time.
+//     Also reported: submit to finished, which for a short command ("true")
+//     includes everything its executor does to start and end it.
+//
+//   gpupool-pool-bench --executor process latency --jobs 200
+//     The same with jobs asking for an executor (sandbox, process) or an
+//     image (--image oci-archive:/path): the executor's start cost.
 //
 //   gpupool-pool-bench throughput --jobs 2000 --concurrency 8
 //     Submits the jobs from --concurrency threads as fast as the server takes
@@ -60,12 +66,19 @@ struct Common {
   int jobs = 0;
   std::string run;
   int gpus = 0;
+  std::string executor;  // "" = the node's default
+  std::string image;     // "" = the host system
   double timeout_s = 300;
 };
 
 cli::ApiClient MakeApi(const Common& c) { return cli::ApiClient(cli::Endpoint{c.server, c.token}); }
 
-json JobSpec(const Common& c) { return {{"run", c.run}, {"resources", {{"gpus", c.gpus}}}}; }
+json JobSpec(const Common& c) {
+  json spec = {{"run", c.run}, {"resources", {{"gpus", c.gpus}}}};
+  if (!c.executor.empty()) spec["executor"] = c.executor;
+  if (!c.image.empty()) spec["image"] = c.image;
+  return spec;
+}
 
 // Nearest-rank percentile of sorted values.
 double Pct(const std::vector<double>& sorted, double p) {
@@ -87,7 +100,7 @@ bool IsFinished(const std::string& state) {
 
 int Latency(const Common& c, bool wait_finished) {
   cli::ApiClient api = MakeApi(c);
-  std::vector<double> total, post, server_side;
+  std::vector<double> total, post, server_side, finished;
   int timeouts = 0, errors = 0;
   double deadline = SteadyMs() + c.timeout_s * 1000;
   for (int i = 0; i < c.jobs; ++i) {
@@ -136,12 +149,13 @@ int Latency(const Common& c, bool wait_finished) {
         job = *std::move(done);
       }
     }
+    if (IsFinished(job.value("state", ""))) finished.push_back(SteadyMs() - t0);
   }
   if (total.empty()) {
     std::cerr << "latency: no job reached running\n";
     return 1;
   }
-  for (auto* v : {&total, &post, &server_side}) std::sort(v->begin(), v->end());
+  for (auto* v : {&total, &post, &server_side, &finished}) std::sort(v->begin(), v->end());
   double mean = 0;
   for (double v : total) mean += v;
   mean /= static_cast<double>(total.size());
@@ -151,13 +165,16 @@ int Latency(const Common& c, bool wait_finished) {
             << Fmt(total.back()) << "  mean " << Fmt(mean) << "\n"
             << "  POST alone, ms: p50 " << Fmt(Pct(post, 50)) << "  p99 " << Fmt(Pct(post, 99))
             << "; server's created_ms to started_ms: p50 " << Fmt(Pct(server_side, 50)) << "  p99 "
-            << Fmt(Pct(server_side, 99)) << "\n";
+            << Fmt(Pct(server_side, 99)) << "\n"
+            << "  submit to finished (the command has run and its result is in), ms: p50 "
+            << Fmt(Pct(finished, 50)) << "  p99 " << Fmt(Pct(finished, 99)) << "\n";
   std::cout << "RESULT latency jobs=" << total.size() << " p50_ms=" << Fmt(Pct(total, 50))
             << " p90_ms=" << Fmt(Pct(total, 90)) << " p99_ms=" << Fmt(Pct(total, 99))
             << " max_ms=" << Fmt(total.back()) << " mean_ms=" << Fmt(mean)
             << " post_p50_ms=" << Fmt(Pct(post, 50))
             << " server_p50_ms=" << Fmt(Pct(server_side, 50))
-            << " server_p99_ms=" << Fmt(Pct(server_side, 99)) << " timeouts=" << timeouts
+            << " server_p99_ms=" << Fmt(Pct(server_side, 99))
+            << " finished_p50_ms=" << Fmt(Pct(finished, 50)) << " timeouts=" << timeouts
             << " errors=" << errors << std::endl;
   return timeouts == 0 && errors == 0 ? 0 : 1;
 }
@@ -269,6 +286,8 @@ int main(int argc, char** argv) {
   app.add_option("--server", c.server, "server URL (or GPUPOOL_SERVER)");
   app.add_option("--token", c.token, "API token (or GPUPOOL_TOKEN)");
   app.add_option("--timeout-s", c.timeout_s, "give up after this long")->capture_default_str();
+  app.add_option("--executor", c.executor, "the executor jobs ask for (default: the node's)");
+  app.add_option("--image", c.image, "the image jobs run in (default: the host system)");
 
   auto* lat = app.add_subcommand("latency", "submit-to-running latency, one job at a time");
   int lat_jobs = 200;

@@ -34,54 +34,14 @@ for b in "$gpupool" "$bench"; do
 done
 
 tmp=$(mktemp -d /tmp/gpupool-pool-bench.XXXXXX)
-dev_pid=
-server_pid=
-agent_pids=
-stop_pool() {
-  if [[ -n $dev_pid ]]; then
-    kill -TERM "$dev_pid" 2>/dev/null || true
-    wait "$dev_pid" 2>/dev/null || true
-    dev_pid=
-  fi
-  # Shims of jobs still running (dev's agents run with --on-exit kill, so
-  # normally there are none); scoped to this run's directory.
-  pkill -TERM -f -- "--data-dir $tmp/" 2>/dev/null || true
-}
+# shellcheck source=bench/pool_lib.sh
+source "$here/pool_lib.sh"
 cleanup() {
   stop_pool
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# start_pool N: a fresh `gpupool dev` pool with N agents of 8 simulated GPUs;
-# returns once N nodes are ready. Sets GPUPOOL_SERVER and GPUPOOL_TOKEN.
-start_pool() {
-  local n=$1 dir
-  dir=$(mktemp -d "$tmp/pool.XXXX")
-  "$gpupool" dev --agents "$n" --simulate-gpus 8xA100:80GiB --listen 127.0.0.1:0 --data-dir "$dir/data" \
-    --env-file "$dir/env" --no-config --log-level warn >"$dir/dev.log" 2>&1 &
-  dev_pid=$!
-  for _ in $(seq 300); do
-    [[ -s $dir/env ]] && break
-    sleep 0.1
-  done
-  [[ -s $dir/env ]] || { echo "gpupool dev did not start" >&2; cat "$dir/dev.log" >&2; return 1; }
-  # shellcheck disable=SC1091
-  source "$dir/env"
-  export GPUPOOL_SERVER GPUPOOL_TOKEN
-  local ready=0
-  for _ in $(seq 300); do
-    ready=$(curl -sf -H "Authorization: Bearer $GPUPOOL_TOKEN" "$GPUPOOL_SERVER/v1/nodes" |
-      jq '[.nodes[] | select(.state == "ready")] | length' 2>/dev/null || echo 0)
-    [[ $ready -ge $n ]] && break
-    sleep 0.1
-  done
-  [[ $ready -ge $n ]] || { echo "only $ready of $n agents became ready" >&2; cat "$dir/dev.log" >&2; return 1; }
-  sleep 1  # let the joins settle (first heartbeats, scheduling passes)
-  server_pid=$(pgrep -f "server --data-dir $dir/data/server" | head -1)
-  agent_pids=$(pgrep -f "agent --server $GPUPOOL_SERVER " | tr '\n' ' ')
-}
 
 # CPU accounting, to tell the pool's own cost from other load on the machine.
 # ticks PID...: utime+stime+cutime+cstime (children: shims and jobs, once reaped).
@@ -96,10 +56,6 @@ cpu_note() {  # cpu_note BUSY0 IDLE0 SERVER_TICKS0 AGENT_TICKS0 JOBS
     -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "   machine idle %.0f%% during the run; CPU per job: server %.2f ms, agents+shims+jobs %.2f ms\n",
       100 * (i1 - i0) / (b1 - b0 + i1 - i0), (s1 - s0) * 1000 / hz / n, (a1 - a0) * 1000 / hz / n}'
 }
-
-# field KEY LINE: the value of KEY=VALUE in a RESULT line.
-field() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"; }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR % 2) print a[(NR+1)/2]; else printf "%.1f\n", (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(free -g | awk '/^Mem:/ {print $2}') GiB"
 echo "binary:  $gpupool"

@@ -95,6 +95,14 @@ class Agent {
       config_ = *std::move(config);
     }
     ProbeExecutors();
+    if (exec_env_.available.empty()) {
+      // Taking jobs only to fail each one would black-hole the pool's work.
+      std::string why;
+      for (const auto& [name, reason] : exec_env_.unavailable) {
+        why += (why.empty() ? "" : "; ") + name + ": " + reason;
+      }
+      return Status::FailedPrecondition("no allowed executor works on this machine (" + why + ")");
+    }
     auto url = net::ParseUrl(options_.server_url);
     if (!url)
       return Status::InvalidArgument("--server: invalid URL \"" + options_.server_url + "\"");
@@ -181,7 +189,7 @@ class Agent {
     }
     h.labels = options_.labels;
     for (const std::string& name : exec_env_.available) h.labels[ExecutorLabel(name)] = "true";
-    if (exec_env_.runs_images()) h.labels[kImagesLabel] = "true";
+    if (exec_env_.sandbox_images) h.labels[kImagesLabel] = "true";
     h.owner_group = options_.owner_group;
     h.tasks = tasks_.Reports();
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),

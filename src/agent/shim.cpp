@@ -216,7 +216,8 @@ int RunShim(const ShimOptions& options) {
     return 1;
   };
   {
-    auto made = exec::MakeExecutor(task.spec.executor, *options.exec_config, *options.exec_env);
+    auto made = exec::MakeExecutor(task.spec.executor, !task.spec.image.empty(),
+                                   *options.exec_config, *options.exec_env);
     if (!made.ok()) return fail_early("cannot start: " + made.status().message());
     executor = *std::move(made);
   }

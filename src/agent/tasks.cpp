@@ -115,6 +115,7 @@ Status TaskManager::Recover() {
       auto j = nlohmann::json::parse(*exec, nullptr, false);
       if (j.is_object()) {
         t.executor = j.value("executor", "");
+        t.has_image = j.value("image", false);
         t.uid = j.value("uid", -1);
       }
     }
@@ -147,7 +148,8 @@ int TaskManager::FreeUid() const {
 
 void TaskManager::CleanUpAfterLostShim(const TaskState& t) {
   if (options_.exec_config == nullptr || options_.exec_env == nullptr) return;
-  auto executor = exec::MakeExecutor(t.executor, *options_.exec_config, *options_.exec_env);
+  auto executor =
+      exec::MakeExecutor(t.executor, t.has_image, *options_.exec_config, *options_.exec_env);
   if (!executor.ok()) return;
   exec::TaskContext ctx;
   ctx.attempt_id = t.attempt_id;
@@ -170,7 +172,8 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
   // Each sandboxed or containerized task runs as an account of its own; the
   // `process` executor (trusted development only) runs as the agent.
-  std::string runs_as = t.executor.empty() ? options_.exec_env->default_executor() : t.executor;
+  t.has_image = !task.spec.image.empty();
+  std::string runs_as = exec::ChooseExecutor(t.executor, t.has_image, *options_.exec_env);
   if (options_.own_uids && runs_as != "process") {
     t.uid = FreeUid();
     if (t.uid < 0) {
@@ -178,7 +181,9 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
     }
   }
   GP_RETURN_IF_ERROR(WriteFileAtomic(
-      t.paths.exec_json(), nlohmann::json{{"executor", t.executor}, {"uid", t.uid}}.dump() + "\n"));
+      t.paths.exec_json(),
+      nlohmann::json{{"executor", t.executor}, {"image", t.has_image}, {"uid", t.uid}}.dump() +
+          "\n"));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0)

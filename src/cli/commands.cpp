@@ -119,6 +119,10 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f) {
   if (!f.max_runtime.empty()) j["max_runtime"] = f.max_runtime;
   if (!f.priority.empty()) j["priority"] = f.priority;
   if (!f.group.empty()) j["group"] = f.group;
+  if (!f.image.empty()) j["image"] = f.image;
+  if (!f.executor.empty()) j["executor"] = f.executor;
+  if (!f.disk.empty()) r["disk"] = f.disk;
+  if (f.no_network) j["network"] = false;
   for (const std::string& kv : f.env) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {

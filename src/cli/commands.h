@@ -24,6 +24,10 @@ struct SubmitFlags {
   std::string gpu_memory, cpus, memory, max_runtime;
   std::string priority;  // interactive, normal, opportunistic; empty: not given
   std::string group;
+  std::string image;     // docker://..., oci-archive:/..., ...; empty: not given
+  std::string executor;  // sandbox, process, docker, podman; empty: not given
+  std::string disk;      // work directory cap; empty: not given
+  bool no_network = false;
   std::vector<std::string> gpu_models;
   std::vector<std::string> env;  // KEY=VALUE
   bool wait = false;

@@ -128,6 +128,10 @@ int RunDev(const DevOptions& o) {
                                      "kill",
                                      "--log-level",
                                      o.log_level};
+    if (!o.agent_config.empty()) {
+      args.push_back("--config");
+      args.push_back(o.agent_config);
+    }
     if (!o.simulate_gpus.empty() && o.simulate_gpus != "none") {
       args.push_back("--simulate-gpus");
       args.push_back(o.simulate_gpus);

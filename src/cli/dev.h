@@ -16,6 +16,7 @@ struct DevOptions {
   std::string env_file;                        // write GPUPOOL_SERVER / GPUPOOL_TOKEN here
   bool write_config = true;                    // point the CLI's config file at this pool
   std::string log_level = "info";
+  std::string agent_config;  // passed to each agent as --config (docs/provider-guide.md)
 };
 
 int RunDev(const DevOptions& options);

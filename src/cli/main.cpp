@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   dev_cmd->add_option("--env-file", dev.env_file, "write GPUPOOL_SERVER and GPUPOOL_TOKEN here");
   dev_cmd->add_flag("!--no-config", dev.write_config, "do not write the CLI config file");
   dev_cmd->add_option("--log-level", dev.log_level, "debug, info, warn or error");
+  dev_cmd->add_option("--agent-config", dev.agent_config,
+                      "the agents' config file (executors, sandbox, images, limits)");
 
   // user commands
   cli::SubmitFlags sf;
@@ -128,6 +130,12 @@ int main(int argc, char** argv) {
   submit->add_option("--env", sf.env, "KEY=VALUE for the job (repeatable)");
   submit->add_option("--priority", sf.priority, "interactive, normal or opportunistic");
   submit->add_option("--group", sf.group, "the group (lab) whose share the job uses");
+  submit->add_option("--image", sf.image,
+                     "run in this image: docker://REF, oci-archive:PATH, docker-archive:PATH, "
+                     "oci:DIR[:TAG]");
+  submit->add_option("--executor", sf.executor, "sandbox (default), process, docker or podman");
+  submit->add_option("--disk", sf.disk, "what the work directory may hold, e.g. 20GiB");
+  submit->add_flag("--no-network", sf.no_network, "the job gets no network");
   submit->add_flag("--wait", sf.wait, "wait for the job and exit with its exit code");
   submit->add_flag("-f,--follow", sf.follow, "stream the job's output while waiting");
 

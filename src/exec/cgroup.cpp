@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -232,6 +233,19 @@ Result<std::string> CgroupTree::Resolve(const std::string& setting, const std::s
                                       f + ": " + std::strerror(errno) +
                                       "); delegate it to the agent");
     }
+  }
+  // Root may write anywhere, so writability proves nothing: "auto" takes the
+  // agent's cgroup only when it was delegated (systemd marks a Delegate=yes
+  // unit's cgroup with this attribute), never a login session's.
+  // The hierarchy's root (no cgroup.type) is the agent's own in a container
+  // with a private cgroup namespace.
+  if (setting == "auto" && ::geteuid() == 0 && Exists(path + "/cgroup.type") &&
+      ::getxattr(path.c_str(), "trusted.delegate", nullptr, 0) < 0 &&
+      ::getxattr(path.c_str(), "user.delegate", nullptr, 0) < 0) {
+    return Status::FailedPrecondition(
+        "the agent's cgroup " + path +
+        " was not delegated to it (no trusted.delegate attribute): run the agent from a systemd "
+        "unit with Delegate=yes, or name a cgroup in limits.cgroup");
   }
   return path;
 }

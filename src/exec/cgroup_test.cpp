@@ -15,6 +15,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/xattr.h>
 
 namespace gpupool::exec {
 namespace {
@@ -55,7 +56,14 @@ class FakeCgroupfs {
     Write(rel + "/cgroup.controllers", controllers + "\n");
     Write(rel + "/cgroup.procs", "");
     Write(rel + "/cgroup.subtree_control", "");
-    if (!is_root) Write(rel + "/cgroup.type", "domain\n");
+    if (!is_root) {
+      Write(rel + "/cgroup.type", "domain\n");
+      // As systemd marks a Delegate=yes unit's cgroup.
+      ::setxattr(Path(rel).c_str(), "trusted.delegate", "1", 1, 0);
+    }
+  }
+  void Undelegate(const std::string& rel) const {
+    ::removexattr(Path(rel).c_str(), "trusted.delegate");
   }
 
   void Write(const std::string& rel, const std::string& content) const {
@@ -93,6 +101,19 @@ class CgroupTreeTest : public ::testing::Test {
 
   FakeCgroupfs fs_;
 };
+
+TEST_F(CgroupTreeTest, AutoRefusesACgroupNobodyDelegated) {
+  // A root agent started from a login shell: its session's cgroup is
+  // writable to root but was never handed to it.
+  fs_.Undelegate("system.slice/gpupool.service");
+  auto tree = fs_.Open("auto");
+  ASSERT_FALSE(tree.ok());
+  EXPECT_THAT(tree.status().message(),
+              HasSubstr("was not delegated to it (no trusted.delegate attribute)"));
+  EXPECT_EQ(fs_.Read("system.slice/gpupool.service/cgroup.subtree_control"), "");
+  // Named explicitly, the operator vouches for it.
+  EXPECT_TRUE(fs_.Open(Service()).ok());
+}
 
 TEST_F(CgroupTreeTest, AutoOpensTheAgentsOwnCgroup) {
   auto tree = fs_.Open("auto");

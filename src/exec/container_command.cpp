@@ -143,8 +143,11 @@ Result<std::vector<std::string>> ContainerRunCommand(const ContainerOptions& o,
   argv.insert(argv.end(), {"-e", "NVIDIA_VISIBLE_DEVICES=" + visible_devices});
 
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
+  // A shell `run` replaces the image's ENTRYPOINT too, as in the sandbox.
+  bool shell = task.argv_is_shell && task.argv.size() == 3;
+  if (shell) argv.insert(argv.end(), {"--entrypoint", task.argv[0]});
   argv.push_back(std::move(image));
-  argv.insert(argv.end(), task.argv.begin(), task.argv.end());
+  argv.insert(argv.end(), task.argv.begin() + (shell ? 1 : 0), task.argv.end());
   return argv;
 }
 

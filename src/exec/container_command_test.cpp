@@ -77,7 +77,8 @@ const Argv kUserAndPrivileges = {"--user", "190003:190003",  "--cap-drop",
 const Argv kLimits = {"--memory", "34359738368b", "--memory-swap", "34359738368b",
                       "--cpus",   "1.500",        "--pids-limit",  "4096"};
 const Argv kWork = {"-v", "/var/lib/gpupool/tasks/12.1/work:/work", "-w", "/work"};
-const Argv kImageAndCommand = {"nvcr.io/nvidia/pytorch:24.01-py3", "/bin/sh", "-c",
+// A shell `run` replaces the image's ENTRYPOINT, as in the sandbox.
+const Argv kImageAndCommand = {"--entrypoint", "/bin/sh", "nvcr.io/nvidia/pytorch:24.01-py3", "-c",
                                "python train.py --epochs 3"};
 
 TEST(ContainerRunCommandTest, DockerWithCdiGpus) {
@@ -182,6 +183,7 @@ TEST(ContainerRunCommandTest, ProviderArgsGoJustBeforeTheImage) {
   o.extra_args = {"--runtime", "nvidia", "--shm-size", "8g"};
   TaskContext t = Task();
   t.argv = {"python", "-c", "print('a b')"};
+  t.argv_is_shell = false;  // a command: the image's ENTRYPOINT stays
   Argv argv = RunArgv(o, t);
   Argv tail(argv.end() - 8, argv.end());
   EXPECT_EQ(tail, (Argv{"--runtime", "nvidia", "--shm-size", "8g",

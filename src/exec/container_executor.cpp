@@ -1,10 +1,12 @@
 #include "exec/container_executor.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <sstream>
+#include <cerrno>
+#include <cstring>
 
 #include "exec/limits.h"
 #include "exec/subprocess.h"
@@ -28,6 +30,12 @@ Status ContainerExecutor::Prepare(const TaskContext& task, const ProgressFn& pro
   if (ref.kind != ImageRef::Kind::kDocker) {
     return Status::InvalidArgument("image " + task.image + ": the " + name_ +
                                    " executor runs docker:// images only");
+  }
+  if (task.uid >= 0 && (::chown(task.work_dir.c_str(), static_cast<uid_t>(task.uid),
+                                static_cast<gid_t>(task.gid)) != 0 ||
+                        ::chmod(task.work_dir.c_str(), 0700) != 0)) {
+    return Status::Internal("cannot give " + task.work_dir + " to uid " + std::to_string(task.uid) +
+                            ": " + std::strerror(errno));
   }
   progress("starting container " + ContainerName(task.attempt_id) + " (" + name_ +
            " pulls the image if it is missing)");

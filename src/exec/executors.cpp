@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "exec/container_executor.h"
+#include "exec/launch.h"
 #include "exec/limits.h"
 #include "exec/local_executor.h"
 #include "exec/sandbox.h"
@@ -13,28 +14,13 @@
 namespace gpupool::exec {
 namespace {
 
-// `program` as a path, or found on PATH.
+// `program` as a path, or found on the agent's PATH.
 bool Runnable(const std::string& program) {
-  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
   const char* path = ::getenv("PATH");
-  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t i = 0;
-  while (i <= dirs.size()) {
-    size_t j = dirs.find(':', i);
-    if (j == std::string::npos) j = dirs.size();
-    std::string dir = dirs.substr(i, j - i);
-    if (!dir.empty() && ::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
-    i = j + 1;
-  }
-  return false;
+  return !FindProgram(program, path ? path : "/usr/local/bin:/usr/bin:/bin").empty();
 }
 
 }  // namespace
-
-bool ExecEnvironment::runs_images() const {
-  std::string d = default_executor();
-  return (d == "sandbox" && sandbox_images) || d == "docker" || d == "podman";
-}
 
 ExecEnvironment ProbeExecEnvironment(const ExecConfig& config, int probe_uid, int probe_gid) {
   ExecEnvironment env;
@@ -43,7 +29,7 @@ ExecEnvironment ProbeExecEnvironment(const ExecConfig& config, int probe_uid, in
   if (config.cgroup != "none") tree = CgroupTree::Open(config.cgroup);
   env.limits_mode = DescribeLimitsMode(tree, config.memory_poll_ms);
   if (tree.ok()) env.cgroups = *std::move(tree);
-  env.sandbox_images = Runnable(config.images.skopeo) && Runnable(config.images.umoci);
+  bool image_tools = Runnable(config.images.skopeo) && Runnable(config.images.umoci);
   for (const std::string& name : config.executors) {
     std::string why;
     if (name == "sandbox") {
@@ -71,13 +57,27 @@ ExecEnvironment ProbeExecEnvironment(const ExecConfig& config, int probe_uid, in
       env.unavailable[name] = why;
     }
   }
+  env.sandbox_images = image_tools && std::find(env.available.begin(), env.available.end(),
+                                                "sandbox") != env.available.end();
   return env;
 }
 
-Result<std::unique_ptr<Executor>> MakeExecutor(const std::string& requested,
+std::string ChooseExecutor(const std::string& requested, bool has_image,
+                           const ExecEnvironment& env) {
+  if (!requested.empty()) return requested;
+  if (!has_image) return env.default_executor();
+  for (const std::string& name : env.available) {
+    if ((name == "sandbox" && env.sandbox_images) || name == "docker" || name == "podman") {
+      return name;
+    }
+  }
+  return env.default_executor();  // it will say why it cannot
+}
+
+Result<std::unique_ptr<Executor>> MakeExecutor(const std::string& requested, bool has_image,
                                                const ExecConfig& config,
                                                const ExecEnvironment& env) {
-  std::string name = requested.empty() ? env.default_executor() : requested;
+  std::string name = ChooseExecutor(requested, has_image, env);
   if (name.empty()) {
     return Status::FailedPrecondition("this node has no working executor");
   }

@@ -20,9 +20,8 @@ struct ExecEnvironment {
   // Allowed by the provider and working here, the default first.
   std::vector<std::string> available;
   std::map<std::string, std::string> unavailable;  // allowed but broken: why
-  bool sandbox_images = false;                     // skopeo and umoci are here
+  bool sandbox_images = false;  // the sandbox works and skopeo and umoci are here
   std::string default_executor() const { return available.empty() ? "" : available[0]; }
-  bool runs_images() const;  // the default executor can run an image job
 };
 
 // Looks at this machine: cgroup v2 delegation, bubblewrap (run once as
@@ -30,9 +29,15 @@ struct ExecEnvironment {
 // umoci, the container engines.
 ExecEnvironment ProbeExecEnvironment(const ExecConfig& config, int probe_uid, int probe_gid);
 
-// The executor for a task that asked for `requested` ("" = the default).
-// FailedPrecondition, readable, when the node does not offer it.
-Result<std::unique_ptr<Executor>> MakeExecutor(const std::string& requested,
+// Which executor runs a task that asked for `requested`: itself, or for ""
+// the default, except that an image job skips a default that cannot run
+// images (process) for the first one that can. "" when none fits.
+std::string ChooseExecutor(const std::string& requested, bool has_image,
+                           const ExecEnvironment& env);
+
+// The executor for a task (see ChooseExecutor). FailedPrecondition,
+// readable, when the node does not offer it.
+Result<std::unique_ptr<Executor>> MakeExecutor(const std::string& requested, bool has_image,
                                                const ExecConfig& config,
                                                const ExecEnvironment& env);
 

@@ -92,8 +92,35 @@ void ExecPlan(const LaunchPlan& plan, int error_fd) {
   argv.push_back(nullptr);
   for (const auto& e : plan.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  // execvpe searches the caller's PATH: make it the job's.
+  const std::string path_prefix = "PATH=";
+  for (const auto& e : plan.env) {
+    if (e.compare(0, path_prefix.size(), path_prefix) == 0) ::setenv("PATH", e.c_str() + 5, 1);
+  }
   ::execvpe(argv[0], argv.data(), envp.data());
   Fail(error_fd, LaunchStep::kExec, errno);
+}
+
+std::string FindProgram(const std::string& program, const std::string& path) {
+  if (program.find('/') != std::string::npos) {
+    return ::access(program.c_str(), X_OK) == 0 ? program : "";
+  }
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find(':', i);
+    if (j == std::string::npos) j = path.size();
+    std::string dir = path.substr(i, j - i);
+    if (!dir.empty()) {
+      std::string candidate = dir + "/" + program;
+      struct stat st;
+      if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          ::access(candidate.c_str(), X_OK) == 0) {
+        return candidate;
+      }
+    }
+    i = j + 1;
+  }
+  return "";
 }
 
 std::string DescribeLaunchFailure(const LaunchPlan& plan, int step, int err) {

@@ -15,8 +15,15 @@ enum class LaunchStep : int { kCgroup = 1, kRlimits, kStage, kSetUser, kChdir, k
 
 // Runs in the child after fork, with stdin/stdout/stderr already in place.
 // Closes every descriptor above 2 except plan.keep_fds and `error_fd`
-// (close-on-exec), then does what the plan says and execs. Never returns.
+// (close-on-exec), then does what the plan says and execs. A program name
+// without '/' is looked up on the PATH of plan.env (the job's), not the
+// caller's. Never returns.
 [[noreturn]] void ExecPlan(const LaunchPlan& plan, int error_fd);
+
+// The full path of `program` (a name without '/') on the colon-separated
+// `path`, or "" when no directory has it executable. A program with a '/'
+// is returned as is when executable.
+std::string FindProgram(const std::string& program, const std::string& path);
 
 // "cannot start /bin/foo: No such file or directory",
 // "cannot start: cannot join cgroup /sys/...: Permission denied".

@@ -85,12 +85,22 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
     plan.stage_binds.push_back({source, name});
     return std::string(kSandboxStageDir) + "/" + name;
   };
+  // bubblewrap is found on the agent's PATH; the plan's PATH is the job's.
+  std::string bwrap = FindProgram(config_.sandbox.bwrap, EnvValue(HostBaseEnv(), "PATH"));
+  if (bwrap.empty()) {
+    return Status::FailedPrecondition("cannot find bubblewrap (" + config_.sandbox.bwrap + ")");
+  }
   std::vector<std::string>& a = plan.argv;
-  a = {config_.sandbox.bwrap, "--unshare-user",
-       "--unshare-pid",       "--unshare-ipc",
-       "--unshare-uts",       "--unshare-cgroup-try",
-       "--die-with-parent",   "--new-session",
-       "--hostname",          "gpupool-" + std::to_string(task.job_id)};
+  a = {bwrap,
+       "--unshare-user",
+       "--unshare-pid",
+       "--unshare-ipc",
+       "--unshare-uts",
+       "--unshare-cgroup-try",
+       "--die-with-parent",
+       "--new-session",
+       "--hostname",
+       "gpupool-" + std::to_string(task.job_id)};
   if (!task.network) a.push_back("--unshare-net");
 
   // The system: the image's root or the host's, read-only, entry by entry
@@ -159,10 +169,12 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
     auto files = FindDriverFiles(config_.sandbox.ldconfig, EnvValue(HostBaseEnv(), "PATH"));
     if (!files.ok()) return files.status();
     for (const DriverFile& f : files->libs) {
-      a.insert(a.end(), {"--ro-bind", f.path, "/gpupool/driver/lib/" + f.name});
+      a.insert(a.end(),
+               {"--ro-bind", reachable(f.path, "lib-" + f.name), "/gpupool/driver/lib/" + f.name});
     }
     for (const DriverFile& f : files->bins) {
-      a.insert(a.end(), {"--ro-bind", f.path, "/gpupool/driver/bin/" + f.name});
+      a.insert(a.end(),
+               {"--ro-bind", reachable(f.path, "bin-" + f.name), "/gpupool/driver/bin/" + f.name});
     }
     std::string ld = EnvValue(env, "LD_LIBRARY_PATH");
     env = MergeEnv(std::move(env),
@@ -215,8 +227,10 @@ std::string SandboxExecutor::ExitReason(int wait_status, std::string_view last_s
 }
 
 std::vector<pid_t> SandboxExecutor::Spared() const {
-  // bubblewrap itself and its init in the new pid namespace: a SIGTERM would
-  // end the sandbox at once instead of asking the job to stop.
+  // bubblewrap itself: a SIGTERM would end it, and with it the sandbox, at
+  // once instead of asking the job to stop. (Its init in the new pid
+  // namespace ignores a signal it has no handler for anyway; spared too, so
+  // the tree walk does not depend on that.)
   std::vector<pid_t> spared;
   if (child_ <= 0) return spared;
   spared.push_back(child_);
@@ -261,7 +275,10 @@ Status ProbeSandbox(const SandboxOptions& options, int uid, int gid) {
     return Status::Internal("pipe failed");
   }
   pid_t pid = ::fork();
-  if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) {
+    for (int fd : {err_pipe[0], err_pipe[1], out_pipe[0], out_pipe[1]}) ::close(fd);
+    return Status::Internal(std::string("fork: ") + std::strerror(errno));
+  }
   if (pid == 0) {
     int devnull = ::open("/dev/null", O_RDWR);
     ::dup2(devnull, 0);

@@ -664,6 +664,13 @@ Status ValidateJobSpec(const JobSpec& spec) {
     return FieldError("executor", "unknown executor " + QuoteForError(spec.executor) +
                                       " (one of: sandbox, process, docker, podman)");
   }
+  if (spec.executor == "process" && !spec.image.empty()) {
+    return FieldError("executor", "the process executor cannot run an image (use sandbox)");
+  }
+  if ((spec.executor == "docker" || spec.executor == "podman") && spec.image.empty()) {
+    return FieldError("image",
+                      "the " + spec.executor + " executor needs an image (image: docker://...)");
+  }
   if (has_run) {
     if (spec.run.find_first_not_of(" \t\r\n") == std::string::npos) {
       return FieldError("run", "must not be blank");

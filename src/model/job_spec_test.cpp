@@ -485,6 +485,8 @@ const BadSpec kBadSpecs[] = {
     {"run: a\nimage: oci-archive:img.tar", "the path must be absolute"},
     {"run: a\nexecutor: kvm",
      "executor: unknown executor \"kvm\" (one of: sandbox, process, docker, podman)"},
+    {"image: oci:/srv/l\nexecutor: process", "executor: the process executor cannot run an image"},
+    {"run: a\nexecutor: docker", "image: the docker executor needs an image (image: docker://...)"},
     {"run: a\nnetwork: no-thanks", "network: must be true or false, got \"no-thanks\""},
     {"run: a\nresources: {disk: 10}", "resources.disk: must be a size with a unit"},
     {"run: a\nresources: {disk: 2000TiB}", "resources.disk: must be at most"},

@@ -22,8 +22,10 @@ Result<NodeState> ParseNodeState(std::string_view name);
 // Labels an agent sets itself, describing how it runs jobs (a provider's
 // own --label may not start with "gpupool/"):
 //   gpupool/executor.<name>: "true"   each executor it offers and that works
-//   gpupool/images: "true"            its default executor runs images
-// The server turns a job's `executor` and `image` into these requirements.
+//   gpupool/images: "true"            its sandbox runs images (skopeo, umoci)
+// The server turns a job's `executor` and `image` into these requirements
+// (an image job that names no executor, or the sandbox, needs
+// gpupool/images; docker and podman pull docker:// images themselves).
 inline constexpr std::string_view kReservedLabelPrefix = "gpupool/";
 inline constexpr const char* kImagesLabel = "gpupool/images";
 inline std::string ExecutorLabel(std::string_view executor) {

@@ -38,9 +38,8 @@ sched::Request RequestFor(const JobSpec& spec) {
   q.prefer_wait_ms = r.prefer_wait_ms;
   q.node_labels = r.node_labels;
   // Only nodes that can run it the way it asks (labels their agents set).
-  if (!spec.executor.empty()) {
-    q.node_labels[ExecutorLabel(spec.executor)] = "true";
-  } else if (!spec.image.empty()) {
+  if (!spec.executor.empty()) q.node_labels[ExecutorLabel(spec.executor)] = "true";
+  if (!spec.image.empty() && (spec.executor.empty() || spec.executor == "sandbox")) {
     q.node_labels[kImagesLabel] = "true";
   }
   q.cpu_milli = r.cpu_milli;

@@ -206,7 +206,8 @@ def test_memory_hog_is_stopped_with_the_memory_reason(pool):
 
 def test_fork_bomb_is_contained_by_the_pid_limit(pool, tmp_path):
     start(pool, "limits: {pids: 40}\n", tmp_path)
-    job_id = pool.submit({"run": "bomb() { bomb | bomb & }; bomb; sleep 30", "max_runtime": "4s"})
+    # `exec`: once the bomb holds every allowed process, the shell could not fork a sleep.
+    job_id = pool.submit({"run": "bomb() { bomb | bomb & }; bomb; exec sleep 30", "max_runtime": "4s"})
     pool.wait_state(job_id, "running")
 
     def task_processes():
@@ -249,7 +250,7 @@ def test_executor_choice_follows_the_providers_config(pool, tmp_path):
     pool.start_server()
     start(pool, name="plain")  # the default: sandbox only
     start(pool, "executors: [sandbox, process]\n", tmp_path, name="dev")
-    start(pool, "executors: [docker]\n", tmp_path, name="dockerless")
+    start(pool, "executors: [docker, sandbox]\n", tmp_path, name="dockerless")
     nodes = {n["name"]: n for n in pool.nodes()}
     assert nodes["plain"]["labels"].get("gpupool/executor.sandbox") == "true"
     assert "gpupool/executor.process" not in nodes["plain"]["labels"]

@@ -34,6 +34,8 @@ for b in "$gpupool" "$bench"; do
 done
 
 tmp=$(mktemp -d /tmp/gpupool-pool-bench.XXXXXX)
+agent_config=$tmp/agent.yaml
+echo "executors: [sandbox, process]" >"$agent_config"
 # shellcheck source=bench/pool_lib.sh
 source "$here/pool_lib.sh"
 cleanup() {
@@ -85,13 +87,16 @@ latency() {
     "p50 per run: ${p50s[*]}; p99 per run: ${p99s[*]}" | tee -a "$tmp/summary"
 }
 
+# throughput EXECUTOR: jobs run by that executor (the agents allow both
+# `sandbox`, the default, and `process`).
 throughput() {
-  local agents=4 r line
+  local executor=$1 agents=4 r line
   local rates=() spans=() notes=()
   for r in $(seq "$runs"); do
     start_pool "$agents"
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
-    out=$("$bench" throughput --jobs "$throughput_jobs" --concurrency "$concurrency" 2>&1) || true
+    out=$("$bench" --executor "$executor" throughput --jobs "$throughput_jobs" \
+      --concurrency "$concurrency" 2>&1) || true
     printf '%s\n' "$out" >&2
     line=$(grep '^RESULT' <<<"$out") || true
     note=$(cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$throughput_jobs")
@@ -101,7 +106,7 @@ throughput() {
     [[ -n $line ]] || { echo "throughput run $r failed" >&2; continue; }
     rates+=("$(field jobs_per_s "$line")"); spans+=("$(field span_s "$line")")
   done
-  echo "== throughput, $agents agents, $throughput_jobs jobs x $runs runs: median" \
+  echo "== throughput, $executor executor, $agents agents, $throughput_jobs jobs x $runs runs: median" \
     "$(printf '%s\n' "${rates[@]}" | median) jobs/s (span $(printf '%s\n' "${spans[@]}" | median) s);" \
     "per run: ${rates[*]}" | tee -a "$tmp/summary"
   printf '   %s\n' "${notes[@]}" | tee -a "$tmp/summary"
@@ -110,7 +115,7 @@ throughput() {
 touch "$tmp/summary"
 if [[ -z $only || $only == latency1 ]]; then latency 1; fi
 if [[ -z $only || $only == latency10 ]]; then latency 10; fi
-if [[ -z $only || $only == throughput ]]; then throughput; fi
+if [[ -z $only || $only == throughput ]]; then throughput sandbox; throughput process; fi
 echo
 echo "summary:"
 cat "$tmp/summary"

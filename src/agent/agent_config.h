@@ -5,7 +5,7 @@
 //                                  # "process" (no isolation) only if listed
 //   sandbox:
 //     uids: 190000-190999          # a root agent runs each task as its own uid
-//     host_paths: [/usr, /bin, /sbin, /lib, /lib64, /etc]
+//     host_paths: [/usr, /bin, /sbin, /lib, /lib32, /lib64, /libx32, /etc]
 //     devices_dir: /dev
 //     bwrap: bwrap
 //     ldconfig: /sbin/ldconfig

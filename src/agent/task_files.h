@@ -22,8 +22,9 @@
 //           pid is also its process group)
 //   r       the result as JSON (TaskResult); always the last record
 // A record's byte offset in output.log identifies it for the server (dedup
-// after resends). A task creates two directories and one file on purpose:
-// creating and deleting inodes at a high rate is what limits job throughput.
+// after resends). A task creates two directories (its own and work/) and two
+// files (output.log, exec.json) on purpose: creating and deleting inodes at a
+// high rate is what limits job throughput.
 #pragma once
 
 #include <cstdint>

@@ -136,7 +136,10 @@ Status TaskManager::Recover() {
 int TaskManager::FreeUid() const {
   const exec::ExecConfig& c = *options_.exec_config;
   std::vector<bool> used(static_cast<size_t>(std::max(c.uid_count, 0)));
+  // An ended task's account is free again: its shim killed every process
+  // of it before it recorded the result.
   for (const auto& [id, t] : tasks_) {
+    if (Ended(t)) continue;
     int i = t.uid - c.first_uid;
     if (i >= 0 && i < c.uid_count) used[static_cast<size_t>(i)] = true;
   }

@@ -100,7 +100,7 @@ class TaskManager {
 
  private:
   void Watch(TaskState& t);
-  // The lowest account of the configured range no task holds, or -1.
+  // The lowest account of the configured range no running task holds, or -1.
   int FreeUid() const;
   // Removes what a task whose shim is gone may have left (a cgroup, a container).
   void CleanUpAfterLostShim(const TaskState& t);

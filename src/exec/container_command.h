@@ -45,7 +45,10 @@
 //               GPUPOOL_WORK_DIR are /work.
 //   extra_args  the provider's, last before the image, so they can add to
 //               or override gpupool's flags
-//   command     the task's argv after the image; none: the image's default
+//   command     the task's argv after the image (a command replaces the
+//               image's CMD, keeping its ENTRYPOINT); a shell `run` is
+//               --entrypoint /bin/sh IMAGE -c "...", replacing both, as in
+//               the sandbox; none: the image's default
 #pragma once
 
 #include <string>

@@ -15,9 +15,11 @@
 // and new pid, ipc, uts, cgroup (and, with network: false, network)
 // namespaces. It runs as the task's unprivileged account, dies with its
 // shim, and can see nothing of the provider's home directories, the agent's
-// data dir or other jobs. A root agent stages the work directory and the
-// image root under a private /run first (LaunchPlan::stage_binds), so the
-// task's account needs no access to the paths that lead to them.
+// data dir or other jobs. A root agent stages what bubblewrap binds from
+// outside the host's system paths (the work directory, the image root, the
+// GPU device nodes, the driver files) under a private /run first
+// (LaunchPlan::stage_binds), so the task's account needs no access to the
+// paths that lead to them.
 #pragma once
 
 #include <memory>

@@ -6,10 +6,16 @@
 // path and the reason, e.g. "resources.gpu_memory: invalid size \"24XB\":
 // unknown unit \"XB\"". Pure functions; thread-safe.
 //
-// Accepted fields (all optional except one of run/command):
+// Accepted fields (all optional except one of run/command, which a job with
+// an image may leave out to run the image's own command):
 //   name: string, 1-128 chars of [A-Za-z0-9._-]      (default "job")
 //   run: string, a shell command run with /bin/sh -c
-//   command: [string, ...], an argv list (non-empty)
+//   command: [string, ...], an argv list (non-empty); not both run and command
+//   image: string, a container image: docker://REF, oci-archive:PATH,
+//          docker-archive:PATH or oci:DIR[:TAG] (model/image_ref.h)
+//   executor: sandbox | process | docker | podman   (default: the node's)
+//           process cannot run an image; docker and podman need one
+//   network: boolean; false: the job gets no network (default true)
 //   env: {NAME: string}   names match [A-Za-z_][A-Za-z0-9_]*; values are strings,
 //                         numbers or booleans (converted to text)
 //   resources:
@@ -26,6 +32,7 @@
 //           preferred models, used alone until `wait` after submission
 //     cpus: number ("2", 0.5, "500m"), at most 1024
 //     memory: size, at most 64 TiB
+//     disk: size, at most 1 PiB; what the work directory may hold
 //   max_runtime: duration ("2h", "90s", or a number of seconds), at most 365d
 //   priority: interactive | normal | opportunistic    (default normal)
 //   group: the group (lab) whose share the job uses; same rules as name

@@ -1,8 +1,24 @@
 # Shell functions shared by the pool benchmarks (bench/run_pool_bench.sh,
-# bench/run_executor_bench.sh). Source it after setting:
-#   gpupool  the gpupool binary
-#   tmp      a scratch directory the caller removes
-# and optionally agent_config (a file passed to every agent as --config).
+# bench/run_executor_bench.sh). Source it, then call pool_init NAME once
+# `build` is set.
+
+# pool_init NAME: sets gpupool and bench (the binaries, checked), tmp (a
+# scratch directory removed at exit, with every pool started in it) and
+# agent_config (given to every agent: executors sandbox, the default, and
+# process).
+pool_init() {
+  gpupool=${GPUPOOL_BIN:-$build/bin/gpupool}
+  bench=${POOL_BENCH_BIN:-$build/bin/gpupool-pool-bench}
+  local b
+  for b in "$gpupool" "$bench"; do
+    [[ -x $b ]] || { echo "missing $b (build it: ninja -C $build gpupool gpupool-pool-bench)" >&2; exit 2; }
+  done
+  tmp=$(mktemp -d "/tmp/$1.XXXXXX")
+  agent_config=$tmp/agent.yaml
+  echo "executors: [sandbox, process]" >"$agent_config"
+  trap 'stop_pool; rm -rf "$tmp"' EXIT
+  trap 'exit 130' INT TERM
+}
 dev_pid=
 server_pid=
 agent_pids=

@@ -32,23 +32,9 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-gpupool=${GPUPOOL_BIN:-$build/bin/gpupool}
-bench=${POOL_BENCH_BIN:-$build/bin/gpupool-pool-bench}
-for b in "$gpupool" "$bench"; do
-  [[ -x $b ]] || { echo "missing $b (build it: ninja -C $build gpupool gpupool-pool-bench)" >&2; exit 2; }
-done
-
-tmp=$(mktemp -d /tmp/gpupool-executor-bench.XXXXXX)
-agent_config=$tmp/agent.yaml
-echo "executors: [sandbox, process]" >"$agent_config"
 # shellcheck source=bench/pool_lib.sh
 source "$here/pool_lib.sh"
-cleanup() {
-  stop_pool
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+pool_init gpupool-executor-bench
 
 echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(free -g | awk '/^Mem:/ {print $2}') GiB"
 echo "binary:  $gpupool ($(bwrap --version), skopeo $(skopeo --version | awk '{print $3}'), umoci $(umoci --version | awk '{print $3}'))"

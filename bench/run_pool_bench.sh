@@ -27,23 +27,9 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-gpupool=${GPUPOOL_BIN:-$build/bin/gpupool}
-bench=${POOL_BENCH_BIN:-$build/bin/gpupool-pool-bench}
-for b in "$gpupool" "$bench"; do
-  [[ -x $b ]] || { echo "missing $b (build it: ninja -C $build gpupool gpupool-pool-bench)" >&2; exit 2; }
-done
-
-tmp=$(mktemp -d /tmp/gpupool-pool-bench.XXXXXX)
-agent_config=$tmp/agent.yaml
-echo "executors: [sandbox, process]" >"$agent_config"
 # shellcheck source=bench/pool_lib.sh
 source "$here/pool_lib.sh"
-cleanup() {
-  stop_pool
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+pool_init gpupool-pool-bench
 
 # CPU accounting, to tell the pool's own cost from other load on the machine.
 # ticks PID...: utime+stime+cutime+cstime (children: shims and jobs, once reaped).

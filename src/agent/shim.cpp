@@ -188,22 +188,23 @@ int RunShim(const ShimOptions& options) {
   // Orphans of the job come to the shim, so stops and accounting see them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  // The stop the agent asked for, if its signal arrived.
+  // The stop the agent asked for, once its signal arrived (then kept).
+  std::optional<std::string> stop_reason;
   auto stop_requested = [&]() -> std::optional<std::string> {
     signalfd_siginfo si;
-    std::optional<std::string> reason;
     while (::read(sig_fd, &si, sizeof si) == sizeof si) {
       if (si.ssi_signo == SIGCHLD) continue;
-      reason = "stopped";
+      stop_reason = "stopped";
       if (auto why = ReadFile(paths.stop_reason()); why.ok() && !why->empty()) {
-        reason = "stopped: " + *why;
+        stop_reason = "stopped: " + *why;
       }
     }
-    return reason;
+    return stop_reason;
   };
 
   std::unique_ptr<exec::Executor> executor;
   exec::TaskContext ctx = MakeTaskContext(options, paths);
+  ctx.stop_requested = [&] { return stop_requested().has_value(); };
   auto fail_early = [&](const std::string& why, bool stopped = false) {
     event(why);
     if (executor) executor->Cleanup();
@@ -222,6 +223,7 @@ int RunShim(const ShimOptions& options) {
     executor = *std::move(made);
   }
   if (Status s = executor->Prepare(ctx, event); !s.ok()) {
+    if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
     return fail_early("cannot start: " + s.message());
   }
   if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);

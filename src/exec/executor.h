@@ -72,6 +72,9 @@ struct TaskContext {
   // its own); -1: the agent's own.
   int uid = -1;
   int gid = -1;
+  // True once the task was asked to stop: a long Prepare (an image pull)
+  // gives up when it says so. May be empty.
+  std::function<bool()> stop_requested;
 };
 
 // A resource limit the child sets on itself before exec (soft = hard).

@@ -386,6 +386,7 @@ Status ToolFailure(const ImageRef& ref, const std::string& what, const std::stri
     return Status::DeadlineExceeded(prefix + what + ": " + tool + " timed out after " +
                                     FormatDurationMs(timeout_ms));
   }
+  if (r.cancelled) return Status::Unavailable(prefix + what + ": stopped");
   std::string line = SimplifySkopeoError(LastErrorLine(r.stderr_tail), ref);
   if (line.empty()) {
     line = r.signal != 0 ? tool + " was killed by signal " + std::to_string(r.signal)
@@ -527,7 +528,8 @@ std::optional<ImageLease> ImageCache::LookupLocked(const std::string& key_hash) 
   return lease;
 }
 
-Result<ImageLease> ImageCache::Acquire(const ImageRef& ref, const ProgressFn& progress) {
+Result<ImageLease> ImageCache::Acquire(const ImageRef& ref, const ProgressFn& progress,
+                                       const std::function<bool()>& cancelled) {
   const std::string prefix = Prefix(ref);
   auto report = [&](const std::string& event) {
     if (progress) progress(event);
@@ -577,14 +579,15 @@ Result<ImageLease> ImageCache::Acquire(const ImageRef& ref, const ProgressFn& pr
   GP_ASSIGN_OR_RETURN(found, lookup());  // pulled while this process waited?
   if (found) return cached(*std::move(found));
 
-  GP_ASSIGN_OR_RETURN(ImageLease lease, Pull(ref, key, key_hash, progress));
+  GP_ASSIGN_OR_RETURN(ImageLease lease, Pull(ref, key, key_hash, progress, cancelled));
   if (Status s = Evict(); !s.ok()) GP_LOG(kWarn) << "image cache: " << s.message();
   report("image ready (" + ShortDigest(lease.digest()) + ", " + FormatBytes(lease.bytes()) + ")");
   return lease;
 }
 
 Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
-                                    const std::string& key_hash, const ProgressFn& progress) {
+                                    const std::string& key_hash, const ProgressFn& progress,
+                                    const std::function<bool()>& cancelled) {
   const std::string prefix = Prefix(ref);
   auto report = [&](const std::string& event) {
     if (progress) progress(event);
@@ -626,7 +629,7 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
           raw.append(line);
           raw += '\n';
         },
-        timeout);
+        timeout, cancelled);
     if (!r.ok()) return NotRun(ref, "cannot pull", r.status());
     if (!r->ok()) return ToolFailure(ref, "cannot pull", "skopeo", *r, timeout);
     layers = CountLayers(raw);
@@ -639,7 +642,7 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
             full.append(line);
             full += '\n';
           },
-          timeout);
+          timeout, cancelled);
       json j = r.ok() && r->ok() ? json::parse(full, nullptr, false) : json();
       if (j.is_object() && j.contains("Layers") && j["Layers"].is_array()) {
         layers = static_cast<int>(j["Layers"].size());
@@ -662,7 +665,7 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
   if (!ref.local()) copy.insert(copy.end(), {"--retry-times", "3"});
   copy.insert(copy.end(), {ref.text, "oci:" + layout + ":" + kPullTag});
   {
-    Result<CommandResult> r = RunCommand(copy, on_copy_line, timeout);
+    Result<CommandResult> r = RunCommand(copy, on_copy_line, timeout, cancelled);
     if (!r.ok()) return NotRun(ref, "cannot pull", r.status());
     if (!r->ok()) return ToolFailure(ref, "cannot pull", "skopeo", *r, timeout);
   }
@@ -703,7 +706,7 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
   {
     Result<CommandResult> r = RunCommand(
         {options_.umoci, "unpack", "--rootless", "--image", layout + ":" + kPullTag, bundle}, {},
-        timeout);
+        timeout, cancelled);
     if (!r.ok()) return NotRun(ref, "cannot unpack", r.status());
     if (!r->ok()) return ToolFailure(ref, "cannot unpack", "umoci", *r, timeout);
   }

@@ -141,7 +141,10 @@ class ImageCache {
   //   FailedPrecondition "image ...: cannot pull: cannot run skopeo: No such file or directory"
   //   Internal          "image ...: cache: <what failed in DIR>"
   // On any error nothing of the attempt is left in the cache.
-  Result<ImageLease> Acquire(const ImageRef& ref, const ProgressFn& progress);
+  // `cancelled`, when set, is asked while skopeo and umoci run: once it
+  // says true they are killed and Acquire fails ("... stopped").
+  Result<ImageLease> Acquire(const ImageRef& ref, const ProgressFn& progress,
+                             const std::function<bool()>& cancelled = {});
 
   // Removes least recently used roots that no lease holds until the total
   // is at most max_bytes (roots in use may keep it above). Also drops refs
@@ -171,7 +174,7 @@ class ImageCache {
   std::vector<Entry> ScanLocked(bool check_in_use) const;
   // With the ref's pull lock held: copy, unpack, publish.
   Result<ImageLease> Pull(const ImageRef& ref, const std::string& key, const std::string& key_hash,
-                          const ProgressFn& progress);
+                          const ProgressFn& progress, const std::function<bool()>& cancelled);
 
   int64_t Now() const;  // ms, from options_.clock or real_clock_
 

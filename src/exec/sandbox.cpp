@@ -68,7 +68,7 @@ Status SandboxExecutor::Prepare(const TaskContext& task, const ProgressFn& progr
     }
     auto ref = ParseImageRef(task.image);
     if (!ref.ok()) return ref.status();
-    GP_ASSIGN_OR_RETURN(auto lease, images_->Acquire(*ref, progress));
+    GP_ASSIGN_OR_RETURN(auto lease, images_->Acquire(*ref, progress, task.stop_requested));
     image_.emplace(std::move(lease));
   }
   return LocalExecutor::Prepare(task, progress);

@@ -428,57 +428,55 @@ TEST_F(SandboxTest, TheProcessExecutorIsolatesNothing) {
   EXPECT_THAT(Lines(o.out).back(), work_dir_);
 }
 
-// A job that answers SIGTERM and reports it, started as the given account.
+// A job that answers SIGTERM and reports it, running as the task account
+// and ready (it said so) once StartReady returns.
 class StopTest : public SandboxTest {
  protected:
   static constexpr const char* kScript =
       "trap 'echo got-term; exit 0' TERM\n"
       "echo ready\n"
       "while :; do sleep 0.05; done\n";
+
+  std::unique_ptr<RunningPlan> StartReady() {
+    TaskContext task = ShellTask(kScript);
+    task.uid = kTaskUid;
+    task.gid = kTaskGid;
+    LaunchPlan plan = MustStart(executor_, task);
+    Restage(plan, stage_.path());
+    auto run = std::make_unique<RunningPlan>(plan);
+    executor_.Started(run->pid());
+    EXPECT_TRUE(run->WaitForStdout("ready\n")) << run->err();
+    return run;
+  }
+
+  SandboxExecutor executor_{config_, nullptr, nullptr};
+  TempDir stage_{0755};
 };
 
 TEST_F(StopTest, StopReachesTheJobWhileBubblewrapWaitsForIt) {
-  SandboxExecutor executor(config_, nullptr, nullptr);
-  TaskContext task = ShellTask(kScript);
-  task.uid = kTaskUid;
-  task.gid = kTaskGid;
-  LaunchPlan plan = MustStart(executor, task);
-  TempDir stage(0755);
-  Restage(plan, stage.path());
-  RunningPlan run(plan);
-  executor.Started(run.pid());
-  ASSERT_TRUE(run.WaitForStdout("ready\n")) << run.err();
+  auto run = StartReady();
   // Usage counts the whole tree: bubblewrap, its init, the shell.
-  Usage usage = executor.GetUsage();
+  Usage usage = executor_.GetUsage();
   EXPECT_GE(usage.processes, 3);
   EXPECT_GT(usage.memory_bytes, 0);
-  EXPECT_FALSE(executor.EnforcesMemory());  // no cgroup: the shim watches
-  executor.Stop(SIGTERM);
-  ASSERT_TRUE(run.Finish(5'000)) << "the job did not end after SIGTERM";
+  EXPECT_FALSE(executor_.EnforcesMemory());  // no cgroup: the shim watches
+  executor_.Stop(SIGTERM);
+  ASSERT_TRUE(run->Finish(5'000)) << "the job did not end after SIGTERM";
   // bubblewrap was spared: it passed on the job's own exit status.
-  EXPECT_TRUE(run.exited_with(0)) << "wait status " << run.wait_status() << "; " << run.err();
-  EXPECT_THAT(run.out(), HasSubstr("got-term"));
-  EXPECT_EQ(executor.ExitReason(run.wait_status(), run.last_stderr_line()), "");
-  executor.Cleanup();
+  EXPECT_TRUE(run->exited_with(0)) << "wait status " << run->wait_status() << "; " << run->err();
+  EXPECT_THAT(run->out(), HasSubstr("got-term"));
+  EXPECT_EQ(executor_.ExitReason(run->wait_status(), run->last_stderr_line()), "");
+  executor_.Cleanup();
 }
 
 TEST_F(StopTest, WithoutSparingBubblewrapTheSandboxDiesOfTheSignal) {
   // The contrast: the same signal to every process of the tree.
-  SandboxExecutor executor(config_, nullptr, nullptr);
-  TaskContext task = ShellTask(kScript);
-  task.uid = kTaskUid;
-  task.gid = kTaskGid;
-  LaunchPlan plan = MustStart(executor, task);
-  TempDir stage(0755);
-  Restage(plan, stage.path());
-  RunningPlan run(plan);
-  executor.Started(run.pid());
-  ASSERT_TRUE(run.WaitForStdout("ready\n")) << run.err();
+  auto run = StartReady();
   SignalTree(::getpid(), SIGTERM);
-  ASSERT_TRUE(run.Finish(5'000));
-  EXPECT_TRUE(WIFSIGNALED(run.wait_status()) && WTERMSIG(run.wait_status()) == SIGTERM)
-      << "wait status " << run.wait_status();
-  executor.Cleanup();
+  ASSERT_TRUE(run->Finish(5'000));
+  EXPECT_TRUE(WIFSIGNALED(run->wait_status()) && WTERMSIG(run->wait_status()) == SIGTERM)
+      << "wait status " << run->wait_status();
+  executor_.Cleanup();
 }
 
 TEST_F(SandboxTest, StopWithSigkillEndsEverything) {

@@ -83,7 +83,7 @@ bool ReadSome(Stream& s, const std::function<void(std::string_view)>& on_line) {
 
 Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                  const std::function<void(std::string_view)>& on_stdout_line,
-                                 int64_t timeout_ms) {
+                                 int64_t timeout_ms, const std::function<bool()>& cancelled) {
   if (argv.empty() || argv[0].empty()) {
     return Status::InvalidArgument("cannot run a command: no program given");
   }
@@ -147,6 +147,7 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
     int wait_ms = -1;
     if (deadline > 0) wait_ms = static_cast<int>(std::max<int64_t>(0, deadline - SteadyNowMs()));
     if (pidfd.get() < 0 && (wait_ms < 0 || wait_ms > 20)) wait_ms = 20;
+    if (cancelled && (wait_ms < 0 || wait_ms > 200)) wait_ms = 200;
     pollfd fds[3];
     nfds_t n = 0;
     int out_i = -1, err_i = -1, pid_i = -1;
@@ -168,6 +169,12 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
       ::kill(-pid, SIGKILL);
       ::kill(pid, SIGKILL);
       result.timed_out = true;
+      break;
+    }
+    if (!exited && cancelled && cancelled()) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      result.cancelled = true;
       break;
     }
   }

@@ -28,6 +28,7 @@ struct CommandResult {
   int exit_code = -1;       // -1 if killed by a signal / not run
   int signal = 0;           // the signal that ended it, 0 if it exited
   bool timed_out = false;   // killed with SIGKILL because timeout_ms passed
+  bool cancelled = false;   // killed with SIGKILL because `cancelled` said so
   std::string stderr_tail;  // the last ~4 KiB of stderr, trimmed
   bool ok() const { return exit_code == 0; }
 };
@@ -39,12 +40,14 @@ inline constexpr size_t kStderrTailBytes = 4096;
 // line (without '\n'; a last line without one is delivered too) goes to
 // on_stdout_line if set. Output written after the child itself exited, by
 // descendants that kept its pipes, is not waited for. Kills the child's
-// process group (SIGKILL) after timeout_ms (0 = none). A program that
+// process group (SIGKILL) after timeout_ms (0 = none), or as soon as
+// `cancelled` (if set; asked at least every 200 ms) returns true. A program that
 // cannot be started is a Status error ("cannot run skopeo: No such file or
 // directory"); a program that runs and fails is a CommandResult.
 Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                  const std::function<void(std::string_view)>& on_stdout_line = {},
-                                 int64_t timeout_ms = 0);
+                                 int64_t timeout_ms = 0,
+                                 const std::function<bool()>& cancelled = {});
 
 // The most useful line of a tool's stderr for a user: the last non-empty
 // line, with logrus framing (`time="..." level=fatal msg="..."`) and umoci's

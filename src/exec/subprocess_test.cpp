@@ -114,6 +114,30 @@ TEST(RunCommandTest, KillsTheProcessGroupOnTimeout) {
   EXPECT_FALSE(alive) << "the background sleep survived the timeout";
 }
 
+TEST(RunCommandTest, StopsWhenCancelled) {
+  auto start = std::chrono::steady_clock::now();
+  int asked = 0;
+  std::vector<std::string> lines;
+  // Cancelled from the fourth question on: after about 600 ms.
+  Result<CommandResult> r = RunCommand(
+      {"/bin/sh", "-c", "echo started; sleep 30"},
+      [&](std::string_view line) { lines.emplace_back(line); }, 0, [&] { return ++asked > 3; });
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->cancelled);
+  EXPECT_FALSE(r->timed_out);
+  EXPECT_EQ(r->signal, SIGKILL);
+  EXPECT_EQ(lines, std::vector<std::string>{"started"});
+  EXPECT_GE(asked, 4);
+  EXPECT_LT(elapsed, std::chrono::seconds(5));
+  // Never cancelled: runs to its end.
+  Result<CommandResult> whole =
+      RunCommand({"/bin/sh", "-c", "sleep 0.3; exit 4"}, {}, 0, [] { return false; });
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(whole->cancelled);
+  EXPECT_EQ(whole->exit_code, 4);
+}
+
 TEST(RunCommandTest, NoTimeoutWhenTheProgramIsQuick) {
   Ran run = Shell("echo quick", 5000);
   EXPECT_FALSE(run.result.timed_out);

@@ -192,6 +192,22 @@ def test_broken_images_fail_with_a_clear_reason(pool, tmp_path):
     assert job["state"] == "failed" and "missing.tar" in job["reason"], job
 
 
+def test_cancelling_a_job_stops_its_image_pull(pool, tmp_path):
+    # A registry that never answers: the provider's skopeo is a script that hangs.
+    skopeo = tmp_path / "slow-skopeo"
+    skopeo.write_text("#!/bin/sh\nexec sleep 317\n")
+    skopeo.chmod(0o755)
+    start(pool, f"images: {{skopeo: {skopeo}}}\n", tmp_path)
+    job_id = pool.submit({"image": "docker://registry.example/slow:1", "run": "true"})
+    wait_for(lambda: "pulling image" in pool.job(job_id)["reason"], what="the pull to start")
+    pool.cli("cancel", str(job_id), check=True)
+    job = pool.wait_finished(job_id, timeout=15)
+    assert job["state"] == "cancelled", job
+    wait_for(lambda: subprocess.run(["pgrep", "-f", "sleep 317"], capture_output=True).returncode != 0,
+             timeout=10, what="the pull to be killed")
+    assert any("stopped" in e for e in events(pool, job_id)), events(pool, job_id)
+
+
 # ---- limits ------------------------------------------------------------------
 
 

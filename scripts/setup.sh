@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-pytest python3-yaml
   procps ca-certificates
   bubblewrap skopeo umoci busybox-static
+  libhowardhinnant-date-dev tzdata
 )
 
 missing=()

@@ -1,0 +1,131 @@
+// The provider's policy: what of this machine is lent, when, to whom, and
+// for how long. Pure and deterministic: the time and the GPUs' state are
+// passed in; the agent (agent/agent.h) enforces what these functions say,
+// whether or not the server agrees.
+//
+//   policy:
+//     gpus: [0, GPU-8a3b...]       # lent GPUs by index or UUID (absent: all)
+//     gpu_memory: 40GiB            # lent per GPU, or "50%" (absent: all)
+//     fractional: true             # shares of a GPU may be placed here
+//     windows:                     # absent: always
+//       timezone: Europe/Berlin    # an IANA zone (absent: UTC)
+//       weekly:
+//         - {days: [mon, tue, wed, thu, fri], from: "19:00", to: "08:00"}
+//         - {days: [sat, sun]}     # the whole day
+//     idle_only: {max_utilization: 10, for: 10m}
+//     users: {allow: [alice], deny: [mallory]}
+//     groups: {allow: [vision], deny: []}
+//     max_runtime: 24h             # a job must say it ends within this
+//     reclaim_grace: 60s           # SIGTERM to SIGKILL when taking a GPU back
+//
+// A weekly entry that ends at or before its start ("19:00" to "08:00")
+// runs past midnight into the next day. Local times are the zone's wall
+// clock: a window edge that falls into a DST gap opens at the first valid
+// minute after it; one that is ambiguous takes the first occurrence.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/resources.h"
+
+namespace gpupool::agent {
+
+// One weekly window: on each of `days` (0 = Monday .. 6 = Sunday), from
+// `from_minute` to `to_minute` of the day (0..1440; to <= from: into the
+// next day).
+struct WeeklyWindow {
+  std::set<int> days;
+  int from_minute = 0;
+  int to_minute = 1440;
+  friend bool operator==(const WeeklyWindow&, const WeeklyWindow&) = default;
+};
+
+struct ProviderPolicy {
+  std::vector<std::string> gpus;  // indexes ("0") or UUIDs; empty: all
+  int64_t gpu_memory_mib = 0;     // lent per GPU; 0: all (or gpu_memory_percent)
+  int gpu_memory_percent = 0;     // lent per GPU as a share of it; 0: not used
+  bool fractional = true;
+  std::string timezone = "UTC";
+  std::vector<WeeklyWindow> windows;  // empty: always open
+  // Idle-only lending: lent only while no process outside the pool uses the
+  // GPU and its utilization stayed at or under `idle_max_utilization` for
+  // `idle_for_ms`. Off when idle_for_ms is 0.
+  int idle_max_utilization = 10;
+  int64_t idle_for_ms = 0;
+  std::set<std::string> allow_users, deny_users;
+  std::set<std::string> allow_groups, deny_groups;
+  int64_t max_runtime_ms = 0;  // 0: any
+  int64_t reclaim_grace_ms = 30'000;
+  friend bool operator==(const ProviderPolicy&, const ProviderPolicy&) = default;
+};
+
+// Parses the `policy:` mapping of the agent's config (already read as
+// JSON); errors are InvalidArgument naming "policy.<field>". An unknown
+// time zone is an error here, not at run time.
+Result<ProviderPolicy> ParseProviderPolicy(const nlohmann::json& j);
+
+// Whether the windows are open at `now_ms` (ms since the epoch), and when
+// that next changes (ms; nullopt when it never does, e.g. no windows).
+struct WindowState {
+  bool open = true;
+  std::optional<int64_t> next_change_ms;
+};
+WindowState EvaluateWindows(const ProviderPolicy& policy, int64_t now_ms);
+
+// Whether the GPU is one the policy lends.
+bool Lends(const ProviderPolicy& policy, const GpuInfo& gpu);
+
+// The GPU memory the policy lends of `gpu`, in MiB.
+int64_t LentMemoryMib(const ProviderPolicy& policy, const GpuInfo& gpu);
+
+// What a start order asks of this machine, as far as the policy cares.
+struct StartRequest {
+  std::string user;
+  std::string group;
+  int64_t max_runtime_ms = 0;  // 0: none given
+  std::vector<std::string> gpu_uuids;
+  int32_t gpu_milli = 1000;    // per GPU
+  int64_t gpu_memory_mib = 0;  // per GPU, for a share
+};
+
+// Why the policy refuses `request` now, or OK. `gpus` are the machine's
+// GPUs; `lendable` says which UUIDs idle-only lending currently allows (all
+// of them when idle-only is off).
+Status CheckStart(const ProviderPolicy& policy, const StartRequest& request,
+                  const std::vector<GpuInfo>& gpus, const std::set<std::string>& lendable,
+                  int64_t now_ms);
+
+// Idle-only lending, per GPU: fed every telemetry sample, it says which
+// GPUs may be lent and which must be reclaimed at once (the owner started
+// work on them). A GPU becomes lendable once it had no foreign process and
+// utilization <= the limit for the whole `idle_for_ms`; it stops being
+// lendable the moment a foreign process appears (reclaim) or the
+// utilization goes over the limit while no pool task runs on it.
+class IdleTracker {
+ public:
+  explicit IdleTracker(const ProviderPolicy& policy) : policy_(policy) {}
+
+  struct Verdict {
+    std::set<std::string> lendable;  // UUIDs
+    std::set<std::string> reclaim;   // UUIDs with a foreign process now
+  };
+  // `pool_pids`: the processes the pool's tasks run (theirs, not foreign).
+  Verdict Observe(int64_t now_ms, const std::vector<GpuTelemetry>& telemetry,
+                  const std::set<int64_t>& pool_pids);
+
+ private:
+  struct State {
+    int64_t idle_since_ms = -1;  // -1: not idle now
+  };
+  const ProviderPolicy& policy_;
+  std::map<std::string, State> state_;
+};
+
+}  // namespace gpupool::agent

@@ -74,121 +74,116 @@ Status SandboxExecutor::Prepare(const TaskContext& task, const ProgressFn& progr
   return LocalExecutor::Prepare(task, progress);
 }
 
-Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
-  LaunchPlan plan = BasePlan(task);
-  // The paths bubblewrap binds from: staged where the task's account can
-  // reach them when it is not the agent's own.
-  bool stage = task.uid >= 0;
-  auto reachable = [&](const std::string& source, const std::string& name) {
-    if (!stage) return source;
-    if (plan.stage_dir.empty()) plan.stage_dir = kSandboxStageDir;
-    plan.stage_binds.push_back({source, name});
+// The bwrap command line being built. A root agent's task account may not
+// reach the sources (the agent's data dir is closed to it): those are
+// staged by the launching child under kSandboxStageDir first.
+class BwrapArgs {
+ public:
+  BwrapArgs(LaunchPlan& plan, bool stage) : plan_(plan), stage_(stage) {}
+
+  void Add(std::initializer_list<std::string> args) {
+    plan_.argv.insert(plan_.argv.end(), args.begin(), args.end());
+  }
+  // The path bubblewrap binds `source` from.
+  std::string Reachable(const std::string& source, const std::string& name) {
+    if (!stage_) return source;
+    plan_.stage_dir = kSandboxStageDir;
+    plan_.stage_binds.push_back({source, name});
     return std::string(kSandboxStageDir) + "/" + name;
-  };
-  // bubblewrap is found on the agent's PATH; the plan's PATH is the job's.
-  std::string bwrap = FindProgram(config_.sandbox.bwrap, EnvValue(HostBaseEnv(), "PATH"));
-  if (bwrap.empty()) {
-    return Status::FailedPrecondition("cannot find bubblewrap (" + config_.sandbox.bwrap + ")");
   }
-  std::vector<std::string>& a = plan.argv;
-  a = {bwrap,
-       "--unshare-user",
-       "--unshare-pid",
-       "--unshare-ipc",
-       "--unshare-uts",
-       "--unshare-cgroup-try",
-       "--die-with-parent",
-       "--new-session",
-       "--hostname",
-       "gpupool-" + std::to_string(task.job_id)};
-  if (!task.network) a.push_back("--unshare-net");
+  // One entry of a system root at `target`, read-only: a symlink is
+  // recreated, a directory or file bound from `bind_from`.
+  void SystemEntry(const std::string& source, const std::string& target,
+                   const std::string& bind_from) {
+    struct stat st;
+    if (::lstat(source.c_str(), &st) != 0) return;
+    if (S_ISLNK(st.st_mode)) {
+      Add({"--symlink", ReadLink(source), target});
+    } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+      Add({"--ro-bind", bind_from, target});
+    }
+  }
 
-  // The system: the image's root or the host's, read-only, entry by entry
-  // on the (later read-only) tmpfs root.
-  std::vector<std::string> base_env;
-  if (image_) {
-    const std::string& root = image_->rootfs();
-    std::string staged_root = reachable(root, "root");
-    DIR* dir = ::opendir(root.c_str());
-    if (dir == nullptr) {
-      return Status::Internal("cannot read image root " + root + ": " + std::strerror(errno));
-    }
-    std::vector<std::string> names;
-    while (dirent* e = ::readdir(dir)) {
-      std::string name = e->d_name;
-      if (name != "." && name != ".." && !kProvidedTopLevel.count(name)) names.push_back(name);
-    }
-    ::closedir(dir);
-    std::sort(names.begin(), names.end());
-    for (const std::string& name : names) {
-      std::string path = root + "/" + name;
-      struct stat st;
-      if (::lstat(path.c_str(), &st) != 0) continue;
-      if (S_ISLNK(st.st_mode)) {
-        a.insert(a.end(), {"--symlink", ReadLink(path), "/" + name});
-      } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
-        a.insert(a.end(), {"--ro-bind", staged_root + "/" + name, "/" + name});
-      }
-    }
-    base_env = image_->config().env;
-    if (EnvValue(base_env, "PATH").empty()) {
-      base_env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    }
-  } else {
-    for (const std::string& path : config_.sandbox.host_paths) {
-      struct stat st;
-      if (::lstat(path.c_str(), &st) != 0) continue;
-      if (S_ISLNK(st.st_mode)) {
-        a.insert(a.end(), {"--symlink", ReadLink(path), path});
-      } else {
-        a.insert(a.end(), {"--ro-bind", path, path});
-      }
-    }
-    base_env = HostBaseEnv();
-  }
-  a.insert(a.end(), {"--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs",
-                     "/tmp", "--tmpfs", "/dev/shm"});
+ private:
+  LaunchPlan& plan_;
+  bool stage_;
+};
 
-  // Its own GPUs' device nodes and the control devices; nothing else.
-  if (!task.gpu_minors.empty()) {
-    for (const std::string& dev : GpuDeviceNodes(config_.sandbox.devices_dir, task.gpu_minors)) {
-      std::string name = dev.substr(dev.rfind('/') + 1);
-      if (::access(dev.c_str(), F_OK) != 0) {
-        return Status::FailedPrecondition("the GPU's device node " + dev +
-                                          " is missing (is the NVIDIA driver loaded?)");
-      }
-      a.insert(a.end(), {"--dev-bind", reachable(dev, "dev-" + name), "/dev/" + name});
-    }
+namespace {
+
+// The image root's top-level names, except what the sandbox provides.
+Result<std::vector<std::string>> TopLevelNames(const std::string& root) {
+  DIR* dir = ::opendir(root.c_str());
+  if (dir == nullptr) {
+    return Status::Internal("cannot read image root " + root + ": " + std::strerror(errno));
   }
-  std::vector<std::string> env =
-      MergeEnv(MergeEnv(std::move(base_env), {"HOME=" + std::string(kSandboxWorkDir), "TMPDIR=/tmp",
-                                              "GPUPOOL_WORK_DIR=" + std::string(kSandboxWorkDir)}),
-               task.env);
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != ".." && !kProvidedTopLevel.count(name)) names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> SandboxExecutor::AddSystem(BwrapArgs& args) const {
+  if (!image_) {
+    for (const std::string& path : config_.sandbox.host_paths) args.SystemEntry(path, path, path);
+    return HostBaseEnv();
+  }
+  const std::string& root = image_->rootfs();
+  std::string staged_root = args.Reachable(root, "root");
+  GP_ASSIGN_OR_RETURN(auto names, TopLevelNames(root));
+  for (const std::string& name : names) {
+    args.SystemEntry(root + "/" + name, "/" + name, staged_root + "/" + name);
+  }
+  std::vector<std::string> env = image_->config().env;
+  if (EnvValue(env, "PATH").empty()) {
+    env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  }
+  return env;
+}
+
+Status SandboxExecutor::AddGpuDevices(BwrapArgs& args, const TaskContext& task) const {
+  if (task.gpu_minors.empty()) return Status::Ok();  // no NVIDIA device at all
+  for (const std::string& dev : GpuDeviceNodes(config_.sandbox.devices_dir, task.gpu_minors)) {
+    std::string name = dev.substr(dev.rfind('/') + 1);
+    if (::access(dev.c_str(), F_OK) != 0) {
+      return Status::FailedPrecondition("the GPU's device node " + dev +
+                                        " is missing (is the NVIDIA driver loaded?)");
+    }
+    args.Add({"--dev-bind", args.Reachable(dev, "dev-" + name), "/dev/" + name});
+  }
+  return Status::Ok();
+}
+
+Status SandboxExecutor::AddDriverFiles(BwrapArgs& args, const TaskContext& task,
+                                       std::vector<std::string>& env) const {
   // An image brings no NVIDIA driver: bind the host's, as the container toolkit does.
-  if (image_ && !task.gpu_uuids.empty()) {
-    auto files = FindDriverFiles(config_.sandbox.ldconfig, EnvValue(HostBaseEnv(), "PATH"));
-    if (!files.ok()) return files.status();
-    for (const DriverFile& f : files->libs) {
-      a.insert(a.end(),
-               {"--ro-bind", reachable(f.path, "lib-" + f.name), "/gpupool/driver/lib/" + f.name});
-    }
-    for (const DriverFile& f : files->bins) {
-      a.insert(a.end(),
-               {"--ro-bind", reachable(f.path, "bin-" + f.name), "/gpupool/driver/bin/" + f.name});
-    }
-    std::string ld = EnvValue(env, "LD_LIBRARY_PATH");
-    env = MergeEnv(std::move(env),
-                   {"LD_LIBRARY_PATH=/gpupool/driver/lib" + (ld.empty() ? "" : ":" + ld),
-                    "PATH=" + EnvValue(env, "PATH") + ":/gpupool/driver/bin"});
+  if (!image_ || task.gpu_uuids.empty()) return Status::Ok();
+  GP_ASSIGN_OR_RETURN(auto files,
+                      FindDriverFiles(config_.sandbox.ldconfig, EnvValue(HostBaseEnv(), "PATH")));
+  for (const DriverFile& f : files.libs) {
+    args.Add(
+        {"--ro-bind", args.Reachable(f.path, "lib-" + f.name), "/gpupool/driver/lib/" + f.name});
   }
-  a.insert(a.end(), {"--bind", reachable(task.work_dir, "work"), kSandboxWorkDir});
+  for (const DriverFile& f : files.bins) {
+    args.Add(
+        {"--ro-bind", args.Reachable(f.path, "bin-" + f.name), "/gpupool/driver/bin/" + f.name});
+  }
+  std::string ld = EnvValue(env, "LD_LIBRARY_PATH");
+  env = MergeEnv(std::move(env),
+                 {"LD_LIBRARY_PATH=/gpupool/driver/lib" + (ld.empty() ? "" : ":" + ld),
+                  "PATH=" + EnvValue(env, "PATH") + ":/gpupool/driver/bin"});
+  return Status::Ok();
+}
 
-  std::string cwd = kSandboxWorkDir;
-  if (image_ && !image_->config().working_dir.empty()) cwd = image_->config().working_dir;
-  a.insert(a.end(), {"--chdir", cwd, "--remount-ro", "/", "--"});
-
-  // What runs: like `docker run`, a command replaces the image's CMD and
-  // keeps its ENTRYPOINT; a shell `run` replaces both.
+Result<std::vector<std::string>> SandboxExecutor::Command(const TaskContext& task) const {
+  // Like `docker run`: a command replaces the image's CMD and keeps its
+  // ENTRYPOINT; a shell `run` replaces both.
   std::vector<std::string> command;
   if (task.argv_is_shell || !image_) {
     command = task.argv;
@@ -202,8 +197,37 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
                                                 " has no entrypoint or command: give run or command"
                                           : "nothing to run: give run or command");
   }
-  a.insert(a.end(), command.begin(), command.end());
+  return command;
+}
 
+Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
+  LaunchPlan plan = BasePlan(task);
+  BwrapArgs args(plan, /*stage=*/task.uid >= 0);
+  // bubblewrap is found on the agent's PATH; the plan's PATH is the job's.
+  std::string bwrap = FindProgram(config_.sandbox.bwrap, EnvValue(HostBaseEnv(), "PATH"));
+  if (bwrap.empty()) {
+    return Status::FailedPrecondition("cannot find bubblewrap (" + config_.sandbox.bwrap + ")");
+  }
+  args.Add({bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname",
+            "gpupool-" + std::to_string(task.job_id)});
+  if (!task.network) args.Add({"--unshare-net"});
+  // The system, read-only, entry by entry on the (later read-only) tmpfs root.
+  GP_ASSIGN_OR_RETURN(std::vector<std::string> base_env, AddSystem(args));
+  args.Add({"--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--tmpfs", "/dev/shm"});
+  GP_RETURN_IF_ERROR(AddGpuDevices(args, task));
+  std::vector<std::string> env =
+      MergeEnv(MergeEnv(std::move(base_env), {"HOME=" + std::string(kSandboxWorkDir), "TMPDIR=/tmp",
+                                              "GPUPOOL_WORK_DIR=" + std::string(kSandboxWorkDir)}),
+               task.env);
+  GP_RETURN_IF_ERROR(AddDriverFiles(args, task, env));
+  args.Add({"--bind", args.Reachable(task.work_dir, "work"), kSandboxWorkDir});
+  std::string cwd = kSandboxWorkDir;
+  if (image_ && !image_->config().working_dir.empty()) cwd = image_->config().working_dir;
+  args.Add({"--chdir", cwd, "--remount-ro", "/", "--"});
+  GP_ASSIGN_OR_RETURN(std::vector<std::string> command, Command(task));
+  plan.argv.insert(plan.argv.end(), command.begin(), command.end());
   plan.env = std::move(env);
   plan.cwd = "/";
   return plan;

@@ -37,6 +37,8 @@ inline constexpr const char* kSandboxWorkDir = "/work";
 // Where a root agent's sandbox child stages what bubblewrap binds.
 inline constexpr const char* kSandboxStageDir = "/run";
 
+class BwrapArgs;  // the command line being built (sandbox.cpp)
+
 class SandboxExecutor final : public LocalExecutor {
  public:
   // `images` may be null: image jobs then fail with a clear reason.
@@ -54,6 +56,14 @@ class SandboxExecutor final : public LocalExecutor {
   int EndSignal(int wait_status) const override;
 
  private:
+  // The steps of Start. AddSystem binds the host's system or the image's
+  // root and returns the environment the job starts from.
+  Result<std::vector<std::string>> AddSystem(BwrapArgs& args) const;
+  Status AddGpuDevices(BwrapArgs& args, const TaskContext& task) const;
+  Status AddDriverFiles(BwrapArgs& args, const TaskContext& task,
+                        std::vector<std::string>& env) const;
+  Result<std::vector<std::string>> Command(const TaskContext& task) const;
+
   std::unique_ptr<ImageCache> images_;
   std::optional<ImageLease> image_;
 };

@@ -23,35 +23,14 @@ constexpr const char* kLimitsFields[] = {"cgroup", "pids", "memory", "cpus", "di
 constexpr int64_t kMaxPids = 4'194'304;  // the kernel's pid_max ceiling
 constexpr size_t kMaxListItems = 256;
 
-const json* Field(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-Result<std::string> Text(const json& v, const std::string& path) {
-  if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
-    return FieldError(path, "must be a non-empty string, got " + DescribeValue(v));
-  }
-  return v.get<std::string>();
-}
-
 Result<std::string> AbsolutePath(const json& v, const std::string& path) {
-  GP_ASSIGN_OR_RETURN(std::string p, Text(v, path));
+  GP_ASSIGN_OR_RETURN(std::string p, NonEmptyString(v, path));
   if (p[0] != '/') return FieldError(path, "must be an absolute path, got " + QuoteForError(p));
   return p;
 }
 
 Result<std::vector<std::string>> TextList(const json& v, const std::string& path) {
-  if (!v.is_array()) return FieldError(path, "must be a list, got " + DescribeValue(v));
-  if (v.size() > kMaxListItems) {
-    return FieldError(path, "at most " + std::to_string(kMaxListItems) + " items");
-  }
-  std::vector<std::string> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    GP_ASSIGN_OR_RETURN(std::string s, Text(v[i], path + "[" + std::to_string(i) + "]"));
-    out.push_back(std::move(s));
-  }
-  return out;
+  return StringList(v, path, kMaxListItems);
 }
 
 Result<int64_t> Bytes(const json& v, const std::string& path) {
@@ -95,16 +74,16 @@ Status ParseUids(const json& v, exec::ExecConfig& c) {
 Status ParseEngine(const json& v, const std::string& name, exec::ContainerOptions& o) {
   if (!v.is_object()) return FieldError(name, "expected a mapping, got " + DescribeValue(v));
   GP_RETURN_IF_ERROR(CheckKnownFields(v, name + ".", kEngineFields));
-  if (const json* f = Field(v, "command")) {
-    GP_ASSIGN_OR_RETURN(o.engine, Text(*f, name + ".command"));
+  if (const json* f = FieldOrNull(v, "command")) {
+    GP_ASSIGN_OR_RETURN(o.engine, NonEmptyString(*f, name + ".command"));
   }
-  if (const json* f = Field(v, "gpus")) {
-    GP_ASSIGN_OR_RETURN(o.gpu_mode, Text(*f, name + ".gpus"));
+  if (const json* f = FieldOrNull(v, "gpus")) {
+    GP_ASSIGN_OR_RETURN(o.gpu_mode, NonEmptyString(*f, name + ".gpus"));
     if (o.gpu_mode != "cdi" && o.gpu_mode != "gpus") {
       return FieldError(name + ".gpus", "must be cdi or gpus, got " + QuoteForError(o.gpu_mode));
     }
   }
-  if (const json* f = Field(v, "extra_args")) {
+  if (const json* f = FieldOrNull(v, "extra_args")) {
     GP_ASSIGN_OR_RETURN(o.extra_args, TextList(*f, name + ".extra_args"));
   }
   return Status::Ok();
@@ -113,27 +92,27 @@ Status ParseEngine(const json& v, const std::string& name, exec::ContainerOption
 Status ParseLimits(const json& v, exec::ExecConfig& c) {
   if (!v.is_object()) return FieldError("limits", "expected a mapping, got " + DescribeValue(v));
   GP_RETURN_IF_ERROR(CheckKnownFields(v, "limits.", kLimitsFields));
-  if (const json* f = Field(v, "cgroup")) {
-    GP_ASSIGN_OR_RETURN(c.cgroup, Text(*f, "limits.cgroup"));
+  if (const json* f = FieldOrNull(v, "cgroup")) {
+    GP_ASSIGN_OR_RETURN(c.cgroup, NonEmptyString(*f, "limits.cgroup"));
     if (c.cgroup != "auto" && c.cgroup != "none" && c.cgroup[0] != '/') {
       return FieldError("limits.cgroup",
                         "must be auto, none or an absolute path, got " + QuoteForError(c.cgroup));
     }
   }
-  if (const json* f = Field(v, "pids")) {
+  if (const json* f = FieldOrNull(v, "pids")) {
     if (!f->is_number_integer() || f->get<int64_t>() < 1 || f->get<int64_t>() > kMaxPids) {
       return FieldError("limits.pids", "must be a whole number from 1 to " +
                                            std::to_string(kMaxPids) + ", got " + DescribeValue(*f));
     }
     c.defaults.pids = f->get<int64_t>();
   }
-  if (const json* f = Field(v, "memory")) {
+  if (const json* f = FieldOrNull(v, "memory")) {
     GP_ASSIGN_OR_RETURN(c.defaults.memory_bytes, Bytes(*f, "limits.memory"));
   }
-  if (const json* f = Field(v, "disk")) {
+  if (const json* f = FieldOrNull(v, "disk")) {
     GP_ASSIGN_OR_RETURN(c.defaults.disk_bytes, Bytes(*f, "limits.disk"));
   }
-  if (const json* f = Field(v, "cpus")) {
+  if (const json* f = FieldOrNull(v, "cpus")) {
     int64_t milli = 0;
     if (f->is_string()) {
       auto m = ParseMilli(f->get_ref<const std::string&>());
@@ -147,7 +126,7 @@ Status ParseLimits(const json& v, exec::ExecConfig& c) {
     }
     c.defaults.cpu_milli = milli;
   }
-  if (const json* f = Field(v, "memory_poll")) {
+  if (const json* f = FieldOrNull(v, "memory_poll")) {
     if (!f->is_string()) {
       return FieldError("limits.memory_poll",
                         "must be a duration such as \"100ms\", got " + DescribeValue(*f));
@@ -182,7 +161,7 @@ Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& d
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "", kTopFields));
   AgentConfig config = DefaultAgentConfig(data_dir);
   exec::ExecConfig& c = config.exec;
-  if (const json* v = Field(j, "executors")) {
+  if (const json* v = FieldOrNull(j, "executors")) {
     GP_ASSIGN_OR_RETURN(c.executors, TextList(*v, "executors"));
     if (c.executors.empty()) return FieldError("executors", "must name at least one executor");
     for (size_t i = 0; i < c.executors.size(); ++i) {
@@ -199,12 +178,12 @@ Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& d
       }
     }
   }
-  if (const json* v = Field(j, "sandbox")) {
+  if (const json* v = FieldOrNull(j, "sandbox")) {
     if (!v->is_object())
       return FieldError("sandbox", "expected a mapping, got " + DescribeValue(*v));
     GP_RETURN_IF_ERROR(CheckKnownFields(*v, "sandbox.", kSandboxFields));
-    if (const json* f = Field(*v, "uids")) GP_RETURN_IF_ERROR(ParseUids(*f, c));
-    if (const json* f = Field(*v, "host_paths")) {
+    if (const json* f = FieldOrNull(*v, "uids")) GP_RETURN_IF_ERROR(ParseUids(*f, c));
+    if (const json* f = FieldOrNull(*v, "host_paths")) {
       GP_ASSIGN_OR_RETURN(c.sandbox.host_paths, TextList(*f, "sandbox.host_paths"));
       for (size_t i = 0; i < c.sandbox.host_paths.size(); ++i) {
         GP_RETURN_IF_ERROR(
@@ -212,36 +191,38 @@ Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& d
                 .status());
       }
     }
-    if (const json* f = Field(*v, "devices_dir")) {
+    if (const json* f = FieldOrNull(*v, "devices_dir")) {
       GP_ASSIGN_OR_RETURN(c.sandbox.devices_dir, AbsolutePath(*f, "sandbox.devices_dir"));
     }
-    if (const json* f = Field(*v, "bwrap")) {
-      GP_ASSIGN_OR_RETURN(c.sandbox.bwrap, Text(*f, "sandbox.bwrap"));
+    if (const json* f = FieldOrNull(*v, "bwrap")) {
+      GP_ASSIGN_OR_RETURN(c.sandbox.bwrap, NonEmptyString(*f, "sandbox.bwrap"));
     }
-    if (const json* f = Field(*v, "ldconfig")) {
-      GP_ASSIGN_OR_RETURN(c.sandbox.ldconfig, Text(*f, "sandbox.ldconfig"));
+    if (const json* f = FieldOrNull(*v, "ldconfig")) {
+      GP_ASSIGN_OR_RETURN(c.sandbox.ldconfig, NonEmptyString(*f, "sandbox.ldconfig"));
     }
   }
-  if (const json* v = Field(j, "images")) {
+  if (const json* v = FieldOrNull(j, "images")) {
     if (!v->is_object())
       return FieldError("images", "expected a mapping, got " + DescribeValue(*v));
     GP_RETURN_IF_ERROR(CheckKnownFields(*v, "images.", kImagesFields));
-    if (const json* f = Field(*v, "cache_dir")) {
+    if (const json* f = FieldOrNull(*v, "cache_dir")) {
       GP_ASSIGN_OR_RETURN(c.images.dir, AbsolutePath(*f, "images.cache_dir"));
     }
-    if (const json* f = Field(*v, "cache_size")) {
+    if (const json* f = FieldOrNull(*v, "cache_size")) {
       GP_ASSIGN_OR_RETURN(c.images.max_bytes, Bytes(*f, "images.cache_size"));
     }
-    if (const json* f = Field(*v, "skopeo")) {
-      GP_ASSIGN_OR_RETURN(c.images.skopeo, Text(*f, "images.skopeo"));
+    if (const json* f = FieldOrNull(*v, "skopeo")) {
+      GP_ASSIGN_OR_RETURN(c.images.skopeo, NonEmptyString(*f, "images.skopeo"));
     }
-    if (const json* f = Field(*v, "umoci")) {
-      GP_ASSIGN_OR_RETURN(c.images.umoci, Text(*f, "images.umoci"));
+    if (const json* f = FieldOrNull(*v, "umoci")) {
+      GP_ASSIGN_OR_RETURN(c.images.umoci, NonEmptyString(*f, "images.umoci"));
     }
   }
-  if (const json* v = Field(j, "docker")) GP_RETURN_IF_ERROR(ParseEngine(*v, "docker", c.docker));
-  if (const json* v = Field(j, "podman")) GP_RETURN_IF_ERROR(ParseEngine(*v, "podman", c.podman));
-  if (const json* v = Field(j, "limits")) GP_RETURN_IF_ERROR(ParseLimits(*v, c));
+  if (const json* v = FieldOrNull(j, "docker"))
+    GP_RETURN_IF_ERROR(ParseEngine(*v, "docker", c.docker));
+  if (const json* v = FieldOrNull(j, "podman"))
+    GP_RETURN_IF_ERROR(ParseEngine(*v, "podman", c.podman));
+  if (const json* v = FieldOrNull(j, "limits")) GP_RETURN_IF_ERROR(ParseLimits(*v, c));
   return config;
 }
 

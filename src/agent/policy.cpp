@@ -28,35 +28,8 @@ constexpr const char* kDayNames[] = {"mon", "tue", "wed", "thu", "fri", "sat", "
 constexpr int64_t kMaxDurationMs = 365LL * 24 * 3600 * 1000;
 constexpr size_t kMaxListItems = 1024;
 
-const json* Field(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-Result<std::string> Text(const json& v, const std::string& path) {
-  if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
-    return FieldError(path, "must be a non-empty string, got " + DescribeValue(v));
-  }
-  return v.get<std::string>();
-}
-
 Result<std::vector<std::string>> TextList(const json& v, const std::string& path) {
-  if (!v.is_array()) return FieldError(path, "must be a list, got " + DescribeValue(v));
-  if (v.size() > kMaxListItems) {
-    return FieldError(path, "at most " + std::to_string(kMaxListItems) + " items");
-  }
-  std::vector<std::string> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const json& item = v[i];
-    // GPU indexes may be written as numbers.
-    if (item.is_number_unsigned() || item.is_number_integer()) {
-      out.push_back(item.dump());
-      continue;
-    }
-    GP_ASSIGN_OR_RETURN(std::string s, Text(item, path + "[" + std::to_string(i) + "]"));
-    out.push_back(std::move(s));
-  }
-  return out;
+  return StringList(v, path, kMaxListItems);
 }
 
 Result<int64_t> Duration(const json& v, const std::string& path, int64_t max_ms) {
@@ -98,11 +71,11 @@ Status ParseAllowDeny(const json& v, const std::string& path, std::set<std::stri
         path, "expected a mapping such as {allow: [a], deny: [b]}, got " + DescribeValue(v));
   }
   GP_RETURN_IF_ERROR(CheckKnownFields(v, path + ".", kAllowDenyFields));
-  if (const json* f = Field(v, "allow")) {
+  if (const json* f = FieldOrNull(v, "allow")) {
     GP_ASSIGN_OR_RETURN(auto list, TextList(*f, path + ".allow"));
     allow.insert(list.begin(), list.end());
   }
-  if (const json* f = Field(v, "deny")) {
+  if (const json* f = FieldOrNull(v, "deny")) {
     GP_ASSIGN_OR_RETURN(auto list, TextList(*f, path + ".deny"));
     deny.insert(list.begin(), list.end());
   }
@@ -113,8 +86,8 @@ Status ParseWindows(const json& v, ProviderPolicy& p) {
   const std::string path = "policy.windows";
   if (!v.is_object()) return FieldError(path, "expected a mapping, got " + DescribeValue(v));
   GP_RETURN_IF_ERROR(CheckKnownFields(v, path + ".", kWindowsFields));
-  if (const json* f = Field(v, "timezone")) {
-    GP_ASSIGN_OR_RETURN(p.timezone, Text(*f, path + ".timezone"));
+  if (const json* f = FieldOrNull(v, "timezone")) {
+    GP_ASSIGN_OR_RETURN(p.timezone, NonEmptyString(*f, path + ".timezone"));
     try {
       (void)date::locate_zone(p.timezone);
     } catch (const std::exception&) {
@@ -122,7 +95,7 @@ Status ParseWindows(const json& v, ProviderPolicy& p) {
                                                 " (an IANA name such as Europe/Berlin)");
     }
   }
-  const json* weekly = Field(v, "weekly");
+  const json* weekly = FieldOrNull(v, "weekly");
   if (weekly == nullptr) return FieldError(path + ".weekly", "is required");
   if (!weekly->is_array() || weekly->empty()) {
     return FieldError(path + ".weekly",
@@ -139,7 +112,7 @@ Status ParseWindows(const json& v, ProviderPolicy& p) {
     }
     GP_RETURN_IF_ERROR(CheckKnownFields(w, wp + ".", kWeeklyFields));
     WeeklyWindow window;
-    const json* days = Field(w, "days");
+    const json* days = FieldOrNull(w, "days");
     if (days == nullptr) return FieldError(wp + ".days", "is required");
     GP_ASSIGN_OR_RETURN(auto names, TextList(*days, wp + ".days"));
     if (names.empty()) return FieldError(wp + ".days", "must name at least one day");
@@ -152,10 +125,10 @@ Status ParseWindows(const json& v, ProviderPolicy& p) {
       }
       window.days.insert(static_cast<int>(it - std::begin(kDayNames)));
     }
-    if (const json* f = Field(w, "from")) {
+    if (const json* f = FieldOrNull(w, "from")) {
       GP_ASSIGN_OR_RETURN(window.from_minute, MinuteOfDay(*f, wp + ".from"));
     }
-    if (const json* f = Field(w, "to")) {
+    if (const json* f = FieldOrNull(w, "to")) {
       GP_ASSIGN_OR_RETURN(window.to_minute, MinuteOfDay(*f, wp + ".to"));
     }
     if (window.from_minute == 1440) {
@@ -196,13 +169,13 @@ Result<ProviderPolicy> ParseProviderPolicy(const json& j) {
   ProviderPolicy p;
   if (!j.is_object()) return FieldError("policy", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "policy.", kPolicyFields));
-  if (const json* f = Field(j, "gpus")) {
+  if (const json* f = FieldOrNull(j, "gpus")) {
     GP_ASSIGN_OR_RETURN(p.gpus, TextList(*f, "policy.gpus"));
     if (p.gpus.empty()) {
       return FieldError("policy.gpus", "must name at least one GPU (leave it out to lend all)");
     }
   }
-  if (const json* f = Field(j, "gpu_memory")) {
+  if (const json* f = FieldOrNull(j, "gpu_memory")) {
     if (!f->is_string()) {
       return FieldError(
           "policy.gpu_memory",
@@ -228,42 +201,42 @@ Result<ProviderPolicy> ParseProviderPolicy(const json& j) {
       p.gpu_memory_mib = *mib;
     }
   }
-  if (const json* f = Field(j, "fractional")) {
+  if (const json* f = FieldOrNull(j, "fractional")) {
     if (!f->is_boolean()) {
       return FieldError("policy.fractional", "must be true or false, got " + DescribeValue(*f));
     }
     p.fractional = f->get<bool>();
   }
-  if (const json* f = Field(j, "windows")) GP_RETURN_IF_ERROR(ParseWindows(*f, p));
-  if (const json* f = Field(j, "idle_only")) {
+  if (const json* f = FieldOrNull(j, "windows")) GP_RETURN_IF_ERROR(ParseWindows(*f, p));
+  if (const json* f = FieldOrNull(j, "idle_only")) {
     if (!f->is_object()) {
       return FieldError(
           "policy.idle_only",
           "expected a mapping such as {max_utilization: 10, for: 10m}, got " + DescribeValue(*f));
     }
     GP_RETURN_IF_ERROR(CheckKnownFields(*f, "policy.idle_only.", kIdleFields));
-    if (const json* u = Field(*f, "max_utilization")) {
+    if (const json* u = FieldOrNull(*f, "max_utilization")) {
       if (!u->is_number_integer() || u->get<int64_t>() < 0 || u->get<int64_t>() > 100) {
         return FieldError("policy.idle_only.max_utilization",
                           "must be a whole percent from 0 to 100, got " + DescribeValue(*u));
       }
       p.idle_max_utilization = u->get<int>();
     }
-    const json* dur = Field(*f, "for");
+    const json* dur = FieldOrNull(*f, "for");
     if (dur == nullptr) return FieldError("policy.idle_only.for", "is required");
     GP_ASSIGN_OR_RETURN(p.idle_for_ms, Duration(*dur, "policy.idle_only.for", kMaxDurationMs));
     if (p.idle_for_ms == 0) p.idle_for_ms = 1;  // "0s": idle at the first quiet sample
   }
-  if (const json* f = Field(j, "users")) {
+  if (const json* f = FieldOrNull(j, "users")) {
     GP_RETURN_IF_ERROR(ParseAllowDeny(*f, "policy.users", p.allow_users, p.deny_users));
   }
-  if (const json* f = Field(j, "groups")) {
+  if (const json* f = FieldOrNull(j, "groups")) {
     GP_RETURN_IF_ERROR(ParseAllowDeny(*f, "policy.groups", p.allow_groups, p.deny_groups));
   }
-  if (const json* f = Field(j, "max_runtime")) {
+  if (const json* f = FieldOrNull(j, "max_runtime")) {
     GP_ASSIGN_OR_RETURN(p.max_runtime_ms, Duration(*f, "policy.max_runtime", kMaxDurationMs));
   }
-  if (const json* f = Field(j, "reclaim_grace")) {
+  if (const json* f = FieldOrNull(j, "reclaim_grace")) {
     GP_ASSIGN_OR_RETURN(p.reclaim_grace_ms,
                         Duration(*f, "policy.reclaim_grace", int64_t{3600} * 1000));
   }

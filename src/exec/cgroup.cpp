@@ -89,18 +89,18 @@ Status MoveProcessesToLeaf(const std::string& path) {
   // Processes forked while moving show up in a later pass.
   for (int pass = 0; pass < 5; ++pass) {
     GP_ASSIGN_OR_RETURN(std::string procs, ReadFile(path + "/cgroup.procs"));
-    std::vector<pid_t> todo;
+    std::vector<pid_t> remaining;
     for (pid_t pid : ParsePids(procs)) {
-      if (std::find(moved.begin(), moved.end(), pid) == moved.end()) todo.push_back(pid);
+      if (std::find(moved.begin(), moved.end(), pid) == moved.end()) remaining.push_back(pid);
     }
-    if (todo.empty()) break;
+    if (remaining.empty()) break;
     if (pass == 0 && ::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) {
       return Status::Internal("cannot create cgroup " + leaf + ": " + std::strerror(errno));
     }
     const std::string target = leaf + "/cgroup.procs";
     int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return Status::Internal("cannot open " + target + ": " + std::strerror(errno));
-    for (pid_t pid : todo) {
+    for (pid_t pid : remaining) {
       std::string line = std::to_string(pid) + "\n";
       if (::write(fd, line.data(), line.size()) < 0 && errno != ESRCH) {
         int err = errno;

@@ -337,6 +337,36 @@ Status FieldError(std::string_view path, std::string_view message) {
   return Status::InvalidArgument(std::move(m));
 }
 
+const nlohmann::json* FieldOrNull(const nlohmann::json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+Result<std::string> NonEmptyString(const nlohmann::json& v, const std::string& path) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+    return FieldError(path, "must be a non-empty string, got " + DescribeValue(v));
+  }
+  return v.get<std::string>();
+}
+
+Result<std::vector<std::string>> StringList(const nlohmann::json& v, const std::string& path,
+                                            size_t max_items) {
+  if (!v.is_array()) return FieldError(path, "must be a list, got " + DescribeValue(v));
+  if (v.size() > max_items) {
+    return FieldError(path, "at most " + std::to_string(max_items) + " items");
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].is_number_unsigned() || v[i].is_number_integer()) {
+      out.push_back(v[i].dump());
+      continue;
+    }
+    GP_ASSIGN_OR_RETURN(std::string s, NonEmptyString(v[i], path + "[" + std::to_string(i) + "]"));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 Status CheckKnownFields(const nlohmann::json& obj, std::string_view prefix,
                         std::span<const char* const> known) {
   for (const auto& [key, value] : obj.items()) {

@@ -38,6 +38,15 @@ Result<nlohmann::json> ParseYamlDocument(std::string_view text, const YamlOption
 // DescribeValue: a value as shown after "got": "a mapping", "a list", "null",
 // a quoted string, or the JSON of other scalars ("nan", "inf" for those).
 Status FieldError(std::string_view path, std::string_view message);
+// Readers of config fields (agent config, provider policy):
+// FieldOrNull: the value of `key` in `obj`, or nullptr when absent or null
+// (an empty YAML value means "not given"). NonEmptyString: a string that is
+// not empty, else FieldError. StringList: a list of them (integers are
+// taken as their decimal text, for GPU indexes), at most `max_items`.
+const nlohmann::json* FieldOrNull(const nlohmann::json& obj, const char* key);
+Result<std::string> NonEmptyString(const nlohmann::json& v, const std::string& path);
+Result<std::vector<std::string>> StringList(const nlohmann::json& v, const std::string& path,
+                                            size_t max_items);
 // FieldError "PREFIXkey: unknown field (known: a, b, c)" for the first key
 // of the mapping `obj` that is not in `known`.
 Status CheckKnownFields(const nlohmann::json& obj, std::string_view prefix,

@@ -221,14 +221,16 @@ def test_memory_hog_is_stopped_with_the_memory_reason(pool):
 
 
 def test_fork_bomb_is_contained_by_the_pid_limit(pool, tmp_path):
-    start(pool, "limits: {pids: 40}\n", tmp_path)
+    # Its own uid range: other tests' agents (ctest runs files in parallel)
+    # run their tasks from 190000 up.
+    start(pool, "limits: {pids: 40}\nsandbox: {uids: 195000-195099}\n", tmp_path)
     # `exec`: once the bomb holds every allowed process, the shell could not fork a sleep.
     job_id = pool.submit({"run": "bomb() { bomb | bomb & }; bomb; exec sleep 30", "max_runtime": "4s"})
     pool.wait_state(job_id, "running")
 
     def task_processes():
         r = subprocess.run(["ps", "-e", "-o", "uid="], capture_output=True, text=True)
-        return [int(u) for u in r.stdout.split() if 190000 <= int(u) < 191000]
+        return [int(u) for u in r.stdout.split() if 195000 <= int(u) < 195100]
     peak = 0
     while pool.job(job_id)["state"] == "running":
         peak = max(peak, len(task_processes()))

@@ -140,12 +140,12 @@ class Agent {
   }
 
   // The task's GPUs' device minor numbers, where NVML told them.
-  std::vector<int> GpuMinors(const std::vector<std::string>& uuids) {
+  // From the GPUs this connection's hello reported (the ones the server
+  // placed on): static facts, so no NVML read per start order.
+  std::vector<int> GpuMinors(const std::vector<std::string>& uuids) const {
     std::vector<int> minors;
-    auto snap = gpu_->Read();
-    if (!snap.ok()) return minors;
     for (const std::string& uuid : uuids) {
-      for (const GpuInfo& g : snap->gpus) {
+      for (const GpuInfo& g : gpus_) {
         if (g.uuid == uuid && g.minor_number >= 0) minors.push_back(g.minor_number);
       }
     }
@@ -181,6 +181,7 @@ class Agent {
         static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
     auto snap = gpu_->Read();
     if (snap.ok()) {
+      gpus_ = snap->gpus;
       h.gpus = snap->gpus;
       h.driver_version = snap->driver_version;
       h.cuda_version = snap->cuda_version;
@@ -462,6 +463,7 @@ class Agent {
   exec::ExecEnvironment exec_env_;
   TaskManager tasks_;
   std::unique_ptr<GpuSource> gpu_;
+  std::vector<GpuInfo> gpus_;  // as last reported in a hello
   std::string ws_url_;
   std::string instance_;
   std::string node_id_;

@@ -93,12 +93,20 @@ void ExecPlan(const LaunchPlan& plan, int error_fd) {
   for (const auto& e : plan.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   // execvpe searches the caller's PATH: make it the job's.
-  const std::string path_prefix = "PATH=";
-  for (const auto& e : plan.env) {
-    if (e.compare(0, path_prefix.size(), path_prefix) == 0) ::setenv("PATH", e.c_str() + 5, 1);
-  }
+  if (auto path = EnvValue(plan.env, "PATH")) ::setenv("PATH", path->c_str(), 1);
   ::execvpe(argv[0], argv.data(), envp.data());
   Fail(error_fd, LaunchStep::kExec, errno);
+}
+
+bool EnvEntryIs(std::string_view entry, std::string_view key) {
+  return entry.size() > key.size() && entry.starts_with(key) && entry[key.size()] == '=';
+}
+
+std::optional<std::string> EnvValue(const std::vector<std::string>& env, std::string_view key) {
+  for (auto it = env.rbegin(); it != env.rend(); ++it) {
+    if (EnvEntryIs(*it, key)) return it->substr(key.size() + 1);
+  }
+  return std::nullopt;
 }
 
 std::string FindProgram(const std::string& program, const std::string& path) {

@@ -3,7 +3,10 @@
 // run an executor directly.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "exec/executor.h"
 
@@ -19,6 +22,13 @@ enum class LaunchStep : int { kCgroup = 1, kRlimits, kStage, kSetUser, kChdir, k
 // without '/' is looked up on the PATH of plan.env (the job's), not the
 // caller's. Never returns.
 [[noreturn]] void ExecPlan(const LaunchPlan& plan, int error_fd);
+
+// Whether a KEY=VALUE entry is for `key`.
+bool EnvEntryIs(std::string_view entry, std::string_view key);
+
+// The value of KEY in a KEY=VALUE list (the last one wins, as MergeEnv
+// leaves it), or nullopt.
+std::optional<std::string> EnvValue(const std::vector<std::string>& env, std::string_view key);
 
 // The full path of `program` (a name without '/') on the colon-separated
 // `path`, or "" when no directory has it executable. A program with a '/'

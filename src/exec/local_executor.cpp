@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "exec/launch.h"
 #include "exec/limits.h"
 #include "exec/process_tree.h"
 
@@ -34,9 +35,7 @@ std::vector<std::string> MergeEnv(std::vector<std::string> base,
                                   const std::vector<std::string>& overlay) {
   for (const std::string& kv : overlay) {
     std::string key = kv.substr(0, kv.find('='));
-    std::erase_if(base, [&](const std::string& b) {
-      return b.size() > key.size() && b.compare(0, key.size(), key) == 0 && b[key.size()] == '=';
-    });
+    std::erase_if(base, [&](const std::string& b) { return EnvEntryIs(b, key); });
     base.push_back(kv);
   }
   return base;

@@ -209,6 +209,12 @@ std::vector<pid_t> Walk(pid_t root, bool read_stat, Visit&& visit) {
 
 }  // namespace
 
+std::vector<pid_t> Children(pid_t pid) {
+  std::vector<pid_t> kids;
+  if (pid > 0) AppendChildren(pid, 0, kids);
+  return kids;
+}
+
 std::vector<pid_t> Descendants(pid_t root) {
   if (root <= 0) return {};
   if (!HasChildrenFiles()) return DescendantsFromStat(root);

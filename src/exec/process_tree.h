@@ -31,6 +31,10 @@ namespace gpupool::exec {
 // root does not exist or has no children.
 std::vector<pid_t> Descendants(pid_t root);
 
+// The direct children of `pid` (of all its threads), from the children
+// files; empty when it is gone or the kernel has none.
+std::vector<pid_t> Children(pid_t pid);
+
 // The same set found by scanning every /proc/*/stat for parent pids: the
 // fallback, slower (it reads one file per process on the machine).
 std::vector<pid_t> DescendantsFromStat(pid_t root);

@@ -171,6 +171,10 @@ TEST(DescendantsTest, FindsNestedChildrenAndAReparentedOrphan) {
 
   // The /proc scan finds the same set.
   EXPECT_EQ(Sorted(DescendantsFromStat(tree.root())), Sorted(found));
+  // Its direct children only: not B's child.
+  EXPECT_THAT(Children(tree.root()), UnorderedElementsAre(pids['A'], pids['B'], pids['D']));
+  EXPECT_THAT(Children(pids['B']), UnorderedElementsAre(pids['b']));
+  EXPECT_THAT(Children(pids['b']), IsEmpty());
 
   // From further up, the root is included.
   std::vector<pid_t> mine = Descendants(::getpid());

@@ -12,9 +12,9 @@
 #include <cstring>
 #include <set>
 
-#include "common/files.h"
 #include "exec/driver_files.h"
 #include "exec/launch.h"
+#include "exec/process_tree.h"
 
 namespace gpupool::exec {
 namespace {
@@ -22,35 +22,15 @@ namespace {
 // Entries of an image root that the sandbox provides itself.
 const std::set<std::string> kProvidedTopLevel = {"proc", "dev", "sys", "tmp", "work", "gpupool"};
 
-std::string EnvValue(const std::vector<std::string>& env, std::string_view key) {
-  for (auto it = env.rbegin(); it != env.rend(); ++it) {
-    if (it->size() > key.size() && it->compare(0, key.size(), key) == 0 &&
-        (*it)[key.size()] == '=') {
-      return it->substr(key.size() + 1);
-    }
-  }
-  return "";
+// The value of `key` in `env`, or "".
+std::string EnvText(const std::vector<std::string>& env, std::string_view key) {
+  return EnvValue(env, key).value_or("");
 }
 
 std::string ReadLink(const std::string& path) {
   char buf[4096];
   ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-std::vector<pid_t> ChildrenOf(pid_t pid) {
-  std::vector<pid_t> out;
-  auto text =
-      ReadFile("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  if (!text.ok()) return out;
-  size_t i = 0;
-  while (i < text->size()) {
-    size_t j = text->find(' ', i);
-    if (j == std::string::npos) j = text->size();
-    if (j > i) out.push_back(static_cast<pid_t>(std::stol(text->substr(i, j - i))));
-    i = j + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -141,7 +121,7 @@ Result<std::vector<std::string>> SandboxExecutor::AddSystem(BwrapArgs& args) con
     args.SystemEntry(root + "/" + name, "/" + name, staged_root + "/" + name);
   }
   std::vector<std::string> env = image_->config().env;
-  if (EnvValue(env, "PATH").empty()) {
+  if (EnvText(env, "PATH").empty()) {
     env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
   }
   return env;
@@ -165,7 +145,7 @@ Status SandboxExecutor::AddDriverFiles(BwrapArgs& args, const TaskContext& task,
   // An image brings no NVIDIA driver: bind the host's, as the container toolkit does.
   if (!image_ || task.gpu_uuids.empty()) return Status::Ok();
   GP_ASSIGN_OR_RETURN(auto files,
-                      FindDriverFiles(config_.sandbox.ldconfig, EnvValue(HostBaseEnv(), "PATH")));
+                      FindDriverFiles(config_.sandbox.ldconfig, EnvText(HostBaseEnv(), "PATH")));
   for (const DriverFile& f : files.libs) {
     args.Add(
         {"--ro-bind", args.Reachable(f.path, "lib-" + f.name), "/gpupool/driver/lib/" + f.name});
@@ -174,10 +154,10 @@ Status SandboxExecutor::AddDriverFiles(BwrapArgs& args, const TaskContext& task,
     args.Add(
         {"--ro-bind", args.Reachable(f.path, "bin-" + f.name), "/gpupool/driver/bin/" + f.name});
   }
-  std::string ld = EnvValue(env, "LD_LIBRARY_PATH");
+  std::string ld = EnvText(env, "LD_LIBRARY_PATH");
   env = MergeEnv(std::move(env),
                  {"LD_LIBRARY_PATH=/gpupool/driver/lib" + (ld.empty() ? "" : ":" + ld),
-                  "PATH=" + EnvValue(env, "PATH") + ":/gpupool/driver/bin"});
+                  "PATH=" + EnvText(env, "PATH") + ":/gpupool/driver/bin"});
   return Status::Ok();
 }
 
@@ -204,7 +184,7 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
   LaunchPlan plan = BasePlan(task);
   BwrapArgs args(plan, /*stage=*/task.uid >= 0);
   // bubblewrap is found on the agent's PATH; the plan's PATH is the job's.
-  std::string bwrap = FindProgram(config_.sandbox.bwrap, EnvValue(HostBaseEnv(), "PATH"));
+  std::string bwrap = FindProgram(config_.sandbox.bwrap, EnvText(HostBaseEnv(), "PATH"));
   if (bwrap.empty()) {
     return Status::FailedPrecondition("cannot find bubblewrap (" + config_.sandbox.bwrap + ")");
   }
@@ -258,7 +238,7 @@ std::vector<pid_t> SandboxExecutor::Spared() const {
   std::vector<pid_t> spared;
   if (child_ <= 0) return spared;
   spared.push_back(child_);
-  for (pid_t p : ChildrenOf(child_)) spared.push_back(p);
+  for (pid_t p : Children(child_)) spared.push_back(p);
   return spared;
 }
 

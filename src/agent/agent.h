@@ -37,7 +37,16 @@ struct AgentOptions {
 // repeated key, a missing '=' or a bad key is InvalidArgument naming the flag.
 Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std::string>& flags);
 
-// Runs until SIGINT or SIGTERM; returns the process exit code.
+// Where the agent keeps its tasks when --data-dir is not given:
+// /var/lib/gpupool-agent for root, else $XDG_STATE_HOME/gpupool/agent
+// (~/.local/state/gpupool/agent).
+std::string DefaultAgentDataDir();
+// The agent's control socket in its data dir (agent/control_socket.h),
+// which `gpupool agent status|pause|resume|reclaim|leave|policy` use.
+std::string ControlSocketPath(const std::string& data_dir);
+
+// Runs until SIGINT or SIGTERM, or until `gpupool agent leave` completes;
+// returns the process exit code.
 int RunAgent(const AgentOptions& options);
 
 }  // namespace gpupool::agent

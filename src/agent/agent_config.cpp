@@ -14,8 +14,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kTopFields[] = {"executors", "sandbox", "images",
-                                      "docker",    "podman",  "limits"};
+constexpr const char* kTopFields[] = {"executors", "sandbox", "images", "docker",
+                                      "podman",    "limits",  "policy", "owner"};
 constexpr const char* kSandboxFields[] = {"uids", "host_paths", "devices_dir", "bwrap", "ldconfig"};
 constexpr const char* kImagesFields[] = {"cache_dir", "cache_size", "skopeo", "umoci"};
 constexpr const char* kEngineFields[] = {"command", "gpus", "extra_args"};
@@ -151,12 +151,9 @@ AgentConfig DefaultAgentConfig(const std::string& data_dir) {
   return config;
 }
 
-Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir) {
-  YamlOptions options;
-  options.what = "agent config";
-  options.max_bytes = 1 << 20;
-  options.empty_message = "empty agent config; expected a mapping";
-  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options));
+namespace {
+
+Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_dir) {
   if (!j.is_object()) return FieldError("", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "", kTopFields));
   AgentConfig config = DefaultAgentConfig(data_dir);
@@ -223,7 +220,50 @@ Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& d
   if (const json* v = FieldOrNull(j, "podman"))
     GP_RETURN_IF_ERROR(ParseEngine(*v, "podman", c.podman));
   if (const json* v = FieldOrNull(j, "limits")) GP_RETURN_IF_ERROR(ParseLimits(*v, c));
+  if (const json* v = FieldOrNull(j, "policy")) {
+    GP_ASSIGN_OR_RETURN(config.policy, ParseProviderPolicy(*v));
+  }
+  if (const json* v = FieldOrNull(j, "owner")) {
+    if (v->is_number_integer() && v->get<int64_t>() >= 0) {
+      config.owner = std::to_string(v->get<int64_t>());
+    } else {
+      GP_ASSIGN_OR_RETURN(config.owner, NonEmptyString(*v, "owner"));
+    }
+  }
   return config;
+}
+
+}  // namespace
+
+Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir) {
+  YamlOptions options;
+  options.what = "agent config";
+  options.max_bytes = 1 << 20;
+  options.empty_message = "empty agent config; expected a mapping";
+  YamlLines lines;
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options, &lines));
+  auto config = AgentConfigFromJson(j, data_dir);
+  if (!config.ok()) return WithLine(config.status(), lines);
+  return config;
+}
+
+Result<ProviderPolicy> ParsePolicyText(std::string_view text) {
+  YamlOptions options;
+  options.what = "policy";
+  options.max_bytes = 1 << 20;
+  options.empty_message = "empty policy; expected a mapping";
+  YamlLines lines;
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options, &lines));
+  if (j.is_object() && j.contains("policy")) {
+    GP_ASSIGN_OR_RETURN(AgentConfig config, ParseAgentConfig(text, "/"));
+    return config.policy;
+  }
+  // The policy's errors name "policy.<field>"; here the fields are at the top.
+  YamlLines under_policy;
+  for (const auto& [path, line] : lines) under_policy["policy." + path] = line;
+  auto policy = ParseProviderPolicy(j);
+  if (!policy.ok()) return WithLine(policy.status(), under_policy);
+  return policy;
 }
 
 Result<AgentConfig> LoadAgentConfig(const std::string& path, const std::string& data_dir) {

@@ -20,6 +20,9 @@
 //     cpus: 4                      # likewise
 //     disk: 100GiB                 # work directory cap, likewise
 //     memory_poll: 100ms           # without a cgroup: how often memory is measured
+//   policy: {...}                  # what is lent, when, to whom (agent/policy.h)
+//   owner: alice                   # may use the control socket besides root
+//                                  # (a user name or uid)
 //
 // Parsing is strict like job specs: unknown fields, wrong types and values
 // out of range are InvalidArgument naming the field path. Every field is
@@ -29,6 +32,7 @@
 #include <string>
 #include <string_view>
 
+#include "agent/policy.h"
 #include "common/status.h"
 #include "exec/exec_config.h"
 
@@ -36,10 +40,16 @@ namespace gpupool::agent {
 
 struct AgentConfig {
   exec::ExecConfig exec;
+  ProviderPolicy policy;
+  std::string owner;  // user name or uid; empty: root and the agent's own account only
 };
 
 // `data_dir` fills the defaults that live under it (images.cache_dir).
 Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir);
+// A policy file for `gpupool agent policy set`: the policy's fields at the
+// top, or an agent config whose `policy:` is taken. Errors name the field
+// ("policy.windows.weekly[0].from (line 4): ...").
+Result<ProviderPolicy> ParsePolicyText(std::string_view text);
 // Errors are prefixed with the path.
 Result<AgentConfig> LoadAgentConfig(const std::string& path, const std::string& data_dir);
 // The config of an agent started without --config.

@@ -62,26 +62,70 @@ limits: {cgroup: none, pids: 64, memory: 4GiB, cpus: 1.5, disk: 10GiB, memory_po
 }
 
 TEST(AgentConfig, RejectsWithThePath) {
-  EXPECT_THAT(Error("executor: [sandbox]"), HasSubstr("executor: unknown field (known: executors"));
-  EXPECT_THAT(Error("executors: [vm]"), HasSubstr("executors[0]: unknown executor \"vm\""));
-  EXPECT_THAT(Error("executors: []"), HasSubstr("executors: must name at least one"));
+  EXPECT_THAT(Error("executor: [sandbox]"),
+              HasSubstr("executor (line 1): unknown field (known: executors"));
+  EXPECT_THAT(Error("executors: [vm]"),
+              HasSubstr("executors[0] (line 1): unknown executor \"vm\""));
+  EXPECT_THAT(Error("executors: []"), HasSubstr("executors (line 1): must name at least one"));
   EXPECT_THAT(Error("executors: [sandbox, sandbox]"),
-              HasSubstr("executors[1]: \"sandbox\" is listed twice"));
+              HasSubstr("executors[1] (line 1): \"sandbox\" is listed twice"));
   EXPECT_THAT(Error("sandbox: {uids: 5-10}"),
-              HasSubstr("sandbox.uids: must be FIRST-LAST with 1000"));
-  EXPECT_THAT(Error("sandbox: {uids: 190000}"), HasSubstr("sandbox.uids: must be a range"));
+              HasSubstr("sandbox.uids (line 1): must be FIRST-LAST with 1000"));
+  EXPECT_THAT(Error("sandbox: {uids: 190000}"),
+              HasSubstr("sandbox.uids (line 1): must be a range"));
   EXPECT_THAT(Error("sandbox: {host_paths: [usr]}"),
-              HasSubstr("sandbox.host_paths[0]: must be an absolute path"));
-  EXPECT_THAT(Error("images: {cache_size: lots}"), HasSubstr("images.cache_size:"));
-  EXPECT_THAT(Error("docker: {gpus: all}"), HasSubstr("docker.gpus: must be cdi or gpus"));
-  EXPECT_THAT(Error("limits: {pids: 0}"), HasSubstr("limits.pids: must be a whole number from 1"));
+              HasSubstr("sandbox.host_paths[0] (line 1): must be an absolute path"));
+  EXPECT_THAT(Error("images: {cache_size: lots}"), HasSubstr("images.cache_size (line 1):"));
+  EXPECT_THAT(Error("docker: {gpus: all}"), HasSubstr("docker.gpus (line 1): must be cdi or gpus"));
+  EXPECT_THAT(Error("limits: {pids: 0}"),
+              HasSubstr("limits.pids (line 1): must be a whole number from 1"));
   EXPECT_THAT(Error("limits: {cgroup: relative/path}"),
-              HasSubstr("limits.cgroup: must be auto, none or an absolute path"));
-  EXPECT_THAT(Error("limits: {memory: 4}"), HasSubstr("limits.memory: must be a size"));
+              HasSubstr("limits.cgroup (line 1): must be auto, none or an absolute path"));
+  EXPECT_THAT(Error("limits: {memory: 4}"), HasSubstr("limits.memory (line 1): must be a size"));
   EXPECT_THAT(Error("limits: {memory_poll: 1ms}"),
-              HasSubstr("limits.memory_poll: must be from 10ms"));
-  EXPECT_THAT(Error("limits: {swap: 1GiB}"), HasSubstr("limits.swap: unknown field"));
+              HasSubstr("limits.memory_poll (line 1): must be from 10ms"));
+  EXPECT_THAT(Error("limits: {swap: 1GiB}"), HasSubstr("limits.swap (line 1): unknown field"));
   EXPECT_THAT(Error("- a\n- b"), HasSubstr("expected a mapping"));
+}
+
+TEST(AgentConfig, PolicyAndOwner) {
+  auto c = ParseAgentConfig(R"(
+owner: alice
+policy:
+  gpus: [0]
+  users: {allow: [bob]}
+  reclaim_grace: 15s
+)",
+                            "/data");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->owner, "alice");
+  EXPECT_EQ(c->policy.gpus, std::vector<std::string>{"0"});
+  EXPECT_EQ(c->policy.allow_users, std::set<std::string>{"bob"});
+  EXPECT_EQ(c->policy.reclaim_grace_ms, 15'000);
+  EXPECT_EQ(ParseAgentConfig("owner: 1000", "/data")->owner, "1000");
+  EXPECT_EQ(DefaultAgentConfig("/data").policy, ProviderPolicy{});
+  EXPECT_THAT(Error("policy: {windows: {weekly: [{days: [someday]}]}}"),
+              HasSubstr("policy.windows.weekly[0].days"));
+  EXPECT_THAT(Error("owner: \"\""), HasSubstr("owner (line 1): must be a non-empty string"));
+}
+
+TEST(AgentConfig, PolicyErrorsNameTheLineAndField) {
+  auto c = ParseAgentConfig("executors: [sandbox]\npolicy:\n  gpus: [0]\n  reclaim_grace: soon\n",
+                            "/data");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("policy.reclaim_grace (line 4):"));
+  // A policy file: its fields at the top, or a whole agent config.
+  auto p =
+      ParsePolicyText("gpus: [0]\nwindows:\n  weekly:\n    - {days: [mon], from: \"25:00\"}\n");
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("policy.windows.weekly[0].from (line 4):"));
+  auto ok = ParsePolicyText("users: {allow: [alice]}");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->allow_users, std::set<std::string>{"alice"});
+  auto whole = ParsePolicyText("executors: [sandbox]\npolicy: {max_runtime: 2h}\n");
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->max_runtime_ms, 7'200'000);
+  EXPECT_FALSE(ParsePolicyText("").ok());
 }
 
 TEST(AgentConfig, LoadNamesTheFile) {

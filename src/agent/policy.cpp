@@ -157,12 +157,6 @@ date::sys_time<milliseconds> ToSys(const date::time_zone* zone,
   }
 }
 
-std::string Join(const std::set<std::string>& s) {
-  std::string out;
-  for (const auto& x : s) out += (out.empty() ? "" : ", ") + x;
-  return out;
-}
-
 }  // namespace
 
 Result<ProviderPolicy> ParseProviderPolicy(const json& j) {
@@ -243,6 +237,39 @@ Result<ProviderPolicy> ParseProviderPolicy(const json& j) {
   return p;
 }
 
+nlohmann::json PolicyToJson(const ProviderPolicy& p) {
+  auto hhmm = [](int minute) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "%02d:%02d", minute / 60 % 24, minute % 60);
+    return std::string(minute == 1440 ? "24:00" : buf);
+  };
+  json j;
+  j["gpus"] = p.gpus.empty() ? json("all") : json(p.gpus);
+  j["gpu_memory"] = p.gpu_memory_percent > 0 ? json(std::to_string(p.gpu_memory_percent) + "%")
+                    : p.gpu_memory_mib > 0   ? json(FormatMebibytes(p.gpu_memory_mib))
+                                             : json("all");
+  j["fractional"] = p.fractional;
+  if (p.windows.empty()) {
+    j["windows"] = "always";
+  } else {
+    json weekly = json::array();
+    for (const WeeklyWindow& w : p.windows) {
+      json days = json::array();
+      for (int d : w.days) days.push_back(kDayNames[d]);
+      weekly.push_back({{"days", days}, {"from", hhmm(w.from_minute)}, {"to", hhmm(w.to_minute)}});
+    }
+    j["windows"] = {{"timezone", p.timezone}, {"weekly", weekly}};
+  }
+  j["idle_only"] = p.idle_for_ms > 0 ? json{{"max_utilization", p.idle_max_utilization},
+                                            {"for", FormatDurationMs(p.idle_for_ms)}}
+                                     : json(false);
+  j["users"] = {{"allow", p.allow_users}, {"deny", p.deny_users}};
+  j["groups"] = {{"allow", p.allow_groups}, {"deny", p.deny_groups}};
+  j["max_runtime"] = p.max_runtime_ms > 0 ? json(FormatDurationMs(p.max_runtime_ms)) : json("any");
+  j["reclaim_grace"] = FormatDurationMs(p.reclaim_grace_ms);
+  return j;
+}
+
 WindowState EvaluateWindows(const ProviderPolicy& policy, int64_t now_ms) {
   WindowState state;
   if (policy.windows.empty()) return state;
@@ -306,84 +333,50 @@ int64_t LentMemoryMib(const ProviderPolicy& policy, const GpuInfo& gpu) {
   return gpu.memory_mib;
 }
 
-Status CheckStart(const ProviderPolicy& policy, const StartRequest& request,
-                  const std::vector<GpuInfo>& gpus, const std::set<std::string>& lendable,
-                  int64_t now_ms) {
-  auto refuse = [](const std::string& why) {
-    return Status::FailedPrecondition("refused by the provider's policy: " + why);
-  };
-  if (policy.deny_users.count(request.user) ||
-      (!policy.allow_users.empty() && !policy.allow_users.count(request.user))) {
-    return refuse(
-        "it does not lend to user " + QuoteForError(request.user) +
-        (policy.allow_users.empty() ? "" : " (lends to: " + Join(policy.allow_users) + ")"));
-  }
-  if (policy.deny_groups.count(request.group) ||
-      (!policy.allow_groups.empty() && !policy.allow_groups.count(request.group))) {
-    return refuse(
-        "it does not lend to group " + QuoteForError(request.group) +
-        (policy.allow_groups.empty() ? "" : " (lends to: " + Join(policy.allow_groups) + ")"));
-  }
-  if (policy.max_runtime_ms > 0 &&
-      (request.max_runtime_ms == 0 || request.max_runtime_ms > policy.max_runtime_ms)) {
-    return refuse("it accepts jobs with max_runtime at most " +
-                  FormatDurationMs(policy.max_runtime_ms) +
-                  (request.max_runtime_ms == 0
-                       ? " (the job gives none)"
-                       : " (the job asks " + FormatDurationMs(request.max_runtime_ms) + ")"));
-  }
-  if (!EvaluateWindows(policy, now_ms).open) {
-    return refuse("outside its availability windows");
-  }
-  for (const std::string& uuid : request.gpu_uuids) {
-    auto gpu =
-        std::find_if(gpus.begin(), gpus.end(), [&](const GpuInfo& g) { return g.uuid == uuid; });
-    if (gpu == gpus.end()) return refuse("there is no GPU " + uuid + " here");
-    if (!Lends(policy, *gpu)) return refuse("GPU " + uuid + " is not lent");
-    if (!lendable.count(uuid)) return refuse("GPU " + uuid + " is not idle (its owner uses it)");
-    bool share = request.gpu_milli > 0 && request.gpu_milli < 1000;
-    if (share && !policy.fractional) return refuse("it lends whole GPUs only");
-    int64_t lent = LentMemoryMib(policy, *gpu);
-    if (!share && lent < gpu->memory_mib) {
-      return refuse("it lends only " + FormatMebibytes(lent) + " of GPU " + uuid + ": shares only");
-    }
-    if (share && request.gpu_memory_mib > lent) {
-      return refuse("the share asks " + FormatMebibytes(request.gpu_memory_mib) +
-                    " of GPU memory; " + FormatMebibytes(lent) + " is lent");
-    }
-  }
-  return Status::Ok();
-}
-
 IdleTracker::Verdict IdleTracker::Observe(int64_t now_ms,
                                           const std::vector<GpuTelemetry>& telemetry,
-                                          const std::set<int64_t>& pool_pids) {
+                                          const std::set<int64_t>& pool_pids,
+                                          const std::set<std::string>& pool_gpus) {
   Verdict v;
   for (const GpuTelemetry& t : telemetry) {
-    if (policy_.idle_for_ms <= 0) {
+    if (idle_for_ms_ <= 0) {
       v.lendable.insert(t.uuid);
       continue;
     }
-    bool foreign = false, pool = false;
-    for (const GpuProcess& p : t.processes) {
-      (pool_pids.count(p.pid) ? pool : foreign) = true;
-    }
     State& s = state_[t.uuid];
-    if (foreign) {
+    auto foreign = std::find_if(t.processes.begin(), t.processes.end(),
+                                [&](const GpuProcess& p) { return !pool_pids.count(p.pid); });
+    if (foreign != t.processes.end()) {
       s.idle_since_ms = -1;
       v.reclaim.insert(t.uuid);
+      v.why_not[t.uuid] = "its owner runs process " + std::to_string(foreign->pid) + " on it";
       continue;
     }
-    // Utilization the pool's own work causes does not count against lending;
-    // unknown utilization (-1) counts as busy.
-    bool quiet = pool || (t.utilization_percent >= 0 &&
-                          t.utilization_percent <= policy_.idle_max_utilization);
-    if (!quiet) {
+    // The pool's own work does not count against lending: while it holds
+    // the GPU, the GPU counts as idle all along.
+    bool pool = pool_gpus.count(t.uuid) > 0 || !t.processes.empty();
+    if (pool) {
+      s.idle_since_ms = now_ms - idle_for_ms_;
+      v.lendable.insert(t.uuid);
+      continue;
+    }
+    // Unknown utilization (-1) counts as busy.
+    if (t.utilization_percent < 0 || t.utilization_percent > max_utilization_) {
       s.idle_since_ms = -1;
+      v.why_not[t.uuid] =
+          t.utilization_percent < 0
+              ? "its utilization cannot be read, so it never counts as idle"
+              : "in use by its owner (utilization over " + std::to_string(max_utilization_) + "%)";
       continue;
     }
     if (s.idle_since_ms < 0) s.idle_since_ms = now_ms;
-    if (now_ms - s.idle_since_ms >= policy_.idle_for_ms) v.lendable.insert(t.uuid);
+    if (now_ms - s.idle_since_ms >= idle_for_ms_) {
+      v.lendable.insert(t.uuid);
+    } else {
+      // Stable text: a changed lending is sent to the server.
+      v.why_not[t.uuid] =
+          "not yet idle for the " + FormatDurationMs(idle_for_ms_) + " idle-only lending asks";
+    }
   }
   return v;
 }

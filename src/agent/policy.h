@@ -71,6 +71,9 @@ struct ProviderPolicy {
 // time zone is an error here, not at run time.
 Result<ProviderPolicy> ParseProviderPolicy(const nlohmann::json& j);
 
+// The policy as its YAML would say it, for `gpupool agent status`.
+nlohmann::json PolicyToJson(const ProviderPolicy& policy);
+
 // Whether the windows are open at `now_ms` (ms since the epoch), and when
 // that next changes (ms; nullopt when it never does, e.g. no windows).
 struct WindowState {
@@ -85,46 +88,35 @@ bool Lends(const ProviderPolicy& policy, const GpuInfo& gpu);
 // The GPU memory the policy lends of `gpu`, in MiB.
 int64_t LentMemoryMib(const ProviderPolicy& policy, const GpuInfo& gpu);
 
-// What a start order asks of this machine, as far as the policy cares.
-struct StartRequest {
-  std::string user;
-  std::string group;
-  int64_t max_runtime_ms = 0;  // 0: none given
-  std::vector<std::string> gpu_uuids;
-  int32_t gpu_milli = 1000;    // per GPU
-  int64_t gpu_memory_mib = 0;  // per GPU, for a share
-};
-
-// Why the policy refuses `request` now, or OK. `gpus` are the machine's
-// GPUs; `lendable` says which UUIDs idle-only lending currently allows (all
-// of them when idle-only is off).
-Status CheckStart(const ProviderPolicy& policy, const StartRequest& request,
-                  const std::vector<GpuInfo>& gpus, const std::set<std::string>& lendable,
-                  int64_t now_ms);
-
 // Idle-only lending, per GPU: fed every telemetry sample, it says which
 // GPUs may be lent and which must be reclaimed at once (the owner started
 // work on them). A GPU becomes lendable once it had no foreign process and
 // utilization <= the limit for the whole `idle_for_ms`; it stops being
 // lendable the moment a foreign process appears (reclaim) or the
-// utilization goes over the limit while no pool task runs on it.
+// utilization goes over the limit while no pool task runs on it. A GPU that
+// holds pool work stays lendable until a foreign process appears, however
+// busy the pool keeps it (and also when the agent restarted in the middle).
 class IdleTracker {
  public:
-  explicit IdleTracker(const ProviderPolicy& policy) : policy_(policy) {}
+  explicit IdleTracker(const ProviderPolicy& policy)
+      : max_utilization_(policy.idle_max_utilization), idle_for_ms_(policy.idle_for_ms) {}
 
   struct Verdict {
-    std::set<std::string> lendable;  // UUIDs
-    std::set<std::string> reclaim;   // UUIDs with a foreign process now
+    std::set<std::string> lendable;              // UUIDs
+    std::set<std::string> reclaim;               // UUIDs with a foreign process now
+    std::map<std::string, std::string> why_not;  // UUID -> why it is not lendable
   };
-  // `pool_pids`: the processes the pool's tasks run (theirs, not foreign).
+  // `pool_pids`: the processes the pool's tasks run (theirs, not foreign);
+  // `pool_gpus`: the GPUs pool tasks hold.
   Verdict Observe(int64_t now_ms, const std::vector<GpuTelemetry>& telemetry,
-                  const std::set<int64_t>& pool_pids);
+                  const std::set<int64_t>& pool_pids, const std::set<std::string>& pool_gpus);
 
  private:
   struct State {
     int64_t idle_since_ms = -1;  // -1: not idle now
   };
-  const ProviderPolicy& policy_;
+  int max_utilization_;
+  int64_t idle_for_ms_;
   std::map<std::string, State> state_;
 };
 

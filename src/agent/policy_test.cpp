@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/policy_testing.h"
 #include "model/yaml.h"
 
 namespace gpupool::agent {
@@ -13,42 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
-
-ProviderPolicy Policy(std::string_view yaml) {
-  auto j = ParseYamlDocument(yaml, {});
-  EXPECT_TRUE(j.ok()) << j.status().ToString();
-  auto p = ParseProviderPolicy(*j);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return p.ok() ? *p : ProviderPolicy{};
-}
-
-std::string PolicyError(std::string_view yaml) {
-  auto j = ParseYamlDocument(yaml, {});
-  if (!j.ok()) return j.status().message();
-  auto p = ParseProviderPolicy(*j);
-  return p.ok() ? "(accepted)" : p.status().message();
-}
-
-// ms since the epoch of a wall-clock time in `zone`, e.g. At("Europe/Berlin", 2026, 11, 25, 12, 0).
-int64_t At(const char* zone, int y, unsigned mo, unsigned d, int h, int mi) {
-  auto local =
-      date::local_days{date::year{y} / mo / d} + std::chrono::hours(h) + std::chrono::minutes(mi);
-  auto sys = date::locate_zone(zone)->to_sys(local, date::choose::earliest);
-  return std::chrono::duration_cast<std::chrono::milliseconds>(sys.time_since_epoch()).count();
-}
-
-int64_t Utc(int y, unsigned mo, unsigned d, int h, int mi) { return At("UTC", y, mo, d, h, mi); }
-
-// Nights before a working day, and weekends. (A window that starts on
-// Sunday evening covers Monday morning; Sunday's all-day window ends at
-// midnight.)
-constexpr const char* kEvenings = R"(
-windows:
-  timezone: Europe/Berlin
-  weekly:
-    - {days: [sun, mon, tue, wed, thu, fri], from: "19:00", to: "08:00"}
-    - {days: [sat, sun]}
-)";
+using namespace policy_testing;
 
 TEST(Windows, NoWindowsMeansAlwaysOpen) {
   WindowState w = EvaluateWindows(ProviderPolicy{}, Utc(2026, 11, 25, 12, 0));
@@ -203,108 +169,33 @@ TEST(PolicyParse, ErrorsNameTheField) {
   EXPECT_THAT(PolicyError("lend: all"), HasSubstr("policy.lend: unknown field"));
 }
 
-// ---- start orders --------------------------------------------------------------
-
-std::vector<GpuInfo> Gpus() {
-  GpuInfo a{0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false};
-  GpuInfo b{1, "GPU-bbbb", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false};
-  return {a, b};
-}
-const std::set<std::string> kBoth = {"GPU-aaaa", "GPU-bbbb"};
-
-StartRequest Request(std::vector<std::string> gpus = {"GPU-aaaa"}) {
-  StartRequest r;
-  r.user = "alice";
-  r.group = "vision";
-  r.max_runtime_ms = 3'600'000;
-  r.gpu_uuids = std::move(gpus);
-  return r;
-}
-
-TEST(CheckStart, UsersAndGroupsOutsideTheAllowedSetAreRefused) {
-  ProviderPolicy p = Policy("users: {allow: [alice, bob], deny: [bob]}\ngroups: {deny: [rivals]}");
-  int64_t now = Utc(2026, 11, 25, 12, 0);
-  EXPECT_TRUE(CheckStart(p, Request(), Gpus(), kBoth, now).ok());
-  StartRequest carol = Request();
-  carol.user = "carol";
-  EXPECT_THAT(CheckStart(p, carol, Gpus(), kBoth, now).message(),
-              HasSubstr("refused by the provider's policy: it does not lend to user \"carol\" "
-                        "(lends to: alice, bob)"));
-  StartRequest bob = Request();
-  bob.user = "bob";  // allowed and denied: denied wins
-  EXPECT_FALSE(CheckStart(p, bob, Gpus(), kBoth, now).ok());
-  StartRequest rival = Request();
-  rival.group = "rivals";
-  EXPECT_THAT(CheckStart(p, rival, Gpus(), kBoth, now).message(),
-              HasSubstr("it does not lend to group \"rivals\""));
-}
-
-TEST(CheckStart, RuntimeWindowsGpusSharesAndMemory) {
-  int64_t noon = At("Europe/Berlin", 2026, 11, 25, 12, 0);
-  int64_t night = At("Europe/Berlin", 2026, 11, 25, 22, 0);
-  ProviderPolicy p =
-      Policy(std::string(kEvenings) + "max_runtime: 8h\ngpus: [1]\nfractional: false\n");
-  EXPECT_THAT(CheckStart(p, Request({"GPU-bbbb"}), Gpus(), kBoth, noon).message(),
-              HasSubstr("outside its availability windows"));
-  EXPECT_TRUE(CheckStart(p, Request({"GPU-bbbb"}), Gpus(), kBoth, night).ok());
-  EXPECT_THAT(CheckStart(p, Request({"GPU-aaaa"}), Gpus(), kBoth, night).message(),
-              HasSubstr("GPU GPU-aaaa is not lent"));
-  StartRequest endless = Request({"GPU-bbbb"});
-  endless.max_runtime_ms = 0;
-  EXPECT_THAT(CheckStart(p, endless, Gpus(), kBoth, night).message(),
-              HasSubstr("max_runtime at most 8h (the job gives none)"));
-  StartRequest share = Request({"GPU-bbbb"});
-  share.gpu_milli = 500;
-  EXPECT_THAT(CheckStart(p, share, Gpus(), kBoth, night).message(),
-              HasSubstr("it lends whole GPUs only"));
-  EXPECT_THAT(CheckStart(p, Request({"GPU-bbbb"}), Gpus(), {"GPU-aaaa"}, night).message(),
-              HasSubstr("GPU GPU-bbbb is not idle"));
-
-  ProviderPolicy half = Policy("gpu_memory: 50%");
-  EXPECT_THAT(CheckStart(half, Request(), Gpus(), kBoth, noon).message(),
-              HasSubstr("it lends only 40 GiB of GPU GPU-aaaa: shares only"));
-  StartRequest small = Request();
-  small.gpu_milli = 250;
-  small.gpu_memory_mib = 20 * 1024;
-  EXPECT_TRUE(CheckStart(half, small, Gpus(), kBoth, noon).ok());
-  small.gpu_memory_mib = 41 * 1024;
-  EXPECT_THAT(CheckStart(half, small, Gpus(), kBoth, noon).message(),
-              HasSubstr("the share asks 41 GiB of GPU memory; 40 GiB is lent"));
-}
-
 // ---- idle-only lending -----------------------------------------------------------
 
-GpuTelemetry Sample(const std::string& uuid, int util, std::vector<int64_t> pids = {}) {
-  GpuTelemetry t;
-  t.uuid = uuid;
-  t.utilization_percent = util;
-  for (int64_t pid : pids) t.processes.push_back({pid, 1000});
-  return t;
-}
+const std::set<std::string> kBoth = {"GPU-aaaa", "GPU-bbbb"};
 
 TEST(IdleTracker, LendsAfterTheQuietPeriodAndReclaimsWhenTheOwnerStarts) {
   ProviderPolicy p = Policy("idle_only: {max_utilization: 10, for: 5m}");
   IdleTracker idle(p);
   const int64_t t0 = Utc(2026, 11, 25, 12, 0);
   // Quiet from t0, but not yet for 5 minutes.
-  auto v = idle.Observe(t0, {Sample("GPU-aaaa", 3)}, {});
+  auto v = idle.Observe(t0, {Sample("GPU-aaaa", 3)}, {}, {});
   EXPECT_TRUE(v.lendable.empty());
-  v = idle.Observe(t0 + 4 * 60'000, {Sample("GPU-aaaa", 8)}, {});
+  v = idle.Observe(t0 + 4 * 60'000, {Sample("GPU-aaaa", 8)}, {}, {});
   EXPECT_TRUE(v.lendable.empty());
-  v = idle.Observe(t0 + 5 * 60'000, {Sample("GPU-aaaa", 2)}, {});
+  v = idle.Observe(t0 + 5 * 60'000, {Sample("GPU-aaaa", 2)}, {}, {});
   EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
   // A pool job runs on it at full load: still lent.
-  v = idle.Observe(t0 + 6 * 60'000, {Sample("GPU-aaaa", 100, {4242})}, {4242});
+  v = idle.Observe(t0 + 6 * 60'000, {Sample("GPU-aaaa", 100, {4242})}, {4242}, {});
   EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
   EXPECT_TRUE(v.reclaim.empty());
   // The owner starts their own process: reclaim at once, not lendable.
-  v = idle.Observe(t0 + 6 * 60'000 + 1000, {Sample("GPU-aaaa", 100, {4242, 777})}, {4242});
+  v = idle.Observe(t0 + 6 * 60'000 + 1000, {Sample("GPU-aaaa", 100, {4242, 777})}, {4242}, {});
   EXPECT_EQ(v.reclaim, std::set<std::string>{"GPU-aaaa"});
   EXPECT_TRUE(v.lendable.empty());
   // The owner's process ends; the quiet period starts over.
-  v = idle.Observe(t0 + 7 * 60'000, {Sample("GPU-aaaa", 0)}, {});
+  v = idle.Observe(t0 + 7 * 60'000, {Sample("GPU-aaaa", 0)}, {}, {});
   EXPECT_TRUE(v.lendable.empty() && v.reclaim.empty());
-  v = idle.Observe(t0 + 12 * 60'000, {Sample("GPU-aaaa", 0)}, {});
+  v = idle.Observe(t0 + 12 * 60'000, {Sample("GPU-aaaa", 0)}, {}, {});
   EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
 }
 
@@ -312,18 +203,37 @@ TEST(IdleTracker, BusyOrUnknownUtilizationIsNotIdle) {
   ProviderPolicy p = Policy("idle_only: {max_utilization: 10, for: 1m}");
   IdleTracker idle(p);
   const int64_t t0 = Utc(2026, 11, 25, 12, 0);
-  idle.Observe(t0, {Sample("GPU-aaaa", 5), Sample("GPU-bbbb", -1)}, {});
-  auto v = idle.Observe(t0 + 30'000, {Sample("GPU-aaaa", 50), Sample("GPU-bbbb", -1)}, {});
-  v = idle.Observe(t0 + 90'000, {Sample("GPU-aaaa", 5), Sample("GPU-bbbb", -1)}, {});
+  idle.Observe(t0, {Sample("GPU-aaaa", 5), Sample("GPU-bbbb", -1)}, {}, {});
+  auto v = idle.Observe(t0 + 30'000, {Sample("GPU-aaaa", 50), Sample("GPU-bbbb", -1)}, {}, {});
+  v = idle.Observe(t0 + 90'000, {Sample("GPU-aaaa", 5), Sample("GPU-bbbb", -1)}, {}, {});
   EXPECT_TRUE(v.lendable.empty());  // a's quiet period restarted at 90 s; b is unknown
-  v = idle.Observe(t0 + 150'000, {Sample("GPU-aaaa", 5), Sample("GPU-bbbb", -1)}, {});
+  v = idle.Observe(t0 + 150'000, {Sample("GPU-aaaa", 5), Sample("GPU-bbbb", -1)}, {}, {});
   EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
   // Without idle-only, every GPU is lendable whatever it does.
   ProviderPolicy always;
   IdleTracker off(always);
-  v = off.Observe(t0, {Sample("GPU-aaaa", 100, {1}), Sample("GPU-bbbb", -1)}, {});
+  v = off.Observe(t0, {Sample("GPU-aaaa", 100, {1}), Sample("GPU-bbbb", -1)}, {}, {});
   EXPECT_EQ(v.lendable, kBoth);
   EXPECT_TRUE(v.reclaim.empty());
+}
+
+TEST(IdleTracker, AGpuHoldingPoolWorkStaysLentUntilTheOwnerShowsUp) {
+  ProviderPolicy p = Policy("idle_only: {max_utilization: 10, for: 10m}");
+  IdleTracker idle(p);
+  const int64_t t0 = Utc(2026, 11, 25, 12, 0);
+  // Just after an agent restart: a pool task holds GPU a at full load (its
+  // processes are not listed); GPU b is busy with nobody's listed process.
+  auto v = idle.Observe(t0, {Sample("GPU-aaaa", 100), Sample("GPU-bbbb", 100)}, {}, {"GPU-aaaa"});
+  EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
+  EXPECT_THAT(v.why_not["GPU-bbbb"], HasSubstr("in use by its owner (utilization over 10%)"));
+  // The task ends: the GPU was idle all along as far as lending goes.
+  v = idle.Observe(t0 + 1000, {Sample("GPU-aaaa", 0), Sample("GPU-bbbb", 0)}, {}, {});
+  EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
+  EXPECT_THAT(v.why_not["GPU-bbbb"], HasSubstr("not yet idle for the 10m"));
+  // The owner's process on a GPU the pool holds: reclaim.
+  v = idle.Observe(t0 + 2000, {Sample("GPU-aaaa", 90, {31337})}, {}, {"GPU-aaaa"});
+  EXPECT_EQ(v.reclaim, std::set<std::string>{"GPU-aaaa"});
+  EXPECT_EQ(v.why_not["GPU-aaaa"], "its owner runs process 31337 on it");
 }
 
 }  // namespace

@@ -99,8 +99,22 @@ int64_t StopGraceMs(const TaskPaths& paths, int64_t fallback) {
   if (!text.ok()) return fallback;
   int64_t ms = 0;
   auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), ms);
-  if (ec != std::errc() || end != text->data() + text->size() || ms <= 0) return fallback;
+  // 0: at once (a reclaim --now).
+  if (ec != std::errc() || end != text->data() + text->size() || ms < 0) return fallback;
   return ms;
+}
+
+// The signal that asks the job to checkpoint before it is vacated: its
+// spec's (SIGUSR1 by default), or SIGTERM for jobs that declare none.
+int CheckpointSignal(const JobSpec& spec) {
+  if (!spec.checkpoint || spec.checkpoint->signal == "none") return SIGTERM;
+  std::string name = spec.checkpoint->signal;
+  if (!name.starts_with("SIG")) name = "SIG" + name;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    if (abbrev != nullptr && name == std::string("SIG") + abbrev) return sig;
+  }
+  return SIGTERM;
 }
 
 // What gpupool tells the job, on top of the spec's env. Paths that differ
@@ -281,11 +295,13 @@ int RunShim(const ShimOptions& options) {
   int64_t next_memory_check = start_ms;
   int64_t next_disk_check = limits.disk_bytes > 0 ? start_ms + kFirstDiskCheckMs : 0;
   int64_t kill_at = 0;      // when to send SIGKILL to the job
+  int64_t term_at = 0;      // vacating a checkpointing job: when to follow up with SIGTERM
   int64_t drain_until = 0;  // after the job exits, how long to wait for pipes
   bool exited = false;
   int wstatus = 0;
   bool out_open = true, err_open = true;
 
+  auto vacating = [&] { return ::access(paths.vacate_reason().c_str(), F_OK) == 0; };
   auto stop_job = [&](const std::string& reason, bool failed, int64_t grace_ms) {
     if (kill_at != 0 || exited) return;
     if (result.reason.empty()) {
@@ -297,7 +313,10 @@ int RunShim(const ShimOptions& options) {
       kill_at = clock.NowMs() + 1000;
       return;
     }
-    executor->Stop(SIGTERM);
+    int first = vacating() ? CheckpointSignal(task.spec) : SIGTERM;
+    executor->Stop(first);
+    // Half the grace to checkpoint and leave on its own, then SIGTERM.
+    if (first != SIGTERM) term_at = clock.NowMs() + grace_ms / 2;
     kill_at = clock.NowMs() + grace_ms;
   };
 
@@ -328,6 +347,10 @@ int RunShim(const ShimOptions& options) {
         stop_job(why, true, options.kill_grace_ms);
       }
     }
+    if (term_at && now >= term_at && !exited) {
+      executor->Stop(SIGTERM);
+      term_at = 0;
+    }
     if (kill_at && now >= kill_at && !exited) {
       executor->Stop(SIGKILL);
       kill_at = now + 1000;
@@ -336,6 +359,7 @@ int RunShim(const ShimOptions& options) {
     int64_t wake = 1000;
     if (deadline && !exited) wake = std::min(wake, std::max<int64_t>(deadline - now, 0));
     if (kill_at && !exited) wake = std::min(wake, std::max<int64_t>(kill_at - now, 0));
+    if (term_at && !exited) wake = std::min(wake, std::max<int64_t>(term_at - now, 0));
     if (watch_memory && !exited) {
       wake = std::min(wake, std::max<int64_t>(next_memory_check - now, 0));
     }

@@ -10,9 +10,12 @@
 // exit code is never lost. SIGTERM to the shim means "stop the job": every
 // process of the job gets SIGTERM (executor Stop), then SIGKILL after the
 // grace period; the reason is read from
-// TASK_DIR/stop.reason if the agent wrote one. The shim writes "started
-// <pid>" to its stdout when the job runs, so the agent learns it at once;
-// when the shim exits, its stdout closes.
+// TASK_DIR/stop.reason if the agent wrote one, the grace from
+// TASK_DIR/stop.grace_ms (0: SIGKILL at once). When the provider takes the
+// GPU back (TASK_DIR/vacate.reason exists), a job that declares a checkpoint
+// signal gets that first, SIGTERM after half the grace, SIGKILL at its end. The shim writes
+// "started <pid>" to its stdout when the job runs, so the agent learns it at once; when the shim
+// exits, its stdout closes.
 #pragma once
 
 #include <cstdint>

@@ -46,6 +46,8 @@ struct TaskPaths {
   std::string exec_json() const { return dir + "/exec.json"; }
   std::string stop_reason() const { return dir + "/stop.reason"; }
   std::string stop_grace() const { return dir + "/stop.grace_ms"; }
+  // Present when the provider took the task's GPU back: its reason.
+  std::string vacate_reason() const { return dir + "/vacate.reason"; }
 };
 
 struct TaskResult {

@@ -117,8 +117,14 @@ Status TaskManager::Recover() {
         t.executor = j.value("executor", "");
         t.has_image = j.value("image", false);
         t.uid = j.value("uid", -1);
+        if (j.contains("gpus") && j["gpus"].is_array()) {
+          for (const auto& g : j["gpus"]) {
+            if (g.is_string()) t.gpu_uuids.push_back(g.get<std::string>());
+          }
+        }
       }
     }
+    if (auto why = ReadFile(t.paths.vacate_reason()); why.ok()) t.vacate_reason = *why;
     if (!t.result) {
       auto now_start = ProcessStartTime(t.shim_pid);
       t.shim_gone = !now_start || *now_start != t.shim_start_time;
@@ -170,6 +176,7 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
   t.job_id = task.job_id;
   t.paths.dir = options_.data_dir + "/tasks/" + task.attempt_id;
   t.executor = task.spec.executor;
+  t.gpu_uuids = task.gpu_uuids;
   std::error_code ec;
   fs::create_directories(t.paths.work_dir(), ec);
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
@@ -185,7 +192,9 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
   }
   GP_RETURN_IF_ERROR(WriteFileAtomic(
       t.paths.exec_json(),
-      nlohmann::json{{"executor", t.executor}, {"image", t.has_image}, {"uid", t.uid}}.dump() +
+      nlohmann::json{
+          {"executor", t.executor}, {"image", t.has_image}, {"uid", t.uid}, {"gpus", t.gpu_uuids}}
+              .dump() +
           "\n"));
 
   int status[2];
@@ -263,10 +272,21 @@ void TaskManager::Stop(const std::string& attempt_id, const std::string& reason,
   TaskState& t = it->second;
   if (t.result || t.shim_gone) return;
   // Written before the signal: the shim reads both when it gets SIGTERM.
-  if (grace_ms > 0) (void)WriteFileAtomic(t.paths.stop_grace(), std::to_string(grace_ms));
+  if (grace_ms != 0) {
+    (void)WriteFileAtomic(t.paths.stop_grace(), std::to_string(std::max<int64_t>(grace_ms, 0)));
+  }
   (void)WriteFileAtomic(t.paths.stop_reason(), reason);
   auto start = ProcessStartTime(t.shim_pid);
   if (start && *start == t.shim_start_time) ::kill(t.shim_pid, SIGTERM);
+}
+
+void TaskManager::Vacate(const std::string& attempt_id, const std::string& reason,
+                         int64_t grace_ms) {
+  auto it = tasks_.find(attempt_id);
+  if (it == tasks_.end() || Ended(it->second) || !it->second.vacate_reason.empty()) return;
+  it->second.vacate_reason = reason;
+  (void)WriteFileAtomic(it->second.paths.vacate_reason(), reason);
+  Stop(attempt_id, "vacated: " + reason, grace_ms);
 }
 
 void TaskManager::StopAll(const std::string& reason) {
@@ -326,7 +346,14 @@ proto::TaskReport TaskManager::Report(const TaskState& t) const {
   proto::TaskReport r;
   r.attempt_id = t.attempt_id;
   r.ts_ms = clock_.NowMs();
-  if (t.result) {
+  // Vacated, unless the job had ended on its own before the shim began to
+  // stop it (then its result has no stop reason).
+  bool ended_first = t.result && t.result->reason.empty();
+  if (!t.vacate_reason.empty() && Ended(t) && !ended_first) {
+    r.state = "vacated";
+    r.reason = t.vacate_reason;
+    if (t.result) r.ts_ms = t.result->finished_ms;
+  } else if (t.result) {
     r.state = t.result->failed ? "failed" : "exited";
     r.exit_code = t.result->exit_code;
     r.signal = t.result->signal;

@@ -47,6 +47,8 @@ struct TaskState {
   std::string executor;              // as the spec asked ("" = the node's default)
   bool has_image = false;            // the spec names an image
   int uid = -1;                      // the task's own account, or -1
+  std::vector<std::string> gpu_uuids;
+  std::string vacate_reason;  // set when the provider took it back (Vacate)
 };
 
 class TaskManager {
@@ -68,8 +70,15 @@ class TaskManager {
   // `gpu_minors`: the device minor numbers of the task's GPUs, where known.
   Status Start(const proto::StartTask& task, const std::vector<int>& gpu_minors);
   // Asks the task's shim to stop the job (SIGTERM to the group, then SIGKILL
-  // after `grace_ms`, or the shim's kill_grace_ms when 0).
+  // after `grace_ms`, or the shim's kill_grace_ms when 0, or at once when
+  // kKillNow).
+  static constexpr int64_t kKillNow = -1;
   void Stop(const std::string& attempt_id, const std::string& reason, int64_t grace_ms = 0);
+  // Stops the task because the provider takes its GPU back: a job that
+  // checkpoints gets its checkpoint signal first (see shim.h), and the task
+  // ends "vacated" (its job is requeued) unless the job had already
+  // succeeded. Kept on disk, so an agent restart still reports it so.
+  void Vacate(const std::string& attempt_id, const std::string& reason, int64_t grace_ms);
   void StopAll(const std::string& reason);
 
   // Notices shims that exited (and reaps them).

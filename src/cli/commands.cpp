@@ -334,13 +334,30 @@ int CmdNodes(const GlobalFlags& g) {
     std::cout << (*r)["nodes"].dump(2) << "\n";
     return 0;
   }
-  Table t({"NAME", "STATE", "GPU", "MEMORY USED", "UTIL", "TEMP", "POWER", "JOB"});
+  Table t({"NAME", "STATUS", "GPU", "MEMORY USED", "UTIL", "TEMP", "POWER", "JOB"});
   for (const auto& n : (*r)["nodes"]) {
-    std::string state = Str(n, "state");
+    std::string status = Str(n, "status");
+    if (status.empty()) status = Str(n, "state");  // older servers
     std::string host = "host: " + std::to_string(Int(n, "cpu_milli") / 1000) + " CPUs, " +
                        FormatMebibytes(Int(n, "memory_mib")) + " RAM";
-    t.Add({Str(n, "name"), state, host, "", "", "", "", ""});
+    t.Add({Str(n, "name"), status, host, "", "", "", "", ""});
+    // What the provider lends of each GPU, when it does not lend it all.
+    const json lending = n.value("lending", json());
     for (const auto& gpu : n["gpus"]) {
+      std::string lent;
+      if (lending.is_object()) {
+        const std::string uuid = Str(gpu, "uuid");
+        const json gpus = lending.value("gpus", json::object());
+        const json not_lent = lending.value("not_lent", json::object());
+        if (!gpus.contains(uuid)) {
+          lent = "not lent";
+          if (not_lent.contains(uuid) && not_lent[uuid].is_string())
+            lent += ": " + not_lent[uuid].get<std::string>();
+        } else if (gpus[uuid].is_number_integer() &&
+                   gpus[uuid].get<int64_t>() < Int(gpu, "memory_mib")) {
+          lent = FormatMebibytes(gpus[uuid].get<int64_t>()) + " lent (shares only)";
+        }
+      }
       std::string mem = FormatMebibytes(Int(gpu, "memory_mib"));
       std::string util = "-", temp = "-", power = "-";
       if (gpu.contains("telemetry")) {
@@ -361,8 +378,49 @@ int CmdNodes(const GlobalFlags& g) {
       if (jobs.empty()) jobs = Str(gpu, "attempt");  // older servers
       int64_t used = Int(gpu, "used_milli");
       if (used > 0 && used < 1000) jobs += " (" + GpuAmount(used) + " used)";
-      t.Add({"", "", name, mem, util, temp, power, jobs.empty() ? "-" : jobs});
+      t.Add({"", lent, name, mem, util, temp, power, jobs.empty() ? "-" : jobs});
     }
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int CmdEvents(const GlobalFlags& g, const std::string& node, const std::string& kind, int limit) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  std::string base =
+      node.empty() ? "/v1/events?" : "/v1/nodes/" + net::UrlEncode(node) + "/events?";
+  if (!kind.empty()) base += "kind=" + net::UrlEncode(kind) + "&";
+  // The log is read oldest first; the newest `limit` events are shown.
+  constexpr int kPage = 1000;
+  json events = json::array();
+  for (int64_t after = 0;;) {
+    auto r = api->Get(base + "limit=" + std::to_string(kPage) + "&after=" + std::to_string(after));
+    if (!r.ok()) return ReportError(r.status());
+    const json& page = (*r)["events"];
+    for (const auto& e : page) events.push_back(e);
+    if (static_cast<int>(events.size()) > limit) {
+      events.erase(events.begin(), events.end() - limit);
+    }
+    if (page.size() < kPage || Int(*r, "next_after") <= after) break;
+    after = Int(*r, "next_after");
+  }
+  if (g.output == "json") {
+    std::cout << events.dump(2) << "\n";
+    return 0;
+  }
+  auto join = [](const json& list) {
+    std::string out;
+    for (const auto& x : list) {
+      if (x.is_string()) out += (out.empty() ? "" : ",") + x.get<std::string>();
+    }
+    return out.empty() ? "-" : out;
+  };
+  Table t({"TIME", "NODE", "KIND", "GPUS", "REASON", "VACATED"});
+  for (const auto& e : events) {
+    t.Add({FormatTimestampMs(Int(e, "ts_ms")), Str(e, "node"), Str(e, "kind"),
+           join(e.value("gpus", json::array())), Str(e, "reason"),
+           join(e.value("attempts", json::array()))});
   }
   t.Print(std::cout);
   return 0;

@@ -40,6 +40,9 @@ int CmdJob(const GlobalFlags& g, const std::string& id);
 int CmdLogs(const GlobalFlags& g, const std::string& id, bool follow);
 int CmdCancel(const GlobalFlags& g, const std::string& id);
 int CmdNodes(const GlobalFlags& g);
+// The providers' event log (reclaims, pauses, ...): one node's, or the
+// pool's; `kind` limits it to one kind ("reclaim"); the newest `limit`.
+int CmdEvents(const GlobalFlags& g, const std::string& node, const std::string& kind, int limit);
 // Pending jobs in scheduler order, with why each waits (like squeue).
 int CmdQueue(const GlobalFlags& g);
 // Each group's weight, guarantee, allocation, usage and fair share (like sshare).

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "agent/agent.h"
+#include "cli/agent_control.h"
 #include "cli/commands.h"
 #include "cli/dev.h"
 #include "common/files.h"
@@ -71,10 +72,10 @@ int main(int argc, char** argv) {
 
   // agent
   agent::AgentOptions ao;
-  ao.data_dir = "./gpupool-agent";
+  ao.data_dir = agent::DefaultAgentDataDir();
   std::string join_token_file, on_exit = "keep";
   auto* agent_cmd = app.add_subcommand("agent", "lend this machine's GPUs to a pool");
-  agent_cmd->add_option("--server", ao.server_url, "server URL")->required();
+  agent_cmd->add_option("--server", ao.server_url, "server URL (required to run the agent)");
   agent_cmd->add_option("--join-token", ao.join_token, "join token (or GPUPOOL_JOIN_TOKEN)");
   agent_cmd->add_option("--join-token-file", join_token_file, "read the join token from a file");
   agent_cmd->add_option("--data-dir", ao.data_dir, "where the agent keeps its tasks")
@@ -97,6 +98,31 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--kill-grace-ms", ao.kill_grace_ms, "SIGTERM to SIGKILL grace")
       ->capture_default_str();
   agent_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
+  // The provider's local commands, over the running agent's control socket.
+  cli::AgentControlFlags ac;
+  ac.data_dir = ao.data_dir;
+  std::vector<CLI::App*> agent_controls;
+  auto add_control = [&](const char* name, const char* help) {
+    auto* c = agent_cmd->add_subcommand(name, help);
+    c->add_option("--data-dir", ac.data_dir, "the running agent's data dir")->capture_default_str();
+    c->callback([&ac, name] { ac.command = name; });
+    agent_controls.push_back(c);
+    return c;
+  };
+  auto* ac_status = add_control("status", "what is lent, what runs, the policy in force");
+  ac_status->add_flag("--json", ac.json, "print the agent's answer as JSON");
+  add_control("pause", "take no new work; running jobs go on");
+  add_control("resume", "lend again (also ends reclaims)");
+  auto* ac_reclaim = add_control(
+      "reclaim", "take GPUs back: checkpoint and stop the jobs on them (requeued elsewhere)");
+  ac_reclaim->add_option("--gpu", ac.gpus, "GPU index or UUID (repeatable; default: all)");
+  ac_reclaim->add_flag("--now", ac.now, "kill the jobs at once instead of after the grace");
+  add_control("leave", "drain, then deregister from the pool and exit");
+  auto* ac_policy = add_control("policy",
+                                "set the lending policy from FILE, or without FILE go back to the "
+                                "config file's");
+  ac_policy->add_option("file", ac.policy_file, "YAML: the policy's fields, or an agent config");
+  add_control("reload", "re-read the agent's --config (its policy and owner)");
 
   // dev
   cli::DevOptions dev;
@@ -159,6 +185,16 @@ int main(int argc, char** argv) {
   cancel->add_option("id", id, "job id")->required();
   auto* nodes = app.add_subcommand("nodes", "list nodes and their GPUs");
   add_global(nodes);
+  std::string events_node, events_kind;
+  int events_limit = 50;
+  auto* events = app.add_subcommand("events", "what providers did: reclaims, pauses, leaves");
+  add_global(events);
+  events->add_option("--node", events_node, "only this node's events");
+  events->add_option("--kind", events_kind,
+                     "only this kind: reclaim, pause, resume, leave, policy");
+  events->add_option("--limit", events_limit, "at most this many (newest)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   auto* queue = app.add_subcommand("queue", "pending jobs in scheduler order, and why they wait");
   add_global(queue);
   auto* groups = app.add_subcommand("groups", "groups' shares, guarantees and usage");
@@ -264,7 +300,17 @@ int main(int argc, char** argv) {
   UseLogLevel(log_level);
 
   if (server_cmd->parsed()) return server::RunServer(so);
+  for (CLI::App* c : agent_controls) {
+    if (!c->parsed()) continue;
+    // `gpupool agent --data-dir D status` works too.
+    if (c->get_option("--data-dir")->count() == 0) ac.data_dir = ao.data_dir;
+    return cli::RunAgentControl(ac);
+  }
   if (agent_cmd->parsed()) {
+    if (ao.server_url.empty()) {
+      std::cerr << "gpupool agent: --server is required\n";
+      return 2;
+    }
     if (ao.join_token.empty()) {
       if (const char* t = std::getenv("GPUPOOL_JOIN_TOKEN")) ao.join_token = t;
     }
@@ -301,6 +347,7 @@ int main(int argc, char** argv) {
   if (logs->parsed()) return cli::CmdLogs(g, id, follow);
   if (cancel->parsed()) return cli::CmdCancel(g, id);
   if (nodes->parsed()) return cli::CmdNodes(g);
+  if (events->parsed()) return cli::CmdEvents(g, events_node, events_kind, events_limit);
   if (queue->parsed()) return cli::CmdQueue(g);
   if (groups->parsed()) return cli::CmdGroups(g);
   if (join->parsed()) return cli::CmdJoinToken(g);

@@ -30,7 +30,8 @@ constexpr std::pair<AttemptState, std::string_view> kAttemptStateNames[] = {
     {AttemptState::kScheduled, "scheduled"}, {AttemptState::kRunning, "running"},
     {AttemptState::kSucceeded, "succeeded"}, {AttemptState::kFailed, "failed"},
     {AttemptState::kCancelled, "cancelled"}, {AttemptState::kLost, "lost"},
-    {AttemptState::kPreempted, "preempted"},
+    {AttemptState::kPreempted, "preempted"}, {AttemptState::kVacated, "vacated"},
+    {AttemptState::kRefused, "refused"},
 };
 
 constexpr std::pair<JobPriority, std::string_view> kPriorityNames[] = {

@@ -87,7 +87,8 @@ struct Job {
   // When an attempt of this job was last preempted (the stop was ordered);
   // the scheduler's anti-thrash window counts from it, across attempts.
   std::optional<int64_t> last_preempted_ms;
-  // Displaced through no fault of its own (its node was lost): goes before
+  // Displaced through no fault of its own (its node was lost or left, its
+  // provider took the GPU back or refused the start): goes before
   // the other pending jobs of its class. Cleared when it is placed again.
   bool front = false;
 
@@ -95,6 +96,8 @@ struct Job {
 };
 
 // preempted: stopped to make room for other work and its job requeued.
+// vacated: stopped because the provider took its GPU back, its job requeued.
+// refused: the agent refused to start it (the provider's policy); nothing ran.
 enum class AttemptState {
   kScheduled,
   kRunning,
@@ -102,7 +105,9 @@ enum class AttemptState {
   kFailed,
   kCancelled,
   kLost,
-  kPreempted
+  kPreempted,
+  kVacated,
+  kRefused
 };
 std::string_view AttemptStateName(AttemptState s);
 Result<AttemptState> ParseAttemptState(std::string_view name);

@@ -557,8 +557,11 @@ Result<JobSpec> ParseJobSpec(std::string_view text) {
   options.max_bytes = kMaxSpecBytes;
   options.empty_message = "empty spec; expected a mapping with run or command";
   options.text_valued_keys = {"env"};
-  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options));
-  return JobSpecFromJson(j);
+  YamlLines lines;
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options, &lines));
+  auto spec = JobSpecFromJson(j);
+  if (!spec.ok()) return WithLine(spec.status(), lines);
+  return spec;
 }
 
 Result<JobSpec> JobSpecFromJson(const json& j) {

@@ -127,8 +127,8 @@ TEST(ParseJobSpec, QuotedScalarsStayStrings) {
   EXPECT_EQ(MustParse("name: !!str 42\nrun: x").name, "42");
   EXPECT_EQ(MustParse("run: \"true\"").run, "true");
   // Plain 007 is the integer 7 in YAML 1.2, not a name.
-  EXPECT_THAT(ParseError("name: 007\nrun: x"), HasSubstr("name: must be a string, got 7"));
-  EXPECT_THAT(ParseError("run: true"), HasSubstr("run: must be a string, got true"));
+  EXPECT_THAT(ParseError("name: 007\nrun: x"), HasSubstr("name (line 1): must be a string, got 7"));
+  EXPECT_THAT(ParseError("run: true"), HasSubstr("run (line 1): must be a string, got true"));
 }
 
 TEST(ParseJobSpec, Yaml12CoreSchema) {
@@ -146,12 +146,13 @@ TEST(ParseJobSpec, Yaml12CoreSchema) {
   EXPECT_EQ(MustParse("run: x\nresources: {cpus: \"250m\"}").resources.cpu_milli, 250);
   EXPECT_EQ(MustParse("run: x\nresources: {cpus: 250m}").resources.cpu_milli, 250);
   EXPECT_THAT(ParseError("run: x\nresources: {cpus: .inf}"),
-              HasSubstr("resources.cpus: must be a number from 0 to 1024, got"));
-  EXPECT_THAT(ParseError("run: x\nresources: {cpus: -.inf}"), HasSubstr("resources.cpus:"));
+              HasSubstr("resources.cpus (line 2): must be a number from 0 to 1024, got"));
+  EXPECT_THAT(ParseError("run: x\nresources: {cpus: -.inf}"),
+              HasSubstr("resources.cpus (line 2):"));
   EXPECT_THAT(ParseError("run: x\nresources: {cpus: .nan}"),
-              HasSubstr("resources.cpus: must be a number from 0 to 1024, got nan"));
+              HasSubstr("resources.cpus (line 2): must be a number from 0 to 1024, got nan"));
   EXPECT_THAT(ParseError("run: x\nresources: {cpus: 1e999}"),
-              HasSubstr("resources.cpus: must be a number from 0 to 1024, got inf"));
+              HasSubstr("resources.cpus (line 2): must be a number from 0 to 1024, got inf"));
   EXPECT_EQ(MustParse("run: x\nresources: {cpus: 1e-999}").resources.cpu_milli, 0);
   EXPECT_THAT(ParseError("run: x\nresources: {gpus: !!int abc}"),
               HasSubstr("resources.gpus: \"abc\" is not a valid !!int"));
@@ -159,17 +160,23 @@ TEST(ParseJobSpec, Yaml12CoreSchema) {
               HasSubstr("resources.gpus: unsupported tag"));
   EXPECT_THAT(ParseError("run: x\nresources: {gpus: 0xFFFFFFFFFFFFFFFFFF}"),
               HasSubstr("resources.gpus: integer \"0xFFFFFFFFFFFFFFFFFF\" out of range"));
-  EXPECT_THAT(ParseError("run: x\nresources: {gpus: 99999999999999999999999}"),
-              HasSubstr("resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of "
-                        "one GPU such as 0.5 or \"500m\", got 9.99"));
-  EXPECT_THAT(ParseError("run: x\nresources: {gpus: -9223372036854775808}"),
-              HasSubstr("resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of "
-                        "one GPU such as 0.5 or \"500m\", got "
-                        "-9223372036854775808"));
-  EXPECT_THAT(ParseError("run: x\nresources: {gpus: 18446744073709551615}"),
-              HasSubstr("resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of "
-                        "one GPU such as 0.5 or \"500m\", got "
-                        "18446744073709551615"));
+  EXPECT_THAT(
+      ParseError("run: x\nresources: {gpus: 99999999999999999999999}"),
+      HasSubstr(
+          "resources.gpus (line 2): must be a whole number of GPUs from 0 to 64 or a share of "
+          "one GPU such as 0.5 or \"500m\", got 9.99"));
+  EXPECT_THAT(
+      ParseError("run: x\nresources: {gpus: -9223372036854775808}"),
+      HasSubstr(
+          "resources.gpus (line 2): must be a whole number of GPUs from 0 to 64 or a share of "
+          "one GPU such as 0.5 or \"500m\", got "
+          "-9223372036854775808"));
+  EXPECT_THAT(
+      ParseError("run: x\nresources: {gpus: 18446744073709551615}"),
+      HasSubstr(
+          "resources.gpus (line 2): must be a whole number of GPUs from 0 to 64 or a share of "
+          "one GPU such as 0.5 or \"500m\", got "
+          "18446744073709551615"));
 }
 
 TEST(ParseJobSpec, EnvValuesKeptAsWritten) {
@@ -177,9 +184,9 @@ TEST(ParseJobSpec, EnvValuesKeptAsWritten) {
   EXPECT_EQ(s.env, (std::map<std::string, std::string>{
                        {"A", "0x1F"}, {"B", "1e3"}, {"C", "True"}, {"D", "007"}, {"E", "1.0"}}));
   EXPECT_THAT(ParseError("run: x\nenv: {A: [1]}"),
-              HasSubstr("env.A: must be a string, number or boolean, got a list"));
+              HasSubstr("env.A (line 2): must be a string, number or boolean, got a list"));
   EXPECT_THAT(ParseError("run: x\nenv:\n  A:\n"),
-              HasSubstr("env.A: must be a string, number or boolean, got null"));
+              HasSubstr("env.A (line 3): must be a string, number or boolean, got null"));
 }
 
 TEST(ParseJobSpec, JsonText) {
@@ -204,6 +211,29 @@ TEST(ParseJobSpec, YamlSyntaxErrorsNameLineAndColumn) {
               StartsWith("line 4, column"));
   EXPECT_THAT(ParseError("run: [unclosed"), StartsWith("line 1, column"));
   EXPECT_THAT(ParseError("{\"run\": \"x\""), HasSubstr("line 1"));
+}
+
+TEST(ParseJobSpec, FieldErrorsNameTheLine) {
+  const std::string head = "name: train\n\ncommand:\n  - python\n  - train.py\n";  // lines 1-5
+  EXPECT_EQ(ParseError(head + "priority: urgent\n"),
+            "priority (line 6): unknown priority \"urgent\" (one of: interactive, normal, "
+            "opportunistic)");
+  EXPECT_EQ(ParseError(head + "resources:\n  cpus: 1\n  gpus: -1\n"),
+            "resources.gpus (line 8): must be a whole number of GPUs from 0 to 64 or a share of "
+            "one GPU such as 0.5 or \"500m\", got -1");
+  EXPECT_EQ(ParseError("command:\n  - python\n  - 3\n"),
+            "command[1] (line 3): must be a string, got 3 (quote it: \"3\")");
+  EXPECT_EQ(ParseError(head + "resources:\n  gpu_models: [A100]\n  prefer:\n    models:\n"
+                              "      - A100\n      - H100\n"),
+            "resources.prefer.models[1] (line 11): \"H100\" is not one of resources.gpu_models");
+  // A missing field: the line of the mapping that lacks it.
+  EXPECT_EQ(ParseError(head + "resources:\n  gpus: 1\n  prefer:\n    wait: 5m\n"),
+            "resources.prefer.models (line 8): is required");
+  // Errors that name no field of the document, and specs given as JSON
+  // values, have no line.
+  EXPECT_THAT(ParseError("name: x\n"), StartsWith("run/command: one of run or command"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"priority", "urgent"}}),
+              StartsWith("priority: unknown priority"));
 }
 
 TEST(ParseJobSpec, DocumentShape) {
@@ -480,178 +510,199 @@ const BadSpec kBadSpecs[] = {
     {"image: oci-archive:/i.tar\nrun: a\ncommand: [b]",
      "run/command: give run or command, not both"},
     // image, executor, network, disk
-    {"run: a\nimage: busybox", "image: image \"busybox\": expected docker://REF"},
-    {"run: a\nimage: 5", "image: must be a string"},
+    {"run: a\nimage: busybox", "image (line 2): image \"busybox\": expected docker://REF"},
+    {"run: a\nimage: 5", "image (line 2): must be a string"},
     {"run: a\nimage: oci-archive:img.tar", "the path must be absolute"},
     {"run: a\nexecutor: kvm",
-     "executor: unknown executor \"kvm\" (one of: sandbox, process, docker, podman)"},
-    {"image: oci:/srv/l\nexecutor: process", "executor: the process executor cannot run an image"},
+     "executor (line 2): unknown executor \"kvm\" (one of: sandbox, process, docker, podman)"},
+    {"image: oci:/srv/l\nexecutor: process",
+     "executor (line 2): the process executor cannot run an image"},
     {"run: a\nexecutor: docker", "image: the docker executor needs an image (image: docker://...)"},
-    {"run: a\nnetwork: no-thanks", "network: must be true or false, got \"no-thanks\""},
-    {"run: a\nresources: {disk: 10}", "resources.disk: must be a size with a unit"},
-    {"run: a\nresources: {disk: 2000TiB}", "resources.disk: must be at most"},
-    {"run: ''", "run: must not be empty"},
-    {"run: '   '", "run: must not be blank"},
-    {"run: [a, b]", "run: must be a string, got a list"},
-    {"run: 5", "run: must be a string, got 5 (quote it: \"5\")"},
-    {"command: []", "command: must not be empty"},
-    {"command: ls -l", "command: must be a list of strings (use run for a shell command)"},
-    {"command: {a: b}", "command: must be a list of strings"},
-    {"command: [ls, -l, 3]", "command[2]: must be a string, got 3"},
-    {"command: [ls, [a]]", "command[1]: must be a string, got a list"},
-    {"command: [ls, ~]", "command[1]: must be a string, got null"},
-    {"command: ['', x]", "command[0]: the program must not be empty"},
-    {"run: \"a\\0b\"", "run: must not contain a NUL byte"},
-    {"command: [\"a\\0b\"]", "command[0]: must not contain a NUL byte"},
+    {"run: a\nnetwork: no-thanks", "network (line 2): must be true or false, got \"no-thanks\""},
+    {"run: a\nresources: {disk: 10}", "resources.disk (line 2): must be a size with a unit"},
+    {"run: a\nresources: {disk: 2000TiB}", "resources.disk (line 2): must be at most"},
+    {"run: ''", "run (line 1): must not be empty"},
+    {"run: '   '", "run (line 1): must not be blank"},
+    {"run: [a, b]", "run (line 1): must be a string, got a list"},
+    {"run: 5", "run (line 1): must be a string, got 5 (quote it: \"5\")"},
+    {"command: []", "command (line 1): must not be empty"},
+    {"command: ls -l", "command (line 1): must be a list of strings (use run for a shell command)"},
+    {"command: {a: b}", "command (line 1): must be a list of strings"},
+    {"command: [ls, -l, 3]", "command[2] (line 1): must be a string, got 3"},
+    {"command: [ls, [a]]", "command[1] (line 1): must be a string, got a list"},
+    {"command: [ls, ~]", "command[1] (line 1): must be a string, got null"},
+    {"command: ['', x]", "command[0] (line 1): the program must not be empty"},
+    {"run: \"a\\0b\"", "run (line 1): must not contain a NUL byte"},
+    {"command: [\"a\\0b\"]", "command[0] (line 1): must not contain a NUL byte"},
     // unknown fields
     {"run: x\nfoo: 1",
-     "foo: unknown field (known: name, run, command, env, resources, max_runtime, priority, "
+     "foo (line 2): unknown field (known: name, run, command, env, resources, max_runtime, "
+     "priority, "
      "group, image, executor, network, checkpoint)"},
     {"run: x\nresources: {foo: 1}",
-     "resources.foo: unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
+     "resources.foo (line 2): unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
      "min_compute_capability, node_labels, prefer, disk)"},
-    {"run: x\nresources: {gpu: 1}", "resources.gpu: unknown field"},
+    {"run: x\nresources: {gpu: 1}", "resources.gpu (line 2): unknown field"},
     // name
-    {"run: x\nname: [a]", "name: must be a string, got a list"},
-    {"run: x\nname: 'has space'", "name: must be 1 to 128 characters"},
+    {"run: x\nname: [a]", "name (line 2): must be a string, got a list"},
+    {"run: x\nname: 'has space'", "name (line 2): must be 1 to 128 characters"},
     // env
-    {"run: x\nenv: [A]", "env: expected a mapping of NAME: value, got a list"},
-    {"run: x\nenv: A=1", "env: expected a mapping of NAME: value, got \"A=1\""},
-    {"run: x\nenv: {1BAD: x}", "env.1BAD: invalid variable name"},
-    {"run: x\nenv: {GPUPOOL_RESTORED: 1}", "env.GPUPOOL_RESTORED: reserved variable name"},
-    {"run: x\nenv: {CUDA_VISIBLE_DEVICES: '0'}", "env.CUDA_VISIBLE_DEVICES: reserved"},
-    {"run: x\nenv: {A: {B: c}}", "env.A: must be a string, number or boolean, got a mapping"},
-    {"run: x\nenv: {A: \"x\\0y\"}", "env.A: must not contain a NUL byte"},
+    {"run: x\nenv: [A]", "env (line 2): expected a mapping of NAME: value, got a list"},
+    {"run: x\nenv: A=1", "env (line 2): expected a mapping of NAME: value, got \"A=1\""},
+    {"run: x\nenv: {1BAD: x}", "env.1BAD (line 2): invalid variable name"},
+    {"run: x\nenv: {GPUPOOL_RESTORED: 1}", "env.GPUPOOL_RESTORED (line 2): reserved variable name"},
+    {"run: x\nenv: {CUDA_VISIBLE_DEVICES: '0'}", "env.CUDA_VISIBLE_DEVICES (line 2): reserved"},
+    {"run: x\nenv: {A: {B: c}}",
+     "env.A (line 2): must be a string, number or boolean, got a mapping"},
+    {"run: x\nenv: {A: \"x\\0y\"}", "env.A (line 2): must not contain a NUL byte"},
     // resources
-    {"run: x\nresources: [gpus]", "resources: expected a mapping, got a list"},
-    {"run: x\nresources: 4", "resources: expected a mapping, got 4"},
+    {"run: x\nresources: [gpus]", "resources (line 2): expected a mapping, got a list"},
+    {"run: x\nresources: 4", "resources (line 2): expected a mapping, got 4"},
     {"run: x\nresources: {gpus: -1}",
-     "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such as "
+     "resources.gpus (line 2): must be a whole number of GPUs from 0 to 64 or a share of one GPU "
+     "such as "
      "0.5 or \"500m\", got -1"},
     {"run: x\nresources: {gpus: 65}",
-     "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such as "
+     "resources.gpus (line 2): must be a whole number of GPUs from 0 to 64 or a share of one GPU "
+     "such as "
      "0.5 or \"500m\", got 65"},
     {"run: x\nresources: {gpus: 1.5}",
-     "resources.gpus: a share of a GPU must be less than 1; more than one GPU must be a whole "
+     "resources.gpus (line 2): a share of a GPU must be less than 1; more than one GPU must be a "
+     "whole "
      "number, got 1.5"},
     {"run: x\nresources: {gpus: '1500m'}",
-     "resources.gpus: a share of a GPU must be less than 1; more than one GPU must be a whole "
+     "resources.gpus (line 2): a share of a GPU must be less than 1; more than one GPU must be a "
+     "whole "
      "number, got \"1500m\""},
-    {"run: x\nresources: {gpus: '65'}", "resources.gpus: must be a whole number of GPUs from 0"},
-    {"run: x\nresources: {gpus: 0.0005}", "resources.gpus: at most three decimal places"},
+    {"run: x\nresources: {gpus: '65'}",
+     "resources.gpus (line 2): must be a whole number of GPUs from 0"},
+    {"run: x\nresources: {gpus: 0.0005}", "resources.gpus (line 2): at most three decimal places"},
     {"run: x\nresources: {gpus: '0.0005'}",
-     "resources.gpus: invalid amount \"0.0005\": at most three decimal places"},
-    {"run: x\nresources: {gpus: half}", "resources.gpus: invalid amount \"half\""},
-    {"run: x\nresources: {gpus: [1]}", "resources.gpus: must be a whole number of GPUs"},
+     "resources.gpus (line 2): invalid amount \"0.0005\": at most three decimal places"},
+    {"run: x\nresources: {gpus: half}", "resources.gpus (line 2): invalid amount \"half\""},
+    {"run: x\nresources: {gpus: [1]}", "resources.gpus (line 2): must be a whole number of GPUs"},
     {"run: x\nresources: {gpus: true}",
-     "resources.gpus: must be a whole number of GPUs from 0 to 64 or a share of one GPU such as "
+     "resources.gpus (line 2): must be a whole number of GPUs from 0 to 64 or a share of one GPU "
+     "such as "
      "0.5 or \"500m\", got true"},
     {"run: x\nresources: {gpu_memory: 24XB}",
-     "resources.gpu_memory: invalid size \"24XB\": unknown unit \"XB\""},
+     "resources.gpu_memory (line 2): invalid size \"24XB\": unknown unit \"XB\""},
     {"run: x\nresources: {gpu_memory: 2TiB}",
-     "resources.gpu_memory: must be at most 1 TiB, got 2 TiB"},
+     "resources.gpu_memory (line 2): must be at most 1 TiB, got 2 TiB"},
     {"run: x\nresources: {gpu_memory: -1GiB}",
-     "resources.gpu_memory: invalid size \"-1GiB\": must not be negative"},
+     "resources.gpu_memory (line 2): invalid size \"-1GiB\": must not be negative"},
     {"run: x\nresources: {gpu_memory: 24}",
-     "resources.gpu_memory: must be a size with a unit such as \"24GiB\", got 24"},
+     "resources.gpu_memory (line 2): must be a size with a unit such as \"24GiB\", got 24"},
     {"run: x\nresources: {gpu_memory: '24'}",
-     "resources.gpu_memory: invalid size \"24\": missing unit"},
-    {"run: x\nresources: {gpu_memory: 24.5}", "resources.gpu_memory: must be a size with a unit"},
-    {"run: x\nresources: {gpu_memory: GiB}", "resources.gpu_memory: invalid size \"GiB\""},
+     "resources.gpu_memory (line 2): invalid size \"24\": missing unit"},
+    {"run: x\nresources: {gpu_memory: 24.5}",
+     "resources.gpu_memory (line 2): must be a size with a unit"},
+    {"run: x\nresources: {gpu_memory: GiB}", "resources.gpu_memory (line 2): invalid size \"GiB\""},
     {"run: x\nresources: {gpu_memory: 1.2345GiB}",
-     "resources.gpu_memory: invalid size \"1.2345GiB\": at most three decimal places"},
+     "resources.gpu_memory (line 2): invalid size \"1.2345GiB\": at most three decimal places"},
     {"run: x\nresources: {gpu_memory: 99999999999999TiB}",
-     "resources.gpu_memory: invalid size \"99999999999999TiB\": too large"},
-    {"run: x\nresources: {memory: 65TiB}", "resources.memory: must be at most 64 TiB, got 65 TiB"},
-    {"run: x\nresources: {memory: [1]}", "resources.memory: must be a size with a unit"},
+     "resources.gpu_memory (line 2): invalid size \"99999999999999TiB\": too large"},
+    {"run: x\nresources: {memory: 65TiB}",
+     "resources.memory (line 2): must be at most 64 TiB, got 65 TiB"},
+    {"run: x\nresources: {memory: [1]}", "resources.memory (line 2): must be a size with a unit"},
     {"run: x\nresources: {memory: 16}",
-     "resources.memory: must be a size with a unit such as \"24GiB\", got 16"},
+     "resources.memory (line 2): must be a size with a unit such as \"24GiB\", got 16"},
     {"run: x\nresources: {gpu_models: 5}",
-     "resources.gpu_models: must be a string or a list of strings, got 5"},
+     "resources.gpu_models (line 2): must be a string or a list of strings, got 5"},
     {"run: x\nresources: {gpu_models: [A100, 7]}",
-     "resources.gpu_models[1]: must be a string, got 7"},
-    {"run: x\nresources: {gpu_models: ['']}", "resources.gpu_models[0]: must not be empty"},
-    {"run: x\nresources: {gpu_models: ''}", "resources.gpu_models[0]: must not be empty"},
-    {"run: x\nresources: {cpus: -1}", "resources.cpus: must be a number from 0 to 1024, got -1"},
+     "resources.gpu_models[1] (line 2): must be a string, got 7"},
+    {"run: x\nresources: {gpu_models: ['']}",
+     "resources.gpu_models[0] (line 2): must not be empty"},
+    {"run: x\nresources: {gpu_models: ''}", "resources.gpu_models[0] (line 2): must not be empty"},
+    {"run: x\nresources: {cpus: -1}",
+     "resources.cpus (line 2): must be a number from 0 to 1024, got -1"},
     {"run: x\nresources: {cpus: 1025}",
-     "resources.cpus: must be a number from 0 to 1024, got 1025"},
-    {"run: x\nresources: {cpus: 0.0001}", "resources.cpus: at most three decimal places"},
+     "resources.cpus (line 2): must be a number from 0 to 1024, got 1025"},
+    {"run: x\nresources: {cpus: 0.0001}", "resources.cpus (line 2): at most three decimal places"},
     {"run: x\nresources: {cpus: '-1'}",
-     "resources.cpus: invalid amount \"-1\": must not be negative"},
-    {"run: x\nresources: {cpus: '2000'}", "resources.cpus: must be from 0 to 1024, got 2000"},
-    {"run: x\nresources: {cpus: 'two'}", "resources.cpus: invalid amount \"two\""},
-    {"run: x\nresources: {cpus: 0.5m}", "resources.cpus: invalid amount \"0.5m\""},
-    {"run: x\nresources: {cpus: 1.2345}", "resources.cpus: at most three decimal places"},
+     "resources.cpus (line 2): invalid amount \"-1\": must not be negative"},
+    {"run: x\nresources: {cpus: '2000'}",
+     "resources.cpus (line 2): must be from 0 to 1024, got 2000"},
+    {"run: x\nresources: {cpus: 'two'}", "resources.cpus (line 2): invalid amount \"two\""},
+    {"run: x\nresources: {cpus: 0.5m}", "resources.cpus (line 2): invalid amount \"0.5m\""},
+    {"run: x\nresources: {cpus: 1.2345}", "resources.cpus (line 2): at most three decimal places"},
     {"run: x\nresources: {cpus: [1]}",
-     "resources.cpus: must be a number from 0 to 1024, got a list"},
+     "resources.cpus (line 2): must be a number from 0 to 1024, got a list"},
     // max_runtime
-    {"run: x\nmax_runtime: 2 hours", "max_runtime: invalid duration \"2 hours\": "},
-    {"run: x\nmax_runtime: 2y", "max_runtime: invalid duration \"2y\": unknown unit \"y\""},
-    {"run: x\nmax_runtime: 366d", "max_runtime: must be at most 365d, got 366d"},
-    {"run: x\nmax_runtime: -5", "max_runtime: must be a number of seconds from 0 to 31536000"},
-    {"run: x\nmax_runtime: '-5s'", "max_runtime: invalid duration \"-5s\": must not be negative"},
+    {"run: x\nmax_runtime: 2 hours", "max_runtime (line 2): invalid duration \"2 hours\": "},
+    {"run: x\nmax_runtime: 2y",
+     "max_runtime (line 2): invalid duration \"2y\": unknown unit \"y\""},
+    {"run: x\nmax_runtime: 366d", "max_runtime (line 2): must be at most 365d, got 366d"},
+    {"run: x\nmax_runtime: -5",
+     "max_runtime (line 2): must be a number of seconds from 0 to 31536000"},
+    {"run: x\nmax_runtime: '-5s'",
+     "max_runtime (line 2): invalid duration \"-5s\": must not be negative"},
     {"run: x\nmax_runtime: 31536001",
-     "max_runtime: must be a number of seconds from 0 to 31536000"},
-    {"run: x\nmax_runtime: 0.0005", "max_runtime: at most three decimal places"},
-    {"run: x\nmax_runtime: true", "max_runtime: must be a duration such as \"2h\""},
-    {"run: x\nmax_runtime: [1h]", "max_runtime: must be a duration such as \"2h\""},
-    {"run: x\nmax_runtime: ''", "max_runtime: invalid duration \"\": empty"},
+     "max_runtime (line 2): must be a number of seconds from 0 to 31536000"},
+    {"run: x\nmax_runtime: 0.0005", "max_runtime (line 2): at most three decimal places"},
+    {"run: x\nmax_runtime: true", "max_runtime (line 2): must be a duration such as \"2h\""},
+    {"run: x\nmax_runtime: [1h]", "max_runtime (line 2): must be a duration such as \"2h\""},
+    {"run: x\nmax_runtime: ''", "max_runtime (line 2): invalid duration \"\": empty"},
     {"run: x\nmax_runtime: 1h30",
-     "max_runtime: invalid duration \"1h30\": every part needs a unit"},
+     "max_runtime (line 2): invalid duration \"1h30\": every part needs a unit"},
     // min_compute_capability
     {"run: x\nresources: {min_compute_capability: '8.10'}",
-     "resources.min_compute_capability: must be MAJOR.MINOR with one minor digit, such as "
+     "resources.min_compute_capability (line 2): must be MAJOR.MINOR with one minor digit, such as "
      "\"8.0\" or \"8.6\", got \"8.10\""},
     {"run: x\nresources: {min_compute_capability: 8.65}",
-     "resources.min_compute_capability: must be MAJOR.MINOR with one minor digit"},
+     "resources.min_compute_capability (line 2): must be MAJOR.MINOR with one minor digit"},
     {"run: x\nresources: {min_compute_capability: 'v8'}",
-     "resources.min_compute_capability: must be MAJOR.MINOR"},
+     "resources.min_compute_capability (line 2): must be MAJOR.MINOR"},
     {"run: x\nresources: {min_compute_capability: -8.0}",
-     "resources.min_compute_capability: must be a compute capability such as \"8.0\", got "
+     "resources.min_compute_capability (line 2): must be a compute capability such as \"8.0\", got "
      "-8.0"},
     {"run: x\nresources: {min_compute_capability: '0.5'}",
-     "resources.min_compute_capability: must be from 1.0 to 99.9, got \"0.5\""},
+     "resources.min_compute_capability (line 2): must be from 1.0 to 99.9, got \"0.5\""},
     {"run: x\nresources: {min_compute_capability: [8]}",
-     "resources.min_compute_capability: must be a compute capability"},
+     "resources.min_compute_capability (line 2): must be a compute capability"},
     // node_labels
     {"run: x\nresources: {node_labels: [a]}",
-     "resources.node_labels: expected a mapping of label: value, got a list"},
+     "resources.node_labels (line 2): expected a mapping of label: value, got a list"},
     {"run: x\nresources: {node_labels: {zone: [a]}}",
-     "resources.node_labels.zone: must be a string, got a list"},
+     "resources.node_labels.zone (line 2): must be a string, got a list"},
     {"run: x\nresources: {node_labels: {zone: 1.5}}",
-     "resources.node_labels.zone: must be a string, got 1.5 (quote it: \"1.5\")"},
+     "resources.node_labels.zone (line 2): must be a string, got 1.5 (quote it: \"1.5\")"},
     {"run: x\nresources: {node_labels: {'a b': c}}",
-     "resources.node_labels.a b: invalid label name"},
+     "resources.node_labels.a b (line 2): invalid label name"},
     // prefer
     {"run: x\nresources: {prefer: [A100]}",
-     "resources.prefer: expected a mapping such as {models: [A100], wait: 10m}, got a list"},
-    {"run: x\nresources: {prefer: {wait: 5m}}", "resources.prefer.models: is required"},
-    {"run: x\nresources: {prefer: {models: []}}", "resources.prefer.models: must not be empty"},
+     "resources.prefer (line 2): expected a mapping such as {models: [A100], wait: 10m}, got a "
+     "list"},
+    {"run: x\nresources: {prefer: {wait: 5m}}", "resources.prefer.models (line 2): is required"},
+    {"run: x\nresources: {prefer: {models: []}}",
+     "resources.prefer.models (line 2): must not be empty"},
     {"run: x\nresources: {prefer: {models: [A100], wait: soon}}",
-     "resources.prefer.wait: invalid duration \"soon\""},
+     "resources.prefer.wait (line 2): invalid duration \"soon\""},
     {"run: x\nresources: {prefer: {models: [A100], wait: 8d}}",
-     "resources.prefer.wait: must be from 0s to 7d, got 8d"},
+     "resources.prefer.wait (line 2): must be from 0s to 7d, got 8d"},
     {"run: x\nresources: {prefer: {models: [A100], for: 5m}}",
-     "resources.prefer.for: unknown field (known: models, wait)"},
+     "resources.prefer.for (line 2): unknown field (known: models, wait)"},
     {"run: x\nresources: {gpu_models: [A100], prefer: {models: [H100]}}",
-     "resources.prefer.models[0]: \"H100\" is not one of resources.gpu_models"},
+     "resources.prefer.models[0] (line 2): \"H100\" is not one of resources.gpu_models"},
     // priority and group
     {"run: x\npriority: urgent",
-     "priority: unknown priority \"urgent\" (one of: interactive, normal, opportunistic)"},
-    {"run: x\npriority: 1", "priority: must be a string, got 1"},
-    {"run: x\ngroup: 'my lab'", "group: must be 1 to 128 characters"},
-    {"run: x\ngroup: [a]", "group: must be a string, got a list"},
+     "priority (line 2): unknown priority \"urgent\" (one of: interactive, normal, opportunistic)"},
+    {"run: x\npriority: 1", "priority (line 2): must be a string, got 1"},
+    {"run: x\ngroup: 'my lab'", "group (line 2): must be 1 to 128 characters"},
+    {"run: x\ngroup: [a]", "group (line 2): must be a string, got a list"},
     // checkpoint
     {"run: x\ncheckpoint: true",
-     "checkpoint: expected a mapping such as {interval: 30m, grace: 60s}, got true"},
+     "checkpoint (line 2): expected a mapping such as {interval: 30m, grace: 60s}, got true"},
     {"run: x\ncheckpoint: {every: 5m}",
-     "checkpoint.every: unknown field (known: interval, grace, signal)"},
-    {"run: x\ncheckpoint: {interval: 5s}", "checkpoint.interval: must be from 10s to 7d, got 5s"},
-    {"run: x\ncheckpoint: {interval: often}", "checkpoint.interval: invalid duration"},
-    {"run: x\ncheckpoint: {grace: 2h}", "checkpoint.grace: must be from 1s to 1h, got 2h"},
-    {"run: x\ncheckpoint: {grace: 0}", "checkpoint.grace: must be from 1s to 1h, got 0s"},
-    {"run: x\ncheckpoint: {signal: SIGSTOP}", "checkpoint.signal: unknown signal \"SIGSTOP\""},
-    {"run: x\ncheckpoint: {signal: 10}", "checkpoint.signal: must be a string, got 10"},
+     "checkpoint.every (line 2): unknown field (known: interval, grace, signal)"},
+    {"run: x\ncheckpoint: {interval: 5s}",
+     "checkpoint.interval (line 2): must be from 10s to 7d, got 5s"},
+    {"run: x\ncheckpoint: {interval: often}", "checkpoint.interval (line 2): invalid duration"},
+    {"run: x\ncheckpoint: {grace: 2h}", "checkpoint.grace (line 2): must be from 1s to 1h, got 2h"},
+    {"run: x\ncheckpoint: {grace: 0}", "checkpoint.grace (line 2): must be from 1s to 1h, got 0s"},
+    {"run: x\ncheckpoint: {signal: SIGSTOP}",
+     "checkpoint.signal (line 2): unknown signal \"SIGSTOP\""},
+    {"run: x\ncheckpoint: {signal: 10}", "checkpoint.signal (line 2): must be a string, got 10"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, BadSpecTest, ::testing::ValuesIn(kBadSpecs));

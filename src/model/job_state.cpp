@@ -31,7 +31,11 @@ std::vector<JobTransitionRule> BuildTable() {
     // GPUs are busy until then. Leaving is not a failure.
     t.push_back({live, kPreempt, live, {kStop}});
     t.push_back({live, kPreempted, kPending, {Close(AttemptState::kPreempted)}});
+    // The provider taking its GPU back is no fault of the job's either.
+    t.push_back({live, kVacated, kPending, {Close(AttemptState::kVacated)}});
   }
+  // Only a start order can be refused: nothing ran.
+  t.push_back({kScheduled, kRefused, kPending, {Close(AttemptState::kRefused)}});
   return t;
 }
 
@@ -62,6 +66,10 @@ std::string_view JobEventName(JobEvent e) {
       return "preempt";
     case kPreempted:
       return "preempted";
+    case kVacated:
+      return "vacated";
+    case kRefused:
+      return "refused";
   }
   return "unknown";
 }

@@ -4,6 +4,8 @@
 //                              |                    |  --exited n / failed--> failed
 //                              +---- lost ----------+--> pending (attempt closed as lost: requeue)
 //                              +---- preempted -----+--> pending (attempt closed as preempted)
+//                              +---- vacated -------+--> pending (attempt closed as vacated)
+//                              +-- refused --> pending (attempt closed as refused)
 //   pending|scheduled|running --cancel--> cancelled
 //   scheduled|running --preempt--> (same state; the attempt is ordered to stop)
 //
@@ -32,11 +34,17 @@ enum class JobEvent {
   kCancel,         // the user cancelled the job
   kPreempt,        // the scheduler preempts the attempt: order it to stop (checkpoint)
   kPreempted,      // a preempted attempt ended, however it exited: requeue the job
+  // The provider took the GPU back and the attempt was stopped: requeue the
+  // job (not a failure).
+  kVacated,
+  // The agent refused the start order (the provider's policy): nothing ran;
+  // requeue the job (not a failure).
+  kRefused,
 };
 inline constexpr JobEvent kAllJobEvents[] = {
-    JobEvent::kSchedule,    JobEvent::kStarted,       JobEvent::kExitedOk,
-    JobEvent::kExitedError, JobEvent::kAttemptFailed, JobEvent::kLost,
-    JobEvent::kCancel,      JobEvent::kPreempt,       JobEvent::kPreempted};
+    JobEvent::kSchedule,      JobEvent::kStarted, JobEvent::kExitedOk, JobEvent::kExitedError,
+    JobEvent::kAttemptFailed, JobEvent::kLost,    JobEvent::kCancel,   JobEvent::kPreempt,
+    JobEvent::kPreempted,     JobEvent::kVacated, JobEvent::kRefused};
 std::string_view JobEventName(JobEvent e);
 
 enum class JobActionType {

@@ -42,6 +42,9 @@ const std::map<std::pair<JobState, JobEvent>, Expect> kExpected = {
     {{kRunning, kPreempt}, {kRunning, {kStop}}},
     {{kScheduled, kPreempted}, {kPending, {Close(AttemptState::kPreempted)}}},
     {{kRunning, kPreempted}, {kPending, {Close(AttemptState::kPreempted)}}},
+    {{kScheduled, kVacated}, {kPending, {Close(AttemptState::kVacated)}}},
+    {{kRunning, kVacated}, {kPending, {Close(AttemptState::kVacated)}}},
+    {{kScheduled, kRefused}, {kPending, {Close(AttemptState::kRefused)}}},
 };
 
 TEST(JobStateTest, EveryStateEventPair) {
@@ -101,6 +104,24 @@ TEST(JobStateTest, PreemptionRequeuesWithoutFailing) {
   EXPECT_EQ(left.actions, (std::vector<JobAction>{Close(AttemptState::kPreempted)}));
   EXPECT_FALSE(Step(kPending, kPreempt).accepted);
   EXPECT_TRUE(Step(kPending, kSchedule).accepted);
+}
+
+TEST(JobStateTest, ProviderVacatingOrRefusingRequeuesWithoutFailing) {
+  JobState s = kPending;
+  for (JobEvent e : {kSchedule, kStarted}) s = Step(s, e).next;
+  JobTransition vacated = Step(s, kVacated);
+  ASSERT_TRUE(vacated.accepted);
+  EXPECT_EQ(vacated.next, kPending);
+  EXPECT_EQ(vacated.actions, (std::vector<JobAction>{Close(AttemptState::kVacated)}));
+  // A refusal answers a start order: only a scheduled job gets one.
+  EXPECT_FALSE(Step(kRunning, kRefused).accepted);
+  JobTransition refused = Step(Step(kPending, kSchedule).next, kRefused);
+  ASSERT_TRUE(refused.accepted);
+  EXPECT_EQ(refused.next, kPending);
+  EXPECT_EQ(refused.actions, (std::vector<JobAction>{Close(AttemptState::kRefused)}));
+  EXPECT_TRUE(Step(refused.next, kSchedule).accepted);
+  EXPECT_EQ(JobEventName(kVacated), "vacated");
+  EXPECT_EQ(JobEventName(kRefused), "refused");
 }
 
 TEST(JobStateTest, ExitEventFollowsCode) {

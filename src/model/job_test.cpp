@@ -52,9 +52,10 @@ TEST(JobState, Terminal) {
 }
 
 TEST(AttemptState, NamesRoundTrip) {
-  const AttemptState all[] = {AttemptState::kScheduled, AttemptState::kRunning,
-                              AttemptState::kSucceeded, AttemptState::kFailed,
-                              AttemptState::kCancelled, AttemptState::kLost};
+  const AttemptState all[] = {
+      AttemptState::kScheduled, AttemptState::kRunning,   AttemptState::kSucceeded,
+      AttemptState::kFailed,    AttemptState::kCancelled, AttemptState::kLost,
+      AttemptState::kPreempted, AttemptState::kVacated,   AttemptState::kRefused};
   std::set<std::string_view> names;
   for (AttemptState s : all) {
     names.insert(AttemptStateName(s));
@@ -64,6 +65,8 @@ TEST(AttemptState, NamesRoundTrip) {
   }
   EXPECT_EQ(names.size(), std::size(all));
   EXPECT_EQ(AttemptStateName(AttemptState::kLost), "lost");
+  EXPECT_EQ(AttemptStateName(AttemptState::kVacated), "vacated");
+  EXPECT_EQ(AttemptStateName(AttemptState::kRefused), "refused");
   auto bad = ParseAttemptState("pending");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("unknown attempt state \"pending\""));
@@ -77,6 +80,8 @@ TEST(AttemptState, Live) {
   EXPECT_FALSE(IsLive(AttemptState::kFailed));
   EXPECT_FALSE(IsLive(AttemptState::kCancelled));
   EXPECT_FALSE(IsLive(AttemptState::kLost));
+  EXPECT_FALSE(IsLive(AttemptState::kVacated));
+  EXPECT_FALSE(IsLive(AttemptState::kRefused));
 }
 
 TEST(AttemptId, MakeAndParse) {

@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,10 +15,13 @@
 
 namespace gpupool {
 
-// ready: connected and accepting work; offline: not connected but within the
-// grace period (its attempts are kept); lost: gone past the grace period
-// (its attempts were requeued).
-enum class NodeState { kReady, kOffline, kLost };
+// The node's registration, as stored. ready: connected; offline: not
+// connected but within the grace period (its attempts are kept); lost: gone
+// past the grace period (its attempts were requeued); left: its agent
+// drained and deregistered (`gpupool agent leave`). What people see
+// (available, busy, paused, ...) is NodeStatusName, from this and the
+// agent's lending.
+enum class NodeState { kReady, kOffline, kLost, kLeft };
 std::string_view NodeStateName(NodeState s);
 Result<NodeState> ParseNodeState(std::string_view name);
 
@@ -32,6 +38,76 @@ inline std::string ExecutorLabel(std::string_view executor) {
   return "gpupool/executor." + std::string(executor);
 }
 
+// What a provider lends right now, as its agent reports it (in its hello
+// and whenever it changes) from the provider's policy (agent/policy.h), the
+// time of day, the owner's own GPU use and the owner's commands. The server
+// places only work this admits (LendingAdmits); the agent checks the same
+// function before it starts anything, so the two agree but for the moments
+// a change is in flight.
+struct NodeLending {
+  // "lending"; "paused" (takes no new work; running work goes on);
+  // "leaving" (draining before it deregisters); "closed" (outside the
+  // availability windows: lends nothing).
+  std::string mode = "lending";
+  std::map<std::string, int64_t> gpus;  // lent now: GPU uuid -> MiB of it lent
+  // GPUs not lent now, and why ("not lent by the policy", "outside the
+  // availability windows", "its owner runs process 4242 on it", "reclaimed
+  // by the owner", "busy (utilization 80% > 10%)").
+  std::map<std::string, std::string> not_lent;
+  bool fractional = true;  // shares of a GPU may be placed
+  std::set<std::string> allow_users, deny_users;
+  std::set<std::string> allow_groups, deny_groups;
+  int64_t max_runtime_ms = 0;  // 0: any; else a job must say it ends within this
+  int64_t next_change_ms = 0;  // when the windows next open or close; 0: never
+  friend bool operator==(const NodeLending&, const NodeLending&) = default;
+};
+
+// JSON for the wire, the store and the API, and back (strict: errors name
+// the field under `path`; a mode other than the four is an error).
+nlohmann::json NodeLendingToJson(const NodeLending& l);
+Result<NodeLending> NodeLendingFromJson(const nlohmann::json& j, const std::string& path);
+
+// Something a provider did to its node, kept by the server in the node's
+// event log: "reclaim" (GPUs taken back: by command, a window closing or
+// the owner's own GPU work; `reason` says which), "pause", "resume",
+// "leave", "policy" (a new policy came into force).
+struct NodeEvent {
+  int64_t id = 0;  // assigned by the store, ascending
+  std::string node_id;
+  int64_t ts_ms = 0;  // when the agent acted
+  std::string kind;
+  std::string reason;
+  std::vector<std::string> gpus;      // the GPUs it concerns; empty: the node
+  std::vector<std::string> attempts;  // the attempts it vacated
+  friend bool operator==(const NodeEvent&, const NodeEvent&) = default;
+};
+inline constexpr std::string_view kNodeEventKinds[] = {"reclaim", "pause", "resume", "leave",
+                                                       "policy"};
+
+// What a start order asks of a node, as far as its lending cares.
+struct LendingRequest {
+  std::string user;
+  std::string group;
+  int64_t max_runtime_ms = 0;  // 0: none given
+  std::vector<std::string> gpu_uuids;
+  int32_t gpu_milli = 1000;    // per GPU; < 1000 is a share
+  int64_t gpu_memory_mib = 0;  // per GPU, for a share
+};
+
+// Why `lending` refuses `request` (FailedPrecondition "refused by the
+// provider's policy: ..."), or OK. `gpus` are the node's GPUs; a GPU of
+// which only part of the memory is lent takes shares only. With no GPUs in
+// the request only the mode, users, groups and runtime are checked.
+Status LendingAdmits(const NodeLending& lending, const LendingRequest& request,
+                     const std::vector<GpuInfo>& gpus);
+
+// The state people see: "available" (lends and has room), "busy" (lends,
+// every lent GPU is taken), "paused", "draining", "reclaimed" (the owner
+// took back every GPU, or the windows are closed), "offline", "lost",
+// "left". `lending` absent: an agent that lends everything.
+std::string_view NodeStatusName(NodeState state, bool connected, const NodeLending* lending,
+                                bool has_free_lent_gpu, bool has_gpus);
+
 struct Node {
   std::string id;    // "n-3f9a0c1b2d4e", assigned by the server at first registration
   std::string name;  // unique, chosen by the provider (--name)
@@ -44,6 +120,9 @@ struct Node {
   std::string agent_version;
   std::map<std::string, std::string> labels;
   std::string owner_group;  // the group (lab) that owns the machine; empty = none
+  // As the agent last reported it; absent from agents that predate policies
+  // (they lend everything).
+  std::optional<NodeLending> lending;
   int64_t registered_ms = 0;
   int64_t last_seen_ms = 0;
 

@@ -125,7 +125,8 @@ Result<json> ResolvePlainScalar(const std::string& s, std::string_view path) {
 
 class YamlToJson {
  public:
-  explicit YamlToJson(const std::vector<std::string>& text_keys) : text_keys_(text_keys) {}
+  YamlToJson(const std::vector<std::string>& text_keys, YamlLines* lines)
+      : text_keys_(text_keys), lines_(lines) {}
 
   // `values_as_text`: the scalar values of this mapping are kept as written
   // (used for env, whose values are text whatever they look like).
@@ -143,8 +144,9 @@ class YamlToJson {
         json arr = json::array();
         size_t i = 0;
         for (const auto& child : node) {
-          GP_ASSIGN_OR_RETURN(
-              json v, Convert(child, path + "[" + std::to_string(i) + "]", depth + 1, false));
+          std::string child_path = path + "[" + std::to_string(i) + "]";
+          Record(child_path, child.Mark());
+          GP_ASSIGN_OR_RETURN(json v, Convert(child, child_path, depth + 1, false));
           arr.push_back(std::move(v));
           ++i;
         }
@@ -159,6 +161,7 @@ class YamlToJson {
           const std::string& key = kv.first.Scalar();
           std::string child_path = path.empty() ? key : path + "." + key;
           if (obj.contains(key)) return FieldError(child_path, "duplicate key");
+          Record(child_path, kv.first.Mark());
           json value;
           if (values_as_text && kv.second.IsScalar()) {
             value = kv.second.Scalar();
@@ -176,6 +179,10 @@ class YamlToJson {
   }
 
  private:
+  void Record(const std::string& path, const YAML::Mark& mark) {
+    if (lines_ != nullptr && mark.line >= 0) lines_->emplace(path, mark.line + 1);
+  }
+
   Result<json> ConvertScalar(const YAML::Node& node, const std::string& path) {
     const std::string& tag = node.Tag();
     const std::string& s = node.Scalar();
@@ -196,6 +203,7 @@ class YamlToJson {
   }
 
   const std::vector<std::string>& text_keys_;
+  YamlLines* lines_;  // may be null
   size_t nodes_ = 0;
 };
 
@@ -283,7 +291,8 @@ size_t InvalidUtf8Offset(std::string_view s) {
   return std::string_view::npos;
 }
 
-Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options) {
+Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options,
+                               YamlLines* lines) {
   if (text.size() > options.max_bytes) {
     return FieldError("", options.what + " too large: " + std::to_string(text.size()) +
                               " bytes, at most " + std::to_string(options.max_bytes));
@@ -322,7 +331,7 @@ Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options
     if (docs.documents == 0 || root.IsNull()) {
       return FieldError("", options.empty_message);
     }
-    YamlToJson converter(options.text_valued_keys);
+    YamlToJson converter(options.text_valued_keys, lines);
     GP_ASSIGN_OR_RETURN(j, converter.Convert(root, "", 0, false));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) return Status::InvalidArgument("invalid YAML: " + e.msg);
@@ -330,6 +339,26 @@ Result<json> ParseYamlDocument(std::string_view text, const YamlOptions& options
   }
   return j;
 }
+
+Status WithLine(const Status& s, const YamlLines& lines) {
+  if (s.code() != StatusCode::kInvalidArgument) return s;
+  const std::string& message = s.message();
+  const size_t colon = message.find(": ");
+  if (colon == std::string::npos) return s;
+  const std::string path = message.substr(0, colon);
+  if (path.find(" (line ") != std::string::npos) return s;
+  // The path, then its prefixes: "a.b[2].c", "a.b[2]", "a.b", "a".
+  for (std::string p = path; !p.empty();) {
+    if (auto it = lines.find(p); it != lines.end()) {
+      return {s.code(),
+              path + " (line " + std::to_string(it->second) + ")" + message.substr(colon)};
+    }
+    const size_t cut = p.ends_with(']') ? p.rfind('[') : p.rfind('.');
+    p.resize(cut == std::string::npos ? 0 : cut);
+  }
+  return s;
+}
+
 Status FieldError(std::string_view path, std::string_view message) {
   std::string m(path.empty() ? "(root)" : path);
   m += ": ";

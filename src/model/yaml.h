@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -29,8 +30,28 @@ struct YamlOptions {
   std::vector<std::string> text_valued_keys;
 };
 
-// Parses one YAML document (JSON text works too: YAML is a superset).
-Result<nlohmann::json> ParseYamlDocument(std::string_view text, const YamlOptions& options);
+// Where each field of a document starts: field path -> 1-based line. Paths
+// are written as readers write them in FieldError: keys joined with "." and
+// list indexes as "[i]" ("resources.gpus", "weekly[1].from"); keys are taken
+// as they are, so a key with a dot in it ("env.A.B", "node_labels.a.io/x")
+// reads like nesting. A mapping entry's line is its key's; a list element's
+// is the line where the element begins. The root is not listed.
+using YamlLines = std::map<std::string, int>;
+
+// Parses one YAML document (JSON text works too: YAML is a superset). With
+// `lines`, also fills it with the line of every field (when two paths read
+// alike, the first one in the document wins).
+Result<nlohmann::json> ParseYamlDocument(std::string_view text, const YamlOptions& options,
+                                         YamlLines* lines = nullptr);
+
+// Adds the line to a reader's field error: for an InvalidArgument
+// "path: rest" whose path, or else its longest prefix (dropping trailing
+// ".key" and "[i]" parts), is in `lines`, returns the same code with
+// "path (line N): rest", N being that path's or prefix's line. A missing
+// field is thus reported at the line of the mapping that lacks it. Any other
+// status (other codes, syntax errors, paths without a line, messages that
+// already carry one) is returned unchanged.
+Status WithLine(const Status& s, const YamlLines& lines);
 
 // For readers of parsed documents, so that every spec and config error reads
 // alike. FieldError: InvalidArgument "path: message" ("(root)" for the top).

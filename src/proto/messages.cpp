@@ -1,5 +1,6 @@
 #include "proto/messages.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "common/json_reader.h"
@@ -86,8 +87,8 @@ Status TaskFromJson(const json& j, const std::string& path, TaskReport* t) {
   t->reason = r.Str("reason", false);
   t->ts_ms = r.Int("ts_ms", false);
   if (r.ok() && t->state != "running" && t->state != "exited" && t->state != "failed" &&
-      t->state != "lost") {
-    r.Fail("state", "must be one of running, exited, failed, lost");
+      t->state != "lost" && t->state != "vacated" && t->state != "refused") {
+    r.Fail("state", "must be one of running, exited, failed, lost, vacated, refused");
   }
   if (r.ok() && t->state == "exited" && !r.Has("exit_code"))
     r.Fail("exit_code", "is required when state is exited");
@@ -144,19 +145,20 @@ std::string Encode(const Hello& m) {
   json gpus = json::array(), tasks = json::array();
   for (const auto& g : m.gpus) gpus.push_back(GpuToJson(g));
   for (const auto& t : m.tasks) tasks.push_back(TaskToJson(t));
-  return json{{"node_name", m.node_name},
-              {"agent_instance", m.agent_instance},
-              {"agent_version", m.agent_version},
-              {"last_server_seq", m.last_server_seq},
-              {"cpu_milli", m.cpu_milli},
-              {"memory_mib", m.memory_mib},
-              {"gpus", gpus},
-              {"driver_version", m.driver_version},
-              {"cuda_version", m.cuda_version},
-              {"labels", m.labels},
-              {"owner_group", m.owner_group},
-              {"tasks", tasks}}
-      .dump();
+  json j = {{"node_name", m.node_name},
+            {"agent_instance", m.agent_instance},
+            {"agent_version", m.agent_version},
+            {"last_server_seq", m.last_server_seq},
+            {"cpu_milli", m.cpu_milli},
+            {"memory_mib", m.memory_mib},
+            {"gpus", gpus},
+            {"driver_version", m.driver_version},
+            {"cuda_version", m.cuda_version},
+            {"labels", m.labels},
+            {"owner_group", m.owner_group},
+            {"tasks", tasks}};
+  if (m.lending) j["lending"] = NodeLendingToJson(*m.lending);
+  return j.dump();
 }
 
 Result<Hello> DecodeHello(std::string_view body) {
@@ -183,6 +185,11 @@ Result<Hello> DecodeHello(std::string_view body) {
       m->tasks.push_back(std::move(report));
       return Status::Ok();
     });
+    if (const json* lending = r.Raw("lending", false); lending && !lending->is_null()) {
+      auto l = NodeLendingFromJson(*lending, r.PathOf("lending"));
+      if (!l.ok()) return l.status();
+      m->lending = *std::move(l);
+    }
     if (r.ok() && m->node_name.empty()) r.Fail("node_name", "must not be empty");
     if (r.ok() && (m->cpu_milli < 0 || m->memory_mib < 0))
       r.Fail("cpu_milli", "must not be negative");
@@ -272,6 +279,7 @@ Result<Welcome> DecodeWelcome(std::string_view body) {
 std::string Encode(const StartTask& m) {
   json j = {{"attempt_id", m.attempt_id},
             {"job_id", m.job_id},
+            {"owner", m.owner},
             {"spec", JobSpecToJson(m.spec)},
             {"gpu_uuids", m.gpu_uuids}};
   if (m.gpu_milli != 0) j["gpu_milli"] = m.gpu_milli;
@@ -283,6 +291,7 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
   return DecodeBody<StartTask>(body, [](JsonReader& r, StartTask* m) {
     m->attempt_id = r.Str("attempt_id");
     m->job_id = r.Int("job_id");
+    m->owner = r.Str("owner", false);
     const json* spec = r.Raw("spec");
     m->gpu_uuids = r.StrList("gpu_uuids", false);
     m->gpu_milli = static_cast<int32_t>(r.Int("gpu_milli", false));
@@ -315,6 +324,47 @@ Result<StopTask> DecodeStopTask(std::string_view body) {
     m->reason = r.Str("reason", false);
     m->grace_ms = r.Int("grace_ms", false);
     if (r.ok() && m->grace_ms < 0) r.Fail("grace_ms", "must not be negative");
+    return r.status();
+  });
+}
+
+std::string Encode(const NodeLending& m) { return NodeLendingToJson(m).dump(); }
+
+Result<NodeLending> DecodeLending(std::string_view body) {
+  GP_ASSIGN_OR_RETURN(json j, ParseJsonObject(body, "body"));
+  return NodeLendingFromJson(j, "body");
+}
+
+std::string Encode(const NodeEvent& m) {
+  return json{{"ts_ms", m.ts_ms},
+              {"kind", m.kind},
+              {"reason", m.reason},
+              {"gpus", m.gpus},
+              {"attempts", m.attempts}}
+      .dump();
+}
+
+Result<NodeEvent> DecodeNodeEvent(std::string_view body) {
+  return DecodeBody<NodeEvent>(body, [](JsonReader& r, NodeEvent* m) {
+    m->ts_ms = r.Int("ts_ms");
+    m->kind = r.Str("kind");
+    m->reason = r.Str("reason", false);
+    m->gpus = r.StrList("gpus", false);
+    m->attempts = r.StrList("attempts", false);
+    if (r.ok() && std::find(std::begin(kNodeEventKinds), std::end(kNodeEventKinds), m->kind) ==
+                      std::end(kNodeEventKinds)) {
+      r.Fail("kind", "must be one of reclaim, pause, resume, leave, policy");
+    }
+    if (r.ok() && m->ts_ms < 0) r.Fail("ts_ms", "must not be negative");
+    return r.status();
+  });
+}
+
+std::string Encode(const Leave& m) { return json{{"reason", m.reason}}.dump(); }
+
+Result<Leave> DecodeLeave(std::string_view body) {
+  return DecodeBody<Leave>(body, [](JsonReader& r, Leave* m) {
+    m->reason = r.Str("reason", false);
     return r.status();
   });
 }

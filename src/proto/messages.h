@@ -30,6 +30,7 @@
 
 #include "common/status.h"
 #include "model/job.h"
+#include "model/node.h"
 #include "model/resources.h"
 
 namespace gpupool::proto {
@@ -51,7 +52,11 @@ Result<Envelope> DecodeEnvelope(std::string_view text);
 
 // What an agent knows about one of its tasks. state: "running", "exited"
 // (exit_code set; signal > 0 if killed by a signal), "failed" (the task could
-// not run or broke a limit; reason says why), "lost" (the agent lost track).
+// not run or broke a limit; reason says why), "lost" (the agent lost track),
+// "vacated" (the provider took its GPU back and the task was stopped: the
+// job is requeued at the front of its class, its work since the last
+// checkpoint lost), "refused" (the provider's policy refused the start
+// order; nothing ran: the job is requeued and avoids this node for a while).
 struct TaskReport {
   std::string attempt_id;
   std::string state;
@@ -75,6 +80,8 @@ struct Hello {
   std::map<std::string, std::string> labels;
   std::vector<TaskReport> tasks;  // every task the agent holds
   std::string owner_group;        // the group (lab) that owns the machine; may be empty
+  // What the provider lends now; absent from agents that predate policies.
+  std::optional<NodeLending> lending;
   friend bool operator==(const Hello&, const Hello&) = default;
 };
 
@@ -82,6 +89,13 @@ struct Heartbeat {
   std::vector<GpuTelemetry> telemetry;
   int32_t running_tasks = 0;
   friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
+};
+
+// `leave`: the agent drained and deregisters; the node is marked left once
+// the server applies it, and the agent exits when it sees the ack.
+struct Leave {
+  std::string reason;
+  friend bool operator==(const Leave&, const Leave&) = default;
 };
 
 struct LogChunkLine {
@@ -113,6 +127,7 @@ struct Welcome {
 struct StartTask {
   std::string attempt_id;
   int64_t job_id = 0;
+  std::string owner;  // the job's owner, for the provider's user policy
   JobSpec spec;
   std::vector<std::string> gpu_uuids;
   // Per GPU: 1000 for whole GPUs; a share (1..999) of the one GPU in
@@ -140,6 +155,11 @@ inline constexpr std::string_view kLogs = "logs";
 inline constexpr std::string_view kStart = "start";
 inline constexpr std::string_view kStop = "stop";
 inline constexpr std::string_view kAck = "ack";
+// Reliable, agent -> server: a new NodeLending; a NodeEvent for the node's
+// log (the server fills its node_id); Leave.
+inline constexpr std::string_view kLending = "lending";
+inline constexpr std::string_view kNodeEvent = "node_event";
+inline constexpr std::string_view kLeave = "leave";
 
 // Bodies as JSON object text, and back.
 std::string Encode(const Hello& m);
@@ -149,6 +169,9 @@ std::string Encode(const LogChunk& m);
 std::string Encode(const Welcome& m);
 std::string Encode(const StartTask& m);
 std::string Encode(const StopTask& m);
+std::string Encode(const NodeLending& m);
+std::string Encode(const NodeEvent& m);
+std::string Encode(const Leave& m);
 
 Result<Hello> DecodeHello(std::string_view body);
 Result<Heartbeat> DecodeHeartbeat(std::string_view body);
@@ -157,5 +180,8 @@ Result<LogChunk> DecodeLogChunk(std::string_view body);
 Result<Welcome> DecodeWelcome(std::string_view body);
 Result<StartTask> DecodeStartTask(std::string_view body);
 Result<StopTask> DecodeStopTask(std::string_view body);
+Result<NodeLending> DecodeLending(std::string_view body);
+Result<NodeEvent> DecodeNodeEvent(std::string_view body);
+Result<Leave> DecodeLeave(std::string_view body);
 
 }  // namespace gpupool::proto

@@ -178,5 +178,65 @@ TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {
   EXPECT_THAT(DecodeStartTask(body).status().message(), HasSubstr("body.spec: resources.gpus"));
 }
 
+TEST(MessagesTest, LendingEventsAndLeaveRoundTrip) {
+  NodeLending l;
+  l.mode = "paused";
+  l.gpus = {{"GPU-a", 40960}};
+  l.not_lent = {{"GPU-b", "its owner runs process 42 on it"}};
+  l.fractional = false;
+  l.allow_users = {"alice"};
+  l.deny_groups = {"robotics"};
+  l.max_runtime_ms = 3'600'000;
+  l.next_change_ms = 1'700'000'000'000;
+  auto back = DecodeLending(Encode(l));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, l);
+
+  Hello h;
+  h.node_name = "n1";
+  h.agent_instance = "i";
+  h.lending = l;
+  auto hb = DecodeHello(Encode(h));
+  ASSERT_TRUE(hb.ok()) << hb.status().ToString();
+  EXPECT_EQ(hb->lending, l);
+  h.lending.reset();
+  auto without = DecodeHello(Encode(h));
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_FALSE(without->lending.has_value());
+
+  NodeEvent e{0, "", 1234, "reclaim", "the window closed", {"GPU-a"}, {"7.1"}};
+  auto eb = DecodeNodeEvent(Encode(e));
+  ASSERT_TRUE(eb.ok());
+  EXPECT_EQ(*eb, e);
+  EXPECT_EQ(DecodeLeave(Encode(Leave{"owner left"}))->reason, "owner left");
+
+  StartTask st;
+  st.attempt_id = "3.1";
+  st.job_id = 3;
+  st.owner = "bob";
+  st.spec.name = "j";
+  st.spec.run = "true";
+  auto stb = DecodeStartTask(Encode(st));
+  ASSERT_TRUE(stb.ok()) << stb.status().ToString();
+  EXPECT_EQ(stb->owner, "bob");
+}
+
+TEST(MessagesTest, LendingAndEventsAreValidated) {
+  auto bad_mode = DecodeLending(R"({"mode":"sleeping"})");
+  ASSERT_FALSE(bad_mode.ok());
+  EXPECT_NE(bad_mode.status().message().find("body.mode"), std::string::npos);
+  EXPECT_FALSE(DecodeLending(R"({"mode":"lending","gpus":{"GPU-a":-1}})").ok());
+  EXPECT_FALSE(DecodeLending(R"({"mode":"lending","gpus":{"GPU-a":"all"}})").ok());
+  auto bad_hello = DecodeHello(
+      R"({"node_name":"n","agent_instance":"i","last_server_seq":0,"lending":{"mode":1}})");
+  ASSERT_FALSE(bad_hello.ok());
+  EXPECT_NE(bad_hello.status().message().find("body.lending.mode"), std::string::npos);
+  auto bad_kind = DecodeNodeEvent(R"({"ts_ms":1,"kind":"explode"})");
+  ASSERT_FALSE(bad_kind.ok());
+  EXPECT_NE(bad_kind.status().message().find("body.kind"), std::string::npos);
+  EXPECT_TRUE(DecodeTaskReport(R"({"attempt_id":"1.1","state":"vacated","reason":"r"})").ok());
+  EXPECT_TRUE(DecodeTaskReport(R"({"attempt_id":"1.1","state":"refused","reason":"r"})").ok());
+}
+
 }  // namespace
 }  // namespace gpupool::proto

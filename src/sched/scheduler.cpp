@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <set>
 #include <tuple>
@@ -65,6 +66,10 @@ Status ValidateRequest(const Request& r) {
   if (r.prefer_wait_ms < 0) return Status::InvalidArgument("prefer_wait_ms: must be >= 0");
   if (r.cpu_milli < 0) return Status::InvalidArgument("cpu_milli: must be >= 0");
   if (r.memory_mib < 0) return Status::InvalidArgument("memory_mib: must be >= 0");
+  if (std::adjacent_find(r.excluded_nodes.begin(), r.excluded_nodes.end(),
+                         std::greater_equal<>()) != r.excluded_nodes.end()) {
+    return Status::InvalidArgument("excluded_nodes: must be sorted and unique");
+  }
   return Status::Ok();
 }
 
@@ -85,6 +90,11 @@ bool LabelsOk(const NodeView& node, const std::map<std::string, std::string>& wa
 }
 
 bool WantsGpu(const Request& r) { return r.gpus > 0 || r.gpu_milli > 0; }
+
+bool Excluded(const Request& r, const std::string& node_id) {
+  return !r.excluded_nodes.empty() &&
+         std::binary_search(r.excluded_nodes.begin(), r.excluded_nodes.end(), node_id);
+}
 
 // Static fit of one GPU (as if idle) for the request: model, memory, cc.
 bool GpuStaticOk(const GpuView& g, const Request& r, const std::vector<std::string>& models) {
@@ -156,7 +166,7 @@ std::string WaitText(const Request& r) {
 }  // namespace
 
 std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Request& r) {
-  int ready = 0, labelled = 0, hosts = 0;
+  int ready = 0, labelled = 0, hosts = 0, excluded_hosts = 0;
   int most_model = 0, most_full = 0;
   bool cpu_ok = false, mem_ok = false;
   Request model_only = r;
@@ -184,9 +194,20 @@ std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Reques
     cpu_ok |= c;
     mem_ok |= m;
     const int need = r.gpus > 0 ? r.gpus : (r.gpu_milli > 0 ? 1 : 0);
-    if (c && m && full >= need && ++hosts >= r.nodes) return "";
+    if (c && m && full >= need) {
+      if (Excluded(r, n.id)) {
+        ++excluded_hosts;
+      } else if (++hosts >= r.nodes) {
+        return "";
+      }
+    }
   }
   if (hosts >= r.nodes) return "";
+  if (excluded_hosts > 0 && hosts + excluded_hosts >= r.nodes) {
+    return "no node it may use can host it; " + std::to_string(excluded_hosts) +
+           (excluded_hosts > 1 ? " nodes that could are" : " node that could is") +
+           " excluded for it";
+  }
   if (ready == 0) return "no node is ready";
   if (labelled == 0) {
     std::string labels;
@@ -604,7 +625,9 @@ class Pass {
 
   std::optional<std::vector<int>> FitOnState(const NodeS& node, const GpuS* gpus, const Request& r,
                                              const std::vector<char>& allowed, bool actual) const {
-    if (!node.view->ready || !LabelsOk(*node.view, r.node_labels)) return std::nullopt;
+    if (!node.view->ready || Excluded(r, node.view->id) || !LabelsOk(*node.view, r.node_labels)) {
+      return std::nullopt;
+    }
     const int64_t cpu = node.cpu_free - (actual ? 0 : node.phantom_cpu);
     const int64_t mem = node.mem_free - (actual ? 0 : node.phantom_mem);
     if (cpu < r.cpu_milli || mem < r.memory_mib) return std::nullopt;
@@ -798,6 +821,7 @@ class Pass {
       for (const auto& m : r.gpu_models) mix(std::hash<std::string>()(m));
       for (const auto& m : r.preferred_models) mix(std::hash<std::string>()(m) * 3);
       for (const auto& [a, b] : r.node_labels) mix(std::hash<std::string>()(a + "=" + b));
+      for (const auto& n : r.excluded_nodes) mix(std::hash<std::string>()(n) * 5);
       return h;
     }
   };
@@ -809,7 +833,8 @@ class Pass {
              a.gpu_milli == b.gpu_milli && a.gpu_memory_mib == b.gpu_memory_mib &&
              a.min_compute_capability == b.min_compute_capability && a.cpu_milli == b.cpu_milli &&
              a.memory_mib == b.memory_mib && a.gpu_models == b.gpu_models &&
-             a.preferred_models == b.preferred_models && a.node_labels == b.node_labels;
+             a.preferred_models == b.preferred_models && a.node_labels == b.node_labels &&
+             a.excluded_nodes == b.excluded_nodes;
     }
   };
   using RequestIds = std::unordered_map<RequestKey, size_t, RequestKeyHash, RequestKeyEq>;
@@ -1073,7 +1098,10 @@ class Pass {
       const NodeS& node = nodes_[static_cast<size_t>(n)];
       const bool owner_node = !node.view->owner_group.empty() && node.view->owner_group == group;
       if (!owner_node && (opportunistic || (!interactive && !in_quota))) continue;
-      if (!node.view->ready || !LabelsOk(*node.view, job.request.node_labels)) continue;
+      if (!node.view->ready || Excluded(job.request, node.view->id) ||
+          !LabelsOk(*node.view, job.request.node_labels)) {
+        continue;
+      }
       std::vector<size_t> cands;
       for (size_t i : runs) {
         if (VictimOk(snap_.running[i], job, node, owner_node, interactive)) cands.push_back(i);

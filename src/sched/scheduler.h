@@ -23,7 +23,8 @@
 //     placement fragments the node for the queued workload (FGD's measure,
 //     policies.h) with packing as tie-break. A gang (nodes > 1) is placed on
 //     distinct nodes all or nothing. A request shape that failed once in a
-//     pass is not tried again in that pass.
+//     pass is not tried again in that pass. A request's excluded nodes are
+//     never used, for placement, reservation or preemption.
 //  3. Backfill: the first `max_reservations` jobs that cannot start get a
 //     reservation: the earliest time the running work's expected ends free
 //     enough room, and the GPUs it would take then. A later job may use those
@@ -102,6 +103,10 @@ struct Request {
   std::map<std::string, std::string> node_labels;  // every one must match the node's
   int64_t cpu_milli = 0;                           // per node
   int64_t memory_mib = 0;                          // per node
+  // Node ids it must not be placed on (nor make room on by preemption),
+  // sorted and unique: e.g. nodes whose provider's policy does not admit the
+  // job, or that just refused it.
+  std::vector<std::string> excluded_nodes;
 
   // GPU milli per node and in all.
   int64_t GpuMilliPerNode() const { return gpus > 0 ? int64_t{gpus} * 1000 : gpu_milli; }
@@ -239,7 +244,8 @@ class Scheduler {
   explicit Scheduler(SchedulerConfig config);
   // Errors: InvalidArgument for an inconsistent snapshot (a duplicate node or
   // job id, a holding on an unknown node or GPU, a request with nodes < 1,
-  // a share >= 1000 milli or both gpus and gpu_milli set), naming the item.
+  // a share >= 1000 milli, both gpus and gpu_milli set, or excluded_nodes not
+  // sorted and unique), naming the item.
   Result<Decisions> Decide(const Snapshot& snapshot);
   const SchedulerConfig& config() const { return config_; }
 
@@ -252,6 +258,8 @@ Status ValidateRequest(const Request& request);
 
 // Why no ready node of `nodes` could host `request` even if all were free,
 // or empty when some could ("no node has a GPU with 80 GiB of model A100").
+// Nodes the request excludes host nothing; when only they could, the
+// reason says so.
 std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Request& request);
 
 }  // namespace gpupool::sched

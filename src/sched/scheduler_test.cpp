@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 namespace gpupool::sched {
 namespace {
 
@@ -56,6 +59,8 @@ RunningJob Occupy(NodeView& n, std::vector<int> gpus, int64_t job_id, const std:
   r.holdings.push_back(h);
   return r;
 }
+
+SchedulerConfig TwoGroups();
 
 Decisions Schedule(const Snapshot& s, SchedulerConfig config = {}) {
   Scheduler sched(std::move(config));
@@ -161,6 +166,61 @@ TEST(SchedulerTest, NodesThatAreNotReadyGetNothing) {
   Decisions d = Schedule(s);
   EXPECT_TRUE(d.placements.empty());
   EXPECT_EQ(d.waiting[0].reason, "no node is ready");
+}
+
+TEST(SchedulerTest, ExcludedNodesAreNeverUsed) {
+  Snapshot s;
+  s.now_ms = 10 * kHour;
+  s.nodes = {MakeNode("a", 1), MakeNode("b", 1), MakeNode("c", 2)};
+  // "a" would be the first fit; an exclusion sends the job elsewhere, and
+  // the same request without one still takes "a".
+  PendingJob avoids_a = Whole(1, 1);
+  avoids_a.request.excluded_nodes = {"a"};
+  PendingJob plain = Whole(2, 1);
+  PendingJob avoids_all = Whole(3, 1);
+  avoids_all.request.excluded_nodes = {"a", "b", "c"};
+  PendingJob gang = Whole(4, 1);
+  gang.request.nodes = 2;
+  gang.request.excluded_nodes = {"b"};
+  s.pending = {avoids_a, plain, avoids_all, gang};
+  SchedulerConfig first_fit;
+  first_fit.placement = PlacementScore::kFirstFit;
+  Decisions d = Schedule(s, first_fit);
+  std::map<int64_t, std::vector<std::string>> where;
+  for (const Placement& p : d.placements) {
+    for (const NodeAssignment& a : p.nodes) where[p.job_id].push_back(a.node_id);
+  }
+  EXPECT_EQ(where[1], std::vector<std::string>{"b"});
+  EXPECT_EQ(where[2], std::vector<std::string>{"a"});
+  EXPECT_EQ(where.count(3), 0u);
+  const Waiting* w = FindWaiting(d, 3);
+  ASSERT_NE(w, nullptr);
+  EXPECT_TRUE(w->unsatisfiable);
+  EXPECT_EQ(w->reason, "no node it may use can host it; 3 nodes that could are excluded for it");
+  // The gang needs a and c; a is taken, b excluded: it waits, holding nothing.
+  EXPECT_EQ(where.count(4), 0u);
+
+  // Preemption never makes room on an excluded node.
+  s.nodes = {MakeNode("a", 1)};
+  RunningJob victim = Occupy(s.nodes[0], {0}, 100, "guest");
+  victim.preemptible = true;
+  s.running = {victim};
+  PendingJob session = Whole(5, 1, "owner");
+  session.priority = PriorityClass::kInteractive;
+  session.request.excluded_nodes = {"a"};
+  s.pending = {session};
+  d = Schedule(s, TwoGroups());
+  EXPECT_TRUE(d.preemptions.empty());
+  s.pending[0].request.excluded_nodes.clear();
+  d = Schedule(s, TwoGroups());
+  EXPECT_EQ(d.preemptions.size(), 1u);
+
+  // The list must be sorted and unique.
+  s.pending[0].request.excluded_nodes = {"b", "a"};
+  Scheduler sched({});
+  auto bad = sched.Decide(s);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("excluded_nodes"), std::string::npos);
 }
 
 TEST(SchedulerTest, GangIsPlacedWholeOnDistinctNodesOrNotAtAll) {
@@ -435,7 +495,6 @@ TEST(SchedulerTest, SameSnapshotSameDecisions) {
   EXPECT_EQ(a.waiting, b.waiting);
 }
 
-
 // Two groups with endless backlogs of 10-minute 1-GPU jobs share 6 GPUs for
 // two days. Decayed-usage ordering must converge to the weights (2:1), and
 // a group that arrives late must catch up rather than be locked out.
@@ -496,7 +555,6 @@ TEST(FairShareConvergenceTest, GpuTimeFollowsTheWeights) {
   const double b = static_cast<double>(late_gpu_ms["b"]);
   EXPECT_NEAR(a / (a + b), 2.0 / 3.0, 0.04) << a << " " << b;
 }
-
 
 // Interactive sessions keep arriving on a pool full of preemptible batch
 // work. Every preemption must respect the anti-thrash window for its job,

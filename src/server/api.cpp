@@ -119,6 +119,8 @@ json NodeToJson(const NodeStatus& s) {
   return {{"id", n.id},
           {"name", n.name},
           {"state", NodeStateName(n.state)},
+          {"status", s.status},
+          {"lending", n.lending ? NodeLendingToJson(*n.lending) : json(nullptr)},
           {"connected", s.connected},
           {"gpus", gpus},
           {"cpu_milli", n.cpu_milli},
@@ -131,6 +133,12 @@ json NodeToJson(const NodeStatus& s) {
           {"registered_ms", n.registered_ms},
           {"last_seen_ms", n.last_seen_ms},
           {"running_tasks", s.running_tasks}};
+}
+
+json NodeEventToJson(const NodeEventEntry& e) {
+  return {{"id", e.event.id},       {"node_id", e.event.node_id},  {"node", e.node_name},
+          {"ts_ms", e.event.ts_ms}, {"kind", e.event.kind},        {"reason", e.event.reason},
+          {"gpus", e.event.gpus},   {"attempts", e.event.attempts}};
 }
 
 Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
@@ -228,6 +236,11 @@ void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respo
     return ListNodes(respond, "");
   } else if (parts.size() == 3 && parts[1] == "nodes" && m == "GET") {
     return ListNodes(respond, std::string(parts[2]));
+  } else if (parts.size() == 4 && parts[1] == "nodes" && parts[3] == "events" && m == "GET") {
+    return NodeEvents(req, std::string(parts[2]), respond);
+  } else if (parts.size() == 2 && parts[1] == "events" && m == "GET") {
+    auto node = req.query.find("node");
+    return NodeEvents(req, node == req.query.end() ? "" : node->second, respond);
   } else if (parts.size() == 2 && parts[1] == "join-token" && m == "GET") {
     if (!who.is_admin())
       return fail(Status::PermissionDenied("only admins may read the join token"));
@@ -401,6 +414,22 @@ void Api::ListNodes(Respond respond, const std::string& only) {
   if (!only.empty())
     return (*respond)(ErrorResponse(Status::NotFound("node " + only + " does not exist")));
   (*respond)(JsonResponse(200, {{"nodes", arr}}));
+}
+
+void Api::NodeEvents(const net::HttpRequest& req, const std::string& node, Respond respond) {
+  auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  auto limit = QueryInt(req, "limit", 100, 1, 10000);
+  for (const Status& s : {after.status(), limit.status()}) {
+    if (!s.ok()) return (*respond)(ErrorResponse(s));
+  }
+  auto kind = req.query.find("kind");
+  auto events = pool_.NodeEvents(node, kind == req.query.end() ? "" : kind->second, *after,
+                                 static_cast<int32_t>(*limit));
+  if (!events.ok()) return (*respond)(ErrorResponse(events.status()));
+  json arr = json::array();
+  for (const NodeEventEntry& e : *events) arr.push_back(NodeEventToJson(e));
+  (*respond)(JsonResponse(
+      200, {{"events", arr}, {"next_after", events->empty() ? *after : events->back().event.id}}));
 }
 
 void Api::WaitOn(int64_t job_id, int64_t wait_ms, Probe probe) {

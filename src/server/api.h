@@ -45,6 +45,8 @@ class Api {
   void CancelJob(const Principal& who, int64_t id, Respond respond);
   void JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond);
   void ListNodes(Respond respond, const std::string& only);
+  // The provider event log of one node, or of every node when `node` is "".
+  void NodeEvents(const net::HttpRequest& req, const std::string& node, Respond respond);
   void Queue(const Principal& who, Respond respond);
   void Groups(Respond respond);
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/ids.h"
+#include "common/log.h"
 #include "model/job_spec.h"
 #include "model/job_state.h"
 #include "sched/scheduler.h"
@@ -104,6 +105,11 @@ void Pool::Notify() {
   std::set<int64_t> jobs;
   nodes.swap(touched_nodes_);
   jobs.swap(touched_jobs_);
+  const int64_t until = clock_.NowMs() + options_.refusal_avoid_ms;
+  for (const auto& [job, node] : new_refusals_) refused_[job][node] = until;
+  new_refusals_.clear();
+  for (const std::string& line : log_lines_) GP_LOG(kInfo) << line;
+  log_lines_.clear();
   if (hooks_.outbox_ready) {
     for (const auto& n : nodes) hooks_.outbox_ready(n);
   }
@@ -117,6 +123,8 @@ void Pool::Notify() {
 void Pool::Discard() {
   touched_nodes_.clear();
   touched_jobs_.clear();
+  new_refusals_.clear();
+  log_lines_.clear();
   want_schedule_ = false;
 }
 
@@ -316,8 +324,56 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
       }
       st.gpu_attempts = used[n.id];
       st.gpu_used_milli = milli[n.id];
+      // A lent GPU is free while some of it is: a share may still fit.
+      bool free_lent = false;
+      for (const GpuInfo& g : n.gpus) {
+        if (n.lending && !n.lending->gpus.count(g.uuid)) continue;
+        auto m = st.gpu_used_milli.find(g.uuid);
+        free_lent |= m == st.gpu_used_milli.end() || m->second < 1000;
+      }
+      st.status = NodeStatusName(n.state, st.connected, n.lending ? &*n.lending : nullptr,
+                                 free_lent, !n.gpus.empty());
       st.node = std::move(n);
       out.push_back(std::move(st));
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+Result<std::vector<NodeEventEntry>> Pool::NodeEvents(const std::string& node,
+                                                     const std::string& kind, int64_t after_id,
+                                                     int32_t limit) {
+  if (!kind.empty() && std::find(std::begin(kNodeEventKinds), std::end(kNodeEventKinds), kind) ==
+                           std::end(kNodeEventKinds)) {
+    return Status::InvalidArgument("kind: must be one of reclaim, pause, resume, leave, policy");
+  }
+  std::vector<NodeEventEntry> out;
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    std::string node_id;
+    if (!node.empty()) {
+      GP_ASSIGN_OR_RETURN(auto found, tx.GetNodeByName(node));
+      if (!found) {
+        GP_ASSIGN_OR_RETURN(found, tx.GetNode(node));
+      }
+      if (!found) return Status::NotFound("node " + node + " does not exist");
+      node_id = found->id;
+    }
+    GP_ASSIGN_OR_RETURN(auto nodes, tx.ListNodes());
+    std::map<std::string, std::string> names;
+    for (const Node& n : nodes) names[n.id] = n.name;
+    // Pages of the log until `limit` events of the kind are found.
+    int64_t after = after_id;
+    while (static_cast<int32_t>(out.size()) < limit) {
+      GP_ASSIGN_OR_RETURN(auto page, tx.ListNodeEvents(node_id, after, limit));
+      for (NodeEvent& e : page) {
+        after = e.id;
+        if (static_cast<int32_t>(out.size()) >= limit) break;
+        if (!kind.empty() && e.kind != kind) continue;
+        std::string name = names.count(e.node_id) ? names[e.node_id] : e.node_id;
+        out.push_back({std::move(e), std::move(name)});
+      }
+      if (static_cast<int32_t>(page.size()) < limit) break;
     }
     return Status::Ok();
   }));
@@ -394,6 +450,15 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
   } else if (event == JobEvent::kPreempt) {
     job.last_preempted_ms = now;
     job.reason = "being " + attempt.reason;
+  } else if (event == JobEvent::kVacated) {
+    job.reason =
+        "vacated: " + (attempt.reason.empty() ? "the provider took its GPU back" : attempt.reason) +
+        "; requeued";
+    job.front = true;  // displaced through no fault of its own
+  } else if (event == JobEvent::kRefused) {
+    job.reason = "requeued: attempt " + attempt.id + " was refused" +
+                 (attempt.reason.empty() ? "" : " (" + attempt.reason + ")");
+    job.front = true;
   } else if (job.state == JobState::kPending) {
     job.reason = "requeued: attempt " + attempt.id + " was lost" +
                  (report && !report->reason.empty() ? " (" + report->reason + ")" : "");
@@ -425,6 +490,10 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   JobEvent event;
   if (r.state == "running")
     event = JobEvent::kStarted;
+  else if (r.state == "vacated")
+    event = JobEvent::kVacated;
+  else if (r.state == "refused")
+    event = JobEvent::kRefused;
   else if (attempt->preempt_ms > 0 && !FinishedBeforePreemption(r))
     event = JobEvent::kPreempted;  // however it ended: the job goes back to the queue
   else if (r.state == "exited")
@@ -433,6 +502,9 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
     event = JobEvent::kAttemptFailed;
   else
     event = JobEvent::kLost;
+  if (event == JobEvent::kRefused && job->state == JobState::kScheduled) {
+    new_refusals_.emplace_back(job->id, node_id);
+  }
   return ApplyEvent(tx, *job, *attempt, event, &r);
 }
 
@@ -469,7 +541,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
       node.registered_ms = now;
     }
     node.name = hello.node_name;
-    node.state = NodeState::kReady;
+    node.state = NodeState::kReady;  // a node that left may rejoin
     node.gpus = hello.gpus;
     node.cpu_milli = hello.cpu_milli;
     node.memory_mib = hello.memory_mib;
@@ -478,6 +550,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
     node.agent_version = hello.agent_version;
     node.labels = hello.labels;
     node.owner_group = hello.owner_group;
+    node.lending = hello.lending;
     node.last_seen_ms = now;
     GP_RETURN_IF_ERROR(tx.PutNode(node));
     welcome.node_id = node.id;
@@ -575,6 +648,27 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
           }
         }
       }
+    } else if (type == proto::kLending) {
+      GP_ASSIGN_OR_RETURN(auto lending, proto::DecodeLending(body));
+      GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+      if (node) {
+        node->lending = std::move(lending);
+        GP_RETURN_IF_ERROR(tx.PutNode(*node));
+      }
+      want_schedule_ = true;  // room may have appeared
+    } else if (type == proto::kNodeEvent) {
+      GP_ASSIGN_OR_RETURN(auto event, proto::DecodeNodeEvent(body));
+      event.node_id = node_id;
+      GP_ASSIGN_OR_RETURN(event.id, tx.AppendNodeEvent(event));
+      GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+      std::string line = "node " + (node ? node->name : node_id) + ": " + event.kind;
+      for (const std::string& g : event.gpus) line += " " + g;
+      if (!event.reason.empty()) line += " (" + event.reason + ")";
+      for (const std::string& a : event.attempts) line += "; vacated " + a;
+      log_lines_.push_back(std::move(line));
+    } else if (type == proto::kLeave) {
+      GP_ASSIGN_OR_RETURN(auto leave, proto::DecodeLeave(body));
+      GP_RETURN_IF_ERROR(LeaveNode(tx, node_id, leave.reason));
     } else {
       return Status::InvalidArgument("type: unknown reliable message type \"" + type + "\"");
     }
@@ -585,6 +679,28 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
     return s;
   }
   Notify();
+  return Status::Ok();
+}
+
+Status Pool::LeaveNode(Tx& tx, const std::string& node_id, const std::string& reason) {
+  GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+  if (!node) return Status::Ok();
+  node->state = NodeState::kLeft;
+  node->last_seen_ms = clock_.NowMs();
+  GP_RETURN_IF_ERROR(tx.PutNode(*node));
+  log_lines_.push_back("node " + node->name + " left the pool" +
+                       (reason.empty() ? "" : " (" + reason + ")"));
+  // The agent drains before it leaves; anything still live is requeued.
+  AttemptQuery q;
+  q.node_id = node_id;
+  q.live_only = true;
+  GP_ASSIGN_OR_RETURN(auto live, tx.ListAttempts(q));
+  for (Attempt& a : live) {
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
+    if (!job || job->current_attempt != a.id) continue;
+    proto::TaskReport lost{a.id, "lost", 0, 0, "the node left the pool", clock_.NowMs()};
+    GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, JobEvent::kLost, &lost));
+  }
   return Status::Ok();
 }
 
@@ -691,16 +807,21 @@ std::map<std::string, sched::DecayedUsage> Pool::UsageNow(const PoolView& view, 
   return usage;
 }
 
-sched::Snapshot Pool::MakeSnapshot(const PoolView& view, int64_t now,
-                                   std::map<int64_t, std::string>* skipped) const {
-  sched::Snapshot snap;
+Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
+  PassInput in;
+  sched::Snapshot& snap = in.snapshot;
   snap.now_ms = now;
   std::map<std::string, size_t> node_at;
+  // Ready nodes whose lending admits only some jobs (users, groups, runtime,
+  // whole GPUs only); every pending job is checked against these alone.
+  std::vector<const Node*> restricted;
   for (const Node& n : view.nodes) {
+    const NodeLending* lending = n.lending ? &*n.lending : nullptr;
     sched::NodeView v;
     v.id = n.id;
     v.name = n.name;
-    v.ready = n.state == NodeState::kReady && live_.count(n.id) > 0;
+    v.ready = n.state == NodeState::kReady && live_.count(n.id) > 0 &&
+              (lending == nullptr || lending->mode == "lending");
     v.owner_group = n.owner_group;
     v.labels = n.labels;
     for (const GpuInfo& g : n.gpus) {
@@ -710,8 +831,27 @@ sched::Snapshot Pool::MakeSnapshot(const PoolView& view, int64_t now,
       gv.memory_mib = std::max<int64_t>(g.memory_mib, 0);
       gv.compute_capability = g.cc_major * 10 + g.cc_minor;
       gv.free_milli = 1000;
+      if (lending != nullptr) {
+        auto lent = lending->gpus.find(g.uuid);
+        if (lent == lending->gpus.end()) continue;  // not lent now: not offered
+        // Only part of its memory is lent, and the agent then takes shares
+        // only (LendingAdmits). The scheduler knows no such GPU, so it is
+        // offered as a GPU of the lent memory that is never wholly free
+        // (999 milli): whole-GPU requests need 1000 and pass it by, shares
+        // fit within the memory lent.
+        if (lent->second < gv.memory_mib) {
+          gv.memory_mib = std::max<int64_t>(lent->second, 0);
+          gv.free_milli = 999;
+        }
+      }
       gv.free_memory_mib = gv.memory_mib;
       v.gpus.push_back(std::move(gv));
+    }
+    if (v.ready && lending != nullptr &&
+        (!lending->fractional || !lending->allow_users.empty() || !lending->deny_users.empty() ||
+         !lending->allow_groups.empty() || !lending->deny_groups.empty() ||
+         lending->max_runtime_ms > 0)) {
+      restricted.push_back(&n);
     }
     v.cpu_milli_total = v.cpu_milli_free = n.cpu_milli;
     v.memory_mib_total = v.memory_mib_free = n.memory_mib;
@@ -765,6 +905,45 @@ sched::Snapshot Pool::MakeSnapshot(const PoolView& view, int64_t now,
     snap.running.push_back(std::move(r));
   }
 
+  // Nodes a job must avoid, and why: their provider's policy refuses it, or
+  // they refused its start lately.
+  auto exclude = [&](const Job& j, sched::Request& q) {
+    std::vector<std::pair<std::string, std::string>> why;  // node name, reason
+    const bool share = q.gpus == 0 && q.gpu_milli > 0;
+    LendingRequest who;  // no GPUs: only who asks and for how long
+    who.user = j.owner;
+    who.group = j.spec.group;
+    who.max_runtime_ms = j.spec.max_runtime_ms;
+    for (const Node* n : restricted) {
+      const NodeLending& l = *n->lending;
+      Status admits = share && !l.fractional
+                          ? Status::FailedPrecondition("it lends whole GPUs only")
+                          : LendingAdmits(l, who, {});
+      if (admits.ok()) continue;
+      q.excluded_nodes.push_back(n->id);
+      why.emplace_back(n->name, admits.message());
+    }
+    if (auto r = refused_.find(j.id); r != refused_.end()) {
+      for (const auto& [node_id, until] : r->second) {
+        if (until <= now) continue;
+        q.excluded_nodes.push_back(node_id);
+        auto n = std::find_if(view.nodes.begin(), view.nodes.end(),
+                              [&](const Node& x) { return x.id == node_id; });
+        why.emplace_back(n == view.nodes.end() ? node_id : n->name, "it refused the job lately");
+      }
+    }
+    if (why.empty()) return;
+    std::sort(q.excluded_nodes.begin(), q.excluded_nodes.end());
+    q.excluded_nodes.erase(std::unique(q.excluded_nodes.begin(), q.excluded_nodes.end()),
+                           q.excluded_nodes.end());
+    std::string text = "not placed on ";
+    for (size_t i = 0; i < why.size() && i < 3; ++i) {
+      text += (i == 0 ? "" : ", ") + why[i].first + " (" + why[i].second + ")";
+    }
+    if (why.size() > 3) text += " and " + std::to_string(why.size() - 3) + " more nodes";
+    in.exclusions[j.id] = std::move(text);
+  };
+
   for (const Job& j : view.pending) {
     sched::PendingJob p;
     p.job_id = j.id;
@@ -776,25 +955,29 @@ sched::Snapshot Pool::MakeSnapshot(const PoolView& view, int64_t now,
     p.front = j.front;
     if (Status st = sched::ValidateRequest(p.request); !st.ok()) {
       // One bad record must not stop every other job from being scheduled.
-      (*skipped)[j.id] = "cannot be scheduled: " + st.message();
+      in.skipped[j.id] = "cannot be scheduled: " + st.message();
       continue;
     }
+    exclude(j, p.request);
     snap.pending.push_back(std::move(p));
   }
   snap.usage = UsageNow(view, now);
-  return snap;
+  return in;
 }
 
 Result<int> Pool::Schedule() {
   int placed = 0;
   int64_t now = clock_.NowMs();
   std::map<int64_t, QueueInfo> queue;
+  for (auto it = refused_.begin(); it != refused_.end();) {
+    std::erase_if(it->second, [&](const auto& e) { return e.second <= now; });
+    it = it->second.empty() ? refused_.erase(it) : std::next(it);
+  }
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(PoolView view, ReadView(tx, true));
     if (view.pending.empty()) return Status::Ok();
-    std::map<int64_t, std::string> skipped;
-    sched::Snapshot snap = MakeSnapshot(view, now, &skipped);
-    GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(snap));
+    PassInput in = MakeSnapshot(view, now);
+    GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));
 
     std::map<int64_t, Job*> pending_by_id;
     for (Job& j : view.pending) pending_by_id[j.id] = &j;
@@ -824,7 +1007,8 @@ Result<int> Pool::Schedule() {
       a.state = AttemptState::kScheduled;
       a.created_ms = now;
       GP_RETURN_IF_ERROR(tx.PutAttempt(a));
-      proto::StartTask start{a.id, job.id, job.spec, a.gpu_uuids, a.gpu_milli, a.gpu_memory_mib};
+      proto::StartTask start{a.id,        job.id,      job.owner,       job.spec,
+                             a.gpu_uuids, a.gpu_milli, a.gpu_memory_mib};
       GP_ASSIGN_OR_RETURN(int64_t seq, tx.PushOutbox(where.node_id, std::string(proto::kStart),
                                                      proto::Encode(start)));
       (void)seq;
@@ -891,11 +1075,14 @@ Result<int> Pool::Schedule() {
         for (int64_t v : l->second) ids += (ids.empty() ? "" : ", ") + std::to_string(v);
         reason = "waiting for job" + std::string(l->second.size() > 1 ? "s " : " ") + ids +
                  " to leave (preempted for it: checkpoint and requeue)";
+      } else if (auto e = in.exclusions.find(w.job_id);
+                 w.unsatisfiable && e != in.exclusions.end()) {
+        reason += "; " + e->second;
       }
       queue[w.job_id] = QueueInfo{w.position, w.explanation, w.unsatisfiable, w.reserved_start_ms};
       GP_RETURN_IF_ERROR(set_reason(*it->second, reason));
     }
-    for (const auto& [id, why] : skipped)
+    for (const auto& [id, why] : in.skipped)
       GP_RETURN_IF_ERROR(set_reason(*pending_by_id.at(id), why));
     return Status::Ok();
   });

@@ -19,6 +19,16 @@
 // (kept in memory: they change with every pass and are recomputed after a
 // restart by the first pass).
 //
+// Provider policies: a node's lending (as its agent reports it, in its hello
+// and in `lending` messages) shapes the snapshot so that the scheduler
+// proposes only what the agent would accept (LendingAdmits): a node that
+// does not lend now is not ready, GPUs not lent are left out, and a job its
+// policy refuses (user, group, runtime, shares) excludes the node. An
+// attempt the provider vacated or refused requeues its job at the front of
+// its class; a refused job avoids that node for `refusal_avoid_ms` (kept in
+// memory only). `node_event` messages go to the node's event log, `leave`
+// marks the node left until its agent says hello again.
+//
 // Fair-share usage: when an attempt ends, its group is charged GPU milli x
 // the time the attempt held its GPUs (from placement to end), in the same
 // transaction; running attempts are added for their time so far in each
@@ -54,6 +64,9 @@ struct PoolOptions {
   int64_t node_lost_after_ms = 40'000;
   // Placements per scheduling pass; the rest wait for the next pass.
   int32_t max_placements_per_pass = 500;
+  // A job whose start a node refused (its provider's policy) is not placed
+  // there again for this long.
+  int64_t refusal_avoid_ms = 10 * 60'000;
   // Fair share, guarantees, preemption and backfill (--scheduler-config).
   // Its max_placements is replaced by max_placements_per_pass.
   sched::SchedulerConfig scheduler;
@@ -77,6 +90,13 @@ struct NodeStatus {
   std::map<std::string, std::vector<std::string>> gpu_attempts;
   std::map<std::string, int32_t> gpu_used_milli;
   int32_t running_tasks = 0;
+  std::string status;  // NodeStatusName: available, busy, paused, reclaimed, ...
+};
+
+// One entry of the provider event log, with the node's name.
+struct NodeEventEntry {
+  NodeEvent event;
+  std::string node_name;
 };
 
 // Where a pending job stands after the last scheduling pass.
@@ -131,6 +151,12 @@ class Pool {
   Result<Job> Cancel(int64_t id);
   Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();
+  // The provider event log: events of `node` (an id or a name; "" = every
+  // node) of `kind` ("" = any), with id > after_id, ascending, at most
+  // `limit`. NotFound for an unknown node, InvalidArgument for an unknown
+  // kind.
+  Result<std::vector<NodeEventEntry>> NodeEvents(const std::string& node, const std::string& kind,
+                                                 int64_t after_id, int32_t limit);
   // Pending jobs in the order the scheduler considers them; `owner` limits
   // the list to one user's jobs (positions stay those in the whole queue).
   Result<std::vector<QueuedJob>> Queue(const std::optional<std::string>& owner);
@@ -177,6 +203,14 @@ class Pool {
     std::string reason = "cancelled";
     int64_t grace_ms = 0;
   };
+  // The scheduler's input, and what the pass tells waiting jobs besides.
+  struct PassInput {
+    sched::Snapshot snapshot;
+    // Pending jobs whose request the scheduler would reject, with the reason.
+    std::map<int64_t, std::string> skipped;
+    // Why jobs are kept off nodes ("alpha (refused by the provider's ...)").
+    std::map<int64_t, std::string> exclusions;
+  };
   // What one pass reads from the store.
   struct PoolView {
     std::vector<Job> pending;
@@ -194,16 +228,16 @@ class Pool {
   Status ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, int64_t from_ms,
                      int64_t to_ms);
   Result<PoolView> ReadView(Tx& tx, bool with_pending);
-  // The scheduler's input; `skipped` gets pending jobs whose request the
-  // scheduler would reject, with the reason.
-  sched::Snapshot MakeSnapshot(const PoolView& view, int64_t now,
-                               std::map<int64_t, std::string>* skipped) const;
+  PassInput MakeSnapshot(const PoolView& view, int64_t now) const;
   // Decayed usage per group now, running attempts included.
   std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, int64_t now) const;
   Status ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r);
   Status PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
                   const std::string& reason, int64_t grace_ms = 0);
   Status SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& instance, int64_t seq);
+  // The node's agent drained and deregistered: the node is left; attempts
+  // still live there are requeued.
+  Status LeaveNode(Tx& tx, const std::string& node_id, const std::string& reason);
   Result<std::pair<std::string, int64_t>> GetAgentSeq(Tx& tx, const std::string& node_id);
   // Fires the hooks for what the committed transaction touched.
   void Notify();
@@ -217,9 +251,13 @@ class Pool {
   sched::Scheduler scheduler_;
   std::map<std::string, LiveNode> live_;  // connected nodes
   std::map<int64_t, QueueInfo> queue_;    // pending job -> its place after the last pass
-  // Collected during a transaction, fired after it commits.
+  // Job -> node id -> until when the job avoids the node (it refused it).
+  std::map<int64_t, std::map<std::string, int64_t>> refused_;
+  // Collected during a transaction, applied or fired after it commits.
   std::set<std::string> touched_nodes_;
   std::set<int64_t> touched_jobs_;
+  std::vector<std::pair<int64_t, std::string>> new_refusals_;  // job, node id
+  std::vector<std::string> log_lines_;                         // logged at info
   bool want_schedule_ = false;
 };
 

@@ -95,6 +95,25 @@ class PoolTest : public ::testing::Test {
     return pool_->AgentMessage(node, seq, std::string(proto::kTaskStatus), proto::Encode(r));
   }
 
+  // A lending of every GPU of `h`, in full.
+  static NodeLending LendsAll(const proto::Hello& h) {
+    NodeLending l;
+    for (const GpuInfo& g : h.gpus) l.gpus[g.uuid] = g.memory_mib;
+    return l;
+  }
+
+  Status SendLending(const std::string& node, int64_t seq, const NodeLending& l) {
+    return pool_->AgentMessage(node, seq, std::string(proto::kLending), proto::Encode(l));
+  }
+
+  NodeStatus NodeNamed(const std::string& name) {
+    for (NodeStatus& n : *pool_->ListNodes()) {
+      if (n.node.name == name) return n;
+    }
+    ADD_FAILURE() << "no node " << name;
+    return {};
+  }
+
   std::filesystem::path dir_;
   FakeClock clock_;
   std::unique_ptr<SqliteStore> store_;
@@ -544,6 +563,257 @@ TEST_F(PoolTest, LostNodeRequeuesTheJobToTheFrontOfItsClass) {
   ASSERT_EQ(starts.size(), 1u);
   EXPECT_EQ(starts[0].attempt_id, "1.2");
   EXPECT_FALSE(pool_->GetJob(1)->job.front);  // placed: no longer displaced
+}
+
+// ---- provider policies
+
+TEST_F(PoolTest, VacatedJobIsRequeuedAtTheFrontAndRunsElsewhere) {
+  PoolOptions o;
+  o.scheduler.half_life_ms = 0;  // exact usage
+  UseOptions(o);
+  proto::Hello ha = MakeHello("a", 1);
+  ha.lending = LendsAll(ha);
+  auto a = *pool_->AgentHello(ha);
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());  // 1
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "bob").ok());  // 2, waits
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  auto b = *pool_->AgentHello(MakeHello("b", 1));
+  clock_.AdvanceMs(60'000);
+
+  // The owner takes the GPU back: the agent stops the job and says so.
+  NodeLending reclaimed;
+  reclaimed.not_lent = {{"a-gpu0", "reclaimed by the owner"}};
+  ASSERT_TRUE(SendLending(a.node_id, 2, reclaimed).ok());
+  ASSERT_TRUE(
+      Report(a.node_id, 3, {"1.1", "vacated", 0, 15, "reclaimed by the owner", clock_.NowMs()})
+          .ok());
+  auto d = *pool_->GetJob(1);
+  EXPECT_EQ(d.job.state, JobState::kPending);
+  EXPECT_TRUE(d.job.front);
+  EXPECT_EQ(d.job.reason, "vacated: reclaimed by the owner; requeued");
+  EXPECT_FALSE(d.job.exit_code.has_value());
+  EXPECT_EQ(d.attempts[0].state, AttemptState::kVacated);
+  ASSERT_TRUE(StoredUsage("default").has_value());
+  EXPECT_EQ(StoredUsage("default")->milli_ms, 1000 * 60'000);
+  EXPECT_EQ(NodeNamed("a").status, "reclaimed");
+
+  // It goes before job 2, on the other node.
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  auto starts = Starts(b.node_id);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].attempt_id, "1.2");
+  EXPECT_EQ(starts[0].owner, "alice");
+  EXPECT_EQ(pool_->GetJob(2)->job.state, JobState::kPending);
+}
+
+TEST_F(PoolTest, RefusedJobIsRequeuedAndAvoidsTheNodeForAWhile) {
+  auto a = *pool_->AgentHello(MakeHello("a", 1));
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  std::string why = "refused by the provider's policy: outside its availability windows";
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "refused", 0, 0, why, 0}).ok());
+  auto d = *pool_->GetJob(1);
+  EXPECT_EQ(d.job.state, JobState::kPending);
+  EXPECT_TRUE(d.job.front);
+  EXPECT_EQ(d.job.reason, "requeued: attempt 1.1 was refused (" + why + ")");
+  EXPECT_EQ(d.attempts[0].state, AttemptState::kRefused);
+
+  // The next passes leave node a alone, and say why.
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  d = *pool_->GetJob(1);
+  EXPECT_THAT(d.job.reason, HasSubstr("excluded for it"));
+  EXPECT_THAT(d.job.reason, HasSubstr("a (it refused the job lately)"));
+  EXPECT_TRUE(d.queue->unsatisfiable);
+  // Other jobs still go there.
+  ASSERT_TRUE(pool_->Submit(Spec(0), "bob").ok());
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(pool_->GetJob(2)->job.state, JobState::kScheduled);
+  // After a while it is tried there again.
+  clock_.AdvanceMs(PoolOptions{}.refusal_avoid_ms);
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(pool_->GetJob(1)->job.current_attempt, "1.2");
+}
+
+TEST_F(PoolTest, NodesThatDoNotLendNowGetNothing) {
+  proto::Hello h = MakeHello("a", 1);
+  NodeLending l = LendsAll(h);
+  l.mode = "paused";
+  h.lending = l;
+  auto a = *pool_->AgentHello(h);
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_EQ(NodeNamed("a").status, "paused");
+  l.mode = "closed";
+  ASSERT_TRUE(SendLending(a.node_id, 1, l).ok());
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_EQ(NodeNamed("a").status, "reclaimed");
+  ASSERT_TRUE(NodeNamed("a").node.lending.has_value());
+  EXPECT_EQ(NodeNamed("a").node.lending->mode, "closed");
+  int before = schedule_requests_;
+  l.mode = "lending";
+  ASSERT_TRUE(SendLending(a.node_id, 2, l).ok());
+  EXPECT_GT(schedule_requests_, before);  // room may have appeared
+  EXPECT_EQ(NodeNamed("a").status, "available");
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(NodeNamed("a").status, "busy");
+}
+
+TEST_F(PoolTest, OnlyLentGpusArePlaced) {
+  proto::Hello h = MakeHello("a", 2);
+  h.lending = NodeLending{};
+  h.lending->gpus = {{"a-gpu1", 81920}};
+  h.lending->not_lent = {{"a-gpu0", "not lent by the policy"}};
+  auto a = *pool_->AgentHello(h);
+  ASSERT_TRUE(pool_->Submit(Spec(2), "u").ok());  // 1: two GPUs, only one lent
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());  // 2
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());  // 3
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  auto starts = Starts(a.node_id);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].gpu_uuids, std::vector<std::string>{"a-gpu1"});
+  EXPECT_EQ(pool_->GetJob(3)->job.state, JobState::kPending);
+  EXPECT_EQ(NodeNamed("a").status, "busy");
+}
+
+TEST_F(PoolTest, AGpuLentInPartTakesSharesOnly) {
+  proto::Hello h = MakeHello("a", 1);
+  h.lending = NodeLending{};
+  h.lending->gpus = {{"a-gpu0", 40960}};  // half of its 80 GiB
+  auto a = *pool_->AgentHello(h);
+  JobSpec share = Spec(0);
+  share.resources.gpu_milli = 500;
+  share.resources.gpu_memory_mib = 20480;
+  JobSpec too_big = share;
+  too_big.resources.gpu_memory_mib = 50 * 1024;
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());  // 1: the whole GPU
+  ASSERT_TRUE(pool_->Submit(too_big, "u").ok());  // 2: more memory than lent
+  ASSERT_TRUE(pool_->Submit(share, "u").ok());    // 3
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  auto starts = Starts(a.node_id);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].attempt_id, "3.1");
+  EXPECT_EQ(starts[0].gpu_milli, 500);
+  EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kPending);
+  EXPECT_EQ(pool_->GetJob(2)->job.state, JobState::kPending);
+  EXPECT_EQ(NodeNamed("a").status, "available");  // half a GPU is still free
+}
+
+TEST_F(PoolTest, WholeGpuOnlyNodesTakeNoShares) {
+  proto::Hello h = MakeHello("a", 1);
+  h.lending = LendsAll(h);
+  h.lending->fractional = false;
+  (void)*pool_->AgentHello(h);
+  JobSpec share = Spec(0);
+  share.resources.gpu_milli = 500;
+  ASSERT_TRUE(pool_->Submit(share, "u").ok());    // 1
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());  // 2
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(pool_->GetJob(2)->job.state, JobState::kScheduled);
+  auto one = *pool_->GetJob(1);
+  EXPECT_EQ(one.job.state, JobState::kPending);
+  EXPECT_THAT(one.job.reason, HasSubstr("whole GPUs only"));
+}
+
+TEST_F(PoolTest, AllowedUsersAndMaxRuntimeKeepOtherJobsAway) {
+  proto::Hello h = MakeHello("a", 4);
+  h.lending = LendsAll(h);
+  h.lending->allow_users = {"alice"};
+  h.lending->max_runtime_ms = 3'600'000;
+  (void)*pool_->AgentHello(h);
+  JobSpec short_job = Spec(1);
+  short_job.max_runtime_ms = 1'800'000;
+  JobSpec long_job = Spec(1);
+  long_job.max_runtime_ms = 2 * 3'600'000;
+  ASSERT_TRUE(pool_->Submit(short_job, "bob").ok());    // 1: not lent to bob
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());    // 2: no max_runtime
+  ASSERT_TRUE(pool_->Submit(long_job, "alice").ok());   // 3: too long
+  ASSERT_TRUE(pool_->Submit(short_job, "alice").ok());  // 4
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(pool_->GetJob(4)->job.state, JobState::kScheduled);
+  auto bob = pool_->GetJob(1)->job;
+  EXPECT_EQ(bob.state, JobState::kPending);
+  EXPECT_THAT(bob.reason, HasSubstr("does not lend to user \"bob\" (lends to: alice)"));
+  EXPECT_THAT(pool_->GetJob(2)->job.reason, HasSubstr("the job gives none"));
+  EXPECT_THAT(pool_->GetJob(3)->job.reason, HasSubstr("max_runtime at most"));
+}
+
+TEST_F(PoolTest, NodeEventsAreStoredAndListed) {
+  auto a = *pool_->AgentHello(MakeHello("a", 2));
+  auto b = *pool_->AgentHello(MakeHello("b", 1));
+  NodeEvent reclaim;
+  reclaim.ts_ms = 1000;
+  reclaim.kind = "reclaim";
+  reclaim.reason = "reclaimed by the owner";
+  reclaim.gpus = {"a-gpu0"};
+  reclaim.attempts = {"7.1"};
+  NodeEvent pause;
+  pause.ts_ms = 2000;
+  pause.kind = "pause";
+  auto send = [&](const std::string& node, int64_t seq, const NodeEvent& e) {
+    return pool_->AgentMessage(node, seq, std::string(proto::kNodeEvent), proto::Encode(e));
+  };
+  ASSERT_TRUE(send(a.node_id, 1, reclaim).ok());
+  ASSERT_TRUE(send(a.node_id, 1, reclaim).ok());  // a resend is applied once
+  ASSERT_TRUE(send(b.node_id, 1, pause).ok());
+  ASSERT_TRUE(send(a.node_id, 2, pause).ok());
+
+  auto all = *pool_->NodeEvents("", "", 0, 100);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].node_name, "a");
+  EXPECT_EQ(all[0].event.node_id, a.node_id);
+  EXPECT_EQ(all[0].event.kind, "reclaim");
+  EXPECT_EQ(all[0].event.reason, "reclaimed by the owner");
+  EXPECT_EQ(all[0].event.gpus, std::vector<std::string>{"a-gpu0"});
+  EXPECT_EQ(all[0].event.attempts, std::vector<std::string>{"7.1"});
+  EXPECT_EQ(all[1].node_name, "b");
+  auto of_a = *pool_->NodeEvents("a", "", 0, 100);
+  ASSERT_EQ(of_a.size(), 2u);
+  EXPECT_EQ(of_a[1].event.kind, "pause");
+  EXPECT_EQ(pool_->NodeEvents(a.node_id, "", 0, 100)->size(), 2u);  // by id too
+  EXPECT_EQ(pool_->NodeEvents("a", "", of_a[0].event.id, 100)->size(), 1u);
+  auto reclaims = *pool_->NodeEvents("", "reclaim", 0, 100);
+  ASSERT_EQ(reclaims.size(), 1u);
+  EXPECT_EQ(reclaims[0].event.id, all[0].event.id);
+  // A kind filter fills its page across the log.
+  auto pauses = *pool_->NodeEvents("", "pause", 0, 1);
+  ASSERT_EQ(pauses.size(), 1u);
+  EXPECT_EQ(pauses[0].node_name, "b");
+  EXPECT_EQ(pool_->NodeEvents("nope", "", 0, 100).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(pool_->NodeEvents("", "nap", 0, 100).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(PoolTest, ANodeThatLeftGetsNothingUntilItsAgentReturns) {
+  auto a = *pool_->AgentHello(MakeHello("a", 1));
+  ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  // A leave with work still there (the drain was cut short) requeues it.
+  proto::Leave leave{"the owner ran gpupool agent leave"};
+  ASSERT_TRUE(
+      pool_->AgentMessage(a.node_id, 2, std::string(proto::kLeave), proto::Encode(leave)).ok());
+  auto d = *pool_->GetJob(1);
+  EXPECT_EQ(d.job.state, JobState::kPending);
+  EXPECT_TRUE(d.job.front);
+  EXPECT_EQ(d.attempts[0].reason, "the node left the pool");
+  EXPECT_EQ(NodeNamed("a").node.state, NodeState::kLeft);
+  EXPECT_EQ(NodeNamed("a").status, "left");
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  // The agent exits; the node stays left, never lost.
+  ASSERT_TRUE(pool_->AgentDisconnected(a.node_id).ok());
+  clock_.AdvanceMs(PoolOptions{}.node_lost_after_ms + 1);
+  ASSERT_TRUE(pool_->CheckNodes().ok());
+  EXPECT_EQ(NodeNamed("a").node.state, NodeState::kLeft);
+  Restart();
+  ASSERT_TRUE(pool_->Recover().ok());
+  EXPECT_EQ(NodeNamed("a").node.state, NodeState::kLeft);
+  // The provider rejoins.
+  auto again = *pool_->AgentHello(MakeHello("a", 1, "i2"));
+  EXPECT_EQ(again.node_id, a.node_id);
+  EXPECT_EQ(NodeNamed("a").node.state, NodeState::kReady);
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(pool_->GetJob(1)->job.current_attempt, "1.2");
 }
 
 }  // namespace

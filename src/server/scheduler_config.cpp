@@ -151,13 +151,8 @@ Status ParseModelSpeed(const json& v, sched::SchedulerConfig& out) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Result<sched::SchedulerConfig> ParseSchedulerConfig(std::string_view text) {
-  YamlOptions options;
-  options.what = "scheduler config";
-  options.empty_message = "empty scheduler config; expected a mapping such as {half_life: 7d}";
-  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options));
+// The config in a parsed document; errors name the field path.
+Result<sched::SchedulerConfig> ConfigFromJson(const json& j) {
   if (!j.is_object()) return FieldError("", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "", kTopFields));
   sched::SchedulerConfig config;
@@ -193,6 +188,19 @@ Result<sched::SchedulerConfig> ParseSchedulerConfig(std::string_view text) {
       return FieldError("preemption", "must be true or false, got " + DescribeValue(*v));
     config.preemption = v->get<bool>();
   }
+  return config;
+}
+
+}  // namespace
+
+Result<sched::SchedulerConfig> ParseSchedulerConfig(std::string_view text) {
+  YamlOptions options;
+  options.what = "scheduler config";
+  options.empty_message = "empty scheduler config; expected a mapping such as {half_life: 7d}";
+  YamlLines lines;
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options, &lines));
+  auto config = ConfigFromJson(j);
+  if (!config.ok()) return WithLine(config.status(), lines);
   return config;
 }
 

@@ -82,47 +82,69 @@ TEST(SchedulerConfig, ErrorsNameTheField) {
       {"", "empty scheduler config"},
       {"[1]", "(root): expected a mapping, got a list"},
       {"half_lif: 7d",
-       "half_lif: unknown field (known: half_life, anti_thrash_window, groups, model_speed, "
+       "half_lif (line 1): unknown field (known: half_life, anti_thrash_window, groups, "
+       "model_speed, "
        "backfill_reservations, preemption, candidates, placement)"},
       {"placement: fgd",
-       "placement: unknown placement \"fgd\"; expected gpupool, best-fit or first-fit"},
-      {"half_life: soon", "half_life: invalid duration \"soon\""},
-      {"half_life: 400d", "half_life: must be from 0 to 365d, got 400d"},
-      {"half_life: -5", "half_life: must be from 0 to 365d, got -5"},
-      {"half_life: [7d]", "half_life: must be a duration such as \"7d\" or \"30m\", got a list"},
-      {"anti_thrash_window: 31d", "anti_thrash_window: must be from 0 to 30d, got 31d"},
-      {"groups: [vision]", "groups: expected a mapping such as {vision: {weight: 2}}, got a list"},
+       "placement (line 1): unknown placement \"fgd\"; expected gpupool, best-fit or first-fit"},
+      {"half_life: soon", "half_life (line 1): invalid duration \"soon\""},
+      {"half_life: 400d", "half_life (line 1): must be from 0 to 365d, got 400d"},
+      {"half_life: -5", "half_life (line 1): must be from 0 to 365d, got -5"},
+      {"half_life: [7d]",
+       "half_life (line 1): must be a duration such as \"7d\" or \"30m\", got a list"},
+      {"anti_thrash_window: 31d", "anti_thrash_window (line 1): must be from 0 to 30d, got 31d"},
+      {"groups: [vision]",
+       "groups (line 1): expected a mapping such as {vision: {weight: 2}}, got a list"},
       {"groups: {vision: 2}",
-       "groups.vision: expected a mapping such as {weight: 2, guaranteed_gpus: 4}, got 2"},
-      {"groups: {'my lab': {weight: 1}}", "groups.my lab: invalid group name"},
+       "groups.vision (line 1): expected a mapping such as {weight: 2, guaranteed_gpus: 4}, got 2"},
+      {"groups: {'my lab': {weight: 1}}", "groups.my lab (line 1): invalid group name"},
       {"groups: {vision: {weight: 0}}",
-       "groups.vision.weight: must be an integer from 1 to 1000000, got 0"},
+       "groups.vision.weight (line 1): must be an integer from 1 to 1000000, got 0"},
       {"groups: {vision: {weight: 1.5}}",
-       "groups.vision.weight: must be an integer from 1 to 1000000, got 1.5"},
+       "groups.vision.weight (line 1): must be an integer from 1 to 1000000, got 1.5"},
       {"groups: {vision: {weight: '2'}}",
-       "groups.vision.weight: must be an integer from 1 to 1000000, got \"2\""},
+       "groups.vision.weight (line 1): must be an integer from 1 to 1000000, got \"2\""},
       {"groups: {vision: {guaranteed_gpus: -1}}",
-       "groups.vision.guaranteed_gpus: must be a number of GPUs from 0 to 1000000 with at most "
+       "groups.vision.guaranteed_gpus (line 1): must be a number of GPUs from 0 to 1000000 with at "
+       "most "
        "three decimals, got -1"},
       {"groups: {vision: {guaranteed_gpus: 0.0001}}",
-       "groups.vision.guaranteed_gpus: must be a number of GPUs"},
+       "groups.vision.guaranteed_gpus (line 1): must be a number of GPUs"},
       {"groups: {vision: {quota: 4}}",
-       "groups.vision.quota: unknown field (known: weight, guaranteed_gpus)"},
+       "groups.vision.quota (line 1): unknown field (known: weight, guaranteed_gpus)"},
       {"model_speed: {A100: 0}",
-       "model_speed.A100: must be a number above 0 and at most 1000 (1.0 = ordinary), got 0"},
-      {"model_speed: {A100: fast}", "model_speed.A100: must be a number above 0"},
-      {"model_speed: [A100]", "model_speed: expected a mapping such as {A100: 2.0, T4: 0.5}"},
+       "model_speed.A100 (line 1): must be a number above 0 and at most 1000 (1.0 = ordinary), got "
+       "0"},
+      {"model_speed: {A100: fast}", "model_speed.A100 (line 1): must be a number above 0"},
+      {"model_speed: [A100]",
+       "model_speed (line 1): expected a mapping such as {A100: 2.0, T4: 0.5}"},
       {"backfill_reservations: -1",
-       "backfill_reservations: must be an integer from 0 to 1000, got -1"},
-      {"backfill_reservations: 2.5", "backfill_reservations: must be an integer"},
-      {"candidates: 0", "candidates: must be an integer from 1 to 1000, got 0"},
-      {"preemption: yes", "preemption: must be true or false, got \"yes\""},
+       "backfill_reservations (line 1): must be an integer from 0 to 1000, got -1"},
+      {"backfill_reservations: 2.5", "backfill_reservations (line 1): must be an integer"},
+      {"candidates: 0", "candidates (line 1): must be an integer from 1 to 1000, got 0"},
+      {"preemption: yes", "preemption (line 1): must be true or false, got \"yes\""},
       {"groups: {a: 1}\ngroups: {b: 2}", "groups: duplicate key"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.yaml);
     EXPECT_THAT(Error(c.yaml), HasSubstr(c.message));
   }
+}
+
+TEST(SchedulerConfig, ErrorsNameTheLine) {
+  const std::string head = "# fair share\nhalf_life: 7d\ngroups:\n  vision:\n    weight: 2\n";
+  EXPECT_EQ(Error(head + "\npreemption: maybe\n"),
+            "preemption (line 7): must be true or false, got \"maybe\"");
+  EXPECT_EQ(Error(head + "    guaranteed_gpus: -1\n"),
+            "groups.vision.guaranteed_gpus (line 6): must be a number of GPUs from 0 to 1000000 "
+            "with at most three decimals, got -1");
+  EXPECT_EQ(Error(head + "  nlp: {weight: 1, quota: 4}\n"),
+            "groups.nlp.quota (line 6): unknown field (known: weight, guaranteed_gpus)");
+  EXPECT_EQ(Error(head + "model_speed:\n  A100: 2\n  T4: -1\n"),
+            "model_speed.T4 (line 8): must be a number above 0 and at most 1000 (1.0 = ordinary), "
+            "got -1");
+  // Syntax errors keep their own position.
+  EXPECT_THAT(Error(head + "   weight: 3\n"), testing::StartsWith("line 6, column"));
 }
 
 TEST(SchedulerConfig, LoadNamesTheFile) {
@@ -135,7 +157,7 @@ TEST(SchedulerConfig, LoadNamesTheFile) {
   }
   auto r = LoadSchedulerConfig(path);
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr(path + ": groups.vision.weight: must be"));
+  EXPECT_THAT(r.status().message(), HasSubstr(path + ": groups.vision.weight (line 2): must be"));
   {
     std::ofstream out(path);
     out << "groups:\n  vision: {weight: 2}\n";

@@ -136,6 +136,24 @@ CREATE TABLE group_usage (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 3: provider policies. A node's lending as its agent last reported
+// it (NodeLending JSON; '' = absent: an agent that lends everything), and
+// the log of what providers did to their nodes.
+constexpr const char* kSchemaV3 = R"sql(
+ALTER TABLE nodes ADD COLUMN lending TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE node_events (
+  id       INTEGER PRIMARY KEY AUTOINCREMENT,
+  node_id  TEXT NOT NULL,
+  ts_ms    INTEGER NOT NULL,
+  kind     TEXT NOT NULL,
+  reason   TEXT NOT NULL,
+  gpus     TEXT NOT NULL,
+  attempts TEXT NOT NULL
+);
+CREATE INDEX node_events_node_id ON node_events(node_id, id);
+)sql";
+
 struct Migration {
   int version;
   const char* sql;
@@ -143,6 +161,7 @@ struct Migration {
 constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
+    {3, kSchemaV3},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");
@@ -452,7 +471,7 @@ Result<Attempt> ReadAttempt(const Query& q) {
 
 constexpr std::string_view kNodeColumns =
     "id, name, state, gpus, cpu_milli, memory_mib, driver_version, cuda_version, agent_version, "
-    "labels, registered_ms, last_seen_ms, owner_group";
+    "labels, registered_ms, last_seen_ms, owner_group, lending";
 
 Result<Node> ReadNode(const Query& q) {
   Node n;
@@ -476,7 +495,28 @@ Result<Node> ReadNode(const Query& q) {
   n.registered_ms = q.Int(10);
   n.last_seen_ms = q.Int(11);
   n.owner_group = q.Text(12);
+  if (std::string lending = q.Text(13); !lending.empty()) {
+    GP_ASSIGN_OR_RETURN(json j, ParseColumn(lending, row + ": lending"));
+    auto l = NodeLendingFromJson(j, "lending");
+    if (!l.ok()) return Status::Internal(row + ": " + l.status().message());
+    n.lending = *std::move(l);
+  }
   return n;
+}
+
+Result<NodeEvent> ReadNodeEvent(const Query& q) {
+  NodeEvent e;
+  e.id = q.Int(0);
+  std::string row = RowName("node_events", std::to_string(e.id));
+  e.node_id = q.Text(1);
+  e.ts_ms = q.Int(2);
+  e.kind = q.Text(3);
+  e.reason = q.Text(4);
+  using Strings = std::vector<std::string>;
+  auto strings = [](const json& j) { return j.get<Strings>(); };
+  GP_ASSIGN_OR_RETURN(e.gpus, DecodeColumn<Strings>(q.Text(5), row + ": gpus", strings));
+  GP_ASSIGN_OR_RETURN(e.attempts, DecodeColumn<Strings>(q.Text(6), row + ": attempts", strings));
+  return e;
 }
 
 template <typename T>
@@ -652,8 +692,9 @@ class SqliteTx : public Tx {
     GP_ASSIGN_OR_RETURN(
         Query q, impl_.Prepare("INSERT INTO nodes (id, name, state, gpus, cpu_milli, memory_mib, "
                                "driver_version, cuda_version, agent_version, labels, "
-                               "registered_ms, last_seen_ms, owner_group) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
+                               "registered_ms, last_seen_ms, owner_group, lending) "
+                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                               "?14) "
                                "ON CONFLICT (id) DO UPDATE SET name = excluded.name, "
                                "state = excluded.state, gpus = excluded.gpus, "
                                "cpu_milli = excluded.cpu_milli, memory_mib = excluded.memory_mib, "
@@ -662,7 +703,8 @@ class SqliteTx : public Tx {
                                "agent_version = excluded.agent_version, labels = excluded.labels, "
                                "registered_ms = excluded.registered_ms, "
                                "last_seen_ms = excluded.last_seen_ms, "
-                               "owner_group = excluded.owner_group"));
+                               "owner_group = excluded.owner_group, "
+                               "lending = excluded.lending"));
     q.Bind(1, n.id)
         .Bind(2, n.name)
         .Bind(3, NodeStateName(n.state))
@@ -675,7 +717,8 @@ class SqliteTx : public Tx {
         .Bind(10, Dump(json(n.labels)))
         .Bind(11, n.registered_ms)
         .Bind(12, n.last_seen_ms)
-        .Bind(13, n.owner_group);
+        .Bind(13, n.owner_group)
+        .Bind(14, n.lending ? Dump(NodeLendingToJson(*n.lending)) : std::string());
     Status st = q.Run();
     // The id conflict is resolved by the upsert, so a unique violation can
     // only be the name.
@@ -706,6 +749,30 @@ class SqliteTx : public Tx {
         "SELECT " + std::string(kNodeColumns) + " FROM nodes ORDER BY name";
     GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
     return ReadAll<Node>(q, ReadNode);
+  }
+
+  // ---- node events
+
+  Result<int64_t> AppendNodeEvent(const NodeEvent& e) override {
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("INSERT INTO node_events (node_id, ts_ms, kind, reason, "
+                                      "gpus, attempts) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+    q.Bind(1, e.node_id).Bind(2, e.ts_ms).Bind(3, e.kind).Bind(4, e.reason);
+    q.Bind(5, Dump(json(e.gpus))).Bind(6, Dump(json(e.attempts)));
+    GP_RETURN_IF_ERROR(q.Run());
+    return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_.db.get()));
+  }
+
+  Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id, int64_t after_id,
+                                                int32_t limit) override {
+    if (limit <= 0) return std::vector<NodeEvent>();
+    // ?1 = '' lists every node's events.
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("SELECT id, node_id, ts_ms, kind, reason, gpus, attempts "
+                               "FROM node_events WHERE (?1 = '' OR node_id = ?1) AND id > ?2 "
+                               "ORDER BY id LIMIT ?3"));
+    q.Bind(1, node_id).Bind(2, after_id).Bind(3, static_cast<int64_t>(limit));
+    return ReadAll<NodeEvent>(q, ReadNodeEvent);
   }
 
   // ---- logs

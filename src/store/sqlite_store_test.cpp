@@ -276,7 +276,8 @@ TEST(SqliteStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
   }
   auto store = MustOpen(dir.db());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"), "2");
+  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"),
+            std::to_string(SqliteStore::kSchemaVersion));
   ASSERT_TRUE(store
                   ->Transact([](Tx& tx) -> Status {
                     GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(1));
@@ -301,6 +302,88 @@ TEST(SqliteStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
                     return tx.PutGroupUsage(GroupUsage{"vision", 1, 2});
                   })
                   .ok());
+}
+
+// The version 2 migration exactly as it was released.
+constexpr const char* kSchemaV2ForTest = R"sql(
+ALTER TABLE jobs ADD COLUMN last_preempted_ms INTEGER;
+ALTER TABLE jobs ADD COLUMN front INTEGER NOT NULL DEFAULT 0;
+
+ALTER TABLE attempts ADD COLUMN gpu_milli INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN gpu_memory_mib INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN preempt_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN preempt_for_job INTEGER NOT NULL DEFAULT 0;
+UPDATE attempts SET gpu_milli = 1000 WHERE gpu_uuids <> '[]';
+
+ALTER TABLE nodes ADD COLUMN owner_group TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE group_usage (
+  grp      TEXT PRIMARY KEY,
+  milli_ms INTEGER NOT NULL,
+  as_of_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
+TEST(SqliteStoreTest, MigratesAVersion2DatabaseKeepingItsNodes) {
+  TempDir dir;
+  {
+    RawDb raw(dir.db());
+    raw.Exec(kSchemaV1ForTest);
+    raw.Exec(kSchemaV2ForTest);
+    raw.Exec(R"(INSERT INTO nodes VALUES ('n-1', 'alpha', 'offline',
+                '[{"index":0,"uuid":"GPU-a","name":"A100","memory_mib":81920,"cc_major":8,
+                   "cc_minor":0,"simulated":true}]', 8000, 1024, '', '', '', '{}', 1, 2, 'vision'))");
+    raw.Exec("PRAGMA user_version = 2");
+  }
+  auto store = MustOpen(dir.db());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"), "3");
+  Status st = store->Transact([](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto node, tx.GetNode("n-1"));
+    EXPECT_TRUE(node.has_value());
+    if (!node) return Status::Ok();
+    EXPECT_EQ(node->owner_group, "vision");
+    EXPECT_EQ(node->gpus.size(), 1u);
+    EXPECT_FALSE(node->lending.has_value());  // older agents lend everything
+    // The node may now leave and carry a lending; its events have a log.
+    node->state = NodeState::kLeft;
+    node->lending = NodeLending{};
+    GP_RETURN_IF_ERROR(tx.PutNode(*node));
+    NodeEvent e;
+    e.node_id = "n-1";
+    e.kind = "leave";
+    GP_ASSIGN_OR_RETURN(int64_t id, tx.AppendNodeEvent(e));
+    EXPECT_EQ(id, 1);
+    GP_ASSIGN_OR_RETURN(auto events, tx.ListNodeEvents("n-1", 0, 10));
+    EXPECT_EQ(events.size(), 1u);
+    GP_ASSIGN_OR_RETURN(auto again, tx.GetNode("n-1"));
+    EXPECT_EQ(again, node);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+// A lending column that does not decode is an Internal error naming the row.
+TEST(SqliteStoreTest, CorruptLendingIsAnInternalErrorNamingTheNode) {
+  TempDir dir;
+  {
+    auto store = MustOpen(dir.db());
+    ASSERT_NE(store, nullptr);
+    Status st = store->Transact([](Tx& tx) -> Status {
+      Node n;
+      n.id = "n-bad";
+      n.name = "bad";
+      n.lending = NodeLending{};
+      return tx.PutNode(n);
+    });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  RawDb(dir.db()).Exec(R"(UPDATE nodes SET lending = '{"mode":"sleeping"}')");
+  auto store = MustOpen(dir.db());
+  ASSERT_NE(store, nullptr);
+  Status st = store->Transact([](Tx& tx) { return tx.GetNode("n-bad").status(); });
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
+  EXPECT_NE(st.message().find("nodes row n-bad"), std::string::npos) << st.ToString();
 }
 
 TEST(SqliteStoreTest, NewerSchemaIsRefused) {

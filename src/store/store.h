@@ -106,6 +106,14 @@ class Tx {
   virtual Result<std::optional<Node>> GetNodeByName(const std::string& name) = 0;
   virtual Result<std::vector<Node>> ListNodes() = 0;  // by name
 
+  // Node events (a provider's reclaims, pauses, ...). AppendNodeEvent
+  // ignores event.id, assigns the next id (ascending, never reused) and
+  // returns it. ListNodeEvents returns the events of `node_id` ("" = every
+  // node) with id > after_id, by ascending id, at most `limit`.
+  virtual Result<int64_t> AppendNodeEvent(const NodeEvent& event) = 0;
+  virtual Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id,
+                                                        int64_t after_id, int32_t limit) = 0;
+
   // Logs. Lines whose (attempt_id, offset) is already stored are skipped.
   // `job_id` is recorded with each line so a job's logs read across attempts.
   virtual Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) = 0;

@@ -596,6 +596,106 @@ TEST_P(StoreConformanceTest, DuplicateNodeNameIsAlreadyExists) {
   EXPECT_EQ(n1->id, "n-1");
 }
 
+TEST_P(StoreConformanceTest, NodeLendingAndLeftStateRoundTrip) {
+  NodeLending lending;
+  lending.mode = "paused";
+  lending.gpus = {{"GPU-aaa", 40960}};
+  lending.not_lent = {{"GPU-bbb", "its owner runs process 4242 on it"}};
+  lending.fractional = false;
+  lending.allow_users = {"alice", "bob"};
+  lending.deny_users = {"mallory"};
+  lending.allow_groups = {"vision"};
+  lending.deny_groups = {"nlp"};
+  lending.max_runtime_ms = 3'600'000;
+  lending.next_change_ms = 1'700'000'000'000;
+  Node lends = MakeNode("n-1", "alpha");
+  lends.lending = lending;
+  Node plain = MakeNode("n-2", "beta");  // an agent without a policy: no lending
+  Node left = MakeNode("n-3", "gamma");
+  left.state = NodeState::kLeft;
+  left.lending = NodeLending{};  // the defaults: lends everything
+  for (const Node& n : {lends, plain, left}) {
+    CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutNode(n); }));
+  }
+  CONF_ASSERT_OK_AND_ASSIGN(auto listed, InTx(store(), [](Tx& tx) { return tx.ListNodes(); }));
+  EXPECT_EQ(listed, (std::vector<Node>{lends, plain, left}));
+  EXPECT_FALSE(listed[1].lending.has_value());
+  ASSERT_TRUE(listed[2].lending.has_value());
+
+  // Replacing a node replaces its lending, down to absent.
+  lends.lending.reset();
+  plain.lending = lending;
+  for (const Node& n : {lends, plain}) {
+    CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutNode(n); }));
+  }
+  Reopen();
+  for (const Node& want : {lends, plain, left}) {
+    CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [&](Tx& tx) { return tx.GetNode(want.id); }));
+    EXPECT_EQ(got, std::optional<Node>(want)) << want.id;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Node events
+
+TEST_P(StoreConformanceTest, NodeEventsAppendListFilterAndPage) {
+  auto event = [](std::string node, int64_t ts, std::string kind) {
+    NodeEvent e;
+    e.node_id = std::move(node);
+    e.ts_ms = ts;
+    e.kind = std::move(kind);
+    return e;
+  };
+  NodeEvent reclaim = event("n-1", 10, "reclaim");
+  reclaim.id = 99;  // ignored: the store assigns ids
+  reclaim.reason = "reclaimed by the owner (\"gpupool agent reclaim\")";
+  reclaim.gpus = {"GPU-a", "GPU-b"};
+  reclaim.attempts = {"4.1", "7.2"};
+  std::vector<NodeEvent> appended = {reclaim, event("n-2", 11, "pause"), event("n-1", 12, "resume"),
+                                     event("n-1", 13, "leave")};
+  std::vector<int64_t> ids;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    for (const NodeEvent& e : appended) {
+      GP_ASSIGN_OR_RETURN(int64_t id, tx.AppendNodeEvent(e));
+      ids.push_back(id);
+    }
+    return Status::Ok();
+  }));
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_GT(ids[0], 0);
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 4u);
+  for (size_t i = 0; i < appended.size(); ++i) appended[i].id = ids[i];
+
+  auto list = [&](const std::string& node, int64_t after, int32_t limit) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.ListNodeEvents(node, after, limit); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::vector<NodeEvent>{};
+  };
+  using V = std::vector<NodeEvent>;
+  EXPECT_EQ(list("", 0, 100), appended);
+  EXPECT_EQ(list("n-1", 0, 100), (V{appended[0], appended[2], appended[3]}));
+  EXPECT_EQ(list("n-2", 0, 100), (V{appended[1]}));
+  EXPECT_EQ(list("n-9", 0, 100), V{});
+  EXPECT_EQ(list("n-1", ids[0], 1), (V{appended[2]}));
+  EXPECT_EQ(list("", ids[2], 100), (V{appended[3]}));
+  EXPECT_EQ(list("", 0, 0), V{});
+
+  // A rolled-back append leaves nothing; ids go on ascending after a reopen.
+  Status st = InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.AppendNodeEvent(event("n-1", 14, "policy")).status());
+    return Status::FailedPrecondition("rolled back");
+  });
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(list("", 0, 100), appended);
+  Reopen();
+  EXPECT_EQ(list("", 0, 100), appended);
+  CONF_ASSERT_OK_AND_ASSIGN(int64_t next, InTx(store(), [&](Tx& tx) {
+                              return tx.AppendNodeEvent(event("n-2", 15, "policy"));
+                            }));
+  EXPECT_GT(next, ids.back());
+}
+
 // ---------------------------------------------------------------------------
 // Logs
 

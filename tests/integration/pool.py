@@ -77,9 +77,12 @@ class Pool:
     def join_token(self):
         return open(os.path.join(self.server_dir, "join.token")).read().strip()
 
-    def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=()):
+    def agent_dir(self, name):
+        return str(self.dir / f"agent-{name}")
+
+    def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=(), data_dir=None):
         """gpus=None: no --simulate-gpus, so the agent uses NVML."""
-        data = str(self.dir / f"agent-{name}")
+        data = data_dir or self.agent_dir(name)
         args = ["agent", "--server", self.url, "--join-token", self.join_token(), "--data-dir", data,
                 "--name", name, "--log-level", "debug", "--kill-grace-ms", "2000", *extra]
         if gpus:

@@ -34,10 +34,12 @@ stop_pool() {
 }
 
 # start_pool N: a fresh `gpupool dev` pool with N agents of 8 simulated GPUs;
-# returns once N nodes are ready. Sets GPUPOOL_SERVER and GPUPOOL_TOKEN.
+# returns once N nodes are ready. Sets GPUPOOL_SERVER and GPUPOOL_TOKEN, and
+# pool_dir (the agents' data dirs are $pool_dir/data/agent-I).
 start_pool() {
   local n=$1 dir
   dir=$(mktemp -d "$tmp/pool.XXXX")
+  pool_dir=$dir
   "$gpupool" dev --agents "$n" --simulate-gpus 8xA100:80GiB --listen 127.0.0.1:0 --data-dir "$dir/data" \
     --env-file "$dir/env" --no-config --log-level warn ${agent_config:+--agent-config "$agent_config"} \
     >"$dir/dev.log" 2>&1 &

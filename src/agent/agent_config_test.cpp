@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/files.h"
+
 namespace gpupool::agent {
 namespace {
 
@@ -126,6 +128,19 @@ TEST(AgentConfig, PolicyErrorsNameTheLineAndField) {
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
   EXPECT_EQ(whole->max_runtime_ms, 7'200'000);
   EXPECT_FALSE(ParsePolicyText("").ok());
+}
+
+TEST(AgentConfig, TheExamplesParse) {
+  auto config = LoadAgentConfig(GPUPOOL_EXAMPLES_DIR "/agent.yaml", "/data");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->policy.reclaim_grace_ms, 30'000);
+  auto text = ReadFile(GPUPOOL_EXAMPLES_DIR "/policy-nights.yaml");
+  ASSERT_TRUE(text.ok());
+  auto policy = ParsePolicyText(*text);
+  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  EXPECT_EQ(policy->gpus, std::vector<std::string>{"1"});
+  EXPECT_EQ(policy->windows.size(), 2u);
+  EXPECT_EQ(policy->allow_groups, (std::set<std::string>{"nlp", "vision"}));
 }
 
 TEST(AgentConfig, LoadNamesTheFile) {

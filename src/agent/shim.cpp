@@ -104,6 +104,21 @@ int64_t StopGraceMs(const TaskPaths& paths, int64_t fallback) {
   return ms;
 }
 
+// Kills and reaps whatever of the job is left, so that a recorded result
+// means no process of it runs (and holds a GPU). A dying pid namespace's
+// init reaches the shim (a subreaper) a moment after the job's own pid, so
+// this waits for the last of them, for at most a second.
+void ReapEverything(const Clock& clock) {
+  exec::SignalTree(::getpid(), SIGKILL);
+  int64_t give_up = clock.NowMs() + 1000;
+  while (true) {
+    pid_t w = ::waitpid(-1, nullptr, WNOHANG);
+    if (w > 0) continue;
+    if (w < 0 || clock.NowMs() >= give_up) return;  // ECHILD: none left
+    ::usleep(2000);
+  }
+}
+
 // The signal that asks the job to checkpoint before it is vacated: its
 // spec's (SIGUSR1 by default), or SIGTERM for jobs that declare none.
 int CheckpointSignal(const JobSpec& spec) {
@@ -415,8 +430,7 @@ int RunShim(const ShimOptions& options) {
     result.failed = result.reason.starts_with("exceeded") || result.reason.starts_with("cannot");
   }
   executor->Cleanup();
-  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
-  }
+  ReapEverything(clock);
   result.finished_ms = clock.NowMs();
   bool recorded = record_result(result);
   ::close(log_fd);

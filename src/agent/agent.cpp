@@ -1,6 +1,5 @@
 #include "agent/agent.h"
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -12,19 +11,15 @@
 #include <set>
 
 #include "agent/agent_config.h"
-#include "agent/control_socket.h"
-#include "agent/lending.h"
+#include "agent/provider.h"
 #include "agent/tasks.h"
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
-#include "common/units.h"
 #include "exec/executors.h"
-#include "exec/process_tree.h"
 #include "gpu/gpu_source.h"
 #include "model/node.h"
-#include "model/yaml.h"
 #include "net/event_loop.h"
 #include "net/http.h"
 #include "net/websocket.h"
@@ -35,7 +30,6 @@ namespace gpupool::agent {
 namespace {
 
 constexpr size_t kMaxChunkBytes = 256 * 1024;  // output per logs message
-constexpr int64_t kLendingTickMs = 1000;       // how often the policy is re-evaluated
 constexpr size_t kMaxOutboxBytes = 16 << 20;   // stop reading output beyond this
 const char* kVersion = "0.1.0";
 
@@ -73,7 +67,13 @@ class Agent {
         config_(DefaultAgentConfig(options_.data_dir)),
         tasks_({options_.data_dir, options_.kill_grace_ms, &config_.exec, &exec_env_,
                 ::geteuid() == 0},
-               loop, clock_, [this] { WakePoll(); }) {}
+               loop, clock_, [this] { WakePoll(); }),
+        provider_({options_.data_dir, options_.config_file}, config_, loop, clock_, tasks_,
+                  {[this](std::string_view type, std::string body) {
+                     return Push(type, std::move(body));
+                   },
+                   [this] { return Describe(); }, [this] { Shutdown([this] { loop_.Stop(); }); }}) {
+  }
 
   Status Init() {
     std::error_code ec;
@@ -101,15 +101,8 @@ class Agent {
       if (!config.ok()) return Status::InvalidArgument(config.status().message());
       config_ = *std::move(config);
     }
-    GP_ASSIGN_OR_RETURN(auto policy, PolicyInForce());
-    lender_.SetPolicy(std::move(policy));
     if (auto snap = gpu_->Read(); snap.ok()) gpus_ = snap->gpus;
-    GP_ASSIGN_OR_RETURN(std::set<uid_t> control_uids, ControlUids(config_.owner));
-    GP_ASSIGN_OR_RETURN(
-        control_, ControlServer::Listen(
-                      loop_, ControlSocketPath(options_.data_dir), control_uids,
-                      [this](const ControlPeer& peer, const nlohmann::json& request,
-                             ControlReply reply) { OnControl(peer, request, std::move(reply)); }));
+    GP_RETURN_IF_ERROR(provider_.Init(gpus_, gpu_.get()));
     ProbeExecutors();
     if (exec_env_.available.empty()) {
       // Taking jobs only to fail each one would black-hole the pool's work.
@@ -169,7 +162,7 @@ class Agent {
   }
 
   void Start() {
-    LendingTick();
+    provider_.Start();
     Connect();
     SchedulePoll();
   }
@@ -177,7 +170,7 @@ class Agent {
   void Shutdown(std::function<void()> done) {
     if (shutting_down_) return;
     shutting_down_ = true;
-    loop_.Cancel(lending_timer_);
+    provider_.Stop();
     if (!options_.kill_tasks_on_exit || tasks_.running() == 0) return Finish(done);
     GP_LOG(kInfo) << "stopping " << tasks_.running() << " tasks before exit";
     tasks_.StopAll("the agent is shutting down");
@@ -185,18 +178,7 @@ class Agent {
     WaitForTasks(give_up, std::move(done));
   }
 
-  // A control command from this process itself (SIGHUP: reload); the
-  // answer goes to the log.
-  void LocalCommand(const std::string& command) {
-    OnControl({::geteuid(), ::getegid(), ::getpid()}, {{"command", command}},
-              [command](const nlohmann::json& r) {
-                if (r.value("ok", false)) {
-                  GP_LOG(kInfo) << command << ": " << r.value("message", std::string());
-                } else {
-                  GP_LOG(kError) << command << ": " << r.value("error", std::string());
-                }
-              });
-  }
+  void LocalCommand(const std::string& command) { provider_.LocalCommand(command); }
 
   // ---- connection callbacks (from Link) ----
   bool Current(uint64_t generation) const { return generation == generation_; }
@@ -214,6 +196,7 @@ class Agent {
     auto snap = gpu_->Read();
     if (snap.ok()) {
       gpus_ = snap->gpus;
+      provider_.SetGpus(gpus_);
       h.gpus = snap->gpus;
       h.driver_version = snap->driver_version;
       h.cuda_version = snap->cuda_version;
@@ -224,8 +207,7 @@ class Agent {
     for (const std::string& name : exec_env_.available) h.labels[ExecutorLabel(name)] = "true";
     if (exec_env_.sandbox_images) h.labels[kImagesLabel] = "true";
     h.owner_group = options_.owner_group;
-    h.lending = lending_;
-    sent_lending_ = lending_;
+    h.lending = provider_.LendingForHello();
     h.tasks = tasks_.Reports();
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
           proto::Encode(h)});
@@ -315,12 +297,7 @@ class Agent {
   void Acked(int64_t seq) {
     outbox_.Ack(seq);
     ForgetAckedTasks(seq);
-    if (leave_seq_ > 0 && seq >= leave_seq_ && leave_reply_) {
-      GP_LOG(kInfo) << "left the pool; exiting";
-      Reply(leave_reply_, true, "drained and left the pool; the agent exits");
-      leave_reply_ = nullptr;
-      Shutdown([this] { loop_.Stop(); });
-    }
+    provider_.Acked(seq);
   }
 
   Status ApplyOrder(const proto::Envelope& env) {
@@ -329,15 +306,8 @@ class Agent {
       if (shutting_down_) return Status::Ok();
       if (!tasks_.tasks().count(start.attempt_id)) {
         // The policy is enforced here whatever the server thought.
-        LendingRequest want{start.owner,
-                            start.spec.group,
-                            start.spec.max_runtime_ms,
-                            start.gpu_uuids,
-                            start.gpu_milli > 0 ? start.gpu_milli : 1000,
-                            start.gpu_memory_mib};
-        if (Status ok = LendingAdmits(lending_, want, gpus_); !ok.ok()) {
+        if (Status ok = provider_.Admit(start); !ok.ok()) {
           GP_LOG(kInfo) << "refusing " << start.attempt_id << ": " << ok.message();
-          SendLending(true);  // so that the server does not place it here again
           proto::TaskReport r{start.attempt_id, "refused", 0, 0, ok.message(), clock_.NowMs()};
           Push(proto::kTaskStatus, proto::Encode(r));
           return Status::Ok();
@@ -363,14 +333,13 @@ class Agent {
     return Status::InvalidArgument("unknown order type \"" + env.type + "\"");
   }
 
-  void Push(std::string_view type, std::string body) {
-    if (!welcomed_) {
-      outbox_.Push(std::string(type), std::move(body));
-      return;
-    }
+  // Queues a reliable message (sent now when connected); returns its seq.
+  int64_t Push(std::string_view type, std::string body) {
+    if (!welcomed_) return outbox_.Push(std::string(type), std::move(body));
     std::string text = body;
     int64_t seq = outbox_.Push(std::string(type), std::move(body));
     Send({proto::kProtocolVersion, seq, in_.last_applied(), std::string(type), std::move(text)});
+    return seq;
   }
 
   void Send(const proto::Envelope& e) {
@@ -442,7 +411,7 @@ class Agent {
         final_seq_[id] = outbox_.last_seq();
       }
     }
-    CheckWaiters();
+    provider_.TasksChanged();
   }
 
   // Ships the task's complete unread output lines; false when the outbox is
@@ -488,354 +457,18 @@ class Agent {
   }
 
   void Finish(const std::function<void()>& done) {
-    control_.reset();
     loop_.Cancel(poll_timer_);
     loop_.Cancel(heartbeat_timer_);
     if (conn_) conn_->Close("agent shutting down");
     loop_.RunAfter(100, done);
   }
 
-  // ---- the provider's policy and commands ----
-
-  std::string PolicyOverridePath() const { return options_.data_dir + "/policy.yaml"; }
-
-  // The policy in force: the one `gpupool agent policy set` left in the
-  // data dir, else the config file's.
-  Result<ProviderPolicy> PolicyInForce() const {
-    auto text = ReadFile(PolicyOverridePath());
-    if (!text.ok()) return config_.policy;
-    auto policy = ParsePolicyText(*text);
-    if (!policy.ok()) return policy.status().WithContext(PolicyOverridePath());
-    GP_LOG(kInfo) << "policy: from " << PolicyOverridePath()
-                  << " (set by `gpupool agent policy set`)";
-    return policy;
-  }
-
-  std::string PolicySource() const {
-    if (std::filesystem::exists(PolicyOverridePath())) return PolicyOverridePath();
-    return options_.config_file.empty() ? "defaults (lends everything, always)"
-                                        : options_.config_file;
-  }
-
-  // Root, this agent's account and the configured owner.
-  static Result<std::set<uid_t>> ControlUids(const std::string& owner) {
-    std::set<uid_t> uids = {0, ::geteuid()};
-    if (owner.empty()) return uids;
-    if (owner.find_first_not_of("0123456789") == std::string::npos) {
-      uids.insert(static_cast<uid_t>(std::stoul(owner)));
-      return uids;
-    }
-    struct passwd pw, *found = nullptr;
-    char buf[4096];
-    if (::getpwnam_r(owner.c_str(), &pw, buf, sizeof buf, &found) != 0 || found == nullptr) {
-      return Status::InvalidArgument("owner: there is no user " + QuoteForError(owner) +
-                                     " on this machine");
-    }
-    uids.insert(found->pw_uid);
-    return uids;
-  }
-
-  // Re-evaluates what is lent (policy, windows, the owner's GPU use and
-  // commands), vacates what may no longer run and tells the server what
-  // changed. Runs every second, with or without a server. `grace_ms`: for
-  // what this call vacates; 0 = the policy's reclaim_grace.
-  void LendingTick(int64_t grace_ms = 0) {
-    loop_.Cancel(lending_timer_);
-    if (shutting_down_) return;
-    int64_t now = clock_.NowMs();
-    std::vector<Lender::RunningTask> running;
-    for (const auto& [id, t] : tasks_.tasks()) {
-      if (!tasks_.Ended(t) && t.vacate_reason.empty()) running.push_back({id, t.gpu_uuids});
-    }
-    std::set<int64_t> pool_pids;
-    if (lender_.WantsTelemetry()) {
-      // A failed read keeps the last sample rather than reclaiming on no evidence.
-      if (auto snap = gpu_->Read(); snap.ok()) telemetry_ = snap->telemetry;
-      for (const auto& [id, t] : tasks_.tasks()) {
-        if (tasks_.Ended(t) || t.shim_pid <= 0) continue;
-        for (pid_t p : exec::Descendants(t.shim_pid)) pool_pids.insert(p);
-      }
-    }
-    NodeLending before = lending_;
-    lending_ = lender_.Update(now, gpus_, telemetry_, pool_pids, running);
-    auto vacate = lender_.ToVacate(lending_, running);
-    int64_t grace = grace_ms != 0 ? grace_ms : lender_.policy().reclaim_grace_ms;
-    for (const auto& [id, why] : vacate) {
-      GP_LOG(kInfo) << "vacating " << id << ": " << why;
-      tasks_.Vacate(id, why, grace);
-    }
-    if (evaluated_) RecordReclaims(before, vacate, running, now);
-    evaluated_ = true;
-    SendLending(false);
-    lending_timer_ = loop_.RunAfter(kLendingTickMs, [this] { LendingTick(); });
-  }
-
-  // Sends the lending when it changed since the server last heard it.
-  void SendLending(bool force) {
-    if (!force && sent_lending_ && *sent_lending_ == lending_) return;
-    Push(proto::kLending, proto::Encode(lending_));
-    sent_lending_ = lending_;
-  }
-
-  // One reclaim event per reason for the GPUs (or, without GPUs, the
-  // machine) that stopped being lent since `before`.
-  void RecordReclaims(const NodeLending& before,
-                      const std::vector<std::pair<std::string, std::string>>& vacated,
-                      const std::vector<Lender::RunningTask>& running, int64_t now) {
-    std::map<std::string, std::vector<std::string>> by_reason;
-    for (const auto& [uuid, why] : lending_.not_lent) {
-      if (before.gpus.count(uuid)) by_reason[why].push_back(uuid);
-    }
-    if (gpus_.empty() && lending_.mode == "closed" && before.mode != "closed") {
-      by_reason["outside the availability windows"];
-    }
-    for (const auto& [why, uuids] : by_reason) {
-      NodeEvent e;
-      e.ts_ms = now;
-      e.kind = why == "not lent by the policy" ? "policy" : "reclaim";
-      e.reason = why;
-      e.gpus = uuids;
-      for (const auto& [id, vwhy] : vacated) {
-        auto task = std::find_if(running.begin(), running.end(),
-                                 [&](const Lender::RunningTask& t) { return t.attempt_id == id; });
-        bool on_these =
-            task != running.end() &&
-            (task->gpu_uuids.empty() ||
-             std::any_of(task->gpu_uuids.begin(), task->gpu_uuids.end(), [&](const std::string& u) {
-               return std::find(uuids.begin(), uuids.end(), u) != uuids.end();
-             }));
-        if (on_these) e.attempts.push_back(id);
-      }
-      GP_LOG(kInfo) << e.kind << ": " << why << " (" << uuids.size() << " GPUs, "
-                    << e.attempts.size() << " tasks vacated)";
-      Push(proto::kNodeEvent, proto::Encode(e));
-    }
-  }
-
-  void PushEvent(const std::string& kind, const std::string& reason) {
-    NodeEvent e;
-    e.ts_ms = clock_.NowMs();
-    e.kind = kind;
-    e.reason = reason;
-    Push(proto::kNodeEvent, proto::Encode(e));
-  }
-
-  static void Reply(const ControlReply& reply, bool ok, const std::string& message,
-                    nlohmann::json extra = nlohmann::json::object()) {
-    extra["ok"] = ok;
-    extra[ok ? "message" : "error"] = message;
-    reply(extra);
-  }
-
-  void OnControl(const ControlPeer& peer, const nlohmann::json& request, ControlReply reply) {
-    auto field = [&](const char* key) -> const nlohmann::json* {
-      auto it = request.find(key);
-      return it == request.end() ? nullptr : &*it;
-    };
-    const nlohmann::json* command = field("command");
-    if (command == nullptr || !command->is_string()) {
-      return Reply(reply, false, "command: must be a string");
-    }
-    std::string cmd = command->get<std::string>();
-    GP_LOG(kInfo) << "control: " << cmd << " (uid " << peer.uid << ", pid " << peer.pid << ")";
-    if (shutting_down_) return Reply(reply, false, "the agent is shutting down");
-    if (cmd == "status") return reply(StatusJson());
-    if (cmd == "pause") {
-      lender_.Pause();
-      PushEvent("pause", "paused by the owner");
-      LendingTick();
-      return Reply(reply, true,
-                   "paused: no new work starts here; " + std::to_string(tasks_.running()) +
-                       " running tasks go on");
-    }
-    if (cmd == "resume") {
-      lender_.Resume();
-      PushEvent("resume", "resumed by the owner");
-      LendingTick();
-      return Reply(reply, true,
-                   "lending again: " + std::to_string(lending_.gpus.size()) + " GPUs lent (" +
-                       lending_.mode + ")");
-    }
-    if (cmd == "reclaim") {
-      const nlohmann::json* gpus = field("gpus");
-      const nlohmann::json* now = field("now");
-      std::vector<std::string> uuids;
-      if (gpus != nullptr && !gpus->is_array()) return Reply(reply, false, "gpus: must be a list");
-      if (gpus != nullptr) {
-        for (const auto& g : *gpus) {
-          auto uuid = g.is_string() ? FindGpu(g.get<std::string>()) : std::nullopt;
-          if (!uuid) {
-            return Reply(reply, false,
-                         "no GPU " + g.dump() + " on this machine (" + DescribeGpus() + ")");
-          }
-          uuids.push_back(*uuid);
-        }
-      }
-      bool at_once = now != nullptr && now->is_boolean() && now->get<bool>();
-      return Reclaim(uuids, at_once, std::move(reply));
-    }
-    if (cmd == "leave") {
-      lender_.Leave();
-      PushEvent("leave", "the owner takes the node out of the pool");
-      LendingTick();
-      leave_reply_ = std::move(reply);
-      GP_LOG(kInfo) << "leaving: draining " << tasks_.running() << " tasks";
-      return CheckLeave();
-    }
-    if (cmd == "policy") {
-      const nlohmann::json* yaml = field("yaml");
-      if (yaml == nullptr) {  // reset to the config file's
-        std::error_code ec;
-        std::filesystem::remove(PolicyOverridePath(), ec);
-        return ApplyPolicy(config_.policy, "the config file's policy", std::move(reply));
-      }
-      if (!yaml->is_string()) return Reply(reply, false, "yaml: must be a string");
-      auto policy = ParsePolicyText(yaml->get<std::string>());
-      if (!policy.ok()) {
-        return Reply(reply, false, policy.status().message() + "; the previous policy stays");
-      }
-      if (Status s = WriteFileAtomic(PolicyOverridePath(), yaml->get<std::string>()); !s.ok()) {
-        return Reply(reply, false, s.message());
-      }
-      return ApplyPolicy(*policy, "a new policy (saved in " + PolicyOverridePath() + ")",
-                         std::move(reply));
-    }
-    if (cmd == "reload") {
-      if (options_.config_file.empty()) return Reply(reply, false, "the agent has no --config");
-      auto config = LoadAgentConfig(options_.config_file, options_.data_dir);
-      if (!config.ok()) {
-        return Reply(reply, false, config.status().message() + "; the previous config stays");
-      }
-      config_.policy = config->policy;
-      config_.owner = config->owner;
-      if (auto uids = ControlUids(config_.owner); uids.ok()) control_->SetAllowedUids(*uids);
-      auto policy = PolicyInForce();
-      if (!policy.ok()) return Reply(reply, false, policy.status().message());
-      return ApplyPolicy(
-          *policy, "the policy of " + PolicySource() + " (other config changes apply at restart)",
-          std::move(reply));
-    }
-    Reply(reply, false,
-          "unknown command " + QuoteForError(cmd) +
-              " (one of: status, pause, resume, reclaim, leave, policy, reload)");
-  }
-
-  void ApplyPolicy(ProviderPolicy policy, const std::string& what, ControlReply reply) {
-    lender_.SetPolicy(std::move(policy));
-    PushEvent("policy", what);
-    LendingTick();
-    Reply(reply, true,
-          "in force: " + what + "; " + std::to_string(lending_.gpus.size()) + " GPUs lent now (" +
-              lending_.mode + ")");
-  }
-
-  void Reclaim(const std::vector<std::string>& uuids, bool at_once, ControlReply reply) {
-    lender_.Reclaim(uuids);
-    std::set<std::string> before;
-    for (const auto& [id, t] : tasks_.tasks()) {
-      if (!t.vacate_reason.empty()) before.insert(id);
-    }
-    LendingTick(at_once ? TaskManager::kKillNow : 0);
-    Waiter w;
-    w.started_ms = clock_.NowMs();
-    int64_t grace = at_once ? 0 : lender_.policy().reclaim_grace_ms;
-    w.deadline_ms = w.started_ms + grace + 5000;
-    w.what = uuids.empty() ? "every GPU" : std::to_string(uuids.size()) + " GPUs";
-    for (const auto& [id, t] : tasks_.tasks()) {
-      if (!t.vacate_reason.empty() && !tasks_.Ended(t)) w.attempts.insert(id);
-    }
-    w.vacated.assign(w.attempts.begin(), w.attempts.end());
-    w.reply = std::move(reply);
-    waiters_.push_back(std::move(w));
-    CheckWaiters();
-  }
-
-  // Answers reclaims whose tasks have all ended (their GPUs are free), and
-  // a leave once the node is drained.
-  void CheckWaiters() {
-    int64_t now = clock_.NowMs();
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      for (auto a = it->attempts.begin(); a != it->attempts.end();) {
-        auto t = tasks_.tasks().find(*a);
-        a = t == tasks_.tasks().end() || tasks_.Ended(t->second) ? it->attempts.erase(a) : ++a;
-      }
-      bool done = it->attempts.empty();
-      if (!done && now < it->deadline_ms) {
-        ++it;
-        continue;
-      }
-      nlohmann::json extra = {{"vacated", it->vacated}, {"freed_ms", now - it->started_ms}};
-      if (done) {
-        Reply(it->reply, true,
-              "reclaimed " + it->what +
-                  (it->vacated.empty() ? "; nothing of the pool ran on them"
-                                       : "; vacated " + std::to_string(it->vacated.size()) +
-                                             " tasks in " + FormatDurationMs(now - it->started_ms)),
-              extra);
-      } else {
-        Reply(it->reply, false, std::to_string(it->attempts.size()) + " tasks have not ended yet",
-              extra);
-      }
-      it = waiters_.erase(it);
-    }
-    CheckLeave();
-  }
-
-  void CheckLeave() {
-    if (!leave_reply_ || leave_seq_ > 0 || tasks_.running() > 0) return;
-    Push(proto::kLeave, proto::Encode(proto::Leave{"the owner takes the node out of the pool"}));
-    leave_seq_ = outbox_.last_seq();
-    GP_LOG(kInfo) << "drained; deregistering";
-  }
-
-  std::optional<std::string> FindGpu(const std::string& name) const {
-    for (const GpuInfo& g : gpus_) {
-      if (g.uuid == name || std::to_string(g.index) == name) return g.uuid;
-    }
-    return std::nullopt;
-  }
-
-  std::string DescribeGpus() const {
-    if (gpus_.empty()) return "it has none";
-    std::string out;
-    for (const GpuInfo& g : gpus_) {
-      out += (out.empty() ? "GPUs: " : ", ") + std::to_string(g.index) + " " + g.uuid;
-    }
-    return out;
-  }
-
-  nlohmann::json StatusJson() const {
-    nlohmann::json gpus = nlohmann::json::array(), tasks = nlohmann::json::array();
-    for (const GpuInfo& g : gpus_) {
-      nlohmann::json j = {{"index", g.index},
-                          {"uuid", g.uuid},
-                          {"name", DescribeGpu(g)},
-                          {"memory_mib", g.memory_mib}};
-      if (auto it = lending_.gpus.find(g.uuid); it != lending_.gpus.end()) {
-        j["lent_mib"] = it->second;
-      } else if (auto why = lending_.not_lent.find(g.uuid); why != lending_.not_lent.end()) {
-        j["not_lent"] = why->second;
-      }
-      gpus.push_back(j);
-    }
-    for (const auto& [id, t] : tasks_.tasks()) {
-      if (tasks_.Ended(t)) continue;
-      nlohmann::json j = {{"attempt_id", id}, {"job_id", t.job_id}, {"gpus", t.gpu_uuids}};
-      if (!t.vacate_reason.empty()) j["vacating"] = t.vacate_reason;
-      tasks.push_back(j);
-    }
-    return {{"ok", true},
-            {"node", options_.name},
+  // The agent's part of `gpupool agent status`.
+  nlohmann::json Describe() const {
+    return {{"node", options_.name},
             {"node_id", node_id_},
             {"server", options_.server_url},
-            {"connected", welcomed_},
-            {"mode", lending_.mode},
-            {"next_change_ms", lending_.next_change_ms},
-            {"gpus", gpus},
-            {"tasks", tasks},
-            {"lending", NodeLendingToJson(lending_)},
-            {"policy", PolicyToJson(lender_.policy())},
-            {"policy_source", PolicySource()}};
+            {"connected", welcomed_}};
   }
 
   // ---- state file: the last server order applied ----
@@ -888,26 +521,7 @@ class Agent {
   std::set<std::string> reported_running_;
   std::map<std::string, int64_t> final_seq_;  // attempt -> seq of its final report
   std::mt19937_64 rng_{std::random_device{}()};
-
-  // The provider's side.
-  struct Waiter {  // a reclaim command waiting for its tasks to end
-    std::set<std::string> attempts;
-    std::vector<std::string> vacated;
-    std::string what;
-    int64_t started_ms = 0;
-    int64_t deadline_ms = 0;
-    ControlReply reply;
-  };
-  Lender lender_{ProviderPolicy{}};
-  NodeLending lending_;
-  std::optional<NodeLending> sent_lending_;  // what the server last heard
-  bool evaluated_ = false;                   // lending_ holds a first evaluation
-  std::vector<GpuTelemetry> telemetry_;      // the last sample, for idle-only lending
-  net::EventLoop::TimerId lending_timer_ = 0;
-  std::unique_ptr<ControlServer> control_;
-  std::vector<Waiter> waiters_;
-  ControlReply leave_reply_;
-  int64_t leave_seq_ = 0;  // the seq of our leave message, once drained
+  Provider provider_;
 };
 
 void Link::OnOpen(std::shared_ptr<net::WsConnection> conn) {

@@ -1,0 +1,127 @@
+// Provider: the machine owner's side of the agent. It keeps what is lent
+// (agent/lending.h, from the policy in force, the time, the GPUs' telemetry
+// and the owner's commands) current every second, checks start orders
+// against it, vacates tasks that may no longer run, tells the server what
+// changed (the lending, a reclaim record), and serves the owner's commands
+// on the control socket (agent/control_socket.h): status, pause, resume,
+// reclaim, leave, policy, reload. All of it works with the server
+// unreachable: messages wait in the agent's outbox.
+//
+// The policy in force is DATA_DIR/policy.yaml when `gpupool agent policy
+// FILE` left one, else the agent config's.
+//
+// Single-threaded: on the agent's event loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "agent/control_socket.h"
+#include "agent/lending.h"
+#include "agent/tasks.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "gpu/gpu_source.h"
+#include "net/event_loop.h"
+#include "proto/messages.h"
+
+namespace gpupool::agent {
+
+class Provider {
+ public:
+  // What the provider needs of the agent.
+  struct Host {
+    // Queues a reliable message for the server; returns its seq.
+    std::function<int64_t(std::string_view type, std::string body)> push;
+    // The agent's side of `status`: node, node id, server, connected.
+    std::function<nlohmann::json()> describe;
+    // The node has left the pool: stop the agent.
+    std::function<void()> exit;
+  };
+  struct Options {
+    std::string data_dir;
+    std::string config_file;  // empty: the agent runs with the default config
+  };
+
+  // `config` (the agent's, whose policy and owner `reload` replaces) and
+  // `tasks` must outlive the Provider.
+  Provider(Options options, AgentConfig& config, net::EventLoop& loop, const Clock& clock,
+           TaskManager& tasks, Host host);
+  ~Provider();
+
+  // Reads the policy in force and opens the control socket. `source` (the
+  // GPUs' telemetry, for idle-only lending) must outlive the Provider.
+  Status Init(std::vector<GpuInfo> gpus, GpuSource* source);
+  // Starts the once-a-second evaluation.
+  void Start();
+  // Stops it and closes the control socket.
+  void Stop();
+
+  // The machine's GPUs, as the agent last reported them.
+  void SetGpus(std::vector<GpuInfo> gpus) { gpus_ = std::move(gpus); }
+  // What is lent now; the caller puts it in its hello (the server has it then).
+  const NodeLending& LendingForHello();
+
+  // Why the policy refuses this start order now, or OK. A refusal also
+  // resends the lending, so that the server does not place it here again.
+  Status Admit(const proto::StartTask& start);
+
+  // The agent noticed tasks ending: answers reclaims and a leave waiting
+  // for them.
+  void TasksChanged();
+  // The server applied our messages up to `seq`.
+  void Acked(int64_t seq);
+
+  // A command from this process itself (SIGHUP: reload); the answer is logged.
+  void LocalCommand(const std::string& command);
+
+ private:
+  struct Waiter;  // a reclaim waiting for its tasks to end
+
+  void OnControl(const ControlPeer& peer, const nlohmann::json& request, ControlReply reply);
+  Result<ProviderPolicy> PolicyInForce() const;
+  std::string PolicySource() const;
+  std::string PolicyOverridePath() const { return options_.data_dir + "/policy.yaml"; }
+  void Tick(int64_t grace_ms = 0);
+  void SendLending(bool force);
+  void RecordReclaims(const NodeLending& before,
+                      const std::vector<std::pair<std::string, std::string>>& vacated,
+                      const std::vector<Lender::RunningTask>& running, int64_t now);
+  void PushEvent(const std::string& kind, const std::string& reason);
+  void ApplyPolicy(ProviderPolicy policy, const std::string& what, ControlReply reply);
+  void Reclaim(const std::vector<std::string>& uuids, bool at_once, ControlReply reply);
+  void CheckLeave();
+  std::optional<std::string> FindGpu(const std::string& name) const;
+  std::string DescribeGpus() const;
+  nlohmann::json StatusJson() const;
+
+  Options options_;
+  AgentConfig& config_;
+  net::EventLoop& loop_;
+  const Clock& clock_;
+  TaskManager& tasks_;
+  GpuSource* gpu_source_ = nullptr;
+  Host host_;
+  std::vector<GpuInfo> gpus_;
+  Lender lender_{ProviderPolicy{}};
+  NodeLending lending_;
+  std::optional<NodeLending> sent_lending_;  // what the server last heard
+  bool evaluated_ = false;                   // lending_ holds a first evaluation
+  std::vector<GpuTelemetry> telemetry_;      // the last sample, for idle-only lending
+  net::EventLoop::TimerId timer_ = 0;
+  bool stopped_ = false;
+  std::unique_ptr<ControlServer> control_;
+  std::vector<Waiter> waiters_;
+  ControlReply leave_reply_;
+  int64_t leave_seq_ = 0;  // the seq of our leave message, once drained
+};
+
+}  // namespace gpupool::agent

@@ -233,27 +233,27 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
   return config;
 }
 
+YamlOptions DocumentOptions(const std::string& what) {
+  YamlOptions options;
+  options.what = what;
+  options.max_bytes = 1 << 20;
+  options.empty_message = "empty " + what + "; expected a mapping";
+  return options;
+}
+
 }  // namespace
 
 Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir) {
-  YamlOptions options;
-  options.what = "agent config";
-  options.max_bytes = 1 << 20;
-  options.empty_message = "empty agent config; expected a mapping";
   YamlLines lines;
-  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options, &lines));
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, DocumentOptions("agent config"), &lines));
   auto config = AgentConfigFromJson(j, data_dir);
   if (!config.ok()) return WithLine(config.status(), lines);
   return config;
 }
 
 Result<ProviderPolicy> ParsePolicyText(std::string_view text) {
-  YamlOptions options;
-  options.what = "policy";
-  options.max_bytes = 1 << 20;
-  options.empty_message = "empty policy; expected a mapping";
   YamlLines lines;
-  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, options, &lines));
+  GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, DocumentOptions("policy"), &lines));
   if (j.is_object() && j.contains("policy")) {
     GP_ASSIGN_OR_RETURN(AgentConfig config, ParseAgentConfig(text, "/"));
     return config.policy;

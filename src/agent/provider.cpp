@@ -124,7 +124,7 @@ void Provider::LocalCommand(const std::string& command) {
             });
 }
 
-// The policy in force: the one `gpupool agent policy set` left in the
+// The policy in force: the one `gpupool agent policy FILE` left in the
 // data dir, else the config file's.
 Result<ProviderPolicy> Provider::PolicyInForce() const {
   auto text = ReadFile(PolicyOverridePath());
@@ -132,7 +132,7 @@ Result<ProviderPolicy> Provider::PolicyInForce() const {
   auto policy = ParsePolicyText(*text);
   if (!policy.ok()) return policy.status().WithContext(PolicyOverridePath());
   GP_LOG(kInfo) << "policy: from " << PolicyOverridePath()
-                << " (set by `gpupool agent policy set`)";
+                << " (set by `gpupool agent policy FILE`)";
   return policy;
 }
 
@@ -184,37 +184,37 @@ void Provider::SendLending(bool force) {
   sent_lending_ = lending_;
 }
 
-// One reclaim event per reason for the GPUs (or, without GPUs, the
-// machine) that stopped being lent since `before`.
+// One event per reason: the GPUs that stopped being lent since `before`
+// (or, on a machine without GPUs, the windows closing) and the tasks
+// vacated for it.
 void Provider::RecordReclaims(const NodeLending& before,
                               const std::vector<std::pair<std::string, std::string>>& vacated,
                               const std::vector<Lender::RunningTask>& running, int64_t now) {
-  std::map<std::string, std::vector<std::string>> by_reason;
+  std::map<std::string, NodeEvent> events;  // by reason
   for (const auto& [uuid, why] : lending_.not_lent) {
-    if (before.gpus.count(uuid)) by_reason[why].push_back(uuid);
+    if (before.gpus.count(uuid)) events[why].gpus.push_back(uuid);
   }
   if (gpus_.empty() && lending_.mode == "closed" && before.mode != "closed") {
-    by_reason["outside the availability windows"];
+    events["outside the availability windows"];
   }
-  for (const auto& [why, uuids] : by_reason) {
-    NodeEvent e;
+  for (const auto& [id, why] : vacated) {
+    auto task = std::find_if(running.begin(), running.end(),
+                             [&](const Lender::RunningTask& t) { return t.attempt_id == id; });
+    std::string reason = why;  // a task without GPUs: ToVacate's reason as is
+    for (const std::string& uuid : task->gpu_uuids) {
+      if (auto it = lending_.not_lent.find(uuid); it != lending_.not_lent.end()) {
+        reason = it->second;
+        break;
+      }
+    }
+    events[reason].attempts.push_back(id);
+  }
+  for (auto& [why, e] : events) {
     e.ts_ms = now;
     e.kind = why == "not lent by the policy" ? "policy" : "reclaim";
     e.reason = why;
-    e.gpus = uuids;
-    for (const auto& [id, vwhy] : vacated) {
-      auto task = std::find_if(running.begin(), running.end(),
-                               [&](const Lender::RunningTask& t) { return t.attempt_id == id; });
-      bool on_these =
-          task != running.end() &&
-          (task->gpu_uuids.empty() ||
-           std::any_of(task->gpu_uuids.begin(), task->gpu_uuids.end(), [&](const std::string& u) {
-             return std::find(uuids.begin(), uuids.end(), u) != uuids.end();
-           }));
-      if (on_these) e.attempts.push_back(id);
-    }
-    GP_LOG(kInfo) << e.kind << ": " << why << " (" << uuids.size() << " GPUs, " << e.attempts.size()
-                  << " tasks vacated)";
+    GP_LOG(kInfo) << e.kind << ": " << why << " (" << e.gpus.size() << " GPUs, "
+                  << e.attempts.size() << " tasks vacated)";
     host_.push(proto::kNodeEvent, proto::Encode(e));
   }
 }
@@ -276,6 +276,7 @@ void Provider::OnControl(const ControlPeer& peer, const nlohmann::json& request,
     return Reclaim(uuids, at_once, std::move(reply));
   }
   if (cmd == "leave") {
+    if (leave_reply_) return Reply(reply, false, "already leaving: another `leave` waits for it");
     lender_.Leave();
     PushEvent("leave", "the owner takes the node out of the pool");
     Tick();
@@ -307,9 +308,12 @@ void Provider::OnControl(const ControlPeer& peer, const nlohmann::json& request,
     if (!config.ok()) {
       return Reply(reply, false, config.status().message() + "; the previous config stays");
     }
+    auto uids = ControlUids(config->owner);
+    if (!uids.ok())
+      return Reply(reply, false, uids.status().message() + "; the previous config stays");
     config_.policy = config->policy;
     config_.owner = config->owner;
-    if (auto uids = ControlUids(config_.owner); uids.ok()) control_->SetAllowedUids(*uids);
+    control_->SetAllowedUids(*uids);
     auto policy = PolicyInForce();
     if (!policy.ok()) return Reply(reply, false, policy.status().message());
     return ApplyPolicy(
@@ -332,18 +336,22 @@ void Provider::ApplyPolicy(ProviderPolicy policy, const std::string& what, Contr
 
 void Provider::Reclaim(const std::vector<std::string>& uuids, bool at_once, ControlReply reply) {
   lender_.Reclaim(uuids);
-  std::set<std::string> before;
-  for (const auto& [id, t] : tasks_.tasks()) {
-    if (!t.vacate_reason.empty()) before.insert(id);
-  }
   Tick(at_once ? TaskManager::kKillNow : 0);
   Waiter w;
   w.started_ms = clock_.NowMs();
   int64_t grace = at_once ? 0 : lender_.policy().reclaim_grace_ms;
   w.deadline_ms = w.started_ms + grace + 5000;
   w.what = uuids.empty() ? "every GPU" : std::to_string(uuids.size()) + " GPUs";
+  // Every task leaving these GPUs, also those an earlier reclaim started.
   for (const auto& [id, t] : tasks_.tasks()) {
-    if (!t.vacate_reason.empty() && !tasks_.Ended(t)) w.attempts.insert(id);
+    if (t.vacate_reason.empty() || tasks_.Ended(t)) continue;
+    bool on_these = uuids.empty() ||
+                    std::any_of(t.gpu_uuids.begin(), t.gpu_uuids.end(), [&](const std::string& u) {
+                      return std::find(uuids.begin(), uuids.end(), u) != uuids.end();
+                    });
+    if (!on_these) continue;
+    if (at_once) tasks_.Vacate(id, t.vacate_reason, TaskManager::kKillNow);
+    w.attempts.insert(id);
   }
   w.vacated.assign(w.attempts.begin(), w.attempts.end());
   w.reply = std::move(reply);

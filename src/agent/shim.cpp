@@ -318,13 +318,16 @@ int RunShim(const ShimOptions& options) {
 
   auto vacating = [&] { return ::access(paths.vacate_reason().c_str(), F_OK) == 0; };
   auto stop_job = [&](const std::string& reason, bool failed, int64_t grace_ms) {
-    if (kill_at != 0 || exited) return;
+    if (exited) return;
+    // Already stopping: only a stop without grace (a reclaim --now) changes that.
+    if (kill_at != 0 && grace_ms > 0) return;
     if (result.reason.empty()) {
       result.reason = reason;
       result.failed = failed;
     }
-    if (grace_ms <= 0) {  // a limit the job is already past: no grace
+    if (grace_ms <= 0) {  // a limit the job is already past, or a reclaim --now: no grace
       executor->Stop(SIGKILL);
+      term_at = 0;
       kill_at = clock.NowMs() + 1000;
       return;
     }

@@ -283,7 +283,12 @@ void TaskManager::Stop(const std::string& attempt_id, const std::string& reason,
 void TaskManager::Vacate(const std::string& attempt_id, const std::string& reason,
                          int64_t grace_ms) {
   auto it = tasks_.find(attempt_id);
-  if (it == tasks_.end() || Ended(it->second) || !it->second.vacate_reason.empty()) return;
+  if (it == tasks_.end() || Ended(it->second)) return;
+  if (!it->second.vacate_reason.empty()) {
+    // Already leaving: only hurried along (reclaim --now after a graceful one).
+    if (grace_ms == kKillNow) Stop(attempt_id, "vacated: " + it->second.vacate_reason, kKillNow);
+    return;
+  }
   it->second.vacate_reason = reason;
   (void)WriteFileAtomic(it->second.paths.vacate_reason(), reason);
   Stop(attempt_id, "vacated: " + reason, grace_ms);

@@ -77,7 +77,8 @@ class TaskManager {
   // Stops the task because the provider takes its GPU back: a job that
   // checkpoints gets its checkpoint signal first (see shim.h), and the task
   // ends "vacated" (its job is requeued) unless the job had already
-  // succeeded. Kept on disk, so an agent restart still reports it so.
+  // succeeded. Kept on disk, so an agent restart still reports it so. A
+  // task already leaving is only hurried: with kKillNow it is killed now.
   void Vacate(const std::string& attempt_id, const std::string& reason, int64_t grace_ms);
   void StopAll(const std::string& reason);
 

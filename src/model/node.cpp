@@ -117,7 +117,7 @@ Status LendingAdmits(const NodeLending& lending, const LendingRequest& request,
                        : " (the job asks " + FormatDurationMs(request.max_runtime_ms) + ")"));
   }
   bool share = request.gpu_milli > 0 && request.gpu_milli < 1000;
-  if (share && !request.gpu_uuids.empty() && !lending.fractional) {
+  if (share && !lending.fractional) {
     return refuse("it lends whole GPUs only");
   }
   for (const std::string& uuid : request.gpu_uuids) {

@@ -97,7 +97,7 @@ struct LendingRequest {
 // Why `lending` refuses `request` (FailedPrecondition "refused by the
 // provider's policy: ..."), or OK. `gpus` are the node's GPUs; a GPU of
 // which only part of the memory is lent takes shares only. With no GPUs in
-// the request only the mode, users, groups and runtime are checked.
+// the request only the mode, users, groups, runtime and shares are checked.
 Status LendingAdmits(const NodeLending& lending, const LendingRequest& request,
                      const std::vector<GpuInfo>& gpus);
 

@@ -910,15 +910,13 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
   auto exclude = [&](const Job& j, sched::Request& q) {
     std::vector<std::pair<std::string, std::string>> why;  // node name, reason
     const bool share = q.gpus == 0 && q.gpu_milli > 0;
-    LendingRequest who;  // no GPUs: only who asks and for how long
+    LendingRequest who;  // no GPUs: who asks, for how long, and whether a share
     who.user = j.owner;
     who.group = j.spec.group;
     who.max_runtime_ms = j.spec.max_runtime_ms;
+    who.gpu_milli = share ? q.gpu_milli : 1000;
     for (const Node* n : restricted) {
-      const NodeLending& l = *n->lending;
-      Status admits = share && !l.fractional
-                          ? Status::FailedPrecondition("it lends whole GPUs only")
-                          : LendingAdmits(l, who, {});
+      Status admits = LendingAdmits(*n->lending, who, {});
       if (admits.ok()) continue;
       q.excluded_nodes.push_back(n->id);
       why.emplace_back(n->name, admits.message());

@@ -86,6 +86,10 @@ def test_graceful_reclaim_requeues_and_the_job_finishes_elsewhere(pool, tmp_path
     reclaims = [e for e in body["events"] if e["kind"] == "reclaim"]
     assert reclaims and "reclaimed by the owner" in reclaims[0]["reason"], body
     assert reclaims[0]["attempts"] == [first["id"]], body
+    nodes = pool.cli("nodes", check=True).stdout
+    assert "reclaimed" in nodes and "reclaimed by the owner" in nodes, nodes
+    events = pool.cli("events", "--node", "a", check=True).stdout
+    assert "reclaim" in events and first["id"] in events, events
 
     # `resume` lends the GPU again.
     assert agent_cmd(pool, "a", "resume").returncode == 0
@@ -98,11 +102,19 @@ def test_reclaim_now_frees_the_gpu_within_a_second(pool, tmp_path):
     marker = f"stubborn-{os.getpid()}-{time.time_ns()}"
     job_id = pool.submit(stubborn_job("stubborn", marker))
     running_on(pool, job_id, "a")
+    # A graceful reclaim first: the job ignores SIGTERM and has 60 s to go.
+    graceful = subprocess.Popen([GPUPOOL, "agent", "reclaim", "--data-dir", pool.agent_dir("a")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: any("vacating" in t for t in json.loads(
+        agent_cmd(pool, "a", "status", "--json").stdout)["tasks"]), what="the job vacating")
+    # The owner cannot wait: --now hurries it along.
     t0 = time.monotonic()
     r = agent_cmd(pool, "a", "reclaim", "--now")
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
     assert took < 1.0, f"reclaim --now took {took:.2f}s"
+    out, err = graceful.communicate(timeout=10)
+    assert graceful.returncode == 0 and "vacated 1 tasks" in out, (out, err)
     assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
     job = wait_for(lambda: (lambda j: j if j["attempt_list"][0]["state"] == "vacated" else None)(
         pool.job(job_id)), what="attempt vacated")

@@ -65,6 +65,13 @@ Result<AttemptState> ParseAttemptState(std::string_view name) {
 }
 bool IsLive(AttemptState s) { return s == AttemptState::kScheduled || s == AttemptState::kRunning; }
 
+int64_t LostWorkMs(const Attempt& a) {
+  bool redone = a.state == AttemptState::kLost || a.state == AttemptState::kPreempted ||
+                a.state == AttemptState::kVacated;
+  if (!redone || a.started_ms <= 0 || a.finished_ms < a.started_ms) return 0;
+  return a.finished_ms - a.started_ms;
+}
+
 std::string MakeAttemptId(int64_t job_id, int32_t number) {
   return std::to_string(job_id) + "." + std::to_string(number);
 }

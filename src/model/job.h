@@ -143,6 +143,12 @@ struct Attempt {
   friend bool operator==(const Attempt&, const Attempt&) = default;
 };
 
+// The work an attempt did that its job must do again: the time it ran, for
+// an attempt that ended without finishing its job (lost, preempted,
+// vacated), else 0. Checkpoints are not reported yet, so a job that
+// checkpoints is counted as if it had not.
+int64_t LostWorkMs(const Attempt& a);
+
 std::string MakeAttemptId(int64_t job_id, int32_t number);
 // "42.3" -> {42, 3}.
 Result<std::pair<int64_t, int32_t>> ParseAttemptId(std::string_view id);

@@ -144,5 +144,23 @@ TEST(Job, Defaults) {
   EXPECT_TRUE(IsLive(a.state));
 }
 
+TEST(Attempt, LostWorkIsTheRunOfAnAttemptWhoseJobMustRunAgain) {
+  Attempt a;
+  a.started_ms = 1'000;
+  a.finished_ms = 61'000;
+  for (AttemptState s : {AttemptState::kLost, AttemptState::kPreempted, AttemptState::kVacated}) {
+    a.state = s;
+    EXPECT_EQ(LostWorkMs(a), 60'000) << AttemptStateName(s);
+  }
+  for (AttemptState s : {AttemptState::kSucceeded, AttemptState::kFailed, AttemptState::kCancelled,
+                         AttemptState::kRefused, AttemptState::kRunning}) {
+    a.state = s;
+    EXPECT_EQ(LostWorkMs(a), 0) << AttemptStateName(s);
+  }
+  a.state = AttemptState::kVacated;
+  a.started_ms = 0;  // vacated before it started: nothing lost
+  EXPECT_EQ(LostWorkMs(a), 0);
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -65,6 +65,7 @@ json AttemptToJson(const Attempt& a) {
   out["exit_code"] = a.exit_code ? json(*a.exit_code) : json(nullptr);
   out["preempted_for_job"] = a.preempt_for_job > 0 ? json(a.preempt_for_job) : json(nullptr);
   out["preempt_ms"] = a.preempt_ms > 0 ? json(a.preempt_ms) : json(nullptr);
+  out["lost_work_ms"] = LostWorkMs(a);
   return out;
 }
 
@@ -291,8 +292,13 @@ void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, 
     if (!reached && !timed_out) return false;
     json out = JobToJson(d->job, d->queue);
     json attempts = json::array();
-    for (const Attempt& a : d->attempts) attempts.push_back(AttemptToJson(a));
+    int64_t lost = 0;
+    for (const Attempt& a : d->attempts) {
+      attempts.push_back(AttemptToJson(a));
+      lost += LostWorkMs(a);
+    }
     out["attempt_list"] = attempts;
+    out["lost_work_ms"] = lost;
     (*respond)(JsonResponse(200, out));
     return true;
   });

@@ -75,6 +75,7 @@ def test_graceful_reclaim_requeues_and_the_job_finishes_elsewhere(pool, tmp_path
     first, second = job["attempt_list"]
     assert first["state"] == "vacated", first
     assert "reclaimed by the owner" in first["reason"], first
+    assert first["lost_work_ms"] > 0 and job["lost_work_ms"] == first["lost_work_ms"], job
     assert second["node_id"] == node_id(pool, "b")
     out = pool.logs_text(job_id)
     assert out.count("got SIGTERM") == 1 and out[-1] == "done", out

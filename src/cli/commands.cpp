@@ -285,10 +285,10 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
       t.Add({Str(a, "id"), Str(a, "node_id"), gpus.empty() ? "-" : gpus, Str(a, "state"),
              a["exit_code"].is_null() ? "-" : a["exit_code"].dump(),
              Int(a, "started_ms") ? FormatTimestampMs(Int(a, "started_ms")) : "-",
-             Str(a, "reason") + (Int(a, "lost_work_ms") > 0
-                                     ? " (" + FormatDurationMs(Int(a, "lost_work_ms")) +
-                                           " of work to redo)"
-                                     : "")});
+             Str(a, "reason") +
+                 (Int(a, "lost_work_ms") > 0
+                      ? " (" + FormatDurationMs(Int(a, "lost_work_ms")) + " of work to redo)"
+                      : "")});
     }
     t.Print(std::cout);
   }

@@ -341,7 +341,11 @@ void Provider::Reclaim(const std::vector<std::string>& uuids, bool at_once, Cont
   w.started_ms = clock_.NowMs();
   int64_t grace = at_once ? 0 : lender_.policy().reclaim_grace_ms;
   w.deadline_ms = w.started_ms + grace + 5000;
-  w.what = uuids.empty() ? "every GPU" : std::to_string(uuids.size()) + " GPUs";
+  w.what = uuids.empty() ? "every GPU" : "GPU";
+  for (const GpuInfo& g : gpus_) {
+    if (std::find(uuids.begin(), uuids.end(), g.uuid) == uuids.end()) continue;
+    w.what += (w.what == "GPU" ? " " : ", ") + std::to_string(g.index);
+  }
   // Every task leaving these GPUs, also those an earlier reclaim started.
   for (const auto& [id, t] : tasks_.tasks()) {
     if (t.vacate_reason.empty() || tasks_.Ended(t)) continue;

@@ -65,7 +65,12 @@ void PrintStatus(const json& s) {
   } else {
     std::cout << "no pool work running\n";
   }
-  std::cout << "policy (" << Str(s, "policy_source") << "):\n" << s["policy"].dump(2) << "\n";
+  std::cout << "policy (" << Str(s, "policy_source") << "):\n";
+  if (s.contains("policy") && s["policy"].is_object()) {
+    for (const auto& [key, value] : s["policy"].items()) {
+      std::cout << "  " << key << ": " << value.dump() << "\n";
+    }
+  }
 }
 
 }  // namespace

@@ -158,9 +158,20 @@ void Provider::Tick(int64_t grace_ms) {
   if (lender_.WantsTelemetry()) {
     // A failed read keeps the last sample rather than reclaiming on no evidence.
     if (auto snap = gpu_source_->Read(); snap.ok()) telemetry_ = snap->telemetry;
+    std::set<std::string> container_gpus;
     for (const auto& [id, t] : tasks_.tasks()) {
       if (tasks_.Ended(t) || t.shim_pid <= 0) continue;
       for (pid_t p : exec::Descendants(t.shim_pid)) pool_pids.insert(p);
+      if (t.runs_as == "docker" || t.runs_as == "podman") {
+        container_gpus.insert(t.gpu_uuids.begin(), t.gpu_uuids.end());
+      }
+    }
+    // A container's processes are the engine's children, not the shim's: on
+    // a GPU such a task holds, every process counts as the pool's (the
+    // owner's own work there goes unnoticed until the task ends).
+    for (const GpuTelemetry& g : telemetry_) {
+      if (!container_gpus.count(g.uuid)) continue;
+      for (const GpuProcess& p : g.processes) pool_pids.insert(p.pid);
     }
   }
   NodeLending before = lending_;

@@ -115,6 +115,7 @@ Status TaskManager::Recover() {
       auto j = nlohmann::json::parse(*exec, nullptr, false);
       if (j.is_object()) {
         t.executor = j.value("executor", "");
+        t.runs_as = j.value("runs_as", "");
         t.has_image = j.value("image", false);
         t.uid = j.value("uid", -1);
         if (j.contains("gpus") && j["gpus"].is_array()) {
@@ -183,19 +184,20 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
   // Each sandboxed or containerized task runs as an account of its own; the
   // `process` executor (trusted development only) runs as the agent.
   t.has_image = !task.spec.image.empty();
-  std::string runs_as = exec::ChooseExecutor(t.executor, t.has_image, *options_.exec_env);
-  if (options_.own_uids && runs_as != "process") {
+  t.runs_as = exec::ChooseExecutor(t.executor, t.has_image, *options_.exec_env);
+  if (options_.own_uids && t.runs_as != "process") {
     t.uid = FreeUid();
     if (t.uid < 0) {
       return Status::ResourceExhausted("every account of the sandbox uid range is in use");
     }
   }
-  GP_RETURN_IF_ERROR(WriteFileAtomic(
-      t.paths.exec_json(),
-      nlohmann::json{
-          {"executor", t.executor}, {"image", t.has_image}, {"uid", t.uid}, {"gpus", t.gpu_uuids}}
-              .dump() +
-          "\n"));
+  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.exec_json(), nlohmann::json{{"executor", t.executor},
+                                                                         {"runs_as", t.runs_as},
+                                                                         {"image", t.has_image},
+                                                                         {"uid", t.uid},
+                                                                         {"gpus", t.gpu_uuids}}
+                                                                  .dump() +
+                                                              "\n"));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0)

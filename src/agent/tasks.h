@@ -45,6 +45,7 @@ struct TaskState {
   int64_t skip_offset = -1;          // a record at this offset was already shipped
   int status_pipe = -1;              // read end of the shim's stdout, or -1
   std::string executor;              // as the spec asked ("" = the node's default)
+  std::string runs_as;               // the executor that runs it
   bool has_image = false;            // the spec names an image
   int uid = -1;                      // the task's own account, or -1
   std::vector<std::string> gpu_uuids;

@@ -348,7 +348,6 @@ IdleTracker::Verdict IdleTracker::Observe(int64_t now_ms,
                                 [&](const GpuProcess& p) { return !pool_pids.count(p.pid); });
     if (foreign != t.processes.end()) {
       s.idle_since_ms = -1;
-      v.reclaim.insert(t.uuid);
       v.why_not[t.uuid] = "its owner runs process " + std::to_string(foreign->pid) + " on it";
       continue;
     }

@@ -89,8 +89,9 @@ bool Lends(const ProviderPolicy& policy, const GpuInfo& gpu);
 int64_t LentMemoryMib(const ProviderPolicy& policy, const GpuInfo& gpu);
 
 // Idle-only lending, per GPU: fed every telemetry sample, it says which
-// GPUs may be lent and which must be reclaimed at once (the owner started
-// work on them). A GPU becomes lendable once it had no foreign process and
+// GPUs may be lent and why the others may not; a GPU the pool holds that
+// stops being lendable is taken back (agent/lending.h). A GPU becomes
+// lendable once it had no foreign process and
 // utilization <= the limit for the whole `idle_for_ms`; it stops being
 // lendable the moment a foreign process appears (reclaim) or the
 // utilization goes over the limit while no pool task runs on it. A GPU that
@@ -103,7 +104,6 @@ class IdleTracker {
 
   struct Verdict {
     std::set<std::string> lendable;              // UUIDs
-    std::set<std::string> reclaim;               // UUIDs with a foreign process now
     std::map<std::string, std::string> why_not;  // UUID -> why it is not lendable
   };
   // `pool_pids`: the processes the pool's tasks run (theirs, not foreign);

@@ -187,14 +187,15 @@ TEST(IdleTracker, LendsAfterTheQuietPeriodAndReclaimsWhenTheOwnerStarts) {
   // A pool job runs on it at full load: still lent.
   v = idle.Observe(t0 + 6 * 60'000, {Sample("GPU-aaaa", 100, {4242})}, {4242}, {});
   EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
-  EXPECT_TRUE(v.reclaim.empty());
-  // The owner starts their own process: reclaim at once, not lendable.
+  EXPECT_TRUE(v.why_not.empty());
+  // The owner starts their own process: not lendable at once.
   v = idle.Observe(t0 + 6 * 60'000 + 1000, {Sample("GPU-aaaa", 100, {4242, 777})}, {4242}, {});
-  EXPECT_EQ(v.reclaim, std::set<std::string>{"GPU-aaaa"});
+  EXPECT_EQ(v.why_not["GPU-aaaa"], "its owner runs process 777 on it");
   EXPECT_TRUE(v.lendable.empty());
   // The owner's process ends; the quiet period starts over.
   v = idle.Observe(t0 + 7 * 60'000, {Sample("GPU-aaaa", 0)}, {}, {});
-  EXPECT_TRUE(v.lendable.empty() && v.reclaim.empty());
+  EXPECT_TRUE(v.lendable.empty());
+  EXPECT_THAT(v.why_not["GPU-aaaa"], HasSubstr("not yet idle"));
   v = idle.Observe(t0 + 12 * 60'000, {Sample("GPU-aaaa", 0)}, {}, {});
   EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
 }
@@ -214,7 +215,7 @@ TEST(IdleTracker, BusyOrUnknownUtilizationIsNotIdle) {
   IdleTracker off(always);
   v = off.Observe(t0, {Sample("GPU-aaaa", 100, {1}), Sample("GPU-bbbb", -1)}, {}, {});
   EXPECT_EQ(v.lendable, kBoth);
-  EXPECT_TRUE(v.reclaim.empty());
+  EXPECT_TRUE(v.why_not.empty());
 }
 
 TEST(IdleTracker, AGpuHoldingPoolWorkStaysLentUntilTheOwnerShowsUp) {
@@ -230,9 +231,9 @@ TEST(IdleTracker, AGpuHoldingPoolWorkStaysLentUntilTheOwnerShowsUp) {
   v = idle.Observe(t0 + 1000, {Sample("GPU-aaaa", 0), Sample("GPU-bbbb", 0)}, {}, {});
   EXPECT_EQ(v.lendable, std::set<std::string>{"GPU-aaaa"});
   EXPECT_THAT(v.why_not["GPU-bbbb"], HasSubstr("not yet idle for the 10m"));
-  // The owner's process on a GPU the pool holds: reclaim.
+  // The owner's process on a GPU the pool holds: not lendable (taken back).
   v = idle.Observe(t0 + 2000, {Sample("GPU-aaaa", 90, {31337})}, {}, {"GPU-aaaa"});
-  EXPECT_EQ(v.reclaim, std::set<std::string>{"GPU-aaaa"});
+  EXPECT_TRUE(v.lendable.empty());
   EXPECT_EQ(v.why_not["GPU-aaaa"], "its owner runs process 31337 on it");
 }
 

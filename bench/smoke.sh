@@ -9,6 +9,10 @@
 #     runs the smallest scheduler benchmarks briefly (one queue pass at 1k
 #     GPUs and 1k pending, FGD placement at 1k GPUs); passes when none
 #     reports an error and the queue pass places jobs.
+#   smoke.sh --blob BLOB_BENCH_BIN        (blob_bench_smoke)
+#     runs the chunker benchmark at 64 KiB average chunks briefly (one pass
+#     over 256 MiB); passes when it reports no error, a throughput and a mean
+#     chunk length within 0.6-1.6 x 64 KiB.
 set -euo pipefail
 
 if [[ ${1:-} == --sched ]]; then
@@ -23,6 +27,24 @@ if [[ ${1:-} == --sched ]]; then
   [[ $(grep -c '"name": "BM_' <<<"$out") == 2 ]] || { echo "expected 2 benchmarks"; exit 1; }
   placed=$(grep -o '"placed/pass": [0-9.e+]*' <<<"$out" | head -1 | awk '{print $2}')
   awk -v p="${placed:-0}" 'BEGIN { exit !(p > 0) }' || { echo "the queue pass placed nothing"; exit 1; }
+  exit 0
+fi
+
+if [[ ${1:-} == --blob ]]; then
+  bench=$2
+  out=$("$bench" --benchmark_filter='^BM_ChunkLengths/avg_kib:64$' \
+    --benchmark_min_time=0.01 --benchmark_format=json)
+  grep -E '"name"|"bytes_per_second"|"chunks"|"mean_B"|"error' <<<"$out"
+  if grep -q '"error_occurred": true' <<<"$out"; then
+    echo "a benchmark reported an error"
+    exit 1
+  fi
+  [[ $(grep -c '"name": "BM_' <<<"$out") == 1 ]] || { echo "expected 1 benchmark"; exit 1; }
+  rate=$(grep -o '"bytes_per_second": [0-9.e+]*' <<<"$out" | head -1 | awk '{print $2}')
+  awk -v r="${rate:-0}" 'BEGIN { exit !(r > 0) }' || { echo "no throughput reported"; exit 1; }
+  mean=$(grep -o '"mean_B": [0-9.e+]*' <<<"$out" | head -1 | awk '{print $2}')
+  awk -v m="${mean:-0}" 'BEGIN { exit !(m >= 0.6 * 65536 && m <= 1.6 * 65536) }' ||
+    { echo "mean chunk length ${mean:-none} is not near 64 KiB"; exit 1; }
   exit 0
 fi
 

@@ -13,6 +13,7 @@ PACKAGES=(
   procps ca-certificates
   bubblewrap skopeo umoci busybox-static
   libhowardhinnant-date-dev tzdata
+  libzstd-dev
 )
 
 missing=()

@@ -27,6 +27,7 @@ enum class StatusCode {
   kUnavailable,         // a peer or resource cannot be reached (HTTP 503)
   kDeadlineExceeded,    // HTTP 504
   kInternal,            // a bug or an unexpected environment failure (HTTP 500)
+  kDataLoss,            // stored or received data is corrupt: a hash does not match (HTTP 500)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -59,6 +60,7 @@ class [[nodiscard]] Status {
     return {StatusCode::kDeadlineExceeded, std::move(m)};
   }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

@@ -35,6 +35,7 @@ TEST(Status, Factories) {
       {Status::Unavailable("m"), StatusCode::kUnavailable, "UNAVAILABLE"},
       {Status::DeadlineExceeded("m"), StatusCode::kDeadlineExceeded, "DEADLINE_EXCEEDED"},
       {Status::Internal("m"), StatusCode::kInternal, "INTERNAL"},
+      {Status::DataLoss("m"), StatusCode::kDataLoss, "DATA_LOSS"},
   };
   for (const Case& c : cases) {
     EXPECT_FALSE(c.status.ok()) << c.name;

@@ -26,6 +26,7 @@ int HttpStatusFor(StatusCode code) {
     case StatusCode::kDeadlineExceeded:
       return 504;
     case StatusCode::kInternal:
+    case StatusCode::kDataLoss:
       return 500;
   }
   return 500;

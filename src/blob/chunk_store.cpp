@@ -1,0 +1,188 @@
+#include "blob/chunk_store.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "common/files.h"
+
+namespace gpupool::blob {
+namespace fs = std::filesystem;
+
+namespace {
+
+Status Errno(const std::string& what) {
+  return Status::Internal(what + ": " + std::strerror(errno));
+}
+
+Status CheckId(const ChunkId& id) {
+  if (IsChunkId(id)) return Status::Ok();
+  return Status::InvalidArgument("chunk id must be 64 lowercase hex digits (SHA-256), got \"" +
+                                 id.substr(0, 80) + "\"");
+}
+
+// Writes `data` to `path` through a temporary file and a rename, so that a
+// reader (or a crash) sees the whole chunk or none of it.
+Status WriteWhole(const std::string& path, std::string_view data, bool sync) {
+  static std::atomic<uint64_t> serial{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++serial);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("cannot create " + tmp);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Status s = Errno("cannot write " + tmp);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return s;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (sync && ::fsync(fd) != 0) {
+    Status s = Errno("cannot fsync " + tmp);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = Errno("cannot rename " + tmp);
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (sync) {
+    std::string dir = fs::path(path).parent_path().string();
+    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+ChunkId ComputeChunkId(std::span<const uint8_t> data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  ChunkId id(2 * len, '0');
+  for (unsigned int i = 0; i < len; ++i) {
+    id[2 * i] = kHex[digest[i] >> 4];
+    id[2 * i + 1] = kHex[digest[i] & 15];
+  }
+  return id;
+}
+
+bool IsChunkId(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+Result<std::string> CompressChunk(std::span<const uint8_t> data, int level) {
+  if (level < 1 || level > 19) return Status::InvalidArgument("zstd level must be from 1 to 19");
+  std::string out(ZSTD_compressBound(data.size()), '\0');
+  size_t n = ZSTD_compress(out.data(), out.size(), data.data(), data.size(), level);
+  if (ZSTD_isError(n)) return Status::Internal(std::string("zstd: ") + ZSTD_getErrorName(n));
+  out.resize(n);
+  return out;
+}
+
+Result<std::string> OpenChunk(const ChunkId& id, std::string_view compressed, size_t max_bytes) {
+  GP_RETURN_IF_ERROR(CheckId(id));
+  auto corrupt = [&](const std::string& why) {
+    return Status::DataLoss("chunk " + id.substr(0, 12) + ": " + why);
+  };
+  // The frame header says how large the chunk is; a frame that does not
+  // (or claims too much) is refused before anything is allocated.
+  unsigned long long size = ZSTD_getFrameContentSize(compressed.data(), compressed.size());
+  if (size == ZSTD_CONTENTSIZE_ERROR) return corrupt("not a zstd frame");
+  if (size == ZSTD_CONTENTSIZE_UNKNOWN) return corrupt("the zstd frame does not give its size");
+  if (size > max_bytes) return corrupt("claims " + std::to_string(size) + " bytes, over the limit");
+  std::string out(size, '\0');
+  size_t n = ZSTD_decompress(out.data(), out.size(), compressed.data(), compressed.size());
+  if (ZSTD_isError(n)) return corrupt(std::string("zstd: ") + ZSTD_getErrorName(n));
+  if (n != size) return corrupt("shorter than its frame says");
+  auto bytes = std::span(reinterpret_cast<const uint8_t*>(out.data()), out.size());
+  if (ComputeChunkId(bytes) != id) return corrupt("its bytes do not match its SHA-256 id");
+  return out;
+}
+
+Result<std::unique_ptr<FsChunkStore>> FsChunkStore::Open(std::string dir, bool fsync) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Status::Internal("cannot create " + dir + ": " + ec.message());
+  return std::unique_ptr<FsChunkStore>(new FsChunkStore(std::move(dir), fsync));
+}
+
+std::string FsChunkStore::PathOf(const ChunkId& id) const {
+  return dir_ + "/" + id.substr(0, 2) + "/" + id;
+}
+
+Result<std::vector<ChunkId>> FsChunkStore::Missing(const std::vector<ChunkId>& ids) {
+  std::vector<ChunkId> missing;
+  for (const ChunkId& id : ids) {
+    GP_RETURN_IF_ERROR(CheckId(id));
+    if (::access(PathOf(id).c_str(), F_OK) != 0) missing.push_back(id);
+  }
+  return missing;
+}
+
+Status FsChunkStore::Put(const ChunkId& id, std::string_view compressed) {
+  GP_RETURN_IF_ERROR(OpenChunk(id, compressed).status());
+  std::string path = PathOf(id);
+  if (::access(path.c_str(), F_OK) == 0) return Status::Ok();  // content-addressed: same bytes
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return Status::Internal("cannot create the directory of " + path + ": " + ec.message());
+  return WriteWhole(path, compressed, fsync_);
+}
+
+Result<std::string> FsChunkStore::Get(const ChunkId& id) {
+  GP_RETURN_IF_ERROR(CheckId(id));
+  std::string path = PathOf(id);
+  if (::access(path.c_str(), F_OK) != 0) {
+    return Status::NotFound("chunk " + id.substr(0, 12) + " is not in " + dir_);
+  }
+  GP_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
+  GP_RETURN_IF_ERROR(OpenChunk(id, data).status());
+  return data;
+}
+
+Status FsChunkStore::Remove(const ChunkId& id) {
+  GP_RETURN_IF_ERROR(CheckId(id));
+  if (::unlink(PathOf(id).c_str()) != 0 && errno != ENOENT) return Errno("cannot remove chunk");
+  return Status::Ok();
+}
+
+Result<std::vector<ChunkId>> FsChunkStore::List() {
+  std::vector<ChunkId> ids;
+  std::error_code ec;
+  for (const auto& fan : fs::directory_iterator(dir_, ec)) {
+    if (!fan.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(fan.path(), ec)) {
+      std::string name = f.path().filename().string();
+      if (IsChunkId(name) && name.compare(0, 2, fan.path().filename().string()) == 0) {
+        ids.push_back(name);
+      }
+    }
+  }
+  if (ec) return Status::Internal("cannot list " + dir_ + ": " + ec.message());
+  return ids;
+}
+
+}  // namespace gpupool::blob

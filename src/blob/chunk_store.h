@@ -1,0 +1,86 @@
+// Chunks and where they are kept.
+//
+// A chunk is a piece of a file as the chunker (blob/chunker.h) cut it, named
+// by the SHA-256 of its bytes in lowercase hex (ChunkId). It travels and is
+// stored as one zstd frame of those bytes. Whoever reads a chunk verifies it:
+// OpenChunk decompresses and checks the hash, so a corrupt or substituted
+// chunk is DataLoss, never silently used.
+//
+// ChunkStore is the storage interface; FsChunkStore keeps chunks as files
+// under a directory (the server's data dir, or an agent's local cache). An
+// S3-compatible backend would implement the same five calls.
+//
+// Thread-safety: a FsChunkStore may be used from several threads and
+// processes at once (every write is a rename of a complete file).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool::blob {
+
+using ChunkId = std::string;  // 64 lowercase hex digits
+
+// The largest chunk OpenChunk accepts by default (the chunker's max_size
+// may not exceed it).
+inline constexpr size_t kMaxChunkBytes = 64 << 20;
+
+ChunkId ComputeChunkId(std::span<const uint8_t> data);
+bool IsChunkId(std::string_view s);
+
+// One zstd frame of `data` (level 1..19; 3 is zstd's default).
+Result<std::string> CompressChunk(std::span<const uint8_t> data, int level = 3);
+// The chunk's bytes from its zstd frame, checked against `id`: InvalidArgument
+// for a malformed id, DataLoss when the frame is corrupt, larger than
+// `max_bytes`, or its bytes do not hash to `id`.
+Result<std::string> OpenChunk(const ChunkId& id, std::string_view compressed,
+                              size_t max_bytes = kMaxChunkBytes);
+
+class ChunkStore {
+ public:
+  virtual ~ChunkStore() = default;
+  // Which of `ids` the store lacks, in the order given (senders upload only
+  // those). InvalidArgument for a malformed id.
+  virtual Result<std::vector<ChunkId>> Missing(const std::vector<ChunkId>& ids) = 0;
+  // Stores a chunk's zstd frame after OpenChunk accepted it (so nothing
+  // corrupt is ever stored); idempotent; durable once it returns.
+  virtual Status Put(const ChunkId& id, std::string_view compressed) = 0;
+  // The chunk's zstd frame, verified: NotFound when absent, DataLoss when the
+  // stored copy is corrupt (the caller refetches it or reports it).
+  virtual Result<std::string> Get(const ChunkId& id) = 0;
+  // Absent chunks are not an error.
+  virtual Status Remove(const ChunkId& id) = 0;
+  // Every stored chunk (for garbage collection), in no particular order.
+  virtual Result<std::vector<ChunkId>> List() = 0;
+};
+
+// Chunks as files DIR/ab/abcdef... (the first two hex digits fan out).
+class FsChunkStore : public ChunkStore {
+ public:
+  // Creates DIR if needed. `fsync`: flush each chunk and its directory
+  // before Put returns (survives power loss, not only a killed process).
+  static Result<std::unique_ptr<FsChunkStore>> Open(std::string dir, bool fsync = true);
+
+  Result<std::vector<ChunkId>> Missing(const std::vector<ChunkId>& ids) override;
+  Status Put(const ChunkId& id, std::string_view compressed) override;
+  Result<std::string> Get(const ChunkId& id) override;
+  Status Remove(const ChunkId& id) override;
+  Result<std::vector<ChunkId>> List() override;
+
+  const std::string& dir() const { return dir_; }
+  std::string PathOf(const ChunkId& id) const;
+
+ private:
+  FsChunkStore(std::string dir, bool fsync) : dir_(std::move(dir)), fsync_(fsync) {}
+  std::string dir_;
+  bool fsync_;
+};
+
+}  // namespace gpupool::blob

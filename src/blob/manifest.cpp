@@ -1,0 +1,194 @@
+#include "blob/manifest.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_set>
+
+#include "common/json_reader.h"
+
+namespace gpupool::blob {
+
+using nlohmann::json;
+
+namespace {
+
+std::string_view TypeName(EntryType t) {
+  switch (t) {
+    case EntryType::kFile:
+      return "file";
+    case EntryType::kDir:
+      return "dir";
+    case EntryType::kSymlink:
+      return "symlink";
+  }
+  return "file";
+}
+
+std::string Parent(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? "" : std::string(path.substr(0, slash));
+}
+
+// Where a symlink at `path` pointing to `target` lands, relative to the
+// tree's root; false when it leaves the tree (absolute, or too many "..").
+bool TargetStaysInside(std::string_view path, std::string_view target) {
+  if (target.empty() || target.front() == '/') return false;
+  int depth = 0;  // components of the link's directory
+  for (char c : Parent(path)) depth += c == '/';
+  depth += Parent(path).empty() ? 0 : 1;
+  size_t start = 0;
+  while (start <= target.size()) {
+    size_t end = target.find('/', start);
+    if (end == std::string_view::npos) end = target.size();
+    std::string_view part = target.substr(start, end - start);
+    if (part == "..") {
+      if (--depth < 0) return false;
+    } else if (!part.empty() && part != ".") {
+      ++depth;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status CheckRelativePath(std::string_view path) {
+  if (path.empty()) return Status::InvalidArgument("must not be empty");
+  if (path.size() > kMaxPathBytes) return Status::InvalidArgument("is too long");
+  if (path.front() == '/') return Status::InvalidArgument("must be relative");
+  if (path.find('\0') != std::string_view::npos) {
+    return Status::InvalidArgument("must not contain NUL");
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view part = path.substr(start, end - start);
+    if (part.empty()) return Status::InvalidArgument("must not contain empty components");
+    if (part == "." || part == "..") {
+      return Status::InvalidArgument("must not contain \".\" or \"..\" components");
+    }
+    start = end + 1;
+  }
+  return Status::Ok();
+}
+
+int64_t Manifest::TotalBytes() const {
+  int64_t total = 0;
+  for (const ManifestEntry& e : entries) total += e.type == EntryType::kFile ? e.size : 0;
+  return total;
+}
+
+std::vector<ChunkId> Manifest::ChunkIds() const {
+  std::vector<ChunkId> ids;
+  std::unordered_set<std::string_view> seen;
+  for (const ManifestEntry& e : entries) {
+    for (const ChunkRef& c : e.chunks) {
+      if (seen.insert(c.id).second) ids.push_back(c.id);
+    }
+  }
+  return ids;
+}
+
+std::string EncodeManifest(const Manifest& m) {
+  json entries = json::array();
+  for (const ManifestEntry& e : m.entries) {
+    json j = {{"path", e.path}, {"type", TypeName(e.type)}};
+    if (e.type != EntryType::kSymlink) j["mode"] = e.mode;
+    if (e.type == EntryType::kFile) {
+      json chunks = json::array();
+      for (const ChunkRef& c : e.chunks) chunks.push_back({c.id, c.size});
+      j["size"] = e.size;
+      j["chunks"] = chunks;
+    }
+    if (e.type == EntryType::kSymlink) j["target"] = e.target;
+    entries.push_back(std::move(j));
+  }
+  return json{{"version", 1}, {"entries", entries}}.dump();
+}
+
+Result<Manifest> DecodeManifest(std::string_view text) {
+  if (text.size() > kMaxManifestBytes) {
+    return Status::InvalidArgument("manifest: larger than " + std::to_string(kMaxManifestBytes) +
+                                   " bytes");
+  }
+  GP_ASSIGN_OR_RETURN(json j, ParseJsonObject(text, "manifest"));
+  JsonReader r(j, "");
+  int64_t version = r.Int("version");
+  Manifest m;
+  std::set<std::string> paths, dirs;
+  size_t count = 0;
+  r.Each("entries", true, [&](const json& ej, const std::string& at) -> Status {
+    if (++count > kMaxManifestEntries) {
+      return Status::InvalidArgument(at + ": more than " + std::to_string(kMaxManifestEntries) +
+                                     " entries");
+    }
+    JsonReader er(ej, at);
+    ManifestEntry e;
+    e.path = er.Str("path");
+    std::string type = er.Str("type");
+    if (!er.ok()) return er.Finish(false);
+    if (Status s = CheckRelativePath(e.path); !s.ok()) er.Fail("path", s.message());
+    if (er.ok() && !paths.insert(e.path).second) er.Fail("path", "is listed twice");
+    std::string parent = Parent(e.path);
+    if (er.ok() && !parent.empty() && !dirs.count(parent)) {
+      er.Fail("path", "lies under \"" + parent + "\", which is not listed before it as a dir");
+    }
+    if (type == "file") {
+      e.type = EntryType::kFile;
+      e.size = er.Int("size");
+      int64_t sum = 0;
+      er.Each("chunks", true, [&](const json& cj, const std::string& cat) -> Status {
+        if (!cj.is_array() || cj.size() != 2 || !cj[0].is_string() || !cj[1].is_number_integer()) {
+          return Status::InvalidArgument(cat + ": must be [id, size]");
+        }
+        ChunkRef c{cj[0].get<std::string>(), cj[1].get<int64_t>()};
+        if (!IsChunkId(c.id)) return Status::InvalidArgument(cat + ": not a SHA-256 chunk id");
+        if (c.size <= 0 || c.size > static_cast<int64_t>(kMaxChunkBytes)) {
+          return Status::InvalidArgument(cat + ": chunk size out of range");
+        }
+        sum += c.size;
+        e.chunks.push_back(std::move(c));
+        return Status::Ok();
+      });
+      if (er.ok() && sum != e.size) {
+        er.Fail("size", "is " + std::to_string(e.size) + " but its chunks hold " +
+                            std::to_string(sum) + " bytes");
+      }
+    } else if (type == "dir") {
+      e.type = EntryType::kDir;
+      dirs.insert(e.path);
+    } else if (type == "symlink") {
+      e.type = EntryType::kSymlink;
+      e.mode = 0;  // symlinks have none
+      e.target = er.Str("target");
+      if (er.ok() && !TargetStaysInside(e.path, e.target)) {
+        er.Fail("target", "must be a relative path that stays inside the tree");
+      }
+    } else {
+      er.Fail("type", "must be file, dir or symlink");
+    }
+    if (e.type != EntryType::kSymlink) {
+      int64_t mode = er.Int("mode", false, e.type == EntryType::kDir ? 0755 : 0644);
+      if (er.ok() && (mode < 0 || mode > 07777)) er.Fail("mode", "must be from 0 to 07777");
+      e.mode = static_cast<uint32_t>(mode) & 0777;
+    }
+    GP_RETURN_IF_ERROR(er.Finish(true));
+    m.entries.push_back(std::move(e));
+    return Status::Ok();
+  });
+  GP_RETURN_IF_ERROR(r.Finish(true));
+  if (version != 1) {
+    return Status::InvalidArgument("version: unsupported manifest version " +
+                                   std::to_string(version) + " (this side reads 1)");
+  }
+  return m;
+}
+
+ChunkId ManifestId(std::string_view encoded) {
+  return ComputeChunkId(
+      std::span(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()));
+}
+
+}  // namespace gpupool::blob

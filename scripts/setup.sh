@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-yaml
   procps ca-certificates
+  curl jq                       # the benchmark scripts (bench/*.sh)
   bubblewrap skopeo umoci busybox-static
   libhowardhinnant-date-dev tzdata
   libzstd-dev

@@ -159,7 +159,12 @@ Result<std::string> FsChunkStore::Get(const ChunkId& id) {
     return Status::NotFound("chunk " + id.substr(0, 12) + " is not in " + dir_);
   }
   GP_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
-  GP_RETURN_IF_ERROR(OpenChunk(id, data).status());
+  if (Status s = OpenChunk(id, data).status(); !s.ok()) {
+    // Set the bad copy aside: the chunk is missing now, so its next upload
+    // (or fetch) replaces it instead of the store vouching for it forever.
+    ::rename(path.c_str(), (path + ".corrupt").c_str());
+    return s;
+  }
   return data;
 }
 

@@ -53,7 +53,8 @@ class ChunkStore {
   // corrupt is ever stored); idempotent; durable once it returns.
   virtual Status Put(const ChunkId& id, std::string_view compressed) = 0;
   // The chunk's zstd frame, verified: NotFound when absent, DataLoss when the
-  // stored copy is corrupt (the caller refetches it or reports it).
+  // stored copy is corrupt. A corrupt copy is set aside, so the chunk is
+  // missing from then on and its next upload (or fetch) replaces it.
   virtual Result<std::string> Get(const ChunkId& id) = 0;
   // Absent chunks are not an error.
   virtual Status Remove(const ChunkId& id) = 0;

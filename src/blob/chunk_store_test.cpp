@@ -133,8 +133,9 @@ TEST(FsChunkStore, ACorruptedStoredChunkIsDetectedOnRead) {
   auto got = store->Get(id);
   EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(got.status().message(), HasSubstr(id.substr(0, 12)));
-  // The caller refetches: a good copy replaces it.
-  ASSERT_TRUE(store->Remove(id).ok());
+  // It is missing now, so the next upload puts a good copy.
+  EXPECT_EQ(*store->Missing({id}), std::vector<ChunkId>{id});
+  EXPECT_TRUE(fs::exists(store->PathOf(id) + ".corrupt"));
   ASSERT_TRUE(store->Put(id, *CompressChunk(Bytes(data))).ok());
   EXPECT_EQ(*OpenChunk(id, *store->Get(id)), data);
 }

@@ -126,6 +126,14 @@ TEST_F(TreeTest, ACorruptChunkFailsTheRestoreAndLeavesNoPartialFile) {
   EXPECT_THAT(s.message(), HasSubstr("model/weights.pt"));
   EXPECT_FALSE(fs::exists(out / "model/weights.pt"));
   EXPECT_FALSE(fs::exists(out / "model/weights.pt.gpupool-partial"));
+  // The sender offers the tree again: only the corrupt chunk goes up again,
+  // and the restore succeeds.
+  TreeStats again;
+  ASSERT_TRUE(StoreTree(src_, *store_, {}, &again).ok());
+  EXPECT_EQ(again.new_chunks, 1);
+  fs::path out2 = root_ / "out2";
+  ASSERT_TRUE(RestoreTree(*m, *store_, out2).ok());
+  EXPECT_EQ(*ReadFile(out2 / "model/weights.pt"), *ReadFile(src_ / "model/weights.pt"));
 }
 
 TEST_F(TreeTest, ARestoreNeverWritesOutsideItsDirectory) {

@@ -15,34 +15,34 @@
 #     chunk length within 0.6-1.6 x 64 KiB.
 set -euo pipefail
 
-if [[ ${1:-} == --sched ]]; then
-  bench=$2
-  out=$("$bench" --benchmark_filter='^BM_Decide/gpus:1000/pending:1000$|^BM_Place/fgd/1000$' \
-    --benchmark_min_time=0.01 --benchmark_format=json)
-  grep -E '"name"|"placed/pass"|"placements/s"|"error' <<<"$out"
+# google_bench BIN FILTER COUNT KEYS: runs the benchmarks FILTER names
+# briefly as JSON into $out, shows the lines matching KEYS, and fails unless
+# exactly COUNT ran and none reported an error.
+google_bench() {
+  out=$("$1" --benchmark_filter="$2" --benchmark_min_time=0.01 --benchmark_format=json)
+  grep -E "\"name\"|$4|\"error" <<<"$out"
   if grep -q '"error_occurred": true' <<<"$out"; then
     echo "a benchmark reported an error"
     exit 1
   fi
-  [[ $(grep -c '"name": "BM_' <<<"$out") == 2 ]] || { echo "expected 2 benchmarks"; exit 1; }
-  placed=$(grep -o '"placed/pass": [0-9.e+]*' <<<"$out" | head -1 | awk '{print $2}')
+  [[ $(grep -c '"name": "BM_' <<<"$out") == "$3" ]] || { echo "expected $3 benchmarks"; exit 1; }
+}
+# first_value KEY: the first number reported for KEY in $out.
+first_value() { grep -o "\"$1\": [0-9.e+]*" <<<"$out" | head -1 | awk '{print $2}'; }
+
+if [[ ${1:-} == --sched ]]; then
+  google_bench "$2" '^BM_Decide/gpus:1000/pending:1000$|^BM_Place/fgd/1000$' 2 \
+    '"placed/pass"|"placements/s"'
+  placed=$(first_value placed/pass)
   awk -v p="${placed:-0}" 'BEGIN { exit !(p > 0) }' || { echo "the queue pass placed nothing"; exit 1; }
   exit 0
 fi
 
 if [[ ${1:-} == --blob ]]; then
-  bench=$2
-  out=$("$bench" --benchmark_filter='^BM_ChunkLengths/avg_kib:64$' \
-    --benchmark_min_time=0.01 --benchmark_format=json)
-  grep -E '"name"|"bytes_per_second"|"chunks"|"mean_B"|"error' <<<"$out"
-  if grep -q '"error_occurred": true' <<<"$out"; then
-    echo "a benchmark reported an error"
-    exit 1
-  fi
-  [[ $(grep -c '"name": "BM_' <<<"$out") == 1 ]] || { echo "expected 1 benchmark"; exit 1; }
-  rate=$(grep -o '"bytes_per_second": [0-9.e+]*' <<<"$out" | head -1 | awk '{print $2}')
+  google_bench "$2" '^BM_ChunkLengths/avg_kib:64$' 1 '"bytes_per_second"|"chunks"|"mean_B"'
+  rate=$(first_value bytes_per_second)
   awk -v r="${rate:-0}" 'BEGIN { exit !(r > 0) }' || { echo "no throughput reported"; exit 1; }
-  mean=$(grep -o '"mean_B": [0-9.e+]*' <<<"$out" | head -1 | awk '{print $2}')
+  mean=$(first_value mean_B)
   awk -v m="${mean:-0}" 'BEGIN { exit !(m >= 0.6 * 65536 && m <= 1.6 * 65536) }' ||
     { echo "mean chunk length ${mean:-none} is not near 64 KiB"; exit 1; }
   exit 0

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -12,6 +13,7 @@
 #include <system_error>
 
 #include "common/files.h"
+#include "common/ids.h"
 
 namespace gpupool::blob {
 namespace fs = std::filesystem;
@@ -85,13 +87,7 @@ ChunkId ComputeChunkId(std::span<const uint8_t> data) {
   return id;
 }
 
-bool IsChunkId(std::string_view s) {
-  if (s.size() != 64) return false;
-  for (char c : s) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
+bool IsChunkId(std::string_view s) { return IsSha256Hex(s); }
 
 Result<std::string> CompressChunk(std::span<const uint8_t> data, int level) {
   if (level < 1 || level > 19) return Status::InvalidArgument("zstd level must be from 1 to 19");
@@ -175,19 +171,44 @@ Status FsChunkStore::Remove(const ChunkId& id) {
 }
 
 Result<std::vector<ChunkId>> FsChunkStore::List() {
+  GP_ASSIGN_OR_RETURN(std::vector<StoredChunk> all, Inventory());
   std::vector<ChunkId> ids;
+  ids.reserve(all.size());
+  for (StoredChunk& c : all) ids.push_back(std::move(c.id));
+  return ids;
+}
+
+Result<std::vector<StoredChunk>> FsChunkStore::Inventory() {
+  std::vector<StoredChunk> chunks;
   std::error_code ec;
   for (const auto& fan : fs::directory_iterator(dir_, ec)) {
     if (!fan.is_directory()) continue;
     for (const auto& f : fs::directory_iterator(fan.path(), ec)) {
       std::string name = f.path().filename().string();
-      if (IsChunkId(name) && name.compare(0, 2, fan.path().filename().string()) == 0) {
-        ids.push_back(name);
-      }
+      if (!IsChunkId(name) || name.compare(0, 2, fan.path().filename().string()) != 0) continue;
+      struct stat st;
+      if (::stat(f.path().c_str(), &st) != 0) continue;  // removed meanwhile
+      int64_t ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000;
+      chunks.push_back({std::move(name), static_cast<int64_t>(st.st_size), ms});
     }
   }
   if (ec) return Status::Internal("cannot list " + dir_ + ": " + ec.message());
-  return ids;
+  return chunks;
 }
+
+Status FsChunkStore::Touch(const ChunkId& id) {
+  GP_RETURN_IF_ERROR(CheckId(id));
+  if (::utimensat(AT_FDCWD, PathOf(id).c_str(), nullptr, 0) != 0 && errno != ENOENT) {
+    return Errno("cannot touch chunk");
+  }
+  return Status::Ok();
+}
+
+Status ChunkStore::PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) {
+  for (const auto& [id, frame] : frames) GP_RETURN_IF_ERROR(Put(id, frame));
+  return Status::Ok();
+}
+
+Status ChunkStore::Prefetch(const std::vector<ChunkId>&) { return Status::Ok(); }
 
 }  // namespace gpupool::blob

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -60,6 +61,21 @@ class ChunkStore {
   virtual Status Remove(const ChunkId& id) = 0;
   // Every stored chunk (for garbage collection), in no particular order.
   virtual Result<std::vector<ChunkId>> List() = 0;
+
+  // Puts several chunks (id, zstd frame): one round trip for a remote
+  // store. The default puts them one by one.
+  virtual Status PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames);
+  // Gets `ids` ready for the Gets that follow, e.g. a cache in front of a
+  // remote store downloads the ones it lacks in a few large requests. The
+  // default does nothing.
+  virtual Status Prefetch(const std::vector<ChunkId>& ids);
+};
+
+// A stored chunk as FsChunkStore::Inventory sees it.
+struct StoredChunk {
+  ChunkId id;
+  int64_t bytes = 0;        // of its zstd frame on disk
+  int64_t modified_ms = 0;  // last written or touched (Unix ms)
 };
 
 // Chunks as files DIR/ab/abcdef... (the first two hex digits fan out).
@@ -74,6 +90,12 @@ class FsChunkStore : public ChunkStore {
   Result<std::string> Get(const ChunkId& id) override;
   Status Remove(const ChunkId& id) override;
   Result<std::vector<ChunkId>> List() override;
+
+  // Every stored chunk with its size and age (for garbage collection and
+  // for a size-limited cache's eviction, oldest first).
+  Result<std::vector<StoredChunk>> Inventory();
+  // Marks a chunk used now (a cache's LRU order); absent chunks are ignored.
+  Status Touch(const ChunkId& id);
 
   const std::string& dir() const { return dir_; }
   std::string PathOf(const ChunkId& id) const;

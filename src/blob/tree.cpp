@@ -42,15 +42,17 @@ class Uploader {
     for (const auto& [id, bytes] : pending_) ids.push_back(id);
     GP_ASSIGN_OR_RETURN(std::vector<ChunkId> missing, store_.Missing(ids));
     std::sort(missing.begin(), missing.end());
+    std::vector<std::pair<ChunkId, std::string>> frames;
     for (const auto& [id, bytes] : pending_) {
       if (!std::binary_search(missing.begin(), missing.end(), id)) continue;
       GP_ASSIGN_OR_RETURN(std::string frame, CompressChunk(Bytes(bytes), level_));
-      GP_RETURN_IF_ERROR(store_.Put(id, frame));
       // A chunk repeated within the batch is put once.
       missing.erase(std::lower_bound(missing.begin(), missing.end(), id));
       ++stats_.new_chunks;
       stats_.uploaded_bytes += static_cast<int64_t>(frame.size());
+      frames.emplace_back(id, std::move(frame));
     }
+    GP_RETURN_IF_ERROR(store_.PutMany(frames));
     pending_.clear();
     held_ = 0;
     return Status::Ok();
@@ -221,6 +223,7 @@ Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::strin
   // listed directories, symlinks that stay inside; checked again for
   // manifests built in memory.
   GP_RETURN_IF_ERROR(DecodeManifest(EncodeManifest(manifest)).status());
+  GP_RETURN_IF_ERROR(store.Prefetch(manifest.ChunkIds()));
   std::vector<const ManifestEntry*> dirs;
   for (const ManifestEntry& e : manifest.entries) {
     fs::path path = fs::path(dest) / e.path;

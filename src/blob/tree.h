@@ -43,7 +43,8 @@ struct StoreTreeOptions {
 Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
                            const StoreTreeOptions& options = {}, TreeStats* stats = nullptr);
 
-// `dest` must not exist or be an empty directory.
+// `dest` must not exist or be an empty directory. The store is asked to
+// Prefetch every chunk first.
 Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::string& dest);
 
 }  // namespace gpupool::blob

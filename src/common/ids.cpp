@@ -1,5 +1,7 @@
 #include "common/ids.h"
 
+#include <algorithm>
+
 #include <openssl/evp.h>
 #include <sys/random.h>
 
@@ -39,6 +41,12 @@ std::string Sha256Hex(std::string_view data) {
   unsigned int len = 0;
   EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
   return ToHex(md, len);
+}
+
+bool IsSha256Hex(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 }  // namespace gpupool

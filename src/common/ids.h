@@ -15,5 +15,8 @@ std::string NewId(std::string_view prefix);
 
 // SHA-256 of `data` as lowercase hex; used to store tokens hashed.
 std::string Sha256Hex(std::string_view data);
+// Whether `s` looks like Sha256Hex's output: 64 lowercase hex digits (blob
+// chunk and manifest ids).
+bool IsSha256Hex(std::string_view s);
 
 }  // namespace gpupool

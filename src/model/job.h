@@ -55,6 +55,12 @@ struct JobSpec {
   JobPriority priority = JobPriority::kNormal;
   std::string group = "default";  // the group (lab) whose share the job uses
   std::optional<CheckpointSpec> checkpoint;
+  // Job inputs: `workdir` is the local directory the CLI uploaded (kept to
+  // show where the inputs came from); `inputs` is the manifest id of that
+  // upload in the blob store (blob/manifest.h), which the agent materializes
+  // into the job's work directory before it starts.
+  std::string workdir;
+  std::string inputs;
 
   bool preemptible() const { return checkpoint.has_value(); }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <utility>
 
+#include "common/ids.h"
 #include "common/units.h"
 #include "model/image_ref.h"
 #include "model/yaml.h"
@@ -31,6 +32,7 @@ constexpr size_t kMaxSpecBytes = 1 << 20;  // YAML/JSON text
 constexpr size_t kMaxNameChars = 128;
 constexpr size_t kMaxArgBytes = 128 * 1024;  // Linux MAX_ARG_STRLEN
 constexpr size_t kMaxCommandArgs = 4096;
+constexpr size_t kMaxWorkdirBytes = 4096;
 constexpr size_t kMaxEnvVars = 1024;
 constexpr size_t kMaxEnvNameChars = 256;
 constexpr size_t kMaxGpuModels = 32;
@@ -51,9 +53,9 @@ constexpr int64_t kMinCheckpointIntervalSeconds = 10;
 constexpr int64_t kMaxCheckpointIntervalSeconds = 7LL * 24 * 3600;
 constexpr int64_t kMaxGraceSeconds = 3600;
 
-constexpr const char* kTopFields[] = {"name",      "run",         "command",  "env",
-                                      "resources", "max_runtime", "priority", "group",
-                                      "image",     "executor",    "network",  "checkpoint"};
+constexpr const char* kTopFields[] = {"name",        "run",        "command", "env",   "resources",
+                                      "max_runtime", "priority",   "group",   "image", "executor",
+                                      "network",     "checkpoint", "workdir", "inputs"};
 constexpr const char* kResourceFields[] = {"gpus",        "gpu_memory", "gpu_models",
                                            "cpus",        "memory",     "min_compute_capability",
                                            "node_labels", "prefer",     "disk"};
@@ -640,6 +642,13 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
     GP_RETURN_IF_ERROR(ParseCheckpoint(*v, checkpoint));
     spec.checkpoint = std::move(checkpoint);
   }
+  if (const json* v = Field(j, "workdir")) {
+    GP_ASSIGN_OR_RETURN(spec.workdir, StringField(*v, "workdir"));
+    if (spec.workdir.empty()) return FieldError("workdir", "must not be empty");
+  }
+  if (const json* v = Field(j, "inputs")) {
+    GP_ASSIGN_OR_RETURN(spec.inputs, StringField(*v, "inputs"));
+  }
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec));
   return spec;
 }
@@ -777,6 +786,13 @@ Status ValidateJobSpec(const JobSpec& spec) {
                                    " characters of A-Z, a-z, 0-9, '.', '_' and '-', got " +
                                    QuoteForError(spec.group));
   }
+  if (spec.workdir.size() > kMaxWorkdirBytes) {
+    return FieldError("workdir", "at most " + std::to_string(kMaxWorkdirBytes) + " bytes");
+  }
+  if (!spec.inputs.empty() && !IsSha256Hex(spec.inputs)) {
+    return FieldError("inputs", "must be a manifest id (64 lowercase hex digits), got " +
+                                    QuoteForError(spec.inputs));
+  }
   if (spec.checkpoint) {
     const CheckpointSpec& c = *spec.checkpoint;
     if (c.interval_ms != 0) {
@@ -839,6 +855,8 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
     c["signal"] = spec.checkpoint->signal;
     j["checkpoint"] = std::move(c);
   }
+  if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
+  if (!spec.inputs.empty()) j["inputs"] = spec.inputs;
   return j;
 }
 

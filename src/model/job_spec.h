@@ -44,6 +44,11 @@
 //     grace: duration, 1s..1h (default 30s); SIGTERM to SIGKILL on vacating
 //     signal: SIGUSR1 (default), SIGUSR2, SIGHUP, SIGINT, SIGQUIT, SIGTERM,
 //           SIGALRM, SIGWINCH (the "SIG" may be left out), or none
+//   workdir: path of a local directory (at most 4096 bytes); the gpupool CLI
+//           uploads it (honouring .gpupoolignore) and sets `inputs`
+//   inputs: the manifest id (64 lowercase hex digits) of an uploaded tree,
+//           materialized as the job's work directory. The API requires it
+//           whenever workdir is given: the server cannot read the client's files.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

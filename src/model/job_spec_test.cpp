@@ -315,6 +315,8 @@ checkpoint:
   interval: 30m
   grace: 60s
   signal: USR2
+workdir: /home/ada/project
+inputs: 3f9a000000000000000000000000000000000000000000000000000000000001
 )");
   EXPECT_EQ(s.resources.gpus, 0);
   EXPECT_EQ(s.resources.gpu_milli, 500);
@@ -330,6 +332,8 @@ checkpoint:
   ASSERT_TRUE(s.checkpoint.has_value());
   EXPECT_TRUE(s.preemptible());
   EXPECT_EQ(*s.checkpoint, (CheckpointSpec{30 * 60'000, 60'000, "SIGUSR2"}));
+  EXPECT_EQ(s.workdir, "/home/ada/project");
+  EXPECT_EQ(s.inputs, "3f9a000000000000000000000000000000000000000000000000000000000001");
   ExpectRoundTrip(s);
 }
 
@@ -538,7 +542,7 @@ const BadSpec kBadSpecs[] = {
     {"run: x\nfoo: 1",
      "foo (line 2): unknown field (known: name, run, command, env, resources, max_runtime, "
      "priority, "
-     "group, image, executor, network, checkpoint)"},
+     "group, image, executor, network, checkpoint, workdir, inputs)"},
     {"run: x\nresources: {foo: 1}",
      "resources.foo (line 2): unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
      "min_compute_capability, node_labels, prefer, disk)"},
@@ -703,6 +707,10 @@ const BadSpec kBadSpecs[] = {
     {"run: x\ncheckpoint: {signal: SIGSTOP}",
      "checkpoint.signal (line 2): unknown signal \"SIGSTOP\""},
     {"run: x\ncheckpoint: {signal: 10}", "checkpoint.signal (line 2): must be a string, got 10"},
+    {"run: x\nworkdir: \"\"", "workdir (line 2): must not be empty"},
+    {"run: x\ninputs: abc", "inputs (line 2): must be a manifest id (64 lowercase hex digits)"},
+    {"run: x\ninputs: 3F9A000000000000000000000000000000000000000000000000000000000000",
+     "inputs (line 2): must be a manifest id"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, BadSpecTest, ::testing::ValuesIn(kBadSpecs));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "common/ids.h"
 #include "common/json_reader.h"
 #include "model/job_spec.h"
 
@@ -284,6 +285,9 @@ std::string Encode(const StartTask& m) {
             {"gpu_uuids", m.gpu_uuids}};
   if (m.gpu_milli != 0) j["gpu_milli"] = m.gpu_milli;
   if (m.gpu_memory_mib != 0) j["gpu_memory_mib"] = m.gpu_memory_mib;
+  if (!m.restore_manifest.empty()) {
+    j["restore"] = {{"checkpoint", m.restore_checkpoint}, {"manifest", m.restore_manifest}};
+  }
   return j.dump();
 }
 
@@ -296,6 +300,18 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
     m->gpu_uuids = r.StrList("gpu_uuids", false);
     m->gpu_milli = static_cast<int32_t>(r.Int("gpu_milli", false));
     m->gpu_memory_mib = r.Int("gpu_memory_mib", false);
+    if (const json* restore = r.Raw("restore", false); restore && !restore->is_object()) {
+      r.Fail("restore", "must be an object");
+    } else if (restore) {
+      JsonReader rr(*restore, "body.restore");
+      m->restore_checkpoint = rr.Int("checkpoint");
+      m->restore_manifest = rr.Str("manifest");
+      if (rr.ok() && m->restore_checkpoint <= 0) rr.Fail("checkpoint", "must be positive");
+      if (rr.ok() && !IsSha256Hex(m->restore_manifest)) {
+        rr.Fail("manifest", "must be 64 lowercase hex digits");
+      }
+      if (!rr.ok()) return rr.status();
+    }
     if (r.ok() && (m->gpu_milli < 0 || m->gpu_milli > 1000)) {
       r.Fail("gpu_milli", "must be from 0 to 1000");
     }

@@ -135,6 +135,10 @@ struct StartTask {
   // Absent (0) from older servers means whole GPUs.
   int32_t gpu_milli = 0;
   int64_t gpu_memory_mib = 0;
+  // The checkpoint to restore before the job starts (its number within the
+  // job, and its manifest id in the blob store); 0 and "" = start afresh.
+  int64_t restore_checkpoint = 0;
+  std::string restore_manifest;
   friend bool operator==(const StartTask&, const StartTask&) = default;
 };
 

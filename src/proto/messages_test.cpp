@@ -121,6 +121,7 @@ TEST(MessagesTest, StartStopWelcomeRoundTrip) {
   s.attempt_id = "3.2";
   s.job_id = 3;
   s.spec.name = "train";
+  s.spec.name = "train";
   s.spec.run = "python3 train.py";
   s.spec.env = {{"A", "1"}};
   s.spec.resources.gpus = 2;
@@ -170,6 +171,30 @@ TEST(MessagesTest, StartTaskCarriesAGpuShareAndStopItsGrace) {
   EXPECT_EQ(DecodeStopTask(R"({"attempt_id":"4.1"})")->grace_ms, 0);  // older servers
   EXPECT_THAT(DecodeStopTask(R"({"attempt_id":"4.1","grace_ms":-1})").status().message(),
               HasSubstr("body.grace_ms: must not be negative"));
+}
+
+TEST(MessagesTest, StartTaskCarriesItsRestorePoint) {
+  StartTask s;
+  s.attempt_id = "7.2";
+  s.job_id = 7;
+  s.spec.name = "train";
+  s.spec.run = "python3 train.py";
+  s.spec.checkpoint = CheckpointSpec{};
+  s.restore_checkpoint = 3;
+  s.restore_manifest = std::string(64, 'a');
+  auto ds = DecodeStartTask(Encode(s));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(*ds, s);
+  std::string head = R"({"attempt_id":"7.2","job_id":7,"spec":{"run":"x"},"restore":)";
+  EXPECT_THAT(DecodeStartTask(head + R"({"checkpoint":3,"manifest":"xyz"}})").status().message(),
+              HasSubstr("body.restore.manifest: must be 64 lowercase hex digits"));
+  EXPECT_THAT(DecodeStartTask(head + R"({"checkpoint":0,"manifest":")" + std::string(64, 'a') +
+                              R"("}})")
+                  .status()
+                  .message(),
+              HasSubstr("body.restore.checkpoint: must be positive"));
+  EXPECT_THAT(DecodeStartTask(head + "7}").status().message(),
+              HasSubstr("body.restore: must be an object"));
 }
 
 TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {

@@ -65,8 +65,13 @@ class Agent {
       : options_(std::move(options)),
         loop_(loop),
         config_(DefaultAgentConfig(options_.data_dir)),
-        tasks_({options_.data_dir, options_.kill_grace_ms, &config_.exec, &exec_env_,
-                ::geteuid() == 0},
+        tasks_({options_.data_dir,
+                options_.kill_grace_ms,
+                &config_.exec,
+                &exec_env_,
+                ::geteuid() == 0,
+                {options_.server_url, options_.join_token, options_.data_dir + "/chunk-cache",
+                 options_.chunk_cache_bytes}},
                loop, clock_, [this] { WakePoll(); }),
         provider_({options_.data_dir, options_.config_file}, config_, loop, clock_, tasks_,
                   {[this](std::string_view type, std::string body) {
@@ -327,7 +332,11 @@ class Agent {
     if (env.type == proto::kStop) {
       GP_ASSIGN_OR_RETURN(auto stop, proto::DecodeStopTask(env.body));
       GP_LOG(kInfo) << "stopping " << stop.attempt_id << ": " << stop.reason;
-      tasks_.Stop(stop.attempt_id, stop.reason, stop.grace_ms);
+      if (stop.requeue) {
+        tasks_.StopToRequeue(stop.attempt_id, stop.reason, stop.grace_ms);
+      } else {
+        tasks_.Stop(stop.attempt_id, stop.reason, stop.grace_ms);
+      }
       return Status::Ok();
     }
     return Status::InvalidArgument("unknown order type \"" + env.type + "\"");

@@ -30,6 +30,9 @@ struct AgentOptions {
   int64_t kill_grace_ms = 10'000;   // SIGTERM to SIGKILL when the server's stop names none
   int64_t poll_ms = 100;            // how often output files are read
   int64_t max_backoff_ms = 10'000;  // reconnect backoff ceiling
+  // The local chunk cache (DATA_DIR/chunk-cache) for job inputs and
+  // restored checkpoints: least recently used chunks go beyond this size.
+  int64_t chunk_cache_bytes = int64_t{10} << 30;
 };
 
 // `--label KEY=VALUE` flags as a map. Keys are 1-128 characters of

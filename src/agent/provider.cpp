@@ -152,7 +152,7 @@ void Provider::Tick(int64_t grace_ms) {
   int64_t now = clock_.NowMs();
   std::vector<Lender::RunningTask> running;
   for (const auto& [id, t] : tasks_.tasks()) {
-    if (!tasks_.Ended(t) && t.vacate_reason.empty()) running.push_back({id, t.gpu_uuids});
+    if (tasks_.HoldsGpus(t) && t.vacate_reason.empty()) running.push_back({id, t.gpu_uuids});
   }
   std::set<int64_t> pool_pids;
   if (lender_.WantsTelemetry()) {
@@ -160,7 +160,7 @@ void Provider::Tick(int64_t grace_ms) {
     if (auto snap = gpu_source_->Read(); snap.ok()) telemetry_ = snap->telemetry;
     std::set<std::string> container_gpus;
     for (const auto& [id, t] : tasks_.tasks()) {
-      if (tasks_.Ended(t) || t.shim_pid <= 0) continue;
+      if (!tasks_.HoldsGpus(t) || t.shim_pid <= 0) continue;
       for (pid_t p : exec::Descendants(t.shim_pid)) pool_pids.insert(p);
       if (t.runs_as == "docker" || t.runs_as == "podman") {
         container_gpus.insert(t.gpu_uuids.begin(), t.gpu_uuids.end());
@@ -359,7 +359,7 @@ void Provider::Reclaim(const std::vector<std::string>& uuids, bool at_once, Cont
   }
   // Every task leaving these GPUs, also those an earlier reclaim started.
   for (const auto& [id, t] : tasks_.tasks()) {
-    if (t.vacate_reason.empty() || tasks_.Ended(t)) continue;
+    if (t.vacate_reason.empty() || !tasks_.HoldsGpus(t)) continue;
     bool on_these = uuids.empty() ||
                     std::any_of(t.gpu_uuids.begin(), t.gpu_uuids.end(), [&](const std::string& u) {
                       return std::find(uuids.begin(), uuids.end(), u) != uuids.end();
@@ -374,14 +374,14 @@ void Provider::Reclaim(const std::vector<std::string>& uuids, bool at_once, Cont
   TasksChanged();
 }
 
-// Answers reclaims whose tasks have all ended (their GPUs are free), and
+// Answers reclaims whose tasks no longer hold their GPUs, and
 // a leave once the node is drained.
 void Provider::TasksChanged() {
   int64_t now = clock_.NowMs();
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     for (auto a = it->attempts.begin(); a != it->attempts.end();) {
       auto t = tasks_.tasks().find(*a);
-      a = t == tasks_.tasks().end() || tasks_.Ended(t->second) ? it->attempts.erase(a) : ++a;
+      a = t == tasks_.tasks().end() || !tasks_.HoldsGpus(t->second) ? it->attempts.erase(a) : ++a;
     }
     bool done = it->attempts.empty();
     if (!done && now < it->deadline_ms) {
@@ -446,6 +446,7 @@ nlohmann::json Provider::StatusJson() const {
     if (tasks_.Ended(t)) continue;
     nlohmann::json j = {{"attempt_id", id}, {"job_id", t.job_id}, {"gpus", t.gpu_uuids}};
     if (!t.vacate_reason.empty()) j["vacating"] = t.vacate_reason;
+    if (t.job_exited) j["finishing"] = "the job has exited; its last checkpoint is being shipped";
     tasks.push_back(j);
   }
   nlohmann::json status = host_.describe();

@@ -17,11 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "agent/checkpoint_sync.h"
 #include "agent/task_files.h"
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/json_reader.h"
 #include "common/units.h"
+#include "exec/executor.h"
 #include "exec/launch.h"
 #include "exec/limits.h"
 #include "exec/process_tree.h"
@@ -34,6 +36,13 @@ namespace {
 // then at most this often (less often when counting is slow).
 constexpr int64_t kFirstDiskCheckMs = 500;
 constexpr int64_t kDiskCheckMs = 2000;
+// How often the checkpoint directory is looked at for new commits.
+constexpr int64_t kCommitScanMs = 250;
+// After the checkpoint asked for before a stop is committed: SIGTERM, then
+// SIGKILL this much later.
+constexpr int64_t kStopAfterCommitGraceMs = 3000;
+// How long a stopped job's last checkpoint may take to upload.
+constexpr int64_t kFinalUploadMs = 10 * 60'000;
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -119,17 +128,22 @@ void ReapEverything(const Clock& clock) {
   }
 }
 
-// The signal that asks the job to checkpoint before it is vacated: its
-// spec's (SIGUSR1 by default), or SIGTERM for jobs that declare none.
+// "SIGUSR1", or "none".
+std::string CheckpointSignalName(const CheckpointSpec& c) {
+  if (c.signal == "none" || c.signal.starts_with("SIG")) return c.signal;
+  return "SIG" + c.signal;
+}
+
+// The signal that asks the job to checkpoint: its spec's (SIGUSR1 by
+// default), or 0 for jobs that declare none (or no checkpoint section).
 int CheckpointSignal(const JobSpec& spec) {
-  if (!spec.checkpoint || spec.checkpoint->signal == "none") return SIGTERM;
-  std::string name = spec.checkpoint->signal;
-  if (!name.starts_with("SIG")) name = "SIG" + name;
+  if (!spec.checkpoint || spec.checkpoint->signal == "none") return 0;
+  std::string name = CheckpointSignalName(*spec.checkpoint);
   for (int sig = 1; sig < NSIG; ++sig) {
     const char* abbrev = sigabbrev_np(sig);
     if (abbrev != nullptr && name == std::string("SIG") + abbrev) return sig;
   }
-  return SIGTERM;
+  return 0;  // the spec parser allows only names that exist
 }
 
 // What gpupool tells the job, on top of the spec's env. Paths that differ
@@ -148,6 +162,10 @@ std::vector<std::string> JobEnvironment(const proto::StartTask& task) {
   }
   env.push_back("GPUPOOL_JOB_ID=" + std::to_string(task.job_id));
   env.push_back("GPUPOOL_ATTEMPT_ID=" + task.attempt_id);
+  if (task.spec.checkpoint) {
+    env.push_back("GPUPOOL_CHECKPOINT_SIGNAL=" + CheckpointSignalName(*task.spec.checkpoint));
+  }
+  if (!task.restore_manifest.empty()) env.push_back("GPUPOOL_RESTORED=1");
   return env;
 }
 
@@ -251,6 +269,17 @@ int RunShim(const ShimOptions& options) {
     if (!made.ok()) return fail_early("cannot start: " + made.status().message());
     executor = *std::move(made);
   }
+  if (Status s = MaterializeWorkDir(task, paths.work_dir(), options.uid, options.blob, event);
+      !s.ok()) {
+    if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
+    // Not the job's fault when the server is out of reach: "lost" requeues it.
+    if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
+      event("cannot fetch the job's files: " + s.message());
+      ::close(log_fd);
+      return 1;
+    }
+    return fail_early("cannot start: " + s.message());
+  }
   if (Status s = executor->Prepare(ctx, event); !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
     return fail_early("cannot start: " + s.message());
@@ -317,6 +346,46 @@ int RunShim(const ShimOptions& options) {
   bool out_open = true, err_open = true;
 
   auto vacating = [&] { return ::access(paths.vacate_reason().c_str(), F_OK) == 0; };
+  // A stop after which the job is requeued: it should checkpoint first.
+  auto requeued_after_stop = [&] {
+    return vacating() || ::access(paths.stop_requeue().c_str(), F_OK) == 0;
+  };
+
+  // Checkpoints (agent/checkpoint_sync.h), for jobs with a checkpoint section.
+  const std::string checkpoint_dir = exec::CheckpointDirIn(paths.work_dir());
+  const int checkpoint_signal = CheckpointSignal(task.spec);
+  std::unique_ptr<CheckpointUploader> uploader;
+  int64_t newest_commit = 0;  // the newest commit seen (a restored one counts)
+  if (task.spec.checkpoint) {
+    if (auto c = NewestCommit(checkpoint_dir)) newest_commit = c->number;
+    uploader = std::make_unique<CheckpointUploader>(
+        checkpoint_dir, HttpUploadFn(options.blob, task.job_id, task.attempt_id));
+  }
+  int64_t interval_ms = task.spec.checkpoint ? task.spec.checkpoint->interval_ms : 0;
+  int64_t next_ask = checkpoint_signal && interval_ms > 0 ? start_ms + interval_ms : 0;
+  int64_t next_scan = start_ms;
+  // Stopping after a checkpoint request: a commit newer than this lets the
+  // stop go ahead at once instead of waiting out the grace (-1: not waiting).
+  int64_t stop_after_commit = -1;
+  auto report_uploads = [&] {
+    for (const CheckpointUploader::Outcome& o : uploader->TakeOutcomes()) {
+      if (o.result.ok()) {
+        const blob::TreeStats& s = o.result->stats;
+        event("checkpoint " + o.commit.name + " uploaded as checkpoint " +
+              std::to_string(o.result->checkpoint) + ": " + FormatBytes(s.uploaded_bytes) +
+              " sent for " + FormatBytes(s.bytes) + " in " + std::to_string(o.took_ms) + " ms");
+      } else {
+        event("checkpoint " + o.commit.name + " was not uploaded: " + o.result.status().message());
+      }
+    }
+  };
+  auto scan_commits = [&] {
+    auto c = NewestCommit(checkpoint_dir);
+    if (c && c->number > newest_commit) {
+      newest_commit = c->number;
+      uploader->Offer(*c);
+    }
+  };
   auto stop_job = [&](const std::string& reason, bool failed, int64_t grace_ms) {
     if (exited) return;
     // Already stopping: only a stop without grace (a reclaim --now) changes that.
@@ -331,10 +400,13 @@ int RunShim(const ShimOptions& options) {
       kill_at = clock.NowMs() + 1000;
       return;
     }
-    int first = vacating() ? CheckpointSignal(task.spec) : SIGTERM;
+    int first = checkpoint_signal && requeued_after_stop() ? checkpoint_signal : SIGTERM;
     executor->Stop(first);
-    // Half the grace to checkpoint and leave on its own, then SIGTERM.
-    if (first != SIGTERM) term_at = clock.NowMs() + grace_ms / 2;
+    // Half the grace to checkpoint, then SIGTERM; a commit ends the wait early.
+    if (first != SIGTERM) {
+      term_at = clock.NowMs() + grace_ms / 2;
+      stop_after_commit = newest_commit;
+    }
     kill_at = clock.NowMs() + grace_ms;
   };
 
@@ -365,6 +437,25 @@ int RunShim(const ShimOptions& options) {
         stop_job(why, true, options.kill_grace_ms);
       }
     }
+    if (next_ask && now >= next_ask && !exited && kill_at == 0) {
+      executor->Stop(checkpoint_signal);
+      next_ask = now + interval_ms;
+    }
+    if (uploader && now >= next_scan) {
+      next_scan = now + kCommitScanMs;
+      scan_commits();
+      report_uploads();
+      if (stop_after_commit >= 0 && newest_commit > stop_after_commit && !exited) {
+        // The checkpoint asked for before the stop is committed: go now.
+        stop_after_commit = -1;
+        executor->Stop(SIGTERM);
+        term_at = 0;
+        kill_at = std::min(kill_at, now + kStopAfterCommitGraceMs);
+      }
+      if (uploader->fenced() && !exited) {
+        stop_job("stale attempt: the server gave the job to another attempt", false, 0);
+      }
+    }
     if (term_at && now >= term_at && !exited) {
       executor->Stop(SIGTERM);
       term_at = 0;
@@ -374,7 +465,8 @@ int RunShim(const ShimOptions& options) {
       kill_at = now + 1000;
     }
     if (exited && drain_until && now >= drain_until) break;
-    int64_t wake = 1000;
+    int64_t wake = uploader ? kCommitScanMs : 1000;
+    if (next_ask && !exited) wake = std::min(wake, std::max<int64_t>(next_ask - now, 0));
     if (deadline && !exited) wake = std::min(wake, std::max<int64_t>(deadline - now, 0));
     if (kill_at && !exited) wake = std::min(wake, std::max<int64_t>(kill_at - now, 0));
     if (term_at && !exited) wake = std::min(wake, std::max<int64_t>(term_at - now, 0));
@@ -434,6 +526,23 @@ int RunShim(const ShimOptions& options) {
   }
   executor->Cleanup();
   ReapEverything(clock);
+  // Its GPUs are free now, whatever the shim still has to do.
+  (void)WriteAll(log_fd, EncodeRecord('x', clock.NowMs(), ""));
+  (void)WriteAll(STDOUT_FILENO, "exited\n");  // wakes the agent, if it is there
+  // A job that goes back to the queue resumes from its newest checkpoint:
+  // ship it before the result tells the agent (and the server) it ended.
+  if (uploader && requeued_after_stop() && !uploader->fenced()) {
+    scan_commits();
+    if (uploader->busy()) {
+      event("uploading checkpoint ckpt-" + std::to_string(newest_commit));
+      if (!uploader->WaitIdle(kFinalUploadMs)) {
+        event("the checkpoint upload did not finish within " + FormatDurationMs(kFinalUploadMs) +
+              "; the job resumes from its previous checkpoint");
+      }
+    }
+    report_uploads();
+  }
+  uploader.reset();
   result.finished_ms = clock.NowMs();
   bool recorded = record_result(result);
   ::close(log_fd);

@@ -11,16 +11,23 @@
 // process of the job gets SIGTERM (executor Stop), then SIGKILL after the
 // grace period; the reason is read from
 // TASK_DIR/stop.reason if the agent wrote one, the grace from
-// TASK_DIR/stop.grace_ms (0: SIGKILL at once). When the provider takes the
-// GPU back (TASK_DIR/vacate.reason exists), a job that declares a checkpoint
-// signal gets that first, SIGTERM after half the grace, SIGKILL at its end. The shim writes
-// "started <pid>" to its stdout when the job runs, so the agent learns it at once; when the shim
-// exits, its stdout closes.
+// TASK_DIR/stop.grace_ms (0: SIGKILL at once). When the job is requeued
+// after the stop (the provider takes the GPU back: TASK_DIR/vacate.reason
+// exists; or the server preempts it: TASK_DIR/stop.requeue), a job that
+// declares a checkpoint signal gets that first, then SIGTERM as soon as it
+// commits a new checkpoint or after half the grace, SIGKILL at its end.
+// Before the job starts the shim materializes its inputs and restored
+// checkpoint; while it runs it uploads the job's checkpoints
+// (agent/checkpoint_sync.h), and before it records the result of a requeued
+// job it uploads the newest. The shim writes "started <pid>" to its stdout
+// when the job runs and "exited" once the job's processes are gone, so the
+// agent learns both at once; when the shim exits, its stdout closes.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "agent/blob_transfer.h"
 #include "exec/exec_config.h"
 #include "exec/executors.h"
 #include "proto/messages.h"
@@ -38,6 +45,7 @@ struct ShimOptions {
   int uid = -1;  // the task's account; -1 = the agent's
   int gid = -1;
   std::vector<int> gpu_minors;  // of the task's GPUs, where known
+  BlobAccess blob;              // inputs, restores and checkpoint uploads
 };
 
 // Returns the shim's exit code (0 when the result was recorded).

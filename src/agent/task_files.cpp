@@ -69,9 +69,9 @@ std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offse
     rec.offset = base_offset + static_cast<int64_t>(pos);
     rec.stream = "stdout";
     bool parsed = false;
-    bool known_kind =
-        line.size() >= 4 && line[1] == ' ' &&
-        (line[0] == 'o' || line[0] == 'e' || line[0] == 'v' || line[0] == 'p' || line[0] == 'r');
+    bool known_kind = line.size() >= 4 && line[1] == ' ' &&
+                      (line[0] == 'o' || line[0] == 'e' || line[0] == 'v' || line[0] == 'p' ||
+                       line[0] == 'x' || line[0] == 'r');
     if (known_kind) {
       size_t sp = line.find(' ', 2);
       if (sp != std::string_view::npos) {

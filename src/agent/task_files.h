@@ -8,10 +8,11 @@
 //     exec.json    how the agent asked for it to run: the executor and the
 //                  task's account (written before the shim starts; read to
 //                  clean up after a shim that is gone)
-//     stop.reason, stop.grace_ms
+//     stop.reason, stop.grace_ms, stop.requeue
 //                  written by the agent only when it stops the task, just
-//                  before it signals the shim: why, and (if the server named
-//                  one) the SIGTERM-to-SIGKILL grace in milliseconds
+//                  before it signals the shim: why, (if the server named
+//                  one) the SIGTERM-to-SIGKILL grace in milliseconds, and
+//                  (empty) that the job is requeued, so checkpoint first
 //
 // Records are "<kind> <ts_ms> <payload>\n":
 //   o / e   a line the job wrote to stdout / stderr (a line longer than
@@ -20,6 +21,8 @@
 //           ("pulling image 3/7 layers", "exceeded its memory limit ...")
 //   p       "<shim pid> <shim start time> <job pid>": the job runs (the job's
 //           pid is also its process group)
+//   x       "" : the job and every process of it are gone (its GPUs are
+//           free); the shim may still be shipping its last checkpoint
 //   r       the result as JSON (TaskResult); always the last record
 // A record's byte offset in output.log identifies it for the server (dedup
 // after resends). A task creates two directories (its own and work/) and two
@@ -48,6 +51,8 @@ struct TaskPaths {
   std::string stop_grace() const { return dir + "/stop.grace_ms"; }
   // Present when the provider took the task's GPU back: its reason.
   std::string vacate_reason() const { return dir + "/vacate.reason"; }
+  // Present when the server stops the task to requeue its job (preemption).
+  std::string stop_requeue() const { return dir + "/stop.requeue"; }
 };
 
 struct TaskResult {
@@ -65,7 +70,7 @@ Result<TaskResult> DecodeResult(std::string_view text);
 
 struct OutputRecord {
   int64_t offset = 0;
-  char kind = 'o';     // 'o', 'e', 'v', 'p' or 'r'
+  char kind = 'o';     // 'o', 'e', 'v', 'p', 'x' or 'r'
   std::string stream;  // "stdout" / "stderr" / "event" for 'o' / 'e' / 'v'
   int64_t ts_ms = 0;
   std::string text;  // the payload

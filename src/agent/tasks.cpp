@@ -55,7 +55,9 @@ TaskManager::~TaskManager() {
 }
 
 void TaskManager::ApplyShimRecord(TaskState& t, const OutputRecord& r) {
-  if (r.kind == 'p') {
+  if (r.kind == 'x') {
+    t.job_exited = true;
+  } else if (r.kind == 'p') {
     auto pids = DecodePids(r.text);
     if (!pids.ok()) return;
     t.started = true;
@@ -99,7 +101,7 @@ Status TaskManager::Recover() {
     std::string log = t.paths.output_log();
     size_t consumed = 0;
     for (const auto& r : ParseRecords(ReadAt(log, 0, 64 * 1024), 0, &consumed)) {
-      if (r.kind == 'p' || r.kind == 'r') ApplyShimRecord(t, r);
+      if (r.kind == 'p' || r.kind == 'x' || r.kind == 'r') ApplyShimRecord(t, r);
     }
     int64_t size = FileSize(log);
     int64_t tail = std::max<int64_t>(0, size - 64 * 1024);
@@ -109,7 +111,7 @@ Status TaskManager::Recover() {
         nl == std::string::npos ? std::string_view(end) : std::string_view(end).substr(nl + 1);
     int64_t base = tail + static_cast<int64_t>(end.size() - whole.size());
     for (const auto& r : ParseRecords(whole, base, &consumed)) {
-      if (r.kind == 'r') ApplyShimRecord(t, r);
+      if (r.kind == 'x' || r.kind == 'r') ApplyShimRecord(t, r);
     }
     if (auto exec = ReadFile(t.paths.exec_json()); exec.ok()) {
       auto j = nlohmann::json::parse(*exec, nullptr, false);
@@ -209,7 +211,8 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                    options_.exec_env,
                    t.uid,
                    t.uid,
-                   gpu_minors};
+                   gpu_minors,
+                   options_.blob};
   // The shim is a fork of the agent that never execs: no binary to load, so
   // a task starts in well under a millisecond. This relies on the agent
   // being single-threaded (the child may safely allocate and do I/O).
@@ -296,6 +299,14 @@ void TaskManager::Vacate(const std::string& attempt_id, const std::string& reaso
   Stop(attempt_id, "vacated: " + reason, grace_ms);
 }
 
+void TaskManager::StopToRequeue(const std::string& attempt_id, const std::string& reason,
+                                int64_t grace_ms) {
+  auto it = tasks_.find(attempt_id);
+  if (it == tasks_.end() || Ended(it->second)) return;
+  (void)WriteFileAtomic(it->second.paths.stop_requeue(), "");
+  Stop(attempt_id, reason, grace_ms);
+}
+
 void TaskManager::StopAll(const std::string& reason) {
   for (auto& [id, t] : tasks_) Stop(id, reason);
 }
@@ -323,7 +334,7 @@ std::vector<OutputRecord> TaskManager::ReadOutput(const std::string& attempt_id,
   std::vector<OutputRecord> out;
   out.reserve(records.size());
   for (auto& r : records) {
-    if (r.kind == 'p' || r.kind == 'r') {
+    if (r.kind == 'p' || r.kind == 'x' || r.kind == 'r') {
       ApplyShimRecord(t, r);
     } else if (r.offset != t.skip_offset) {
       out.push_back(std::move(r));

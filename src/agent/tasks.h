@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/blob_transfer.h"
 #include "agent/task_files.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -39,6 +40,7 @@ struct TaskState {
   pid_t shim_pid = 0;
   uint64_t shim_start_time = 0;
   bool started = false;              // the job process runs (or ran)
+  bool job_exited = false;           // the job's processes are all gone ('x' record)
   std::optional<TaskResult> result;  // set once the result record was read
   bool shim_gone = false;            // the shim process has exited
   int64_t read_offset = 0;           // next byte of output.log to read
@@ -61,6 +63,8 @@ class TaskManager {
     const exec::ExecConfig* exec_config = nullptr;
     const exec::ExecEnvironment* exec_env = nullptr;
     bool own_uids = false;  // give each sandboxed task its own account (a root agent)
+    // The server's blob store, for job inputs and checkpoints (passed to shims).
+    BlobAccess blob;
   };
 
   TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
@@ -81,6 +85,10 @@ class TaskManager {
   // succeeded. Kept on disk, so an agent restart still reports it so. A
   // task already leaving is only hurried: with kKillNow it is killed now.
   void Vacate(const std::string& attempt_id, const std::string& reason, int64_t grace_ms);
+  // Stops the task for the server, which requeues its job (a preemption):
+  // like Stop, but a job that checkpoints gets its checkpoint signal first
+  // and its newest checkpoint is uploaded before the task ends.
+  void StopToRequeue(const std::string& attempt_id, const std::string& reason, int64_t grace_ms);
   void StopAll(const std::string& reason);
 
   // Notices shims that exited (and reaps them).
@@ -99,6 +107,10 @@ class TaskManager {
   // Ended: its result was read, or its shim is gone (read the output to the
   // end first: the result is the shim's last record; without one it is lost).
   bool Ended(const TaskState& t) const;
+  // The task's job may still use its GPUs: it has not ended, and its shim
+  // has not said the job's processes are gone (it may still be uploading
+  // the job's last checkpoint).
+  bool HoldsGpus(const TaskState& t) const { return !Ended(t) && !t.job_exited; }
   // The report the server should see for a task right now.
   proto::TaskReport Report(const TaskState& t) const;
   std::vector<proto::TaskReport> Reports() const;
@@ -115,7 +127,7 @@ class TaskManager {
   int FreeUid() const;
   // Removes what a task whose shim is gone may have left (a cgroup, a container).
   void CleanUpAfterLostShim(const TaskState& t);
-  // Applies a 'p' or 'r' record to the task.
+  // Applies a 'p', 'x' or 'r' record to the task.
   void ApplyShimRecord(TaskState& t, const OutputRecord& r);
 
   Options options_;

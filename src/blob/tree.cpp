@@ -66,8 +66,9 @@ class Uploader {
   size_t held_ = 0;
 };
 
-Status ChunkFile(const fs::path& path, ManifestEntry& entry, const ChunkerOptions& chunker,
+Status ChunkFile(const fs::path& path, ManifestEntry& entry, const StoreTreeOptions& options,
                  Uploader& up, TreeStats& stats) {
+  const ChunkerOptions& chunker = options.chunker;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return Errno("cannot read " + path.string());
   std::string buf;
@@ -103,6 +104,7 @@ Status ChunkFile(const fs::path& path, ManifestEntry& entry, const ChunkerOption
     entry.size += static_cast<int64_t>(len);
     ++stats.chunks;
     start += len;
+    if (options.on_scanned) options.on_scanned(stats.bytes + entry.size);
     status = up.Add(std::move(id), std::move(piece));
   }
   ::close(fd);
@@ -140,7 +142,7 @@ Status StoreDir(const fs::path& root, const std::string& rel, const StoreTreeOpt
       m.entries.push_back(std::move(entry));
     } else if (S_ISREG(st.st_mode)) {
       entry.type = EntryType::kFile;
-      GP_RETURN_IF_ERROR(ChunkFile(child.path(), entry, options.chunker, up, stats));
+      GP_RETURN_IF_ERROR(ChunkFile(child.path(), entry, options, up, stats));
       ++stats.files;
       stats.bytes += entry.size;
       m.entries.push_back(std::move(entry));

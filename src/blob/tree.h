@@ -37,6 +37,9 @@ struct StoreTreeOptions {
   // Returns true for a path (relative, '/'-separated; directories too) to
   // leave out, e.g. from a .gpupoolignore. Empty: keep everything.
   std::function<bool(const std::string& path, bool is_dir)> ignore;
+  // Called as files are read, with the file bytes chunked so far (all
+  // files), after every chunk: a progress bar's "scanned". Empty: not called.
+  std::function<void(int64_t scanned_bytes)> on_scanned;
 };
 
 // Other kinds of files (sockets, devices, fifos) are left out.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -108,6 +109,18 @@ TEST_F(TreeTest, IgnoredPathsAreLeftOut) {
     EXPECT_FALSE(e.path.ends_with(".json")) << e.path;
   }
   EXPECT_EQ(m->entries.size(), 5u);  // model, model/weights.pt, empty, run.sh, latest
+}
+
+TEST_F(TreeTest, ReportsScannedBytesAsItReadsFiles) {
+  std::vector<int64_t> seen;
+  StoreTreeOptions options;
+  options.on_scanned = [&seen](int64_t bytes) { seen.push_back(bytes); };
+  TreeStats stats;
+  ASSERT_TRUE(StoreTree(src_, *store_, options, &stats).ok());
+  ASSERT_EQ(static_cast<int64_t>(seen.size()), stats.chunks);  // once per chunk
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_LT(seen.front(), 1 << 20);  // long before the 3 MiB file is done
+  EXPECT_EQ(seen.back(), stats.bytes);
 }
 
 TEST_F(TreeTest, ACorruptChunkFailsTheRestoreAndLeavesNoPartialFile) {

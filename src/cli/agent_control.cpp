@@ -59,7 +59,9 @@ void PrintStatus(const json& s) {
       for (const json& g : task["gpus"]) gpus += (gpus.empty() ? "" : ",") + g.get<std::string>();
       t.Add({Str(task, "attempt_id"), std::to_string(task.value("job_id", int64_t{0})),
              gpus.empty() ? "-" : gpus,
-             task.contains("vacating") ? "vacating: " + Str(task, "vacating") : "running"});
+             task.contains("finishing")  ? "exited, shipping its last checkpoint"
+             : task.contains("vacating") ? "vacating: " + Str(task, "vacating")
+                                         : "running"});
     }
     t.Print(std::cout);
   } else {

@@ -5,12 +5,15 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
 
+#include "cli/command_util.h"
 #include "cli/table.h"
+#include "cli/workdir_upload.h"
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/units.h"
@@ -20,26 +23,11 @@
 namespace gpupool::cli {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace {
 
 int ExitCodeFor(const Status& s) { return s.code() == StatusCode::kInvalidArgument ? 2 : 1; }
-
-Result<ApiClient> Connect(const GlobalFlags& g) {
-  GP_ASSIGN_OR_RETURN(Endpoint e, ResolveEndpoint(g.server, g.token));
-  return ApiClient(std::move(e));
-}
-
-std::string Str(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
-}
-
-int64_t Int(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
-}
 
 std::string Ago(int64_t ms) {
   if (ms <= 0) return "-";
@@ -83,14 +71,28 @@ std::string StateText(const json& job) {
   return s;
 }
 
-Result<int64_t> ParseId(const std::string& id) {
-  try {
-    size_t used = 0;
-    long long v = std::stoll(id, &used);
-    if (used == id.size() && v > 0) return static_cast<int64_t>(v);
-  } catch (...) {
+// `path` made absolute against `base` (itself relative to the current
+// directory; empty: the current directory).
+std::string AbsolutePath(const std::string& path, const fs::path& base) {
+  std::error_code ec;
+  fs::path b = base.empty() ? fs::current_path(ec) : fs::absolute(base, ec);
+  std::string out =
+      (fs::path(path).is_absolute() ? fs::path(path) : b / path).lexically_normal().string();
+  if (out.size() > 1 && out.back() == '/') out.pop_back();  // "dir/." -> "dir"
+  return out;
+}
+
+// Uploads the spec's workdir and sets its inputs to the upload's manifest.
+Status UploadInputs(const ApiClient& api, const SubmitFlags& f, JobSpec& spec) {
+  std::error_code ec;
+  if (!fs::is_directory(spec.workdir, ec)) {
+    return Status::InvalidArgument("workdir: " + spec.workdir + " is not a directory");
   }
-  return Status::InvalidArgument("invalid job id \"" + id + "\": expected a number such as 42");
+  bool progress = !f.quiet && ::isatty(STDERR_FILENO);
+  GP_ASSIGN_OR_RETURN(WorkdirUpload u, UploadWorkdir(api.endpoint(), spec.workdir, progress));
+  if (!f.quiet) std::cerr << UploadSummary(u) << "\n";
+  spec.inputs = u.manifest;
+  return Status::Ok();
 }
 
 // Builds the spec from a file and/or flags; validation errors name the field.
@@ -103,7 +105,12 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f) {
     auto spec = ParseJobSpec(text);
     if (!spec.ok()) return spec.status().WithContext(f.file);
     j = JobSpecToJson(*spec);
+    // A relative workdir is relative to the spec file, not to where gpupool runs.
+    if (!spec->workdir.empty()) {
+      j["workdir"] = AbsolutePath(spec->workdir, fs::path(f.file).parent_path());
+    }
   }
+  if (!f.workdir.empty()) j["workdir"] = AbsolutePath(f.workdir, fs::current_path());
   if (!f.command.empty()) {
     j.erase("run");
     j["command"] = f.command;
@@ -170,6 +177,9 @@ int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
   if (!spec.ok()) return ReportError(spec.status());
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
+  if (!spec->workdir.empty()) {
+    if (Status s = UploadInputs(*api, f, *spec); !s.ok()) return ReportError(s);
+  }
   auto job = api->Post("/v1/jobs", JobSpecToJson(*spec));
   if (!job.ok()) return ReportError(job.status());
   int64_t id = Int(*job, "id");
@@ -242,7 +252,7 @@ int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all
 }
 
 int CmdJob(const GlobalFlags& g, const std::string& id_text) {
-  auto id = ParseId(id_text);
+  auto id = ParseJobId(id_text);
   if (!id.ok()) return ReportError(id.status());
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
@@ -296,7 +306,7 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
 }
 
 int CmdLogs(const GlobalFlags& g, const std::string& id_text, bool follow) {
-  auto id = ParseId(id_text);
+  auto id = ParseJobId(id_text);
   if (!id.ok()) return ReportError(id.status());
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
@@ -315,7 +325,7 @@ int CmdLogs(const GlobalFlags& g, const std::string& id_text, bool follow) {
 }
 
 int CmdCancel(const GlobalFlags& g, const std::string& id_text) {
-  auto id = ParseId(id_text);
+  auto id = ParseJobId(id_text);
   if (!id.ok()) return ReportError(id.status());
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());

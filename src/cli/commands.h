@@ -27,11 +27,13 @@ struct SubmitFlags {
   std::string image;     // docker://..., oci-archive:/..., ...; empty: not given
   std::string executor;  // sandbox, process, docker, podman; empty: not given
   std::string disk;      // work directory cap; empty: not given
+  std::string workdir;   // upload this directory as the job's inputs; overrides the spec's
   bool no_network = false;
   std::vector<std::string> gpu_models;
   std::vector<std::string> env;  // KEY=VALUE
   bool wait = false;
   bool follow = false;  // stream logs while waiting
+  bool quiet = false;   // no upload progress or summary
 };
 
 int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f);
@@ -48,6 +50,14 @@ int CmdQueue(const GlobalFlags& g);
 // Each group's weight, guarantee, allocation, usage and fair share (like sshare).
 int CmdGroups(const GlobalFlags& g);
 int CmdJoinToken(const GlobalFlags& g);
+// A job's checkpoints (number, created, attempt, files, size, manifest).
+int CmdCheckpoints(const GlobalFlags& g, const std::string& job);
+// Restores checkpoint `number` (0: the newest) of `job` into `to` (empty:
+// ./job-<id>-checkpoint-<n>), which must not exist or be empty.
+int CmdCheckpointDownload(const GlobalFlags& g, const std::string& job, int64_t number,
+                          const std::string& to);
+// Runs the server's blob garbage collection now and prints what it removed.
+int CmdAdminGc(const GlobalFlags& g);
 
 // Prints "gpupool: <message>" and returns the exit code for `s`.
 int ReportError(const Status& s);

@@ -69,6 +69,24 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--scheduler-config", so.scheduler_config,
                          "YAML file: fair-share groups, quotas, preemption");
   server_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
+  server_cmd->add_option("--checkpoint-keep", so.pool.checkpoint_keep, "checkpoints kept per job")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  auto server_duration = [server_cmd](const char* name, int64_t& ms, const char* help) {
+    server_cmd->add_option_function<std::string>(
+        name,
+        [name, &ms](const std::string& v) {
+          auto parsed = ParseDurationMs(v);
+          if (!parsed.ok() || *parsed <= 0)
+            throw CLI::ValidationError(name, "expected a duration such as 30m or 1h");
+          ms = *parsed;
+        },
+        help);
+  };
+  server_duration("--blob-gc-grace", so.blob_gc_grace_ms,
+                  "blob GC keeps unreachable blobs younger than this (default 1h)");
+  server_duration("--blob-gc-interval", so.blob_gc_interval_ms,
+                  "run blob garbage collection this often (default 1h)");
 
   // agent
   agent::AgentOptions ao;
@@ -98,6 +116,11 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--kill-grace-ms", ao.kill_grace_ms, "SIGTERM to SIGKILL grace")
       ->capture_default_str();
   agent_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
+  std::string chunk_cache = "10GiB";
+  agent_cmd
+      ->add_option("--chunk-cache", chunk_cache,
+                   "size of the local cache of job inputs and checkpoints")
+      ->capture_default_str();
   // The provider's local commands, over the running agent's control socket.
   cli::AgentControlFlags ac;
   ac.data_dir = ao.data_dir;
@@ -164,6 +187,10 @@ int main(int argc, char** argv) {
   submit->add_flag("--no-network", sf.no_network, "the job gets no network");
   submit->add_flag("--wait", sf.wait, "wait for the job and exit with its exit code");
   submit->add_flag("-f,--follow", sf.follow, "stream the job's output while waiting");
+  submit->add_option("--workdir", sf.workdir,
+                     "upload this directory as the job's work directory (honours "
+                     ".gpupoolignore; overrides the spec's workdir)");
+  submit->add_flag("-q,--quiet", sf.quiet, "no upload progress or summary");
 
   std::string states, id;
   int limit = 50;
@@ -199,10 +226,29 @@ int main(int argc, char** argv) {
   add_global(queue);
   auto* groups = app.add_subcommand("groups", "groups' shares, guarantees and usage");
   add_global(groups);
+  bool checkpoints_json = false;
+  auto* checkpoints = app.add_subcommand("checkpoints", "list a job's checkpoints");
+  add_global(checkpoints);
+  checkpoints->add_option("job", id, "job id")->required();
+  checkpoints->add_flag("--json", checkpoints_json, "print them as JSON (as -o json)");
+  auto* checkpoint = app.add_subcommand("checkpoint", "a job's checkpoints: download");
+  checkpoint->require_subcommand(1);
+  int64_t checkpoint_number = 0;
+  std::string checkpoint_to;
+  auto* checkpoint_download =
+      checkpoint->add_subcommand("download", "restore a job's checkpoint into a local directory");
+  add_global(checkpoint_download);
+  checkpoint_download->add_option("job", id, "job id")->required();
+  checkpoint_download->add_option("--id", checkpoint_number, "checkpoint number (default: latest)")
+      ->check(CLI::PositiveNumber);
+  checkpoint_download->add_option("--to", checkpoint_to,
+                                  "an empty or new directory (default: ./job-ID-checkpoint-N)");
   auto* admin = app.add_subcommand("admin", "operator commands");
   admin->require_subcommand(1);
   auto* join = admin->add_subcommand("join-token", "print the token agents join with");
   add_global(join);
+  auto* gc = admin->add_subcommand("gc", "collect unreachable blobs (manifests, chunks) now");
+  add_global(gc);
 
   // sim openb: the FGD paper's experiment on the openb trace (docs/evaluation.md)
   auto* sim_cmd = app.add_subcommand("sim", "simulate the scheduler on a trace");
@@ -335,6 +381,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     ao.labels = *std::move(labels);
+    auto cache_bytes = ParseBytes(chunk_cache);
+    if (!cache_bytes.ok()) {
+      std::cerr << "gpupool agent: --chunk-cache: " << cache_bytes.status().message() << "\n";
+      return 2;
+    }
+    ao.chunk_cache_bytes = *cache_bytes;
     return agent::RunAgent(ao);
   }
   if (dev_cmd->parsed()) return cli::RunDev(dev);
@@ -351,6 +403,14 @@ int main(int argc, char** argv) {
   if (queue->parsed()) return cli::CmdQueue(g);
   if (groups->parsed()) return cli::CmdGroups(g);
   if (join->parsed()) return cli::CmdJoinToken(g);
+  if (gc->parsed()) return cli::CmdAdminGc(g);
+  if (checkpoints->parsed()) {
+    if (checkpoints_json) g.output = "json";
+    return cli::CmdCheckpoints(g, id);
+  }
+  if (checkpoint_download->parsed()) {
+    return cli::CmdCheckpointDownload(g, id, checkpoint_number, checkpoint_to);
+  }
   if (sim_openb->parsed()) return sim::RunOpenbCommand(so_sim);
   if (sim_campus->parsed()) return sim::RunCampusCommand(sc_sim);
   if (sim_trace->parsed()) return sim::RunTraceCommand(st_sim);

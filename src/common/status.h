@@ -28,6 +28,8 @@ enum class StatusCode {
   kDeadlineExceeded,    // HTTP 504
   kInternal,            // a bug or an unexpected environment failure (HTTP 500)
   kDataLoss,            // stored or received data is corrupt: a hash does not match (HTTP 500)
+  kAborted,             // the operation belongs to something that is over, e.g. a stale
+                        // attempt fenced off by the server (HTTP 409, code "ABORTED")
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -61,6 +63,7 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+  static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

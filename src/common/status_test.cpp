@@ -36,6 +36,7 @@ TEST(Status, Factories) {
       {Status::DeadlineExceeded("m"), StatusCode::kDeadlineExceeded, "DEADLINE_EXCEEDED"},
       {Status::Internal("m"), StatusCode::kInternal, "INTERNAL"},
       {Status::DataLoss("m"), StatusCode::kDataLoss, "DATA_LOSS"},
+      {Status::Aborted("m"), StatusCode::kAborted, "ABORTED"},
   };
   for (const Case& c : cases) {
     EXPECT_FALSE(c.status.ok()) << c.name;

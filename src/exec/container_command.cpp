@@ -14,7 +14,7 @@ namespace {
 constexpr std::string_view kDroppedEnv[] = {"PATH", "SHELL"};
 // Variables the executor sets itself, whatever the task's env says.
 constexpr std::string_view kOwnedEnv[] = {"HOME", "TMPDIR", "GPUPOOL_WORK_DIR",
-                                          "NVIDIA_VISIBLE_DEVICES"};
+                                          "GPUPOOL_CHECKPOINT_DIR", "NVIDIA_VISIBLE_DEVICES"};
 
 bool Contains(const auto& list, std::string_view s) {
   for (std::string_view item : list) {
@@ -140,6 +140,7 @@ Result<std::vector<std::string>> ContainerRunCommand(const ContainerOptions& o,
   for (const char* key : {"HOME", "TMPDIR", "GPUPOOL_WORK_DIR"}) {
     argv.insert(argv.end(), {"-e", std::string(key) + "=" + kContainerWorkDir});
   }
+  argv.insert(argv.end(), {"-e", "GPUPOOL_CHECKPOINT_DIR=" + CheckpointDirIn(kContainerWorkDir)});
   argv.insert(argv.end(), {"-e", "NVIDIA_VISIBLE_DEVICES=" + visible_devices});
 
   argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());

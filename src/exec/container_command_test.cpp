@@ -61,6 +61,7 @@ Argv EnvArgs(const std::string& visible_devices) {
           "-e", "HOME=/work",
           "-e", "TMPDIR=/work",
           "-e", "GPUPOOL_WORK_DIR=/work",
+          "-e", "GPUPOOL_CHECKPOINT_DIR=/work/.checkpoints",
           "-e", "NVIDIA_VISIBLE_DEVICES=" + visible_devices};
 }
 

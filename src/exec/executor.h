@@ -36,6 +36,14 @@
 
 namespace gpupool::exec {
 
+// The job's checkpoint directory (GPUPOOL_CHECKPOINT_DIR), inside its work
+// directory so it counts toward the job's disk limit and is reachable the
+// same way in every executor. See docs/checkpoints.md for the contract.
+inline constexpr std::string_view kCheckpointDirName = ".checkpoints";
+inline std::string CheckpointDirIn(std::string_view work_dir) {
+  return std::string(work_dir) + "/" + std::string(kCheckpointDirName);
+}
+
 // What one job may use; 0 means no limit.
 struct Limits {
   int64_t memory_bytes = 0;  // host memory of all its processes
@@ -58,7 +66,8 @@ struct TaskContext {
   bool argv_is_shell = false;  // argv came from `run`
   // KEY=VALUE the job gets on top of the image's: the spec's env and
   // gpupool's own (CUDA_VISIBLE_DEVICES, GPUPOOL_*). Paths that differ
-  // inside a sandbox are set by the executor (HOME, TMPDIR, GPUPOOL_WORK_DIR).
+  // inside a sandbox are set by the executor (HOME, TMPDIR, GPUPOOL_WORK_DIR,
+  // GPUPOOL_CHECKPOINT_DIR).
   std::vector<std::string> env;
   std::string image;  // "" (the host system) or a reference: docker://..., oci-archive:...
   bool network = true;

@@ -139,9 +139,11 @@ Result<LaunchPlan> ProcessExecutor::Start(const TaskContext& task) {
   if (task.argv.empty()) return Status::InvalidArgument("nothing to run: give run or command");
   LaunchPlan plan = BasePlan(task);
   plan.argv = task.argv;
-  plan.env = MergeEnv(MergeEnv(HostBaseEnv(), {"HOME=" + task.work_dir, "TMPDIR=" + task.work_dir,
-                                               "GPUPOOL_WORK_DIR=" + task.work_dir}),
-                      task.env);
+  plan.env = MergeEnv(
+      MergeEnv(HostBaseEnv(), {"HOME=" + task.work_dir, "TMPDIR=" + task.work_dir,
+                               "GPUPOOL_WORK_DIR=" + task.work_dir,
+                               "GPUPOOL_CHECKPOINT_DIR=" + CheckpointDirIn(task.work_dir)}),
+      task.env);
   plan.cwd = task.work_dir;
   return plan;
 }

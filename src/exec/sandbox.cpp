@@ -197,10 +197,11 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
   args.Add({"--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
             "--tmpfs", "/dev/shm"});
   GP_RETURN_IF_ERROR(AddGpuDevices(args, task));
-  std::vector<std::string> env =
-      MergeEnv(MergeEnv(std::move(base_env), {"HOME=" + std::string(kSandboxWorkDir), "TMPDIR=/tmp",
-                                              "GPUPOOL_WORK_DIR=" + std::string(kSandboxWorkDir)}),
-               task.env);
+  std::vector<std::string> env = MergeEnv(
+      MergeEnv(std::move(base_env), {"HOME=" + std::string(kSandboxWorkDir), "TMPDIR=/tmp",
+                                     "GPUPOOL_WORK_DIR=" + std::string(kSandboxWorkDir),
+                                     "GPUPOOL_CHECKPOINT_DIR=" + CheckpointDirIn(kSandboxWorkDir)}),
+      task.env);
   GP_RETURN_IF_ERROR(AddDriverFiles(args, task, env));
   args.Add({"--bind", args.Reachable(task.work_dir, "work"), kSandboxWorkDir});
   std::string cwd = kSandboxWorkDir;

@@ -297,6 +297,7 @@ TEST_F(SandboxTest, EnvironmentSandboxPathsHostPathAndJobOverrides) {
   EXPECT_THAT(EnvValues(plain.env, "HOME"), ElementsAre("/work"));
   EXPECT_THAT(EnvValues(plain.env, "TMPDIR"), ElementsAre("/tmp"));
   EXPECT_THAT(EnvValues(plain.env, "GPUPOOL_WORK_DIR"), ElementsAre("/work"));
+  EXPECT_THAT(EnvValues(plain.env, "GPUPOOL_CHECKPOINT_DIR"), ElementsAre("/work/.checkpoints"));
   EXPECT_THAT(EnvValues(plain.env, "PATH"), ElementsAre(::getenv("PATH")));
 
   task.env = {"TMPDIR=/work/tmp", "FOO=bar", "CUDA_VISIBLE_DEVICES=GPU-1"};
@@ -309,7 +310,8 @@ TEST_F(SandboxTest, EnvironmentSandboxPathsHostPathAndJobOverrides) {
   for (const std::string& kv : plan.env) {
     std::string key = kv.substr(0, kv.find('='));
     EXPECT_THAT((std::vector<std::string>{"PATH", "LANG", "LC_ALL", "TZ", "HOME", "TMPDIR",
-                                          "GPUPOOL_WORK_DIR", "FOO", "CUDA_VISIBLE_DEVICES"}),
+                                          "GPUPOOL_WORK_DIR", "GPUPOOL_CHECKPOINT_DIR", "FOO",
+                                          "CUDA_VISIBLE_DEVICES"}),
                 Contains(key));
   }
 }

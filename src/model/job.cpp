@@ -1,5 +1,6 @@
 #include "model/job.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace gpupool {
@@ -69,7 +70,9 @@ int64_t LostWorkMs(const Attempt& a) {
   bool redone = a.state == AttemptState::kLost || a.state == AttemptState::kPreempted ||
                 a.state == AttemptState::kVacated;
   if (!redone || a.started_ms <= 0 || a.finished_ms < a.started_ms) return 0;
-  return a.finished_ms - a.started_ms;
+  // A checkpoint taken after the end (a clock step) saves everything.
+  int64_t saved_until = std::min(std::max(a.started_ms, a.last_checkpoint_ms), a.finished_ms);
+  return a.finished_ms - saved_until;
 }
 
 std::string MakeAttemptId(int64_t job_id, int32_t number) {

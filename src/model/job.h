@@ -140,6 +140,8 @@ struct Attempt {
   // requeued (the attempt closes as preempted).
   int64_t preempt_ms = 0;
   int64_t preempt_for_job = 0;
+  // When the server accepted the attempt's last checkpoint; 0 = none yet.
+  int64_t last_checkpoint_ms = 0;
 
   // GPU milli it holds in all (per-GPU milli times GPUs).
   int64_t TotalGpuMilli() const {
@@ -149,10 +151,10 @@ struct Attempt {
   friend bool operator==(const Attempt&, const Attempt&) = default;
 };
 
-// The work an attempt did that its job must do again: the time it ran, for
-// an attempt that ended without finishing its job (lost, preempted,
-// vacated), else 0. Checkpoints are not reported yet, so a job that
-// checkpoints is counted as if it had not.
+// The work an attempt did that its job must do again, for an attempt that
+// ended without finishing its job (lost, preempted, vacated): the time from
+// its last accepted checkpoint (the next attempt restores that one) or, when
+// it uploaded none, from its start, to its end. 0 for any other attempt.
 int64_t LostWorkMs(const Attempt& a);
 
 std::string MakeAttemptId(int64_t job_id, int32_t number);

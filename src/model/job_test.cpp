@@ -162,5 +162,23 @@ TEST(Attempt, LostWorkIsTheRunOfAnAttemptWhoseJobMustRunAgain) {
   EXPECT_EQ(LostWorkMs(a), 0);
 }
 
+TEST(Attempt, LostWorkCountsFromTheLastCheckpoint) {
+  Attempt a;
+  a.state = AttemptState::kPreempted;
+  a.started_ms = 1'000;
+  a.finished_ms = 61'000;
+  a.last_checkpoint_ms = 50'000;  // the next attempt restores this one
+  EXPECT_EQ(LostWorkMs(a), 11'000);
+  a.last_checkpoint_ms = 61'000;  // checkpointed on the way out: nothing lost
+  EXPECT_EQ(LostWorkMs(a), 0);
+  a.last_checkpoint_ms = 70'000;  // after the end (a clock step): nothing lost, never negative
+  EXPECT_EQ(LostWorkMs(a), 0);
+  a.last_checkpoint_ms = 500;  // before the start (cannot happen; counted from the start)
+  EXPECT_EQ(LostWorkMs(a), 60'000);
+  a.state = AttemptState::kSucceeded;  // finished: nothing to redo, checkpoint or not
+  a.last_checkpoint_ms = 50'000;
+  EXPECT_EQ(LostWorkMs(a), 0);
+}
+
 }  // namespace
 }  // namespace gpupool

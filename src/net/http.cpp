@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <nlohmann/json.hpp>
 
 namespace gpupool::net {
 
@@ -115,6 +116,55 @@ std::optional<Url> ParseUrl(std::string_view text) {
   if (path == "/") path = {};
   url.path = std::string(path);
   return url;
+}
+
+namespace {
+
+StatusCode CodeForHttpStatus(int status) {
+  switch (status) {
+    case 400:
+      return StatusCode::kInvalidArgument;
+    case 401:
+      return StatusCode::kUnauthenticated;
+    case 403:
+      return StatusCode::kPermissionDenied;
+    case 404:
+      return StatusCode::kNotFound;
+    case 409:
+      return StatusCode::kFailedPrecondition;
+    case 429:
+      return StatusCode::kResourceExhausted;
+    case 503:
+      return StatusCode::kUnavailable;
+    case 504:
+      return StatusCode::kDeadlineExceeded;
+    default:
+      return StatusCode::kInternal;
+  }
+}
+
+std::optional<StatusCode> CodeNamed(std::string_view name) {
+  for (int c = 1;; ++c) {
+    std::string_view known = StatusCodeName(static_cast<StatusCode>(c));
+    if (known == "UNKNOWN") return std::nullopt;
+    if (known == name) return static_cast<StatusCode>(c);
+  }
+}
+
+}  // namespace
+
+Status ErrorStatus(const HttpResponse& response, std::string_view what) {
+  auto j = nlohmann::json::parse(response.body, nullptr, false);
+  StatusCode code = CodeForHttpStatus(response.status);
+  std::string message = std::string(what) + ": HTTP " + std::to_string(response.status);
+  if (j.is_object() && j.contains("error") && j["error"].is_object()) {
+    const nlohmann::json& e = j["error"];
+    if (e.contains("message") && e["message"].is_string()) message = e["message"];
+    if (e.contains("code") && e["code"].is_string()) {
+      code = CodeNamed(e["code"].get<std::string>()).value_or(code);
+    }
+  }
+  return Status(code, message);
 }
 
 }  // namespace gpupool::net

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 namespace gpupool::net {
 
 struct HttpRequest {
@@ -43,5 +45,11 @@ struct Url {
   std::string path;  // "" or "/prefix"
 };
 std::optional<Url> ParseUrl(std::string_view text);
+
+// A gpupool server's error response ({"error": {"code": "NOT_FOUND",
+// "message": ...}}) as the Status it was made from; a body without one is
+// judged by the HTTP status alone. `what` names the call for the message
+// when the body has none.
+Status ErrorStatus(const HttpResponse& response, std::string_view what);
 
 }  // namespace gpupool::net

@@ -331,6 +331,7 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
 std::string Encode(const StopTask& m) {
   json j = {{"attempt_id", m.attempt_id}, {"reason", m.reason}};
   if (m.grace_ms != 0) j["grace_ms"] = m.grace_ms;
+  if (m.requeue) j["requeue"] = true;
   return j.dump();
 }
 
@@ -339,6 +340,7 @@ Result<StopTask> DecodeStopTask(std::string_view body) {
     m->attempt_id = r.Str("attempt_id");
     m->reason = r.Str("reason", false);
     m->grace_ms = r.Int("grace_ms", false);
+    m->requeue = r.Bool("requeue", false);
     if (r.ok() && m->grace_ms < 0) r.Fail("grace_ms", "must not be negative");
     return r.status();
   });

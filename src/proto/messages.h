@@ -147,6 +147,10 @@ struct StopTask {
   std::string reason;  // "cancelled", "stale attempt", "preempted for ...", ...
   // SIGTERM to SIGKILL; 0 = the agent's own default (--kill-grace-ms).
   int64_t grace_ms = 0;
+  // The job is requeued after the stop (a preemption): a job that
+  // checkpoints gets its checkpoint signal first, and its newest checkpoint
+  // is uploaded before the attempt's end is reported.
+  bool requeue = false;
   friend bool operator==(const StopTask&, const StopTask&) = default;
 };
 

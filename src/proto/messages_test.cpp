@@ -166,8 +166,9 @@ TEST(MessagesTest, StartTaskCarriesAGpuShareAndStopItsGrace) {
                   .message(),
               HasSubstr("body.gpu_milli: must be from 0 to 1000"));
 
-  StopTask st{"4.1", "preempted for interactive job 9", 5000};
+  StopTask st{"4.1", "preempted for interactive job 9", 5000, true};
   EXPECT_EQ(*DecodeStopTask(Encode(st)), st);
+  EXPECT_FALSE(DecodeStopTask(R"({"attempt_id":"4.1"})")->requeue);
   EXPECT_EQ(DecodeStopTask(R"({"attempt_id":"4.1"})")->grace_ms, 0);  // older servers
   EXPECT_THAT(DecodeStopTask(R"({"attempt_id":"4.1","grace_ms":-1})").status().message(),
               HasSubstr("body.grace_ms: must not be negative"));
@@ -188,11 +189,11 @@ TEST(MessagesTest, StartTaskCarriesItsRestorePoint) {
   std::string head = R"({"attempt_id":"7.2","job_id":7,"spec":{"run":"x"},"restore":)";
   EXPECT_THAT(DecodeStartTask(head + R"({"checkpoint":3,"manifest":"xyz"}})").status().message(),
               HasSubstr("body.restore.manifest: must be 64 lowercase hex digits"));
-  EXPECT_THAT(DecodeStartTask(head + R"({"checkpoint":0,"manifest":")" + std::string(64, 'a') +
-                              R"("}})")
-                  .status()
-                  .message(),
-              HasSubstr("body.restore.checkpoint: must be positive"));
+  EXPECT_THAT(
+      DecodeStartTask(head + R"({"checkpoint":0,"manifest":")" + std::string(64, 'a') + R"("}})")
+          .status()
+          .message(),
+      HasSubstr("body.restore.checkpoint: must be positive"));
   EXPECT_THAT(DecodeStartTask(head + "7}").status().message(),
               HasSubstr("body.restore: must be an object"));
 }

@@ -206,6 +206,10 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
     (*respond)(ErrorResponse(who.status()));
     return;
   }
+  if (blobs_ != nullptr && BlobApi::Serves(req.path)) {
+    blobs_->Handle(std::move(req), *who, respond);
+    return;
+  }
   Route(req, *who, respond);
 }
 
@@ -215,7 +219,8 @@ void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respo
   if (parts.empty() || parts[0] != "v1")
     return fail(Status::NotFound("no such endpoint: " + req.path));
   if (who.role == "agent-join") {
-    return fail(Status::PermissionDenied("the join token only connects agents"));
+    return fail(Status::PermissionDenied(
+        "the join token only connects agents and moves their blobs and checkpoints"));
   }
   const std::string& m = req.method;
   if (parts.size() == 2 && parts[1] == "jobs") {

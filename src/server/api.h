@@ -1,7 +1,9 @@
 // Api: the REST/JSON interface under /v1 (see docs/api.md).
 //
 // Routes a request to the Pool and renders the answer; every error goes
-// through ErrorResponse (server/http_errors.h). Long polls (`wait` on a job,
+// through ErrorResponse (server/http_errors.h). The blob store and
+// checkpoint endpoints go to the BlobApi (server/blob_api.h), the only ones
+// the agent join token may call besides the agent channel. Long polls (`wait` on a job,
 // `wait` on logs) park the Responder until the job changes or the wait runs
 // out. Members see only their own jobs; admins see all.
 //
@@ -17,14 +19,16 @@
 #include "net/event_loop.h"
 #include "net/http_server.h"
 #include "server/auth.h"
+#include "server/blob_api.h"
 #include "server/pool.h"
 
 namespace gpupool::server {
 
 class Api {
  public:
-  Api(net::EventLoop& loop, Pool& pool, Auth& auth, const Clock& clock)
-      : loop_(loop), pool_(pool), auth_(auth), clock_(clock) {}
+  // `blobs` may be null (no blob store: its endpoints are not found).
+  Api(net::EventLoop& loop, Pool& pool, Auth& auth, const Clock& clock, BlobApi* blobs = nullptr)
+      : loop_(loop), pool_(pool), auth_(auth), clock_(clock), blobs_(blobs) {}
   ~Api();
 
   void Handle(net::HttpRequest req, net::Responder respond);
@@ -65,6 +69,7 @@ class Api {
   Pool& pool_;
   Auth& auth_;
   const Clock& clock_;
+  BlobApi* blobs_;
   uint64_t next_waiter_ = 1;
   std::map<int64_t, std::map<uint64_t, Waiter>> waiters_;  // job id -> waiter id -> waiter
 };

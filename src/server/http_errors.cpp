@@ -18,6 +18,7 @@ int HttpStatusFor(StatusCode code) {
       return 404;
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
+    case StatusCode::kAborted:
       return 409;
     case StatusCode::kResourceExhausted:
       return 429;

@@ -144,9 +144,24 @@ Status Pool::Recover() {
 
 // ---------------------------------------------------------------- user side
 
+Status Pool::CheckInputs(const JobSpec& spec) const {
+  if (!spec.workdir.empty() && spec.inputs.empty()) {
+    return Status::InvalidArgument(
+        "workdir: the gpupool CLI uploads the directory; the API takes inputs, the manifest id "
+        "of the upload");
+  }
+  if (spec.inputs.empty()) return Status::Ok();
+  if (!hooks_.manifest_stored || !hooks_.manifest_stored(spec.inputs)) {
+    return Status::InvalidArgument("inputs: manifest " + spec.inputs.substr(0, 12) +
+                                   "... is not uploaded");
+  }
+  return Status::Ok();
+}
+
 Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner) {
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec));
   GP_RETURN_IF_ERROR(sched::ValidateRequest(RequestFor(spec)).WithContext("resources"));
+  GP_RETURN_IF_ERROR(CheckInputs(spec));
   Job job;
   job.owner = owner;
   job.spec = spec;
@@ -290,6 +305,115 @@ Result<Job> Pool::Cancel(int64_t id) {
   return job;
 }
 
+// -------------------------------------------------------------- checkpoints
+
+Result<Attempt> Pool::LiveAttempt(Tx& tx, const Job& job, const std::string& attempt_id) {
+  // Aborted, not FailedPrecondition: the agent stops an attempt told so.
+  auto fenced = Status::Aborted("attempt " + attempt_id + " is not the live attempt of job " +
+                                std::to_string(job.id));
+  if (job.current_attempt != attempt_id) return fenced;
+  GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(attempt_id));
+  if (!attempt || attempt->job_id != job.id || !IsLive(attempt->state)) return fenced;
+  return *std::move(attempt);
+}
+
+Status Pool::ApplyRetention(Tx& tx, int64_t job_id) {
+  const size_t keep = static_cast<size_t>(std::max(options_.checkpoint_keep, 1));
+  GP_ASSIGN_OR_RETURN(auto all, tx.ListCheckpoints(job_id));
+  for (size_t i = 0; i + keep < all.size(); ++i) {
+    GP_RETURN_IF_ERROR(tx.DeleteCheckpoint(job_id, all[i].number));
+  }
+  return Status::Ok();
+}
+
+Result<CheckpointAdded> Pool::AddCheckpoint(const CheckpointRequest& r) {
+  if (!hooks_.manifest_stored || !hooks_.manifest_stored(r.manifest)) {
+    return Status::FailedPrecondition("manifest " + r.manifest +
+                                      " is not stored: PUT /v1/blobs/manifests/" + r.manifest +
+                                      " first");
+  }
+  const int64_t now = clock_.NowMs();
+  CheckpointAdded out;
+  Status s = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(r.job_id));
+    if (!job) return Status::NotFound("job " + std::to_string(r.job_id) + " does not exist");
+    // A retry of the last post (its answer was lost) changes nothing, so it
+    // needs no fencing.
+    GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(r.job_id));
+    if (newest && newest->attempt_id == r.attempt_id && newest->manifest == r.manifest) {
+      out.checkpoint = *std::move(newest);
+      return Status::Ok();
+    }
+    GP_ASSIGN_OR_RETURN(Attempt attempt, LiveAttempt(tx, *job, r.attempt_id));
+    Checkpoint c;
+    c.job_id = r.job_id;
+    c.attempt_id = r.attempt_id;
+    c.manifest = r.manifest;
+    c.created_ms = now;
+    c.bytes = r.bytes;
+    c.files = r.files;
+    GP_ASSIGN_OR_RETURN(out.checkpoint, tx.AddCheckpoint(c));
+    out.created = true;
+    attempt.last_checkpoint_ms = now;  // lost work counts from here (LostWorkMs)
+    GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+    return ApplyRetention(tx, r.job_id);
+  });
+  if (!s.ok()) {
+    Discard();
+    return s;
+  }
+  if (out.created) {
+    touched_jobs_.insert(r.job_id);
+    log_lines_.push_back("job " + std::to_string(r.job_id) + ": checkpoint " +
+                         std::to_string(out.checkpoint.number) + " from attempt " + r.attempt_id +
+                         " (" + std::to_string(r.files) + " files, " + std::to_string(r.bytes) +
+                         " bytes)");
+  }
+  Notify();
+  return out;
+}
+
+Result<std::vector<Checkpoint>> Pool::ListCheckpoints(int64_t job_id) {
+  std::vector<Checkpoint> out;
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(job_id));
+    if (!job) return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+    GP_ASSIGN_OR_RETURN(out, tx.ListCheckpoints(job_id));
+    return Status::Ok();
+  }));
+  return out;
+}
+
+Result<Checkpoint> Pool::GetCheckpoint(int64_t job_id, int64_t number) {
+  std::optional<Checkpoint> found;
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    if (number == 0) {
+      GP_ASSIGN_OR_RETURN(found, tx.LatestCheckpoint(job_id));
+    } else {
+      GP_ASSIGN_OR_RETURN(found, tx.GetCheckpoint(job_id, number));
+    }
+    return Status::Ok();
+  }));
+  if (!found) {
+    return Status::NotFound(number == 0 ? "job " + std::to_string(job_id) + " has no checkpoint"
+                                        : "job " + std::to_string(job_id) + " has no checkpoint " +
+                                              std::to_string(number));
+  }
+  return *std::move(found);
+}
+
+Result<std::set<std::string>> Pool::ReachableManifests() {
+  std::set<std::string> out;
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto checkpoints, tx.ListCheckpointManifests());
+    GP_ASSIGN_OR_RETURN(auto inputs, tx.ListActiveJobInputs());
+    out.insert(checkpoints.begin(), checkpoints.end());
+    out.insert(inputs.begin(), inputs.end());
+    return Status::Ok();
+  }));
+  return out;
+}
+
 Result<std::vector<LogLine>> Pool::ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit) {
   std::vector<LogLine> lines;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
@@ -383,8 +507,8 @@ Result<std::vector<NodeEventEntry>> Pool::NodeEvents(const std::string& node,
 // --------------------------------------------------------------- transitions
 
 Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
-                      const std::string& reason, int64_t grace_ms) {
-  proto::StopTask stop{attempt_id, reason, grace_ms};
+                      const StopOrder& order) {
+  proto::StopTask stop{attempt_id, order.reason, order.grace_ms, order.requeue};
   GP_ASSIGN_OR_RETURN(int64_t seq,
                       tx.PushOutbox(node_id, std::string(proto::kStop), proto::Encode(stop)));
   (void)seq;
@@ -419,8 +543,7 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
         break;
       case JobActionType::kStopAttempt:
-        GP_RETURN_IF_ERROR(PushStop(tx, attempt.node_id, attempt.id,
-                                    stop ? stop->reason : "cancelled", stop ? stop->grace_ms : 0));
+        GP_RETURN_IF_ERROR(PushStop(tx, attempt.node_id, attempt.id, stop ? *stop : StopOrder{}));
         break;
       case JobActionType::kCloseAttempt:
         attempt.state = action.close_as;
@@ -484,7 +607,7 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   bool current = attempt && job && attempt->node_id == node_id && IsLive(attempt->state) &&
                  job->current_attempt == attempt->id;
   if (!current) {
-    if (r.state == "running") return PushStop(tx, node_id, r.attempt_id, "stale attempt");
+    if (r.state == "running") return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
     return Status::Ok();
   }
   JobEvent event;
@@ -963,6 +1086,23 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
   return in;
 }
 
+Result<proto::StartTask> Pool::MakeStart(Tx& tx, const Job& job, const Attempt& a) {
+  proto::StartTask start;
+  start.attempt_id = a.id;
+  start.job_id = job.id;
+  start.owner = job.owner;
+  start.spec = job.spec;
+  start.gpu_uuids = a.gpu_uuids;
+  start.gpu_milli = a.gpu_milli;
+  start.gpu_memory_mib = a.gpu_memory_mib;
+  GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(job.id));
+  if (newest) {
+    start.restore_checkpoint = newest->number;
+    start.restore_manifest = newest->manifest;
+  }
+  return start;
+}
+
 Result<int> Pool::Schedule() {
   int placed = 0;
   int64_t now = clock_.NowMs();
@@ -1005,8 +1145,7 @@ Result<int> Pool::Schedule() {
       a.state = AttemptState::kScheduled;
       a.created_ms = now;
       GP_RETURN_IF_ERROR(tx.PutAttempt(a));
-      proto::StartTask start{a.id,        job.id,      job.owner,       job.spec,
-                             a.gpu_uuids, a.gpu_milli, a.gpu_memory_mib};
+      GP_ASSIGN_OR_RETURN(proto::StartTask start, MakeStart(tx, job, a));
       GP_ASSIGN_OR_RETURN(int64_t seq, tx.PushOutbox(where.node_id, std::string(proto::kStart),
                                                      proto::Encode(start)));
       (void)seq;
@@ -1039,7 +1178,7 @@ Result<int> Pool::Schedule() {
       attempt.reason =
           pr.message.empty() ? "preempted for job " + std::to_string(pr.for_job_id) : pr.message;
       GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
-      StopOrder stop{attempt.reason, PreemptGraceMs(job->spec)};
+      StopOrder stop{attempt.reason, PreemptGraceMs(job->spec), /*requeue=*/true};
       GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, attempt, JobEvent::kPreempt, nullptr, &stop));
       newly_leaving[pr.for_job_id].push_back(job->id);
     }

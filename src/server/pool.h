@@ -34,6 +34,13 @@
 // transaction; running attempts are added for their time so far in each
 // snapshot without being written.
 //
+// Checkpoints: an attempt's agent uploads a checkpoint's files to the blob
+// store and then adds it (AddCheckpoint). Only the job's live attempt may
+// (fencing, as for task reports); the job keeps its newest
+// `checkpoint_keep`; a new attempt of the job is told to restore the newest
+// (StartTask::restore_checkpoint). Job inputs and checkpoints name blob
+// store manifests, which `hooks.manifest_stored` says are there.
+//
 // Threading: single-threaded; call everything from the server's event loop.
 // Time comes from the injected Clock.
 #pragma once
@@ -70,6 +77,9 @@ struct PoolOptions {
   // Fair share, guarantees, preemption and backfill (--scheduler-config).
   // Its max_placements is replaced by max_placements_per_pass.
   sched::SchedulerConfig scheduler;
+  // Checkpoints kept per job (--checkpoint-keep); accepting a new one
+  // deletes the oldest beyond this many. Values below 1 count as 1.
+  int32_t checkpoint_keep = 3;
 };
 
 struct PoolHooks {
@@ -78,6 +88,24 @@ struct PoolHooks {
   // Something happened that may let a pending job run (a submit, a freed
   // attempt, a node joining): run Schedule() soon.
   std::function<void()> schedule_needed;
+  // Whether the blob store holds manifest `id` (a job's inputs, a
+  // checkpoint). Called on the loop; must be cheap. Unset: the pool has no
+  // blob store and refuses both.
+  std::function<bool(const std::string& id)> manifest_stored;
+};
+
+// A checkpoint an attempt uploaded (POST /v1/jobs/{job}/checkpoints).
+struct CheckpointRequest {
+  int64_t job_id = 0;
+  std::string attempt_id;
+  std::string manifest;
+  int64_t bytes = 0;  // from the manifest (BlobService::DescribeManifest)
+  int64_t files = 0;
+};
+
+struct CheckpointAdded {
+  Checkpoint checkpoint;
+  bool created = false;  // false: it was already the job's newest (a retry)
 };
 
 // What the API shows about a node: its record plus live values.
@@ -164,6 +192,22 @@ class Pool {
   // The last pass's view of a pending job, if it has one.
   std::optional<QueueInfo> QueueInfoFor(int64_t job_id) const;
 
+  // ---- checkpoints ----
+  // Adds a checkpoint of the job's live attempt `r.attempt_id` and applies
+  // retention. NotFound for an unknown job; FailedPrecondition when the
+  // attempt is not the job's live attempt (fencing) or the manifest is not
+  // stored. Posting the job's newest checkpoint again (same attempt, same
+  // manifest) returns it unchanged, even once the attempt has ended.
+  Result<CheckpointAdded> AddCheckpoint(const CheckpointRequest& r);
+  // Oldest first; NotFound for an unknown job.
+  Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id);
+  // Checkpoint `number` of the job, or its newest when `number` is 0;
+  // NotFound when there is none.
+  Result<Checkpoint> GetCheckpoint(int64_t job_id, int64_t number);
+  // The manifests blob garbage collection must keep: every checkpoint's and
+  // the inputs of every job that is not terminal.
+  Result<std::set<std::string>> ReachableManifests();
+
   // ---- agent side (node_id as returned by AgentHello) ----
   // Registers or updates the node, reconciles the tasks the agent holds with
   // the attempts the server has on it, and returns the welcome to send.
@@ -202,6 +246,7 @@ class Pool {
   struct StopOrder {
     std::string reason = "cancelled";
     int64_t grace_ms = 0;
+    bool requeue = false;  // the job goes back to the queue (proto::StopTask::requeue)
   };
   // The scheduler's input, and what the pass tells waiting jobs besides.
   struct PassInput {
@@ -233,12 +278,22 @@ class Pool {
   std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, int64_t now) const;
   Status ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r);
   Status PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
-                  const std::string& reason, int64_t grace_ms = 0);
+                  const StopOrder& order);
   Status SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& instance, int64_t seq);
   // The node's agent drained and deregistered: the node is left; attempts
   // still live there are requeued.
   Status LeaveNode(Tx& tx, const std::string& node_id, const std::string& reason);
   Result<std::pair<std::string, int64_t>> GetAgentSeq(Tx& tx, const std::string& node_id);
+  // Refuses a spec whose inputs are not in the blob store.
+  Status CheckInputs(const JobSpec& spec) const;
+  // The job's live attempt if it is `attempt_id` (fencing);
+  // FailedPrecondition otherwise.
+  Result<Attempt> LiveAttempt(Tx& tx, const Job& job, const std::string& attempt_id);
+  // Deletes the job's checkpoints beyond the newest `checkpoint_keep`.
+  Status ApplyRetention(Tx& tx, int64_t job_id);
+  // The StartTask for a new attempt, with the job's newest checkpoint as
+  // its restore point.
+  Result<proto::StartTask> MakeStart(Tx& tx, const Job& job, const Attempt& a);
   // Fires the hooks for what the committed transaction touched.
   void Notify();
   // Forgets what a rolled-back transaction touched.

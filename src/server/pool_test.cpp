@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "store/sqlite_store.h"
 
@@ -27,6 +28,7 @@ class PoolTest : public ::testing::Test {
     hooks.outbox_ready = [this](const std::string& n) { outbox_nodes_.push_back(n); };
     hooks.job_changed = [this](int64_t j) { changed_jobs_.push_back(j); };
     hooks.schedule_needed = [this] { ++schedule_requests_; };
+    hooks.manifest_stored = [this](const std::string& id) { return manifests_.count(id) > 0; };
     hooks_ = hooks;
     pool_ = std::make_unique<Pool>(*store_, clock_, PoolOptions{}, hooks);
   }
@@ -123,6 +125,7 @@ class PoolTest : public ::testing::Test {
   std::vector<std::string> outbox_nodes_;
   std::vector<int64_t> changed_jobs_;
   int schedule_requests_ = 0;
+  std::set<std::string> manifests_;  // what the fake blob store holds
 };
 
 TEST_F(PoolTest, SubmitScheduleRunSucceed) {
@@ -814,6 +817,183 @@ TEST_F(PoolTest, ANodeThatLeftGetsNothingUntilItsAgentReturns) {
   EXPECT_EQ(NodeNamed("a").node.state, NodeState::kReady);
   ASSERT_EQ(*pool_->Schedule(), 1);
   EXPECT_EQ(pool_->GetJob(1)->job.current_attempt, "1.2");
+}
+
+// ------------------------------------------------------------- checkpoints
+
+std::string ManifestId(char digit) { return std::string(64, digit); }
+
+CheckpointRequest Ckpt(int64_t job, const std::string& attempt, char manifest) {
+  CheckpointRequest r;
+  r.job_id = job;
+  r.attempt_id = attempt;
+  r.manifest = ManifestId(manifest);
+  r.bytes = 100;
+  r.files = 2;
+  return r;
+}
+
+std::vector<int64_t> CheckpointNumbers(const std::vector<Checkpoint>& cs) {
+  std::vector<int64_t> out;
+  for (const Checkpoint& c : cs) out.push_back(c.number);
+  return out;
+}
+
+TEST_F(PoolTest, CheckpointOfTheLiveAttemptIsNumberedAndStored) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  manifests_ = {ManifestId('a'), ManifestId('b')};
+  auto first = pool_->AddCheckpoint(Ckpt(1, "1.1", 'a'));  // scheduled counts as live
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->created);
+  EXPECT_EQ(first->checkpoint.number, 1);
+  EXPECT_EQ(first->checkpoint.attempt_id, "1.1");
+  EXPECT_EQ(first->checkpoint.created_ms, clock_.NowMs());
+  EXPECT_EQ(first->checkpoint.bytes, 100);
+  EXPECT_EQ(first->checkpoint.files, 2);
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  auto second = pool_->AddCheckpoint(Ckpt(1, "1.1", 'b'));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->checkpoint.number, 2);
+  EXPECT_EQ(CheckpointNumbers(*pool_->ListCheckpoints(1)), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(pool_->GetCheckpoint(1, 0)->number, 2);  // latest
+  EXPECT_EQ(pool_->GetCheckpoint(1, 1)->manifest, ManifestId('a'));
+  EXPECT_EQ(pool_->GetCheckpoint(1, 3).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(pool_->ListCheckpoints(9).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(pool_->GetJob(1)->attempts[0].last_checkpoint_ms, clock_.NowMs());
+}
+
+TEST_F(PoolTest, CheckpointRetryOfTheNewestIsIdempotent) {
+  ASSERT_TRUE(pool_->AgentHello(MakeHello("a", 1)).ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  manifests_ = {ManifestId('a'), ManifestId('b')};
+  auto first = *pool_->AddCheckpoint(Ckpt(1, "1.1", 'a'));
+  clock_.AdvanceMs(1000);
+  auto again = pool_->AddCheckpoint(Ckpt(1, "1.1", 'a'));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->checkpoint, first.checkpoint);
+  // Not the newest any more: the same manifest again is a new checkpoint.
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'b')).ok());
+  auto third = *pool_->AddCheckpoint(Ckpt(1, "1.1", 'a'));
+  EXPECT_TRUE(third.created);
+  EXPECT_EQ(third.checkpoint.number, 3);
+}
+
+TEST_F(PoolTest, CheckpointOfAStaleAttemptIsFencedOff) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "bob").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  manifests_ = {ManifestId('a')};
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", "vacated", 0, 15, "reclaimed", 0}).ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);  // 1.2
+  ASSERT_EQ(pool_->GetJob(1)->job.current_attempt, "1.2");
+  auto stale = pool_->AddCheckpoint(Ckpt(1, "1.1", 'a'));
+  EXPECT_EQ(stale.status().code(), StatusCode::kAborted);
+  EXPECT_EQ(stale.status().message(), "attempt 1.1 is not the live attempt of job 1");
+  // Not yet created, of another job, of a job with no attempt.
+  EXPECT_EQ(pool_->AddCheckpoint(Ckpt(1, "1.3", 'a')).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(pool_->AddCheckpoint(Ckpt(2, "1.2", 'a')).status().code(), StatusCode::kAborted);
+  EXPECT_EQ(pool_->AddCheckpoint(Ckpt(99, "99.1", 'a')).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(pool_->ListCheckpoints(1)->empty());
+  EXPECT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.2", 'a')).ok());
+  // A finished job takes no more.
+  ASSERT_TRUE(pool_->Cancel(1).ok());
+  manifests_.insert(ManifestId('b'));
+  EXPECT_EQ(pool_->AddCheckpoint(Ckpt(1, "1.2", 'b')).status().code(), StatusCode::kAborted);
+}
+
+TEST_F(PoolTest, CheckpointNamingAManifestNotStoredIsRefused) {
+  ASSERT_TRUE(pool_->AgentHello(MakeHello("a", 1)).ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  auto r = pool_->AddCheckpoint(Ckpt(1, "1.1", 'a'));
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("is not stored"));
+  EXPECT_TRUE(pool_->ListCheckpoints(1)->empty());
+}
+
+TEST_F(PoolTest, RetentionKeepsTheNewestCheckpoints) {
+  PoolOptions o;
+  o.checkpoint_keep = 2;
+  UseOptions(o);
+  ASSERT_TRUE(pool_->AgentHello(MakeHello("a", 1)).ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  for (char c : {'a', 'b', 'c', 'd'}) {
+    manifests_.insert(ManifestId(c));
+    ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", c)).ok());
+  }
+  auto kept = *pool_->ListCheckpoints(1);
+  EXPECT_EQ(CheckpointNumbers(kept), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(kept[0].manifest, ManifestId('c'));
+  // Deleted ones leave the reachable set; the job's inputs stay in it.
+  EXPECT_EQ(*pool_->ReachableManifests(),
+            (std::set<std::string>{ManifestId('c'), ManifestId('d')}));
+}
+
+TEST_F(PoolTest, NewAttemptRestoresTheNewestCheckpoint) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec spec = Spec(1);
+  spec.checkpoint = CheckpointSpec{};
+  ASSERT_TRUE(pool_->Submit(spec, "alice").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  auto first = Starts(node.node_id);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].restore_checkpoint, 0);  // starts afresh
+  EXPECT_EQ(first[0].restore_manifest, "");
+  manifests_ = {ManifestId('a'), ManifestId('b')};
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'b')).ok());
+  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", "vacated", 0, 15, "reclaimed", 0}).ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  auto starts = Starts(node.node_id);
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_EQ(starts[1].attempt_id, "1.2");
+  EXPECT_EQ(starts[1].restore_checkpoint, 2);
+  EXPECT_EQ(starts[1].restore_manifest, ManifestId('b'));
+}
+
+TEST_F(PoolTest, LostWorkCountsFromTheLastCheckpoint) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  manifests_ = {ManifestId('a')};
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  clock_.AdvanceMs(600'000);
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
+  clock_.AdvanceMs(300'000);
+  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", "vacated", 0, 15, "reclaimed", 0}).ok());
+  auto attempt = pool_->GetJob(1)->attempts.at(0);
+  EXPECT_EQ(attempt.state, AttemptState::kVacated);
+  EXPECT_EQ(LostWorkMs(attempt), 300'000);  // not the 900 s it ran
+}
+
+TEST_F(PoolTest, SubmitChecksInputs) {
+  JobSpec workdir_only = Spec(0);
+  workdir_only.workdir = "/home/alice/proj";
+  auto r = pool_->Submit(workdir_only, "alice");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("workdir: the gpupool CLI uploads the directory"));
+
+  JobSpec with_inputs = Spec(0);
+  with_inputs.workdir = "/home/alice/proj";
+  with_inputs.inputs = ManifestId('c');
+  r = pool_->Submit(with_inputs, "alice");
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "inputs: manifest cccccccccccc... is not uploaded");
+  EXPECT_TRUE(pool_->ListJobs({})->empty());
+
+  manifests_ = {ManifestId('c')};
+  ASSERT_TRUE(pool_->Submit(with_inputs, "alice").ok());
+  EXPECT_EQ(*pool_->ReachableManifests(), std::set<std::string>{ManifestId('c')});
+  ASSERT_TRUE(pool_->Cancel(1).ok());  // terminal: its inputs are collectable
+  EXPECT_TRUE(pool_->ReachableManifests()->empty());
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/blob_api.h"
+#include "server/blob_service.h"
 #include "server/scheduler_config.h"
 #include "store/sqlite_store.h"
 
@@ -91,6 +93,14 @@ int RunServer(const ServerOptions& options) {
               << std::flush;
   }
 
+  BlobServiceOptions blob_options;
+  blob_options.dir = options.data_dir + "/blobs";
+  auto blobs = BlobService::Open(blob_options);
+  if (!blobs.ok()) {
+    std::cerr << "gpupool server: " << blobs.status().ToString() << "\n";
+    return 1;
+  }
+
   net::EventLoop loop;
   AgentHub* hub_ptr = nullptr;
   Api* api_ptr = nullptr;
@@ -123,13 +133,17 @@ int RunServer(const ServerOptions& options) {
       loop.Post(run_schedule);
     }
   };
+  hooks.manifest_stored = [&](const std::string& id) { return (*blobs)->HasManifest(id); };
   Pool pool(**store, clock, pool_options, hooks);
   pool_ptr = &pool;
   if (Status s = pool.Recover(); !s.ok()) {
     std::cerr << "gpupool server: " << s.ToString() << "\n";
     return 1;
   }
-  Api api(loop, pool, auth, clock);
+  BlobApiOptions blob_api_options;
+  blob_api_options.gc_grace_ms = options.blob_gc_grace_ms;
+  BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options);
+  Api api(loop, pool, auth, clock, &blob_api);
   AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms);
   api_ptr = &api;
   hub_ptr = &hub;
@@ -174,6 +188,16 @@ int RunServer(const ServerOptions& options) {
   };
   loop.RunAfter(1000, tick);
   hooks.schedule_needed();
+
+  // Blob garbage collection: one at a time, the next one an interval after
+  // the last one ended.
+  std::function<void()> gc_tick = [&] {
+    blob_api.CollectGarbage([&](Result<GcStats> stats) {
+      if (!stats.ok()) GP_LOG(kError) << "blob gc failed: " << stats.status().ToString();
+      loop.RunAfter(options.blob_gc_interval_ms, gc_tick);
+    });
+  };
+  loop.RunAfter(options.blob_gc_interval_ms, gc_tick);
 
   // SIGHUP: read --scheduler-config again (groups, weights, guarantees, ...).
   // A file that does not parse is reported and the config in force stays.

@@ -19,6 +19,11 @@ struct ServerOptions {
   // YAML file with fair-share groups, quotas and preemption settings
   // (server/scheduler_config.h); empty = the defaults. Replaces pool.scheduler.
   std::string scheduler_config;
+  // Blob garbage collection (docs/operator-guide.md): unreachable blobs
+  // younger than the grace are kept; a collection runs this often.
+  // (Checkpoints kept per job: pool.checkpoint_keep.)
+  int64_t blob_gc_grace_ms = 3'600'000;
+  int64_t blob_gc_interval_ms = 3'600'000;
 };
 
 // Returns the process exit code.

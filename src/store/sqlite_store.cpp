@@ -154,6 +154,28 @@ CREATE TABLE node_events (
 CREATE INDEX node_events_node_id ON node_events(node_id, id);
 )sql";
 
+// Version 4: the blob store's checkpoints, and when each attempt last
+// checkpointed (lost-work accounting). checkpoint_seq keeps the last number
+// handed out per job, so retention's deletes never let a number come back.
+constexpr const char* kSchemaV4 = R"sql(
+ALTER TABLE attempts ADD COLUMN last_checkpoint_ms INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE checkpoints (
+  job_id     INTEGER NOT NULL REFERENCES jobs(id),
+  number     INTEGER NOT NULL,
+  attempt_id TEXT NOT NULL,
+  manifest   TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  bytes      INTEGER NOT NULL,
+  files      INTEGER NOT NULL,
+  PRIMARY KEY (job_id, number)
+) WITHOUT ROWID;
+CREATE TABLE checkpoint_seq (
+  job_id      INTEGER PRIMARY KEY,
+  last_number INTEGER NOT NULL
+);
+)sql";
+
 struct Migration {
   int version;
   const char* sql;
@@ -162,6 +184,7 @@ constexpr Migration kMigrations[] = {
     {1, kSchemaV1},
     {2, kSchemaV2},
     {3, kSchemaV3},
+    {4, kSchemaV4},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");
@@ -441,7 +464,7 @@ Result<Job> ReadJob(const Query& q) {
 
 constexpr std::string_view kAttemptColumns =
     "id, job_id, number, node_id, gpu_uuids, state, exit_code, reason, created_ms, started_ms, "
-    "finished_ms, gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job";
+    "finished_ms, gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job, last_checkpoint_ms";
 
 Result<Attempt> ReadAttempt(const Query& q) {
   Attempt a;
@@ -466,7 +489,23 @@ Result<Attempt> ReadAttempt(const Query& q) {
   a.gpu_memory_mib = q.Int(12);
   a.preempt_ms = q.Int(13);
   a.preempt_for_job = q.Int(14);
+  a.last_checkpoint_ms = q.Int(15);
   return a;
+}
+
+constexpr std::string_view kCheckpointColumns =
+    "job_id, number, attempt_id, manifest, created_ms, bytes, files";
+
+Result<Checkpoint> ReadCheckpoint(const Query& q) {
+  Checkpoint c;
+  c.job_id = q.Int(0);
+  c.number = q.Int(1);
+  c.attempt_id = q.Text(2);
+  c.manifest = q.Text(3);
+  c.created_ms = q.Int(4);
+  c.bytes = q.Int(5);
+  c.files = q.Int(6);
+  return c;
 }
 
 constexpr std::string_view kNodeColumns =
@@ -621,9 +660,10 @@ class SqliteTx : public Tx {
     GP_ASSIGN_OR_RETURN(
         Query q, impl_.Prepare("INSERT INTO attempts (id, job_id, number, node_id, gpu_uuids, "
                                "state, exit_code, reason, created_ms, started_ms, finished_ms, "
-                               "gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job) "
+                               "gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job, "
+                               "last_checkpoint_ms) "
                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                               "?14, ?15) "
+                               "?14, ?15, ?16) "
                                "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, "
                                "number = excluded.number, node_id = excluded.node_id, "
                                "gpu_uuids = excluded.gpu_uuids, state = excluded.state, "
@@ -634,7 +674,8 @@ class SqliteTx : public Tx {
                                "gpu_milli = excluded.gpu_milli, "
                                "gpu_memory_mib = excluded.gpu_memory_mib, "
                                "preempt_ms = excluded.preempt_ms, "
-                               "preempt_for_job = excluded.preempt_for_job"));
+                               "preempt_for_job = excluded.preempt_for_job, "
+                               "last_checkpoint_ms = excluded.last_checkpoint_ms"));
     q.Bind(1, a.id)
         .Bind(2, a.job_id)
         .Bind(3, static_cast<int64_t>(a.number))
@@ -649,7 +690,8 @@ class SqliteTx : public Tx {
         .Bind(12, static_cast<int64_t>(a.gpu_milli))
         .Bind(13, a.gpu_memory_mib)
         .Bind(14, a.preempt_ms)
-        .Bind(15, a.preempt_for_job);
+        .Bind(15, a.preempt_for_job)
+        .Bind(16, a.last_checkpoint_ms);
     Status st = q.Run();
     if (!st.ok() && IsForeignKeyError(q.extended_error())) {
       return Status::NotFound("attempt " + a.id + ": job " + std::to_string(a.job_id) +
@@ -952,7 +994,98 @@ class SqliteTx : public Tx {
         TokenRecord{q.Text(0), q.Text(1), q.Text(2), q.Int(3), q.Int(4), q.Int(5) != 0});
   }
 
+  // ---- checkpoints
+
+  Result<Checkpoint> AddCheckpoint(const Checkpoint& c) override {
+    GP_ASSIGN_OR_RETURN(auto job, GetJob(c.job_id));
+    if (!job) return Status::NotFound("job " + std::to_string(c.job_id) + " does not exist");
+    Checkpoint out = c;
+    GP_ASSIGN_OR_RETURN(out.number, NextCheckpointNumber(c.job_id));
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT INTO checkpoints (job_id, number, "
+                                               "attempt_id, manifest, created_ms, bytes, files) "
+                                               "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+    q.Bind(1, out.job_id).Bind(2, out.number).Bind(3, out.attempt_id).Bind(4, out.manifest);
+    q.Bind(5, out.created_ms).Bind(6, out.bytes).Bind(7, out.files);
+    GP_RETURN_IF_ERROR(q.Run());
+    return out;
+  }
+
+  Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id) override {
+    static const std::string sql = "SELECT " + std::string(kCheckpointColumns) +
+                                   " FROM checkpoints WHERE job_id = ?1 ORDER BY number";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    q.Bind(1, job_id);
+    return ReadAll<Checkpoint>(q, ReadCheckpoint);
+  }
+
+  Result<std::optional<Checkpoint>> GetCheckpoint(int64_t job_id, int64_t number) override {
+    static const std::string sql = "SELECT " + std::string(kCheckpointColumns) +
+                                   " FROM checkpoints WHERE job_id = ?1 AND number = ?2";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    q.Bind(1, job_id).Bind(2, number);
+    return ReadOne<Checkpoint>(q, ReadCheckpoint);
+  }
+
+  Result<std::optional<Checkpoint>> LatestCheckpoint(int64_t job_id) override {
+    static const std::string sql =
+        "SELECT " + std::string(kCheckpointColumns) +
+        " FROM checkpoints WHERE job_id = ?1 ORDER BY number DESC LIMIT 1";
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    q.Bind(1, job_id);
+    return ReadOne<Checkpoint>(q, ReadCheckpoint);
+  }
+
+  Status DeleteCheckpoint(int64_t job_id, int64_t number) override {
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("DELETE FROM checkpoints WHERE job_id = ?1 AND number = ?2"));
+    q.Bind(1, job_id).Bind(2, number);
+    return q.Run();
+  }
+
+  Result<std::vector<std::string>> ListCheckpointManifests() override {
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("SELECT DISTINCT manifest FROM checkpoints ORDER BY manifest"));
+    return ReadStrings(q);
+  }
+
+  Result<std::vector<std::string>> ListActiveJobInputs() override {
+    // Non-terminal states are few and small; the inputs live in the spec.
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("SELECT DISTINCT json_extract(spec, '$.inputs') AS inputs "
+                                      "FROM jobs WHERE state IN (?1, ?2, ?3) "
+                                      "AND inputs IS NOT NULL AND inputs <> '' ORDER BY inputs"));
+    q.Bind(1, JobStateName(JobState::kPending));
+    q.Bind(2, JobStateName(JobState::kScheduled));
+    q.Bind(3, JobStateName(JobState::kRunning));
+    return ReadStrings(q);
+  }
+
  private:
+  Result<int64_t> NextCheckpointNumber(int64_t job_id) {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT INTO checkpoint_seq (job_id, last_number) "
+                                               "VALUES (?1, 1) ON CONFLICT (job_id) DO UPDATE "
+                                               "SET last_number = last_number + 1 "
+                                               "RETURNING last_number"));
+    q.Bind(1, job_id);
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return Status::Internal("sqlite: checkpoint_seq: no number returned");
+    int64_t number = q.Int(0);
+    // Finish the statement so its effect is complete before the next one.
+    GP_ASSIGN_OR_RETURN(bool more, q.Step());
+    (void)more;
+    return number;
+  }
+
+  static Result<std::vector<std::string>> ReadStrings(Query& q) {
+    std::vector<std::string> out;
+    while (true) {
+      GP_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      out.push_back(q.Text(0));
+    }
+    return out;
+  }
+
   // Binds parameters 1..12, 14 and 15 of the INSERT and UPDATE statements
   // (13 is the id in UPDATE).
   static void BindJob(Query& q, const Job& job) {

@@ -20,8 +20,8 @@
 // - Errors: SQLITE_BUSY/LOCKED -> Unavailable; other SQLite failures ->
 //   Internal with sqlite3_errmsg. A row that cannot be decoded (bad JSON, an
 //   unknown enum name) -> Internal naming the table and the row's key. A node
-//   name held by another id -> AlreadyExists. An attempt or log line naming a
-//   job that does not exist -> NotFound (foreign keys).
+//   name held by another id -> AlreadyExists. An attempt, log line or
+//   checkpoint naming a job that does not exist -> NotFound.
 //
 // Threading: like every Store, one thread at a time (the connection is opened
 // without SQLite's own mutex). The object owns the connection and a cache of
@@ -48,7 +48,7 @@ struct SqliteOptions {
 class SqliteStore : public Store {
  public:
   // The schema version this binary writes; see the migrations in the .cpp.
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   // `path` is the database file, e.g. "<data-dir>/state.db"; ":memory:" opens
   // a private in-memory database (no WAL, nothing survives; for tests).

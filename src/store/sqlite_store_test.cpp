@@ -337,7 +337,8 @@ TEST(SqliteStoreTest, MigratesAVersion2DatabaseKeepingItsNodes) {
   }
   auto store = MustOpen(dir.db());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"), "3");
+  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"),
+            std::to_string(SqliteStore::kSchemaVersion));
   Status st = store->Transact([](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto node, tx.GetNode("n-1"));
     EXPECT_TRUE(node.has_value());
@@ -358,6 +359,66 @@ TEST(SqliteStoreTest, MigratesAVersion2DatabaseKeepingItsNodes) {
     EXPECT_EQ(events.size(), 1u);
     GP_ASSIGN_OR_RETURN(auto again, tx.GetNode("n-1"));
     EXPECT_EQ(again, node);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+// The version 3 migration exactly as it was released.
+constexpr const char* kSchemaV3ForTest = R"sql(
+ALTER TABLE nodes ADD COLUMN lending TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE node_events (
+  id       INTEGER PRIMARY KEY AUTOINCREMENT,
+  node_id  TEXT NOT NULL,
+  ts_ms    INTEGER NOT NULL,
+  kind     TEXT NOT NULL,
+  reason   TEXT NOT NULL,
+  gpus     TEXT NOT NULL,
+  attempts TEXT NOT NULL
+);
+CREATE INDEX node_events_node_id ON node_events(node_id, id);
+)sql";
+
+TEST(SqliteStoreTest, MigratesAVersion3DatabaseAddingCheckpoints) {
+  TempDir dir;
+  const std::string inputs(64, 'a');
+  {
+    RawDb raw(dir.db());
+    raw.Exec(kSchemaV1ForTest);
+    raw.Exec(kSchemaV2ForTest);
+    raw.Exec(kSchemaV3ForTest);
+    raw.Exec(
+        R"(INSERT INTO jobs VALUES (1, 'alice', 'old', 'running', '', NULL, 1, '1.1', 10, 11, 12, 0,
+                '{"name":"old","run":"true","resources":{"gpus":1},"inputs":")" +
+        inputs + R"("}', NULL, 0))");
+    raw.Exec(R"(INSERT INTO attempts VALUES ('1.1', 1, 1, 'n-1', '["GPU-a"]', 'running',
+                NULL, '', 10, 12, 0, 1000, 0, 0, 0))");
+    raw.Exec("PRAGMA user_version = 3");
+  }
+  auto store = MustOpen(dir.db());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"), "4");
+  Status st = store->Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt("1.1"));
+    EXPECT_TRUE(attempt.has_value());
+    if (!attempt) return Status::Ok();
+    EXPECT_EQ(attempt->last_checkpoint_ms, 0);  // none before checkpoints existed
+    EXPECT_EQ(attempt->gpu_milli, 1000);
+    GP_ASSIGN_OR_RETURN(auto inputs_now, tx.ListActiveJobInputs());
+    EXPECT_EQ(inputs_now, std::vector<std::string>{inputs});
+    GP_ASSIGN_OR_RETURN(auto none, tx.ListCheckpoints(1));
+    EXPECT_TRUE(none.empty());
+    Checkpoint c;
+    c.job_id = 1;
+    c.attempt_id = "1.1";
+    c.manifest = std::string(64, 'b');
+    GP_ASSIGN_OR_RETURN(Checkpoint added, tx.AddCheckpoint(c));
+    EXPECT_EQ(added.number, 1);
+    attempt->last_checkpoint_ms = 13;
+    GP_RETURN_IF_ERROR(tx.PutAttempt(*attempt));
+    GP_ASSIGN_OR_RETURN(auto again, tx.GetAttempt("1.1"));
+    EXPECT_EQ(again, attempt);
     return Status::Ok();
   });
   EXPECT_TRUE(st.ok()) << st.ToString();

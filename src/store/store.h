@@ -84,6 +84,21 @@ struct TokenRecord {
   friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
 };
 
+// A checkpoint of a job as the server keeps it: the blob store manifest
+// (blob/manifest.h) an attempt uploaded, numbered per job from 1 in the
+// order they arrived. Numbers are never reused, even after retention
+// deleted older checkpoints.
+struct Checkpoint {
+  int64_t job_id = 0;
+  int64_t number = 0;      // assigned by the store
+  std::string attempt_id;  // the attempt that uploaded it
+  std::string manifest;    // manifest id (64 lowercase hex digits)
+  int64_t created_ms = 0;
+  int64_t bytes = 0;  // the files' total size
+  int64_t files = 0;  // file entries in the manifest
+  friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
+};
+
 class Tx {
  public:
   virtual ~Tx() = default;
@@ -145,6 +160,24 @@ class Tx {
   // Tokens, looked up by hash.
   virtual Status PutToken(const TokenRecord& t) = 0;
   virtual Result<std::optional<TokenRecord>> GetToken(const std::string& hash) = 0;
+
+  // Checkpoints. AddCheckpoint ignores c.number, assigns the job's next
+  // number (1, 2, ...; never reused) and returns the stored checkpoint;
+  // NotFound when the job does not exist.
+  virtual Result<Checkpoint> AddCheckpoint(const Checkpoint& c) = 0;
+  // The job's checkpoints by ascending number (oldest first).
+  virtual Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id) = 0;
+  virtual Result<std::optional<Checkpoint>> GetCheckpoint(int64_t job_id, int64_t number) = 0;
+  // The one with the highest number, if any.
+  virtual Result<std::optional<Checkpoint>> LatestCheckpoint(int64_t job_id) = 0;
+  // Absent checkpoints are not an error.
+  virtual Status DeleteCheckpoint(int64_t job_id, int64_t number) = 0;
+
+  // For blob garbage collection: the distinct manifest ids of every stored
+  // checkpoint, and the distinct non-empty `inputs` of every job that is not
+  // terminal; both sorted.
+  virtual Result<std::vector<std::string>> ListCheckpointManifests() = 0;
+  virtual Result<std::vector<std::string>> ListActiveJobInputs() = 0;
 };
 
 class Store {

@@ -465,6 +465,7 @@ TEST_P(StoreConformanceTest, AttemptsPutGetListAndReplace) {
   a11.preempt_for_job = 3;
   a11.started_ms = 7;
   a11.finished_ms = 8;
+  a11.last_checkpoint_ms = 7'500;
   Attempt a12 = MakeAttempt(1, 2, "n-b", AttemptState::kRunning);
   a12.gpu_uuids = {"GPU-2", "GPU-3"};
   a12.started_ms = 9;
@@ -515,6 +516,7 @@ TEST_P(StoreConformanceTest, AttemptsPutGetListAndReplace) {
   a12.finished_ms = 99;
   a12.gpu_uuids.clear();
   a12.reason = "done";
+  a12.last_checkpoint_ms = 98;
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutAttempt(a12); }));
   CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [&](Tx& tx) { return tx.GetAttempt("1.2"); }));
   ASSERT_TRUE(got.has_value());
@@ -912,6 +914,144 @@ TEST_P(StoreConformanceTest, TokensPutGetRevoke) {
 // ---------------------------------------------------------------------------
 // Transactions
 
+// ---------------------------------------------------------------------------
+// Checkpoints
+
+namespace {
+
+Checkpoint MakeCheckpoint(int64_t job_id, std::string attempt_id, char manifest_digit,
+                          int64_t created_ms) {
+  Checkpoint c;
+  c.job_id = job_id;
+  c.attempt_id = std::move(attempt_id);
+  c.manifest = std::string(64, manifest_digit);
+  c.created_ms = created_ms;
+  c.bytes = 1000 * created_ms;
+  c.files = created_ms % 7;
+  return c;
+}
+
+std::vector<int64_t> Numbers(const std::vector<Checkpoint>& cs) {
+  std::vector<int64_t> out;
+  for (const Checkpoint& c : cs) out.push_back(c.number);
+  return out;
+}
+
+}  // namespace
+
+TEST_P(StoreConformanceTest, CheckpointsAreNumberedPerJobAndRoundTrip) {
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("bob", RunSpec())));
+  Checkpoint first = MakeCheckpoint(1, "1.1", 'a', 10);
+  first.number = 77;  // ignored: the store numbers them
+  CONF_ASSERT_OK_AND_ASSIGN(Checkpoint c1,
+                            InTx(store(), [&](Tx& tx) { return tx.AddCheckpoint(first); }));
+  EXPECT_EQ(c1.number, 1);
+  first.number = 1;
+  EXPECT_EQ(c1, first);
+  CONF_ASSERT_OK_AND_ASSIGN(Checkpoint other, InTx(store(), [&](Tx& tx) {
+                              return tx.AddCheckpoint(MakeCheckpoint(2, "2.1", 'b', 11));
+                            }));
+  EXPECT_EQ(other.number, 1);  // per job
+  CONF_ASSERT_OK_AND_ASSIGN(Checkpoint c2, InTx(store(), [&](Tx& tx) {
+                              return tx.AddCheckpoint(MakeCheckpoint(1, "1.2", 'c', 12));
+                            }));
+  EXPECT_EQ(c2.number, 2);
+
+  CONF_ASSERT_OK_AND_ASSIGN(auto list, InTx(store(), [](Tx& tx) { return tx.ListCheckpoints(1); }));
+  EXPECT_EQ(list, (std::vector<Checkpoint>{c1, c2}));
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [](Tx& tx) { return tx.GetCheckpoint(1, 1); }));
+  EXPECT_EQ(got, std::optional<Checkpoint>(c1));
+  CONF_ASSERT_OK_AND_ASSIGN(auto latest,
+                            InTx(store(), [](Tx& tx) { return tx.LatestCheckpoint(1); }));
+  EXPECT_EQ(latest, std::optional<Checkpoint>(c2));
+  CONF_ASSERT_OK_AND_ASSIGN(auto none,
+                            InTx(store(), [](Tx& tx) { return tx.GetCheckpoint(1, 3); }));
+  EXPECT_FALSE(none.has_value());
+  CONF_ASSERT_OK_AND_ASSIGN(auto empty,
+                            InTx(store(), [](Tx& tx) { return tx.ListCheckpoints(9); }));
+  EXPECT_TRUE(empty.empty());
+  CONF_ASSERT_OK_AND_ASSIGN(auto no_latest,
+                            InTx(store(), [](Tx& tx) { return tx.LatestCheckpoint(9); }));
+  EXPECT_FALSE(no_latest.has_value());
+}
+
+TEST_P(StoreConformanceTest, CheckpointNumbersAreNeverReusedAfterDeletes) {
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  auto add = [&](char digit) {
+    auto r =
+        InTx(store(), [&](Tx& tx) { return tx.AddCheckpoint(MakeCheckpoint(1, "1.1", digit, 5)); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r->number : int64_t{-1};
+  };
+  EXPECT_EQ(add('a'), 1);
+  EXPECT_EQ(add('b'), 2);
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.DeleteCheckpoint(1, 1));
+    GP_RETURN_IF_ERROR(tx.DeleteCheckpoint(1, 2));
+    return tx.DeleteCheckpoint(1, 99);  // absent: not an error
+  }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto list, InTx(store(), [](Tx& tx) { return tx.ListCheckpoints(1); }));
+  EXPECT_TRUE(list.empty());
+  EXPECT_EQ(add('c'), 3);
+  Reopen();
+  EXPECT_EQ(add('d'), 4);
+  CONF_ASSERT_OK_AND_ASSIGN(list, InTx(store(), [](Tx& tx) { return tx.ListCheckpoints(1); }));
+  EXPECT_EQ(Numbers(list), (std::vector<int64_t>{3, 4}));
+}
+
+TEST_P(StoreConformanceTest, CheckpointOfMissingJobIsNotFoundAndRollsBack) {
+  auto r =
+      InTx(store(), [](Tx& tx) { return tx.AddCheckpoint(MakeCheckpoint(42, "42.1", 'a', 1)); });
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+  // A rolled-back add hands its number out again.
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  Status st = store().Transact([](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(MakeCheckpoint(1, "1.1", 'a', 1)).status());
+    return Status::Internal("abort");
+  });
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  CONF_ASSERT_OK_AND_ASSIGN(Checkpoint c, InTx(store(), [](Tx& tx) {
+                              return tx.AddCheckpoint(MakeCheckpoint(1, "1.1", 'b', 2));
+                            }));
+  EXPECT_EQ(c.number, 1);
+}
+
+TEST_P(StoreConformanceTest, ReachableManifestsForGarbageCollection) {
+  JobSpec with_inputs = RunSpec();
+  with_inputs.workdir = "/home/alice/proj";
+  with_inputs.inputs = std::string(64, '1');
+  JobSpec same_inputs = CommandSpec();
+  same_inputs.inputs = std::string(64, '1');
+  JobSpec other_inputs = RunSpec();
+  other_inputs.inputs = std::string(64, '2');
+  JobSpec finished_inputs = RunSpec();
+  finished_inputs.inputs = std::string(64, '3');
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", with_inputs, JobState::kPending)));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", same_inputs, JobState::kRunning)));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("bob", other_inputs, JobState::kScheduled)));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("bob", finished_inputs, JobState::kSucceeded)));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("bob", finished_inputs, JobState::kFailed)));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("carol", RunSpec(), JobState::kRunning)));  // no inputs
+  using V = std::vector<std::string>;
+  CONF_ASSERT_OK_AND_ASSIGN(auto inputs,
+                            InTx(store(), [](Tx& tx) { return tx.ListActiveJobInputs(); }));
+  EXPECT_EQ(inputs, (V{std::string(64, '1'), std::string(64, '2')}));
+
+  CONF_ASSERT_OK_AND_ASSIGN(auto none,
+                            InTx(store(), [](Tx& tx) { return tx.ListCheckpointManifests(); }));
+  EXPECT_TRUE(none.empty());
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(MakeCheckpoint(4, "4.1", 'f', 1)).status());
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(MakeCheckpoint(1, "1.1", 'e', 2)).status());
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(MakeCheckpoint(2, "2.1", 'e', 3)).status());
+    return tx.AddCheckpoint(MakeCheckpoint(2, "2.1", 'd', 3)).status();
+  }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto manifests,
+                            InTx(store(), [](Tx& tx) { return tx.ListCheckpointManifests(); }));
+  EXPECT_EQ(manifests, (V{std::string(64, 'd'), std::string(64, 'e'), std::string(64, 'f')}));
+}
+
 TEST_P(StoreConformanceTest, ErrorRollsBackEverything) {
   CONF_ASSERT_OK_AND_ASSIGN(Job kept, Insert(store(), MakeJob("alice", RunSpec())));
   int64_t rolled_back_id = 0;
@@ -1009,6 +1149,7 @@ TEST_P(StoreConformanceTest, ReopenSeesEverythingCommitted) {
     GP_RETURN_IF_ERROR(tx.AppendLogs(job.id, {Line("1.1", 0, "a"), Line("1.1", 2, "b")}));
     GP_RETURN_IF_ERROR(tx.PushOutbox("n-1", "assign", "{}").status());
     GP_RETURN_IF_ERROR(tx.PutMeta("k", "v"));
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(MakeCheckpoint(job.id, "1.1", 'c', 3)).status());
     return tx.PutToken(token);
   }));
   CONF_ASSERT_OK_AND_ASSIGN(auto logs_before,
@@ -1034,6 +1175,8 @@ TEST_P(StoreConformanceTest, ReopenSeesEverythingCommitted) {
     EXPECT_EQ(meta, std::optional<std::string>("v"));
     GP_ASSIGN_OR_RETURN(auto t, tx.GetToken("hash1"));
     EXPECT_EQ(t, std::optional<TokenRecord>(token));
+    GP_ASSIGN_OR_RETURN(auto c, tx.LatestCheckpoint(job.id));
+    EXPECT_TRUE(c.has_value() && c->number == 1 && c->manifest == std::string(64, 'c'));
     return Status::Ok();
   }));
 

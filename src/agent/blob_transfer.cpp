@@ -1,0 +1,140 @@
+#include "agent/blob_transfer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "blob/cached_chunk_store.h"
+#include "blob/http_chunk_store.h"
+#include "blob/manifest.h"
+#include "blob/tree.h"
+#include "common/units.h"
+#include "exec/executor.h"
+#include "net/http.h"
+#include "net/http_client.h"
+
+namespace gpupool::agent {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+blob::HttpChunkStoreOptions RemoteOptions(const BlobAccess& access) {
+  blob::HttpChunkStoreOptions o;
+  o.server = access.server_url;
+  o.token = access.token;
+  return o;
+}
+
+// Gives everything under `dir` (and `dir` itself) to `uid`.
+Status GiveTo(const std::string& dir, int uid) {
+  auto give = [uid](const fs::path& p) {
+    if (::lchown(p.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) != 0) {
+      return Status::Internal("cannot give " + p.string() + " to uid " + std::to_string(uid));
+    }
+    return Status::Ok();
+  };
+  GP_RETURN_IF_ERROR(give(dir));
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    GP_RETURN_IF_ERROR(give(it->path()));
+  }
+  if (ec) return Status::Internal("cannot walk " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+Status Restore(blob::HttpChunkStore& remote, blob::CachedChunkStore& source,
+               const std::string& manifest_id, const std::string& dest, const std::string& what,
+               const std::function<void(const std::string&)>& event) {
+  GP_ASSIGN_OR_RETURN(blob::Manifest m, remote.GetManifest(manifest_id));
+  event("restoring " + what + " (" + FormatBytes(m.TotalBytes()) + ")");
+  Status s = blob::RestoreTree(m, source, dest);
+  if (!s.ok()) return s.WithContext("cannot restore " + what);
+  return source.ReleasePins();
+}
+
+}  // namespace
+
+Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_dir, int uid,
+                          const BlobAccess& access,
+                          const std::function<void(const std::string&)>& event) {
+  std::string checkpoint_dir = exec::CheckpointDirIn(work_dir);
+  bool restore = !task.restore_manifest.empty();
+  if (task.spec.inputs.empty() && !restore) {
+    // Still the job's to write into, whatever it restores.
+    std::error_code ec;
+    fs::create_directories(checkpoint_dir, ec);
+    if (ec) return Status::Internal("cannot create " + checkpoint_dir + ": " + ec.message());
+    return uid >= 0 ? GiveTo(checkpoint_dir, uid) : Status::Ok();
+  }
+  blob::HttpChunkStore remote(RemoteOptions(access));
+  blob::CachedChunkStoreOptions cache_options;
+  cache_options.dir = access.cache_dir;
+  cache_options.limit_bytes = access.cache_bytes;
+  GP_ASSIGN_OR_RETURN(auto cache,
+                      blob::CachedChunkStore::Open(cache_options, remote,
+                                                   [&remote](const std::vector<blob::ChunkId>& ids,
+                                                             const blob::ChunkSink& sink) {
+                                                     return remote.FetchMany(ids, sink);
+                                                   }));
+  if (!task.spec.inputs.empty()) {
+    GP_RETURN_IF_ERROR(
+        Restore(remote, *cache, task.spec.inputs, work_dir, "the job's inputs", event));
+  }
+  if (fs::exists(checkpoint_dir) && !fs::is_empty(checkpoint_dir)) {
+    return Status::FailedPrecondition("the job's inputs hold a " +
+                                      std::string(exec::kCheckpointDirName) +
+                                      " directory, which is reserved for its checkpoints");
+  }
+  if (restore) {
+    GP_RETURN_IF_ERROR(Restore(remote, *cache, task.restore_manifest, checkpoint_dir,
+                               "checkpoint " + std::to_string(task.restore_checkpoint), event));
+  } else {
+    std::error_code ec;
+    fs::create_directories(checkpoint_dir, ec);
+    if (ec) return Status::Internal("cannot create " + checkpoint_dir + ": " + ec.message());
+  }
+  return uid >= 0 ? GiveTo(work_dir, uid) : Status::Ok();
+}
+
+UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::string& attempt_id) {
+  return [access, job_id, attempt_id](const std::string& dir,
+                                      const Commit& c) -> Result<UploadResult> {
+    blob::HttpChunkStore remote(RemoteOptions(access));
+    blob::StoreTreeOptions options;
+    // The tree a restored attempt finds: the checkpoint directory holding
+    // only this commit.
+    options.ignore = [&c](const std::string& path, bool) {
+      return path.substr(0, path.find('/')) != c.name;
+    };
+    UploadResult out;
+    GP_ASSIGN_OR_RETURN(blob::Manifest m, blob::StoreTree(dir, remote, options, &out.stats));
+    bool found = false;
+    for (const blob::ManifestEntry& e : m.entries) found = found || e.path == c.name;
+    // The job deleted it meanwhile, having committed a newer one.
+    if (!found) return Status::NotFound(c.name + " is gone");
+    GP_ASSIGN_OR_RETURN(blob::StoredManifest stored, remote.PutManifest(blob::EncodeManifest(m)));
+    out.manifest = stored.id;
+
+    net::HttpCall call;
+    call.base_url = access.server_url;
+    call.method = "POST";
+    call.target = "/v1/jobs/" + std::to_string(job_id) + "/checkpoints";
+    call.headers["Authorization"] = "Bearer " + access.token;
+    call.headers["Content-Type"] = "application/json";
+    call.body = json{{"attempt", attempt_id}, {"manifest", out.manifest}}.dump();
+    GP_ASSIGN_OR_RETURN(net::HttpResponse r, net::Fetch(call));
+    if (r.status >= 300) return net::ErrorStatus(r, "registering checkpoint " + c.name);
+    json j = json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("number") || !j["number"].is_number_integer()) {
+      return Status::Internal("registering checkpoint " + c.name + ": unexpected answer " +
+                              r.body.substr(0, 200));
+    }
+    out.checkpoint = j["number"].get<int64_t>();
+    return out;
+  };
+}
+
+}  // namespace gpupool::agent

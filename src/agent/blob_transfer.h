@@ -1,0 +1,43 @@
+// How a task's shim reaches the server's blob store (docs/api.md, "Blob
+// store"): it fills a new task's work directory with the job's inputs and
+// its restored checkpoint before the job starts, and uploads the job's
+// checkpoints (agent/checkpoint_sync.h) while it runs.
+//
+// Everything here blocks; the shim calls it before the job starts or from
+// its uploader thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "agent/checkpoint_sync.h"
+#include "common/status.h"
+#include "proto/messages.h"
+
+namespace gpupool::agent {
+
+struct BlobAccess {
+  std::string server_url;  // "http://127.0.0.1:8470"
+  std::string token;       // the agent's credential (its join token)
+  // The agent's chunk cache: restores and input fetches download only the
+  // chunks it lacks; least recently used chunks go once it passes the limit.
+  std::string cache_dir;
+  int64_t cache_bytes = int64_t{10} << 30;
+};
+
+// Fills `work_dir` (empty) before the job starts: the job's inputs
+// (spec.inputs), then the checkpoint to restore (restore_manifest) into its
+// checkpoint directory. Files become `uid`'s when uid >= 0. `event` gets a
+// line for the job's log about each step. Unavailable when the server
+// cannot be reached for a while; DataLoss when what arrived is corrupt.
+Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_dir, int uid,
+                          const BlobAccess& access,
+                          const std::function<void(const std::string&)>& event);
+
+// Uploads commits of attempt `attempt_id` of job `job_id` through the blob
+// API and registers each as the job's newest checkpoint. A refusal because
+// the attempt is no longer the job's live one is Aborted.
+UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::string& attempt_id);
+
+}  // namespace gpupool::agent

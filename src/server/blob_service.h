@@ -1,0 +1,127 @@
+// BlobService: the server's blob store (docs/api.md "Blobs"): chunks kept by
+// a FsChunkStore under DIR/chunks, manifests as files DIR/manifests/<id>.json
+// (DIR is DATA_DIR/blobs).
+//
+// Guarantees:
+// - Nothing corrupt is stored: every chunk is verified (OpenChunk) before it
+//   is written, every manifest is checked against its id and decoded.
+// - A stored manifest never names a missing chunk: PutManifest writes the
+//   file (atomically, fsynced with its directory) only after checking that
+//   every chunk it names is stored, and garbage collection, which removes
+//   chunks, excludes manifest writes while it runs.
+// - A chunk found corrupt when read is set aside (FsChunkStore::Get), so it
+//   is missing from then on and its next upload replaces it.
+// - Age: asking whether a chunk is missing, uploading it, and PUTting a
+//   manifest again refresh the modification time that garbage collection's
+//   grace period counts from, so what a client is about to refer to is not
+//   collected under it.
+//
+// The calls are synchronous and may be slow (disk, zstd, SHA-256): the
+// server runs them on its WorkerPool, never on the event loop; HasManifest
+// (one stat) is the exception. Thread-safe: any method from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "blob/chunk_store.h"
+#include "common/status.h"
+
+namespace gpupool::server {
+
+struct BlobServiceOptions {
+  std::string dir;    // DATA_DIR/blobs; created if missing
+  bool fsync = true;  // flush chunks and manifests before acknowledging them
+};
+
+// What a stored manifest holds (the PUT response, and a checkpoint's size).
+struct ManifestSummary {
+  std::string id;
+  int64_t bytes = 0;     // the files' total size
+  int64_t files = 0;     // file entries
+  int64_t chunks = 0;    // distinct chunks
+  bool created = false;  // PutManifest: stored by this call (false: was there)
+};
+
+struct GcStats {
+  int64_t manifests_removed = 0;
+  int64_t chunks_removed = 0;
+  int64_t bytes_freed = 0;  // of the removed chunks and manifests, as stored
+  int64_t chunks_kept = 0;
+};
+
+class BlobService {
+ public:
+  static Result<std::unique_ptr<BlobService>> Open(BlobServiceOptions options);
+
+  // Which of `ids` are not stored, in the order given; refreshes the age of
+  // the others. InvalidArgument naming a malformed id.
+  Result<std::vector<blob::ChunkId>> Missing(const std::vector<blob::ChunkId>& ids);
+  // Stores the chunks of a records body (blob/chunk_records.h) and returns
+  // how many records it held. InvalidArgument naming the record for a
+  // malformed record or a frame that fails verification; the records
+  // before it are stored.
+  Result<int64_t> PutChunks(std::string_view body);
+  // A records body with the chunks `ids` in order: a prefix of the list
+  // that stops before the record that would take it past `max_bytes` (at
+  // least one record). NotFound naming the first id that is not stored
+  // (checked for the whole list first); DataLoss naming a chunk found
+  // corrupt (set aside).
+  Result<std::string> FetchChunks(const std::vector<blob::ChunkId>& ids, size_t max_bytes);
+
+  // Checks and stores a manifest; see the guarantees above. InvalidArgument
+  // when the text does not hash to `id` or does not decode;
+  // FailedPrecondition "N chunks are missing, e.g. <id>".
+  Result<ManifestSummary> PutManifest(const std::string& id, std::string_view text);
+  // The manifest's text exactly as stored; NotFound if absent.
+  Result<std::string> GetManifest(const std::string& id);
+  // Reads and decodes a stored manifest; NotFound if absent.
+  Result<ManifestSummary> DescribeManifest(const std::string& id);
+  // Whether the manifest is stored (one stat; cheap enough for the loop).
+  bool HasManifest(const std::string& id) const;
+
+  // Removes the manifests that are neither in `reachable` nor younger than
+  // `grace_ms` (by their modification time, against `now_ms`), then the
+  // chunks no remaining manifest names that are older than the grace too.
+  Result<GcStats> CollectGarbage(const std::set<std::string>& reachable, int64_t now_ms,
+                                 int64_t grace_ms);
+
+  const std::string& dir() const { return dir_; }
+  std::string ManifestPath(const std::string& id) const;
+  blob::FsChunkStore& chunks() { return *chunks_; }
+
+ private:
+  BlobService(BlobServiceOptions options, std::unique_ptr<blob::FsChunkStore> chunks);
+  Status WriteManifest(const std::string& id, std::string_view text);
+  // Manifest ids stored, with their modification time and size.
+  struct StoredManifest {
+    std::string id;
+    int64_t modified_ms = 0;
+    int64_t bytes = 0;
+  };
+  Result<std::vector<StoredManifest>> ListManifests();
+  // Removes unreachable manifests past the grace; returns the chunks the
+  // remaining ones name.
+  Result<std::set<blob::ChunkId>> SweepManifests(const std::set<std::string>& reachable,
+                                                 int64_t cutoff_ms, GcStats& stats);
+
+  std::string dir_;
+  std::string manifest_dir_;
+  bool fsync_;
+  std::unique_ptr<blob::FsChunkStore> chunks_;
+  // Shared by manifest writes, exclusive for garbage collection, so a
+  // collection never removes a chunk that a manifest being stored has just
+  // been checked to hold.
+  std::shared_mutex gc_mu_;
+  // Serializes manifest file writes (WriteFileAtomic's temporary file is
+  // named after the target, so two writers of one id must not overlap).
+  std::mutex write_mu_;
+};
+
+}  // namespace gpupool::server

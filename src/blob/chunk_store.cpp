@@ -148,6 +148,34 @@ Status FsChunkStore::Put(const ChunkId& id, std::string_view compressed) {
   return WriteWhole(path, compressed, fsync_);
 }
 
+Status FsChunkStore::PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) {
+  for (const auto& [id, frame] : frames) GP_RETURN_IF_ERROR(OpenChunk(id, frame).status());
+  return PutVerified(frames);
+}
+
+Status FsChunkStore::PutVerified(const std::vector<std::pair<ChunkId, std::string>>& frames) {
+  bool wrote = false;
+  for (const auto& [id, frame] : frames) {
+    GP_RETURN_IF_ERROR(CheckId(id));
+    std::string path = PathOf(id);
+    if (::access(path.c_str(), F_OK) == 0) {
+      GP_RETURN_IF_ERROR(Touch(id));
+      continue;
+    }
+    std::error_code ec;
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    if (ec) return Status::Internal("cannot create the directory of " + path + ": " + ec.message());
+    GP_RETURN_IF_ERROR(WriteWhole(path, frame, /*sync=*/false));
+    wrote = true;
+  }
+  if (!wrote || !fsync_) return Status::Ok();
+  int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open " + dir_);
+  int rc = ::syncfs(fd);
+  ::close(fd);
+  return rc == 0 ? Status::Ok() : Errno("cannot sync " + dir_);
+}
+
 Result<std::string> FsChunkStore::Get(const ChunkId& id) {
   GP_RETURN_IF_ERROR(CheckId(id));
   std::string path = PathOf(id);
@@ -202,6 +230,17 @@ Status FsChunkStore::Touch(const ChunkId& id) {
     return Errno("cannot touch chunk");
   }
   return Status::Ok();
+}
+
+Result<std::vector<ChunkId>> FsChunkStore::MissingTouchingTheRest(const std::vector<ChunkId>& ids) {
+  std::vector<ChunkId> missing;
+  for (const ChunkId& id : ids) {
+    GP_RETURN_IF_ERROR(CheckId(id));
+    if (::utimensat(AT_FDCWD, PathOf(id).c_str(), nullptr, 0) == 0) continue;
+    if (errno != ENOENT) return Errno("cannot touch chunk");
+    missing.push_back(id);
+  }
+  return missing;
 }
 
 Status ChunkStore::PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) {

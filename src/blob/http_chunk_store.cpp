@@ -138,7 +138,11 @@ Result<size_t> HttpChunkStore::FetchSome(const std::vector<ChunkId>& ids, size_t
 }
 
 Status HttpChunkStore::FetchMany(const std::vector<ChunkId>& ids, const ChunkSink& sink) {
-  const size_t step = std::max<size_t>(1, options_.max_ids_per_request);
+  // The server answers at most ~8 MiB per request, about 500 chunks of
+  // 16 KiB: asking for all the rest each time would make it check (and the
+  // request carry) the whole remaining list again and again.
+  constexpr size_t kFetchWindow = 2048;
+  const size_t step = std::clamp<size_t>(options_.max_ids_per_request, 1, kFetchWindow);
   for (size_t begin = 0; begin < ids.size();) {
     size_t end = std::min(ids.size(), begin + step);
     GP_ASSIGN_OR_RETURN(size_t got, FetchSome(ids, begin, end, sink));

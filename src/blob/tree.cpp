@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 namespace gpupool::blob {
@@ -25,25 +26,51 @@ std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
+using Batch = std::vector<std::pair<ChunkId, std::string>>;  // (id, chunk bytes)
+
 // Chunks waiting to be offered to the store: only the ones it lacks are put.
+// A full batch goes to the store on a thread of its own while the next one
+// is being cut and hashed, so reading and hashing overlap with the store's
+// round trips (one batch in flight at most).
 class Uploader {
  public:
   Uploader(ChunkStore& store, int level, TreeStats& stats)
       : store_(store), level_(level), stats_(stats) {}
+  ~Uploader() { (void)Wait(); }
 
   Status Add(ChunkId id, std::string bytes) {
     held_ += bytes.size();
     pending_.push_back({std::move(id), std::move(bytes)});
-    return held_ >= kBatchBytes ? Flush() : Status::Ok();
+    if (held_ < kBatchBytes) return Status::Ok();
+    GP_RETURN_IF_ERROR(Wait());
+    in_flight_ = std::thread([this, batch = std::move(pending_)] { sent_ = Send(batch); });
+    pending_.clear();
+    held_ = 0;
+    return Status::Ok();
   }
 
-  Status Flush() {
+  // Sends what is left and waits for everything.
+  Status Finish() {
+    GP_RETURN_IF_ERROR(Wait());
+    Batch last = std::move(pending_);
+    pending_.clear();
+    return Send(last);
+  }
+
+ private:
+  Status Wait() {
+    if (in_flight_.joinable()) in_flight_.join();
+    return sent_;
+  }
+
+  // Only one Send runs at a time, so it alone updates the upload counters.
+  Status Send(const Batch& batch) {
     std::vector<ChunkId> ids;
-    for (const auto& [id, bytes] : pending_) ids.push_back(id);
+    for (const auto& [id, bytes] : batch) ids.push_back(id);
     GP_ASSIGN_OR_RETURN(std::vector<ChunkId> missing, store_.Missing(ids));
     std::sort(missing.begin(), missing.end());
-    std::vector<std::pair<ChunkId, std::string>> frames;
-    for (const auto& [id, bytes] : pending_) {
+    Batch frames;
+    for (const auto& [id, bytes] : batch) {
       if (!std::binary_search(missing.begin(), missing.end(), id)) continue;
       GP_ASSIGN_OR_RETURN(std::string frame, CompressChunk(Bytes(bytes), level_));
       // A chunk repeated within the batch is put once.
@@ -52,18 +79,16 @@ class Uploader {
       stats_.uploaded_bytes += static_cast<int64_t>(frame.size());
       frames.emplace_back(id, std::move(frame));
     }
-    GP_RETURN_IF_ERROR(store_.PutMany(frames));
-    pending_.clear();
-    held_ = 0;
-    return Status::Ok();
+    return store_.PutMany(frames);
   }
 
- private:
   ChunkStore& store_;
   int level_;
   TreeStats& stats_;
-  std::vector<std::pair<ChunkId, std::string>> pending_;
+  Batch pending_;
   size_t held_ = 0;
+  std::thread in_flight_;
+  Status sent_;  // of the batch in flight, read after joining it
 };
 
 Status ChunkFile(const fs::path& path, ManifestEntry& entry, const StoreTreeOptions& options,
@@ -210,7 +235,7 @@ Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
   Uploader up(store, options.zstd_level, s);
   Manifest m;
   GP_RETURN_IF_ERROR(StoreDir(fs::path(dir), "", options, m, up, s));
-  GP_RETURN_IF_ERROR(up.Flush());
+  GP_RETURN_IF_ERROR(up.Finish());
   return m;
 }
 

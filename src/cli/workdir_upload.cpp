@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
 #include <regex>
 
 #include "blob/http_chunk_store.h"
@@ -82,11 +83,14 @@ class ProgressLine {
  public:
   explicit ProgressLine(int64_t total) : total_(total), start_(Clock::now()) {}
 
+  // Scanned is called by StoreTree's thread, Sent by its uploading one.
   void Scanned(int64_t bytes) {
+    std::lock_guard lock(mu_);
     scanned_ = bytes;
     Draw();
   }
   void Sent(int64_t bytes) {
+    std::lock_guard lock(mu_);
     sent_ = bytes;
     Draw();
   }
@@ -112,6 +116,7 @@ class ProgressLine {
     return "[" + std::string(full, '#') + std::string(kWidth - full, '.') + "]";
   }
 
+  std::mutex mu_;
   const int64_t total_;
   const Clock::time_point start_;
   Clock::time_point last_{};

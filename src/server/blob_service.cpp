@@ -90,26 +90,21 @@ std::string BlobService::ManifestPath(const std::string& id) const {
 
 Result<std::vector<blob::ChunkId>> BlobService::Missing(const std::vector<blob::ChunkId>& ids) {
   for (const blob::ChunkId& id : ids) GP_RETURN_IF_ERROR(CheckBlobId(id, "chunk"));
-  GP_ASSIGN_OR_RETURN(auto missing, chunks_->Missing(ids));
   // The sender is about to name the others in a manifest: keep them young.
-  std::set<blob::ChunkId> absent(missing.begin(), missing.end());
-  for (const blob::ChunkId& id : ids) {
-    if (!absent.count(id)) GP_RETURN_IF_ERROR(chunks_->Touch(id));
-  }
-  return missing;
+  return chunks_->MissingTouchingTheRest(ids);
 }
 
 Result<int64_t> BlobService::PutChunks(std::string_view body) {
   GP_ASSIGN_OR_RETURN(auto records, blob::DecodeChunkRecords(body));
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& [id, frame] = records[i];
-    Status s = chunks_->Put(id, frame);
-    // A frame that fails verification is the sender's fault (400), a disk
-    // failure is ours (keeps its code).
-    if (s.code() == StatusCode::kDataLoss) s = Status::InvalidArgument(s.message());
-    GP_RETURN_IF_ERROR(s.WithContext(blob::ChunkRecordName(i, id)));
-    GP_RETURN_IF_ERROR(chunks_->Touch(id));  // Put leaves a chunk already there as it was
+    // A frame that fails verification is the sender's fault (400).
+    if (Status s = blob::OpenChunk(id, frame).status(); !s.ok()) {
+      return Status::InvalidArgument(s.message()).WithContext(blob::ChunkRecordName(i, id));
+    }
   }
+  // A disk failure is ours, and keeps its code.
+  GP_RETURN_IF_ERROR(chunks_->PutVerified(records));
   return static_cast<int64_t>(records.size());
 }
 

@@ -88,8 +88,8 @@ TEST_F(BlobServiceTest, PutChunksVerifiesEachRecordAndNamesTheBadOne) {
   EXPECT_EQ(stored.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(stored.status().message(),
               HasSubstr("records[2] (chunk " + u.frames[2].first.substr(0, 12) + ")"));
-  // The records before it are stored (content-addressed: harmless).
-  EXPECT_EQ(*blobs_->Missing(u.ChunkIds()), std::vector<std::string>{u.frames[2].first});
+  // Every record is checked before any is stored: a bad body stores nothing.
+  EXPECT_EQ(*blobs_->Missing(u.ChunkIds()), u.ChunkIds());
 
   auto malformed = blobs_->PutChunks(u.frames[0].first + " 5\nab");
   EXPECT_EQ(malformed.status().code(), StatusCode::kInvalidArgument);

@@ -110,7 +110,7 @@ def test_a_reclaimed_job_resumes_elsewhere_with_the_uninterrupted_result(pool, t
 
 
 def test_a_job_survives_kill_9_of_its_agent(pool, tmp_path):
-    steps = 150
+    steps = 157  # found by pgrep below: no other test runs the counter so long
     start_two(pool, tmp_path, extra=["--node-lost-after-ms", "3000"])
     job_id = submit_counter(pool, steps, every=10)
     pool.wait_state(job_id, "running")

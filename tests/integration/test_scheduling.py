@@ -6,9 +6,10 @@ import signal
 
 from pool import wait_for
 
-# A job that checkpoints when it is told to stop: SIGTERM goes to its whole
-# process group, the shell's trap saves and exits 0.
-CHECKPOINTING = ("trap 'echo checkpointing; exit 0' TERM; echo attempt=$GPUPOOL_ATTEMPT_ID; "
+# A job that checkpoints when it is told to stop. Before a preemption its
+# whole process group gets its checkpoint signal (SIGUSR1), then SIGTERM;
+# the shell's trap saves and exits 0 on the first.
+CHECKPOINTING = ("trap 'echo checkpointing; exit 0' USR1 TERM; echo attempt=$GPUPOOL_ATTEMPT_ID; "
                  "while true; do sleep 0.2; done")
 
 
@@ -112,7 +113,7 @@ anti_thrash_window: 30m
     assert f"job {interactive}" in first["reason"] and "interactive" in first["reason"]
     assert first["preempted_for_job"] == interactive
     assert job["last_preempted_ms"] is not None and job["exit_code"] is None
-    assert "checkpointing" in pool.logs_text(victim)  # it got SIGTERM and saved
+    assert "checkpointing" in pool.logs_text(victim)  # it got the signal and saved
     pool.wait_state(interactive, "running")
 
     # The interactive job ends; the victim runs again as attempt 2.

@@ -7,7 +7,7 @@ set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 report=${REPORT:-$PWD/chaos-report.json}
 cd "$(dirname "$0")/../tests/integration"
-GPUPOOL_BIN="$build/bin/gpupool" FAKE_NVML_DIR="$build/tests/fake_nvml" \
+env GPUPOOL_BIN="$build/bin/gpupool" FAKE_NVML_DIR="$build/tests/fake_nvml" \
   GPUPOOL_CHAOS_SECONDS="${SECONDS_OF_CHAOS:-300}" GPUPOOL_CHAOS_JOBS="${JOBS:-24}" \
   ${SEED:+GPUPOOL_CHAOS_SEED=$SEED} GPUPOOL_CHAOS_REPORT="$report" \
   /usr/bin/python3 -m pytest -q -s -p no:cacheprovider test_chaos.py

@@ -14,13 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-net::HttpResponse JsonResponse(int status, const json& body) {
-  net::HttpResponse r;
-  r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 json JobToJson(const Job& j, const std::optional<QueueInfo>& queue) {
   json out = {{"id", j.id},
               {"name", j.spec.name},

@@ -15,13 +15,6 @@ using nlohmann::json;
 
 namespace {
 
-net::HttpResponse JsonResponse(int status, const json& body) {
-  net::HttpResponse r;
-  r.status = status;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 json CheckpointToJson(const Checkpoint& c) {
   return {{"job", c.job_id},        {"number", c.number},         {"attempt", c.attempt_id},
           {"manifest", c.manifest}, {"created_ms", c.created_ms}, {"bytes", c.bytes},

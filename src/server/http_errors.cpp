@@ -33,6 +33,13 @@ int HttpStatusFor(StatusCode code) {
   return 500;
 }
 
+net::HttpResponse JsonResponse(int status, const nlohmann::json& body) {
+  net::HttpResponse r;
+  r.status = status;
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
 net::HttpResponse ErrorResponse(const Status& status) {
   net::HttpResponse r;
   r.status = HttpStatusFor(status.code());

@@ -55,20 +55,10 @@ Status Restore(blob::HttpChunkStore& remote, blob::CachedChunkStore& source,
   return source.ReleasePins();
 }
 
-}  // namespace
-
-Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_dir, int uid,
-                          const BlobAccess& access,
-                          const std::function<void(const std::string&)>& event) {
-  std::string checkpoint_dir = exec::CheckpointDirIn(work_dir);
-  bool restore = !task.restore_manifest.empty();
-  if (task.spec.inputs.empty() && !restore) {
-    // Still the job's to write into, whatever it restores.
-    std::error_code ec;
-    fs::create_directories(checkpoint_dir, ec);
-    if (ec) return Status::Internal("cannot create " + checkpoint_dir + ": " + ec.message());
-    return uid >= 0 ? GiveTo(checkpoint_dir, uid) : Status::Ok();
-  }
+// The job's inputs into `work_dir`, then its checkpoint into `checkpoint_dir`.
+Status FetchTrees(const proto::StartTask& task, const std::string& work_dir,
+                  const std::string& checkpoint_dir, const BlobAccess& access,
+                  const std::function<void(const std::string&)>& event) {
   blob::HttpChunkStore remote(RemoteOptions(access));
   blob::CachedChunkStoreOptions cache_options;
   cache_options.dir = access.cache_dir;
@@ -88,14 +78,24 @@ Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_
                                       std::string(exec::kCheckpointDirName) +
                                       " directory, which is reserved for its checkpoints");
   }
-  if (restore) {
-    GP_RETURN_IF_ERROR(Restore(remote, *cache, task.restore_manifest, checkpoint_dir,
-                               "checkpoint " + std::to_string(task.restore_checkpoint), event));
-  } else {
-    std::error_code ec;
-    fs::create_directories(checkpoint_dir, ec);
-    if (ec) return Status::Internal("cannot create " + checkpoint_dir + ": " + ec.message());
+  if (task.restore_manifest.empty()) return Status::Ok();
+  return Restore(remote, *cache, task.restore_manifest, checkpoint_dir,
+                 "checkpoint " + std::to_string(task.restore_checkpoint), event);
+}
+
+}  // namespace
+
+Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_dir, int uid,
+                          const BlobAccess& access,
+                          const std::function<void(const std::string&)>& event) {
+  std::string checkpoint_dir = exec::CheckpointDirIn(work_dir);
+  if (!task.spec.inputs.empty() || !task.restore_manifest.empty()) {
+    GP_RETURN_IF_ERROR(FetchTrees(task, work_dir, checkpoint_dir, access, event));
   }
+  // The job's to write into, whether or not a checkpoint was restored.
+  std::error_code ec;
+  fs::create_directories(checkpoint_dir, ec);
+  if (ec) return Status::Internal("cannot create " + checkpoint_dir + ": " + ec.message());
   return uid >= 0 ? GiveTo(work_dir, uid) : Status::Ok();
 }
 

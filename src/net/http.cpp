@@ -22,6 +22,19 @@ bool IsUnreserved(unsigned char c) {
 
 }  // namespace
 
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    while (i < path.size() && path[i] == '/') ++i;
+    size_t j = path.find('/', i);
+    if (j == std::string_view::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j;
+  }
+  return parts;
+}
+
 std::string HttpRequest::Header(std::string_view name) const {
   auto it = headers.find(std::string(name));
   return it == headers.end() ? std::string() : it->second;

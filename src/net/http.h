@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -31,6 +32,10 @@ struct HttpResponse {
   std::map<std::string, std::string> headers;
   std::string body;
 };
+
+// "/v1/jobs//42/" -> {"v1", "jobs", "42"}: the non-empty segments of a
+// path, as views into it.
+std::vector<std::string_view> SplitPath(std::string_view path);
 
 // Percent-decoding of a path or query component ('+' is a space in queries).
 std::string UrlDecode(std::string_view s, bool plus_is_space);

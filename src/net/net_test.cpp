@@ -105,6 +105,14 @@ TEST(UrlTest, Parse) {
   EXPECT_FALSE(ParseUrl("http://user@host"));
 }
 
+TEST(UrlTest, SplitPath) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(SplitPath("/v1/jobs/42/logs"), (V{"v1", "jobs", "42", "logs"}));
+  EXPECT_EQ(SplitPath("//v1///jobs/"), (V{"v1", "jobs"}));
+  EXPECT_EQ(SplitPath("/"), V{});
+  EXPECT_EQ(SplitPath(""), V{});
+}
+
 TEST(HttpRequestTest, Header) {
   HttpRequest r;
   r.headers["authorization"] = "Bearer x";

@@ -167,19 +167,6 @@ Result<int64_t> ParseJobId(std::string_view text) {
   return id;
 }
 
-std::vector<std::string_view> SplitPath(std::string_view path) {
-  std::vector<std::string_view> parts;
-  size_t i = 0;
-  while (i < path.size()) {
-    while (i < path.size() && path[i] == '/') ++i;
-    size_t j = path.find('/', i);
-    if (j == std::string_view::npos) j = path.size();
-    if (j > i) parts.push_back(path.substr(i, j - i));
-    i = j;
-  }
-  return parts;
-}
-
 }  // namespace
 
 Api::~Api() {
@@ -207,7 +194,7 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
 }
 
 void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respond) {
-  auto parts = SplitPath(req.path);
+  auto parts = net::SplitPath(req.path);
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
   if (parts.empty() || parts[0] != "v1")
     return fail(Status::NotFound("no such endpoint: " + req.path));

@@ -28,19 +28,6 @@ json GcStatsToJson(const GcStats& s) {
           {"chunks_kept", s.chunks_kept}};
 }
 
-std::vector<std::string_view> SplitPath(std::string_view path) {
-  std::vector<std::string_view> parts;
-  size_t i = 0;
-  while (i < path.size()) {
-    while (i < path.size() && path[i] == '/') ++i;
-    size_t j = path.find('/', i);
-    if (j == std::string_view::npos) j = path.size();
-    if (j > i) parts.push_back(path.substr(i, j - i));
-    i = j;
-  }
-  return parts;
-}
-
 Result<int64_t> ParsePositive(std::string_view text, std::string_view what) {
   int64_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -93,7 +80,7 @@ BlobApi::BlobApi(net::EventLoop& loop, Pool& pool, BlobService& blobs, const Clo
       workers_(options.worker_threads) {}
 
 bool BlobApi::Serves(std::string_view path) {
-  auto parts = SplitPath(path);
+  auto parts = net::SplitPath(path);
   if (parts.size() < 2 || parts[0] != "v1") return false;
   if (parts[1] == "blobs") return true;
   if (parts[1] == "jobs") return parts.size() >= 4 && parts[3] == "checkpoints";
@@ -102,7 +89,7 @@ bool BlobApi::Serves(std::string_view path) {
 
 void BlobApi::Handle(net::HttpRequest req, const Principal& who, Respond respond) {
   auto shared = std::make_shared<const net::HttpRequest>(std::move(req));
-  auto parts = SplitPath(shared->path);
+  auto parts = net::SplitPath(shared->path);
   const std::string& m = shared->method;
   const size_t n = parts.size();
   if (parts[1] == "blobs") {

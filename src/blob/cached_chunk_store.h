@@ -60,9 +60,6 @@ struct CachedChunkStoreOptions {
   bool fsync = false;                       // a lost cached chunk is simply fetched again
 };
 
-// Receives fetched chunks one by one: (id, verified zstd frame). The same
-// type as HttpChunkStore's ChunkSink.
-using ChunkSink = std::function<Status(const ChunkId& id, std::string frame)>;
 // Downloads `ids`, handing each frame to the sink in order; stops at the
 // sink's first error and returns it. HttpChunkStore::FetchMany is one.
 using FetchManyFn = std::function<Status(const std::vector<ChunkId>& ids, const ChunkSink& sink)>;

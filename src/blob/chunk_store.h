@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,6 +71,9 @@ class ChunkStore {
   // default does nothing.
   virtual Status Prefetch(const std::vector<ChunkId>& ids);
 };
+
+// Receives fetched chunks one by one: (id, verified zstd frame).
+using ChunkSink = std::function<Status(const ChunkId& id, std::string frame)>;
 
 // A stored chunk as FsChunkStore::Inventory sees it.
 struct StoredChunk {

@@ -61,9 +61,6 @@ struct StoredManifest {
   bool created = false;  // false: it was already stored
 };
 
-// Receives fetched chunks one by one: (id, verified zstd frame).
-using ChunkSink = std::function<Status(const ChunkId& id, std::string frame)>;
-
 class HttpChunkStore : public ChunkStore {
  public:
   explicit HttpChunkStore(HttpChunkStoreOptions options);

@@ -50,9 +50,7 @@ Status Restore(blob::HttpChunkStore& remote, blob::CachedChunkStore& source,
                const std::function<void(const std::string&)>& event) {
   GP_ASSIGN_OR_RETURN(blob::Manifest m, remote.GetManifest(manifest_id));
   event("restoring " + what + " (" + FormatBytes(m.TotalBytes()) + ")");
-  Status s = blob::RestoreTree(m, source, dest);
-  if (!s.ok()) return s.WithContext("cannot restore " + what);
-  return source.ReleasePins();
+  return blob::RestoreTree(m, source, dest).WithContext("cannot restore " + what);
 }
 
 // The job's inputs into `work_dir`, then its checkpoint into `checkpoint_dir`.

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+
+#include "blob/read_ahead.h"
 #include <tuple>
 
 namespace gpupool::blob {
@@ -59,51 +61,66 @@ Result<std::vector<ChunkId>> CachedChunkStore::Missing(const std::vector<ChunkId
 Status CachedChunkStore::Put(const ChunkId& id, std::string_view compressed) {
   std::lock_guard lock(mu_);
   GP_RETURN_IF_ERROR(remote_.Put(id, compressed));
-  (void)Keep(id, std::string(compressed));
+  (void)Keep(id, compressed, /*verified=*/false);
   return Status::Ok();
 }
 
 Status CachedChunkStore::PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) {
   std::lock_guard lock(mu_);
   GP_RETURN_IF_ERROR(remote_.PutMany(frames));
-  for (const auto& [id, frame] : frames) (void)Keep(id, frame);
+  for (const auto& [id, frame] : frames) (void)Keep(id, frame, /*verified=*/false);
   return Status::Ok();
 }
 
-Result<std::string> CachedChunkStore::GetLocal(const ChunkId& id) {
-  auto frame = cache_->Get(id);
-  if (frame.ok()) {
-    ++stats_.hits;
-    // A failed touch only makes the chunk look older than it is.
-    (void)cache_->Touch(id);
-    return frame;
+Result<VerifiedChunk> CachedChunkStore::ReadCached(const ChunkId& id, CacheStats& counts) {
+  auto c = cache_->Read(id);
+  if (c.ok()) {
+    ++counts.hits;
+    return c;
   }
-  if (frame.status().code() == StatusCode::kDataLoss) {
+  if (c.status().code() == StatusCode::kDataLoss) {
     // FsChunkStore set the bad copy aside as PATH.corrupt: drop it for good.
+    ++counts.corrupt_dropped;
     std::string aside = cache_->PathOf(id) + ".corrupt";
     struct stat st;
-    if (::stat(aside.c_str(), &st) == 0) used_ -= static_cast<int64_t>(st.st_size);
+    if (::stat(aside.c_str(), &st) == 0) counts.cached_bytes -= static_cast<int64_t>(st.st_size);
     ::unlink(aside.c_str());
-    ++stats_.corrupt_dropped;
   }
-  return frame.status();
+  if (c.status().code() == StatusCode::kNotFound || c.status().code() == StatusCode::kDataLoss) {
+    ++counts.misses;
+  }
+  return c.status();
+}
+
+Result<VerifiedChunk> CachedChunkStore::FetchOne(const ChunkId& id) {
+  GP_ASSIGN_OR_RETURN(std::string frame, remote_.Get(id));
+  GP_ASSIGN_OR_RETURN(std::string bytes, OpenChunk(id, frame));
+  return VerifiedChunk{id, std::move(frame), std::move(bytes)};
+}
+
+void CachedChunkStore::Count(const CacheStats& counts) {
+  stats_.hits += counts.hits;
+  stats_.misses += counts.misses;
+  stats_.corrupt_dropped += counts.corrupt_dropped;
+  used_ += counts.cached_bytes;
 }
 
 Result<std::string> CachedChunkStore::Get(const ChunkId& id) {
   std::lock_guard lock(mu_);
-  auto local = GetLocal(id);
-  if (local.ok()) return local;
-  if (local.status().code() != StatusCode::kNotFound &&
-      local.status().code() != StatusCode::kDataLoss) {
-    return local.status();  // a malformed id
+  CacheStats counts;
+  auto c = ReadCached(id, counts);
+  Count(counts);
+  if (c.ok()) {
+    // A failed touch only makes the chunk look older than it is.
+    (void)cache_->Touch(id);
+    return std::move(c->frame);
   }
-  ++stats_.misses;
-  GP_ASSIGN_OR_RETURN(std::string frame, remote_.Get(id));
-  // Verified once: by the cache's Put, or here when it was not kept.
-  if (!Keep(id, frame).verified) GP_RETURN_IF_ERROR(OpenChunk(id, frame).status());
+  if (counts.misses == 0) return c.status();  // a malformed id, an unreadable copy
+  GP_ASSIGN_OR_RETURN(VerifiedChunk fetched, FetchOne(id));
+  (void)Keep(id, fetched.frame, /*verified=*/true);
   ++stats_.fetched_chunks;
-  stats_.fetched_bytes += static_cast<int64_t>(frame.size());
-  return frame;
+  stats_.fetched_bytes += static_cast<int64_t>(fetched.frame.size());
+  return std::move(fetched.frame);
 }
 
 Status CachedChunkStore::Remove(const ChunkId& id) {
@@ -122,31 +139,23 @@ Result<std::vector<ChunkId>> CachedChunkStore::List() {
   return remote_.List();
 }
 
-CachedChunkStore::Kept CachedChunkStore::Keep(const ChunkId& id, const std::string& frame) {
-  auto record_error = [this](const Status& s) {
+bool CachedChunkStore::Keep(const ChunkId& id, std::string_view frame, bool verified) {
+  if (!verified && !OpenChunk(id, frame).ok()) return false;
+  auto stored = cache_->KeepVerified(id, frame);
+  if (!stored.ok()) {
     ++stats_.cache_errors;
-    stats_.last_cache_error = s;
-  };
-  Kept kept;
-  auto absent = cache_->Missing({id});
-  if (!absent.ok()) {
-    record_error(absent.status());
-    return kept;
+    stats_.last_cache_error = stored.status();
+    return true;
   }
-  if (absent->empty()) {  // cached meanwhile
-    (void)cache_->Touch(id);
-    return kept;
-  }
-  if (Status s = cache_->Put(id, frame); !s.ok()) {
-    if (s.code() != StatusCode::kDataLoss) record_error(s);
-    return kept;
-  }
-  kept.verified = true;  // FsChunkStore::Put opens every frame before storing it
+  if (!*stored) return true;  // cached meanwhile (now touched)
   used_ += static_cast<int64_t>(frame.size());
-  if (used_ <= evict_above_) return kept;
-  if (Status s = Evict(); !s.ok()) record_error(s);
-  kept.full = used_ > options_.limit_bytes;
-  return kept;
+  if (used_ > evict_above_) {
+    if (Status s = Evict(); !s.ok()) {
+      ++stats_.cache_errors;
+      stats_.last_cache_error = s;
+    }
+  }
+  return true;
 }
 
 Status CachedChunkStore::Evict() {
@@ -178,46 +187,62 @@ Status CachedChunkStore::Evict() {
   return status;
 }
 
-Status CachedChunkStore::Prefetch(const std::vector<ChunkId>& ids) {
-  std::lock_guard lock(mu_);
-  std::vector<ChunkId> wanted = Unique(ids);
-  pinned_ = std::unordered_set<ChunkId>(wanted.begin(), wanted.end());
-  evict_above_ = options_.limit_bytes;
-  GP_ASSIGN_OR_RETURN(std::vector<ChunkId> absent, cache_->Missing(wanted));
-  // The ones already here are about to be used: newest in the LRU order.
-  std::unordered_set<ChunkId> absent_set(absent.begin(), absent.end());
-  for (const ChunkId& id : wanted) {
-    if (!absent_set.count(id)) (void)cache_->Touch(id);
-  }
-  bool full = false;
-  const Status kFull = Status::ResourceExhausted("the cache is full of pinned chunks");
-  ChunkSink keep = [&](const ChunkId& id, std::string frame) {
-    Kept kept = Keep(id, frame);
-    if (!kept.verified) GP_RETURN_IF_ERROR(OpenChunk(id, frame).status());
+Status CachedChunkStore::FetchAndKeep(const std::vector<ChunkId>& ids, const ChunkSink& sink) {
+  ChunkSink keep = [&](VerifiedChunk c) {
+    (void)Keep(c.id, c.frame, /*verified=*/true);
     ++stats_.fetched_chunks;
-    stats_.fetched_bytes += static_cast<int64_t>(frame.size());
-    full = kept.full;
-    return full ? kFull : Status::Ok();
+    stats_.fetched_bytes += static_cast<int64_t>(c.frame.size());
+    return sink(std::move(c));
   };
-  if (absent.empty()) return Status::Ok();
-  if (fetch_many_) {
-    Status s = fetch_many_(absent, keep);
-    return full ? Status::Ok() : s;
-  }
-  for (const ChunkId& id : absent) {
-    GP_ASSIGN_OR_RETURN(std::string frame, remote_.Get(id));
-    Status s = keep(id, std::move(frame));
-    if (full) return Status::Ok();
-    GP_RETURN_IF_ERROR(s);
+  if (ids.empty()) return Status::Ok();
+  if (fetch_many_) return fetch_many_(ids, keep);
+  for (const ChunkId& id : ids) {
+    GP_ASSIGN_OR_RETURN(VerifiedChunk c, FetchOne(id));
+    GP_RETURN_IF_ERROR(keep(std::move(c)));
   }
   return Status::Ok();
 }
 
-Status CachedChunkStore::ReleasePins() {
+Status CachedChunkStore::ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink) {
   std::lock_guard lock(mu_);
+  std::vector<ChunkId> wanted = Unique(ids);
+  GP_ASSIGN_OR_RETURN(std::vector<ChunkId> absent, cache_->Missing(wanted));
+  std::unordered_set<ChunkId> to_fetch(absent.begin(), absent.end());
+  // The ones held now are read below, after some fetching: they stay (and
+  // are the newest in the LRU order) until this read ends.
   pinned_.clear();
-  evict_above_ = options_.limit_bytes;
-  return used_ > options_.limit_bytes ? Evict() : Status::Ok();
+  for (const ChunkId& id : wanted) {
+    if (to_fetch.count(id)) continue;
+    pinned_.insert(id);
+    (void)cache_->Touch(id);
+  }
+  CacheStats read;  // this thread's counts, added to stats_ at the end
+  Status status;
+  {
+    // Until `ahead` is gone, its thread alone touches stats_ and used_.
+    ChunkReadAhead ahead([&](const ChunkSink& push) { return FetchAndKeep(absent, push); });
+    auto next = [&](const ChunkId& id) -> Result<VerifiedChunk> {
+      if (to_fetch.erase(id) != 0) {  // its first time, and the cache lacked it
+        GP_ASSIGN_OR_RETURN(VerifiedChunk c, ahead.Next());
+        if (c.id != id) return Status::Internal("read ahead: chunks out of order");
+        return c;
+      }
+      const int64_t misses = read.misses;
+      auto c = ReadCached(id, read);
+      // Evicted meanwhile (a repeat of a fetched chunk), or corrupt: from
+      // the remote, not kept (the fetching thread owns the cache now).
+      if (!c.ok() && read.misses > misses) return FetchOne(id);
+      return c;
+    };
+    for (const ChunkId& id : ids) {
+      auto c = next(id);
+      status = c.ok() ? sink(std::move(*c)) : c.status();
+      if (!status.ok()) break;
+    }
+  }
+  pinned_.clear();
+  Count(read);
+  return status;
 }
 
 Status CachedChunkStore::Trim() {

@@ -5,28 +5,28 @@
 // The cache is a FsChunkStore directory; the remote is any ChunkStore (the
 // server's blob store through HttpChunkStore, or in tests a FsChunkStore).
 //
-//   Get       the cached copy when there is one and it verifies (and marks
-//             it used, for the LRU order); else the remote's, verified with
-//             OpenChunk, and a copy is kept. A corrupt cached copy is
-//             dropped and refetched.
-//   Prefetch  downloads the chunks of `ids` the cache lacks, in large
-//             batches (through `fetch_many`, e.g. HttpChunkStore::FetchMany,
-//             else one Get at a time), and pins `ids` (see below).
+//   Get         the cached copy when there is one and it verifies (and
+//               marks it used, for the LRU order); else the remote's,
+//               verified with OpenChunk, and a copy is kept. A corrupt
+//               cached copy is dropped and refetched.
+//   ReadChunks  (how a tree is restored) the same for many chunks at once:
+//               the ones the cache lacks are downloaded on another thread
+//               in large batches (through `fetch_many`, e.g.
+//               HttpChunkStore::FetchMany, else one Get at a time) while the
+//               caller's sink writes the ones before; each is verified once
+//               and a copy kept.
 //   Missing, Put, PutMany, List, Remove   go to the remote; Put and PutMany
-//             also keep a copy (an agent that uploads a checkpoint can
-//             restore it without downloading it); Remove drops the cached
-//             copy too.
+//               also keep a copy (an agent that uploads a checkpoint can
+//               restore it without downloading it); Remove drops the cached
+//               copy too.
 //
 // Size limit and eviction: the cache counts the bytes of the frames it
 // holds. When a new copy takes it over `limit_bytes`, the least recently used
 // chunks (FsChunkStore::Inventory's modified_ms: written or touched) are
-// removed until it is at `low_water_percent` of the limit. Pinned chunks
-// are never removed: Prefetch(ids) pins `ids` until ReleasePins() or the
-// next Prefetch, so the chunks of a restore in progress stay while
-// RestoreTree Gets them. A restore larger than the limit can hold the cache
-// above its limit by its own chunks until the pins are released; Prefetch
-// stops downloading ahead once only pinned chunks are left to evict (the rest
-// come through Get as the restore reaches them).
+// removed until it is at `low_water_percent` of the limit. While ReadChunks
+// runs, the chunks it is going to read from the cache are never removed; a
+// restore larger than the limit keeps the cache at its limit by evicting the
+// copies it made first (a repeat of one of those is fetched again).
 //
 // A failure to keep a copy (a full disk) does not fail a Get or a Put whose
 // data arrived: it is counted and kept in stats().last_cache_error.
@@ -60,14 +60,15 @@ struct CachedChunkStoreOptions {
   bool fsync = false;                       // a lost cached chunk is simply fetched again
 };
 
-// Downloads `ids`, handing each frame to the sink in order; stops at the
-// sink's first error and returns it. HttpChunkStore::FetchMany is one.
+// Downloads `ids`, handing each chunk, verified, to the sink in order;
+// stops at the sink's first error and returns it. HttpChunkStore::FetchMany
+// is one.
 using FetchManyFn = std::function<Status(const std::vector<ChunkId>& ids, const ChunkSink& sink)>;
 
 struct CacheStats {
-  int64_t hits = 0;            // Gets answered from the cache
-  int64_t misses = 0;          // Gets that went to the remote
-  int64_t fetched_chunks = 0;  // chunks downloaded (Get misses and Prefetch)
+  int64_t hits = 0;            // chunks read from the cache
+  int64_t misses = 0;          // chunks thought cached that came from the remote
+  int64_t fetched_chunks = 0;  // chunks downloaded
   int64_t fetched_bytes = 0;
   int64_t evicted_chunks = 0;
   int64_t evicted_bytes = 0;
@@ -92,10 +93,8 @@ class CachedChunkStore : public ChunkStore {
   Status Remove(const ChunkId& id) override;
   Result<std::vector<ChunkId>> List() override;
   Status PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) override;
-  Status Prefetch(const std::vector<ChunkId>& ids) override;
+  Status ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink) override;
 
-  // Ends the pins of the last Prefetch and evicts if over the limit.
-  Status ReleasePins();
   // Evicts now if the cache is over its limit.
   Status Trim();
 
@@ -106,17 +105,22 @@ class CachedChunkStore : public ChunkStore {
   CachedChunkStore(CachedChunkStoreOptions options, std::unique_ptr<FsChunkStore> cache,
                    ChunkStore& remote, FetchManyFn fetch_many, int64_t used);
 
-  // The cached copy, verified and touched; NotFound or DataLoss otherwise
-  // (a corrupt copy is removed). Requires mu_.
-  Result<std::string> GetLocal(const ChunkId& id);
-  struct Kept {
-    bool verified = false;  // the cache's Put checked the frame with OpenChunk and kept it
-    bool full = false;      // over the limit with only pinned chunks left to evict
-  };
-  // Keeps a copy of a frame. A corrupt frame is not kept (not verified); a
-  // failure to keep a good one is counted in stats_, not returned.
-  // Requires mu_.
-  Kept Keep(const ChunkId& id, const std::string& frame);
+  // The cached copy, verified, counted in `counts` (a hit; a miss when it
+  // is absent or corrupt, and a corrupt copy is removed). Does not touch
+  // members but cache_, so it may run beside FetchAndKeep.
+  Result<VerifiedChunk> ReadCached(const ChunkId& id, CacheStats& counts);
+  // From the remote, verified; not kept.
+  Result<VerifiedChunk> FetchOne(const ChunkId& id);
+  // Adds what ReadCached counted to stats_ and used_. Requires mu_.
+  void Count(const CacheStats& counts);
+  // Keeps a copy of a frame; `verified`: the caller has checked it with
+  // OpenChunk (else a corrupt frame is not kept, and false is returned). A
+  // failure to keep a good one is counted in stats_, not returned. Requires
+  // mu_.
+  bool Keep(const ChunkId& id, std::string_view frame, bool verified);
+  // The chunks of `ids` the cache lacks, fetched and kept, to `sink`.
+  // Requires mu_ (the caller's thread holds it while this runs on another).
+  Status FetchAndKeep(const std::vector<ChunkId>& ids, const ChunkSink& sink);
   // Removes LRU chunks not pinned until at the low water. Requires mu_.
   Status Evict();
 
@@ -126,7 +130,7 @@ class CachedChunkStore : public ChunkStore {
   const FetchManyFn fetch_many_;
 
   mutable std::mutex mu_;
-  std::unordered_set<ChunkId> pinned_;  // guarded by mu_
+  std::unordered_set<ChunkId> pinned_;  // never evicted; guarded by mu_
   int64_t used_ = 0;                    // bytes cached; guarded by mu_
   int64_t evict_above_ = 0;             // evict when used_ passes this; guarded by mu_
   CacheStats stats_;                    // guarded by mu_

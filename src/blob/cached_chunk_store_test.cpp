@@ -62,8 +62,8 @@ class CachedChunkStoreTest : public ::testing::Test {
     return [this, calls](const std::vector<ChunkId>& ids, const ChunkSink& sink) {
       calls->push_back(ids);
       for (const ChunkId& id : ids) {
-        GP_ASSIGN_OR_RETURN(std::string frame, remote_->Get(id));
-        GP_RETURN_IF_ERROR(sink(id, std::move(frame)));
+        GP_ASSIGN_OR_RETURN(VerifiedChunk c, remote_->Read(id));
+        GP_RETURN_IF_ERROR(sink(std::move(c)));
       }
       return Status::Ok();
     };
@@ -72,6 +72,18 @@ class CachedChunkStoreTest : public ::testing::Test {
   bool Cached(int i) { return fs::exists(CachePath(i)); }
   std::string CachePath(int i) {
     return (root_ / "cache" / chunks_[i].id.substr(0, 2) / chunks_[i].id).string();
+  }
+  // ReadChunks, checking that each chunk handed over is the one asked for
+  // with the right bytes; `got` lists them.
+  Status Read(CachedChunkStore& c, const std::vector<ChunkId>& ids, std::vector<ChunkId>* got) {
+    got->clear();
+    return c.ReadChunks(ids, [&](VerifiedChunk v) {
+      auto frame = remote_->Get(v.id);
+      EXPECT_TRUE(frame.ok() && *frame == v.frame);
+      EXPECT_EQ(OpenChunk(v.id, v.frame).value(), v.bytes);
+      got->push_back(v.id);
+      return Status::Ok();
+    });
   }
   void Get(CachedChunkStore& c, int i) {
     auto frame = c.Get(chunks_[i].id);
@@ -100,24 +112,41 @@ TEST_F(CachedChunkStoreTest, GetFetchesOnceThenServesTheCopy) {
   EXPECT_EQ(c->Get("nope").status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(CachedChunkStoreTest, PrefetchDownloadsOnlyWhatTheCacheLacksInOneBatch) {
+TEST_F(CachedChunkStoreTest, ReadChunksDownloadsOnlyWhatTheCacheLacksInOneBatch) {
   std::vector<std::vector<ChunkId>> calls;
   auto c = Open(1 << 20, Fetcher(&calls));
   Get(*c, 1);
   std::vector<ChunkId> ids = {chunks_[0].id, chunks_[1].id, chunks_[2].id, chunks_[0].id};
-  ASSERT_TRUE(c->Prefetch(ids).ok());
+  std::vector<ChunkId> got;
+  ASSERT_TRUE(Read(*c, ids, &got).ok());
+  EXPECT_EQ(got, ids);
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0], (std::vector<ChunkId>{chunks_[0].id, chunks_[2].id}));
-  for (int i : {0, 1, 2}) Get(*c, i);
-  EXPECT_EQ(c->stats().misses, 1);  // only the first Get, before the prefetch
+  EXPECT_TRUE(Cached(0) && Cached(1) && Cached(2));
+  EXPECT_EQ(c->stats().misses, 1);  // only the first Get
+  EXPECT_EQ(c->stats().hits, 2);    // chunk 1, and chunk 0 the second time
   EXPECT_EQ(c->stats().fetched_chunks, 3);
 }
 
-TEST_F(CachedChunkStoreTest, PrefetchWithoutBatchFetchGetsOneByOne) {
+TEST_F(CachedChunkStoreTest, ReadChunksWithoutBatchFetchGetsOneByOne) {
   auto c = Open(1 << 20);
-  ASSERT_TRUE(c->Prefetch({chunks_[3].id, chunks_[4].id}).ok());
+  std::vector<ChunkId> got;
+  ASSERT_TRUE(Read(*c, {chunks_[3].id, chunks_[4].id}, &got).ok());
+  EXPECT_EQ(got.size(), 2u);
   EXPECT_TRUE(Cached(3) && Cached(4));
-  EXPECT_EQ(c->Prefetch({std::string(64, 'b')}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Read(*c, {chunks_[3].id, std::string(64, 'b')}, &got).code(), StatusCode::kNotFound);
+  EXPECT_EQ(Read(*c, {"nope"}, &got).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CachedChunkStoreTest, ReadChunksStopsAtTheSinksError) {
+  std::vector<std::vector<ChunkId>> calls;
+  auto c = Open(1 << 20, Fetcher(&calls));
+  int handed = 0;
+  Status s = c->ReadChunks({chunks_[0].id, chunks_[1].id, chunks_[2].id}, [&](VerifiedChunk) {
+    return ++handed == 2 ? Status::Internal("disk full") : Status::Ok();
+  });
+  EXPECT_EQ(s, Status::Internal("disk full"));
+  EXPECT_EQ(handed, 2);
 }
 
 TEST_F(CachedChunkStoreTest, EvictsLeastRecentlyUsedDownToTheLowWater) {
@@ -142,30 +171,36 @@ TEST_F(CachedChunkStoreTest, EvictsLeastRecentlyUsedDownToTheLowWater) {
   EXPECT_TRUE(Cached(0) && Cached(3) && Cached(4));
 }
 
-TEST_F(CachedChunkStoreTest, NeverEvictsChunksPinnedByAPrefetch) {
-  auto c = Open(2 * frame_ + frame_ / 2);
-  ASSERT_TRUE(c->Prefetch({chunks_[0].id, chunks_[1].id, chunks_[2].id}).ok());
-  // Over the limit, but all three are pinned for the restore in progress.
-  EXPECT_TRUE(Cached(0) && Cached(1) && Cached(2));
-  Tick();
-  Get(*c, 3);  // not pinned: the only one eviction may take
-  for (int i : {0, 1, 2}) Get(*c, i);
-  EXPECT_TRUE(Cached(0) && Cached(1) && Cached(2));
-  ASSERT_TRUE(c->ReleasePins().ok());
+TEST_F(CachedChunkStoreTest, NeverEvictsChunksAReadIsAboutToServe) {
+  std::vector<std::vector<ChunkId>> calls;
+  auto c = Open(2 * frame_ + frame_ / 2, Fetcher(&calls));
+  Get(*c, 0);
+  Get(*c, 1);
+  // 3, 4 and 5 may all arrive before 0 and 1 are read: each copy takes the
+  // cache over its limit, and only the fetched copies may go.
+  std::vector<ChunkId> ids = {chunks_[3].id, chunks_[4].id, chunks_[5].id, chunks_[0].id,
+                              chunks_[1].id};
+  std::vector<ChunkId> got;
+  ASSERT_TRUE(Read(*c, ids, &got).ok());
+  EXPECT_EQ(got, ids);
+  EXPECT_EQ(c->stats().hits, 2);
+  EXPECT_EQ(c->stats().misses, 2);  // the two Gets
+  EXPECT_TRUE(Cached(0) && Cached(1));
   EXPECT_LE(c->stats().cached_bytes, 2 * frame_ + frame_ / 2);
 }
 
-TEST_F(CachedChunkStoreTest, PrefetchStopsAheadWhenOnlyPinnedChunksAreLeft) {
+TEST_F(CachedChunkStoreTest, AReadLargerThanTheCacheKeepsItAtItsLimit) {
   std::vector<std::vector<ChunkId>> calls;
-  auto c = Open(2 * frame_ + frame_ / 2, Fetcher(&calls));
-  std::vector<ChunkId> ids;
-  for (const Chunk& ch : chunks_) ids.push_back(ch.id);
-  ASSERT_TRUE(c->Prefetch(ids).ok());
-  EXPECT_EQ(c->stats().fetched_chunks, 3);  // the third took it over the limit
-  EXPECT_FALSE(Cached(3));
-  // The rest still arrive, one Get at a time.
-  for (int i = 0; i < 6; ++i) Get(*c, i);
-  EXPECT_EQ(c->stats().fetched_chunks, 6);
+  auto c = Open(frame_ + frame_ / 2, Fetcher(&calls));
+  // Chunk 0 comes again after its copy was evicted for chunk 1's.
+  std::vector<ChunkId> ids = {chunks_[0].id, chunks_[1].id, chunks_[2].id, chunks_[0].id};
+  std::vector<ChunkId> got;
+  ASSERT_TRUE(Read(*c, ids, &got).ok());
+  EXPECT_EQ(got, ids);
+  EXPECT_EQ(calls.size(), 1u);
+  EXPECT_EQ(c->stats().fetched_chunks, 3);
+  EXPECT_EQ(c->stats().misses, 1);  // the repeat, from the remote
+  EXPECT_LE(c->stats().cached_bytes, frame_ + frame_ / 2);
 }
 
 TEST_F(CachedChunkStoreTest, CorruptCachedChunkIsRefetched) {

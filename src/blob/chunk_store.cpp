@@ -153,20 +153,25 @@ Status FsChunkStore::PutMany(const std::vector<std::pair<ChunkId, std::string>>&
   return PutVerified(frames);
 }
 
+Result<bool> FsChunkStore::KeepVerified(const ChunkId& id, std::string_view frame) {
+  GP_RETURN_IF_ERROR(CheckId(id));
+  std::string path = PathOf(id);
+  if (::access(path.c_str(), F_OK) == 0) {
+    GP_RETURN_IF_ERROR(Touch(id));
+    return false;
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) return Status::Internal("cannot create the directory of " + path + ": " + ec.message());
+  GP_RETURN_IF_ERROR(WriteWhole(path, frame, /*sync=*/false));
+  return true;
+}
+
 Status FsChunkStore::PutVerified(const std::vector<std::pair<ChunkId, std::string>>& frames) {
   bool wrote = false;
   for (const auto& [id, frame] : frames) {
-    GP_RETURN_IF_ERROR(CheckId(id));
-    std::string path = PathOf(id);
-    if (::access(path.c_str(), F_OK) == 0) {
-      GP_RETURN_IF_ERROR(Touch(id));
-      continue;
-    }
-    std::error_code ec;
-    fs::create_directories(fs::path(path).parent_path(), ec);
-    if (ec) return Status::Internal("cannot create the directory of " + path + ": " + ec.message());
-    GP_RETURN_IF_ERROR(WriteWhole(path, frame, /*sync=*/false));
-    wrote = true;
+    GP_ASSIGN_OR_RETURN(bool stored, KeepVerified(id, frame));
+    wrote = wrote || stored;
   }
   if (!wrote || !fsync_) return Status::Ok();
   int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -176,20 +181,29 @@ Status FsChunkStore::PutVerified(const std::vector<std::pair<ChunkId, std::strin
   return rc == 0 ? Status::Ok() : Errno("cannot sync " + dir_);
 }
 
-Result<std::string> FsChunkStore::Get(const ChunkId& id) {
+Result<VerifiedChunk> FsChunkStore::Read(const ChunkId& id) {
   GP_RETURN_IF_ERROR(CheckId(id));
   std::string path = PathOf(id);
-  if (::access(path.c_str(), F_OK) != 0) {
-    return Status::NotFound("chunk " + id.substr(0, 12) + " is not in " + dir_);
+  auto data = ReadFile(path);
+  if (!data.ok()) {
+    if (::access(path.c_str(), F_OK) != 0) {
+      return Status::NotFound("chunk " + id.substr(0, 12) + " is not in " + dir_);
+    }
+    return data.status();
   }
-  GP_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
-  if (Status s = OpenChunk(id, data).status(); !s.ok()) {
+  auto bytes = OpenChunk(id, *data);
+  if (!bytes.ok()) {
     // Set the bad copy aside: the chunk is missing now, so its next upload
     // (or fetch) replaces it instead of the store vouching for it forever.
     ::rename(path.c_str(), (path + ".corrupt").c_str());
-    return s;
+    return bytes.status();
   }
-  return data;
+  return VerifiedChunk{id, std::move(*data), std::move(*bytes)};
+}
+
+Result<std::string> FsChunkStore::Get(const ChunkId& id) {
+  GP_ASSIGN_OR_RETURN(VerifiedChunk c, Read(id));
+  return std::move(c.frame);
 }
 
 Status FsChunkStore::Remove(const ChunkId& id) {
@@ -248,6 +262,13 @@ Status ChunkStore::PutMany(const std::vector<std::pair<ChunkId, std::string>>& f
   return Status::Ok();
 }
 
-Status ChunkStore::Prefetch(const std::vector<ChunkId>&) { return Status::Ok(); }
+Status ChunkStore::ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink) {
+  for (const ChunkId& id : ids) {
+    GP_ASSIGN_OR_RETURN(std::string frame, Get(id));
+    GP_ASSIGN_OR_RETURN(std::string bytes, OpenChunk(id, frame));
+    GP_RETURN_IF_ERROR(sink({id, std::move(frame), std::move(bytes)}));
+  }
+  return Status::Ok();
+}
 
 }  // namespace gpupool::blob

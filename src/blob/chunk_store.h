@@ -45,6 +45,17 @@ Result<std::string> CompressChunk(std::span<const uint8_t> data, int level = 3);
 Result<std::string> OpenChunk(const ChunkId& id, std::string_view compressed,
                               size_t max_bytes = kMaxChunkBytes);
 
+// A chunk as read: its zstd frame and its bytes, which OpenChunk checked
+// against the id.
+struct VerifiedChunk {
+  ChunkId id;
+  std::string frame;
+  std::string bytes;
+};
+
+// Receives chunks one by one.
+using ChunkSink = std::function<Status(VerifiedChunk chunk)>;
+
 class ChunkStore {
  public:
   virtual ~ChunkStore() = default;
@@ -66,14 +77,13 @@ class ChunkStore {
   // Puts several chunks (id, zstd frame): one round trip for a remote
   // store. The default puts them one by one.
   virtual Status PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames);
-  // Gets `ids` ready for the Gets that follow, e.g. a cache in front of a
-  // remote store downloads the ones it lacks in a few large requests. The
-  // default does nothing.
-  virtual Status Prefetch(const std::vector<ChunkId>& ids);
+  // Hands every chunk of `ids` to `sink`, verified, in the order given
+  // (repeats included); stops at the first error, the sink's included. How
+  // a tree is restored. The default Gets and opens them one at a time; a
+  // remote store fetches in large requests while the sink works (see
+  // ChunkReadAhead), a cache reads what it holds and fetches the rest.
+  virtual Status ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink);
 };
-
-// Receives fetched chunks one by one: (id, verified zstd frame).
-using ChunkSink = std::function<Status(const ChunkId& id, std::string frame)>;
 
 // A stored chunk as FsChunkStore::Inventory sees it.
 struct StoredChunk {
@@ -94,6 +104,8 @@ class FsChunkStore : public ChunkStore {
   Result<std::string> Get(const ChunkId& id) override;
   Status Remove(const ChunkId& id) override;
   Result<std::vector<ChunkId>> List() override;
+  // Get, with the chunk's bytes (one decompression for both).
+  Result<VerifiedChunk> Read(const ChunkId& id);
   // Verifies every frame, then PutVerified.
   Status PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) override;
   // Stores frames the caller has already checked with OpenChunk; a chunk
@@ -101,6 +113,11 @@ class FsChunkStore : public ChunkStore {
   // durable by one syncfs before it returns, instead of a flush per chunk
   // (a 1 GiB upload is tens of thousands of chunks).
   Status PutVerified(const std::vector<std::pair<ChunkId, std::string>>& frames);
+  // One frame the caller has checked, without waiting for the disk (even
+  // with fsync): true when it was stored now, false when it was there
+  // already (then it is only touched). For a cache, which loses nothing it
+  // cannot fetch again.
+  Result<bool> KeepVerified(const ChunkId& id, std::string_view frame);
 
   // Every stored chunk with its size and age (for garbage collection and
   // for a size-limited cache's eviction, oldest first).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "blob/read_ahead.h"
 #include "net/http.h"
 #include "net/http_client.h"
 
@@ -131,8 +132,8 @@ Result<size_t> HttpChunkStore::FetchSome(const std::vector<ChunkId>& ids, size_t
       return Status::DataLoss(what + ": " + ChunkRecordName(i, id) +
                               " is not the chunk asked for (" + ids[begin + i].substr(0, 12) + ")");
     }
-    GP_RETURN_IF_ERROR(OpenChunk(id, frame).status());
-    GP_RETURN_IF_ERROR(sink(id, std::move(frame)));
+    GP_ASSIGN_OR_RETURN(std::string bytes, OpenChunk(id, frame));
+    GP_RETURN_IF_ERROR(sink({id, std::move(frame), std::move(bytes)}));
   }
   return records.size();
 }
@@ -157,11 +158,20 @@ Result<std::string> HttpChunkStore::Get(const ChunkId& id) {
                                    id.substr(0, 80) + "\"");
   }
   std::string out;
-  GP_RETURN_IF_ERROR(FetchMany({id}, [&out](const ChunkId&, std::string frame) {
-    out = std::move(frame);
+  GP_RETURN_IF_ERROR(FetchMany({id}, [&out](VerifiedChunk c) {
+    out = std::move(c.frame);
     return Status::Ok();
   }));
   return out;
+}
+
+Status HttpChunkStore::ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink) {
+  ChunkReadAhead ahead([&](const ChunkSink& push) { return FetchMany(ids, push); });
+  for (size_t i = 0; i < ids.size(); ++i) {
+    GP_ASSIGN_OR_RETURN(VerifiedChunk c, ahead.Next());
+    GP_RETURN_IF_ERROR(sink(std::move(c)));
+  }
+  return Status::Ok();
 }
 
 Status HttpChunkStore::Remove(const ChunkId& id) {

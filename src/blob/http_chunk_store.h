@@ -7,7 +7,7 @@
 //   - PutMany sends the frames as framed records (blob/chunk_records.h), at
 //     most kMaxChunkRecordsBytes (8 MiB) per request, so one call may be
 //     several requests; Put is PutMany of one.
-//   - Get and FetchMany verify every frame they receive with OpenChunk (and
+//   - Get, FetchMany and ReadChunks verify every frame they receive with OpenChunk (and
 //     that the server sent the chunks asked for, in order) before handing it
 //     on: a corrupt or substituted chunk is DataLoss, never passed along.
 //   - GetManifest verifies ManifestId of the text it receives.
@@ -76,10 +76,13 @@ class HttpChunkStore : public ChunkStore {
   // FailedPrecondition: the HTTP API does not list chunks.
   Result<std::vector<ChunkId>> List() override;
   Status PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) override;
+  // FetchMany on a thread of its own (ChunkReadAhead), so the next
+  // responses arrive while the sink works.
+  Status ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink) override;
 
   // Fetches `ids` in as few requests as the server allows (it answers at
   // most about 8 MiB per request; the rest is asked again) and hands each
-  // verified frame to `sink`, in the order of `ids`. Memory: one response.
+  // chunk, verified, to `sink`, in the order of `ids`. Memory: one response.
   // Stops at the first error, the sink's included.
   Status FetchMany(const std::vector<ChunkId>& ids, const ChunkSink& sink);
 

@@ -111,16 +111,13 @@ Result<int64_t> BlobService::PutChunks(std::string_view body) {
 Result<std::string> BlobService::FetchChunks(const std::vector<blob::ChunkId>& ids,
                                              size_t max_bytes) {
   for (const blob::ChunkId& id : ids) GP_RETURN_IF_ERROR(CheckBlobId(id, "chunk"));
-  GP_ASSIGN_OR_RETURN(auto missing, chunks_->Missing(ids));
-  if (!missing.empty()) {
-    return Status::NotFound(
-        "chunk " + missing.front() + " is not stored" +
-        (missing.size() > 1 ? " (and " + std::to_string(missing.size() - 1) + " more)" : ""));
-  }
   std::string body;
   for (const blob::ChunkId& id : ids) {
     Result<std::string> frame = chunks_->Get(id);
     if (!frame.ok()) {
+      if (frame.status().code() == StatusCode::kNotFound) {
+        return Status::NotFound("chunk " + id + " is not stored");
+      }
       if (frame.status().code() == StatusCode::kDataLoss) {
         return Status::DataLoss("chunk " + id + " is corrupt on the server (set aside: upload it " +
                                 "again): " + frame.status().message());

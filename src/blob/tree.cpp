@@ -9,6 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
 #include <thread>
 #include <vector>
 
@@ -177,43 +181,125 @@ Status StoreDir(const fs::path& root, const std::string& rel, const StoreTreeOpt
   return Status::Ok();
 }
 
-// Writes the files of a manifest as their chunks arrive, in manifest order.
-// Chunks are gathered and written with one writev per ~4 MiB, since small
-// writes cost ext4 far more per byte than large ones.
+// How one file of a manifest is written: from scratch, or over a file of
+// the base tree that already holds some of its chunks at their offsets.
+struct FilePlan {
+  const ManifestEntry* entry = nullptr;
+  fs::path base;                 // the base file to take over; empty: none
+  std::vector<size_t> needed;    // indices into entry->chunks, ascending
+  std::vector<int64_t> offsets;  // of each of entry->chunks
+};
+
+// Chooses, for each file, the base file that holds the most of its bytes in
+// place (the same chunk at the same offset), each base file for one file at
+// most, and lists the chunks still to be written.
+std::vector<FilePlan> PlanFiles(const std::vector<const ManifestEntry*>& files,
+                                const RestoreBase* base) {
+  // (chunk id, offset) -> the base files holding that chunk there.
+  std::unordered_map<std::string, std::vector<size_t>> in_place;
+  std::vector<const ManifestEntry*> base_files;
+  if (base != nullptr) {
+    for (const ManifestEntry& b : base->manifest.entries) {
+      if (b.type != EntryType::kFile) continue;
+      // Only a base file that is there as the base manifest says.
+      struct stat st;
+      fs::path p = fs::path(base->dir) / b.path;
+      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != b.size) continue;
+      int64_t at = 0;
+      for (const ChunkRef& c : b.chunks) {
+        in_place[c.id + ":" + std::to_string(at)].push_back(base_files.size());
+        at += c.size;
+      }
+      base_files.push_back(&b);
+    }
+  }
+  std::vector<bool> taken(base_files.size(), false);
+  std::vector<FilePlan> plans;
+  for (const ManifestEntry* f : files) {
+    FilePlan plan;
+    plan.entry = f;
+    int64_t at = 0;
+    for (const ChunkRef& c : f->chunks) {
+      plan.offsets.push_back(at);
+      at += c.size;
+    }
+    std::map<size_t, int64_t> reusable;  // base file -> bytes it holds in place
+    for (size_t i = 0; i < f->chunks.size(); ++i) {
+      auto it = in_place.find(f->chunks[i].id + ":" + std::to_string(plan.offsets[i]));
+      if (it == in_place.end()) continue;
+      for (size_t b : it->second) {
+        if (!taken[b]) reusable[b] += f->chunks[i].size;
+      }
+    }
+    std::optional<size_t> best;
+    for (const auto& [b, bytes] : reusable) {
+      if (!best || bytes > reusable[*best]) best = b;
+    }
+    std::set<std::string> held;  // "id:offset" the chosen base file holds
+    if (best) {
+      taken[*best] = true;
+      plan.base = fs::path(base->dir) / base_files[*best]->path;
+      int64_t b_at = 0;
+      for (const ChunkRef& c : base_files[*best]->chunks) {
+        held.insert(c.id + ":" + std::to_string(b_at));
+        b_at += c.size;
+      }
+    }
+    for (size_t i = 0; i < f->chunks.size(); ++i) {
+      if (!held.count(f->chunks[i].id + ":" + std::to_string(plan.offsets[i]))) {
+        plan.needed.push_back(i);
+      }
+    }
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+// Writes the planned files as their needed chunks arrive, in plan order.
+// Chunks that follow each other in a file are gathered and written with one
+// pwritev per ~4 MiB, since small writes cost ext4 far more per byte than
+// large ones.
 class FileWriter {
  public:
-  FileWriter(const fs::path& dest, std::vector<const ManifestEntry*> files)
-      : dest_(dest), files_(std::move(files)) {}
+  FileWriter(const fs::path& dest, const std::vector<FilePlan>& plans)
+      : dest_(dest), plans_(plans) {}
   ~FileWriter() { Abandon(); }
 
-  // The next chunk of the manifest's files, in order.
+  // The next needed chunk, in plan order.
   Status Add(VerifiedChunk c) {
     GP_RETURN_IF_ERROR(OpenThrough());
-    if (file_ == files_.size()) return Status::Internal("more chunks than the manifest's files");
-    const ManifestEntry& e = *files_[file_];
-    const ChunkRef& ref = e.chunks[chunk_];
+    if (file_ == plans_.size()) return Status::Internal("more chunks than the manifest's files");
+    const FilePlan& plan = plans_[file_];
+    const ManifestEntry& e = *plan.entry;
+    const size_t index = plan.needed[next_];
+    const ChunkRef& ref = e.chunks[index];
     if (c.id != ref.id) return Status::Internal(e.path + ": chunk out of order");
     if (static_cast<int64_t>(c.bytes.size()) != ref.size) {
       return Status::DataLoss(e.path + ": chunk " + c.id.substr(0, 12) + " has " +
                               std::to_string(c.bytes.size()) + " bytes, the manifest says " +
                               std::to_string(ref.size));
     }
+    const int64_t offset = plan.offsets[index];
+    if (!pending_.empty() && offset != run_end_) GP_RETURN_IF_ERROR(Flush());
+    if (pending_.empty()) run_start_ = offset;
+    run_end_ = offset + ref.size;
     pending_bytes_ += c.bytes.size();
     pending_.push_back(std::move(c.bytes));
-    if (++chunk_ < e.chunks.size()) {
-      return pending_bytes_ >= kWriteBytes || pending_.size() >= kWriteChunks ? Flush() : Status::Ok();
+    if (++next_ < plan.needed.size()) {
+      bool full = pending_bytes_ >= kWriteBytes || pending_.size() >= kWriteChunks;
+      return full ? Flush() : Status::Ok();
     }
     GP_RETURN_IF_ERROR(Flush());
     return Close();
   }
 
   // The file the next chunk is for.
-  std::string current() const { return file_ < files_.size() ? files_[file_]->path : ""; }
+  std::string current() const { return file_ < plans_.size() ? plans_[file_].entry->path : ""; }
 
-  // After the last chunk: the files that have none (empty ones at the end).
+  // After the last chunk: the files that need none (empty, or all in place).
   Status Finish() {
     GP_RETURN_IF_ERROR(OpenThrough());
-    if (file_ != files_.size()) return Status::Internal("fewer chunks than the manifest's files");
+    if (file_ != plans_.size()) return Status::Internal("fewer chunks than the manifest's files");
     return Status::Ok();
   }
 
@@ -221,16 +307,26 @@ class FileWriter {
   static constexpr size_t kWriteBytes = 4 << 20;
   static constexpr size_t kWriteChunks = 512;  // well under IOV_MAX
 
-  // Opens the current file, creating and closing the empty ones on the way.
+  // Opens the current file, and completes the ones that need no chunk on
+  // the way.
   Status OpenThrough() {
-    while (fd_ < 0 && file_ < files_.size()) {
-      const ManifestEntry& e = *files_[file_];
-      tmp_ = dest_ / e.path;
+    while (fd_ < 0 && file_ < plans_.size()) {
+      const FilePlan& plan = plans_[file_];
+      tmp_ = dest_ / plan.entry->path;
       tmp_ += ".gpupool-partial";
-      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (fd_ < 0) return Errno("cannot create " + tmp_.string());
-      chunk_ = 0;
-      if (!e.chunks.empty()) break;
+      if (plan.base.empty()) {
+        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd_ < 0) return Errno("cannot create " + tmp_.string());
+      } else {
+        if (::rename(plan.base.c_str(), tmp_.c_str()) != 0) {
+          return Errno("cannot take " + plan.base.string() + " over");
+        }
+        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd_ < 0) return Errno("cannot open " + tmp_.string());
+        if (::ftruncate(fd_, plan.entry->size) != 0) return Errno("cannot size " + tmp_.string());
+      }
+      next_ = 0;
+      if (!plan.needed.empty()) break;
       GP_RETURN_IF_ERROR(Close());
     }
     return Status::Ok();
@@ -241,10 +337,12 @@ class FileWriter {
     iov.reserve(pending_.size());
     for (std::string& b : pending_) iov.push_back({b.data(), b.size()});
     size_t at = 0;  // first iovec not fully written
+    off_t offset = run_start_;
     while (at < iov.size()) {
-      ssize_t n = ::writev(fd_, iov.data() + at, static_cast<int>(iov.size() - at));
+      ssize_t n = ::pwritev(fd_, iov.data() + at, static_cast<int>(iov.size() - at), offset);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return Errno("cannot write " + files_[file_]->path);
+      if (n <= 0) return Errno("cannot write " + plans_[file_].entry->path);
+      offset += n;
       for (auto left = static_cast<size_t>(n); left > 0;) {
         size_t step = std::min(left, iov[at].iov_len);
         iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + step;
@@ -260,7 +358,7 @@ class FileWriter {
 
   // The current file, complete: its mode, then its final name.
   Status Close() {
-    const ManifestEntry& e = *files_[file_];
+    const ManifestEntry& e = *plans_[file_].entry;
     Status s;
     if (::fchmod(fd_, e.mode) != 0) s = Errno("chmod " + e.path);
     ::close(fd_);
@@ -282,13 +380,15 @@ class FileWriter {
   }
 
   const fs::path dest_;
-  const std::vector<const ManifestEntry*> files_;
-  size_t file_ = 0;   // the file being written
-  size_t chunk_ = 0;  // its next chunk
+  const std::vector<FilePlan>& plans_;
+  size_t file_ = 0;  // the plan being written
+  size_t next_ = 0;  // its next needed chunk (index into needed)
   int fd_ = -1;
   fs::path tmp_;
-  std::vector<std::string> pending_;  // chunk bytes not written yet
+  std::vector<std::string> pending_;  // bytes of a run of chunks not written yet
   size_t pending_bytes_ = 0;
+  int64_t run_start_ = 0;  // file offsets of that run
+  int64_t run_end_ = 0;
 };
 
 }  // namespace
@@ -310,7 +410,8 @@ Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
   return m;
 }
 
-Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::string& dest) {
+Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::string& dest,
+                   const RestoreBase* base, RestoreStats* stats) {
   std::error_code ec;
   if (fs::exists(dest, ec) && !fs::is_empty(dest, ec)) {
     return Status::FailedPrecondition(dest + " is not empty");
@@ -332,11 +433,22 @@ Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::strin
       files.push_back(&e);
     }
   }
+  const std::vector<FilePlan> plans = PlanFiles(files, base);
   std::vector<ChunkId> ids;
-  for (const ManifestEntry* f : files) {
-    for (const ChunkRef& c : f->chunks) ids.push_back(c.id);
+  RestoreStats local;
+  RestoreStats& st = stats != nullptr ? *stats : local;
+  st = {};
+  for (const FilePlan& p : plans) {
+    ++st.files;
+    st.bytes += p.entry->size;
+    st.reused_bytes += p.entry->size;
+    for (size_t i : p.needed) {
+      ids.push_back(p.entry->chunks[i].id);
+      st.reused_bytes -= p.entry->chunks[i].size;
+    }
   }
-  FileWriter writer(dest, files);
+  st.read_chunks = static_cast<int64_t>(ids.size());
+  FileWriter writer(dest, plans);
   Status written;  // the writer's own errors name their file
   Status read = store.ReadChunks(ids, [&](VerifiedChunk c) {
     written = writer.Add(std::move(c));

@@ -12,8 +12,9 @@
 // thread other than the caller's (one call at a time).
 //
 // RestoreTree writes a manifest's tree into an empty directory, verifying
-// every chunk (a corrupt one is DataLoss and nothing half-written is left
-// under a file's final name).
+// every chunk it reads (a corrupt one is DataLoss and nothing half-written
+// is left under a file's final name), optionally over an older tree on disk
+// (RestoreBase) so that only what changed is read.
 #pragma once
 
 #include <cstdint>
@@ -50,8 +51,31 @@ struct StoreTreeOptions {
 Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
                            const StoreTreeOptions& options = {}, TreeStats* stats = nullptr);
 
-// `dest` must not exist or be an empty directory. The store is asked to
-// Prefetch every chunk first.
-Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::string& dest);
+// A tree on disk that a restore may take files from: what RestoreTree made
+// of `manifest` in `dir`, unchanged since (its bytes are trusted, not
+// verified again: keep it where only the restorer writes). Files taken over
+// are moved out of `dir`; the caller removes what is left.
+struct RestoreBase {
+  Manifest manifest;
+  std::string dir;
+};
+
+struct RestoreStats {
+  int64_t files = 0;
+  int64_t bytes = 0;         // of the files
+  int64_t reused_bytes = 0;  // already in place in base files taken over
+  int64_t read_chunks = 0;   // asked of the store
+};
+
+// `dest` must not exist or be an empty directory. The chunks are read with
+// one ChunkStore::ReadChunks call, in manifest order.
+//
+// With a `base`, each file of the manifest may take over the base file that
+// holds the most of its bytes in place (the same chunk at the same offset,
+// as the base manifest says), whatever its path, and then only its other
+// chunks are read and written: a checkpoint that changed a little since the
+// base is restored by moving the base's files and patching them.
+Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::string& dest,
+                   const RestoreBase* base = nullptr, RestoreStats* stats = nullptr);
 
 }  // namespace gpupool::blob

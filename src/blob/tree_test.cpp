@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "common/files.h"
@@ -154,6 +155,121 @@ TEST_F(TreeTest, ARestoreNeverWritesOutsideItsDirectory) {
   evil.entries.push_back({"../escape", EntryType::kFile, 0644, 0, {}, ""});
   EXPECT_EQ(RestoreTree(evil, *store_, root_ / "out").code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(fs::exists(root_ / "escape"));
+}
+
+
+// A store that records which chunks a restore read.
+struct CountingStore : ChunkStore {
+  explicit CountingStore(ChunkStore& inner) : inner(inner) {}
+  Result<std::vector<ChunkId>> Missing(const std::vector<ChunkId>& ids) override {
+    return inner.Missing(ids);
+  }
+  Status Put(const ChunkId& id, std::string_view f) override { return inner.Put(id, f); }
+  Result<std::string> Get(const ChunkId& id) override {
+    read.push_back(id);
+    return inner.Get(id);
+  }
+  Status Remove(const ChunkId& id) override { return inner.Remove(id); }
+  Result<std::vector<ChunkId>> List() override { return inner.List(); }
+  ChunkStore& inner;
+  std::vector<ChunkId> read;
+};
+
+// The source tree as a map path -> contents (files) or "->target" (links).
+std::map<std::string, std::string> Contents(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    std::string rel = fs::relative(e.path(), dir).string();
+    if (e.is_symlink()) {
+      out[rel] = "->" + fs::read_symlink(e.path()).string();
+    } else if (e.is_regular_file()) {
+      out[rel] = *ReadFile(e.path().string());
+    } else {
+      out[rel] = "<dir>";
+    }
+  }
+  return out;
+}
+
+class RestoreOverBaseTest : public TreeTest {
+ protected:
+  // The base: checkpoint 1 restored into base_dir, as an agent stages it.
+  void SetUp() override {
+    TreeTest::SetUp();
+    state_ = RandomBytes(4 << 20, 7);
+    Write(root_ / "v1/ckpt-1/state.bin", state_);
+    Write(root_ / "v1/ckpt-1/meta.json", "{\"step\": 1}");
+    Write(root_ / "v1/ckpt-1/gone.txt", "only in the base");
+    base_.manifest = *StoreTree((root_ / "v1").string(), *store_);
+    base_.dir = (root_ / "base").string();
+    ASSERT_TRUE(RestoreTree(base_.manifest, *store_, base_.dir).ok());
+  }
+
+  // Checkpoint 2 of the same job: state.bin with a few scattered 4 KiB
+  // blocks rewritten, under a new directory name.
+  void WriteV2() {
+    std::string state = state_;
+    for (size_t at : {size_t{100000}, size_t{1500000}, size_t{3900000}}) {
+      state.replace(at, 4096, RandomBytes(4096, static_cast<uint32_t>(at)));
+    }
+    Write(root_ / "v2/ckpt-2/state.bin", state);
+    Write(root_ / "v2/ckpt-2/meta.json", "{\"step\": 2}");
+    Write(root_ / "v2/ckpt-2/new.txt", "new in 2");
+  }
+
+  std::string state_;
+  RestoreBase base_;
+};
+
+TEST_F(RestoreOverBaseTest, ReadsOnlyTheChunksTheBaseLacks) {
+  WriteV2();
+  auto m = StoreTree((root_ / "v2").string(), *store_);
+  ASSERT_TRUE(m.ok());
+  CountingStore counting(*store_);
+  RestoreStats stats;
+  Status s = RestoreTree(*m, counting, (root_ / "out").string(), &base_, &stats);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(Contents(root_ / "out"), Contents(root_ / "v2"));
+  size_t state_chunks = 0;
+  for (const ManifestEntry& e : m->entries) {
+    if (e.path == "ckpt-2/state.bin") state_chunks = e.chunks.size();
+  }
+  // Three changed blocks touch at most two chunks each; the small files
+  // differ whole.
+  EXPECT_LE(counting.read.size(), 6u + 2u);
+  EXPECT_GT(state_chunks, 20u);
+  EXPECT_EQ(stats.read_chunks, static_cast<int64_t>(counting.read.size()));
+  EXPECT_GT(stats.reused_bytes, static_cast<int64_t>(state_.size() * 9 / 10));
+  // The base's state.bin was moved; the file nobody took is left.
+  EXPECT_FALSE(fs::exists(root_ / "base/ckpt-1/state.bin"));
+  EXPECT_TRUE(fs::exists(root_ / "base/ckpt-1/gone.txt"));
+}
+
+TEST_F(RestoreOverBaseTest, AShiftedFileIsStillRestoredExactly) {
+  // Bytes inserted at the front move every offset: little is in place.
+  Write(root_ / "v2/ckpt-2/state.bin", "inserted" + state_);
+  auto m = StoreTree((root_ / "v2").string(), *store_);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(RestoreTree(*m, *store_, (root_ / "out").string(), &base_).ok());
+  EXPECT_EQ(Contents(root_ / "out"), Contents(root_ / "v2"));
+}
+
+TEST_F(RestoreOverBaseTest, ABaseFileThatDoesNotMatchItsManifestIsNotUsed) {
+  WriteV2();
+  auto m = StoreTree((root_ / "v2").string(), *store_);
+  ASSERT_TRUE(m.ok());
+  fs::resize_file(root_ / "base/ckpt-1/state.bin", 1000);
+  CountingStore counting(*store_);
+  ASSERT_TRUE(RestoreTree(*m, counting, (root_ / "out").string(), &base_).ok());
+  EXPECT_EQ(Contents(root_ / "out"), Contents(root_ / "v2"));
+  EXPECT_GT(counting.read.size(), 20u);  // state.bin read whole
+}
+
+TEST_F(RestoreOverBaseTest, TheSameTreeAgainReadsNothing) {
+  CountingStore counting(*store_);
+  ASSERT_TRUE(RestoreTree(base_.manifest, counting, (root_ / "out").string(), &base_).ok());
+  EXPECT_EQ(Contents(root_ / "out"), Contents(root_ / "v1"));
+  EXPECT_TRUE(counting.read.empty());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/provider.h"
+#include "agent/staging.h"
 #include "agent/tasks.h"
 #include "common/clock.h"
 #include "common/files.h"
@@ -32,6 +33,11 @@ namespace {
 constexpr size_t kMaxChunkBytes = 256 * 1024;  // output per logs message
 constexpr size_t kMaxOutboxBytes = 16 << 20;   // stop reading output beyond this
 const char* kVersion = "0.1.0";
+
+BlobAccess BlobAccessFor(const AgentOptions& o) {
+  return {o.server_url, o.join_token, o.data_dir + "/chunk-cache", o.chunk_cache_bytes,
+          StagingDirIn(o.data_dir)};
+}
 
 // An empty GPU source, for machines without NVML.
 class NoGpus : public GpuSource {
@@ -70,8 +76,7 @@ class Agent {
                 &config_.exec,
                 &exec_env_,
                 ::geteuid() == 0,
-                {options_.server_url, options_.join_token, options_.data_dir + "/chunk-cache",
-                 options_.chunk_cache_bytes}},
+                BlobAccessFor(options_)},
                loop, clock_, [this] { WakePoll(); }),
         provider_({options_.data_dir, options_.config_file}, config_, loop, clock_, tasks_,
                   {[this](std::string_view type, std::string body) {
@@ -329,6 +334,13 @@ class Agent {
       WakePoll();
       return s;
     }
+    if (env.type == proto::kStage) {
+      GP_ASSIGN_OR_RETURN(auto stage, proto::DecodeStageCheckpoint(env.body));
+      if (shutting_down_) return Status::Ok();
+      GP_LOG(kInfo) << "staging job " << stage.job_id << " checkpoint " << stage.checkpoint;
+      stager_.Stage(stage);
+      return Status::Ok();
+    }
     if (env.type == proto::kStop) {
       GP_ASSIGN_OR_RETURN(auto stop, proto::DecodeStopTask(env.body));
       GP_LOG(kInfo) << "stopping " << stop.attempt_id << ": " << stop.reason;
@@ -531,6 +543,7 @@ class Agent {
   std::map<std::string, int64_t> final_seq_;  // attempt -> seq of its final report
   std::mt19937_64 rng_{std::random_device{}()};
   Provider provider_;
+  Stager stager_{StagingDirIn(options_.data_dir), BlobAccessFor(options_)};
 };
 
 void Link::OnOpen(std::shared_ptr<net::WsConnection> conn) {

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "agent/staging.h"
 #include "blob/cached_chunk_store.h"
 #include "blob/http_chunk_store.h"
 #include "blob/manifest.h"
@@ -45,12 +47,54 @@ Status GiveTo(const std::string& dir, int uid) {
   return Status::Ok();
 }
 
-Status Restore(blob::HttpChunkStore& remote, blob::CachedChunkStore& source,
-               const std::string& manifest_id, const std::string& dest, const std::string& what,
-               const std::function<void(const std::string&)>& event) {
-  GP_ASSIGN_OR_RETURN(blob::Manifest m, remote.GetManifest(manifest_id));
-  event("restoring " + what + " (" + FormatBytes(m.TotalBytes()) + ")");
-  return blob::RestoreTree(m, source, dest).WithContext("cannot restore " + what);
+// The agent's chunk cache in front of the server. `keep`: keep copies of
+// what is downloaded (inputs; not checkpoints).
+Result<std::unique_ptr<blob::CachedChunkStore>> OpenCache(const BlobAccess& access,
+                                                          blob::HttpChunkStore& remote,
+                                                          bool keep) {
+  blob::CachedChunkStoreOptions o;
+  o.dir = access.cache_dir;
+  o.limit_bytes = access.cache_bytes;
+  o.keep_fetched = keep;
+  return blob::CachedChunkStore::Open(
+      o, remote, [&remote](const std::vector<blob::ChunkId>& ids, const blob::ChunkSink& sink) {
+        return remote.FetchMany(ids, sink);
+      });
+}
+
+// How long a restore waits for its job's staging in progress: it has a
+// head start on a restore from scratch.
+constexpr int64_t kStagingWaitMs = 60'000;
+
+// The job's checkpoint into `checkpoint_dir`, over its tree staged on this
+// node when there is one.
+Status RestoreCheckpoint(const proto::StartTask& task, const std::string& checkpoint_dir,
+                         const BlobAccess& access, blob::HttpChunkStore& remote,
+                         const std::function<void(const std::string&)>& event) {
+  const std::string what = "checkpoint " + std::to_string(task.restore_checkpoint);
+  GP_ASSIGN_OR_RETURN(blob::Manifest m, remote.GetManifest(task.restore_manifest));
+  std::optional<blob::RestoreBase> base;
+  // Beside the work directory (the job never sees it), on its filesystem.
+  const std::string base_dir =
+      (fs::path(checkpoint_dir).parent_path().parent_path() / "staged-base").string();
+  std::error_code ec;
+  fs::remove_all(base_dir, ec);
+  if (!access.staging_dir.empty()) {
+    auto staged = TakeStaged(access.staging_dir, task.job_id, base_dir, kStagingWaitMs);
+    if (staged.ok()) base = *std::move(staged);
+  }
+  GP_ASSIGN_OR_RETURN(auto cache, OpenCache(access, remote, /*keep=*/false));
+  event("restoring " + what + " (" + FormatBytes(m.TotalBytes()) +
+        (base ? ", over the one staged on this node" : "") + ")");
+  blob::RestoreStats stats;
+  Status s = blob::RestoreTree(m, *cache, checkpoint_dir, base ? &*base : nullptr, &stats);
+  fs::remove_all(base_dir, ec);
+  GP_RETURN_IF_ERROR(s.WithContext("cannot restore " + what));
+  if (base) {
+    event("restored " + what + ": " + FormatBytes(stats.bytes - stats.reused_bytes) +
+          " fetched, " + FormatBytes(stats.reused_bytes) + " already staged");
+  }
+  return Status::Ok();
 }
 
 // The job's inputs into `work_dir`, then its checkpoint into `checkpoint_dir`.
@@ -58,18 +102,12 @@ Status FetchTrees(const proto::StartTask& task, const std::string& work_dir,
                   const std::string& checkpoint_dir, const BlobAccess& access,
                   const std::function<void(const std::string&)>& event) {
   blob::HttpChunkStore remote(RemoteOptions(access));
-  blob::CachedChunkStoreOptions cache_options;
-  cache_options.dir = access.cache_dir;
-  cache_options.limit_bytes = access.cache_bytes;
-  GP_ASSIGN_OR_RETURN(auto cache,
-                      blob::CachedChunkStore::Open(cache_options, remote,
-                                                   [&remote](const std::vector<blob::ChunkId>& ids,
-                                                             const blob::ChunkSink& sink) {
-                                                     return remote.FetchMany(ids, sink);
-                                                   }));
   if (!task.spec.inputs.empty()) {
+    GP_ASSIGN_OR_RETURN(blob::Manifest m, remote.GetManifest(task.spec.inputs));
+    event("restoring the job's inputs (" + FormatBytes(m.TotalBytes()) + ")");
+    GP_ASSIGN_OR_RETURN(auto cache, OpenCache(access, remote, /*keep=*/true));
     GP_RETURN_IF_ERROR(
-        Restore(remote, *cache, task.spec.inputs, work_dir, "the job's inputs", event));
+        blob::RestoreTree(m, *cache, work_dir).WithContext("cannot restore the job's inputs"));
   }
   if (fs::exists(checkpoint_dir) && !fs::is_empty(checkpoint_dir)) {
     return Status::FailedPrecondition("the job's inputs hold a " +
@@ -77,8 +115,7 @@ Status FetchTrees(const proto::StartTask& task, const std::string& work_dir,
                                       " directory, which is reserved for its checkpoints");
   }
   if (task.restore_manifest.empty()) return Status::Ok();
-  return Restore(remote, *cache, task.restore_manifest, checkpoint_dir,
-                 "checkpoint " + std::to_string(task.restore_checkpoint), event);
+  return RestoreCheckpoint(task, checkpoint_dir, access, remote, event);
 }
 
 }  // namespace

@@ -24,6 +24,10 @@ struct BlobAccess {
   // chunks it lacks; least recently used chunks go once it passes the limit.
   std::string cache_dir;
   int64_t cache_bytes = int64_t{10} << 30;
+  // Where the agent stages checkpoints ahead of their start order
+  // (agent/staging.h); a restore takes its job's staged tree as its base.
+  // Empty: none.
+  std::string staging_dir;
 };
 
 // Fills `work_dir` (empty) before the job starts: the job's inputs

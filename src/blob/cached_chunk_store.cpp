@@ -117,7 +117,7 @@ Result<std::string> CachedChunkStore::Get(const ChunkId& id) {
   }
   if (counts.misses == 0) return c.status();  // a malformed id, an unreadable copy
   GP_ASSIGN_OR_RETURN(VerifiedChunk fetched, FetchOne(id));
-  (void)Keep(id, fetched.frame, /*verified=*/true);
+  if (options_.keep_fetched) (void)Keep(id, fetched.frame, /*verified=*/true);
   ++stats_.fetched_chunks;
   stats_.fetched_bytes += static_cast<int64_t>(fetched.frame.size());
   return std::move(fetched.frame);
@@ -189,7 +189,7 @@ Status CachedChunkStore::Evict() {
 
 Status CachedChunkStore::FetchAndKeep(const std::vector<ChunkId>& ids, const ChunkSink& sink) {
   ChunkSink keep = [&](VerifiedChunk c) {
-    (void)Keep(c.id, c.frame, /*verified=*/true);
+    if (options_.keep_fetched) (void)Keep(c.id, c.frame, /*verified=*/true);
     ++stats_.fetched_chunks;
     stats_.fetched_bytes += static_cast<int64_t>(c.frame.size());
     return sink(std::move(c));

@@ -58,6 +58,10 @@ struct CachedChunkStoreOptions {
   int64_t limit_bytes = int64_t{10} << 30;  // of zstd frames on disk
   int low_water_percent = 90;               // eviction goes down to this share of the limit
   bool fsync = false;                       // a lost cached chunk is simply fetched again
+  // Keep a copy of what Get and ReadChunks download. Off for checkpoints,
+  // which change at every commit: their chunks would rarely be read twice
+  // here, and writing a file per chunk is most of a large restore's cost.
+  bool keep_fetched = true;
 };
 
 // Downloads `ids`, handing each chunk, verified, to the sink in order;

@@ -346,6 +346,22 @@ Result<StopTask> DecodeStopTask(std::string_view body) {
   });
 }
 
+std::string Encode(const StageCheckpoint& m) {
+  return json{{"job_id", m.job_id}, {"checkpoint", m.checkpoint}, {"manifest", m.manifest}}.dump();
+}
+
+Result<StageCheckpoint> DecodeStageCheckpoint(std::string_view body) {
+  return DecodeBody<StageCheckpoint>(body, [](JsonReader& r, StageCheckpoint* m) {
+    m->job_id = r.Int("job_id");
+    m->checkpoint = r.Int("checkpoint");
+    m->manifest = r.Str("manifest");
+    if (r.ok() && m->job_id <= 0) r.Fail("job_id", "must be positive");
+    if (r.ok() && m->checkpoint <= 0) r.Fail("checkpoint", "must be positive");
+    if (r.ok() && !IsSha256Hex(m->manifest)) r.Fail("manifest", "must be 64 lowercase hex digits");
+    return r.status();
+  });
+}
+
 std::string Encode(const NodeLending& m) { return NodeLendingToJson(m).dump(); }
 
 Result<NodeLending> DecodeLending(std::string_view body) {

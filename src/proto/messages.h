@@ -154,6 +154,19 @@ struct StopTask {
   friend bool operator==(const StopTask&, const StopTask&) = default;
 };
 
+// Stage a job's checkpoint ahead of its start order: the server expects the
+// job to start on this node soon (its provider is reclaiming its GPU, or it
+// is preempted, and this node is where the scheduler would place it now).
+// The agent restores the checkpoint into its staging area, so that the
+// start order, when it comes, patches only what changed since. A hint:
+// ignoring it costs only time.
+struct StageCheckpoint {
+  int64_t job_id = 0;
+  int64_t checkpoint = 0;  // its number within the job
+  std::string manifest;    // its manifest id in the blob store
+  friend bool operator==(const StageCheckpoint&, const StageCheckpoint&) = default;
+};
+
 // Message type names, as in Envelope::type.
 inline constexpr std::string_view kHello = "hello";
 inline constexpr std::string_view kWelcome = "welcome";
@@ -162,6 +175,7 @@ inline constexpr std::string_view kTaskStatus = "task_status";
 inline constexpr std::string_view kLogs = "logs";
 inline constexpr std::string_view kStart = "start";
 inline constexpr std::string_view kStop = "stop";
+inline constexpr std::string_view kStage = "stage";
 inline constexpr std::string_view kAck = "ack";
 // Reliable, agent -> server: a new NodeLending; a NodeEvent for the node's
 // log (the server fills its node_id); Leave.
@@ -177,6 +191,7 @@ std::string Encode(const LogChunk& m);
 std::string Encode(const Welcome& m);
 std::string Encode(const StartTask& m);
 std::string Encode(const StopTask& m);
+std::string Encode(const StageCheckpoint& m);
 std::string Encode(const NodeLending& m);
 std::string Encode(const NodeEvent& m);
 std::string Encode(const Leave& m);
@@ -188,6 +203,7 @@ Result<LogChunk> DecodeLogChunk(std::string_view body);
 Result<Welcome> DecodeWelcome(std::string_view body);
 Result<StartTask> DecodeStartTask(std::string_view body);
 Result<StopTask> DecodeStopTask(std::string_view body);
+Result<StageCheckpoint> DecodeStageCheckpoint(std::string_view body);
 Result<NodeLending> DecodeLending(std::string_view body);
 Result<NodeEvent> DecodeNodeEvent(std::string_view body);
 Result<Leave> DecodeLeave(std::string_view body);

@@ -1,0 +1,212 @@
+#include "agent/staging.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "blob/http_chunk_store.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/units.h"
+
+namespace gpupool::agent {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kManifestFile[] = "manifest.json";
+constexpr int64_t kPruneEveryMs = 10 * 60 * 1000;
+
+std::string JobDir(const std::string& staging_dir, int64_t job_id) {
+  return staging_dir + "/job-" + std::to_string(job_id);
+}
+
+// An exclusive flock on a job's lock file, released on destruction.
+class JobLock {
+ public:
+  // Waits up to `wait_ms` (< 0: for ever). FailedPrecondition when it is
+  // still held by another after that.
+  static Result<JobLock> Take(const std::string& staging_dir, int64_t job_id, int64_t wait_ms) {
+    std::error_code ec;
+    fs::create_directories(staging_dir, ec);
+    if (ec) return Status::Internal("cannot create " + staging_dir + ": " + ec.message());
+    ::chmod(staging_dir.c_str(), 0700);
+    std::string path = JobDir(staging_dir, job_id) + ".lock";
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::Internal("cannot open " + path);
+    JobLock lock(fd);
+    if (wait_ms < 0) {
+      while (::flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) return Status::Internal("cannot lock " + path);
+      }
+      return lock;
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) return Status::Internal("cannot lock " + path);
+      if (std::chrono::steady_clock::now() >= deadline) {
+        return Status::FailedPrecondition("job " + std::to_string(job_id) + " is being staged");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return lock;
+  }
+  JobLock(JobLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  JobLock& operator=(JobLock&&) = delete;
+  ~JobLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the flock
+  }
+
+ private:
+  explicit JobLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// The staged tree in `dir` (job-<ID> or a moved copy), if complete.
+Result<blob::RestoreBase> ReadStaged(const std::string& dir) {
+  std::string path = dir + "/" + kManifestFile;
+  if (::access(path.c_str(), F_OK) != 0) return Status::NotFound("nothing staged in " + dir);
+  GP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  GP_ASSIGN_OR_RETURN(blob::Manifest m, blob::DecodeManifest(text));
+  return blob::RestoreBase{std::move(m), dir + "/tree"};
+}
+
+}  // namespace
+
+std::string StagingDirIn(const std::string& data_dir) { return data_dir + "/staged"; }
+
+Status StageTree(const std::string& staging_dir, int64_t job_id, const blob::Manifest& manifest,
+                 blob::ChunkStore& store, blob::RestoreStats* stats) {
+  GP_ASSIGN_OR_RETURN(JobLock lock, JobLock::Take(staging_dir, job_id, -1));
+  const std::string dir = JobDir(staging_dir, job_id);
+  const std::string next = dir + ".new";
+  const std::string text = blob::EncodeManifest(manifest);
+  auto staged = ReadStaged(dir);
+  if (staged.ok() && blob::EncodeManifest(staged->manifest) == text) {
+    ::utimensat(AT_FDCWD, dir.c_str(), nullptr, 0);  // still wanted: not pruned yet
+    if (stats != nullptr) *stats = {};
+    return Status::Ok();
+  }
+  std::error_code ec;
+  fs::remove_all(next, ec);
+  Status s = blob::RestoreTree(manifest, store, next + "/tree", staged.ok() ? &*staged : nullptr,
+                               stats);
+  if (s.ok()) s = WriteFileAtomic(next + "/" + kManifestFile, text);
+  if (s.ok()) {
+    fs::remove_all(dir, ec);
+    if (ec || ::rename(next.c_str(), dir.c_str()) != 0) {
+      s = Status::Internal("cannot put the staged tree of job " + std::to_string(job_id) +
+                           " in place");
+    }
+  }
+  if (!s.ok()) fs::remove_all(next, ec);
+  return s;
+}
+
+Result<blob::RestoreBase> TakeStaged(const std::string& staging_dir, int64_t job_id,
+                                     const std::string& into, int64_t wait_ms) {
+  const std::string dir = JobDir(staging_dir, job_id);
+  if (::access(dir.c_str(), F_OK) != 0 && ::access((dir + ".new").c_str(), F_OK) != 0) {
+    return Status::NotFound("nothing staged for job " + std::to_string(job_id));
+  }
+  auto lock = JobLock::Take(staging_dir, job_id, wait_ms);
+  if (!lock.ok()) return Status::NotFound(lock.status().message());
+  GP_RETURN_IF_ERROR(ReadStaged(dir).status());
+  std::error_code ec;
+  fs::create_directories(fs::path(into).parent_path(), ec);
+  if (::rename(dir.c_str(), into.c_str()) != 0) {
+    return Status::Internal("cannot take the staged tree of job " + std::to_string(job_id) +
+                            " to " + into + ": " + std::strerror(errno));
+  }
+  return ReadStaged(into);
+}
+
+int PruneStaged(const std::string& staging_dir, int64_t max_age_ms) {
+  int removed = 0;
+  std::error_code ec;
+  auto now = fs::file_time_type::clock::now();
+  for (const auto& entry : fs::directory_iterator(staging_dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("job-", 0) != 0 || name.ends_with(".lock")) continue;
+    auto age = now - fs::last_write_time(entry.path(), ec);
+    if (ec || age < std::chrono::milliseconds(max_age_ms)) continue;
+    int64_t job_id = std::atoll(name.substr(4).c_str());
+    auto lock = JobLock::Take(staging_dir, job_id, 0);
+    if (!lock.ok()) continue;  // being staged or taken now
+    fs::remove_all(entry.path(), ec);
+    if (!ec) ++removed;
+  }
+  return removed;
+}
+
+Stager::Stager(std::string staging_dir, BlobAccess access)
+    : staging_dir_(std::move(staging_dir)), access_(std::move(access)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+Stager::~Stager() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Stager::Stage(const proto::StageCheckpoint& order) {
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(queue_, [&](const auto& o) { return o.job_id == order.job_id; });
+    queue_.push_back(order);
+  }
+  wake_.notify_all();
+}
+
+void Stager::Run() {
+  for (;;) {
+    proto::StageCheckpoint order;
+    {
+      std::unique_lock lock(mu_);
+      if (!wake_.wait_for(lock, std::chrono::milliseconds(kPruneEveryMs),
+                          [&] { return stopping_ || !queue_.empty(); })) {
+        lock.unlock();
+        if (int n = PruneStaged(staging_dir_, kStagedMaxAgeMs); n > 0) {
+          GP_LOG(kInfo) << "removed " << n << " staged checkpoints nobody took";
+        }
+        continue;
+      }
+      if (stopping_) return;
+      order = queue_.front();
+      queue_.pop_front();
+    }
+    blob::HttpChunkStoreOptions o;
+    o.server = access_.server_url;
+    o.token = access_.token;
+    blob::HttpChunkStore remote(o);
+    auto start = std::chrono::steady_clock::now();
+    auto manifest = remote.GetManifest(order.manifest);
+    blob::RestoreStats stats;
+    Status s = manifest.ok()
+                   ? StageTree(staging_dir_, order.job_id, *manifest, remote, &stats)
+                   : manifest.status();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+    const std::string what =
+        "job " + std::to_string(order.job_id) + " checkpoint " + std::to_string(order.checkpoint);
+    if (s.ok()) {
+      GP_LOG(kInfo) << "staged " << what << " in " << ms << " ms ("
+                    << FormatBytes(stats.bytes - stats.reused_bytes) << " read, "
+                    << FormatBytes(stats.reused_bytes) << " already staged)";
+    } else {
+      GP_LOG(kWarn) << "cannot stage " << what << ": " << s.ToString();
+    }
+  }
+}
+
+}  // namespace gpupool::agent

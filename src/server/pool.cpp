@@ -789,6 +789,14 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
       if (!event.reason.empty()) line += " (" + event.reason + ")";
       for (const std::string& a : event.attempts) line += "; vacated " + a;
       log_lines_.push_back(std::move(line));
+      // The vacated jobs will want their checkpoints elsewhere soon.
+      for (const std::string& a : event.attempts) {
+        GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
+        if (!attempt) continue;
+        GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
+        if (!job || job->current_attempt != a || !job->spec.preemptible()) continue;
+        GP_RETURN_IF_ERROR(StageAhead(tx, *job, node_id));
+      }
     } else if (type == proto::kLeave) {
       GP_ASSIGN_OR_RETURN(auto leave, proto::DecodeLeave(body));
       GP_RETURN_IF_ERROR(LeaveNode(tx, node_id, leave.reason));
@@ -1086,6 +1094,39 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
   return in;
 }
 
+Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node) {
+  GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(job.id));
+  if (!newest) return Status::Ok();
+  // The scheduler's pass as it would run once the job is back in the queue
+  // (first in its class, as a displaced job is) and off `leaving_node`.
+  const int64_t now = clock_.NowMs();
+  GP_ASSIGN_OR_RETURN(PoolView view, ReadView(tx, true));
+  std::erase_if(view.live_attempts, [&](const Attempt& a) { return a.job_id == job.id; });
+  Job requeued = job;
+  requeued.front = true;
+  view.pending.push_back(requeued);
+  PassInput in = MakeSnapshot(view, now);
+  for (sched::PendingJob& p : in.snapshot.pending) {
+    if (p.job_id != job.id) continue;
+    auto& excluded = p.request.excluded_nodes;
+    excluded.insert(std::lower_bound(excluded.begin(), excluded.end(), leaving_node),
+                    leaving_node);
+    excluded.erase(std::unique(excluded.begin(), excluded.end()), excluded.end());
+  }
+  GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));
+  for (const sched::Placement& p : d.placements) {
+    if (p.job_id != job.id || p.nodes.empty()) continue;
+    const std::string& node = p.nodes[0].node_id;
+    proto::StageCheckpoint order{job.id, newest->number, newest->manifest};
+    GP_RETURN_IF_ERROR(tx.PushOutbox(node, std::string(proto::kStage), proto::Encode(order)).status());
+    touched_nodes_.insert(node);
+    log_lines_.push_back("job " + std::to_string(job.id) + ": staging checkpoint " +
+                         std::to_string(newest->number) + " on node " + node +
+                         ", where it would run next");
+  }
+  return Status::Ok();
+}
+
 Result<proto::StartTask> Pool::MakeStart(Tx& tx, const Job& job, const Attempt& a) {
   proto::StartTask start;
   start.attempt_id = a.id;
@@ -1180,6 +1221,7 @@ Result<int> Pool::Schedule() {
       GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
       StopOrder stop{attempt.reason, PreemptGraceMs(job->spec), /*requeue=*/true};
       GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, attempt, JobEvent::kPreempt, nullptr, &stop));
+      GP_RETURN_IF_ERROR(StageAhead(tx, *job, attempt.node_id));
       newly_leaving[pr.for_job_id].push_back(job->id);
     }
     for (auto& [for_job, victims] : newly_leaving) {

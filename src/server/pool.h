@@ -265,6 +265,12 @@ class Pool {
     std::vector<GroupUsage> usage;
   };
 
+  // `job` is leaving `leaving_node` and will be requeued (its provider
+  // reclaims the GPU, or it is preempted): orders the node the scheduler
+  // would place it on next to stage its newest checkpoint
+  // (proto::StageCheckpoint), so that its restore there moves only what the
+  // final checkpoint changes. Nothing when it has no checkpoint or no room.
+  Status StageAhead(Tx& tx, const Job& job, const std::string& leaving_node);
   // Applies `event` to the job owning `attempt` (already fenced), carrying
   // out the transition's actions inside `tx`.
   Status ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,

@@ -959,6 +959,56 @@ TEST_F(PoolTest, NewAttemptRestoresTheNewestCheckpoint) {
   EXPECT_EQ(starts[1].restore_manifest, ManifestId('b'));
 }
 
+std::vector<proto::StageCheckpoint> Stages(Pool& pool, const std::string& node) {
+  std::vector<proto::StageCheckpoint> out;
+  for (const auto& m : *pool.PendingOrders(node, 0)) {
+    if (m.type == proto::kStage) out.push_back(*proto::DecodeStageCheckpoint(m.body));
+  }
+  return out;
+}
+
+TEST_F(PoolTest, AVacatingJobsCheckpointIsStagedWhereItWouldRunNext) {
+  auto a = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec spec = Spec(1);
+  spec.checkpoint = CheckpointSpec{};
+  ASSERT_TRUE(pool_->Submit(spec, "alice").ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "bob").ok());  // no checkpoints
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  auto b = *pool_->AgentHello(MakeHello("b", 1));
+  auto c = *pool_->AgentHello(MakeHello("c", 2));
+  ASSERT_EQ(*pool_->Schedule(), 1);  // job 2 takes b, the tightest fit
+  manifests_ = {ManifestId('a'), ManifestId('b')};
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'b')).ok());
+
+  NodeEvent reclaim;
+  reclaim.ts_ms = 1000;
+  reclaim.kind = "reclaim";
+  reclaim.reason = "reclaimed by the owner";
+  reclaim.attempts = {"1.1"};
+  ASSERT_TRUE(
+      pool_->AgentMessage(a.node_id, 2, std::string(proto::kNodeEvent), proto::Encode(reclaim))
+          .ok());
+  // a is leaving and b is taken: c is where the job goes next.
+  auto staged = Stages(*pool_, c.node_id);
+  ASSERT_EQ(staged.size(), 1u);
+  EXPECT_EQ(staged[0], (proto::StageCheckpoint{1, 2, ManifestId('b')}));
+  EXPECT_TRUE(Stages(*pool_, a.node_id).empty());
+  EXPECT_TRUE(Stages(*pool_, b.node_id).empty());
+  // The dry run placed nothing: the job still runs on a.
+  EXPECT_EQ(pool_->GetJob(1)->job.current_attempt, "1.1");
+  EXPECT_TRUE(Starts(c.node_id).empty());
+
+  // A vacated job without checkpoints stages nothing.
+  reclaim.attempts = {"2.1"};
+  ASSERT_TRUE(
+      pool_->AgentMessage(b.node_id, 1, std::string(proto::kNodeEvent), proto::Encode(reclaim))
+          .ok());
+  EXPECT_EQ(Stages(*pool_, c.node_id).size(), 1u);
+  EXPECT_TRUE(Stages(*pool_, a.node_id).empty());
+}
+
 TEST_F(PoolTest, LostWorkCountsFromTheLastCheckpoint) {
   auto node = *pool_->AgentHello(MakeHello("a", 1));
   ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());

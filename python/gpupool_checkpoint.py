@@ -9,7 +9,8 @@ docs/checkpoints.md; in short:
   ``none``) and, on an attempt that starts from an earlier checkpoint,
   ``GPUPOOL_RESTORED=1``.
 * A checkpoint is a directory ``ckpt-<N>`` directly under that directory.
-  It is written under a hidden staging name, flushed to disk, and committed
+  It is written under a hidden staging name (flushed to disk outside the
+  pool, where nothing else keeps it), and committed
   by renaming it to ``ckpt-<N>`` with N greater than every earlier N. The
   rename is atomic, so the agent, which reads only ``ckpt-<N>`` directories
   and takes the highest N, never sees half a checkpoint. A committed
@@ -156,13 +157,18 @@ class Checkpointer:
     """
 
     def __init__(self, dir: str | os.PathLike[str] | None = None, keep: int = 1,
-                 signal: SignalSpec = _signal.SIGUSR1) -> None:
+                 signal: SignalSpec = _signal.SIGUSR1, fsync: bool | None = None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, got {keep}")
         self.keep = keep
         pool_dir = os.environ.get(ENV_DIR)
         #: True when running in the pool (GPUPOOL_CHECKPOINT_DIR is set).
         self.in_pool: bool = bool(pool_dir)
+        #: Whether save() flushes to disk before the rename. By default only
+        #: outside the pool: in it, a checkpoint survives by its upload (the
+        #: pool never restores from the provider's disk), and flushing a
+        #: large one would delay a migration by seconds.
+        self.fsync: bool = (not self.in_pool) if fsync is None else fsync
         #: The directory that holds ckpt-<N> (absolute).
         self.directory: Path = Path(pool_dir or dir or "checkpoints").absolute()
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -215,9 +221,10 @@ class Checkpointer:
 
         ``write_fn(path)`` writes the checkpoint's files into the empty
         staging directory ``path`` (subdirectories are fine). Then every file
-        and directory in it is fsynced, it is renamed to ``ckpt-<N>`` with N
-        one above the highest present, the parent directory is fsynced, and
-        all but the ``keep`` newest checkpoints are deleted.
+        and directory in it is fsynced (when ``self.fsync``), it is renamed
+        to ``ckpt-<N>`` with N one above the highest present, the parent
+        directory is fsynced (likewise), and all but the ``keep`` newest
+        checkpoints are deleted.
 
         If write_fn raises, the staging directory is removed, nothing is
         committed, the pending request stays pending, and the exception
@@ -230,7 +237,8 @@ class Checkpointer:
         try:
             staging.mkdir()
             write_fn(staging)
-            _fsync_tree(staging)
+            if self.fsync:
+                _fsync_tree(staging)
             final = self._commit(staging)
         except BaseException:
             self._served = served_before
@@ -253,7 +261,8 @@ class Checkpointer:
                     if not os.path.lexists(final):
                         raise
             number += 1
-        _fsync_path(self.directory, directory=True)
+        if self.fsync:
+            _fsync_path(self.directory, directory=True)
         self._last_number = number
         return final
 

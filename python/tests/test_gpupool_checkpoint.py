@@ -123,7 +123,7 @@ def test_every_file_and_directory_is_fsynced_before_the_rename(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "rename", rename)
-    ckpt = make()
+    ckpt = make(fsync=True)
     committed = ckpt.save(write_text("x"))
     (final, synced_before), = renamed
     assert final == str(committed)
@@ -132,6 +132,22 @@ def test_every_file_and_directory_is_fsynced_before_the_rename(
     assert sorted(synced_before) == sorted(
         [str(staging / "data.txt"), str(staging / "sub" / "more.txt"), str(staging / "sub"), str(staging)])
     assert synced[-1] == str(pool_dir)  # the rename itself made durable
+
+
+def test_in_the_pool_nothing_is_fsynced_unless_asked(
+        pool_dir: Path, make, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    ckpt = make()
+    assert ckpt.in_pool and not ckpt.fsync
+    ckpt.save(write_text("x"))
+    assert synced == []
+    assert make(fsync=True).fsync
+    monkeypatch.delenv(gc.ENV_DIR)
+    outside = make(tmp_path / "mine")
+    assert not outside.in_pool and outside.fsync
+    outside.save(write_text("y"))
+    assert synced  # outside the pool a checkpoint is flushed by default
 
 
 def test_numbering_ignores_everything_but_committed_directories(pool_dir: Path, make) -> None:

@@ -88,7 +88,10 @@ Status StageTree(const std::string& staging_dir, int64_t job_id, const blob::Man
   auto staged = ReadStaged(dir);
   if (staged.ok() && blob::EncodeManifest(staged->manifest) == text) {
     ::utimensat(AT_FDCWD, dir.c_str(), nullptr, 0);  // still wanted: not pruned yet
-    if (stats != nullptr) *stats = {};
+    if (stats != nullptr) {
+      *stats = {};
+      stats->bytes = stats->reused_bytes = manifest.TotalBytes();
+    }
     return Status::Ok();
   }
   std::error_code ec;

@@ -31,21 +31,21 @@ std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-using Batch = std::vector<std::pair<ChunkId, std::string>>;  // (id, chunk bytes)
-
-// Chunks waiting to be offered to the store: only the ones it lacks are put.
-// A full batch goes to the store on a thread of its own while the next one
-// is being cut and hashed, so reading and hashing overlap with the store's
-// round trips (one batch in flight at most).
+// Chunks waiting to be offered to the store: each is hashed, and only the
+// ones the store lacks are compressed and put. A full batch goes to the
+// store on a thread of its own while the next one is being read and cut, so
+// hashing and the store's round trips overlap with reading and cutting (one
+// batch in flight at most). The ids come out in the order the chunks went
+// in.
 class Uploader {
  public:
   Uploader(ChunkStore& store, int level, TreeStats& stats)
       : store_(store), level_(level), stats_(stats) {}
   ~Uploader() { (void)Wait(); }
 
-  Status Add(ChunkId id, std::string bytes) {
+  Status Add(std::string bytes) {
     held_ += bytes.size();
-    pending_.push_back({std::move(id), std::move(bytes)});
+    pending_.push_back(std::move(bytes));
     if (held_ < kBatchBytes) return Status::Ok();
     GP_RETURN_IF_ERROR(Wait());
     in_flight_ = std::thread([this, batch = std::move(pending_)] { sent_ = Send(batch); });
@@ -54,12 +54,14 @@ class Uploader {
     return Status::Ok();
   }
 
-  // Sends what is left and waits for everything.
-  Status Finish() {
+  // Sends what is left, waits for everything, and returns the id of every
+  // chunk added, in order.
+  Result<std::vector<ChunkId>> Finish() {
     GP_RETURN_IF_ERROR(Wait());
-    Batch last = std::move(pending_);
+    std::vector<std::string> last = std::move(pending_);
     pending_.clear();
-    return Send(last);
+    GP_RETURN_IF_ERROR(Send(last));
+    return std::move(ids_);
   }
 
  private:
@@ -68,21 +70,23 @@ class Uploader {
     return sent_;
   }
 
-  // Only one Send runs at a time, so it alone updates the upload counters.
-  Status Send(const Batch& batch) {
-    std::vector<ChunkId> ids;
-    for (const auto& [id, bytes] : batch) ids.push_back(id);
+  // Only one Send runs at a time, so it alone updates ids_ and the upload
+  // counters.
+  Status Send(const std::vector<std::string>& batch) {
+    const size_t first = ids_.size();
+    for (const std::string& bytes : batch) ids_.push_back(ComputeChunkId(Bytes(bytes)));
+    std::vector<ChunkId> ids(ids_.begin() + static_cast<ptrdiff_t>(first), ids_.end());
     GP_ASSIGN_OR_RETURN(std::vector<ChunkId> missing, store_.Missing(ids));
     std::sort(missing.begin(), missing.end());
-    Batch frames;
-    for (const auto& [id, bytes] : batch) {
-      if (!std::binary_search(missing.begin(), missing.end(), id)) continue;
-      GP_ASSIGN_OR_RETURN(std::string frame, CompressChunk(Bytes(bytes), level_));
+    std::vector<std::pair<ChunkId, std::string>> frames;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!std::binary_search(missing.begin(), missing.end(), ids[i])) continue;
+      GP_ASSIGN_OR_RETURN(std::string frame, CompressChunk(Bytes(batch[i]), level_));
       // A chunk repeated within the batch is put once.
-      missing.erase(std::lower_bound(missing.begin(), missing.end(), id));
+      missing.erase(std::lower_bound(missing.begin(), missing.end(), ids[i]));
       ++stats_.new_chunks;
       stats_.uploaded_bytes += static_cast<int64_t>(frame.size());
-      frames.emplace_back(id, std::move(frame));
+      frames.emplace_back(ids[i], std::move(frame));
     }
     return store_.PutMany(frames);
   }
@@ -90,8 +94,9 @@ class Uploader {
   ChunkStore& store_;
   int level_;
   TreeStats& stats_;
-  Batch pending_;
+  std::vector<std::string> pending_;  // chunk bytes
   size_t held_ = 0;
+  std::vector<ChunkId> ids_;  // of the chunks sent so far
   std::thread in_flight_;
   Status sent_;  // of the batch in flight, read after joining it
 };
@@ -128,14 +133,13 @@ Status ChunkFile(const fs::path& path, ManifestEntry& entry, const StoreTreeOpti
     if (start == buf.size()) break;  // eof and nothing left
     auto rest = Bytes(std::string_view(buf).substr(start));
     size_t len = NextChunkLength(rest, chunker);
-    std::string piece = buf.substr(start, len);
-    ChunkId id = ComputeChunkId(Bytes(piece));
-    entry.chunks.push_back({id, static_cast<int64_t>(len)});
+    // Its id comes from the uploader's thread (StoreTree fills it in).
+    entry.chunks.push_back({"", static_cast<int64_t>(len)});
     entry.size += static_cast<int64_t>(len);
     ++stats.chunks;
+    status = up.Add(buf.substr(start, len));
     start += len;
     if (options.on_scanned) options.on_scanned(stats.bytes + entry.size);
-    status = up.Add(std::move(id), std::move(piece));
   }
   ::close(fd);
   return status;
@@ -406,7 +410,16 @@ Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
   Uploader up(store, options.zstd_level, s);
   Manifest m;
   GP_RETURN_IF_ERROR(StoreDir(fs::path(dir), "", options, m, up, s));
-  GP_RETURN_IF_ERROR(up.Finish());
+  GP_ASSIGN_OR_RETURN(std::vector<ChunkId> ids, up.Finish());
+  // The chunks were added file by file in manifest order.
+  size_t next = 0;
+  for (ManifestEntry& e : m.entries) {
+    for (ChunkRef& c : e.chunks) {
+      if (next == ids.size()) return Status::Internal("fewer chunk ids than chunks");
+      c.id = std::move(ids[next++]);
+    }
+  }
+  if (next != ids.size()) return Status::Internal("more chunk ids than chunks");
   return m;
 }
 

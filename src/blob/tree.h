@@ -7,9 +7,9 @@
 // chunks. It returns the tree's manifest (blob/manifest.h); the caller stores
 // the manifest last, so a manifest never names a chunk that is not stored.
 //
-// While StoreTree cuts and hashes the next batch of chunks, the previous one
-// is offered to the store on another thread: the store is called from a
-// thread other than the caller's (one call at a time).
+// While StoreTree reads and cuts the next batch of chunks, the previous one
+// is hashed and offered to the store on another thread: the store is called
+// from a thread other than the caller's (one call at a time).
 //
 // RestoreTree writes a manifest's tree into an empty directory, verifying
 // every chunk it reads (a corrupt one is DataLoss and nothing half-written

@@ -34,6 +34,9 @@ struct CheckpointSpec {
   int64_t interval_ms = 0;  // ask for a checkpoint this often; 0 = only before vacating
   int64_t grace_ms = kDefaultStopGraceMs;  // SIGTERM to SIGKILL when vacating
   std::string signal = "SIGUSR1";          // the request; "none" = no signal
+  // Keep each new checkpoint staged on a standby node (where the job would
+  // run next), so that a migration moves only the last delta.
+  bool standby = false;
   friend bool operator==(const CheckpointSpec&, const CheckpointSpec&) = default;
 };
 

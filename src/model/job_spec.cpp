@@ -60,7 +60,7 @@ constexpr const char* kResourceFields[] = {"gpus",        "gpu_memory", "gpu_mod
                                            "cpus",        "memory",     "min_compute_capability",
                                            "node_labels", "prefer",     "disk"};
 constexpr const char* kPreferFields[] = {"models", "wait"};
-constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal"};
+constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal", "standby"};
 // Signals a job may ask to receive as its checkpoint request (SIGKILL and
 // SIGSTOP cannot be caught, so they could never request anything).
 constexpr const char* kCheckpointSignals[] = {"SIGUSR1", "SIGUSR2", "SIGHUP",  "SIGINT",
@@ -484,6 +484,12 @@ Status ParseCheckpoint(const json& v, CheckpointSpec& out) {
     // "USR1" is SIGUSR1.
     if (out.signal != "none" && !out.signal.starts_with("SIG")) out.signal = "SIG" + out.signal;
   }
+  if (const json* s = Field(v, "standby")) {
+    if (!s->is_boolean()) {
+      return FieldError("checkpoint.standby", "must be true or false, got " + DescribeValue(*s));
+    }
+    out.standby = s->get<bool>();
+  }
   return Status::Ok();
 }
 
@@ -853,6 +859,7 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
     }
     c["grace"] = ExactDuration(spec.checkpoint->grace_ms);
     c["signal"] = spec.checkpoint->signal;
+    if (spec.checkpoint->standby) c["standby"] = true;
     j["checkpoint"] = std::move(c);
   }
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;

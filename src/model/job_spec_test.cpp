@@ -350,6 +350,8 @@ TEST(ParseJobSpec, SchedulingDefaults) {
   EXPECT_EQ(c.resources.preferred_models, std::vector<std::string>{"T4"});
   EXPECT_EQ(c.resources.prefer_wait_ms, 10 * 60'000);  // prefer.wait defaults to 10m
   EXPECT_EQ(MustParse("run: x\ncheckpoint: {signal: none}").checkpoint->signal, "none");
+  EXPECT_TRUE(MustParse("run: x\ncheckpoint: {standby: true}").checkpoint->standby);
+  EXPECT_FALSE(c.checkpoint->standby);
   // A preferred model may be more specific than an allowed one.
   EXPECT_EQ(MustParse("run: x\nresources: {gpu_models: A100, prefer: {models: A100-SXM4-80GB}}")
                 .resources.preferred_models,
@@ -698,7 +700,9 @@ const BadSpec kBadSpecs[] = {
     {"run: x\ncheckpoint: true",
      "checkpoint (line 2): expected a mapping such as {interval: 30m, grace: 60s}, got true"},
     {"run: x\ncheckpoint: {every: 5m}",
-     "checkpoint.every (line 2): unknown field (known: interval, grace, signal)"},
+     "checkpoint.every (line 2): unknown field (known: interval, grace, signal, standby)"},
+    {"run: x\ncheckpoint: {standby: yes please}",
+     "checkpoint.standby (line 2): must be true or false, got \"yes please\""},
     {"run: x\ncheckpoint: {interval: 5s}",
      "checkpoint.interval (line 2): must be from 10s to 7d, got 5s"},
     {"run: x\ncheckpoint: {interval: often}", "checkpoint.interval (line 2): invalid duration"},

@@ -356,7 +356,13 @@ Result<CheckpointAdded> Pool::AddCheckpoint(const CheckpointRequest& r) {
     out.created = true;
     attempt.last_checkpoint_ms = now;  // lost work counts from here (LostWorkMs)
     GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
-    return ApplyRetention(tx, r.job_id);
+    GP_RETURN_IF_ERROR(ApplyRetention(tx, r.job_id));
+    if (!job->spec.checkpoint || !job->spec.checkpoint->standby) return Status::Ok();
+    // A leaving attempt's last checkpoint goes straight into its next start
+    // order, which restores it over what is staged: staging it too would
+    // only make that restore wait.
+    if (attempt.preempt_ms > 0 || leaving_.count(attempt.id)) return Status::Ok();
+    return StageAhead(tx, *job, attempt.node_id);
   });
   if (!s.ok()) {
     Discard();
@@ -597,6 +603,7 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
 }
 
 Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r) {
+  if (r.state != "running") leaving_.erase(r.attempt_id);
   GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(r.attempt_id));
   std::optional<Job> job;
   if (attempt) {
@@ -795,6 +802,7 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
         if (!attempt) continue;
         GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
         if (!job || job->current_attempt != a || !job->spec.preemptible()) continue;
+        leaving_.insert(a);
         GP_RETURN_IF_ERROR(StageAhead(tx, *job, node_id));
       }
     } else if (type == proto::kLeave) {

@@ -266,8 +266,9 @@ class Pool {
   };
 
   // `job` is leaving `leaving_node` and will be requeued (its provider
-  // reclaims the GPU, or it is preempted): orders the node the scheduler
-  // would place it on next to stage its newest checkpoint
+  // reclaims the GPU, or it is preempted), or may leave it (a new
+  // checkpoint of a job with checkpoint.standby): orders the node the
+  // scheduler would place it on next to stage its newest checkpoint
   // (proto::StageCheckpoint), so that its restore there moves only what the
   // final checkpoint changes. Nothing when it has no checkpoint or no room.
   Status StageAhead(Tx& tx, const Job& job, const std::string& leaving_node);
@@ -319,6 +320,8 @@ class Pool {
   std::set<int64_t> touched_jobs_;
   std::vector<std::pair<int64_t, std::string>> new_refusals_;  // job, node id
   std::vector<std::string> log_lines_;                         // logged at info
+  // Attempts their node said it is vacating, until they report their end.
+  std::set<std::string> leaving_;
   bool want_schedule_ = false;
 };
 

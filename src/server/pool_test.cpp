@@ -1009,6 +1009,45 @@ TEST_F(PoolTest, AVacatingJobsCheckpointIsStagedWhereItWouldRunNext) {
   EXPECT_TRUE(Stages(*pool_, a.node_id).empty());
 }
 
+TEST_F(PoolTest, AStandbyNodeGetsEveryNewCheckpointOfAJobThatAsks) {
+  auto a = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec spec = Spec(1);
+  spec.checkpoint = CheckpointSpec{};
+  spec.checkpoint->standby = true;
+  ASSERT_TRUE(pool_->Submit(spec, "alice").ok());
+  ASSERT_TRUE(pool_->Submit(Spec(1), "bob").ok());  // no standby: stages nothing
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  auto b = *pool_->AgentHello(MakeHello("b", 1));
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  manifests_ = {ManifestId('a'), ManifestId('b'), ManifestId('c')};
+  ASSERT_TRUE(Report(b.node_id, 1, {"2.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(2, "2.1", 'c')).ok());
+  auto c = *pool_->AgentHello(MakeHello("c", 1));
+  EXPECT_TRUE(Stages(*pool_, a.node_id).empty());
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'b')).ok());
+  auto staged = Stages(*pool_, c.node_id);  // the only free node
+  ASSERT_EQ(staged.size(), 2u);
+  EXPECT_EQ(staged[0], (proto::StageCheckpoint{1, 1, ManifestId('a')}));
+  EXPECT_EQ(staged[1], (proto::StageCheckpoint{1, 2, ManifestId('b')}));
+  EXPECT_TRUE(Stages(*pool_, b.node_id).empty());
+
+  // Vacating: staged again at once (nothing new); its last checkpoint is
+  // left to the start order.
+  NodeEvent reclaim;
+  reclaim.ts_ms = 1000;
+  reclaim.kind = "reclaim";
+  reclaim.attempts = {"1.1"};
+  ASSERT_TRUE(
+      pool_->AgentMessage(a.node_id, 2, std::string(proto::kNodeEvent), proto::Encode(reclaim))
+          .ok());
+  EXPECT_EQ(Stages(*pool_, c.node_id).size(), 3u);
+  manifests_.insert(ManifestId('d'));
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'd')).ok());
+  EXPECT_EQ(Stages(*pool_, c.node_id).size(), 3u);
+}
+
 TEST_F(PoolTest, LostWorkCountsFromTheLastCheckpoint) {
   auto node = *pool_->AgentHello(MakeHello("a", 1));
   ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());

@@ -70,6 +70,10 @@ def one_run(pad_mib, standby):
             else:
                 pool.start_agent("b")
                 pool.wait_nodes_ready(2)
+            # Here server, a and b share one disk: let the writes of the setup
+            # (checkpoint 1's upload, b's staged copy) reach it first, as
+            # they would have on three machines.
+            os.sync()
             t0, wall0 = time.monotonic(), time.time()
             r = pool.cli("agent", "reclaim", "--data-dir", pool.agent_dir("a"), timeout=300)
             freed = time.monotonic() - t0

@@ -98,7 +98,9 @@ int main(int argc, char** argv) {
     std::cerr << "gpupool-upload-bench: " << manifest.status().ToString() << "\n";
     return 1;
   }
+  auto tree_done = std::chrono::steady_clock::now();
   std::string text = blob::EncodeManifest(*manifest);
+  double encode_seconds = SecondsSince(tree_done);
   auto stored = remote.PutManifest(text);
   if (!stored.ok()) {
     std::cerr << "gpupool-upload-bench: " << stored.status().ToString() << "\n";
@@ -106,6 +108,8 @@ int main(int argc, char** argv) {
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << nlohmann::json{{"seconds", seconds},
+                              {"manifest_seconds", SecondsSince(tree_done)},
+                              {"encode_seconds", encode_seconds},
                               {"tree_bytes", stats.bytes},
                               {"chunks", stats.chunks},
                               {"new_chunks", stats.new_chunks},

@@ -28,7 +28,7 @@ Progress goes to stderr, one line per event:
     counter: checkpoint ckpt-M at step S (requested|every K)
 
 A checkpoint holds state.json ({"step", "hash", "pad_bytes",
-"pad_sha256"}) and, with --pad-bytes B, pad.bin: B bytes of pseudo-random
+"pad_change"}) and, with --pad-bytes B, pad.bin: B bytes of pseudo-random
 data that are a function of B and the step alone. pad.bin is a fixed base
 (SHAKE-256, generated once per run) in which one 4 KiB block is replaced in
 about the fraction F (--pad-change, default 0.01) of its 64 KiB regions, the
@@ -36,8 +36,8 @@ blocks and their bytes chosen by the step. The blob store cuts files into
 chunks of about 64 KiB, so successive checkpoints share all but about 2F of
 their chunks and an incremental upload is small. The base is kept in memory
 (B bytes) and every checkpoint writes the whole file from it. On resume the
-restored pad.bin is checked against the SHA-256 in state.json (exit 3 if it
-differs), which tests that the pool restored it byte for byte.
+restored pad.bin is compared with the content for its step, generated again
+(exit 3 if it differs), which tests that the pool restored it byte for byte.
 """
 
 from __future__ import annotations
@@ -95,43 +95,44 @@ class Pad:
         return [(b * BLOCK, hashlib.shake_256(b"gpupool-pad/%d/%d" % (step, b)).digest(BLOCK))
                 for b in chosen]
 
-    def write(self, path: Path, step: int) -> str:
-        """Writes the content for `step` to `path`; returns its SHA-256 (hex)."""
-        digest = hashlib.sha256()
+    def _pieces(self, step: int):
+        """The content for `step`, in order, as views of the base and replaced blocks."""
         base = memoryview(self.base)
+        at = 0
+        for offset, data in self._replaced(step):
+            yield base[at:offset]
+            yield memoryview(data)
+            at = offset + len(data)
+        yield base[at:]
+
+    def write(self, path: Path, step: int) -> None:
+        """Writes the content for `step` to `path`."""
         with open(path, "wb", buffering=0) as f:
-            def put(data: bytes | memoryview) -> None:
-                digest.update(data)
-                view = memoryview(data)
+            for view in self._pieces(step):
                 while view:
                     view = view[f.write(view):]
 
-            at = 0
-            for offset, data in self._replaced(step):
-                put(base[at:offset])
-                put(data)
-                at = offset + len(data)
-            put(base[at:])
-        return digest.hexdigest()
+    def matches(self, path: Path, step: int) -> bool:
+        """True when `path` holds exactly the content for `step`."""
+        if path.stat().st_size != self.size:
+            return False
+        with open(path, "rb", buffering=0) as f:
+            for view in self._pieces(step):
+                if f.read(len(view)) != view:
+                    return False
+        return True
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(8 * 1024 * 1024)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            digest.update(view[:n])
-    return digest.hexdigest()
-
-
-def read_state(path: Path) -> tuple[int, str, str, str]:
+def read_state(path: Path, pad: Pad | None) -> tuple[int, str, str, str]:
     """(step, hash, checkpoint name, why pad.bin is corrupt or "") from a checkpoint."""
     saved = json.loads((path / "state.json").read_text())
-    corrupt = ""
-    if saved.get("pad_bytes") and file_sha256(path / "pad.bin") != saved["pad_sha256"]:
-        corrupt = f"{path / 'pad.bin'} differs from the checkpoint's pad_sha256: the restore is corrupt"
-    return int(saved["step"]), str(saved["hash"]), path.name, corrupt
+    step, corrupt = int(saved["step"]), ""
+    if saved.get("pad_bytes"):
+        if pad is None or pad.size != saved["pad_bytes"]:
+            pad = Pad(saved["pad_bytes"], saved["pad_change"])
+        if not pad.matches(path / "pad.bin", step):
+            corrupt = f"{path / 'pad.bin'} is not the pad of step {step}: the restore is corrupt"
+    return step, str(saved["hash"]), path.name, corrupt
 
 
 def log(message: str) -> None:
@@ -156,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pad-change must be from 0 to 1")
 
     ckpt = Checkpointer()
-    restored = ckpt.load(read_state)
+    pad = Pad(args.pad_bytes, args.pad_change) if args.pad_bytes else None
+    restored = ckpt.load(lambda path: read_state(path, pad))
     if restored is None:
         step, h = 0, first_hash()
         log(f"start at step 0 of {args.steps}")
@@ -167,7 +169,6 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         log(f"resume at step {step} of {args.steps} from {name}")
     resumed_from = step
-    pad = Pad(args.pad_bytes, args.pad_change) if args.pad_bytes else None
 
     while step < args.steps:
         if args.sleep:
@@ -177,15 +178,18 @@ def main(argv: list[str] | None = None) -> int:
         every = args.checkpoint_every and step % args.checkpoint_every == 0
         if ckpt.requested() or every:
             why = "requested" if ckpt.requested() else f"every {args.checkpoint_every}"
-            state = {"step": step, "hash": h, "pad_bytes": args.pad_bytes, "pad_sha256": None}
+            state = {"step": step, "hash": h, "pad_bytes": args.pad_bytes,
+                     "pad_change": args.pad_change}
 
             def write(path: Path) -> None:
                 if pad is not None:
-                    state["pad_sha256"] = pad.write(path / "pad.bin", step)
+                    pad.write(path / "pad.bin", step)
                 (path / "state.json").write_text(json.dumps(state, sort_keys=True) + "\n")
 
+            started = time.monotonic()
             committed = ckpt.save(write)
-            log(f"checkpoint {committed.name} at step {step} ({why})")
+            log(f"checkpoint {committed.name} at step {step} ({why}; "
+                f"written in {time.monotonic() - started:.2f} s)")
 
     if args.result is not None:
         args.result.write_text(f"steps={step} hash={h}\n")

@@ -108,6 +108,56 @@ std::string EncodeManifest(const Manifest& m) {
   return json{{"version", 1}, {"entries", entries}}.dump();
 }
 
+Status ValidateManifest(const Manifest& m) {
+  if (m.entries.size() > kMaxManifestEntries) {
+    return Status::InvalidArgument("entries: more than " + std::to_string(kMaxManifestEntries) +
+                                   " entries");
+  }
+  std::unordered_set<std::string_view> paths, dirs;
+  for (size_t i = 0; i < m.entries.size(); ++i) {
+    const ManifestEntry& e = m.entries[i];
+    const std::string at = "entries[" + std::to_string(i) + "].";
+    auto fail = [&](const std::string& field, const std::string& why) {
+      return Status::InvalidArgument(at + field + ": " + why);
+    };
+    if (Status s = CheckRelativePath(e.path); !s.ok()) return fail("path", s.message());
+    if (!paths.insert(e.path).second) return fail("path", "is listed twice");
+    std::string parent = Parent(e.path);
+    if (!parent.empty() && !dirs.count(parent)) {
+      return fail("path", "lies under \"" + parent + "\", which is not listed before it as a dir");
+    }
+    if (e.type != EntryType::kSymlink && e.mode > 0777) return fail("mode", "must be from 0 to 0777");
+    switch (e.type) {
+      case EntryType::kFile: {
+        int64_t sum = 0;
+        for (size_t c = 0; c < e.chunks.size(); ++c) {
+          const ChunkRef& ref = e.chunks[c];
+          const std::string cat = "chunks[" + std::to_string(c) + "]";
+          if (!IsChunkId(ref.id)) return fail(cat, "not a SHA-256 chunk id");
+          if (ref.size <= 0 || ref.size > static_cast<int64_t>(kMaxChunkBytes)) {
+            return fail(cat, "chunk size out of range");
+          }
+          sum += ref.size;
+        }
+        if (sum != e.size) {
+          return fail("size", "is " + std::to_string(e.size) + " but its chunks hold " +
+                                  std::to_string(sum) + " bytes");
+        }
+        break;
+      }
+      case EntryType::kDir:
+        dirs.insert(e.path);
+        break;
+      case EntryType::kSymlink:
+        if (!TargetStaysInside(e.path, e.target)) {
+          return fail("target", "must be a relative path that stays inside the tree");
+        }
+        break;
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Manifest> DecodeManifest(std::string_view text) {
   if (text.size() > kMaxManifestBytes) {
     return Status::InvalidArgument("manifest: larger than " + std::to_string(kMaxManifestBytes) +
@@ -117,7 +167,6 @@ Result<Manifest> DecodeManifest(std::string_view text) {
   JsonReader r(j, "");
   int64_t version = r.Int("version");
   Manifest m;
-  std::set<std::string> paths, dirs;
   size_t count = 0;
   r.Each("entries", true, [&](const json& ej, const std::string& at) -> Status {
     if (++count > kMaxManifestEntries) {
@@ -129,43 +178,22 @@ Result<Manifest> DecodeManifest(std::string_view text) {
     e.path = er.Str("path");
     std::string type = er.Str("type");
     if (!er.ok()) return er.Finish(false);
-    if (Status s = CheckRelativePath(e.path); !s.ok()) er.Fail("path", s.message());
-    if (er.ok() && !paths.insert(e.path).second) er.Fail("path", "is listed twice");
-    std::string parent = Parent(e.path);
-    if (er.ok() && !parent.empty() && !dirs.count(parent)) {
-      er.Fail("path", "lies under \"" + parent + "\", which is not listed before it as a dir");
-    }
     if (type == "file") {
       e.type = EntryType::kFile;
       e.size = er.Int("size");
-      int64_t sum = 0;
       er.Each("chunks", true, [&](const json& cj, const std::string& cat) -> Status {
         if (!cj.is_array() || cj.size() != 2 || !cj[0].is_string() || !cj[1].is_number_integer()) {
           return Status::InvalidArgument(cat + ": must be [id, size]");
         }
-        ChunkRef c{cj[0].get<std::string>(), cj[1].get<int64_t>()};
-        if (!IsChunkId(c.id)) return Status::InvalidArgument(cat + ": not a SHA-256 chunk id");
-        if (c.size <= 0 || c.size > static_cast<int64_t>(kMaxChunkBytes)) {
-          return Status::InvalidArgument(cat + ": chunk size out of range");
-        }
-        sum += c.size;
-        e.chunks.push_back(std::move(c));
+        e.chunks.push_back({cj[0].get<std::string>(), cj[1].get<int64_t>()});
         return Status::Ok();
       });
-      if (er.ok() && sum != e.size) {
-        er.Fail("size", "is " + std::to_string(e.size) + " but its chunks hold " +
-                            std::to_string(sum) + " bytes");
-      }
     } else if (type == "dir") {
       e.type = EntryType::kDir;
-      dirs.insert(e.path);
     } else if (type == "symlink") {
       e.type = EntryType::kSymlink;
       e.mode = 0;  // symlinks have none
       e.target = er.Str("target");
-      if (er.ok() && !TargetStaysInside(e.path, e.target)) {
-        er.Fail("target", "must be a relative path that stays inside the tree");
-      }
     } else {
       er.Fail("type", "must be file, dir or symlink");
     }
@@ -183,6 +211,7 @@ Result<Manifest> DecodeManifest(std::string_view text) {
     return Status::InvalidArgument("version: unsupported manifest version " +
                                    std::to_string(version) + " (this side reads 1)");
   }
+  GP_RETURN_IF_ERROR(ValidateManifest(m));
   return m;
 }
 

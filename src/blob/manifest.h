@@ -63,6 +63,11 @@ inline constexpr size_t kMaxPathBytes = 4096;
 std::string EncodeManifest(const Manifest& m);
 // InvalidArgument naming the entry ("entries[3].path: must not contain \"..\"").
 Result<Manifest> DecodeManifest(std::string_view text);
+// The rules DecodeManifest enforces beyond the JSON's shape, for a manifest
+// built in memory: relative paths, each once, under directories listed
+// before them; files' chunks well formed and summing to their size;
+// symlinks that stay inside. InvalidArgument naming the entry.
+Status ValidateManifest(const Manifest& m);
 // The id of an encoded manifest (SHA-256 of its text).
 ChunkId ManifestId(std::string_view encoded);
 

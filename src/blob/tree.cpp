@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -32,50 +34,80 @@ std::span<const uint8_t> Bytes(std::string_view s) {
 }
 
 // Chunks waiting to be offered to the store: each is hashed, and only the
-// ones the store lacks are compressed and put. A full batch goes to the
-// store on a thread of its own while the next one is being read and cut, so
-// hashing and the store's round trips overlap with reading and cutting (one
-// batch in flight at most). The ids come out in the order the chunks went
-// in.
+// ones the store lacks are compressed and put. A full batch is handed to a
+// thread of its own while the next one is read and cut; up to two batches
+// are in flight, so that one is hashed while the other waits for the
+// store's answer (store calls are made one at a time). The ids come out in
+// the order the chunks went in.
 class Uploader {
  public:
   Uploader(ChunkStore& store, int level, TreeStats& stats)
       : store_(store), level_(level), stats_(stats) {}
-  ~Uploader() { (void)Wait(); }
+  ~Uploader() { (void)WaitAll(); }
 
   Status Add(std::string bytes) {
     held_ += bytes.size();
     pending_.push_back(std::move(bytes));
     if (held_ < kBatchBytes) return Status::Ok();
-    GP_RETURN_IF_ERROR(Wait());
-    in_flight_ = std::thread([this, batch = std::move(pending_)] { sent_ = Send(batch); });
-    pending_.clear();
-    held_ = 0;
-    return Status::Ok();
+    return Launch();
   }
 
   // Sends what is left, waits for everything, and returns the id of every
   // chunk added, in order.
   Result<std::vector<ChunkId>> Finish() {
-    GP_RETURN_IF_ERROR(Wait());
-    std::vector<std::string> last = std::move(pending_);
-    pending_.clear();
-    GP_RETURN_IF_ERROR(Send(last));
-    return std::move(ids_);
+    if (!pending_.empty()) GP_RETURN_IF_ERROR(Launch());
+    GP_RETURN_IF_ERROR(WaitAll());
+    std::vector<ChunkId> all;
+    for (std::vector<ChunkId>& ids : ids_) {
+      for (ChunkId& id : ids) all.push_back(std::move(id));
+    }
+    return all;
   }
 
  private:
-  Status Wait() {
-    if (in_flight_.joinable()) in_flight_.join();
-    return sent_;
+  static constexpr size_t kInFlight = 2;
+
+  Status Launch() {
+    if (in_flight_.size() == kInFlight) {
+      in_flight_.front().join();
+      in_flight_.pop_front();
+    }
+    size_t slot = 0;
+    {
+      std::lock_guard lock(mu_);
+      GP_RETURN_IF_ERROR(failed_);
+      slot = ids_.size();
+      ids_.emplace_back();
+    }
+    in_flight_.emplace_back([this, slot, batch = std::move(pending_)] {
+      Status s = Send(batch, slot);
+      std::lock_guard lock(mu_);
+      if (!s.ok() && failed_.ok()) failed_ = s;
+    });
+    pending_.clear();
+    held_ = 0;
+    return Status::Ok();
   }
 
-  // Only one Send runs at a time, so it alone updates ids_ and the upload
-  // counters.
-  Status Send(const std::vector<std::string>& batch) {
-    const size_t first = ids_.size();
-    for (const std::string& bytes : batch) ids_.push_back(ComputeChunkId(Bytes(bytes)));
-    std::vector<ChunkId> ids(ids_.begin() + static_cast<ptrdiff_t>(first), ids_.end());
+  Status WaitAll() {
+    while (!in_flight_.empty()) {
+      in_flight_.front().join();
+      in_flight_.pop_front();
+    }
+    return Failed();
+  }
+
+  Status Failed() {
+    std::lock_guard lock(mu_);
+    return failed_;
+  }
+
+  Status Send(const std::vector<std::string>& batch, size_t slot) {
+    std::vector<ChunkId> ids;
+    ids.reserve(batch.size());
+    for (const std::string& bytes : batch) ids.push_back(ComputeChunkId(Bytes(bytes)));
+    std::lock_guard lock(mu_);  // the store, the counters and ids_
+    ids_[slot] = ids;
     GP_ASSIGN_OR_RETURN(std::vector<ChunkId> missing, store_.Missing(ids));
     std::sort(missing.begin(), missing.end());
     std::vector<std::pair<ChunkId, std::string>> frames;
@@ -93,12 +125,13 @@ class Uploader {
 
   ChunkStore& store_;
   int level_;
-  TreeStats& stats_;
-  std::vector<std::string> pending_;  // chunk bytes
+  TreeStats& stats_;                  // new_chunks, uploaded_bytes guarded by mu_
+  std::vector<std::string> pending_;  // chunk bytes of the batch being filled
   size_t held_ = 0;
-  std::vector<ChunkId> ids_;  // of the chunks sent so far
-  std::thread in_flight_;
-  Status sent_;  // of the batch in flight, read after joining it
+  std::deque<std::thread> in_flight_;
+  std::mutex mu_;
+  std::vector<std::vector<ChunkId>> ids_;  // per batch, in order; guarded by mu_
+  Status failed_;                          // the first batch's error; guarded by mu_
 };
 
 Status ChunkFile(const fs::path& path, ManifestEntry& entry, const StoreTreeOptions& options,
@@ -431,10 +464,9 @@ Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::strin
   }
   fs::create_directories(dest, ec);
   if (ec) return Status::Internal("cannot create " + dest + ": " + ec.message());
-  // The manifest's own rules (decoded or built here): relative paths under
-  // listed directories, symlinks that stay inside; checked again for
-  // manifests built in memory.
-  GP_RETURN_IF_ERROR(DecodeManifest(EncodeManifest(manifest)).status());
+  // The manifest's own rules (decoded or built in memory): relative paths
+  // under listed directories, symlinks that stay inside.
+  GP_RETURN_IF_ERROR(ValidateManifest(manifest));
   std::vector<const ManifestEntry*> dirs, files;
   for (const ManifestEntry& e : manifest.entries) {
     if (e.type == EntryType::kDir) {

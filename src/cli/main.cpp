@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
       ->add_option("--node-lost-after-ms", so.pool.node_lost_after_ms,
                    "requeue a disconnected node's jobs after this long")
       ->capture_default_str();
-  server_cmd->add_flag("--fsync", so.sqlite_fsync, "fsync every commit (survives power loss)");
+  server_cmd->add_flag("--fsync", so.fsync,
+                       "flush every commit and blob upload to disk (survives power loss)");
   server_cmd->add_option("--scheduler-config", so.scheduler_config,
                          "YAML file: fair-share groups, quotas, preemption");
   server_cmd->add_option("--log-level", log_level, "debug, info, warn or error");

@@ -73,7 +73,7 @@ int RunServer(const ServerOptions& options) {
     return 2;
   }
   SqliteOptions sqlite_opts;
-  sqlite_opts.fsync_every_commit = options.sqlite_fsync;
+  sqlite_opts.fsync_every_commit = options.fsync;
   auto store = SqliteStore::Open(options.data_dir + "/state.db", sqlite_opts);
   if (!store.ok()) {
     std::cerr << "gpupool server: " << store.status().ToString() << "\n";
@@ -95,6 +95,7 @@ int RunServer(const ServerOptions& options) {
 
   BlobServiceOptions blob_options;
   blob_options.dir = options.data_dir + "/blobs";
+  blob_options.fsync = options.fsync;
   auto blobs = BlobService::Open(blob_options);
   if (!blobs.ok()) {
     std::cerr << "gpupool server: " << blobs.status().ToString() << "\n";

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/inotify.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -356,10 +357,19 @@ int RunShim(const ShimOptions& options) {
   const int checkpoint_signal = CheckpointSignal(task.spec);
   std::unique_ptr<CheckpointUploader> uploader;
   int64_t newest_commit = 0;  // the newest commit seen (a restored one counts)
+  int commit_watch = -1;      // inotify on checkpoint_dir
   if (task.spec.checkpoint) {
     if (auto c = NewestCommit(checkpoint_dir)) newest_commit = c->number;
     uploader = std::make_unique<CheckpointUploader>(
         checkpoint_dir, HttpUploadFn(options.blob, task.job_id, task.attempt_id));
+    // A commit is a rename into the directory: noticed at once, with the
+    // periodic scan as the fallback (a full inotify table, a replaced dir).
+    commit_watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (commit_watch >= 0 &&
+        ::inotify_add_watch(commit_watch, checkpoint_dir.c_str(), IN_MOVED_TO | IN_CREATE) < 0) {
+      ::close(commit_watch);
+      commit_watch = -1;
+    }
   }
   int64_t interval_ms = task.spec.checkpoint ? task.spec.checkpoint->interval_ms : 0;
   int64_t next_ask = checkpoint_signal && interval_ms > 0 ? start_ms + interval_ms : 0;
@@ -473,10 +483,11 @@ int RunShim(const ShimOptions& options) {
     if (watch_memory && !exited) {
       wake = std::min(wake, std::max<int64_t>(next_memory_check - now, 0));
     }
-    pollfd fds[3] = {{out_open ? out_pipe[0] : -1, POLLIN, 0},
+    pollfd fds[4] = {{out_open ? out_pipe[0] : -1, POLLIN, 0},
                      {err_open ? err_pipe[0] : -1, POLLIN, 0},
-                     {sig_fd, POLLIN, 0}};
-    int n = ::poll(fds, 3, static_cast<int>(wake));
+                     {sig_fd, POLLIN, 0},
+                     {commit_watch, POLLIN, 0}};
+    int n = ::poll(fds, 4, static_cast<int>(wake));
     if (n < 0 && errno != EINTR) break;
     now = clock.NowMs();
     for (int i = 0; i < 2; ++i) {
@@ -495,6 +506,11 @@ int RunShim(const ShimOptions& options) {
         stop_job(*stop, false, StopGraceMs(paths, options.kill_grace_ms));
       }
     }
+    if (fds[3].revents & POLLIN) {
+      while (::read(commit_watch, buf, sizeof buf) > 0) {
+      }
+      next_scan = now;  // scan on the next turn
+    }
     // Reap the job and any orphan of it that came to the shim.
     int st = 0;
     pid_t w;
@@ -507,6 +523,7 @@ int RunShim(const ShimOptions& options) {
       drain_until = now + 2000;
     }
   }
+  if (commit_watch >= 0) ::close(commit_watch);
   out_sink.Finish(clock.NowMs());
   err_sink.Finish(clock.NowMs());
   if (!exited) {

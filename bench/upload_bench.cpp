@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("--avg-chunk", avg, "average chunk size (a power of two)")->capture_default_str();
   std::string restore, cache_dir;
   app.add_option("--restore", restore, "restore this manifest into --dir instead");
-  app.add_option("--cache", cache_dir, "the chunk cache for --restore (none: straight from the server)");
+  app.add_option("--cache", cache_dir,
+                 "the chunk cache for --restore (none: straight from the server)");
   CLI11_PARSE(app, argc, argv);
 
   auto token = ReadFile(token_file);

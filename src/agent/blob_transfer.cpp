@@ -3,8 +3,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "agent/staging.h"
 #include "blob/cached_chunk_store.h"
@@ -50,8 +50,7 @@ Status GiveTo(const std::string& dir, int uid) {
 // The agent's chunk cache in front of the server. `keep`: keep copies of
 // what is downloaded (inputs; not checkpoints).
 Result<std::unique_ptr<blob::CachedChunkStore>> OpenCache(const BlobAccess& access,
-                                                          blob::HttpChunkStore& remote,
-                                                          bool keep) {
+                                                          blob::HttpChunkStore& remote, bool keep) {
   blob::CachedChunkStoreOptions o;
   o.dir = access.cache_dir;
   o.limit_bytes = access.cache_bytes;
@@ -91,8 +90,8 @@ Status RestoreCheckpoint(const proto::StartTask& task, const std::string& checkp
   fs::remove_all(base_dir, ec);
   GP_RETURN_IF_ERROR(s.WithContext("cannot restore " + what));
   if (base) {
-    event("restored " + what + ": " + FormatBytes(stats.bytes - stats.reused_bytes) +
-          " fetched, " + FormatBytes(stats.reused_bytes) + " already staged");
+    event("restored " + what + ": " + FormatBytes(stats.bytes - stats.reused_bytes) + " fetched, " +
+          FormatBytes(stats.reused_bytes) + " already staged");
   }
   return Status::Ok();
 }

@@ -25,12 +25,20 @@ std::string JobDir(const std::string& staging_dir, int64_t job_id) {
   return staging_dir + "/job-" + std::to_string(job_id);
 }
 
+std::string PendingMark(const std::string& staging_dir, int64_t job_id) {
+  return JobDir(staging_dir, job_id) + ".pending";
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
 // An exclusive flock on a job's lock file, released on destruction.
 class JobLock {
  public:
-  // Waits up to `wait_ms` (< 0: for ever). FailedPrecondition when it is
-  // still held by another after that.
-  static Result<JobLock> Take(const std::string& staging_dir, int64_t job_id, int64_t wait_ms) {
+  // Waits up to `wait_ms` (< 0: for ever), also while `until_gone` exists
+  // (when not empty). FailedPrecondition when it is still held (or the file
+  // still there) after that.
+  static Result<JobLock> Take(const std::string& staging_dir, int64_t job_id, int64_t wait_ms,
+                              const std::string& until_gone = "") {
     std::error_code ec;
     fs::create_directories(staging_dir, ec);
     if (ec) return Status::Internal("cannot create " + staging_dir + ": " + ec.message());
@@ -46,14 +54,21 @@ class JobLock {
       return lock;
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-    while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      if (errno != EWOULDBLOCK && errno != EINTR) return Status::Internal("cannot lock " + path);
+    for (;;) {
+      if (until_gone.empty() || !Exists(until_gone)) {
+        if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+          // Marked again while this waited for the lock: wait on.
+          if (until_gone.empty() || !Exists(until_gone)) return lock;
+          ::flock(fd, LOCK_UN);
+        } else if (errno != EWOULDBLOCK && errno != EINTR) {
+          return Status::Internal("cannot lock " + path);
+        }
+      }
       if (std::chrono::steady_clock::now() >= deadline) {
         return Status::FailedPrecondition("job " + std::to_string(job_id) + " is being staged");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    return lock;
   }
   JobLock(JobLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
   JobLock& operator=(JobLock&&) = delete;
@@ -80,8 +95,15 @@ Result<blob::RestoreBase> ReadStaged(const std::string& dir) {
 std::string StagingDirIn(const std::string& data_dir) { return data_dir + "/staged"; }
 
 Status StageTree(const std::string& staging_dir, int64_t job_id, const blob::Manifest& manifest,
-                 blob::ChunkStore& store, blob::RestoreStats* stats) {
+                 blob::ChunkStore& store, blob::RestoreStats* stats, const std::string& done) {
   GP_ASSIGN_OR_RETURN(JobLock lock, JobLock::Take(staging_dir, job_id, -1));
+  // Removed under the lock once the tree is in place (or not).
+  struct Done {
+    const std::string& path;
+    ~Done() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } unmark{done};
   const std::string dir = JobDir(staging_dir, job_id);
   const std::string next = dir + ".new";
   const std::string text = blob::EncodeManifest(manifest);
@@ -96,8 +118,8 @@ Status StageTree(const std::string& staging_dir, int64_t job_id, const blob::Man
   }
   std::error_code ec;
   fs::remove_all(next, ec);
-  Status s = blob::RestoreTree(manifest, store, next + "/tree", staged.ok() ? &*staged : nullptr,
-                               stats);
+  Status s =
+      blob::RestoreTree(manifest, store, next + "/tree", staged.ok() ? &*staged : nullptr, stats);
   if (s.ok()) s = WriteFileAtomic(next + "/" + kManifestFile, text);
   if (s.ok()) {
     fs::remove_all(dir, ec);
@@ -113,10 +135,11 @@ Status StageTree(const std::string& staging_dir, int64_t job_id, const blob::Man
 Result<blob::RestoreBase> TakeStaged(const std::string& staging_dir, int64_t job_id,
                                      const std::string& into, int64_t wait_ms) {
   const std::string dir = JobDir(staging_dir, job_id);
-  if (::access(dir.c_str(), F_OK) != 0 && ::access((dir + ".new").c_str(), F_OK) != 0) {
+  const std::string pending = PendingMark(staging_dir, job_id);
+  if (!Exists(dir) && !Exists(dir + ".new") && !Exists(pending)) {
     return Status::NotFound("nothing staged for job " + std::to_string(job_id));
   }
-  auto lock = JobLock::Take(staging_dir, job_id, wait_ms);
+  auto lock = JobLock::Take(staging_dir, job_id, wait_ms, pending);
   if (!lock.ok()) return Status::NotFound(lock.status().message());
   GP_RETURN_IF_ERROR(ReadStaged(dir).status());
   std::error_code ec;
@@ -134,7 +157,9 @@ int PruneStaged(const std::string& staging_dir, int64_t max_age_ms) {
   auto now = fs::file_time_type::clock::now();
   for (const auto& entry : fs::directory_iterator(staging_dir, ec)) {
     std::string name = entry.path().filename().string();
-    if (name.rfind("job-", 0) != 0 || name.ends_with(".lock")) continue;
+    if (name.rfind("job-", 0) != 0 || name.ends_with(".lock") || name.ends_with(".pending")) {
+      continue;
+    }
     auto age = now - fs::last_write_time(entry.path(), ec);
     if (ec || age < std::chrono::milliseconds(max_age_ms)) continue;
     int64_t job_id = std::atoll(name.substr(4).c_str());
@@ -148,6 +173,11 @@ int PruneStaged(const std::string& staging_dir, int64_t max_age_ms) {
 
 Stager::Stager(std::string staging_dir, BlobAccess access)
     : staging_dir_(std::move(staging_dir)), access_(std::move(access)) {
+  // Marks of stagings an earlier agent process did not finish.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(staging_dir_, ec)) {
+    if (entry.path().extension() == ".pending") fs::remove(entry.path(), ec);
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -162,6 +192,12 @@ Stager::~Stager() {
 }
 
 void Stager::Stage(const proto::StageCheckpoint& order) {
+  // Marked before this returns, so that a start order that follows at once
+  // waits for the staging instead of missing it (TakeStaged).
+  std::error_code ec;
+  fs::create_directories(staging_dir_, ec);
+  ::chmod(staging_dir_.c_str(), 0700);
+  (void)WriteFileAtomic(PendingMark(staging_dir_, order.job_id), "");
   {
     std::lock_guard lock(mu_);
     std::erase_if(queue_, [&](const auto& o) { return o.job_id == order.job_id; });
@@ -194,9 +230,10 @@ void Stager::Run() {
     auto start = std::chrono::steady_clock::now();
     auto manifest = remote.GetManifest(order.manifest);
     blob::RestoreStats stats;
-    Status s = manifest.ok()
-                   ? StageTree(staging_dir_, order.job_id, *manifest, remote, &stats)
-                   : manifest.status();
+    Status s = manifest.ok() ? StageTree(staging_dir_, order.job_id, *manifest, remote, &stats,
+                                         PendingMark(staging_dir_, order.job_id))
+                             : manifest.status();
+    if (!s.ok()) ::unlink(PendingMark(staging_dir_, order.job_id).c_str());
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                   std::chrono::steady_clock::now() - start)
                   .count();

@@ -17,6 +17,9 @@
 //   job-<ID>.lock           flock'ed by whoever changes or takes job-<ID>:
 //                           the Stager while it stages, a task's shim while
 //                           it takes the tree over
+//   job-<ID>.pending        an order the Stager accepted and has not finished:
+//                           a shim waits for it to go (the order may not have
+//                           reached the Stager's thread yet)
 // A newer order for a job stages over its previous tree the same way, so a
 // node can follow a job's checkpoints with one delta each.
 //
@@ -46,13 +49,15 @@ std::string StagingDirIn(const std::string& data_dir);
 
 // Restores `manifest` as job `job_id`'s staged tree over the one staged
 // before (if any), unless that one is the same. Blocks while a shim takes
-// the job's tree.
+// the job's tree. `done`, when not empty, is a file removed (under the
+// job's lock) when the staging ends, successful or not.
 Status StageTree(const std::string& staging_dir, int64_t job_id, const blob::Manifest& manifest,
-                 blob::ChunkStore& store, blob::RestoreStats* stats = nullptr);
+                 blob::ChunkStore& store, blob::RestoreStats* stats = nullptr,
+                 const std::string& done = "");
 
 // Moves job `job_id`'s staged tree to `into` (which must not exist, on the
 // same filesystem) for a restore to use as its base: waits up to `wait_ms`
-// for a staging in progress to end. NotFound when there is none (or it is
+// for a staging in progress (or pending) to end. NotFound when there is none (or it is
 // still incomplete after the wait).
 Result<blob::RestoreBase> TakeStaged(const std::string& staging_dir, int64_t job_id,
                                      const std::string& into, int64_t wait_ms);

@@ -137,6 +137,23 @@ TEST_F(StagingTest, TakingWaitsForTheStagingInProgress) {
   EXPECT_EQ(Restored(base->dir, 1), Source(1));
 }
 
+TEST_F(StagingTest, TakingWaitsForAnOrderTheStagerHasNotBegun) {
+  // The Stager marks an order as it accepts it, before its thread gets to it.
+  const std::string mark = staging_ + "/job-7.pending";
+  fs::create_directories(staging_);
+  Write(mark, "");
+  blob::Manifest m = Checkpoint(1);
+  std::thread stager([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(StageTree(staging_, 7, m, *store_, nullptr, mark).ok());
+  });
+  auto base = TakeStaged(staging_, 7, (root_ / "task/staged-base").string(), 30'000);
+  stager.join();
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  EXPECT_EQ(Restored(base->dir, 1), Source(1));
+  EXPECT_FALSE(fs::exists(mark));
+}
+
 TEST_F(StagingTest, AStagingThatOutlastsTheWaitIsNotUsed) {
   CountingStore slow(*store_);
   slow.delay = std::chrono::milliseconds(5);

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "blob/read_ahead.h"
 #include <tuple>
+#include "blob/read_ahead.h"
 
 namespace gpupool::blob {
 

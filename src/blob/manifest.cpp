@@ -126,7 +126,8 @@ Status ValidateManifest(const Manifest& m) {
     if (!parent.empty() && !dirs.count(parent)) {
       return fail("path", "lies under \"" + parent + "\", which is not listed before it as a dir");
     }
-    if (e.type != EntryType::kSymlink && e.mode > 0777) return fail("mode", "must be from 0 to 0777");
+    if (e.type != EntryType::kSymlink && e.mode > 0777)
+      return fail("mode", "must be from 0 to 0777");
     switch (e.type) {
       case EntryType::kFile: {
         int64_t sum = 0;

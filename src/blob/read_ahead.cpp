@@ -31,7 +31,8 @@ ChunkReadAhead::~ChunkReadAhead() {
 
 Status ChunkReadAhead::Push(VerifiedChunk chunk) {
   std::unique_lock lock(mu_);
-  changed_.wait(lock, [&] { return cancelled_ || queue_.empty() || held_ + SizeOf(chunk) <= max_bytes_; });
+  changed_.wait(
+      lock, [&] { return cancelled_ || queue_.empty() || held_ + SizeOf(chunk) <= max_bytes_; });
   if (cancelled_) return Status::FailedPrecondition("the reader stopped");
   held_ += SizeOf(chunk);
   queue_.push_back(std::move(chunk));

@@ -14,8 +14,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace gpupool::blob {

@@ -157,7 +157,6 @@ TEST_F(TreeTest, ARestoreNeverWritesOutsideItsDirectory) {
   EXPECT_FALSE(fs::exists(root_ / "escape"));
 }
 
-
 // A store that records which chunks a restore read.
 struct CountingStore : ChunkStore {
   explicit CountingStore(ChunkStore& inner) : inner(inner) {}

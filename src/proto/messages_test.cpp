@@ -267,14 +267,12 @@ TEST(MessagesTest, LendingAndEventsAreValidated) {
 TEST(MessagesTest, StageCheckpointRoundTripsAndChecksItsFields) {
   StageCheckpoint m{12, 4, std::string(64, 'a')};
   EXPECT_EQ(*DecodeStageCheckpoint(Encode(m)), m);
-  EXPECT_THAT(DecodeStageCheckpoint(R"({"job_id":0,"checkpoint":1,"manifest":"x"})")
-                  .status()
-                  .message(),
-              HasSubstr("job_id: must be positive"));
-  EXPECT_THAT(DecodeStageCheckpoint(R"({"job_id":1,"checkpoint":1,"manifest":"ABC"})")
-                  .status()
-                  .message(),
-              HasSubstr("manifest: must be 64 lowercase hex digits"));
+  EXPECT_THAT(
+      DecodeStageCheckpoint(R"({"job_id":0,"checkpoint":1,"manifest":"x"})").status().message(),
+      HasSubstr("job_id: must be positive"));
+  EXPECT_THAT(
+      DecodeStageCheckpoint(R"({"job_id":1,"checkpoint":1,"manifest":"ABC"})").status().message(),
+      HasSubstr("manifest: must be 64 lowercase hex digits"));
   EXPECT_THAT(DecodeStageCheckpoint(R"({"job_id":1,"manifest":"x"})").status().message(),
               HasSubstr("checkpoint"));
 }

@@ -1117,8 +1117,7 @@ Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node)
   for (sched::PendingJob& p : in.snapshot.pending) {
     if (p.job_id != job.id) continue;
     auto& excluded = p.request.excluded_nodes;
-    excluded.insert(std::lower_bound(excluded.begin(), excluded.end(), leaving_node),
-                    leaving_node);
+    excluded.insert(std::lower_bound(excluded.begin(), excluded.end(), leaving_node), leaving_node);
     excluded.erase(std::unique(excluded.begin(), excluded.end()), excluded.end());
   }
   GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));
@@ -1126,7 +1125,8 @@ Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node)
     if (p.job_id != job.id || p.nodes.empty()) continue;
     const std::string& node = p.nodes[0].node_id;
     proto::StageCheckpoint order{job.id, newest->number, newest->manifest};
-    GP_RETURN_IF_ERROR(tx.PushOutbox(node, std::string(proto::kStage), proto::Encode(order)).status());
+    GP_RETURN_IF_ERROR(
+        tx.PushOutbox(node, std::string(proto::kStage), proto::Encode(order)).status());
     touched_nodes_.insert(node);
     log_lines_.push_back("job " + std::to_string(job.id) + ": staging checkpoint " +
                          std::to_string(newest->number) + " on node " + node +

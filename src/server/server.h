@@ -15,7 +15,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:8470";  // HOST:PORT; port 0 picks a free one
   PoolOptions pool;
   int64_t schedule_interval_ms = 2000;  // a pass at least this often
-  bool fsync = false;  // flush every commit and upload to disk (power-loss safe)
+  bool fsync = false;                   // flush every commit and upload to disk (power-loss safe)
   // YAML file with fair-share groups, quotas and preemption settings
   // (server/scheduler_config.h); empty = the defaults. Replaces pool.scheduler.
   std::string scheduler_config;

@@ -36,13 +36,18 @@ def reference(steps):
     return m.group(1), m.group(2)
 
 
-def submit_counter(pool, steps, sleep=0.1, every=0, grace="20s", interval=None):
+def submit_counter(pool, steps, sleep=0.1, every=0, grace="20s", interval=None, pad=0,
+                   standby=False):
     """Submits the counter through the CLI, its directory uploaded as the
     job's inputs; it runs in the default executor (the sandbox)."""
     args = f"--steps {steps} --sleep {sleep}" + (f" --checkpoint-every {every}" if every else "")
+    if pad:
+        args += f" --pad-bytes {pad}"
     checkpoint = {"grace": grace}
     if interval:
         checkpoint["interval"] = interval
+    if standby:
+        checkpoint["standby"] = True
     spec = {"name": "counter", "workdir": EXAMPLE_DIR, "resources": {"gpus": 1},
             "run": f"exec python3 counter.py {args}", "checkpoint": checkpoint}
     path = pool.dir / f"counter-{time.monotonic_ns()}.json"
@@ -107,6 +112,62 @@ def test_a_reclaimed_job_resumes_elsewhere_with_the_uninterrupted_result(pool, t
     assert "restoring checkpoint" in logs, logs
     # At most the work since that checkpoint is lost: it was taken at the reclaim.
     assert first["lost_work_ms"] < 3000, first
+
+
+STAGED = re.compile(r"restored checkpoint (\d+): ([\d.]+ [KMG]?i?B) fetched, ([\d.]+ [KMG]?i?B) "
+                    r"already staged")
+
+
+def megabytes(text):
+    number, unit = text.split()
+    return float(number) * {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[unit]
+
+
+def test_a_standby_node_keeps_the_checkpoint_so_a_migration_moves_only_the_delta(
+        pool, tmp_path):
+    steps = 150
+    start_two(pool, tmp_path)
+    # 8 MiB of checkpoint of which about 2% changes from one to the next.
+    job_id = submit_counter(pool, steps, every=10, pad=8 << 20, standby=True)
+    pool.wait_state(job_id, "running")
+    start_with(pool, tmp_path, "b")
+    wait_checkpoint(pool, job_id, 2)
+    b_log = pool.dir / "agent-b.log"
+    wait_for(lambda: "staged job" in b_log.read_text(errors="replace"), timeout=60,
+             what="b's standby copy")
+    r = agent_cmd(pool, "a", "reclaim")
+    assert r.returncode == 0, r.stderr
+    job = pool.wait_finished(job_id, timeout=90)
+    assert job["state"] == "succeeded", job
+    assert job["attempt_list"][-1]["node_id"] == node_id(pool, "b"), job
+    got_steps, got_hash, resumed_from = result_of(pool, job_id)
+    assert (got_steps, got_hash) == reference(steps)  # and the counter checked its pad
+    assert resumed_from > 0
+    logs = "\n".join(pool.logs_text(job_id))
+    m = STAGED.search(logs)
+    assert m, logs
+    fetched, staged = megabytes(m.group(2)), megabytes(m.group(3))
+    assert staged > 6 and fetched < 2, (fetched, staged)
+
+
+def test_a_reclaim_stages_the_checkpoint_where_the_job_goes_next(pool, tmp_path):
+    steps = 150
+    start_two(pool, tmp_path)
+    job_id = submit_counter(pool, steps, every=10, pad=8 << 20)  # no standby
+    pool.wait_state(job_id, "running")
+    start_with(pool, tmp_path, "b")
+    wait_checkpoint(pool, job_id, 2)
+    assert "staged job" not in (pool.dir / "agent-b.log").read_text(errors="replace")
+    r = agent_cmd(pool, "a", "reclaim")
+    assert r.returncode == 0, r.stderr
+    job = pool.wait_finished(job_id, timeout=90)
+    assert job["state"] == "succeeded", job
+    got_steps, got_hash, _ = result_of(pool, job_id)
+    assert (got_steps, got_hash) == reference(steps)
+    # The reclaim sent b the newest checkpoint while a was still writing the
+    # next one: the start restored over it.
+    m = STAGED.search("\n".join(pool.logs_text(job_id)))
+    assert m and megabytes(m.group(3)) > 6, m
 
 
 def test_a_job_survives_kill_9_of_its_agent(pool, tmp_path):

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "blob/tree_testing.h"
 #include "common/files.h"
 
 namespace gpupool::agent {
@@ -18,36 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-void Write(const fs::path& p, const std::string& data) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
-}
-
-// Counts the chunks read through it; `delay` slows each read down.
-struct CountingStore : blob::ChunkStore {
-  explicit CountingStore(blob::ChunkStore& inner) : inner(inner) {}
-  Result<std::vector<blob::ChunkId>> Missing(const std::vector<blob::ChunkId>& ids) override {
-    return inner.Missing(ids);
-  }
-  Status Put(const blob::ChunkId& id, std::string_view f) override { return inner.Put(id, f); }
-  Result<std::string> Get(const blob::ChunkId& id) override {
-    ++read;
-    std::this_thread::sleep_for(delay);
-    return inner.Get(id);
-  }
-  Status Remove(const blob::ChunkId& id) override { return inner.Remove(id); }
-  Result<std::vector<blob::ChunkId>> List() override { return inner.List(); }
-  blob::ChunkStore& inner;
-  std::atomic<int> read{0};
-  std::chrono::milliseconds delay{0};
-};
+using blob::testing::CountingStore;
+using blob::testing::RandomBytes;
+using blob::testing::Write;
 
 class StagingTest : public ::testing::Test {
  protected:
@@ -97,7 +71,7 @@ TEST_F(StagingTest, AStagedTreeIsTakenAsTheBaseOfARestore) {
       blob::RestoreTree(Checkpoint(2), counting, (root_ / "out").string(), &*base, &stats).ok());
   EXPECT_EQ(Restored(root_ / "out", 2), Source(2));
   // Two 4 KiB blocks differ (checkpoint 1's and 2's): a few chunks each.
-  EXPECT_LE(counting.read.load(), 6);
+  EXPECT_LE(counting.reads.load(), 6);
   EXPECT_GT(stats.reused_bytes, static_cast<int64_t>(state_.size()) * 9 / 10);
 }
 
@@ -114,15 +88,15 @@ TEST_F(StagingTest, ANewerCheckpointIsStagedOverTheOlderOne) {
   CountingStore counting(*store_);
   blob::RestoreStats stats;
   ASSERT_TRUE(StageTree(staging_, 7, Checkpoint(2), counting, &stats).ok());
-  EXPECT_LE(counting.read.load(), 6);
-  EXPECT_EQ(stats.read_chunks, counting.read.load());
+  EXPECT_LE(counting.reads.load(), 6);
+  EXPECT_EQ(stats.read_chunks, counting.reads.load());
   EXPECT_EQ(Restored(staging_ + "/job-7/tree", 2), Source(2));
   EXPECT_FALSE(fs::exists(staging_ + "/job-7/tree/ckpt-1"));
   EXPECT_FALSE(fs::exists(staging_ + "/job-7.new"));
   // The same one again reads nothing.
-  const int before = counting.read.load();
+  const int before = counting.reads.load();
   ASSERT_TRUE(StageTree(staging_, 7, Checkpoint(2), counting).ok());
-  EXPECT_EQ(counting.read.load(), before);
+  EXPECT_EQ(counting.reads.load(), before);
 }
 
 TEST_F(StagingTest, TakingWaitsForTheStagingInProgress) {
@@ -130,7 +104,7 @@ TEST_F(StagingTest, TakingWaitsForTheStagingInProgress) {
   slow.delay = std::chrono::milliseconds(2);
   blob::Manifest m = Checkpoint(1);
   std::thread stager([&] { ASSERT_TRUE(StageTree(staging_, 7, m, slow).ok()); });
-  while (slow.read.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (slow.reads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto base = TakeStaged(staging_, 7, (root_ / "task/staged-base").string(), 30'000);
   stager.join();
   ASSERT_TRUE(base.ok()) << base.status().ToString();
@@ -159,7 +133,7 @@ TEST_F(StagingTest, AStagingThatOutlastsTheWaitIsNotUsed) {
   slow.delay = std::chrono::milliseconds(5);
   blob::Manifest m = Checkpoint(1);
   std::thread stager([&] { ASSERT_TRUE(StageTree(staging_, 7, m, slow).ok()); });
-  while (slow.read.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (slow.reads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(TakeStaged(staging_, 7, (root_ / "b").string(), 50).status().code(),
             StatusCode::kNotFound);
   stager.join();

@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "blob/tree_testing.h"
 #include "common/files.h"
 
 namespace gpupool::blob {
@@ -19,17 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
-void Write(const fs::path& p, const std::string& data) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << data;
-}
+using testing::CountingStore;
+using testing::RandomBytes;
+using testing::Write;
 
 class TreeTest : public ::testing::Test {
  protected:
@@ -157,23 +150,6 @@ TEST_F(TreeTest, ARestoreNeverWritesOutsideItsDirectory) {
   EXPECT_FALSE(fs::exists(root_ / "escape"));
 }
 
-// A store that records which chunks a restore read.
-struct CountingStore : ChunkStore {
-  explicit CountingStore(ChunkStore& inner) : inner(inner) {}
-  Result<std::vector<ChunkId>> Missing(const std::vector<ChunkId>& ids) override {
-    return inner.Missing(ids);
-  }
-  Status Put(const ChunkId& id, std::string_view f) override { return inner.Put(id, f); }
-  Result<std::string> Get(const ChunkId& id) override {
-    read.push_back(id);
-    return inner.Get(id);
-  }
-  Status Remove(const ChunkId& id) override { return inner.Remove(id); }
-  Result<std::vector<ChunkId>> List() override { return inner.List(); }
-  ChunkStore& inner;
-  std::vector<ChunkId> read;
-};
-
 // The source tree as a map path -> contents (files) or "->target" (links).
 std::map<std::string, std::string> Contents(const fs::path& dir) {
   std::map<std::string, std::string> out;
@@ -235,9 +211,9 @@ TEST_F(RestoreOverBaseTest, ReadsOnlyTheChunksTheBaseLacks) {
   }
   // Three changed blocks touch at most two chunks each; the small files
   // differ whole.
-  EXPECT_LE(counting.read.size(), 6u + 2u);
+  EXPECT_LE(counting.reads.load(), 6 + 2);
   EXPECT_GT(state_chunks, 20u);
-  EXPECT_EQ(stats.read_chunks, static_cast<int64_t>(counting.read.size()));
+  EXPECT_EQ(stats.read_chunks, counting.reads.load());
   EXPECT_GT(stats.reused_bytes, static_cast<int64_t>(state_.size() * 9 / 10));
   // The base's state.bin was moved; the file nobody took is left.
   EXPECT_FALSE(fs::exists(root_ / "base/ckpt-1/state.bin"));
@@ -261,14 +237,14 @@ TEST_F(RestoreOverBaseTest, ABaseFileThatDoesNotMatchItsManifestIsNotUsed) {
   CountingStore counting(*store_);
   ASSERT_TRUE(RestoreTree(*m, counting, (root_ / "out").string(), &base_).ok());
   EXPECT_EQ(Contents(root_ / "out"), Contents(root_ / "v2"));
-  EXPECT_GT(counting.read.size(), 20u);  // state.bin read whole
+  EXPECT_GT(counting.reads.load(), 20);  // state.bin read whole
 }
 
 TEST_F(RestoreOverBaseTest, TheSameTreeAgainReadsNothing) {
   CountingStore counting(*store_);
   ASSERT_TRUE(RestoreTree(base_.manifest, counting, (root_ / "out").string(), &base_).ok());
   EXPECT_EQ(Contents(root_ / "out"), Contents(root_ / "v1"));
-  EXPECT_TRUE(counting.read.empty());
+  EXPECT_TRUE(counting.reads.load() == 0);
 }
 
 }  // namespace

@@ -81,6 +81,33 @@ class JobLock {
   int fd_;
 };
 
+// The server's chunks, read until `stop` is set (an agent shutting down
+// does not wait for a staging to finish).
+class StoppableStore : public blob::ChunkStore {
+ public:
+  StoppableStore(blob::HttpChunkStore& remote, const std::atomic<bool>& stop)
+      : remote_(remote), stop_(stop) {}
+  Result<std::vector<blob::ChunkId>> Missing(const std::vector<blob::ChunkId>& ids) override {
+    return remote_.Missing(ids);
+  }
+  Status Put(const blob::ChunkId& id, std::string_view frame) override {
+    return remote_.Put(id, frame);
+  }
+  Result<std::string> Get(const blob::ChunkId& id) override { return remote_.Get(id); }
+  Status Remove(const blob::ChunkId& id) override { return remote_.Remove(id); }
+  Result<std::vector<blob::ChunkId>> List() override { return remote_.List(); }
+  Status ReadChunks(const std::vector<blob::ChunkId>& ids, const blob::ChunkSink& sink) override {
+    return remote_.ReadChunks(ids, [&](blob::VerifiedChunk c) {
+      if (stop_.load()) return Status::FailedPrecondition("the agent is stopping");
+      return sink(std::move(c));
+    });
+  }
+
+ private:
+  blob::HttpChunkStore& remote_;
+  const std::atomic<bool>& stop_;
+};
+
 // The staged tree in `dir` (job-<ID> or a moved copy), if complete.
 Result<blob::RestoreBase> ReadStaged(const std::string& dir) {
   std::string path = dir + "/" + kManifestFile;
@@ -187,6 +214,7 @@ Stager::~Stager() {
     stopping_ = true;
     queue_.clear();
   }
+  stop_reading_ = true;
   wake_.notify_all();
   thread_.join();
 }
@@ -227,10 +255,11 @@ void Stager::Run() {
     o.server = access_.server_url;
     o.token = access_.token;
     blob::HttpChunkStore remote(o);
+    StoppableStore store(remote, stop_reading_);
     auto start = std::chrono::steady_clock::now();
     auto manifest = remote.GetManifest(order.manifest);
     blob::RestoreStats stats;
-    Status s = manifest.ok() ? StageTree(staging_dir_, order.job_id, *manifest, remote, &stats,
+    Status s = manifest.ok() ? StageTree(staging_dir_, order.job_id, *manifest, store, &stats,
                                          PendingMark(staging_dir_, order.job_id))
                              : manifest.status();
     if (!s.ok()) ::unlink(PendingMark(staging_dir_, order.job_id).c_str());

@@ -27,6 +27,7 @@
 // prunes every 10 minutes).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -72,7 +73,7 @@ int PruneStaged(const std::string& staging_dir, int64_t max_age_ms);
 class Stager {
  public:
   Stager(std::string staging_dir, BlobAccess access);
-  ~Stager();  // abandons waiting orders and joins the one in progress
+  ~Stager();  // abandons waiting orders, stops the one in progress at its next chunk
   Stager(const Stager&) = delete;
   Stager& operator=(const Stager&) = delete;
 
@@ -87,6 +88,7 @@ class Stager {
   std::condition_variable wake_;
   std::deque<proto::StageCheckpoint> queue_;  // guarded by mu_
   bool stopping_ = false;                     // guarded by mu_
+  std::atomic<bool> stop_reading_{false};     // ends a staging in progress
   std::thread thread_;
 };
 

@@ -76,8 +76,9 @@ class HttpChunkStore : public ChunkStore {
   // FailedPrecondition: the HTTP API does not list chunks.
   Result<std::vector<ChunkId>> List() override;
   Status PutMany(const std::vector<std::pair<ChunkId, std::string>>& frames) override;
-  // FetchMany on a thread of its own (ChunkReadAhead), so the next
-  // responses arrive while the sink works.
+  // FetchMany on two threads of its own (ChunkReadAhead), taking turns at
+  // windows of 256 ids, so that the next responses arrive (two requests in
+  // flight) and are verified while the sink works.
   Status ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink) override;
 
   // Fetches `ids` in as few requests as the server allows (it answers at

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unordered_set>
 
 #include "agent/staging.h"
 #include "blob/cached_chunk_store.h"
@@ -134,8 +136,12 @@ Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_
 }
 
 UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::string& attempt_id) {
-  return [access, job_id, attempt_id](const std::string& dir,
-                                      const Commit& c) -> Result<UploadResult> {
+  // The chunks of the last checkpoint this attempt registered: stored on
+  // the server (retention keeps it), so the next upload does not ask about
+  // them. Uploads run one at a time (CheckpointUploader).
+  auto registered = std::make_shared<std::unordered_set<blob::ChunkId>>();
+  return [access, job_id, attempt_id, registered](const std::string& dir,
+                                                  const Commit& c) -> Result<UploadResult> {
     blob::HttpChunkStore remote(RemoteOptions(access));
     blob::StoreTreeOptions options;
     // The tree a restored attempt finds: the checkpoint directory holding
@@ -143,14 +149,24 @@ UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::strin
     options.ignore = [&c](const std::string& path, bool) {
       return path.substr(0, path.find('/')) != c.name;
     };
+    options.known_stored = [registered](const blob::ChunkId& id) {
+      return registered->count(id) > 0;
+    };
     UploadResult out;
     GP_ASSIGN_OR_RETURN(blob::Manifest m, blob::StoreTree(dir, remote, options, &out.stats));
     bool found = false;
     for (const blob::ManifestEntry& e : m.entries) found = found || e.path == c.name;
     // The job deleted it meanwhile, having committed a newer one.
     if (!found) return Status::NotFound(c.name + " is gone");
-    GP_ASSIGN_OR_RETURN(blob::StoredManifest stored, remote.PutManifest(blob::EncodeManifest(m)));
-    out.manifest = stored.id;
+    auto stored = remote.PutManifest(blob::EncodeManifest(m));
+    if (stored.status().code() == StatusCode::kFailedPrecondition && !registered->empty()) {
+      // A chunk thought stored is not (collected after all): ask about all.
+      registered->clear();
+      GP_ASSIGN_OR_RETURN(m, blob::StoreTree(dir, remote, options, &out.stats));
+      stored = remote.PutManifest(blob::EncodeManifest(m));
+    }
+    GP_RETURN_IF_ERROR(stored.status());
+    out.manifest = stored->id;
 
     net::HttpCall call;
     call.base_url = access.server_url;
@@ -167,6 +183,10 @@ UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::strin
                               r.body.substr(0, 200));
     }
     out.checkpoint = j["number"].get<int64_t>();
+    registered->clear();
+    for (const blob::ManifestEntry& e : m.entries) {
+      for (const blob::ChunkRef& ref : e.chunks) registered->insert(ref.id);
+    }
     return out;
   };
 }

@@ -414,6 +414,8 @@ int RunShim(const ShimOptions& options) {
     executor->Stop(first);
     // Half the grace to checkpoint, then SIGTERM; a commit ends the wait early.
     if (first != SIGTERM) {
+      event("asked for a checkpoint before stopping (" +
+            CheckpointSignalName(*task.spec.checkpoint) + ")");
       term_at = clock.NowMs() + grace_ms / 2;
       stop_after_commit = newest_commit;
     }
@@ -457,6 +459,7 @@ int RunShim(const ShimOptions& options) {
       report_uploads();
       if (stop_after_commit >= 0 && newest_commit > stop_after_commit && !exited) {
         // The checkpoint asked for before the stop is committed: go now.
+        event("checkpoint ckpt-" + std::to_string(newest_commit) + " committed: stopping the job");
         stop_after_commit = -1;
         executor->Stop(SIGTERM);
         term_at = 0;

@@ -174,9 +174,9 @@ Status HttpChunkStore::ReadChunks(const std::vector<ChunkId>& ids, const ChunkSi
   constexpr size_t kFetchers = 2;
   const size_t windows = (ids.size() + kWindow - 1) / kWindow;
   auto window = [&](size_t w) {
-    return std::vector<ChunkId>(ids.begin() + static_cast<ptrdiff_t>(w * kWindow),
-                                ids.begin() + static_cast<ptrdiff_t>(
-                                                  std::min(ids.size(), (w + 1) * kWindow)));
+    return std::vector<ChunkId>(
+        ids.begin() + static_cast<ptrdiff_t>(w * kWindow),
+        ids.begin() + static_cast<ptrdiff_t>(std::min(ids.size(), (w + 1) * kWindow)));
   };
   std::vector<std::unique_ptr<ChunkReadAhead>> fetchers;
   for (size_t f = 0; f < std::min(kFetchers, windows); ++f) {

@@ -41,8 +41,9 @@ std::span<const uint8_t> Bytes(std::string_view s) {
 // the order the chunks went in.
 class Uploader {
  public:
-  Uploader(ChunkStore& store, int level, TreeStats& stats)
-      : store_(store), level_(level), stats_(stats) {}
+  Uploader(ChunkStore& store, int level, std::function<bool(const ChunkId&)> known_stored,
+           TreeStats& stats)
+      : store_(store), level_(level), known_stored_(std::move(known_stored)), stats_(stats) {}
   ~Uploader() { (void)WaitAll(); }
 
   Status Add(std::string bytes) {
@@ -106,9 +107,16 @@ class Uploader {
     std::vector<ChunkId> ids;
     ids.reserve(batch.size());
     for (const std::string& bytes : batch) ids.push_back(ComputeChunkId(Bytes(bytes)));
+    std::vector<ChunkId> ask;  // whether the store holds them
+    for (const ChunkId& id : ids) {
+      if (!known_stored_ || !known_stored_(id)) ask.push_back(id);
+    }
     std::lock_guard lock(mu_);  // the store, the counters and ids_
     ids_[slot] = ids;
-    GP_ASSIGN_OR_RETURN(std::vector<ChunkId> missing, store_.Missing(ids));
+    std::vector<ChunkId> missing;
+    if (!ask.empty()) {
+      GP_ASSIGN_OR_RETURN(missing, store_.Missing(ask));
+    }
     std::sort(missing.begin(), missing.end());
     std::vector<std::pair<ChunkId, std::string>> frames;
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -125,6 +133,7 @@ class Uploader {
 
   ChunkStore& store_;
   int level_;
+  const std::function<bool(const ChunkId&)> known_stored_;
   TreeStats& stats_;                  // new_chunks, uploaded_bytes guarded by mu_
   std::vector<std::string> pending_;  // chunk bytes of the batch being filled
   size_t held_ = 0;
@@ -440,7 +449,7 @@ Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
   TreeStats local;
   TreeStats& s = stats != nullptr ? *stats : local;
   s = {};
-  Uploader up(store, options.zstd_level, s);
+  Uploader up(store, options.zstd_level, options.known_stored, s);
   Manifest m;
   GP_RETURN_IF_ERROR(StoreDir(fs::path(dir), "", options, m, up, s));
   GP_ASSIGN_OR_RETURN(std::vector<ChunkId> ids, up.Finish());

@@ -45,6 +45,10 @@ struct StoreTreeOptions {
   // Called as files are read, with the file bytes chunked so far (all
   // files), after every chunk: a progress bar's "scanned". Empty: not called.
   std::function<void(int64_t scanned_bytes)> on_scanned;
+  // True for a chunk the store is known to hold (e.g. one of the tree's
+  // previous upload): the store is not asked about it. Called from another
+  // thread than the caller's. Empty: every chunk is asked about.
+  std::function<bool(const ChunkId& id)> known_stored;
 };
 
 // Other kinds of files (sockets, devices, fifos) are left out.

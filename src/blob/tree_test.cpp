@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "blob/tree_testing.h"
 #include "common/files.h"
@@ -164,6 +165,27 @@ std::map<std::string, std::string> Contents(const fs::path& dir) {
     }
   }
   return out;
+}
+
+TEST_F(TreeTest, ChunksKnownToBeStoredAreNotAskedAbout) {
+  auto first = StoreTree(src_.string(), *store_);
+  ASSERT_TRUE(first.ok());
+  std::set<ChunkId> known;
+  for (const ChunkId& id : first->ChunkIds()) known.insert(id);
+  Write(src_ / "model/new.bin", RandomBytes(100000, 9));
+  CountingStore counting(*store_);
+  StoreTreeOptions options;
+  options.known_stored = [&](const ChunkId& id) { return known.count(id) > 0; };
+  TreeStats stats;
+  auto second = StoreTree(src_.string(), counting, options, &stats);
+  ASSERT_TRUE(second.ok());
+  const int fresh = static_cast<int>(second->ChunkIds().size() - first->ChunkIds().size());
+  EXPECT_GT(fresh, 0);
+  EXPECT_EQ(counting.asked.load(), fresh);  // only new.bin's chunks
+  EXPECT_EQ(stats.new_chunks, fresh);
+  // The tree restores whole: the known chunks were indeed stored.
+  ASSERT_TRUE(RestoreTree(*second, *store_, (root_ / "out").string()).ok());
+  EXPECT_EQ(*ReadFile((root_ / "out/model/new.bin").string()), RandomBytes(100000, 9));
 }
 
 class RestoreOverBaseTest : public TreeTest {

@@ -30,10 +30,12 @@ inline void Write(const std::filesystem::path& p, const std::string& data) {
 }
 
 // Passes everything to `inner`, counting the chunks read through Get (which
-// the default ReadChunks uses); `delay` slows each of those down.
+// the default ReadChunks uses) and the ids asked about; `delay` slows each
+// read down.
 struct CountingStore : ChunkStore {
   explicit CountingStore(ChunkStore& inner) : inner(inner) {}
   Result<std::vector<ChunkId>> Missing(const std::vector<ChunkId>& ids) override {
+    asked += static_cast<int>(ids.size());
     return inner.Missing(ids);
   }
   Status Put(const ChunkId& id, std::string_view frame) override { return inner.Put(id, frame); }
@@ -47,6 +49,7 @@ struct CountingStore : ChunkStore {
 
   ChunkStore& inner;
   std::atomic<int> reads{0};
+  std::atomic<int> asked{0};  // ids asked about (Missing)
   std::chrono::milliseconds delay{0};
 };
 

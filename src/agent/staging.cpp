@@ -111,7 +111,7 @@ class StoppableStore : public blob::ChunkStore {
 // The staged tree in `dir` (job-<ID> or a moved copy), if complete.
 Result<blob::RestoreBase> ReadStaged(const std::string& dir) {
   std::string path = dir + "/" + kManifestFile;
-  if (::access(path.c_str(), F_OK) != 0) return Status::NotFound("nothing staged in " + dir);
+  if (!Exists(path)) return Status::NotFound("nothing staged in " + dir);
   GP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   GP_ASSIGN_OR_RETURN(blob::Manifest m, blob::DecodeManifest(text));
   return blob::RestoreBase{std::move(m), dir + "/tree"};

@@ -17,6 +17,8 @@ PACKAGES=(
   bubblewrap skopeo umoci busybox-static
   libhowardhinnant-date-dev tzdata
   libzstd-dev
+  libsodium-dev                 # argon2id password hashes
+  clang libclang-rt-14-dev      # libFuzzer targets (tests/fuzz)
 )
 
 missing=()

@@ -176,15 +176,57 @@ CREATE TABLE checkpoint_seq (
 );
 )sql";
 
+// Version 5: identities. Users, groups (labs) and their members, token
+// names and scopes, the audit log, and the agents' enrollment credentials.
+constexpr const char* kSchemaV5 = R"sql(
+ALTER TABLE tokens ADD COLUMN name TEXT NOT NULL DEFAULT '';
+ALTER TABLE tokens ADD COLUMN scopes TEXT NOT NULL DEFAULT '*';
+CREATE INDEX tokens_subject ON tokens(subject, created_ms);
+
+CREATE TABLE users (
+  name          TEXT PRIMARY KEY,
+  role          TEXT NOT NULL,
+  password_hash TEXT NOT NULL,
+  disabled      INTEGER NOT NULL,
+  created_ms    INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE user_groups (
+  name        TEXT PRIMARY KEY,
+  members     TEXT NOT NULL,
+  shared_jobs INTEGER NOT NULL,
+  created_ms  INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE audit (
+  id     INTEGER PRIMARY KEY AUTOINCREMENT,
+  ts_ms  INTEGER NOT NULL,
+  actor  TEXT NOT NULL,
+  action TEXT NOT NULL,
+  target TEXT NOT NULL,
+  detail TEXT NOT NULL,
+  peer   TEXT NOT NULL,
+  ok     INTEGER NOT NULL
+);
+
+CREATE TABLE agent_credentials (
+  node_name        TEXT PRIMARY KEY,
+  token_hash       TEXT NOT NULL,
+  cert_serial      TEXT NOT NULL,
+  cert_fingerprint TEXT NOT NULL,
+  owner            TEXT NOT NULL,
+  enrolled_ms      INTEGER NOT NULL,
+  revoked          INTEGER NOT NULL,
+  revoked_ms       INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
 struct Migration {
   int version;
   const char* sql;
 };
 constexpr Migration kMigrations[] = {
-    {1, kSchemaV1},
-    {2, kSchemaV2},
-    {3, kSchemaV3},
-    {4, kSchemaV4},
+    {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");
@@ -541,6 +583,38 @@ Result<Node> ReadNode(const Query& q) {
     n.lending = *std::move(l);
   }
   return n;
+}
+
+Result<TokenRecord> ReadToken(const Query& q) {
+  return TokenRecord{q.Text(0), q.Text(1),     q.Text(2), q.Int(3),
+                     q.Int(4),  q.Int(5) != 0, q.Text(6), q.Text(7)};
+}
+
+Result<UserRecord> ReadUser(const Query& q) {
+  return UserRecord{q.Text(0), q.Text(1), q.Text(2), q.Int(3) != 0, q.Int(4)};
+}
+
+Result<GroupRecord> ReadGroup(const Query& q) {
+  GroupRecord g;
+  g.name = q.Text(0);
+  using Strings = std::vector<std::string>;
+  auto strings = [](const json& j) { return j.get<Strings>(); };
+  GP_ASSIGN_OR_RETURN(
+      g.members,
+      DecodeColumn<Strings>(q.Text(1), RowName("user_groups", g.name) + ": members", strings));
+  g.shared_jobs = q.Int(2) != 0;
+  g.created_ms = q.Int(3);
+  return g;
+}
+
+Result<AuditEntry> ReadAudit(const Query& q) {
+  return AuditEntry{q.Int(0),  q.Int(1),  q.Text(2), q.Text(3),
+                    q.Text(4), q.Text(5), q.Text(6), q.Int(7) != 0};
+}
+
+Result<AgentCredential> ReadAgentCredential(const Query& q) {
+  return AgentCredential{q.Text(0), q.Text(1), q.Text(2),     q.Text(3),
+                         q.Text(4), q.Int(5),  q.Int(6) != 0, q.Int(7)};
 }
 
 Result<NodeEvent> ReadNodeEvent(const Query& q) {
@@ -968,30 +1042,127 @@ class SqliteTx : public Tx {
 
   // ---- tokens
 
+  static constexpr const char* kTokenColumns =
+      "hash, subject, role, created_ms, expires_ms, revoked, name, scopes";
+
   Status PutToken(const TokenRecord& t) override {
     GP_ASSIGN_OR_RETURN(
-        Query q, impl_.Prepare("INSERT INTO tokens (hash, subject, role, created_ms, expires_ms, "
-                               "revoked) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
-                               "ON CONFLICT (hash) DO UPDATE SET subject = excluded.subject, "
-                               "role = excluded.role, created_ms = excluded.created_ms, "
-                               "expires_ms = excluded.expires_ms, revoked = excluded.revoked"));
-    q.Bind(1, t.hash)
-        .Bind(2, t.subject)
-        .Bind(3, t.role)
-        .Bind(4, t.created_ms)
-        .Bind(5, t.expires_ms)
-        .Bind(6, int64_t{t.revoked ? 1 : 0});
+        Query q, impl_.Prepare("INSERT OR REPLACE INTO tokens (" + std::string(kTokenColumns) +
+                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+    q.Bind(1, t.hash).Bind(2, t.subject).Bind(3, t.role).Bind(4, t.created_ms);
+    q.Bind(5, t.expires_ms).Bind(6, int64_t{t.revoked ? 1 : 0}).Bind(7, t.name).Bind(8, t.scopes);
     return q.Run();
   }
 
   Result<std::optional<TokenRecord>> GetToken(const std::string& hash) override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT hash, subject, role, created_ms, "
-                                               "expires_ms, revoked FROM tokens WHERE hash = ?1"));
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kTokenColumns) +
+                                               " FROM tokens WHERE hash = ?1"));
     q.Bind(1, hash);
-    GP_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) return std::optional<TokenRecord>();
-    return std::optional<TokenRecord>(
-        TokenRecord{q.Text(0), q.Text(1), q.Text(2), q.Int(3), q.Int(4), q.Int(5) != 0});
+    return ReadOne<TokenRecord>(q, ReadToken);
+  }
+
+  Result<std::vector<TokenRecord>> ListTokens(const std::string& subject) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kTokenColumns) +
+                                               " FROM tokens WHERE (?1 = '' OR subject = ?1) "
+                                               "ORDER BY created_ms, hash"));
+    q.Bind(1, subject);
+    return ReadAll<TokenRecord>(q, ReadToken);
+  }
+
+  // ---- users and groups
+
+  Status PutUser(const UserRecord& u) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT OR REPLACE INTO users (name, role, "
+                                               "password_hash, disabled, created_ms) "
+                                               "VALUES (?1, ?2, ?3, ?4, ?5)"));
+    q.Bind(1, u.name).Bind(2, u.role).Bind(3, u.password_hash);
+    q.Bind(4, int64_t{u.disabled ? 1 : 0}).Bind(5, u.created_ms);
+    return q.Run();
+  }
+
+  Result<std::optional<UserRecord>> GetUser(const std::string& name) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, role, password_hash, disabled, "
+                                               "created_ms FROM users WHERE name = ?1"));
+    q.Bind(1, name);
+    return ReadOne<UserRecord>(q, ReadUser);
+  }
+
+  Result<std::vector<UserRecord>> ListUsers() override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, role, password_hash, disabled, "
+                                               "created_ms FROM users ORDER BY name"));
+    return ReadAll<UserRecord>(q, ReadUser);
+  }
+
+  Status PutGroup(const GroupRecord& g) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT OR REPLACE INTO user_groups (name, "
+                                               "members, shared_jobs, created_ms) "
+                                               "VALUES (?1, ?2, ?3, ?4)"));
+    q.Bind(1, g.name).Bind(2, Dump(json(g.members))).Bind(3, int64_t{g.shared_jobs ? 1 : 0});
+    q.Bind(4, g.created_ms);
+    return q.Run();
+  }
+
+  Result<std::optional<GroupRecord>> GetGroup(const std::string& name) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, members, shared_jobs, created_ms "
+                                               "FROM user_groups WHERE name = ?1"));
+    q.Bind(1, name);
+    return ReadOne<GroupRecord>(q, ReadGroup);
+  }
+
+  Result<std::vector<GroupRecord>> ListGroups() override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, members, shared_jobs, created_ms "
+                                               "FROM user_groups ORDER BY name"));
+    return ReadAll<GroupRecord>(q, ReadGroup);
+  }
+
+  // ---- audit
+
+  Result<int64_t> AppendAudit(const AuditEntry& e) override {
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("INSERT INTO audit (ts_ms, actor, action, target, detail, "
+                                      "peer, ok) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+    q.Bind(1, e.ts_ms).Bind(2, e.actor).Bind(3, e.action).Bind(4, e.target).Bind(5, e.detail);
+    q.Bind(6, e.peer).Bind(7, int64_t{e.ok ? 1 : 0});
+    GP_RETURN_IF_ERROR(q.Run());
+    return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_.db.get()));
+  }
+
+  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) override {
+    if (limit <= 0) return std::vector<AuditEntry>();
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("SELECT id, ts_ms, actor, action, target, detail, peer, ok "
+                                      "FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2"));
+    q.Bind(1, after_id).Bind(2, static_cast<int64_t>(limit));
+    return ReadAll<AuditEntry>(q, ReadAudit);
+  }
+
+  // ---- agent credentials
+
+  static constexpr const char* kCredentialColumns =
+      "node_name, token_hash, cert_serial, cert_fingerprint, owner, enrolled_ms, revoked, "
+      "revoked_ms";
+
+  Status PutAgentCredential(const AgentCredential& c) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT OR REPLACE INTO agent_credentials (" +
+                                               std::string(kCredentialColumns) +
+                                               ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+    q.Bind(1, c.node_name).Bind(2, c.token_hash).Bind(3, c.cert_serial).Bind(4, c.cert_fingerprint);
+    q.Bind(5, c.owner).Bind(6, c.enrolled_ms).Bind(7, int64_t{c.revoked ? 1 : 0});
+    q.Bind(8, c.revoked_ms);
+    return q.Run();
+  }
+
+  Result<std::optional<AgentCredential>> GetAgentCredential(const std::string& node) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kCredentialColumns) +
+                                               " FROM agent_credentials WHERE node_name = ?1"));
+    q.Bind(1, node);
+    return ReadOne<AgentCredential>(q, ReadAgentCredential);
+  }
+
+  Result<std::vector<AgentCredential>> ListAgentCredentials() override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kCredentialColumns) +
+                                               " FROM agent_credentials ORDER BY node_name"));
+    return ReadAll<AgentCredential>(q, ReadAgentCredential);
   }
 
   // ---- checkpoints

@@ -272,6 +272,7 @@ TEST(SqliteStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
                 13))");
     raw.Exec(R"(INSERT INTO nodes VALUES ('n-1', 'alpha', 'ready', '[]', 8000, 1024, '', '', '',
                 '{}', 1, 2))");
+    raw.Exec("INSERT INTO tokens VALUES ('abc', 'admin', 'admin', 5, 0, 0)");
     raw.Exec("PRAGMA user_version = 1");
   }
   auto store = MustOpen(dir.db());
@@ -297,6 +298,10 @@ TEST(SqliteStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
                     EXPECT_EQ(gpu->preempt_ms, 0);
                     GP_ASSIGN_OR_RETURN(auto node, tx.GetNode("n-1"));
                     EXPECT_EQ(node->owner_group, "");
+                    // Tokens from before scopes may do all their role may.
+                    GP_ASSIGN_OR_RETURN(auto token, tx.GetToken("abc"));
+                    EXPECT_EQ(token, std::optional<TokenRecord>(TokenRecord{"abc", "admin", "admin",
+                                                                            5, 0, false, "", "*"}));
                     GP_ASSIGN_OR_RETURN(auto usage, tx.ListGroupUsage());
                     EXPECT_TRUE(usage.empty());
                     return tx.PutGroupUsage(GroupUsage{"vision", 1, 2});
@@ -398,7 +403,8 @@ TEST(SqliteStoreTest, MigratesAVersion3DatabaseAddingCheckpoints) {
   }
   auto store = MustOpen(dir.db());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"), "4");
+  EXPECT_EQ(RawDb(dir.db()).Scalar("PRAGMA user_version"),
+            std::to_string(SqliteStore::kSchemaVersion));
   Status st = store->Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt("1.1"));
     EXPECT_TRUE(attempt.has_value());

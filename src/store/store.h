@@ -76,12 +76,63 @@ struct GroupUsage {
 
 struct TokenRecord {
   std::string hash;     // SHA-256 hex of the secret; secrets are never stored
-  std::string subject;  // user or agent name the token acts as
-  std::string role;     // "admin", "member", "agent-join"
+  std::string subject;  // the user, or the node an agent token belongs to
+  std::string role;     // "admin", "provider", "member", "agent", "agent-join"
   int64_t created_ms = 0;
   int64_t expires_ms = 0;  // 0 = never
   bool revoked = false;
+  std::string name;          // what it is for ("laptop", "ci"), shown in lists
+  std::string scopes = "*";  // comma-separated scopes (server/authz.h); "*" = all of the role's
   friend bool operator==(const TokenRecord&, const TokenRecord&) = default;
+};
+
+// A person (or service) who may log in. Roles: "admin", "provider", "member".
+struct UserRecord {
+  std::string name;
+  std::string role;
+  std::string password_hash;  // argon2id in libsodium's encoded form; "" = no password login
+  bool disabled = false;
+  int64_t created_ms = 0;
+  friend bool operator==(const UserRecord&, const UserRecord&) = default;
+};
+
+// A lab: the users it contains and whether they see each other's jobs.
+// (The same name is the job spec's `group` for fair share.)
+struct GroupRecord {
+  std::string name;
+  std::vector<std::string> members;  // user names, sorted
+  bool shared_jobs = false;          // members see and cancel each other's jobs
+  int64_t created_ms = 0;
+  friend bool operator==(const GroupRecord&, const GroupRecord&) = default;
+};
+
+// One security-relevant action (logins, token and user changes, agent
+// enrollment and revocation, admin actions, reclaims). Append-only.
+struct AuditEntry {
+  int64_t id = 0;  // assigned by the store, increasing
+  int64_t ts_ms = 0;
+  std::string actor;   // who did it: a user, "node:<name>", or "server"
+  std::string action;  // "login", "token.create", "agent.enroll", ...
+  std::string target;  // what it was done to
+  std::string detail;  // free text; never holds a secret
+  std::string peer;    // the client address, when there was a request
+  bool ok = true;      // false for refused attempts (failed logins)
+  friend bool operator==(const AuditEntry&, const AuditEntry&) = default;
+};
+
+// The credential an agent received on enrollment: a node token (stored
+// hashed in `tokens`) and, over TLS, a client certificate from the pool CA.
+// One per node name; enrolling again replaces it.
+struct AgentCredential {
+  std::string node_name;
+  std::string token_hash;
+  std::string cert_serial;       // lower-case hex; "" without a certificate
+  std::string cert_fingerprint;  // "sha256:<hex>"
+  std::string owner;             // the provider who enrolled it; "" = the pool's join token
+  int64_t enrolled_ms = 0;
+  bool revoked = false;
+  int64_t revoked_ms = 0;
+  friend bool operator==(const AgentCredential&, const AgentCredential&) = default;
 };
 
 // A checkpoint of a job as the server keeps it: the blob store manifest
@@ -160,6 +211,25 @@ class Tx {
   // Tokens, looked up by hash.
   virtual Status PutToken(const TokenRecord& t) = 0;
   virtual Result<std::optional<TokenRecord>> GetToken(const std::string& hash) = 0;
+  // Every token of `subject` ("" = all), oldest first.
+  virtual Result<std::vector<TokenRecord>> ListTokens(const std::string& subject) = 0;
+
+  // Users and groups, by name.
+  virtual Status PutUser(const UserRecord& u) = 0;
+  virtual Result<std::optional<UserRecord>> GetUser(const std::string& name) = 0;
+  virtual Result<std::vector<UserRecord>> ListUsers() = 0;
+  virtual Status PutGroup(const GroupRecord& g) = 0;
+  virtual Result<std::optional<GroupRecord>> GetGroup(const std::string& name) = 0;
+  virtual Result<std::vector<GroupRecord>> ListGroups() = 0;
+
+  // The audit log: append (returns the id) and read in id order.
+  virtual Result<int64_t> AppendAudit(const AuditEntry& e) = 0;
+  virtual Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) = 0;
+
+  // Agent credentials, by node name.
+  virtual Status PutAgentCredential(const AgentCredential& c) = 0;
+  virtual Result<std::optional<AgentCredential>> GetAgentCredential(const std::string& node) = 0;
+  virtual Result<std::vector<AgentCredential>> ListAgentCredentials() = 0;
 
   // Checkpoints. AddCheckpoint ignores c.number, assigns the job's next
   // number (1, 2, ...; never reused) and returns the stored checkpoint;

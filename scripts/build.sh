@@ -2,15 +2,25 @@
 # Configures and builds gpupool. The executable lands in build/bin/gpupool.
 #   scripts/build.sh            RelWithDebInfo build in build/
 #   scripts/build.sh --asan     AddressSanitizer + UBSan build in build-asan/
+#   scripts/build.sh --fuzz     the libFuzzer targets (clang, ASan + UBSan) in
+#                               build-fuzz/fuzz/ (tests/fuzz/README.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build
 args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+targets=()
 if [ "${1:-}" = "--asan" ]; then
   dir=build-asan
   args=(-DCMAKE_BUILD_TYPE=Debug -DGPUPOOL_SANITIZE=ON)
   shift
+elif [ "${1:-}" = "--fuzz" ]; then
+  dir=build-fuzz
+  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUPOOL_FUZZ=ON)
+  export CC=clang CXX=clang++
+  # Only the targets and the libraries they link, not the whole tree.
+  targets=(fuzz_job_spec fuzz_api_json fuzz_agent_proto fuzz_manifest)
+  shift
 fi
 cmake -S . -B "$dir" -G Ninja "${args[@]}" > /dev/null
 # Beast-heavy sources need about 1 GiB each to compile; two at a time fit.
-ninja -C "$dir" -j "${GPUPOOL_BUILD_JOBS:-$(nproc)}" "$@"
+ninja -C "$dir" -j "${GPUPOOL_BUILD_JOBS:-$(nproc)}" "${targets[@]}" "$@"

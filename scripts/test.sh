@@ -1,21 +1,35 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, and runs the whole test suite (unit tests
 # and end-to-end tests that start real gpupool servers and agents), first in
-# the normal build and then under AddressSanitizer + UBSan.
-#   scripts/test.sh             both builds
+# the normal build, then under AddressSanitizer + UBSan, and last the fuzz
+# targets of the parsers for a bounded time (tests/fuzz/README.md).
+#   scripts/test.sh             all three stages
 #   scripts/test.sh --no-asan   the normal build only (faster)
 #   scripts/test.sh --asan      the sanitizer build only
+#   scripts/test.sh --fuzz      the fuzz stage only (clang; GPUPOOL_FUZZ_SECONDS
+#                               per target, default 30)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-modes=(normal asan)
+modes=(normal asan fuzz)
 case "${1:-}" in
   --no-asan) modes=(normal) ;;
   --asan) modes=(asan) ;;
+  --fuzz) modes=(fuzz) ;;
   "") ;;
-  *) echo "usage: scripts/test.sh [--no-asan|--asan]" >&2; exit 2 ;;
+  *) echo "usage: scripts/test.sh [--no-asan|--asan|--fuzz]" >&2; exit 2 ;;
 esac
 for mode in "${modes[@]}"; do
+  if [ "$mode" = fuzz ]; then
+    echo "== fuzz targets (libFuzzer, ASan + UBSan), ${GPUPOOL_FUZZ_SECONDS:-30} s each"
+    scripts/build.sh --fuzz
+    # Each target from a copy of its seeds plus the past crashes; a crash, a
+    # sanitizer report or a broken invariant fails the test.
+    (cd build-fuzz && GPUPOOL_FUZZ_SECONDS="${GPUPOOL_FUZZ_SECONDS:-30}" \
+      ASAN_OPTIONS=halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      ctest -L fuzz --output-on-failure -j "${GPUPOOL_TEST_JOBS:-2}")
+    continue
+  fi
   if [ "$mode" = asan ]; then
     echo "== tests under AddressSanitizer + UBSan"
     scripts/build.sh --asan

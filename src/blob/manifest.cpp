@@ -114,6 +114,7 @@ Status ValidateManifest(const Manifest& m) {
                                    " entries");
   }
   std::unordered_set<std::string_view> paths, dirs;
+  size_t chunks = 0;
   for (size_t i = 0; i < m.entries.size(); ++i) {
     const ManifestEntry& e = m.entries[i];
     const std::string at = "entries[" + std::to_string(i) + "].";
@@ -130,6 +131,13 @@ Status ValidateManifest(const Manifest& m) {
       return fail("mode", "must be from 0 to 0777");
     switch (e.type) {
       case EntryType::kFile: {
+        // Counted first: with at most kMaxManifestChunks chunks of at most
+        // kMaxChunkBytes each, the sums below cannot overflow.
+        chunks += e.chunks.size();
+        if (chunks > kMaxManifestChunks) {
+          return fail("chunks", "more than " + std::to_string(kMaxManifestChunks) +
+                                    " chunks in the manifest");
+        }
         int64_t sum = 0;
         for (size_t c = 0; c < e.chunks.size(); ++c) {
           const ChunkRef& ref = e.chunks[c];
@@ -150,6 +158,9 @@ Status ValidateManifest(const Manifest& m) {
         dirs.insert(e.path);
         break;
       case EntryType::kSymlink:
+        if (e.target.size() > kMaxPathBytes) return fail("target", "is too long");
+        // symlink(2) would stop at a NUL: "a/../..\0/b" looks inside, "a/../.." is not.
+        if (e.target.find('\0') != std::string::npos) return fail("target", "must not contain NUL");
         if (!TargetStaysInside(e.path, e.target)) {
           return fail("target", "must be a relative path that stays inside the tree");
         }
@@ -164,49 +175,60 @@ Result<Manifest> DecodeManifest(std::string_view text) {
     return Status::InvalidArgument("manifest: larger than " + std::to_string(kMaxManifestBytes) +
                                    " bytes");
   }
-  GP_ASSIGN_OR_RETURN(json j, ParseJsonObject(text, "manifest"));
+  JsonLimits limits;
+  limits.max_string_bytes = kMaxPathBytes;
+  limits.max_values = kMaxManifestJsonValues;
+  GP_ASSIGN_OR_RETURN(json j, ParseJsonObject(text, "manifest", limits));
   JsonReader r(j, "");
   int64_t version = r.Int("version");
   Manifest m;
-  size_t count = 0;
-  r.Each("entries", true, [&](const json& ej, const std::string& at) -> Status {
-    if (++count > kMaxManifestEntries) {
-      return Status::InvalidArgument(at + ": more than " + std::to_string(kMaxManifestEntries) +
-                                     " entries");
-    }
-    JsonReader er(ej, at);
-    ManifestEntry e;
-    e.path = er.Str("path");
-    std::string type = er.Str("type");
-    if (!er.ok()) return er.Finish(false);
-    if (type == "file") {
-      e.type = EntryType::kFile;
-      e.size = er.Int("size");
-      er.Each("chunks", true, [&](const json& cj, const std::string& cat) -> Status {
-        if (!cj.is_array() || cj.size() != 2 || !cj[0].is_string() || !cj[1].is_number_integer()) {
-          return Status::InvalidArgument(cat + ": must be [id, size]");
-        }
-        e.chunks.push_back({cj[0].get<std::string>(), cj[1].get<int64_t>()});
-        return Status::Ok();
-      });
-    } else if (type == "dir") {
-      e.type = EntryType::kDir;
-    } else if (type == "symlink") {
-      e.type = EntryType::kSymlink;
-      e.mode = 0;  // symlinks have none
-      e.target = er.Str("target");
-    } else {
-      er.Fail("type", "must be file, dir or symlink");
-    }
-    if (e.type != EntryType::kSymlink) {
-      int64_t mode = er.Int("mode", false, e.type == EntryType::kDir ? 0755 : 0644);
-      if (er.ok() && (mode < 0 || mode > 07777)) er.Fail("mode", "must be from 0 to 07777");
-      e.mode = static_cast<uint32_t>(mode) & 0777;
-    }
-    GP_RETURN_IF_ERROR(er.Finish(true));
-    m.entries.push_back(std::move(e));
-    return Status::Ok();
-  });
+  size_t chunks = 0;
+  r.Each("entries", true, kMaxManifestEntries,
+         [&](const json& ej, const std::string& at) -> Status {
+           JsonReader er(ej, at);
+           ManifestEntry e;
+           e.path = er.Str("path");
+           std::string type = er.Str("type");
+           if (!er.ok()) return er.Finish(false);
+           if (type == "file") {
+             e.type = EntryType::kFile;
+             e.size = er.Int("size");
+             er.Each("chunks", true, [&](const json& cj, const std::string& cat) -> Status {
+               if (++chunks > kMaxManifestChunks) {
+                 return Status::InvalidArgument(cat + ": more than " +
+                                                std::to_string(kMaxManifestChunks) +
+                                                " chunks in the manifest");
+               }
+               if (!cj.is_array() || cj.size() != 2 || !cj[0].is_string() ||
+                   !cj[1].is_number_integer()) {
+                 return Status::InvalidArgument(cat + ": must be [id, size]");
+               }
+               // Unsigned values past int64_t would wrap: out of range like any other.
+               if (cj[1].is_number_unsigned() &&
+                   cj[1].get<uint64_t>() > static_cast<uint64_t>(kMaxChunkBytes)) {
+                 return Status::InvalidArgument(cat + ": chunk size out of range");
+               }
+               e.chunks.push_back({cj[0].get<std::string>(), cj[1].get<int64_t>()});
+               return Status::Ok();
+             });
+           } else if (type == "dir") {
+             e.type = EntryType::kDir;
+           } else if (type == "symlink") {
+             e.type = EntryType::kSymlink;
+             e.mode = 0;  // symlinks have none
+             e.target = er.Str("target");
+           } else {
+             er.Fail("type", "must be file, dir or symlink");
+           }
+           if (e.type != EntryType::kSymlink) {
+             int64_t mode = er.Int("mode", false, e.type == EntryType::kDir ? 0755 : 0644);
+             if (er.ok() && (mode < 0 || mode > 07777)) er.Fail("mode", "must be from 0 to 07777");
+             e.mode = static_cast<uint32_t>(mode) & 0777;
+           }
+           GP_RETURN_IF_ERROR(er.Finish(true));
+           m.entries.push_back(std::move(e));
+           return Status::Ok();
+         });
   GP_RETURN_IF_ERROR(r.Finish(true));
   if (version != 1) {
     return Status::InvalidArgument("version: unsupported manifest version " +

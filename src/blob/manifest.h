@@ -55,10 +55,16 @@ struct Manifest {
   friend bool operator==(const Manifest&, const Manifest&) = default;
 };
 
-// Limits a decoded manifest must keep.
+// Limits a decoded manifest must keep. The chunk count is what the largest
+// manifest text could hold anyway (a chunk reference takes about 70 bytes);
+// with it, and chunks of at most kMaxChunkBytes, no sum of sizes can
+// overflow. The JSON limits: strings no longer than a path, values no more
+// than 1M entries and 4M chunks need.
 inline constexpr size_t kMaxManifestEntries = 1'000'000;
+inline constexpr size_t kMaxManifestChunks = size_t{1} << 22;  // in all files together
 inline constexpr size_t kMaxManifestBytes = 256 << 20;
-inline constexpr size_t kMaxPathBytes = 4096;
+inline constexpr size_t kMaxPathBytes = 4096;                      // paths and symlink targets
+inline constexpr size_t kMaxManifestJsonValues = size_t{1} << 25;  // 32M
 
 std::string EncodeManifest(const Manifest& m);
 // InvalidArgument naming the entry ("entries[3].path: must not contain \"..\"").

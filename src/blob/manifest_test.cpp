@@ -84,5 +84,51 @@ TEST(Manifest, RejectsInconsistentFiles) {
   EXPECT_FALSE(DecodeManifest("{").ok());
 }
 
+TEST(Manifest, LimitsSizesCountsAndNumbers) {
+  std::string a = Id('a');
+  // Sizes past int64_t are out of range, not wrapped.
+  EXPECT_THAT(Error(R"([{"path": "f", "type": "file", "size": 1, "chunks": [[")" + a +
+                    R"(", 18446744073709551615]]}])"),
+              HasSubstr("entries[0].chunks[0]: chunk size out of range"));
+  EXPECT_THAT(
+      Error(R"([{"path": "f", "type": "file", "size": 18446744073709551615, "chunks": []}])"),
+      HasSubstr("entries[0].size: must be an integer of at most 9223372036854775807"));
+  EXPECT_THAT(Error(R"([{"path": "f", "type": "dir", "mode": 18446744073709551615}])"),
+              HasSubstr("entries[0].mode: must be an integer of at most"));
+  // Paths and targets: the JSON reader stops strings longer than a path.
+  EXPECT_EQ(Error(R"([{"path": ")" + std::string(5000, 'p') + R"(", "type": "dir"}])"),
+            "manifest: entries[0].path: JSON string of 5000 bytes, more than 4096");
+  EXPECT_EQ(
+      Error(R"([{"path": "l", "type": "symlink", "target": ")" + std::string(5000, 't') + R"("}])"),
+      "manifest: entries[0].target: JSON string of 5000 bytes, more than 4096");
+  EXPECT_EQ(Error(R"([{"path": "d", "type": "dir"},)" + std::string(40, ' ') + "[[[[[[[[[" +
+                  std::string(100'000, '[')),
+            "manifest: JSON nested deeper than 32 levels (at entries[1][0][0][0][0][0][0][0][0]"
+            "[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0])");
+  // A NUL in a target: symlink(2) would read "a/../.." and leave the tree.
+  EXPECT_EQ(Error(R"([{"path": "l", "type": "symlink", "target": "a/../..\u0000/b"}])"),
+            "entries[0].target: must not contain NUL");
+  EXPECT_EQ(Error(R"([{"path": "a\u0000b", "type": "dir"}])"),
+            "entries[0].path: must not contain NUL");
+  // More entries than allowed: counted before any is read.
+  std::string many = "[0";
+  for (size_t i = 0; i < kMaxManifestEntries; ++i) many += ",0";
+  EXPECT_EQ(Error(many + "]"), "entries: at most 1000000 entries, got 1000001");
+}
+
+TEST(ValidateManifest, LimitsTargetsAndChunkCounts) {
+  Manifest m;
+  m.entries.push_back({"l", EntryType::kSymlink, 0, 0, {}, std::string(5000, 't')});
+  EXPECT_EQ(ValidateManifest(m).message(), "entries[0].target: is too long");
+  m.entries[0].target = std::string("x\0", 2);
+  EXPECT_EQ(ValidateManifest(m).message(), "entries[0].target: must not contain NUL");
+  // Chunks are counted before any size is added up.
+  Manifest big;
+  big.entries.push_back({"f", EntryType::kFile, 0644, 0, {}, ""});
+  big.entries[0].chunks.resize(kMaxManifestChunks + 1, ChunkRef{"", int64_t{1} << 26});
+  EXPECT_EQ(ValidateManifest(big).message(),
+            "entries[0].chunks: more than 4194304 chunks in the manifest");
+}
+
 }  // namespace
 }  // namespace gpupool::blob

@@ -27,14 +27,19 @@ namespace {
 
 using nlohmann::json;
 
-// Limits. Anything beyond them is a typo or an attack, not a real job.
+// Limits (the table in docs/user-guide.md). Anything beyond them is a typo
+// or an attack, not a real job; together they keep a job's argv and
+// environment far below Linux's ARG_MAX (2 MiB with an 8 MiB stack).
 constexpr size_t kMaxSpecBytes = 1 << 20;  // YAML/JSON text
 constexpr size_t kMaxNameChars = 128;
-constexpr size_t kMaxArgBytes = 128 * 1024;  // Linux MAX_ARG_STRLEN
-constexpr size_t kMaxCommandArgs = 4096;
+constexpr size_t kMaxRunBytes = 64 * 1024;
+constexpr size_t kMaxCommandArgs = 1024;
+constexpr size_t kMaxCommandBytes = 64 * 1024;  // all arguments together
 constexpr size_t kMaxWorkdirBytes = 4096;
-constexpr size_t kMaxEnvVars = 1024;
+constexpr size_t kMaxEnvVars = 256;
 constexpr size_t kMaxEnvNameChars = 256;
+constexpr size_t kMaxEnvValueBytes = 32 * 1024;
+constexpr size_t kMaxEnvBytes = 256 * 1024;  // names and values together
 constexpr size_t kMaxGpuModels = 32;
 constexpr size_t kMaxGpuModelChars = 128;
 constexpr int64_t kMaxGpus = 64;
@@ -195,6 +200,26 @@ Status CheckRuntimeMs(int64_t ms) {
   return Status::Ok();
 }
 
+// Size limits, shared by the parsers and ValidateJobSpec so that both say
+// the same.
+Status AtMost(std::string_view path, size_t got, size_t max, std::string_view what) {
+  if (got <= max) return Status::Ok();
+  return FieldError(path, "at most " + std::to_string(max) + " " + std::string(what) + ", got " +
+                              std::to_string(got));
+}
+Status CheckRunBytes(size_t n) { return AtMost("run", n, kMaxRunBytes, "bytes"); }
+Status CheckCommandArgs(size_t n) { return AtMost("command", n, kMaxCommandArgs, "arguments"); }
+Status CheckCommandBytes(size_t n) {
+  return AtMost("command", n, kMaxCommandBytes, "bytes in all arguments together");
+}
+Status CheckEnvCount(size_t n) { return AtMost("env", n, kMaxEnvVars, "entries"); }
+Status CheckEnvValueBytes(std::string_view name, size_t n) {
+  return AtMost("env." + std::string(name), n, kMaxEnvValueBytes, "bytes");
+}
+Status CheckEnvBytes(size_t n) {
+  return AtMost("env", n, kMaxEnvBytes, "bytes in names and values together");
+}
+
 Status CheckNoNul(std::string_view path, std::string_view s) {
   if (s.find('\0') != std::string_view::npos)
     return FieldError(path, "must not contain a NUL byte");
@@ -220,8 +245,14 @@ bool IsValidName(std::string_view name) {
 }
 
 Status CheckEnvName(std::string_view name) {
+  if (name.size() > kMaxEnvNameChars) {
+    // Named by its start: the whole name would swamp the message.
+    return FieldError("env", "variable name " + QuoteForError(name) + " is " +
+                                 std::to_string(name.size()) + " bytes long, at most " +
+                                 std::to_string(kMaxEnvNameChars));
+  }
   std::string path = "env." + std::string(name);
-  bool ok = !name.empty() && name.size() <= kMaxEnvNameChars;
+  bool ok = !name.empty();
   for (size_t i = 0; ok && i < name.size(); ++i) {
     char c = name[i];
     ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_' ||
@@ -389,8 +420,13 @@ Result<int32_t> ComputeCapabilityField(const json& v) {
 }
 
 Status CheckLabel(const std::string& key, const std::string& value) {
+  if (key.size() > kMaxLabelKeyChars) {
+    return FieldError("resources.node_labels",
+                      "label name " + QuoteForError(key) + " is " + std::to_string(key.size()) +
+                          " characters long, at most " + std::to_string(kMaxLabelKeyChars));
+  }
   std::string path = "resources.node_labels." + key;
-  bool ok = !key.empty() && key.size() <= kMaxLabelKeyChars;
+  bool ok = !key.empty();
   for (char c : key) {
     ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
                 c == '.' || c == '_' || c == '-' || c == '/');
@@ -414,6 +450,7 @@ Status ParseNodeLabels(const json& v, Resources& out) {
                                  std::to_string(v.size()));
   }
   for (const auto& [key, value] : v.items()) {
+    if (key.size() > kMaxLabelKeyChars) return CheckLabel(key, "");
     std::string path = std::string(kPath) + "." + key;
     std::string text;
     if (value.is_string()) {
@@ -537,10 +574,8 @@ Status ParseResources(const json& j, Resources& out) {
 Status ParseEnv(const json& j, std::map<std::string, std::string>& out) {
   if (!j.is_object())
     return FieldError("env", "expected a mapping of NAME: value, got " + DescribeValue(j));
-  if (j.size() > kMaxEnvVars) {
-    return FieldError("env", "at most " + std::to_string(kMaxEnvVars) + " variables, got " +
-                                 std::to_string(j.size()));
-  }
+  GP_RETURN_IF_ERROR(CheckEnvCount(j.size()));
+  size_t total = 0;
   for (const auto& [name, value] : j.items()) {
     GP_RETURN_IF_ERROR(CheckEnvName(name));
     std::string text;
@@ -552,9 +587,11 @@ Status ParseEnv(const json& j, std::map<std::string, std::string>& out) {
       return FieldError("env." + name,
                         "must be a string, number or boolean, got " + DescribeValue(value));
     }
+    GP_RETURN_IF_ERROR(CheckEnvValueBytes(name, text.size()));
+    total += name.size() + text.size();
     out[name] = std::move(text);
   }
-  return Status::Ok();
+  return CheckEnvBytes(total);
 }
 
 }  // namespace
@@ -593,10 +630,11 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
                                        DescribeValue(*command));
     }
     if (command->empty()) return FieldError("command", "must not be empty");
-    if (command->size() > kMaxCommandArgs) {
-      return FieldError("command", "at most " + std::to_string(kMaxCommandArgs) +
-                                       " arguments, got " + std::to_string(command->size()));
-    }
+    GP_RETURN_IF_ERROR(CheckCommandArgs(command->size()));
+    size_t total = 0;
+    for (const json& arg : *command)
+      total += arg.is_string() ? arg.get_ref<const std::string&>().size() : 0;
+    GP_RETURN_IF_ERROR(CheckCommandBytes(total));
     for (size_t i = 0; i < command->size(); ++i) {
       GP_ASSIGN_OR_RETURN(std::string arg,
                           StringField((*command)[i], "command[" + std::to_string(i) + "]"));
@@ -693,37 +731,28 @@ Status ValidateJobSpec(const JobSpec& spec) {
     if (spec.run.find_first_not_of(" \t\r\n") == std::string::npos) {
       return FieldError("run", "must not be blank");
     }
-    if (spec.run.size() > kMaxArgBytes) {
-      return FieldError("run", "at most " + std::to_string(kMaxArgBytes) + " bytes, got " +
-                                   std::to_string(spec.run.size()));
-    }
+    GP_RETURN_IF_ERROR(CheckRunBytes(spec.run.size()));
     GP_RETURN_IF_ERROR(CheckText("run", spec.run));
   }
   if (has_command) {
-    if (spec.command.size() > kMaxCommandArgs) {
-      return FieldError("command", "at most " + std::to_string(kMaxCommandArgs) +
-                                       " arguments, got " + std::to_string(spec.command.size()));
-    }
+    GP_RETURN_IF_ERROR(CheckCommandArgs(spec.command.size()));
+    size_t total = 0;
+    for (const std::string& arg : spec.command) total += arg.size();
+    GP_RETURN_IF_ERROR(CheckCommandBytes(total));
     if (spec.command[0].empty()) return FieldError("command[0]", "the program must not be empty");
     for (size_t i = 0; i < spec.command.size(); ++i) {
-      std::string path = "command[" + std::to_string(i) + "]";
-      if (spec.command[i].size() > kMaxArgBytes) {
-        return FieldError(path, "at most " + std::to_string(kMaxArgBytes) + " bytes");
-      }
-      GP_RETURN_IF_ERROR(CheckText(path, spec.command[i]));
+      GP_RETURN_IF_ERROR(CheckText("command[" + std::to_string(i) + "]", spec.command[i]));
     }
   }
-  if (spec.env.size() > kMaxEnvVars) {
-    return FieldError("env", "at most " + std::to_string(kMaxEnvVars) + " variables, got " +
-                                 std::to_string(spec.env.size()));
-  }
+  GP_RETURN_IF_ERROR(CheckEnvCount(spec.env.size()));
+  size_t env_bytes = 0;
   for (const auto& [name, value] : spec.env) {
     GP_RETURN_IF_ERROR(CheckEnvName(name));
-    if (value.size() > kMaxArgBytes) {
-      return FieldError("env." + name, "at most " + std::to_string(kMaxArgBytes) + " bytes");
-    }
+    GP_RETURN_IF_ERROR(CheckEnvValueBytes(name, value.size()));
     GP_RETURN_IF_ERROR(CheckText("env." + name, value));
+    env_bytes += name.size() + value.size();
   }
+  GP_RETURN_IF_ERROR(CheckEnvBytes(env_bytes));
   const Resources& r = spec.resources;
   GP_RETURN_IF_ERROR(CheckGpus(r.gpus, r.gpu_milli));
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.gpu_memory", r.gpu_memory_mib, kMaxGpuMemoryMib));
@@ -753,13 +782,15 @@ Status ValidateJobSpec(const JobSpec& spec) {
                           " (major * 10 + minor)");
   }
   if (r.node_labels.size() > kMaxNodeLabels) {
-    return FieldError("resources.node_labels",
-                      "at most " + std::to_string(kMaxNodeLabels) + " labels");
+    return FieldError("resources.node_labels", "at most " + std::to_string(kMaxNodeLabels) +
+                                                   " labels, got " +
+                                                   std::to_string(r.node_labels.size()));
   }
   for (const auto& [key, value] : r.node_labels) GP_RETURN_IF_ERROR(CheckLabel(key, value));
   if (r.preferred_models.size() > kMaxGpuModels) {
-    return FieldError("resources.prefer.models",
-                      "at most " + std::to_string(kMaxGpuModels) + " models");
+    return FieldError("resources.prefer.models", "at most " + std::to_string(kMaxGpuModels) +
+                                                     " models, got " +
+                                                     std::to_string(r.preferred_models.size()));
   }
   for (size_t i = 0; i < r.preferred_models.size(); ++i) {
     const std::string& model = r.preferred_models[i];
@@ -793,8 +824,11 @@ Status ValidateJobSpec(const JobSpec& spec) {
                                    QuoteForError(spec.group));
   }
   if (spec.workdir.size() > kMaxWorkdirBytes) {
-    return FieldError("workdir", "at most " + std::to_string(kMaxWorkdirBytes) + " bytes");
+    return FieldError("workdir", "at most " + std::to_string(kMaxWorkdirBytes) + " bytes, got " +
+                                     std::to_string(spec.workdir.size()));
   }
+  // A path: a NUL would cut it short in every system call.
+  GP_RETURN_IF_ERROR(CheckText("workdir", spec.workdir));
   if (!spec.inputs.empty() && !IsSha256Hex(spec.inputs)) {
     return FieldError("inputs", "must be a manifest id (64 lowercase hex digits), got " +
                                     QuoteForError(spec.inputs));

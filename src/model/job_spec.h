@@ -49,6 +49,13 @@
 //   inputs: the manifest id (64 lowercase hex digits) of an uploaded tree,
 //           materialized as the job's work directory. The API requires it
 //           whenever workdir is given: the server cannot read the client's files.
+//
+// Sizes are bounded (docs/user-guide.md, "Limits of a spec"): run 64 KiB;
+// command 1024 arguments and 64 KiB in all; env 256 entries of values up to
+// 32 KiB, 256 KiB in all; name and group 128 characters; model lists 32
+// entries; node_labels 64. Errors name the field and the count: "env: at
+// most 256 entries, got 300". JSON bodies are first read by
+// ParseJsonObject (common/json_reader.h), which bounds nesting and strings.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

@@ -476,8 +476,10 @@ TEST(JobSpecFromJson, EnvNames) {
   }
   EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", {{"", "v"}}}}),
               HasSubstr("env.: invalid variable name"));
-  EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", {{std::string(300, 'A'), "v"}}}}),
-              HasSubstr("invalid variable name"));
+  EXPECT_TRUE(JobSpecFromJson(json{{"run", "x"}, {"env", {{std::string(256, 'A'), "v"}}}}).ok());
+  EXPECT_EQ(
+      JsonError(json{{"run", "x"}, {"env", {{std::string(300, 'A'), "v"}}}}),
+      "env: variable name \"" + std::string(64, 'A') + "...\" is 300 bytes long, at most 256");
   for (const char* reserved : {"GPUPOOL_CHECKPOINT_DIR", "GPUPOOL_", "CUDA_VISIBLE_DEVICES"}) {
     EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", {{reserved, "v"}}}}),
                 HasSubstr("env." + std::string(reserved) + ": reserved variable name"));
@@ -743,18 +745,110 @@ TEST(JobSpecFromJson, JsonTypesAreStrict) {
 
 TEST(JobSpecFromJson, LimitsOnCounts) {
   json env = json::object();
-  for (int i = 0; i < 1025; ++i) env["V" + std::to_string(i)] = "x";
-  EXPECT_THAT(JsonError(json{{"run", "x"}, {"env", env}}),
-              HasSubstr("env: at most 1024 variables"));
-  EXPECT_THAT(JsonError(json{{"command", std::vector<std::string>(5000, "a")}}),
-              HasSubstr("command: at most 4096 arguments"));
-  EXPECT_THAT(JsonError(json{{"run", std::string(200'000, 'a')}}), HasSubstr("run: at most"));
+  for (int i = 0; i < 256; ++i) env["V" + std::to_string(i)] = "x";
+  EXPECT_TRUE(JobSpecFromJson(json{{"run", "x"}, {"env", env}}).ok());
+  for (int i = 256; i < 300; ++i) env["V" + std::to_string(i)] = "x";
+  EXPECT_EQ(JsonError(json{{"run", "x"}, {"env", env}}), "env: at most 256 entries, got 300");
+  EXPECT_TRUE(JobSpecFromJson(json{{"command", std::vector<std::string>(1024, "a")}}).ok());
+  EXPECT_EQ(JsonError(json{{"command", std::vector<std::string>(1025, "a")}}),
+            "command: at most 1024 arguments, got 1025");
   EXPECT_THAT(JsonError(json{{"run", "x"},
                              {"resources", {{"gpu_models", std::vector<std::string>(33, "T4")}}}}),
-              HasSubstr("resources.gpu_models: at most 32 models"));
+              HasSubstr("resources.gpu_models: at most 32 models, got 33"));
   EXPECT_THAT(
       JsonError(json{{"run", "x"}, {"resources", {{"gpu_models", {std::string(200, 'A')}}}}}),
       HasSubstr("resources.gpu_models[0]: at most 128 characters"));
+  json labels = json::object();
+  for (int i = 0; i < 65; ++i) labels["l" + std::to_string(i)] = "v";
+  EXPECT_EQ(JsonError(json{{"run", "x"}, {"resources", {{"node_labels", labels}}}}),
+            "resources.node_labels: at most 64 labels, got 65");
+  EXPECT_THAT(JsonError(json{
+                  {"run", "x"},
+                  {"resources", {{"prefer", {{"models", std::vector<std::string>(33, "T4")}}}}}}),
+              HasSubstr("resources.prefer.models: at most 32 models, got 33"));
+}
+
+TEST(JobSpecFromJson, LimitsOnSizes) {
+  const std::string k64(64 * 1024, 'a');
+  const std::string k32(32 * 1024, 'a');
+  // run: 64 KiB.
+  EXPECT_TRUE(JobSpecFromJson(json{{"run", k64}}).ok());
+  EXPECT_EQ(JsonError(json{{"run", k64 + "b"}}), "run: at most 65536 bytes, got 65537");
+  // command: 64 KiB in all, whatever the split.
+  EXPECT_TRUE(JobSpecFromJson(json{{"command", {"a", k64.substr(1)}}}).ok());
+  EXPECT_EQ(JsonError(json{{"command", {"a", k64}}}),
+            "command: at most 65536 bytes in all arguments together, got 65537");
+  EXPECT_EQ(JsonError(json{{"command", std::vector<std::string>(1000, std::string(100, 'x'))}}),
+            "command: at most 65536 bytes in all arguments together, got 100000");
+  // env: 32 KiB per value, 256 KiB in all.
+  EXPECT_TRUE(JobSpecFromJson(json{{"run", "x"}, {"env", {{"A", k32}}}}).ok());
+  EXPECT_EQ(JsonError(json{{"run", "x"}, {"env", {{"A", k32 + "b"}}}}),
+            "env.A: at most 32768 bytes, got 32769");
+  json env = json::object();
+  for (int i = 0; i < 9; ++i) env["V" + std::to_string(i)] = k32;
+  EXPECT_EQ(JsonError(json{{"run", "x"}, {"env", env}}),
+            "env: at most 262144 bytes in names and values together, got 294930");
+  // name and group: 128 characters.
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"name", std::string(129, 'n')}}),
+              HasSubstr("name: must be 1 to 128 characters"));
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"group", std::string(129, 'g')}}),
+              HasSubstr("group: must be 1 to 128 characters"));
+  // Labels: names 128 characters (named by their start), values 256.
+  EXPECT_EQ(JsonError(json{{"run", "x"},
+                           {"resources", {{"node_labels", {{std::string(200, 'k'), "v"}}}}}}),
+            "resources.node_labels: label name \"" + std::string(64, 'k') +
+                "...\" is 200 characters long, at most 128");
+  EXPECT_THAT(JsonError(json{{"run", "x"},
+                             {"resources", {{"node_labels", {{"k", std::string(257, 'v')}}}}}}),
+              HasSubstr("resources.node_labels.k: at most 256 characters"));
+  EXPECT_EQ(JsonError(json{{"run", "x"}, {"workdir", std::string(4097, 'w')}}),
+            "workdir: at most 4096 bytes, got 4097");
+  EXPECT_EQ(JsonError(json{{"run", "x"}, {"workdir", std::string("a\0b", 3)}}),
+            "workdir: must not contain a NUL byte");
+  EXPECT_THAT(JsonError(json{{"run", "x"}, {"image", "docker://" + std::string(2000, 'i')}}),
+              HasSubstr("image: "));
+}
+
+// The same limits hold for specs built in memory (gpupool submit -- cmd).
+TEST(ValidateJobSpec, LimitsOnSizes) {
+  auto error = [](void (*mutate)(JobSpec&)) {
+    JobSpec s;
+    s.name = "job";
+    s.group = "default";
+    s.run = "x";
+    mutate(s);
+    Status st = ValidateJobSpec(s);
+    EXPECT_FALSE(st.ok());
+    return st.message();
+  };
+  EXPECT_EQ(error([](JobSpec& s) { s.run = std::string(70'000, 'r'); }),
+            "run: at most 65536 bytes, got 70000");
+  EXPECT_EQ(error([](JobSpec& s) {
+              s.run.clear();
+              s.command.assign(2000, "a");
+            }),
+            "command: at most 1024 arguments, got 2000");
+  EXPECT_EQ(error([](JobSpec& s) {
+              s.run.clear();
+              s.command = {"a", std::string(70'000, 'c')};
+            }),
+            "command: at most 65536 bytes in all arguments together, got 70001");
+  EXPECT_EQ(error([](JobSpec& s) {
+              for (int i = 0; i < 300; ++i) s.env["V" + std::to_string(i)] = "x";
+            }),
+            "env: at most 256 entries, got 300");
+  EXPECT_EQ(error([](JobSpec& s) { s.env["A"] = std::string(40'000, 'v'); }),
+            "env.A: at most 32768 bytes, got 40000");
+}
+
+// YAML specs go through the same checks, with the line.
+TEST(ParseJobSpec, LimitsOnSizes) {
+  EXPECT_THAT(ParseError("run: " + std::string(70'000, 'r') + "\n"),
+              HasSubstr("run (line 1): at most 65536 bytes, got 70000"));
+  std::string env = "run: x\nenv:\n";
+  for (int i = 0; i < 257; ++i) env += "  V" + std::to_string(i) + ": x\n";
+  EXPECT_THAT(ParseError(env), HasSubstr("env (line 2): at most 256 entries, got 257"));
+  EXPECT_THAT(ParseError("run: x\n" + std::string(2 << 20, '#')), HasSubstr("spec too large"));
 }
 
 // ---------------------------------------------------------------------------

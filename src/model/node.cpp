@@ -59,32 +59,37 @@ nlohmann::json NodeLendingToJson(const NodeLending& l) {
 }
 
 Result<NodeLending> NodeLendingFromJson(const nlohmann::json& j, const std::string& path) {
+  // Bounds on what an agent may report: far above real nodes and policies.
+  constexpr size_t kMaxGpus = 256;
+  constexpr size_t kMaxNames = 4096;  // users or groups in one list
+  constexpr int64_t kMaxMib = int64_t{1} << 40;
+  constexpr int64_t kMaxMs = int64_t{1} << 50;  // durations and timestamps
   if (!j.is_object()) return Status::InvalidArgument(path + ": must be an object");
   JsonReader r(j, path);
   NodeLending l;
   l.mode = r.Str("mode");
-  l.gpus = r.IntMap("gpus", false);
-  l.not_lent = r.StrMap("not_lent", false);
+  l.gpus = r.IntMap("gpus", false, kMaxGpus);
+  l.not_lent = r.StrMap("not_lent", false, kMaxGpus);
   l.fractional = r.Bool("fractional", false, true);
   auto set = [&](const char* key) {
-    auto v = r.StrList(key, false);
+    auto v = r.StrList(key, false, kMaxNames);
     return std::set<std::string>(v.begin(), v.end());
   };
   l.allow_users = set("allow_users");
   l.deny_users = set("deny_users");
   l.allow_groups = set("allow_groups");
   l.deny_groups = set("deny_groups");
-  l.max_runtime_ms = r.Int("max_runtime_ms", false);
-  l.next_change_ms = r.Int("next_change_ms", false);
+  l.max_runtime_ms = r.IntIn("max_runtime_ms", 0, kMaxMs, false);
+  l.next_change_ms = r.IntIn("next_change_ms", 0, kMaxMs, false);
   if (r.ok() && l.mode != "lending" && l.mode != "paused" && l.mode != "leaving" &&
       l.mode != "closed") {
     r.Fail("mode", "must be one of lending, paused, leaving, closed");
   }
   for (const auto& [uuid, mib] : l.gpus) {
-    if (r.ok() && mib < 0) r.Fail("gpus", "lent memory must not be negative (" + uuid + ")");
-  }
-  if (r.ok() && (l.max_runtime_ms < 0 || l.next_change_ms < 0)) {
-    r.Fail("max_runtime_ms", "times must not be negative");
+    if (r.ok() && (mib < 0 || mib > kMaxMib)) {
+      r.Fail("gpus",
+             "lent memory must be from 0 to " + std::to_string(kMaxMib) + " MiB (" + uuid + ")");
+    }
   }
   GP_RETURN_IF_ERROR(r.Finish(false));
   return l;

@@ -1,6 +1,8 @@
 #include "proto/messages.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/ids.h"
@@ -13,6 +15,25 @@ using nlohmann::json;
 
 namespace {
 
+// Limits on what a peer may send (messages.h). Counts are far above what a
+// real node sends; numbers are bounded where a wrapped or summed value
+// could mislead the receiver (offsets plus lengths, times plus graces).
+constexpr size_t kMaxGpus = 256;                     // per node
+constexpr size_t kMaxTasks = 65'536;                 // tasks in a hello
+constexpr size_t kMaxProcesses = 65'536;             // processes on one GPU
+constexpr size_t kMaxLabels = 1024;                  // node labels
+constexpr size_t kMaxLogLines = 65'536;              // lines in one logs message
+constexpr size_t kMaxLogOffsets = 1'000'000;         // attempts in a welcome
+constexpr size_t kMaxEventItems = 65'536;            // GPUs or attempts in a node event
+constexpr int64_t kMaxMib = int64_t{1} << 40;        // memory amounts, MiB (1 EiB)
+constexpr int64_t kMaxCpuMilli = int64_t{1} << 40;   // a node's CPUs, milli
+constexpr int64_t kMaxLogOffset = int64_t{1} << 50;  // 1 PiB of output
+constexpr int64_t kMaxTimeMs = int64_t{1} << 50;     // year 37648: timestamps
+constexpr int64_t kMaxGraceMs = 24LL * 3600 * 1000;  // stop grace
+constexpr int64_t kMaxHeartbeatMs = 3600LL * 1000;   // heartbeat interval
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+
 json GpuToJson(const GpuInfo& g) {
   return {{"index", g.index},         {"uuid", g.uuid},
           {"name", g.name},           {"memory_mib", g.memory_mib},
@@ -22,12 +43,12 @@ json GpuToJson(const GpuInfo& g) {
 
 Status GpuFromJson(const json& j, const std::string& path, GpuInfo* g) {
   JsonReader r(j, path);
-  g->index = static_cast<int32_t>(r.Int("index"));
+  g->index = static_cast<int32_t>(r.IntIn("index", 0, kMaxGpus - 1));
   g->uuid = r.Str("uuid");
   g->name = r.Str("name");
-  g->memory_mib = r.Int("memory_mib");
-  g->cc_major = static_cast<int32_t>(r.Int("cc_major", false));
-  g->cc_minor = static_cast<int32_t>(r.Int("cc_minor", false));
+  g->memory_mib = r.IntIn("memory_mib", 0, kMaxMib);
+  g->cc_major = static_cast<int32_t>(r.IntIn("cc_major", 0, 99, false));
+  g->cc_minor = static_cast<int32_t>(r.IntIn("cc_minor", 0, 99, false));
   g->simulated = r.Bool("simulated", false);
   // Absent from agents older than the field: not known. Linux minors have 20 bits.
   int64_t minor_number = r.Int("minor_number", false, -1);
@@ -37,7 +58,6 @@ Status GpuFromJson(const json& j, const std::string& path, GpuInfo* g) {
     g->minor_number = static_cast<int32_t>(minor_number);
   }
   if (r.ok() && g->uuid.empty()) r.Fail("uuid", "must not be empty");
-  if (r.ok() && g->memory_mib < 0) r.Fail("memory_mib", "must not be negative");
   return r.Finish(false);
 }
 
@@ -56,13 +76,14 @@ json TelemetryToJson(const GpuTelemetry& t) {
 Status TelemetryFromJson(const json& j, const std::string& path, GpuTelemetry* t) {
   JsonReader r(j, path);
   t->uuid = r.Str("uuid");
-  t->memory_used_mib = r.Int("memory_used_mib", false, -1);
-  t->utilization_percent = static_cast<int32_t>(r.Int("utilization_percent", false, -1));
-  t->temperature_c = static_cast<int32_t>(r.Int("temperature_c", false, -1));
-  t->power_mw = r.Int("power_mw", false, -1);
-  r.Each("processes", false, [&](const json& p, const std::string& ppath) {
+  // -1: not known.
+  t->memory_used_mib = r.IntIn("memory_used_mib", -1, kMaxMib, false, -1);
+  t->utilization_percent = static_cast<int32_t>(r.IntIn("utilization_percent", -1, 100, false, -1));
+  t->temperature_c = static_cast<int32_t>(r.IntIn("temperature_c", -1, kInt32Max, false, -1));
+  t->power_mw = r.IntIn("power_mw", -1, kInt32Max, false, -1);
+  r.Each("processes", false, kMaxProcesses, [&](const json& p, const std::string& ppath) {
     JsonReader pr(p, ppath);
-    GpuProcess proc{pr.Int("pid"), pr.Int("used_memory_mib", false)};
+    GpuProcess proc{pr.IntIn("pid", 0, kInt32Max), pr.IntIn("used_memory_mib", 0, kMaxMib, false)};
     t->processes.push_back(proc);
     return pr.Finish(false);
   });
@@ -83,16 +104,21 @@ Status TaskFromJson(const json& j, const std::string& path, TaskReport* t) {
   JsonReader r(j, path);
   t->attempt_id = r.Str("attempt_id");
   t->state = r.Str("state");
-  t->exit_code = static_cast<int32_t>(r.Int("exit_code", false));
-  t->signal = static_cast<int32_t>(r.Int("signal", false));
+  t->exit_code = static_cast<int32_t>(r.IntIn("exit_code", kInt32Min, kInt32Max, false));
+  t->signal = static_cast<int32_t>(r.IntIn("signal", 0, 255, false));
   t->reason = r.Str("reason", false);
-  t->ts_ms = r.Int("ts_ms", false);
+  t->ts_ms = r.IntIn("ts_ms", 0, kMaxTimeMs, false);
   if (r.ok() && t->state != "running" && t->state != "exited" && t->state != "failed" &&
       t->state != "lost" && t->state != "vacated" && t->state != "refused") {
     r.Fail("state", "must be one of running, exited, failed, lost, vacated, refused");
   }
   if (r.ok() && t->state == "exited" && !r.Has("exit_code"))
     r.Fail("exit_code", "is required when state is exited");
+  // Only an exited task has them (TaskToJson writes them for no other).
+  for (const char* key : {"exit_code", "signal"}) {
+    if (r.ok() && t->state != "exited" && r.Has(key))
+      r.Fail(key, "only a task that exited has one");
+  }
   if (r.ok()) {
     auto id = ParseAttemptId(t->attempt_id);
     if (!id.ok()) r.Fail("attempt_id", id.status().message());
@@ -126,16 +152,17 @@ Result<Envelope> DecodeEnvelope(std::string_view text) {
   GP_ASSIGN_OR_RETURN(json j, ParseJsonObject(text, "message"));
   JsonReader r(j, "");
   Envelope e;
-  e.version = static_cast<int>(r.Int("v"));
+  int64_t version = r.Int("v");
   e.seq = r.Int("seq");
   e.ack = r.Int("ack");
   e.type = r.Str("type");
   const json* body = r.Raw("body");
   GP_RETURN_IF_ERROR(r.Finish());
-  if (e.version != kProtocolVersion) {
-    return Status::InvalidArgument("v: unsupported protocol version " + std::to_string(e.version) +
+  if (version != kProtocolVersion) {
+    return Status::InvalidArgument("v: unsupported protocol version " + std::to_string(version) +
                                    " (this side speaks " + std::to_string(kProtocolVersion) + ")");
   }
+  e.version = kProtocolVersion;
   if (e.seq < 0 || e.ack < 0) return Status::InvalidArgument("seq/ack: must not be negative");
   if (!body->is_object()) return Status::InvalidArgument("body: must be an object");
   e.body = body->dump();
@@ -167,10 +194,10 @@ Result<Hello> DecodeHello(std::string_view body) {
     m->node_name = r.Str("node_name");
     m->agent_instance = r.Str("agent_instance");
     m->agent_version = r.Str("agent_version", false);
-    m->last_server_seq = r.Int("last_server_seq");
-    m->cpu_milli = r.Int("cpu_milli", false);
-    m->memory_mib = r.Int("memory_mib", false);
-    r.Each("gpus", false, [&](const json& g, const std::string& path) {
+    m->last_server_seq = r.IntIn("last_server_seq", 0, INT64_MAX);
+    m->cpu_milli = r.IntIn("cpu_milli", 0, kMaxCpuMilli, false);
+    m->memory_mib = r.IntIn("memory_mib", 0, kMaxMib, false);
+    r.Each("gpus", false, kMaxGpus, [&](const json& g, const std::string& path) {
       GpuInfo info;
       GP_RETURN_IF_ERROR(GpuFromJson(g, path, &info));
       m->gpus.push_back(std::move(info));
@@ -178,9 +205,9 @@ Result<Hello> DecodeHello(std::string_view body) {
     });
     m->driver_version = r.Str("driver_version", false);
     m->cuda_version = r.Str("cuda_version", false);
-    m->labels = r.StrMap("labels", false);
+    m->labels = r.StrMap("labels", false, kMaxLabels);
     m->owner_group = r.Str("owner_group", false);
-    r.Each("tasks", false, [&](const json& t, const std::string& path) {
+    r.Each("tasks", false, kMaxTasks, [&](const json& t, const std::string& path) {
       TaskReport report;
       GP_RETURN_IF_ERROR(TaskFromJson(t, path, &report));
       m->tasks.push_back(std::move(report));
@@ -192,8 +219,6 @@ Result<Hello> DecodeHello(std::string_view body) {
       m->lending = *std::move(l);
     }
     if (r.ok() && m->node_name.empty()) r.Fail("node_name", "must not be empty");
-    if (r.ok() && (m->cpu_milli < 0 || m->memory_mib < 0))
-      r.Fail("cpu_milli", "must not be negative");
     return r.status();
   });
 }
@@ -206,13 +231,13 @@ std::string Encode(const Heartbeat& m) {
 
 Result<Heartbeat> DecodeHeartbeat(std::string_view body) {
   return DecodeBody<Heartbeat>(body, [](JsonReader& r, Heartbeat* m) {
-    r.Each("telemetry", false, [&](const json& g, const std::string& path) {
+    r.Each("telemetry", false, kMaxGpus, [&](const json& g, const std::string& path) {
       GpuTelemetry t;
       GP_RETURN_IF_ERROR(TelemetryFromJson(g, path, &t));
       m->telemetry.push_back(std::move(t));
       return Status::Ok();
     });
-    m->running_tasks = static_cast<int32_t>(r.Int("running_tasks", false));
+    m->running_tasks = static_cast<int32_t>(r.IntIn("running_tasks", 0, kInt32Max, false));
     return r.status();
   });
 }
@@ -240,10 +265,10 @@ std::string Encode(const LogChunk& m) {
 Result<LogChunk> DecodeLogChunk(std::string_view body) {
   return DecodeBody<LogChunk>(body, [](JsonReader& r, LogChunk* m) {
     m->attempt_id = r.Str("attempt_id");
-    r.Each("lines", true, [&](const json& l, const std::string& path) {
+    r.Each("lines", true, kMaxLogLines, [&](const json& l, const std::string& path) {
       JsonReader lr(l, path);
-      LogChunkLine line{lr.Int("offset"), lr.Str("stream"), lr.Int("ts_ms", false), lr.Str("text")};
-      if (lr.ok() && line.offset < 0) lr.Fail("offset", "must not be negative");
+      LogChunkLine line{lr.IntIn("offset", 0, kMaxLogOffset), lr.Str("stream"),
+                        lr.IntIn("ts_ms", 0, kMaxTimeMs, false), lr.Str("text")};
       if (lr.ok() && line.stream != "stdout" && line.stream != "stderr" && line.stream != "event") {
         lr.Fail("stream", "must be stdout, stderr or event");
       }
@@ -269,10 +294,16 @@ std::string Encode(const Welcome& m) {
 Result<Welcome> DecodeWelcome(std::string_view body) {
   return DecodeBody<Welcome>(body, [](JsonReader& r, Welcome* m) {
     m->node_id = r.Str("node_id");
-    m->last_agent_seq = r.Int("last_agent_seq");
-    m->heartbeat_ms = r.Int("heartbeat_ms", false, 5000);
-    m->log_offsets = r.IntMap("log_offsets", false);
-    if (r.ok() && m->heartbeat_ms <= 0) r.Fail("heartbeat_ms", "must be positive");
+    m->last_agent_seq = r.IntIn("last_agent_seq", 0, INT64_MAX);
+    m->heartbeat_ms = r.IntIn("heartbeat_ms", 1, kMaxHeartbeatMs, false, 5000);
+    m->log_offsets = r.IntMap("log_offsets", false, kMaxLogOffsets);
+    for (const auto& [attempt, offset] : m->log_offsets) {
+      if (r.ok() && (offset < -1 || offset > kMaxLogOffset)) {
+        r.Fail("log_offsets", "the offset of " + attempt + " must be from -1 to " +
+                                  std::to_string(kMaxLogOffset) + ", got " +
+                                  std::to_string(offset));
+      }
+    }
     return r.status();
   });
 }
@@ -294,12 +325,12 @@ std::string Encode(const StartTask& m) {
 Result<StartTask> DecodeStartTask(std::string_view body) {
   return DecodeBody<StartTask>(body, [](JsonReader& r, StartTask* m) {
     m->attempt_id = r.Str("attempt_id");
-    m->job_id = r.Int("job_id");
+    m->job_id = r.IntIn("job_id", 1, INT64_MAX);
     m->owner = r.Str("owner", false);
     const json* spec = r.Raw("spec");
-    m->gpu_uuids = r.StrList("gpu_uuids", false);
-    m->gpu_milli = static_cast<int32_t>(r.Int("gpu_milli", false));
-    m->gpu_memory_mib = r.Int("gpu_memory_mib", false);
+    m->gpu_uuids = r.StrList("gpu_uuids", false, kMaxGpus);
+    m->gpu_milli = static_cast<int32_t>(r.IntIn("gpu_milli", 0, 1000, false));
+    m->gpu_memory_mib = r.IntIn("gpu_memory_mib", 0, kMaxMib, false);
     if (const json* restore = r.Raw("restore", false); restore && !restore->is_object()) {
       r.Fail("restore", "must be an object");
     } else if (restore) {
@@ -312,10 +343,6 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
       }
       if (!rr.ok()) return rr.status();
     }
-    if (r.ok() && (m->gpu_milli < 0 || m->gpu_milli > 1000)) {
-      r.Fail("gpu_milli", "must be from 0 to 1000");
-    }
-    if (r.ok() && m->gpu_memory_mib < 0) r.Fail("gpu_memory_mib", "must not be negative");
     if (r.ok() && m->gpu_milli > 0 && m->gpu_milli < 1000 && m->gpu_uuids.size() != 1) {
       r.Fail("gpu_uuids", "a share of a GPU names exactly one GPU");
     }
@@ -339,9 +366,8 @@ Result<StopTask> DecodeStopTask(std::string_view body) {
   return DecodeBody<StopTask>(body, [](JsonReader& r, StopTask* m) {
     m->attempt_id = r.Str("attempt_id");
     m->reason = r.Str("reason", false);
-    m->grace_ms = r.Int("grace_ms", false);
+    m->grace_ms = r.IntIn("grace_ms", 0, kMaxGraceMs, false);
     m->requeue = r.Bool("requeue", false);
-    if (r.ok() && m->grace_ms < 0) r.Fail("grace_ms", "must not be negative");
     return r.status();
   });
 }
@@ -380,16 +406,15 @@ std::string Encode(const NodeEvent& m) {
 
 Result<NodeEvent> DecodeNodeEvent(std::string_view body) {
   return DecodeBody<NodeEvent>(body, [](JsonReader& r, NodeEvent* m) {
-    m->ts_ms = r.Int("ts_ms");
+    m->ts_ms = r.IntIn("ts_ms", 0, kMaxTimeMs);
     m->kind = r.Str("kind");
     m->reason = r.Str("reason", false);
-    m->gpus = r.StrList("gpus", false);
-    m->attempts = r.StrList("attempts", false);
+    m->gpus = r.StrList("gpus", false, kMaxEventItems);
+    m->attempts = r.StrList("attempts", false, kMaxEventItems);
     if (r.ok() && std::find(std::begin(kNodeEventKinds), std::end(kNodeEventKinds), m->kind) ==
                       std::end(kNodeEventKinds)) {
       r.Fail("kind", "must be one of reclaim, pause, resume, leave, policy");
     }
-    if (r.ok() && m->ts_ms < 0) r.Fail("ts_ms", "must not be negative");
     return r.status();
   });
 }

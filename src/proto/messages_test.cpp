@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 namespace gpupool::proto {
 namespace {
 
@@ -85,6 +87,15 @@ TEST(MessagesTest, TaskReportValidation) {
               HasSubstr("body.attempt_id: invalid attempt id"));
   EXPECT_THAT(DecodeTaskReport(R"({"attempt_id":"4.1","state":"exited"})").status().message(),
               HasSubstr("body.exit_code: is required"));
+  // An exit code on a running task did not survive the round trip of the
+  // agent_proto fuzz target (tests/fuzz/regressions/agent_proto).
+  EXPECT_EQ(DecodeTaskReport(R"({"attempt_id":"4.1","state":"running","exit_code":5})")
+                .status()
+                .message(),
+            "body.exit_code: only a task that exited has one");
+  EXPECT_EQ(
+      DecodeTaskReport(R"({"attempt_id":"4.1","state":"failed","signal":9})").status().message(),
+      "body.signal: only a task that exited has one");
 }
 
 TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
@@ -138,7 +149,7 @@ TEST(MessagesTest, StartStopWelcomeRoundTrip) {
   EXPECT_EQ(*DecodeWelcome(Encode(w)), w);
   EXPECT_THAT(
       DecodeWelcome(R"({"node_id":"n","last_agent_seq":0,"heartbeat_ms":0})").status().message(),
-      HasSubstr("heartbeat_ms: must be positive"));
+      HasSubstr("heartbeat_ms: must be from 1 to 3600000, got 0"));
 }
 
 TEST(MessagesTest, StartTaskCarriesAGpuShareAndStopItsGrace) {
@@ -171,7 +182,7 @@ TEST(MessagesTest, StartTaskCarriesAGpuShareAndStopItsGrace) {
   EXPECT_FALSE(DecodeStopTask(R"({"attempt_id":"4.1"})")->requeue);
   EXPECT_EQ(DecodeStopTask(R"({"attempt_id":"4.1"})")->grace_ms, 0);  // older servers
   EXPECT_THAT(DecodeStopTask(R"({"attempt_id":"4.1","grace_ms":-1})").status().message(),
-              HasSubstr("body.grace_ms: must not be negative"));
+              HasSubstr("body.grace_ms: must be from 0 to 86400000, got -1"));
 }
 
 TEST(MessagesTest, StartTaskCarriesItsRestorePoint) {
@@ -275,6 +286,87 @@ TEST(MessagesTest, StageCheckpointRoundTripsAndChecksItsFields) {
       HasSubstr("manifest: must be 64 lowercase hex digits"));
   EXPECT_THAT(DecodeStageCheckpoint(R"({"job_id":1,"manifest":"x"})").status().message(),
               HasSubstr("checkpoint"));
+}
+
+// Numbers that would wrap in the field's type, negative or absurd amounts,
+// and huge lists are rejected, naming the field.
+TEST(MessagesTest, LimitsOnNumbersAndCounts) {
+  auto error = [](const Status& s) {
+    EXPECT_FALSE(s.ok());
+    return s.message();
+  };
+  // A version that wraps to 1 as an int is still unsupported.
+  EXPECT_THAT(
+      error(DecodeEnvelope(R"({"v":4294967297,"seq":1,"ack":0,"type":"a","body":{}})").status()),
+      HasSubstr("unsupported protocol version 4294967297"));
+  EXPECT_THAT(
+      error(DecodeEnvelope(R"({"v":1,"seq":18446744073709551615,"ack":0,"type":"a","body":{}})")
+                .status()),
+      HasSubstr("seq: must be an integer of at most 9223372036854775807"));
+  // 2^32 + 500 once passed as a share of 500m.
+  EXPECT_EQ(error(DecodeStartTask(R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x"},)"
+                                  R"("gpu_uuids":["G"],"gpu_milli":4294967796})")
+                      .status()),
+            "body.gpu_milli: must be from 0 to 1000, got 4294967796");
+  EXPECT_EQ(
+      error(DecodeStartTask(R"({"attempt_id":"1.1","job_id":-1,"spec":{"run":"x"}})").status()),
+      "body.job_id: must be from 1 to 9223372036854775807, got -1");
+  EXPECT_EQ(
+      error(DecodeTaskReport(R"({"attempt_id":"1.1","state":"exited","exit_code":2147483648})")
+                .status()),
+      "body.exit_code: must be from -2147483648 to 2147483647, got 2147483648");
+  EXPECT_EQ(
+      error(DecodeTaskReport(R"({"attempt_id":"1.1","state":"exited","exit_code":1,"signal":-9})")
+                .status()),
+      "body.signal: must be from 0 to 255, got -9");
+  EXPECT_EQ(
+      error(DecodeStopTask(R"({"attempt_id":"4.1","grace_ms":9223372036854775807})").status()),
+      "body.grace_ms: must be from 0 to 86400000, got 9223372036854775807");
+  // Offsets stay far from overflowing when a line's length is added.
+  EXPECT_EQ(error(DecodeLogChunk(R"({"attempt_id":"9.1","lines":[{"offset":9223372036854775807,)"
+                                 R"("stream":"stdout","text":"x"}]})")
+                      .status()),
+            "body.lines[0].offset: must be from 0 to 1125899906842624, got 9223372036854775807");
+  EXPECT_EQ(
+      error(
+          DecodeWelcome(R"({"node_id":"n","last_agent_seq":0,"log_offsets":{"1.1":-2}})").status()),
+      "body.log_offsets: the offset of 1.1 must be from -1 to 1125899906842624, got -2");
+  EXPECT_EQ(error(DecodeHello(R"({"node_name":"n","agent_instance":"i","last_server_seq":0,)"
+                              R"("gpus":[{"index":0,"uuid":"G","name":"T4","memory_mib":-1}]})")
+                      .status()),
+            "body.gpus[0].memory_mib: must be from 0 to 1099511627776, got -1");
+  EXPECT_EQ(error(DecodeHello(R"({"node_name":"n","agent_instance":"i","last_server_seq":0,)"
+                              R"("cpu_milli":-1})")
+                      .status()),
+            "body.cpu_milli: must be from 0 to 1099511627776, got -1");
+  EXPECT_EQ(
+      error(DecodeHeartbeat(R"({"telemetry":[{"uuid":"G","utilization_percent":300}]})").status()),
+      "body.telemetry[0].utilization_percent: must be from -1 to 100, got 300");
+
+  nlohmann::json gpus = nlohmann::json::array();
+  for (int i = 0; i < 257; ++i) {
+    gpus.push_back({{"index", 0}, {"uuid", "G"}, {"name", "T4"}, {"memory_mib", 1}});
+  }
+  nlohmann::json hello = {
+      {"node_name", "n"}, {"agent_instance", "i"}, {"last_server_seq", 0}, {"gpus", gpus}};
+  EXPECT_EQ(error(DecodeHello(hello.dump()).status()), "body.gpus: at most 256 entries, got 257");
+  nlohmann::json event = {
+      {"ts_ms", 1}, {"kind", "reclaim"}, {"attempts", std::vector<std::string>(70'000, "1.1")}};
+  EXPECT_EQ(error(DecodeNodeEvent(event.dump()).status()),
+            "body.attempts: at most 65536 entries, got 70000");
+  nlohmann::json lending = {{"mode", "lending"},
+                            {"allow_users", std::vector<std::string>(5000, "u")}};
+  EXPECT_EQ(error(DecodeLending(lending.dump()).status()),
+            "body.allow_users: at most 4096 entries, got 5000");
+}
+
+TEST(MessagesTest, HostileJsonIsRejectedBeforeItIsBuilt) {
+  std::string deep =
+      R"({"v":1,"seq":1,"ack":0,"type":"a","body":{"x":)" + std::string(1'000'000, '[');
+  EXPECT_THAT(DecodeEnvelope(deep).status().message(),
+              HasSubstr("message: JSON nested deeper than 32 levels (at body.x"));
+  EXPECT_EQ(DecodeLeave(R"({"reason":")" + std::string(70'000, 'r') + R"("})").status().message(),
+            "body: reason: JSON string of 70000 bytes, more than 65536");
 }
 
 }  // namespace

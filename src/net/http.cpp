@@ -85,7 +85,8 @@ std::optional<Url> ParseUrl(std::string_view text) {
   if (sep == std::string_view::npos) return std::nullopt;
   url.scheme = std::string(text.substr(0, sep));
   for (char& c : url.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (url.scheme != "http" && url.scheme != "ws") return std::nullopt;
+  bool tls = url.scheme == "https" || url.scheme == "wss";
+  if (!tls && url.scheme != "http" && url.scheme != "ws") return std::nullopt;
   std::string_view rest = text.substr(sep + 3);
   size_t slash = rest.find_first_of("/?");
   std::string_view authority = rest.substr(0, slash);
@@ -113,7 +114,7 @@ std::optional<Url> ParseUrl(std::string_view text) {
   }
   if (url.host.empty()) return std::nullopt;
 
-  url.port = 80;
+  url.port = tls ? 443 : 80;
   if (!port_text.empty()) {
     unsigned value = 0;
     auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), value);

@@ -22,6 +22,13 @@ struct HttpRequest {
   std::string body;
   std::string peer;  // "127.0.0.1:53422"
 
+  bool tls = false;  // arrived over TLS (https, wss)
+  // Set only when the client presented a certificate that verified against
+  // the server's client_ca_file (EKU clientAuth); empty otherwise.
+  std::string client_cert_fingerprint;  // "sha256:<64 lower-case hex>"
+  std::string client_cert_cn;           // the subject's common name
+  std::string client_cert_serial;       // lower-case hex
+
   // The header's value, or empty when absent. `name` is lower-case.
   std::string Header(std::string_view name) const;
 };
@@ -41,10 +48,10 @@ std::vector<std::string_view> SplitPath(std::string_view path);
 std::string UrlDecode(std::string_view s, bool plus_is_space);
 std::string UrlEncode(std::string_view s);
 
-// Splits "http://host:port/prefix" into its parts. Only http and ws schemes
-// for now (https/wss arrive with TLS).
+// Splits "http://host:port/prefix" into its parts. Schemes http and ws
+// (default port 80), https and wss (default port 443).
 struct Url {
-  std::string scheme;  // "http" or "ws"
+  std::string scheme;  // "http", "https", "ws" or "wss", lower-case
   std::string host;
   uint16_t port = 0;
   std::string path;  // "" or "/prefix"

@@ -1,5 +1,6 @@
 // Fetch: one blocking HTTP/1.1 exchange on a private io_context, written as
-// a coroutine; the deadline covers resolve, connect, write and read.
+// a coroutine; the deadline covers resolve, connect, TLS handshake, write
+// and read. The exchange itself is a template over the stream (TCP or TLS).
 #include "net/http_client.h"
 
 #include <boost/asio/as_tuple.hpp>
@@ -9,10 +10,14 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include <cctype>
 #include <chrono>
+#include <memory>
 #include <optional>
+
+#include "net/tls_internal.h"
 
 namespace gpupool::net {
 
@@ -25,11 +30,13 @@ using tcp = boost::asio::ip::tcp;
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
 constexpr uint64_t kMaxResponseBody = uint64_t{1} << 30;
+constexpr size_t kReadBufferBytes = 64 * 1024;
 
 struct Exchange {
   const HttpCall& call;
   const Url& url;
   std::string target;
+  std::shared_ptr<internal::ClientTls> tls;  // for https
   std::optional<Result<HttpResponse>> result;
 };
 
@@ -38,6 +45,9 @@ std::string Lower(std::string_view s) {
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
+
+template <typename Stream>
+asio::awaitable<void> Converse(Exchange& x, Stream& stream);
 
 asio::awaitable<void> Run(Exchange& x) {
   auto executor = co_await asio::this_coro::executor;
@@ -58,7 +68,29 @@ asio::awaitable<void> Run(Exchange& x) {
   }
   beast::error_code ignored;
   stream.socket().set_option(tcp::no_delay(true), ignored);
+  if (!x.tls) {
+    co_await Converse(x, stream);
+    co_return;
+  }
 
+  beast::ssl_stream<beast::tcp_stream> tls_stream(std::move(stream), x.tls->context());
+  SSL* ssl = tls_stream.native_handle();
+  if (Status prepared = x.tls->Prepare(ssl, x.url.host); !prepared.ok()) {
+    x.result = std::move(prepared);
+    co_return;
+  }
+  auto [handshake_ec] = co_await tls_stream.async_handshake(asio::ssl::stream_base::client, kTuple);
+  if (handshake_ec) {
+    x.result = Status::Unavailable(x.tls->HandshakeFailure(ssl, x.call.base_url, handshake_ec));
+    co_return;
+  }
+  co_await Converse(x, tls_stream);
+}
+
+// Writes the request and reads the response on a connected stream. The
+// connection is not reused: no TLS close_notify, the socket just closes.
+template <typename Stream>
+asio::awaitable<void> Converse(Exchange& x, Stream& stream) {
   http::request<http::string_body> req;
   req.version(11);
   req.method_string(x.call.method);
@@ -76,21 +108,26 @@ asio::awaitable<void> Run(Exchange& x) {
   auto [write_ec, written] = co_await http::async_write(stream, req, kTuple);
   if (write_ec) {
     x.result = Status::Unavailable("cannot send the request to " + x.call.base_url + ": " +
-                                   write_ec.message());
+                                   internal::DescribeTlsError(write_ec));
     co_return;
   }
 
   beast::flat_buffer buffer;
+  // Beast reads at most the buffer's free capacity per call (at least 512
+  // bytes): room for large reads keeps big bodies from costing a syscall per
+  // kilobyte (16 MiB: 250 MB/s -> 1+ GB/s on loopback).
+  buffer.reserve(kReadBufferBytes);
   http::response_parser<http::string_body> parser;
   parser.body_limit(kMaxResponseBody);
   parser.skip(req.method() == http::verb::head);  // no body follows
   auto [read_ec, read] = co_await http::async_read(stream, buffer, parser, kTuple);
   if (read_ec) {
-    x.result =
-        Status::Unavailable("no response from " + x.call.base_url + ": " + read_ec.message());
+    x.result = Status::Unavailable("no response from " + x.call.base_url + ": " +
+                                   internal::DescribeTlsError(read_ec));
     co_return;
   }
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  beast::error_code ignored;
+  beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both, ignored);
 
   auto res = parser.release();
   HttpResponse out;
@@ -115,14 +152,19 @@ asio::awaitable<void> Run(Exchange& x) {
 
 Result<HttpResponse> Fetch(const HttpCall& call) {
   auto url = ParseUrl(call.base_url);
-  if (!url || url->scheme != "http") {
+  if (!url || (url->scheme != "http" && url->scheme != "https")) {
     return Status::InvalidArgument("invalid server URL \"" + call.base_url +
-                                   "\" (want http://host:port)");
+                                   "\" (want http://host:port or https://host:port)");
   }
   if (!call.target.empty() && call.target.front() != '/') {
     return Status::InvalidArgument("request target must start with '/': \"" + call.target + "\"");
   }
-  Exchange x{call, *url, url->path + (call.target.empty() ? "/" : call.target), std::nullopt};
+  std::shared_ptr<internal::ClientTls> tls;
+  if (url->scheme == "https") {
+    GP_ASSIGN_OR_RETURN(tls, internal::GetClientTls(call.tls));
+  }
+  Exchange x{call, *url, url->path + (call.target.empty() ? "/" : call.target), std::move(tls),
+             std::nullopt};
   if (x.target.empty()) x.target = "/";
 
   asio::io_context ioc{1};

@@ -1,14 +1,14 @@
 // HttpServer: an accept loop and one HttpSession per connection.
 //
-// Session life cycle: read one request -> call on_request -> wait for the
-// Responder (watching the socket so a vanished client is noticed) -> write
-// the response -> read the next request or close. Reading the next request
-// only after the response is written keeps pipelined responses in order.
+// Session life cycle: [TLS handshake ->] read one request -> call on_request
+// -> wait for the Responder (reading from the client so a vanished client is
+// noticed) -> write the response -> read the next request or close. Reading
+// the next request only after the response is written keeps pipelined
+// responses in order. HttpSession is a template over its stream (plain TCP
+// or TLS over TCP) so both share every step but the handshake and the close.
 // Sessions are owned by their pending operations (shared_ptr); Responders
 // and the server's registry hold weak_ptrs only.
 #include "net/http_server.h"
-
-#include <sys/socket.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -16,16 +16,18 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "common/log.h"
 #include "net/internal.h"
+#include "net/tls_internal.h"
 
 namespace gpupool::net {
 
@@ -111,7 +113,16 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-HttpRequest ToHttpRequest(BeastRequest& req, const std::string& peer) {
+// What a connection knows about its TLS peer, copied into each request.
+struct TlsIdentity {
+  bool tls = false;
+  // Set when the client's certificate verified:
+  std::string fingerprint;
+  std::string common_name;
+  std::string serial;
+};
+
+HttpRequest ToHttpRequest(BeastRequest& req, const std::string& peer, const TlsIdentity& identity) {
   HttpRequest r;
   r.method = std::string(req.method_string());
   r.target = std::string(req.target());
@@ -141,6 +152,10 @@ HttpRequest ToHttpRequest(BeastRequest& req, const std::string& peer) {
   }
   r.body = std::move(req.body());
   r.peer = peer;
+  r.tls = identity.tls;
+  r.client_cert_fingerprint = identity.fingerprint;
+  r.client_cert_cn = identity.common_name;
+  r.client_cert_serial = identity.serial;
   return r;
 }
 
@@ -148,16 +163,42 @@ bool IsHttpParseError(const beast::error_code& ec) {
   return ec.category() == http::make_error_code(http::error::bad_target).category();
 }
 
-class HttpSession : public internal::Session, public std::enable_shared_from_this<HttpSession> {
+constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
+// Reads that wait for a next request or watch a client while its request is
+// handled: small, as every connection holds its buffer.
+constexpr size_t kReadChunk = 1024;
+// Beast reads at most the buffer's free capacity (at least 512 bytes) per
+// call: a body of more than this gets a buffer this large, so it arrives in
+// large reads instead of a syscall per kilobyte.
+constexpr size_t kBodyReadBuffer = 64 * 1024;
+constexpr Millis kLingerTimeout{2000};
+
+// One HTTP connection over `Stream`: beast::tcp_stream (plain) or
+// internal::TlsStream. The two differ only in the TLS handshake at the start,
+// the TLS close at the end, and the lowest layer (timeouts, the socket).
+template <typename Stream>
+class HttpSession : public internal::Session,
+                    public std::enable_shared_from_this<HttpSession<Stream>> {
+  static constexpr bool kTls = std::is_same_v<Stream, internal::TlsStream>;
+
  public:
-  HttpSession(std::shared_ptr<ServerCore> core, tcp::socket socket, std::string peer)
-      : core_(std::move(core)), stream_(std::move(socket)), peer_(std::move(peer)) {}
+  HttpSession(std::shared_ptr<ServerCore> core, Stream stream, std::string peer)
+      : core_(std::move(core)), stream_(std::move(stream)), peer_(std::move(peer)) {}
 
   ~HttpSession() override { core_->sessions.erase(this); }
 
   void Start() {
-    core_->sessions.emplace(this, weak_from_this());
-    DoRead();
+    core_->sessions.emplace(this, this->weak_from_this());
+    if constexpr (kTls) {
+      state_ = State::kHandshake;
+      identity_.tls = true;
+      Lowest().expires_after(Millis(core_->options.header_timeout_ms));
+      stream_.async_handshake(
+          asio::ssl::stream_base::server,
+          [self = this->shared_from_this()](beast::error_code ec) { self->OnHandshake(ec); });
+    } else {
+      DoRead(/*first=*/true);
+    }
   }
 
   void Shutdown() override {
@@ -166,19 +207,61 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
   }
 
  private:
-  enum class State { kReading, kHandling, kWriting, kLingering, kUpgraded, kClosed };
+  enum class State { kHandshake, kReading, kHandling, kWriting, kLingering, kUpgraded, kClosed };
 
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
   Millis IdleTimeout() const { return Millis(core_->options.idle_timeout_ms); }
 
-  void DoRead() {
+  void OnHandshake(beast::error_code ec) {
+    if (state_ != State::kHandshake) return;
+    if (core_->closed) return Close();
+    if (ec) {
+      if (ec != beast::error::timeout && ec != asio::error::eof) {
+        GP_LOG(kInfo) << "TLS handshake with " << peer_
+                      << " failed: " << internal::DescribeTlsError(ec, internal::TlsSide::kServer);
+      }
+      return LingeringClose();  // the alert is out; let the client read it
+    }
+    if constexpr (kTls) {
+      internal::ClientCertCheck cert = internal::CheckClientCert(stream_.native_handle());
+      if (cert.verified) {
+        identity_.fingerprint = std::move(cert.fingerprint);
+        identity_.common_name = std::move(cert.common_name);
+        identity_.serial = std::move(cert.serial);
+      } else if (cert.presented) {
+        GP_LOG(kInfo) << "the client certificate of " << peer_
+                      << " does not verify, serving without identity: " << cert.problem;
+      }
+    }
+    DoRead(/*first=*/true);
+  }
+
+  // The first request of a connection, and one whose bytes are already
+  // buffered, must arrive within the header timeout; otherwise the client
+  // may stay idle for the idle timeout before it starts the next request.
+  void DoRead(bool first) {
     state_ = State::kReading;
     head_ = false;
     parser_.emplace();
     parser_->body_limit(core_->options.max_body_bytes);
-    stream_.expires_after(IdleTimeout());
+    parser_->header_limit(kMaxHeaderBytes);
+    if (first || buffer_.size() > 0) return ReadHeader();
+    if (buffer_.capacity() > kReadChunk) buffer_.shrink_to_fit();  // after a large body
+    Lowest().expires_after(IdleTimeout());
+    stream_.async_read_some(buffer_.prepare(kReadChunk),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+                              if (self->state_ != State::kReading) return;
+                              self->buffer_.commit(n);
+                              if (ec) return self->OnRead(ec);
+                              self->ReadHeader();
+                            });
+  }
+
+  void ReadHeader() {
+    Lowest().expires_after(Millis(core_->options.header_timeout_ms));
     http::async_read_header(
         stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   // Clients such as curl send "Expect: 100-continue" before a body and wait
@@ -186,10 +269,14 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
   void OnHeader(beast::error_code ec) {
     if (state_ != State::kReading) return;
     if (ec || parser_->is_done()) return OnRead(ec);
+    Lowest().expires_after(Millis(core_->options.body_timeout_ms));
+    if (parser_->content_length().value_or(kBodyReadBuffer) >= kBodyReadBuffer) {
+      buffer_.reserve(kBodyReadBuffer);  // also for chunked bodies
+    }
     if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
-                        [self = shared_from_this()](beast::error_code ec, size_t) {
+                        [self = this->shared_from_this()](beast::error_code ec, size_t) {
                           if (ec) return self->OnRead(ec);
                           self->ReadBody();
                         });
@@ -202,7 +289,7 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     if (state_ != State::kReading) return;
     http::async_read(
         stream_, buffer_, *parser_,
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
@@ -217,20 +304,20 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
         IsHttpParseError(ec)) {
       return SendErrorAndClose(400, "malformed request: " + ec.message());
     }
-    if (ec) return Close();  // end of stream, idle timeout, reset, ...
+    if (ec) return Close();  // end of stream, idle/header/body timeout, reset, ...
 
     BeastRequest req = parser_->release();
     parser_.reset();
     version_ = req.version();
     keep_alive_ = req.keep_alive();
     head_ = req.method() == http::verb::head;
-    HttpRequest request = ToHttpRequest(req, peer_);
+    HttpRequest request = ToHttpRequest(req, peer_, identity_);
     if (boost::beast::websocket::is_upgrade(req)) return HandleUpgrade(std::move(req), request);
 
     state_ = State::kHandling;
     uint64_t seq = ++seq_;
-    stream_.expires_never();  // the handler may take its time (long poll)
-    std::weak_ptr<HttpSession> weak = weak_from_this();
+    Lowest().expires_never();  // the handler may take its time (long poll)
+    std::weak_ptr<HttpSession> weak = this->weak_from_this();
     Responder responder(
         [weak, seq, ex = core_->ioc->get_executor()](HttpResponse response) {
           // Sessions die with the io_context, so an expired session also
@@ -259,27 +346,41 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     if (state_ == State::kHandling && seq_ == seq) WatchPeer(seq);
   }
 
-  // While the handler works, notice a client that goes away so the
-  // Responder stops being pending and the session is freed.
+  // While the handler works, read from the client to notice that it goes
+  // away, so the Responder stops being pending and the session is freed.
+  // Bytes that arrive (a pipelined request) stay in buffer_ for the next
+  // read. Respond() cancels this read and writes once it has completed, so
+  // one read and one write never overlap; with TLS the read goes through
+  // the TLS layer, which sees a close_notify as the end of the stream.
   void WatchPeer(uint64_t seq) {
-    stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(),
-                                                         seq](beast::error_code ec) {
-      if (ec || self->state_ != State::kHandling || self->seq_ != seq) return;
-      char c;
-      ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n > 0) return;  // a pipelined request: read after this response
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        self->WatchPeer(seq);
-        return;
-      }
-      self->Close();  // end of stream or error: the client is gone
-    });
+    watching_ = true;
+    stream_.async_read_some(buffer_.prepare(kReadChunk),
+                            [self = this->shared_from_this(), seq](beast::error_code ec, size_t n) {
+                              self->watching_ = false;
+                              self->buffer_.commit(n);
+                              if (self->state_ == State::kClosed) return;
+                              bool gone = ec && ec != asio::error::operation_aborted;
+                              if (self->response_) {  // Respond() came while the read was pending
+                                HttpResponse response = std::move(*self->response_);
+                                self->response_.reset();
+                                if (gone) return self->Close();
+                                return self->WriteResponse(std::move(response), self->keep_alive_);
+                              }
+                              if (self->state_ != State::kHandling || self->seq_ != seq) return;
+                              if (!ec) return;  // a pipelined request: read after this response
+                              if (gone)
+                                self->Close();  // end of stream or error: the client is gone
+                            });
   }
 
   void Respond(uint64_t seq, HttpResponse response) {
     if (state_ != State::kHandling || seq != seq_) return;
-    beast::error_code ignored;
-    stream_.socket().cancel(ignored);  // stop WatchPeer
+    if (watching_) {
+      state_ = State::kWriting;
+      response_ = std::move(response);
+      Lowest().cancel();  // WatchPeer's handler writes the response
+      return;
+    }
     WriteResponse(std::move(response), keep_alive_);
   }
 
@@ -298,10 +399,10 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     res_.keep_alive(keep_alive);
     res_.prepare_payload();
     if (head_) res_.body().clear();  // keeps the Content-Length of the GET answer
-    stream_.expires_after(IdleTimeout());
-    http::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      self->OnWrite(ec);
-    });
+    Lowest().expires_after(IdleTimeout());
+    http::async_write(
+        stream_, res_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
   }
 
   void OnWrite(beast::error_code ec) {
@@ -310,7 +411,7 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     if (core_->closed) return Close();
     if (!res_.keep_alive()) return LingeringClose();
     res_ = {};
-    DoRead();
+    DoRead(/*first=*/false);
   }
 
   void SendErrorAndClose(int status, const std::string& message) {
@@ -318,24 +419,33 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     WriteResponse(internal::ErrorResponse(status, message), false);
   }
 
-  // Half-closes and discards what the client still sends, so that a client
-  // still writing (e.g. a body over the limit) reads our response instead of
-  // a connection reset.
+  // Closes our side (with a TLS close_notify first), then discards what the
+  // client still sends, so that a client still writing (e.g. a body over the
+  // limit) reads our response (or TLS alert) instead of a connection reset.
   void LingeringClose() {
     state_ = State::kLingering;
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(Millis(2000));
+    Lowest().expires_after(kLingerTimeout);
+    if constexpr (kTls) {
+      if (SSL_is_init_finished(stream_.native_handle())) {
+        stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
+          if (self->state_ == State::kLingering) self->DrainInput();
+        });
+        return;
+      }
+    }
     DrainInput();
   }
 
+  // Reads below TLS: after the close, the bytes only need to go.
   void DrainInput() {
-    stream_.async_read_some(buffer_.prepare(16 * 1024),
-                            [self = shared_from_this()](beast::error_code ec, size_t) {
-                              if (self->state_ != State::kLingering) return;
-                              if (ec) return self->Close();
-                              self->DrainInput();
-                            });
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Lowest().async_read_some(buffer_.prepare(kReadChunk),
+                             [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                               if (self->state_ != State::kLingering) return;
+                               if (ec) return self->Close();
+                               self->DrainInput();
+                             });
   }
 
   void HandleUpgrade(BeastRequest req, const HttpRequest& request) {
@@ -356,28 +466,31 @@ class HttpSession : public internal::Session, public std::enable_shared_from_thi
     auto handler = std::get<std::shared_ptr<WsHandler>>(std::move(result));
     if (!handler) return SendErrorAndClose(500, "no handler for the WebSocket");
     state_ = State::kUpgraded;
-    stream_.expires_never();
+    Lowest().expires_never();
     internal::AcceptWebSocket(core_, std::move(stream_), std::move(req), std::move(handler), peer_);
   }
 
   void Close() {
     state_ = State::kClosed;
     beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_.close();
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().close();
   }
 
   std::shared_ptr<ServerCore> core_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   std::string peer_;
+  TlsIdentity identity_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> res_;
+  std::optional<HttpResponse> response_;  // to write once WatchPeer's read completes
   State state_ = State::kReading;
   uint64_t seq_ = 0;  // number of the request being handled
   unsigned version_ = 0;
   bool keep_alive_ = false;
-  bool head_ = false;  // the request being answered is a HEAD
+  bool head_ = false;      // the request being answered is a HEAD
+  bool watching_ = false;  // WatchPeer's read is pending
 };
 
 // The acceptor, shared with its pending accept so the HttpServer object can
@@ -444,7 +557,15 @@ class Listener : public std::enable_shared_from_this<Listener> {
     socket.set_option(tcp::no_delay(true), ignored);
     auto remote = socket.remote_endpoint(ignored);
     std::string peer = ignored ? std::string("unknown") : internal::EndpointText(remote);
-    std::make_shared<HttpSession>(core_, std::move(socket), std::move(peer))->Start();
+    if (core_->tls) {
+      internal::TlsStream stream(beast::tcp_stream(std::move(socket)), *core_->tls);
+      std::make_shared<HttpSession<internal::TlsStream>>(core_, std::move(stream), std::move(peer))
+          ->Start();
+    } else {
+      std::make_shared<HttpSession<beast::tcp_stream>>(core_, beast::tcp_stream(std::move(socket)),
+                                                       std::move(peer))
+          ->Start();
+    }
     DoAccept();
   }
 
@@ -484,8 +605,15 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(EventLoop& loop, HttpServe
   if (!handlers.on_request) {
     return Status::InvalidArgument("HttpServer needs an on_request handler");
   }
+  if (options.header_timeout_ms <= 0 || options.body_timeout_ms <= 0 ||
+      options.idle_timeout_ms <= 0) {
+    return Status::InvalidArgument("HttpServer timeouts must be positive");
+  }
   auto core = std::make_shared<ServerCore>();
   core->ioc = &ioc;
+  if (options.tls) {
+    GP_ASSIGN_OR_RETURN(core->tls, internal::MakeServerTlsContext(*options.tls));
+  }
   core->options = std::move(options);
   core->handlers = std::move(handlers);
   auto listener = std::make_shared<Listener>(ioc, core);

@@ -9,17 +9,38 @@
 // A request with "Upgrade: websocket" goes to `on_upgrade` instead. It returns
 // a handler for the new connection, or an HttpResponse to refuse the upgrade
 // (e.g. 401). Once upgraded, WebSocket callbacks run on the loop thread.
+//
+// With options.tls the server speaks only TLS (1.2 or 1.3) on its port:
+// https and wss. The handshake must finish within header_timeout_ms. If
+// client_ca_file is set, a client certificate that verifies against it (EKU
+// clientAuth) fills HttpRequest::client_cert_* of each request on that
+// connection, upgrade requests included. Without require_client_cert a
+// client with no certificate, or with one that does not verify (another CA,
+// a server certificate, expired), is served without identity (its fields
+// stay empty; the server logs why at info level); with require_client_cert
+// its handshake fails.
+//
+// Slow clients: a request's header must arrive in full within
+// header_timeout_ms of its first byte (for the first request of a
+// connection: of the connection's start, or of the end of its TLS
+// handshake), its body within body_timeout_ms after the header; a client
+// that is too slow is disconnected. Between requests a keep-alive
+// connection may stay idle for idle_timeout_ms. Headers are limited to
+// 16 KiB (larger: 431). Slow clients never delay others: all I/O is
+// asynchronous on the loop thread.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
 #include "common/status.h"
 #include "net/event_loop.h"
 #include "net/http.h"
+#include "net/tls.h"
 #include "net/websocket.h"
 
 namespace gpupool::net {
@@ -58,13 +79,18 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0 = pick a free port
   size_t max_body_bytes = 16 << 20;
-  int64_t idle_timeout_ms = 120'000;  // close idle keep-alive connections
+  int64_t idle_timeout_ms = 120'000;   // close idle keep-alive connections
+  std::optional<TlsServerConfig> tls;  // nullopt: plain HTTP
+  int64_t header_timeout_ms = 10'000;  // a request header must arrive in full within this
+  int64_t body_timeout_ms = 60'000;    // ...and its body within this after the header
 };
 
 class HttpServer {
  public:
   // Binds and starts accepting on `loop`. The server must be destroyed (or
-  // Close()d) on the loop thread before the loop is destroyed.
+  // Close()d) on the loop thread before the loop is destroyed. With
+  // options.tls, the certificate files are read now: InvalidArgument names
+  // a missing or invalid file.
   static Result<std::unique_ptr<HttpServer>> Start(EventLoop& loop, HttpServerOptions options,
                                                    HttpHandlers handlers);
   virtual ~HttpServer() = default;

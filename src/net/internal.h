@@ -8,6 +8,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@ namespace beast = boost::beast;
 namespace http = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
 using BeastRequest = http::request<http::string_body>;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 asio::io_context& IoContext(EventLoop& loop);
 
@@ -45,6 +47,7 @@ struct ServerCore {
   asio::io_context* ioc = nullptr;
   HttpServerOptions options;
   HttpHandlers handlers;
+  std::shared_ptr<asio::ssl::context> tls;  // null: plain HTTP
   bool closed = false;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
 };
@@ -52,6 +55,8 @@ struct ServerCore {
 // Takes over `stream` after an accepted upgrade request: completes the
 // WebSocket handshake and drives `handler`. Registers with `core`.
 void AcceptWebSocket(std::shared_ptr<ServerCore> core, beast::tcp_stream stream, BeastRequest req,
+                     std::shared_ptr<WsHandler> handler, std::string peer);
+void AcceptWebSocket(std::shared_ptr<ServerCore> core, TlsStream stream, BeastRequest req,
                      std::shared_ptr<WsHandler> handler, std::string peer);
 
 // {"error":"<message>"} with `status`, for errors net/ answers by itself.

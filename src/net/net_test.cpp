@@ -20,31 +20,17 @@
 #include "net/http.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
+#include "net/net_test_util.h"
 #include "net/websocket.h"
 
 namespace gpupool::net {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr auto kWait = 20s;  // generous: only reached when something is broken
-
-// Runs `fn` on the loop thread and waits for it.
-template <typename Fn>
-auto OnLoop(EventLoop& loop, Fn fn) -> decltype(fn()) {
-  using R = decltype(fn());
-  std::promise<R> done;
-  auto future = done.get_future();
-  loop.Post([&] {
-    if constexpr (std::is_void_v<R>) {
-      fn();
-      done.set_value();
-    } else {
-      done.set_value(fn());
-    }
-  });
-  EXPECT_EQ(future.wait_for(kWait), std::future_status::ready);
-  return future.get();
-}
+using test::kWait;
+using test::OnLoop;
+using test::RawClient;
+using test::Recorder;
 
 // ---- http.h -------------------------------------------------------------
 
@@ -93,8 +79,19 @@ TEST(UrlTest, Parse) {
   EXPECT_EQ(u->port, 80);
   EXPECT_EQ(u->path, "");
 
+  u = ParseUrl("https://pool.example.org");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->scheme, "https");
+  EXPECT_EQ(u->port, 443);
+  u = ParseUrl("WSS://127.0.0.1:8471/v1/agent");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->scheme, "wss");
+  EXPECT_EQ(u->port, 8471);
+  EXPECT_EQ(u->path, "/v1/agent");
+  EXPECT_EQ(ParseUrl("wss://h")->port, 443);
+
   EXPECT_FALSE(ParseUrl("127.0.0.1:8470"));
-  EXPECT_FALSE(ParseUrl("https://x"));  // TLS comes later
+  EXPECT_FALSE(ParseUrl("httpss://x"));
   EXPECT_FALSE(ParseUrl("ftp://x"));
   EXPECT_FALSE(ParseUrl("http://"));
   EXPECT_FALSE(ParseUrl("http://host:"));
@@ -292,71 +289,6 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
   std::string base_url_;
   std::thread thread_;
-};
-
-// A raw client socket, to see exactly what goes over the wire.
-class RawClient {
- public:
-  explicit RawClient(uint16_t port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  }
-  ~RawClient() { Close(); }
-  bool ok() const { return ok_; }
-  void Close() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-  bool Send(std::string_view data) {
-    return write(fd_, data.data(), data.size()) == static_cast<ssize_t>(data.size());
-  }
-  // Reads until `n` complete responses (with Content-Length) are buffered.
-  std::vector<std::string> ReadResponses(size_t n) {
-    std::vector<std::string> out;
-    while (out.size() < n) {
-      size_t head_end = buf_.find("\r\n\r\n");
-      if (head_end != std::string::npos) {
-        std::string head = buf_.substr(0, head_end);
-        size_t cl = head.find("Content-Length: ");
-        size_t len = cl == std::string::npos ? 0 : std::stoul(head.substr(cl + 16));
-        if (buf_.size() >= head_end + 4 + len) {
-          out.push_back(buf_.substr(0, head_end + 4 + len));
-          buf_.erase(0, head_end + 4 + len);
-          continue;
-        }
-      }
-      if (!ReadMore()) break;
-    }
-    return out;
-  }
-  // True when the server closed the connection (EOF) within the timeout.
-  bool WaitForEof() {
-    while (true) {
-      if (!ReadMore()) return eof_;
-    }
-  }
-
- private:
-  bool ReadMore() {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kWait).count())) != 1) return false;
-    char tmp[4096];
-    ssize_t n = read(fd_, tmp, sizeof tmp);
-    if (n <= 0) {
-      eof_ = n == 0;
-      return false;
-    }
-    buf_.append(tmp, static_cast<size_t>(n));
-    return true;
-  }
-  int fd_ = -1;
-  bool ok_ = false;
-  bool eof_ = false;
-  std::string buf_;
 };
 
 TEST_F(ServerTest, GetAndPostRoundTrip) {
@@ -624,6 +556,120 @@ TEST_F(ServerTest, MalformedRequestGets400) {
   EXPECT_TRUE(client.WaitForEof());
 }
 
+// ---- slow clients ---------------------------------------------------------
+
+TEST_F(ServerTest, SlowHeaderIsCutOffWithoutStallingOthers) {
+  HttpHandlers h;
+  std::atomic<int> calls{0};
+  h.on_request = [&](HttpRequest, Responder respond) {
+    ++calls;
+    respond(HttpResponse{});
+  };
+  HttpServerOptions options;
+  options.header_timeout_ms = 500;
+  StartServer(std::move(h), options);
+  auto start = std::chrono::steady_clock::now();
+  RawClient slow(server_->port());
+  ASSERT_TRUE(slow.ok());
+  std::atomic<bool> stop{false};
+  std::thread dribbler([&] {  // one header byte every 200 ms (slowloris)
+    const std::string request = "GET /slow HTTP/1.1\r\nHost: x\r\nX-Padding: pppppppppp\r\n\r\n";
+    for (size_t i = 0; !stop && i < request.size(); ++i) {
+      if (!slow.Send(request.substr(i, 1))) return;
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto res = Fetch(Call("GET", "/fast"));
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->status, 200);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 400ms);
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(slow.WaitForClose());
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(elapsed, 450ms);
+  EXPECT_LT(elapsed, 5s);
+  stop = true;
+  dribbler.join();
+  EXPECT_EQ(calls, 5);
+}
+
+TEST_F(ServerTest, SilentNewConnectionIsClosedAfterTheHeaderTimeout) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest, Responder respond) { respond(HttpResponse{}); };
+  HttpServerOptions options;
+  options.header_timeout_ms = 300;
+  options.idle_timeout_ms = 60'000;  // applies between requests only
+  StartServer(std::move(h), options);
+  auto start = std::chrono::steady_clock::now();
+  RawClient client(server_->port());
+  EXPECT_TRUE(client.WaitForClose());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST_F(ServerTest, HeaderTimeoutDoesNotCutIdleKeepAlive) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest req, Responder respond) {
+    HttpResponse r;
+    r.body = "resp:" + req.path;
+    respond(std::move(r));
+  };
+  HttpServerOptions options;
+  options.header_timeout_ms = 200;
+  options.idle_timeout_ms = 5'000;
+  StartServer(std::move(h), options);
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send("GET /one HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_EQ(client.ReadResponses(1).size(), 1u);
+  std::this_thread::sleep_for(500ms);  // idle longer than the header timeout
+  ASSERT_TRUE(client.Send("GET /two HTTP/1.1\r\nHost: x\r\n\r\n"));
+  auto responses = client.ReadResponses(1);
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_NE(responses[0].find("resp:/two"), std::string::npos);
+}
+
+TEST_F(ServerTest, SlowBodyIsCutOff) {
+  HttpHandlers h;
+  std::atomic<int> calls{0};
+  h.on_request = [&](HttpRequest, Responder respond) {
+    ++calls;
+    respond(HttpResponse{});
+  };
+  HttpServerOptions options;
+  options.body_timeout_ms = 400;
+  StartServer(std::move(h), options);
+  RawClient client(server_->port());
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client.Send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789"));
+  EXPECT_TRUE(client.WaitForClose());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 350ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_EQ(calls, 0);
+}
+
+TEST_F(ServerTest, HeaderOver16KiBGets431) {
+  HttpHandlers h;
+  h.on_request = [](HttpRequest req, Responder respond) {
+    HttpResponse r;
+    r.body = std::to_string(req.Header("x-big").size());
+    respond(std::move(r));
+  };
+  StartServer(std::move(h));
+  auto call = Call("GET", "/");
+  call.headers["X-Big"] = std::string(12 << 10, 'a');
+  auto res = Fetch(call);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, std::to_string(12 << 10));
+  call.headers["X-Big"] = std::string(20 << 10, 'a');
+  res = Fetch(call);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->status, 431);
+}
+
 TEST(FetchTest, ConnectionRefusedIsUnavailable) {
   // Find a port nobody listens on: bind, read the port, close.
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -665,51 +711,6 @@ TEST_F(ServerTest, FetchTimesOut) {
 }
 
 // ---- WebSocket ----------------------------------------------------------
-
-// Records callbacks; all methods run on the loop thread. Futures signal
-// the test thread.
-class Recorder : public WsHandler {
- public:
-  void OnOpen(std::shared_ptr<WsConnection> conn) override {
-    EXPECT_FALSE(closed_) << "OnOpen after OnClose";
-    conn_ = conn;
-    if (on_open) on_open(*conn);
-    opened_.set_value();
-  }
-  void OnMessage(std::string text) override {
-    EXPECT_FALSE(closed_) << "OnMessage after OnClose";
-    messages.push_back(text);
-    if (on_message) on_message(*conn_, text);
-    if (expect_messages > 0 && messages.size() == expect_messages) all_messages_.set_value();
-  }
-  void OnClose(std::string reason) override {
-    EXPECT_FALSE(closed_) << "OnClose twice";
-    closed_ = true;
-    close_reason = reason;
-    conn_.reset();
-    closed_promise_.set_value();
-  }
-
-  std::function<void(WsConnection&)> on_open;
-  std::function<void(WsConnection&, const std::string&)> on_message;
-  size_t expect_messages = 0;
-  std::vector<std::string> messages;
-  std::string close_reason;
-  std::shared_ptr<WsConnection> conn_;
-
-  bool WaitOpen() { return opened_future_.wait_for(kWait) == std::future_status::ready; }
-  bool WaitClosed() { return closed_future_.wait_for(kWait) == std::future_status::ready; }
-  bool WaitMessages() { return all_future_.wait_for(kWait) == std::future_status::ready; }
-
- private:
-  bool closed_ = false;
-  std::promise<void> opened_;
-  std::promise<void> closed_promise_;
-  std::promise<void> all_messages_;
-  std::future<void> opened_future_ = opened_.get_future();
-  std::future<void> closed_future_ = closed_promise_.get_future();
-  std::future<void> all_future_ = all_messages_.get_future();
-};
 
 class WsTest : public ServerTest {
  protected:

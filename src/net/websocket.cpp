@@ -1,6 +1,7 @@
 // WsSession: one WebSocket connection, server side (after an accepted
-// upgrade) or client side (WsConnect). One read is always outstanding while
-// the connection lives; writes go through a queue, one frame at a time.
+// upgrade) or client side (WsConnect), over TCP or TLS. One read is always
+// outstanding while the connection lives; writes go through a queue, one
+// frame at a time.
 //
 // Ownership: the session is owned by its pending operations. The handler gets
 // a WsHandle that holds only a weak_ptr, so the handler may keep its
@@ -9,13 +10,17 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 
 #include <chrono>
 #include <deque>
+#include <type_traits>
 
 #include "common/log.h"
 #include "net/internal.h"
+#include "net/tls_internal.h"
 #include "net/websocket.h"
 
 namespace gpupool::net {
@@ -31,10 +36,15 @@ using Millis = std::chrono::milliseconds;
 
 constexpr Millis kCloseHandshakeTimeout{30'000};
 
-class WsSession : public internal::Session, public std::enable_shared_from_this<WsSession> {
+// Over `Next`: beast::tcp_stream (ws) or internal::TlsStream (wss). The two
+// differ only in the client's TLS handshake before the WebSocket one.
+template <typename Next>
+class WsSession : public internal::Session, public std::enable_shared_from_this<WsSession<Next>> {
+  static constexpr bool kTls = std::is_same_v<Next, internal::TlsStream>;
+
  public:
-  // Server side: takes over an accepted TCP stream.
-  WsSession(std::shared_ptr<internal::ServerCore> core, beast::tcp_stream stream,
+  // Server side: takes over an accepted (and, for TLS, handshaken) stream.
+  WsSession(std::shared_ptr<internal::ServerCore> core, Next stream,
             std::shared_ptr<WsHandler> handler, std::string peer)
       : core_(std::move(core)),
         ws_(std::move(stream)),
@@ -43,9 +53,20 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
         handler_(std::move(handler)),
         peer_(std::move(peer)) {}
 
-  // Client side.
-  WsSession(asio::io_context& ioc, std::shared_ptr<WsHandler> handler, WsClientOptions options)
+  // Client side, plain.
+  WsSession(asio::io_context& ioc, std::shared_ptr<WsHandler> handler,
+            WsClientOptions options) requires(!kTls)
       : ws_(ioc),
+        resolver_(ioc),
+        timer_(ioc),
+        handler_(std::move(handler)),
+        options_(std::move(options)) {}
+
+  // Client side, TLS: `tls` stays alive as long as the session.
+  WsSession(asio::io_context& ioc, std::shared_ptr<internal::ClientTls> tls,
+            std::shared_ptr<WsHandler> handler, WsClientOptions options) requires(kTls)
+      : tls_(std::move(tls)),
+        ws_(ioc, tls_->context()),
         resolver_(ioc),
         timer_(ioc),
         handler_(std::move(handler)),
@@ -58,13 +79,13 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
   // ---- server side ----
 
   void Accept(internal::BeastRequest req) {
-    core_->sessions.emplace(this, weak_from_this());
+    core_->sessions.emplace(this, this->weak_from_this());
     upgrade_request_ = std::move(req);
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "gpupool"); }));
     ws_.read_message_max(core_->options.max_body_bytes);
-    ws_.async_accept(upgrade_request_, [self = shared_from_this()](beast::error_code ec) {
+    ws_.async_accept(upgrade_request_, [self = this->shared_from_this()](beast::error_code ec) {
       self->upgrade_request_ = {};
       self->OnHandshake(ec);
     });
@@ -84,20 +105,21 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
 
   void Connect(const Url& url) {
     target_ = url.path.empty() ? "/" : url.path;
+    host_ = url.host;
     host_header_ = url.host.find(':') == std::string::npos ? url.host : "[" + url.host + "]";
     host_header_ += ":" + std::to_string(url.port);
     timer_.expires_after(Millis(options_.connect_timeout_ms));
-    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (ec || self->state_ != State::kConnecting) return;
       self->timed_out_ = true;
       self->resolver_.cancel();
       beast::get_lowest_layer(self->ws_).close();
     });
-    resolver_.async_resolve(
-        url.host, std::to_string(url.port),
-        [self = shared_from_this()](beast::error_code ec, tcp::resolver::results_type results) {
-          self->OnResolved(ec, std::move(results));
-        });
+    resolver_.async_resolve(url.host, std::to_string(url.port),
+                            [self = this->shared_from_this()](beast::error_code ec,
+                                                              tcp::resolver::results_type results) {
+                              self->OnResolved(ec, std::move(results));
+                            });
   }
 
   // ---- WsConnection operations (through WsHandle) ----
@@ -121,7 +143,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     if (state_ != State::kConnecting) return;
     if (ec) return FailConnect("cannot resolve " + host_header_, ec);
     beast::get_lowest_layer(ws_).async_connect(
-        results, [self = shared_from_this()](beast::error_code ec, const tcp::endpoint& ep) {
+        results, [self = this->shared_from_this()](beast::error_code ec, const tcp::endpoint& ep) {
           self->OnConnected(ec, ep);
         });
   }
@@ -132,6 +154,37 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     peer_ = internal::EndpointText(ep);
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true), ignored);
+    if constexpr (kTls) {
+      SSL* ssl = ws_.next_layer().native_handle();
+      if (Status prepared = tls_->Prepare(ssl, host_); !prepared.ok()) {
+        Abort();
+        NotifyClose(prepared.message());
+        return;
+      }
+      ws_.next_layer().async_handshake(
+          asio::ssl::stream_base::client,
+          [self = this->shared_from_this()](beast::error_code ec) { self->OnTlsHandshake(ec); });
+    } else {
+      StartWsHandshake();
+    }
+  }
+
+  void OnTlsHandshake(beast::error_code ec) {
+    if constexpr (kTls) {
+      if (state_ != State::kConnecting) return;
+      if (ec && !timed_out_) {
+        std::string reason =
+            tls_->HandshakeFailure(ws_.next_layer().native_handle(), options_.url, ec);
+        Abort();
+        NotifyClose(reason);
+        return;
+      }
+      if (ec) return FailConnect("", ec);
+      StartWsHandshake();
+    }
+  }
+
+  void StartWsHandshake() {
     ws_.set_option(websocket::stream_base::decorator(
         [headers = options_.headers](websocket::request_type& req) {
           req.set(http::field::user_agent, "gpupool");
@@ -139,7 +192,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
         }));
     ws_.async_handshake(
         handshake_response_, host_header_, target_,
-        [self = shared_from_this()](beast::error_code ec) { self->OnHandshake(ec); });
+        [self = this->shared_from_this()](beast::error_code ec) { self->OnHandshake(ec); });
   }
 
   void FailConnect(const std::string& what, beast::error_code ec) {
@@ -153,7 +206,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
                std::to_string(res.result_int()) + " " + std::string(res.reason());
       if (!res.body().empty()) reason += ": " + res.body();
     } else {
-      reason = what + ": " + ec.message();
+      reason = what + ": " + internal::DescribeTlsError(ec);
     }
     Abort();
     NotifyClose(reason);
@@ -188,13 +241,14 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
       ws_.set_option(timeout);
     }
     ws_.text(true);
-    if (auto h = handler_) h->OnOpen(std::make_shared<WsHandle>(weak_from_this(), peer_));
+    if (auto h = handler_) h->OnOpen(std::make_shared<WsHandle>(this->weak_from_this(), peer_));
     if (state_ != State::kClosed) DoRead();
   }
 
   void DoRead() {
-    ws_.async_read(buffer_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+    ws_.async_read(buffer_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
+      self->OnRead(ec);
+    });
   }
 
   void OnRead(beast::error_code ec) {
@@ -209,7 +263,8 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
       } else if (ec == beast::error::timeout) {
         reason = "timed out";
       } else {
-        reason = ec.message();
+        reason = internal::DescribeTlsError(
+            ec, core_ ? internal::TlsSide::kServer : internal::TlsSide::kClient);
       }
       Abort();
       NotifyClose(reason);
@@ -230,7 +285,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     writing_ = true;
     ws_.async_write(
         asio::buffer(queue_.front()),
-        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
   }
 
   void OnWrite(beast::error_code ec) {
@@ -265,7 +320,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     websocket::close_reason cr(close_code_);
     // A close frame's reason holds at most 123 bytes.
     cr.reason.assign(close_reason_.data(), std::min<size_t>(close_reason_.size(), 123));
-    ws_.async_close(cr, [self = shared_from_this()](beast::error_code ec) {
+    ws_.async_close(cr, [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) self->Abort();
     });
   }
@@ -312,7 +367,9 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
   };
 
   std::shared_ptr<internal::ServerCore> core_;  // null on the client side
-  websocket::stream<beast::tcp_stream> ws_;
+  // Client side over TLS only; declared before ws_, whose SSL it configured.
+  std::shared_ptr<internal::ClientTls> tls_;
+  websocket::stream<Next> ws_;
   tcp::resolver resolver_;
   asio::steady_timer timer_;  // client connect deadline
   std::shared_ptr<WsHandler> handler_;
@@ -320,7 +377,8 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
   WsClientOptions options_;
   internal::BeastRequest upgrade_request_;
   websocket::response_type handshake_response_;
-  std::string host_header_;
+  std::string host_;         // client side: the URL's host
+  std::string host_header_;  // ... and port, for the Host header
   std::string target_;
   beast::flat_buffer buffer_;
   std::deque<std::string> queue_;
@@ -338,22 +396,40 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
 void internal::AcceptWebSocket(std::shared_ptr<ServerCore> core, beast::tcp_stream stream,
                                BeastRequest req, std::shared_ptr<WsHandler> handler,
                                std::string peer) {
-  std::make_shared<WsSession>(std::move(core), std::move(stream), std::move(handler),
-                              std::move(peer))
+  std::make_shared<WsSession<beast::tcp_stream>>(std::move(core), std::move(stream),
+                                                 std::move(handler), std::move(peer))
+      ->Accept(std::move(req));
+}
+
+void internal::AcceptWebSocket(std::shared_ptr<ServerCore> core, TlsStream stream, BeastRequest req,
+                               std::shared_ptr<WsHandler> handler, std::string peer) {
+  std::make_shared<WsSession<TlsStream>>(std::move(core), std::move(stream), std::move(handler),
+                                         std::move(peer))
       ->Accept(std::move(req));
 }
 
 void WsConnect(EventLoop& loop, WsClientOptions options, std::shared_ptr<WsHandler> handler) {
   asio::io_context& ioc = internal::IoContext(loop);
-  auto url = ParseUrl(options.url);
-  if (!url || url->scheme != "ws") {
-    std::string reason = "invalid WebSocket URL \"" + options.url + "\" (want ws://host:port/path)";
+  auto fail = [&](std::string reason) {
     asio::post(ioc, [handler = std::move(handler), reason = std::move(reason)] {
       handler->OnClose(reason);
     });
+  };
+  auto url = ParseUrl(options.url);
+  if (!url || (url->scheme != "ws" && url->scheme != "wss")) {
+    return fail("invalid WebSocket URL \"" + options.url +
+                "\" (want ws://host:port/path or wss://host:port/path)");
+  }
+  if (url->scheme == "wss") {
+    auto tls = internal::GetClientTls(options.tls);
+    if (!tls.ok()) return fail(tls.status().message());
+    std::make_shared<WsSession<internal::TlsStream>>(ioc, *std::move(tls), std::move(handler),
+                                                     std::move(options))
+        ->Connect(*url);
     return;
   }
-  std::make_shared<WsSession>(ioc, std::move(handler), std::move(options))->Connect(*url);
+  std::make_shared<WsSession<beast::tcp_stream>>(ioc, std::move(handler), std::move(options))
+      ->Connect(*url);
 }
 
 }  // namespace gpupool::net

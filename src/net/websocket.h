@@ -12,6 +12,7 @@
 #include <string>
 
 #include "net/event_loop.h"
+#include "net/tls.h"
 
 namespace gpupool::net {
 
@@ -37,15 +38,22 @@ class WsHandler {
 };
 
 struct WsClientOptions {
-  std::string url;                             // "ws://host:port/path"
+  std::string url;                             // "ws://host:port/path" or "wss://..."
   std::map<std::string, std::string> headers;  // e.g. Authorization
   int64_t connect_timeout_ms = 10'000;
   // The connection is closed when nothing arrives for this long (0 = never).
   int64_t idle_timeout_ms = 0;
+  // How to check the server, and the client certificate to present, for
+  // wss:// URLs; ignored for ws://. A TLS failure reaches OnClose with its
+  // reason, e.g. "TLS: the server's certificate chain does not contain the
+  // pinned CA sha256:...; refusing to connect to wss://...".
+  TlsClientConfig tls;
 };
 
 // Connects asynchronously; the handler gets OnOpen, or OnClose with the error
-// if the connection fails. Returns at once.
+// if the connection fails. Returns at once. For wss:// the TLS context is
+// made (files read) on the first connection with a given options.tls, on
+// the calling thread.
 void WsConnect(EventLoop& loop, WsClientOptions options, std::shared_ptr<WsHandler> handler);
 
 }  // namespace gpupool::net

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include "net/tls_internal.h"
 
@@ -51,16 +52,24 @@ asio::awaitable<void> Converse(Exchange& x, Stream& stream);
 
 asio::awaitable<void> Run(Exchange& x) {
   auto executor = co_await asio::this_coro::executor;
-  tcp::resolver resolver(executor);
-  auto [resolve_ec, endpoints] =
-      co_await resolver.async_resolve(x.url.host, std::to_string(x.url.port), kTuple);
-  if (resolve_ec) {
-    x.result = Status::Unavailable("cannot resolve " + x.url.host + ": " + resolve_ec.message());
-    co_return;
-  }
-
   beast::tcp_stream stream(executor);
-  auto [connect_ec, endpoint] = co_await stream.async_connect(endpoints, kTuple);
+  beast::error_code connect_ec;
+  beast::error_code not_ip;
+  auto address = asio::ip::make_address(x.url.host, not_ip);
+  if (!not_ip) {
+    // An IP address: no resolver, whose thread would cost more than the call.
+    std::tie(connect_ec) =
+        co_await stream.async_connect(tcp::endpoint(address, x.url.port), kTuple);
+  } else {
+    tcp::resolver resolver(executor);
+    auto [resolve_ec, endpoints] =
+        co_await resolver.async_resolve(x.url.host, std::to_string(x.url.port), kTuple);
+    if (resolve_ec) {
+      x.result = Status::Unavailable("cannot resolve " + x.url.host + ": " + resolve_ec.message());
+      co_return;
+    }
+    std::tie(connect_ec, std::ignore) = co_await stream.async_connect(endpoints, kTuple);
+  }
   if (connect_ec) {
     x.result =
         Status::Unavailable("cannot connect to " + x.call.base_url + ": " + connect_ec.message());

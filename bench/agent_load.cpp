@@ -1,8 +1,9 @@
 // gpupool-agent-load: many simulated agents in one process, for measuring
 // what the server spends on idle agents (docs/performance.md).
 //
-// Every simulated agent is a real WebSocket to ws://HOST:PORT/v1/agent/connect
-// speaking the real agent protocol (proto/messages.h): hello with two
+// Every simulated agent enrolls (POST /v1/agent/enroll with the join token)
+// and is a real WebSocket to ws://HOST:PORT/v1/agent/connect with its node
+// token, speaking the real agent protocol (proto/messages.h): hello with two
 // simulated GPUs, wait for welcome, then heartbeats with GPU telemetry every
 // --heartbeat-ms, each agent at its own random phase so they spread out.
 // Reliable server orders are applied in seq order and acked; a `start` order
@@ -24,6 +25,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
@@ -32,6 +34,7 @@
 #include "common/ids.h"
 #include "net/event_loop.h"
 #include "net/http.h"
+#include "net/http_client.h"
 #include "net/websocket.h"
 #include "proto/channel.h"
 #include "proto/messages.h"
@@ -84,6 +87,8 @@ class SimAgent {
   void Stop();
   bool Current(uint64_t generation) const { return generation == generation_; }
   bool welcomed_ever() const { return welcomed_ever_; }
+  const std::string& name() const { return name_; }
+  void set_token(std::string token) { token_ = std::move(token); }
 
  private:
   void OnWelcome(const proto::Welcome& w);
@@ -96,6 +101,7 @@ class SimAgent {
   int index_;
   std::string name_;
   std::string instance_;
+  std::string token_;  // its node token, from enrolling
   std::vector<GpuInfo> gpus_;
   std::shared_ptr<net::WsConnection> conn_;
   uint64_t generation_ = 0;
@@ -150,8 +156,33 @@ class Load {
       return false;
     }
     agents_.reserve(o_.agents);
-    for (int i = 0; i < o_.agents; ++i) agents_.push_back(std::make_unique<SimAgent>(*this, i));
+    for (int i = 0; i < o_.agents; ++i) {
+      agents_.push_back(std::make_unique<SimAgent>(*this, i));
+      // Each simulated agent enrolls, as a real one does on its first start,
+      // and connects with its own node token.
+      auto token = Enroll(agents_.back()->name());
+      if (!token.ok()) {
+        std::cerr << "gpupool-agent-load: enrolling " << agents_.back()->name() << ": "
+                  << token.status().message() << "\n";
+        return false;
+      }
+      agents_.back()->set_token(*token);
+    }
     return true;
+  }
+
+  Result<std::string> Enroll(const std::string& node) {
+    net::HttpCall call;
+    call.base_url = o_.server;
+    call.method = "POST";
+    call.target = "/v1/agent/enroll";
+    call.headers["Authorization"] = "Bearer " + o_.join_token.substr(0, o_.join_token.find('.'));
+    call.body = nlohmann::json{{"node", node}}.dump();
+    GP_ASSIGN_OR_RETURN(net::HttpResponse r, net::Fetch(call));
+    if (r.status != 201) return net::ErrorStatus(r, "POST /v1/agent/enroll");
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    if (!j.is_object() || !j.contains("token")) return Status::Internal("no token in the answer");
+    return j["token"].get<std::string>();
   }
 
   void Start() {
@@ -274,7 +305,7 @@ void SimAgent::Connect() {
   connect_started_ms_ = NowMs();
   net::WsClientOptions o;
   o.url = load_.ws_url();
-  o.headers["Authorization"] = "Bearer " + load_.options().join_token;
+  o.headers["Authorization"] = "Bearer " + token_;
   o.idle_timeout_ms = 0;
   net::WsConnect(load_.loop(), o, std::make_shared<Link>(this, generation_));
 }

@@ -51,7 +51,9 @@ start_pool() {
   [[ -s $dir/env ]] || { echo "gpupool dev did not start" >&2; cat "$dir/dev.log" >&2; return 1; }
   # shellcheck disable=SC1091
   source "$dir/env"
-  export GPUPOOL_SERVER GPUPOOL_TOKEN
+  export GPUPOOL_SERVER GPUPOOL_TOKEN GPUPOOL_CA_FINGERPRINT
+  # curl checks the server (TLS by default) against the pool's CA.
+  export CURL_CA_BUNDLE=$dir/data/server/tls/ca.crt
   local ready=0
   for _ in $(seq 300); do
     ready=$(curl -sf -H "Authorization: Bearer $GPUPOOL_TOKEN" "$GPUPOOL_SERVER/v1/nodes" |

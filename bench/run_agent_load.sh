@@ -54,7 +54,7 @@ stop_all() {
 trap 'stop_all; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
-"$gpupool" server --data-dir "$tmp/server" --listen 127.0.0.1:0 --heartbeat-ms "$heartbeat_ms" \
+"$gpupool" server --insecure --data-dir "$tmp/server" --listen 127.0.0.1:0 --heartbeat-ms "$heartbeat_ms" \
   --log-level warn >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 200); do

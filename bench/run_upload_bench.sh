@@ -56,7 +56,8 @@ gp_results=() rs_results=()
 for run in $(seq "$runs"); do
   # ---- gpupool: a fresh server holding v1, then v2 ----
   data="$work/server-$run"
-  "$gpupool" server --data-dir "$data" --listen 127.0.0.1:0 >"$work/server-$run.log" 2>&1 &
+  # Plain HTTP, as the earlier figures (TLS costs: gpupool-tls-bench).
+  "$gpupool" server --insecure --data-dir "$data" --listen 127.0.0.1:0 >"$work/server-$run.log" 2>&1 &
   pids+=($!)
   server_pid=$!
   for _ in $(seq 100); do [ -s "$data/server.url" ] && break; sleep 0.1; done

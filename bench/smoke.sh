@@ -61,7 +61,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$gpupool" server --data-dir "$tmp/server" --listen 127.0.0.1:0 --log-level warn >"$tmp/server.log" 2>&1 &
+# Plain HTTP: gpupool-agent-load speaks ws:// only (TLS costs: gpupool-tls-bench).
+"$gpupool" server --insecure --data-dir "$tmp/server" --listen 127.0.0.1:0 --log-level warn >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do
   [[ -s $tmp/server/server.url ]] && break

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "agent/agent_config.h"
+#include "agent/enrollment.h"
 #include "agent/provider.h"
 #include "agent/staging.h"
 #include "agent/tasks.h"
@@ -34,9 +35,9 @@ constexpr size_t kMaxChunkBytes = 256 * 1024;  // output per logs message
 constexpr size_t kMaxOutboxBytes = 16 << 20;   // stop reading output beyond this
 const char* kVersion = "0.1.0";
 
-BlobAccess BlobAccessFor(const AgentOptions& o) {
-  return {o.server_url, o.join_token, o.data_dir + "/chunk-cache", o.chunk_cache_bytes,
-          StagingDirIn(o.data_dir)};
+BlobAccess BlobAccessFor(const AgentOptions& o, const AgentCredentials& creds) {
+  return {o.server_url,        creds.node_token,        creds.tls, o.data_dir + "/chunk-cache",
+          o.chunk_cache_bytes, StagingDirIn(o.data_dir)};
 }
 
 // An empty GPU source, for machines without NVML.
@@ -67,12 +68,13 @@ class Link : public net::WsHandler {
 
 class Agent {
  public:
-  Agent(AgentOptions options, net::EventLoop& loop)
+  Agent(AgentOptions options, AgentCredentials creds, net::EventLoop& loop)
       : options_(std::move(options)),
+        creds_(std::move(creds)),
         loop_(loop),
         config_(DefaultAgentConfig(options_.data_dir)),
         tasks_({options_.data_dir, options_.kill_grace_ms, &config_.exec, &exec_env_,
-                ::geteuid() == 0, BlobAccessFor(options_)},
+                ::geteuid() == 0, BlobAccessFor(options_, creds_)},
                loop, clock_, [this] { WakePoll(); }),
         provider_({options_.data_dir, options_.config_file}, config_, loop, clock_, tasks_,
                   {[this](std::string_view type, std::string body) {
@@ -121,7 +123,7 @@ class Agent {
     auto url = net::ParseUrl(options_.server_url);
     if (!url)
       return Status::InvalidArgument("--server: invalid URL \"" + options_.server_url + "\"");
-    ws_url_ = "ws://" +
+    ws_url_ = std::string(url->scheme == "https" ? "wss://" : "ws://") +
               (url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host) + ":" +
               std::to_string(url->port) + url->path + "/v1/agent/connect";
     instance_ = RandomHex(8);
@@ -269,7 +271,8 @@ class Agent {
     if (shutting_down_) return;
     net::WsClientOptions o;
     o.url = ws_url_;
-    o.headers["Authorization"] = "Bearer " + options_.join_token;
+    o.headers["Authorization"] = "Bearer " + creds_.node_token;
+    o.tls = creds_.tls;
     o.idle_timeout_ms = 0;
     net::WsConnect(loop_, o, std::make_shared<Link>(this, generation_));
   }
@@ -512,6 +515,7 @@ class Agent {
   }
 
   AgentOptions options_;
+  AgentCredentials creds_;  // the node token and TLS settings (agent/enrollment.h)
   net::EventLoop& loop_;
   RealClock clock_;
   AgentConfig config_;
@@ -539,7 +543,7 @@ class Agent {
   std::map<std::string, int64_t> final_seq_;  // attempt -> seq of its final report
   std::mt19937_64 rng_{std::random_device{}()};
   Provider provider_;
-  Stager stager_{StagingDirIn(options_.data_dir), BlobAccessFor(options_)};
+  Stager stager_{StagingDirIn(options_.data_dir), BlobAccessFor(options_, creds_)};
 };
 
 void Link::OnOpen(std::shared_ptr<net::WsConnection> conn) {
@@ -592,10 +596,31 @@ Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std
   return labels;
 }
 
+// The node's credential, enrolling if need be. A server that is not up yet
+// is waited for; a refusal ends the agent.
+Result<AgentCredentials> Credentials(const AgentOptions& options) {
+  EnrollOptions e{options.server_url, options.join_token, options.data_dir,
+                  options.name,       options.ca_file,    options.insecure_tls};
+  int64_t wait_ms = 200;
+  for (int tries = 1;; ++tries) {
+    auto creds = LoadOrEnroll(e);
+    if (creds.ok() || creds.status().code() != StatusCode::kUnavailable || tries == 60)
+      return creds;
+    GP_LOG(kWarn) << "cannot enroll yet: " << creds.status().message() << "; retrying";
+    ::usleep(static_cast<useconds_t>(wait_ms * 1000));
+    wait_ms = std::min<int64_t>(wait_ms * 2, 5000);
+  }
+}
+
 int RunAgent(const AgentOptions& options) {
   SetLogComponent("agent " + options.name);
+  auto creds = Credentials(options);
+  if (!creds.ok()) {
+    std::cerr << "gpupool agent: " << creds.status().message() << "\n";
+    return creds.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
   net::EventLoop loop;
-  Agent agent(options, loop);
+  Agent agent(options, *creds, loop);
   if (Status s = agent.Init(); !s.ok()) {
     std::cerr << "gpupool agent: " << s.message() << "\n";
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;

@@ -17,8 +17,10 @@
 namespace gpupool::agent {
 
 struct AgentOptions {
-  std::string server_url;  // "http://127.0.0.1:8470"
-  std::string join_token;
+  std::string server_url;     // "https://gpupool.example.edu:8470"
+  std::string join_token;     // for enrolling (agent/enrollment.h)
+  std::string ca_file;        // trust this CA bundle instead of the join token's CA fingerprint
+  bool insecure_tls = false;  // do not check the server's certificate (development only)
   std::string data_dir;
   std::string config_file;    // the provider's config (agent/agent_config.h); empty = defaults
   std::string name;           // node name; the host name by default

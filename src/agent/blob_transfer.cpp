@@ -24,13 +24,6 @@ using nlohmann::json;
 
 namespace {
 
-blob::HttpChunkStoreOptions RemoteOptions(const BlobAccess& access) {
-  blob::HttpChunkStoreOptions o;
-  o.server = access.server_url;
-  o.token = access.token;
-  return o;
-}
-
 // Gives everything under `dir` (and `dir` itself) to `uid`.
 Status GiveTo(const std::string& dir, int uid) {
   auto give = [uid](const fs::path& p) {
@@ -102,7 +95,7 @@ Status RestoreCheckpoint(const proto::StartTask& task, const std::string& checkp
 Status FetchTrees(const proto::StartTask& task, const std::string& work_dir,
                   const std::string& checkpoint_dir, const BlobAccess& access,
                   const std::function<void(const std::string&)>& event) {
-  blob::HttpChunkStore remote(RemoteOptions(access));
+  blob::HttpChunkStore remote(RemoteStoreOptions(access));
   if (!task.spec.inputs.empty()) {
     GP_ASSIGN_OR_RETURN(blob::Manifest m, remote.GetManifest(task.spec.inputs));
     event("restoring the job's inputs (" + FormatBytes(m.TotalBytes()) + ")");
@@ -120,6 +113,14 @@ Status FetchTrees(const proto::StartTask& task, const std::string& work_dir,
 }
 
 }  // namespace
+
+blob::HttpChunkStoreOptions RemoteStoreOptions(const BlobAccess& access) {
+  blob::HttpChunkStoreOptions o;
+  o.server = access.server_url;
+  o.token = access.token;
+  o.tls = access.tls;
+  return o;
+}
 
 Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_dir, int uid,
                           const BlobAccess& access,
@@ -142,7 +143,7 @@ UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::strin
   auto registered = std::make_shared<std::unordered_set<blob::ChunkId>>();
   return [access, job_id, attempt_id, registered](const std::string& dir,
                                                   const Commit& c) -> Result<UploadResult> {
-    blob::HttpChunkStore remote(RemoteOptions(access));
+    blob::HttpChunkStore remote(RemoteStoreOptions(access));
     blob::StoreTreeOptions options;
     // The tree a restored attempt finds: the checkpoint directory holding
     // only this commit.
@@ -173,6 +174,7 @@ UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::strin
     call.method = "POST";
     call.target = "/v1/jobs/" + std::to_string(job_id) + "/checkpoints";
     call.headers["Authorization"] = "Bearer " + access.token;
+    call.tls = access.tls;
     call.headers["Content-Type"] = "application/json";
     call.body = json{{"attempt", attempt_id}, {"manifest", out.manifest}}.dump();
     GP_ASSIGN_OR_RETURN(net::HttpResponse r, net::Fetch(call));

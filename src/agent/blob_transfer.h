@@ -12,14 +12,17 @@
 #include <string>
 
 #include "agent/checkpoint_sync.h"
+#include "blob/http_chunk_store.h"
 #include "common/status.h"
+#include "net/tls.h"
 #include "proto/messages.h"
 
 namespace gpupool::agent {
 
 struct BlobAccess {
-  std::string server_url;  // "http://127.0.0.1:8470"
-  std::string token;       // the agent's credential (its join token)
+  std::string server_url;    // "https://gpupool.example.edu:8470"
+  std::string token;         // the agent's credential (its node token)
+  net::TlsClientConfig tls;  // pinned pool CA and the node's client certificate
   // The agent's chunk cache: restores and input fetches download only the
   // chunks it lacks; least recently used chunks go once it passes the limit.
   std::string cache_dir;
@@ -29,6 +32,9 @@ struct BlobAccess {
   // Empty: none.
   std::string staging_dir;
 };
+
+// The server's blob store as `access` reaches it.
+blob::HttpChunkStoreOptions RemoteStoreOptions(const BlobAccess& access);
 
 // Fills `work_dir` (empty) before the job starts: the job's inputs
 // (spec.inputs), then the checkpoint to restore (restore_manifest) into its

@@ -251,10 +251,7 @@ void Stager::Run() {
       order = queue_.front();
       queue_.pop_front();
     }
-    blob::HttpChunkStoreOptions o;
-    o.server = access_.server_url;
-    o.token = access_.token;
-    blob::HttpChunkStore remote(o);
+    blob::HttpChunkStore remote(RemoteStoreOptions(access_));
     StoppableStore store(remote, stop_reading_);
     auto start = std::chrono::steady_clock::now();
     auto manifest = remote.GetManifest(order.manifest);

@@ -48,6 +48,7 @@ Result<HttpChunkStore::Answer> HttpChunkStore::Call(const std::string& method,
   call.target = target;
   call.body = std::move(body);
   call.timeout_ms = options_.timeout_ms;
+  call.tls = options_.tls;
   if (!call.body.empty()) call.headers["Content-Type"] = content_type;
   if (!options_.token.empty()) call.headers["Authorization"] = "Bearer " + options_.token;
   GP_ASSIGN_OR_RETURN(net::HttpResponse r, net::Fetch(call));

@@ -36,12 +36,14 @@
 #include "blob/chunk_store.h"
 #include "blob/manifest.h"
 #include "common/status.h"
+#include "net/tls.h"
 
 namespace gpupool::blob {
 
 struct HttpChunkStoreOptions {
   std::string server;            // base URL, "http://127.0.0.1:8470"
-  std::string token;             // bearer token: a user's, or the agent join token
+  std::string token;             // bearer token: a user's, or the agent's node token
+  net::TlsClientConfig tls;      // for an https:// server
   int64_t timeout_ms = 120'000;  // per request
   // Frames per upload request, at most (the contract's 8 MiB).
   size_t max_upload_bytes = kMaxChunkRecordsBytes;

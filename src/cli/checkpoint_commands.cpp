@@ -40,6 +40,7 @@ Status Download(const Endpoint& e, const std::string& manifest_id, const std::st
   blob::HttpChunkStoreOptions o;
   o.server = e.server;
   o.token = e.token;
+  o.tls = e.tls;
   blob::HttpChunkStore store(o);
   GP_ASSIGN_OR_RETURN(blob::Manifest m, store.GetManifest(manifest_id));
   return blob::RestoreTree(m, store, dir);

@@ -20,23 +20,41 @@ std::string ConfigPath() {
   return std::string(home ? home : ".") + "/.config/gpupool/config.json";
 }
 
-Result<Endpoint> ResolveEndpoint(const std::string& server_flag, const std::string& token_flag) {
+Result<Endpoint> ResolveEndpoint(const Endpoint& flags) {
   Endpoint e;
+  auto take = [](std::string& field, const std::string& value) {
+    if (!value.empty()) field = value;
+  };
   if (auto text = ReadFile(ConfigPath()); text.ok()) {
     json j = json::parse(*text, nullptr, false);
     if (j.is_object()) {
-      if (j.contains("server") && j["server"].is_string()) e.server = j["server"];
-      if (j.contains("token") && j["token"].is_string()) e.token = j["token"];
+      auto str = [&](const char* key) {
+        return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
+      };
+      e.server = str("server");
+      e.token = str("token");
+      e.tls.ca_fingerprint = str("ca_fingerprint");
+      e.tls.ca_file = str("ca_file");
+      e.tls.insecure = j.value("insecure", false);
     }
   }
-  if (const char* s = std::getenv("GPUPOOL_SERVER"); s && *s) e.server = s;
-  if (const char* t = std::getenv("GPUPOOL_TOKEN"); t && *t) e.token = t;
-  if (!server_flag.empty()) e.server = server_flag;
-  if (!token_flag.empty()) e.token = token_flag;
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  take(e.server, env("GPUPOOL_SERVER"));
+  take(e.token, env("GPUPOOL_TOKEN"));
+  take(e.tls.ca_fingerprint, env("GPUPOOL_CA_FINGERPRINT"));
+  take(e.tls.ca_file, env("GPUPOOL_CA_FILE"));
+  take(e.server, flags.server);
+  take(e.token, flags.token);
+  take(e.tls.ca_fingerprint, flags.tls.ca_fingerprint);
+  take(e.tls.ca_file, flags.tls.ca_file);
+  e.tls.insecure = e.tls.insecure || flags.tls.insecure;
   if (e.server.empty()) {
     return Status::FailedPrecondition(
-        "no server: pass --server URL, set GPUPOOL_SERVER, or start a local pool with `gpupool "
-        "dev`");
+        "no server: run `gpupool login --server URL`, pass --server URL, set GPUPOOL_SERVER, or "
+        "start a local pool with `gpupool dev`");
   }
   while (!e.server.empty() && e.server.back() == '/') e.server.pop_back();
   return e;
@@ -45,8 +63,12 @@ Result<Endpoint> ResolveEndpoint(const std::string& server_flag, const std::stri
 Status WriteConfig(const std::string& path, const Endpoint& e) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  return WriteFileAtomic(path, json{{"server", e.server}, {"token", e.token}}.dump(2) + "\n",
-                         {0600, false});
+  json j = {{"server", e.server}, {"token", e.token}};
+  if (!e.tls.ca_fingerprint.empty()) j["ca_fingerprint"] = e.tls.ca_fingerprint;
+  if (!e.tls.ca_file.empty()) j["ca_file"] = e.tls.ca_file;
+  if (e.tls.insecure) j["insecure"] = true;
+  // 0600: the file holds a token.
+  return WriteFileAtomic(path, j.dump(2) + "\n", {0600, false});
 }
 
 Result<json> ApiClient::Get(const std::string& target, int64_t timeout_ms) {
@@ -65,6 +87,7 @@ Result<json> ApiClient::Call(const std::string& method, const std::string& targe
   call.target = target;
   call.body = body;
   call.timeout_ms = timeout_ms;
+  call.tls = e_.tls;
   if (!e_.token.empty()) call.headers["Authorization"] = "Bearer " + e_.token;
   GP_ASSIGN_OR_RETURN(net::HttpResponse r, net::Fetch(call));
   json j = json::parse(r.body, nullptr, false);
@@ -84,6 +107,8 @@ Result<json> ApiClient::Call(const std::string& method, const std::string& targe
       return Status::Unauthenticated(message + " (check --token or GPUPOOL_TOKEN)");
     case 403:
       return Status::PermissionDenied(message);
+    case 429:
+      return Status::ResourceExhausted(message);
     case 404:
       return Status::NotFound(message);
     case 409:

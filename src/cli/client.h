@@ -1,10 +1,13 @@
 // The CLI's view of a pool: where the server is, which token to use, and
 // JSON calls to the REST API with errors turned into Status values.
 //
-// The server URL and token come from, in order: --server/--token flags, the
-// GPUPOOL_SERVER/GPUPOOL_TOKEN environment variables, and the config file
+// The server URL, token and how to check the server's certificate come
+// from, in order: the --server/--token/--ca-fingerprint/--ca-file/--insecure
+// flags, the GPUPOOL_SERVER/GPUPOOL_TOKEN/GPUPOOL_CA_FINGERPRINT/
+// GPUPOOL_CA_FILE environment variables, and the config file
 // ($GPUPOOL_CONFIG, or $XDG_CONFIG_HOME/gpupool/config.json, or
-// ~/.config/gpupool/config.json) that `gpupool dev` writes.
+// ~/.config/gpupool/config.json, mode 0600) that `gpupool login` and
+// `gpupool dev` write.
 #pragma once
 
 #include <cstdint>
@@ -12,17 +15,21 @@
 #include <string>
 
 #include "common/status.h"
+#include "net/tls.h"
 
 namespace gpupool::cli {
 
 struct Endpoint {
-  std::string server;  // "http://127.0.0.1:8470"
+  std::string server;  // "https://gpupool.example.edu:8470"
   std::string token;
+  // For https: ca_fingerprint pins the pool CA, or ca_file trusts a CA bundle.
+  net::TlsClientConfig tls;
 };
 
 std::string ConfigPath();
-// Resolves the endpoint; flags win over the environment over the file.
-Result<Endpoint> ResolveEndpoint(const std::string& server_flag, const std::string& token_flag);
+// Resolves the endpoint: each field set in `flags` wins over the
+// environment, which wins over the file.
+Result<Endpoint> ResolveEndpoint(const Endpoint& flags);
 Status WriteConfig(const std::string& path, const Endpoint& e);
 
 class ApiClient {

@@ -4,8 +4,16 @@ namespace gpupool::cli {
 
 using nlohmann::json;
 
+Endpoint FlagsEndpoint(const GlobalFlags& g) {
+  Endpoint e{g.server, g.token, {}};
+  e.tls.ca_fingerprint = g.ca_fingerprint;
+  e.tls.ca_file = g.ca_file;
+  e.tls.insecure = g.insecure;
+  return e;
+}
+
 Result<ApiClient> Connect(const GlobalFlags& g) {
-  GP_ASSIGN_OR_RETURN(Endpoint e, ResolveEndpoint(g.server, g.token));
+  GP_ASSIGN_OR_RETURN(Endpoint e, ResolveEndpoint(FlagsEndpoint(g)));
   return ApiClient(std::move(e));
 }
 

@@ -13,6 +13,8 @@
 
 namespace gpupool::cli {
 
+// The endpoint fields the global flags set (the rest empty).
+Endpoint FlagsEndpoint(const GlobalFlags& g);
 Result<ApiClient> Connect(const GlobalFlags& g);
 
 // A field as text ("" when absent or null; non-strings as JSON).

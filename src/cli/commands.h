@@ -13,6 +13,9 @@ namespace gpupool::cli {
 struct GlobalFlags {
   std::string server;
   std::string token;
+  std::string ca_fingerprint;    // pin the pool CA ("sha256:...")
+  std::string ca_file;           // or trust this CA bundle
+  bool insecure = false;         // or check nothing (development)
   std::string output = "table";  // "table" or "json"
 };
 

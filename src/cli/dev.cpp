@@ -15,6 +15,7 @@
 
 #include "cli/client.h"
 #include "common/files.h"
+#include "net/pki.h"
 
 namespace gpupool::cli {
 namespace fs = std::filesystem;
@@ -139,9 +140,14 @@ int RunDev(const DevOptions& o) {
     agents.push_back(Spawn(args));
   }
 
-  Endpoint e{url, admin};
+  Endpoint e{url, admin, {}};
+  // The CLI pins the pool CA the server made.
+  if (auto ca = ReadFile(server_dir + "/tls/ca.crt"); ca.ok()) {
+    e.tls.ca_fingerprint = net::CertFingerprint(*ca).value_or("");
+  }
   if (!o.env_file.empty()) {
     std::string env = "export GPUPOOL_SERVER=" + url + "\nexport GPUPOOL_TOKEN=" + admin +
+                      "\nexport GPUPOOL_CA_FINGERPRINT=" + e.tls.ca_fingerprint +
                       "\nexport GPUPOOL_DEV_DATA_DIR=" + dir + "\n";
     if (Status s = WriteFileAtomic(o.env_file, env, {0600, false}); !s.ok()) {
       std::cerr << "gpupool dev: " << s.message() << "\n";

@@ -10,6 +10,7 @@
 #include "cli/agent_control.h"
 #include "cli/commands.h"
 #include "cli/dev.h"
+#include "cli/identity_commands.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -50,6 +51,11 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.add_option("--server", g.server, "server URL (or GPUPOOL_SERVER)");
   app.add_option("--token", g.token, "API token (or GPUPOOL_TOKEN)");
+  app.add_option("--ca-fingerprint", g.ca_fingerprint,
+                 "pin the pool CA: sha256:<hex> (or GPUPOOL_CA_FINGERPRINT)");
+  app.add_option("--ca-file", g.ca_file, "trust this CA bundle (or GPUPOOL_CA_FILE)");
+  app.add_flag("--insecure", g.insecure,
+               "do not check the server's certificate (development only)");
   app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
   auto add_global = [](CLI::App* c) { c->fallthrough(); };
 
@@ -84,6 +90,33 @@ int main(int argc, char** argv) {
         },
         help);
   };
+  server_cmd->add_flag("--insecure", so.insecure,
+                       "serve plain HTTP without TLS (development on one machine only)");
+  server_cmd->add_option("--tls-cert", so.tls_cert_file,
+                         "your own server certificate chain (PEM) instead of the pool CA's");
+  server_cmd->add_option("--tls-key", so.tls_key_file, "the key of --tls-cert (PEM)");
+  server_cmd->add_option("--tls-san", so.tls_sans,
+                         "another DNS name or IP address agents and users reach the server at "
+                         "(repeatable)");
+  server_cmd->add_flag("!--no-agent-mtls", so.agent_mtls,
+                       "accept agents by node token alone, without their client certificate");
+  server_cmd->add_option_function<std::string>(
+      "--rate-limit",
+      [&so](const std::string& v) {
+        // "50/s" or "50/s,200" (rate and burst).
+        double rate = 0, burst = 0;
+        char unit[3] = {};
+        int n = std::sscanf(v.c_str(), "%lf/%2[s],%lf", &rate, unit, &burst);
+        if (n < 2 || rate < 0)
+          throw CLI::ValidationError("--rate-limit", "expected N/s or N/s,BURST");
+        so.api.per_token = {rate, n == 3 ? burst : 4 * rate};
+      },
+      "requests per token: N/s[,BURST] (default 50/s,200; 0/s = no limit)");
+  server_cmd->add_option("--auth-proxy-header", so.api.proxy_user_header,
+                         "single sign-on: trust this header (e.g. X-Remote-User) for the user "
+                         "name, from --auth-proxy-trusted addresses only");
+  server_cmd->add_option("--auth-proxy-trusted", so.api.proxy_trusted,
+                         "the reverse proxy's address (repeatable)");
   server_duration("--blob-gc-grace", so.blob_gc_grace_ms,
                   "blob GC keeps unreachable blobs younger than this (default 1h)");
   server_duration("--blob-gc-interval", so.blob_gc_interval_ms,
@@ -97,6 +130,10 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--server", ao.server_url, "server URL (required to run the agent)");
   agent_cmd->add_option("--join-token", ao.join_token, "join token (or GPUPOOL_JOIN_TOKEN)");
   agent_cmd->add_option("--join-token-file", join_token_file, "read the join token from a file");
+  agent_cmd->add_option("--ca-file", ao.ca_file,
+                        "trust this CA bundle instead of the join token's CA fingerprint");
+  agent_cmd->add_flag("--insecure", ao.insecure_tls,
+                      "do not check the server's certificate (development only)");
   agent_cmd->add_option("--data-dir", ao.data_dir, "where the agent keeps its tasks")
       ->capture_default_str();
   agent_cmd->add_option("--config", ao.config_file,
@@ -250,6 +287,8 @@ int main(int argc, char** argv) {
   add_global(join);
   auto* gc = admin->add_subcommand("gc", "collect unreachable blobs (manifests, chunks) now");
   add_global(gc);
+  cli::IdentityFlags idf;
+  cli::AddIdentityCommands(app, *admin, g, idf);
 
   // sim openb: the FGD paper's experiment on the openb trace (docs/evaluation.md)
   auto* sim_cmd = app.add_subcommand("sim", "simulate the scheduler on a trace");
@@ -347,6 +386,7 @@ int main(int argc, char** argv) {
   UseLogLevel(log_level);
 
   if (server_cmd->parsed()) return server::RunServer(so);
+  if (idf.run) return idf.run();
   for (CLI::App* c : agent_controls) {
     if (!c->parsed()) continue;
     // `gpupool agent --data-dir D status` works too.
@@ -368,12 +408,6 @@ int main(int argc, char** argv) {
         std::cerr << "gpupool agent: cannot read the join token from " << join_token_file << "\n";
         return 2;
       }
-    }
-    if (ao.join_token.empty()) {
-      std::cerr << "gpupool agent: a join token is required (--join-token, --join-token-file or "
-                   "GPUPOOL_JOIN_TOKEN);"
-                   " the pool's admin gets it with `gpupool admin join-token`\n";
-      return 2;
     }
     ao.kill_tasks_on_exit = on_exit == "kill";
     auto labels = agent::ParseLabelFlags(agent_labels);

@@ -134,6 +134,7 @@ Result<WorkdirUpload> UploadWorkdir(const Endpoint& e, const std::string& dir, b
   blob::HttpChunkStoreOptions o;
   o.server = e.server;
   o.token = e.token;
+  o.tls = e.tls;
   if (progress) o.on_upload = [&line](int64_t sent) { line.Sent(sent); };
   blob::HttpChunkStore store(o);
 

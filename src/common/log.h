@@ -20,6 +20,11 @@ void SetLogComponent(std::string_view name);
 // Parses "debug", "info", "warn", "error"; returns false for anything else.
 bool ParseLogLevel(std::string_view text, LogLevel* out);
 
+// `text` with secrets replaced by "[redacted]": gpupool tokens (gpt_, gpa_,
+// gpj_, gpn_ followed by hex), whatever follows "Bearer ", JSON "password"
+// values, and PEM private keys. Every log line goes through it.
+std::string RedactSecrets(std::string_view text);
+
 class LogMessage {
  public:
   explicit LogMessage(LogLevel level) : level_(level) {}

@@ -8,7 +8,8 @@ namespace gpupool::server {
 
 class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_this<Session> {
  public:
-  explicit Session(AgentHub& hub) : hub_(hub) {}
+  // `node`: the node the agent's credential belongs to.
+  Session(AgentHub& hub, std::string node) : hub_(hub), credential_node_(std::move(node)) {}
 
   void OnOpen(std::shared_ptr<net::WsConnection> conn) override {
     conn_ = std::move(conn);
@@ -116,6 +117,8 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     });
   }
 
+  const std::string& node_name() const { return node_name_; }
+
   void Fail(const std::string& why) {
     GP_LOG(kWarn) << "agent connection " << (conn_ ? conn_->peer() : "?") << " "
                   << (node_name_.empty() ? "" : "(" + node_name_ + ") ") << "closed: " << why;
@@ -127,6 +130,10 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     if (env.type != proto::kHello) return Fail("expected hello, got \"" + env.type + "\"");
     auto hello = proto::DecodeHello(env.body);
     if (!hello.ok()) return Fail("malformed hello: " + hello.status().message());
+    if (hello->node_name != credential_node_) {
+      return Fail("this agent's credential belongs to node " + credential_node_ + ", not " +
+                  hello->node_name);
+    }
     // A newer connection from the same node replaces the old one.
     auto existing = hub_.by_node_.end();
     auto welcome = hub_.pool_.AgentHello(*hello);
@@ -171,6 +178,7 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
   }
 
   AgentHub& hub_;
+  std::string credential_node_;
   std::shared_ptr<net::WsConnection> conn_;
   std::string node_id_;
   std::string node_name_;
@@ -189,10 +197,36 @@ std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> AgentHub::Upgra
     const net::HttpRequest& req) {
   auto who = auth_.Authenticate(req.Header("authorization"));
   if (!who.ok()) return ErrorResponse(who.status());
-  if (who->role != "agent-join" && !who->is_admin()) {
-    return ErrorResponse(Status::PermissionDenied("this token cannot connect agents"));
+  if (who->role == Role::kJoin) {
+    return ErrorResponse(Status::PermissionDenied(
+        "the join token only enrolls agents (POST /v1/agent/enroll); connect with the node's own "
+        "credential"));
   }
-  return std::make_shared<Session>(*this);
+  if (Status s = Authorize(*who, Action::kAgentConnect, {who->subject}); !s.ok())
+    return ErrorResponse(s);
+  if (require_client_cert_) {
+    // Mutual TLS: the certificate presented must be the one issued with
+    // this node's token.
+    auto cred = auth_.GetAgentCredential(who->subject);
+    if (!cred.ok()) return ErrorResponse(cred.status());
+    if (req.client_cert_serial.empty()) {
+      return ErrorResponse(Status::Unauthenticated(
+          "this server requires agents to present their client certificate (mutual TLS)"));
+    }
+    if (!*cred || (*cred)->revoked || (*cred)->cert_serial != req.client_cert_serial) {
+      return ErrorResponse(Status::Unauthenticated("the client certificate is not node " +
+                                                   who->subject + "'s current certificate"));
+    }
+  }
+  return std::make_shared<Session>(*this, who->subject);
+}
+
+void AgentHub::Disconnect(const std::string& node_name, const std::string& why) {
+  auto sessions = by_node_;
+  for (auto& [id, weak] : sessions) {
+    auto s = weak.lock();
+    if (s && s->node_name() == node_name) s->Fail(why);
+  }
 }
 
 void AgentHub::OutboxReady(const std::string& node_id) {

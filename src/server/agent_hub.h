@@ -27,8 +27,15 @@ class AgentHub {
  public:
   // A connection that sends nothing for `silence_limit_ms` (agents heartbeat
   // more often) is closed, so a dead peer whose socket lingers is noticed.
-  AgentHub(net::EventLoop& loop, Pool& pool, Auth& auth, int64_t silence_limit_ms)
-      : loop_(loop), pool_(pool), auth_(auth), silence_limit_ms_(silence_limit_ms) {}
+  // `require_client_cert`: agents must also present the client certificate
+  // issued at their enrollment (mutual TLS).
+  AgentHub(net::EventLoop& loop, Pool& pool, Auth& auth, int64_t silence_limit_ms,
+           bool require_client_cert = false)
+      : loop_(loop),
+        pool_(pool),
+        auth_(auth),
+        silence_limit_ms_(silence_limit_ms),
+        require_client_cert_(require_client_cert) {}
 
   // For HttpHandlers::on_upgrade of GET /v1/agent/connect.
   std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> Upgrade(
@@ -40,6 +47,8 @@ class AgentHub {
   size_t sessions() const { return by_node_.size(); }
   // Closes every session (server shutdown).
   void CloseAll();
+  // Closes the session of node `node_name`, if it is connected.
+  void Disconnect(const std::string& node_name, const std::string& why);
 
  private:
   class Session;
@@ -49,6 +58,7 @@ class AgentHub {
   Pool& pool_;
   Auth& auth_;
   int64_t silence_limit_ms_;
+  bool require_client_cert_;
   std::map<std::string, std::weak_ptr<Session>> by_node_;
 };
 

@@ -135,19 +135,6 @@ json NodeEventToJson(const NodeEventEntry& e) {
           {"gpus", e.event.gpus},   {"attempts", e.event.attempts}};
 }
 
-Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
-                         int64_t min, int64_t max) {
-  auto it = req.query.find(name);
-  if (it == req.query.end() || it->second.empty()) return fallback;
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < min || v > max) {
-    return Status::InvalidArgument("query parameter " + name + ": must be an integer from " +
-                                   std::to_string(min) + " to " + std::to_string(max));
-  }
-  return v;
-}
-
 // "wait=30s" -> 30000 ms, capped at a minute so proxies and clients never
 // see a request hang longer than they expect.
 Result<int64_t> QueryWaitMs(const net::HttpRequest& req) {
@@ -175,19 +162,64 @@ Api::~Api() {
   }
 }
 
+Api::Api(net::EventLoop& loop, Pool& pool, Auth& auth, const Clock& clock, ApiOptions options,
+         BlobApi* blobs, IdentityApi* identity)
+    : loop_(loop),
+      pool_(pool),
+      auth_(auth),
+      clock_(clock),
+      options_(std::move(options)),
+      blobs_(blobs),
+      identity_(identity),
+      limiter_(clock, options_.per_token) {}
+
+Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
+  std::string header = req.Header("authorization");
+  if (header.empty() && !options_.proxy_user_header.empty()) {
+    // Single sign-on through a reverse proxy: only the proxy's own address
+    // may name the user; the header from anyone else is ignored.
+    std::string user = req.Header(options_.proxy_user_header);
+    std::string host = req.peer.substr(0, req.peer.rfind(':'));
+    bool trusted = std::find(options_.proxy_trusted.begin(), options_.proxy_trusted.end(), host) !=
+                   options_.proxy_trusted.end();
+    if (!user.empty() && trusted) return auth_.PrincipalForProxyUser(user, req.peer);
+  }
+  return auth_.Authenticate(header);
+}
+
 void Api::Handle(net::HttpRequest req, net::Responder responder) {
   auto respond = std::make_shared<net::Responder>(std::move(responder));
   if (req.path == "/healthz") {
     (*respond)(JsonResponse(200, {{"status", "ok"}}));
     return;
   }
-  auto who = auth_.Authenticate(req.Header("authorization"));
+  if (identity_ != nullptr && IdentityApi::IsLogin(req.method, req.path)) {
+    identity_->Login(req, respond);
+    return;
+  }
+  auto who = Authenticate(req);
   if (!who.ok()) {
     (*respond)(ErrorResponse(who.status()));
     return;
   }
+  // Agents move checkpoints in many requests and are limited by their own
+  // channel; every other token shares its bucket across all its requests.
+  if (who->role != Role::kAgent) {
+    if (int64_t wait_ms = limiter_.Take(who->token_id); wait_ms > 0) {
+      net::HttpResponse r = ErrorResponse(Status::ResourceExhausted(
+          "rate limit: this token made more than " + std::to_string(options_.per_token.burst) +
+          " requests in a burst; retry after the Retry-After header's seconds"));
+      r.headers["retry-after"] = std::to_string((wait_ms + 999) / 1000);
+      (*respond)(std::move(r));
+      return;
+    }
+  }
   if (blobs_ != nullptr && BlobApi::Serves(req.path)) {
     blobs_->Handle(std::move(req), *who, respond);
+    return;
+  }
+  if (identity_ != nullptr && IdentityApi::Serves(req.method, req.path)) {
+    identity_->Handle(req, *who, respond);
     return;
   }
   Route(req, *who, respond);
@@ -198,11 +230,12 @@ void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respo
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
   if (parts.empty() || parts[0] != "v1")
     return fail(Status::NotFound("no such endpoint: " + req.path));
-  if (who.role == "agent-join") {
-    return fail(Status::PermissionDenied(
-        "the join token only connects agents and moves their blobs and checkpoints"));
-  }
   const std::string& m = req.method;
+  auto need = [&](Action a) {
+    Status s = Authorize(who, a);
+    if (!s.ok()) fail(s);
+    return s.ok();
+  };
   if (parts.size() == 2 && parts[1] == "jobs") {
     if (m == "POST") return SubmitJob(req, who, respond);
     if (m == "GET") return ListJobs(req, who, respond);
@@ -217,24 +250,21 @@ void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respo
   } else if (parts.size() == 2 && parts[1] == "queue" && m == "GET") {
     return Queue(who, respond);
   } else if (parts.size() == 2 && parts[1] == "groups" && m == "GET") {
+    if (!need(Action::kPoolRead)) return;
     return Groups(respond);
   } else if (parts.size() == 2 && parts[1] == "nodes" && m == "GET") {
+    if (!need(Action::kPoolRead)) return;
     return ListNodes(respond, "");
   } else if (parts.size() == 3 && parts[1] == "nodes" && m == "GET") {
+    if (!need(Action::kPoolRead)) return;
     return ListNodes(respond, std::string(parts[2]));
   } else if (parts.size() == 4 && parts[1] == "nodes" && parts[3] == "events" && m == "GET") {
+    if (!need(Action::kPoolRead)) return;
     return NodeEvents(req, std::string(parts[2]), respond);
   } else if (parts.size() == 2 && parts[1] == "events" && m == "GET") {
+    if (!need(Action::kPoolRead)) return;
     auto node = req.query.find("node");
     return NodeEvents(req, node == req.query.end() ? "" : node->second, respond);
-  } else if (parts.size() == 2 && parts[1] == "join-token" && m == "GET") {
-    if (!who.is_admin())
-      return fail(Status::PermissionDenied("only admins may read the join token"));
-    (*respond)(JsonResponse(200, {{"token", auth_.join_token()}}));
-    return;
-  } else if (parts.size() == 2 && parts[1] == "whoami" && m == "GET") {
-    (*respond)(JsonResponse(200, {{"subject", who.subject}, {"role", who.role}}));
-    return;
   }
   fail(Status::NotFound("no such endpoint: " + m + " " + req.path));
 }
@@ -244,16 +274,27 @@ void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond r
   if (!body.ok()) return (*respond)(ErrorResponse(body.status()));
   auto spec = JobSpecFromJson(*body);
   if (!spec.ok()) return (*respond)(ErrorResponse(spec.status()));
+  // A job is charged to its group: only a lab's members may use the lab's
+  // name (groups that are not labs are open to all).
+  auto lab = auth_.IsLab(spec->group);
+  if (!lab.ok()) return (*respond)(ErrorResponse(lab.status()));
+  Status allowed = Authorize(who, Action::kJobSubmit, {who.subject, *lab ? spec->group : ""});
+  if (!allowed.ok()) {
+    return (*respond)(ErrorResponse(allowed.WithContext("group " + spec->group)));
+  }
   auto job = pool_.Submit(*spec, who.subject);
   if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
   (*respond)(JsonResponse(201, JobToJson(*job, std::nullopt)));
 }
 
-Result<JobDetail> Api::VisibleJob(const Principal& who, int64_t id) {
+Result<JobDetail> Api::VisibleJob(const Principal& who, int64_t id, Action action) {
   auto d = pool_.GetJob(id);
-  if (d.ok() && !who.is_admin() && d->job.owner != who.subject) {
+  if (!d.ok()) return d;
+  Resource job{d->job.owner, d->job.spec.group};
+  // A job one may not read is not found, so that ids reveal nothing.
+  if (Decide(who, Action::kJobRead, job) == Decision::kNotYours)
     return Status::NotFound("job " + std::to_string(id) + " does not exist");
-  }
+  GP_RETURN_IF_ERROR(Authorize(who, action, job));
   return d;
 }
 
@@ -266,7 +307,7 @@ void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, 
         Status::InvalidArgument("query parameter until: must be running or finished")));
   }
   WaitOn(id, until.empty() ? 0 : *wait_ms, [this, who, id, until, respond](bool timed_out) {
-    auto d = VisibleJob(who, id);
+    auto d = VisibleJob(who, id, Action::kJobRead);
     if (!d.ok()) {
       (*respond)(ErrorResponse(d.status()));
       return true;
@@ -309,10 +350,15 @@ void Api::ListJobs(const net::HttpRequest& req, const Principal& who, Respond re
       rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
     }
   }
-  if (!who.is_admin())
+  if (Status s = Authorize(who, Action::kJobRead, {who.subject}); !s.ok())
+    return (*respond)(ErrorResponse(s));
+  if (Decide(who, Action::kJobRead) != Decision::kAllowed) {
+    // Members, providers: their own jobs and their job-sharing labs'.
     q.owner = who.subject;
-  else if (auto it = req.query.find("owner"); it != req.query.end() && !it->second.empty())
+    q.or_groups = who.shared_groups;
+  } else if (auto it = req.query.find("owner"); it != req.query.end() && !it->second.empty()) {
     q.owner = it->second;
+  }
   auto jobs = pool_.ListJobs(q);
   if (!jobs.ok()) return (*respond)(ErrorResponse(jobs.status()));
   json arr = json::array();
@@ -321,7 +367,7 @@ void Api::ListJobs(const net::HttpRequest& req, const Principal& who, Respond re
 }
 
 void Api::CancelJob(const Principal& who, int64_t id, Respond respond) {
-  auto d = VisibleJob(who, id);
+  auto d = VisibleJob(who, id, Action::kJobCancel);
   if (!d.ok()) return (*respond)(ErrorResponse(d.status()));
   auto job = pool_.Cancel(id);
   if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
@@ -330,8 +376,10 @@ void Api::CancelJob(const Principal& who, int64_t id, Respond respond) {
 
 void Api::Queue(const Principal& who, Respond respond) {
   // Members see their own jobs, with their places in the whole queue.
+  if (Status s = Authorize(who, Action::kJobRead, {who.subject}); !s.ok())
+    return (*respond)(ErrorResponse(s));
   std::optional<std::string> owner;
-  if (!who.is_admin()) owner = who.subject;
+  if (Decide(who, Action::kJobRead) != Decision::kAllowed) owner = who.subject;
   auto queue = pool_.Queue(owner);
   if (!queue.ok()) return (*respond)(ErrorResponse(queue.status()));
   json arr = json::array();
@@ -357,7 +405,7 @@ void Api::JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id,
   int64_t cursor = *after;
   int32_t max = static_cast<int32_t>(*limit);
   WaitOn(id, *wait_ms, [this, who, id, cursor, max, respond](bool timed_out) {
-    auto d = VisibleJob(who, id);
+    auto d = VisibleJob(who, id, Action::kJobRead);
     if (!d.ok()) {
       (*respond)(ErrorResponse(d.status()));
       return true;

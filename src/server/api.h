@@ -5,7 +5,8 @@
 // checkpoint endpoints go to the BlobApi (server/blob_api.h), the only ones
 // the agent join token may call besides the agent channel. Long polls (`wait` on a job,
 // `wait` on logs) park the Responder until the job changes or the wait runs
-// out. Members see only their own jobs; admins see all.
+// out. Who may do what is decided by server/authz.h; members see only their
+// own jobs (and their job-sharing labs'), admins see all.
 //
 // Single-threaded: runs on the server's event loop.
 #pragma once
@@ -20,15 +21,27 @@
 #include "net/http_server.h"
 #include "server/auth.h"
 #include "server/blob_api.h"
+#include "server/identity_api.h"
 #include "server/pool.h"
+#include "server/rate_limiter.h"
 
 namespace gpupool::server {
 
+struct ApiOptions {
+  // Requests per token (agents excepted): a burst, then this many a second.
+  RateLimit per_token{50, 200};
+  // Reverse-proxy single sign-on (off when empty): a request without a
+  // token whose peer address is in `proxy_trusted` acts as the user this
+  // header names (a member, created on first sight).
+  std::string proxy_user_header;
+  std::vector<std::string> proxy_trusted;
+};
+
 class Api {
  public:
-  // `blobs` may be null (no blob store: its endpoints are not found).
-  Api(net::EventLoop& loop, Pool& pool, Auth& auth, const Clock& clock, BlobApi* blobs = nullptr)
-      : loop_(loop), pool_(pool), auth_(auth), clock_(clock), blobs_(blobs) {}
+  // `blobs` and `identity` may be null (their endpoints are then not found).
+  Api(net::EventLoop& loop, Pool& pool, Auth& auth, const Clock& clock, ApiOptions options = {},
+      BlobApi* blobs = nullptr, IdentityApi* identity = nullptr);
   ~Api();
 
   void Handle(net::HttpRequest req, net::Responder respond);
@@ -54,8 +67,12 @@ class Api {
   void Queue(const Principal& who, Respond respond);
   void Groups(Respond respond);
 
-  // Checks that `who` may see job `id`; NotFound otherwise (no existence leak).
-  Result<JobDetail> VisibleJob(const Principal& who, int64_t id);
+  // The principal of a request: its bearer token, or the reverse proxy's
+  // user header where that is configured.
+  Result<Principal> Authenticate(const net::HttpRequest& req);
+  // Job `id` if `who` may do `action` to it: NotFound when `who` may not even
+  // read it (no existence leak), PermissionDenied otherwise.
+  Result<JobDetail> VisibleJob(const Principal& who, int64_t id, Action action);
   // Runs `probe` now and again on every change of `job_id` until it
   // responds; after `wait_ms` runs it a last time with timed_out = true.
   void WaitOn(int64_t job_id, int64_t wait_ms, Probe probe);
@@ -69,7 +86,10 @@ class Api {
   Pool& pool_;
   Auth& auth_;
   const Clock& clock_;
+  ApiOptions options_;
   BlobApi* blobs_;
+  IdentityApi* identity_;
+  RateLimiter limiter_;
   uint64_t next_waiter_ = 1;
   std::map<int64_t, std::map<uint64_t, Waiter>> waiters_;  // job id -> waiter id -> waiter
 };

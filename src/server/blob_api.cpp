@@ -93,6 +93,9 @@ void BlobApi::Handle(net::HttpRequest req, const Principal& who, Respond respond
   const std::string& m = shared->method;
   const size_t n = parts.size();
   if (parts[1] == "blobs") {
+    bool write = m == "PUT" || (m == "POST" && !(n == 4 && parts[3] == "fetch"));
+    if (Status s = Authorize(who, write ? Action::kBlobWrite : Action::kBlobRead); !s.ok())
+      return Fail(respond, s);
     if (n == 3 && parts[2] == "missing" && m == "POST") return Missing(shared, respond);
     if (n == 3 && parts[2] == "chunks" && m == "POST") return PutChunks(shared, respond);
     if (n == 4 && parts[2] == "chunks" && parts[3] == "fetch" && m == "POST")
@@ -178,17 +181,13 @@ void BlobApi::GetManifest(std::string id, Respond respond) {
 Status BlobApi::CheckJobVisible(const Principal& who, int64_t job) {
   auto d = pool_.GetJob(job);
   if (!d.ok()) return d.status();
-  if (who.role == "member" && d->job.owner != who.subject) {
+  Resource object{d->job.owner, d->job.spec.group};
+  if (Decide(who, Action::kJobRead, object) == Decision::kNotYours)
     return Status::NotFound("job " + std::to_string(job) + " does not exist");
-  }
-  return Status::Ok();
+  return Authorize(who, Action::kJobRead, object);
 }
 
 void BlobApi::PostCheckpoint(Request req, const Principal& who, int64_t job, Respond respond) {
-  if (who.role != "agent-join" && !who.is_admin()) {
-    return Fail(respond, Status::PermissionDenied(
-                             "only agents (the join token) and admins add checkpoints"));
-  }
   auto body = ParseJsonObject(req->body, "request body");
   if (!body.ok()) return Fail(respond, body.status());
   JsonReader r(*body, "");
@@ -198,6 +197,11 @@ void BlobApi::PostCheckpoint(Request req, const Principal& who, int64_t job, Res
   c.manifest = r.Str("manifest");
   if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
   if (auto a = ParseAttemptId(c.attempt_id); !a.ok()) return Fail(respond, a.status());
+  // Only the agent running the attempt (or an admin) registers its checkpoints.
+  auto node = pool_.AttemptNodeName(c.attempt_id);
+  if (!node.ok()) return Fail(respond, node.status());
+  if (Status s = Authorize(who, Action::kCheckpointWrite, {*node}); !s.ok())
+    return Fail(respond, s);
   if (!IsSha256Hex(c.manifest)) {
     return Fail(respond, Status::InvalidArgument(
                              "manifest: must be a manifest id (64 lowercase hex digits)"));
@@ -250,9 +254,7 @@ void BlobApi::GetCheckpoint(const Principal& who, int64_t job, std::string_view 
 // ----------------------------------------------------- garbage collection
 
 void BlobApi::AdminGc(const Principal& who, Respond respond) {
-  if (!who.is_admin()) {
-    return Fail(respond, Status::PermissionDenied("only admins may run garbage collection"));
-  }
+  if (Status s = Authorize(who, Action::kAdminister); !s.ok()) return Fail(respond, s);
   CollectGarbage([respond](Result<GcStats> stats) {
     if (!stats.ok()) return Fail(respond, stats.status());
     (*respond)(JsonResponse(200, GcStatsToJson(*stats)));

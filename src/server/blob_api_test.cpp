@@ -14,6 +14,7 @@
 #include "common/ids.h"
 #include "net/http_client.h"
 #include "server/api.h"
+#include "server/api_testing.h"
 #include "server/blob_testing.h"
 #include "store/sqlite_store.h"
 
@@ -27,142 +28,17 @@ using testing::Upload;
 
 constexpr int64_t kHourMs = 3'600'000;
 
-class BlobApiTest : public ::testing::Test {
+class BlobApiTest : public ApiTestServer {
  protected:
-  void SetUp() override { Start(Options()); }
-  void TearDown() override { Stop(); }
-  virtual PoolOptions Options() { return {}; }
-
-  // Runs `fn` on the loop thread (where the Pool lives) and returns its value.
-  template <typename F>
-  auto OnLoop(F fn) {
-    std::promise<decltype(fn())> done;
-    loop_.Post([&] { done.set_value(fn()); });
-    return done.get_future().get();
-  }
-
-  void Start(PoolOptions pool_options) {
-    clock_.SetMs(RealClock().NowMs());  // blob ages are file times
-    store_ = *SqliteStore::Open(dir_.path() + "/state.db");
-    auth_ = std::make_unique<Auth>(*store_, clock_);
-    auto boot = auth_->Bootstrap(dir_.path());
-    ASSERT_TRUE(boot.ok()) << boot.status().ToString();
-    admin_ = boot->admin_token;
-    agent_ = boot->join_token;
-    ASSERT_TRUE(
-        store_
-            ->Transact([&](Tx& tx) -> Status {
-              GP_RETURN_IF_ERROR(tx.PutToken({Sha256Hex(alice_), "alice", "member", 0, 0, false}));
-              return tx.PutToken({Sha256Hex(bob_), "bob", "member", 0, 0, false});
-            })
-            .ok());
-    BlobServiceOptions bo;
-    bo.dir = dir_.path() + "/blobs";
-    bo.fsync = false;
-    blobs_ = *BlobService::Open(bo);
-    PoolHooks hooks;
-    hooks.manifest_stored = [this](const std::string& id) { return blobs_->HasManifest(id); };
-    hooks.job_changed = [this](int64_t job) {
-      if (api_) api_->JobChanged(job);
-    };
-    pool_ = std::make_unique<Pool>(*store_, clock_, pool_options, hooks);
-    blob_api_ = std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{});
-    api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, blob_api_.get());
-    net::HttpHandlers handlers;
-    handlers.on_request = [this](net::HttpRequest req, net::Responder r) {
-      api_->Handle(std::move(req), std::move(r));
-    };
-    auto http = net::HttpServer::Start(loop_, net::HttpServerOptions{}, handlers);
-    ASSERT_TRUE(http.ok()) << http.status().ToString();
-    http_ = *std::move(http);
-    base_ = "http://127.0.0.1:" + std::to_string(http_->port());
-    thread_ = std::thread([this] { loop_.Run(); });
-  }
-
-  void Stop() {
-    if (!thread_.joinable()) return;
-    OnLoop([this] {
-      http_->Close();
-      return 0;
-    });
-    loop_.Stop();
-    thread_.join();
-    api_.reset();
-    blob_api_.reset();
-    pool_.reset();
-  }
-
-  net::HttpResponse Call(const std::string& method, const std::string& target,
-                         const std::string& token, std::string body = "",
-                         const std::string& content_type = "") {
-    net::HttpCall c;
-    c.base_url = base_;
-    c.method = method;
-    c.target = target;
-    c.body = std::move(body);
-    c.headers["authorization"] = "Bearer " + token;
-    if (!content_type.empty()) c.headers["content-type"] = content_type;
-    auto r = net::Fetch(c);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return r.ok() ? *r : net::HttpResponse{};
-  }
-  static json Json(const net::HttpResponse& r) {
-    return json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  }
-  static std::string ErrorMessage(const net::HttpResponse& r) {
-    json j = Json(r);
-    return j.is_object() && j.contains("error") ? j["error"].value("message", "") : "";
-  }
-  static std::string IdList(const std::vector<std::string>& ids) {
-    return json{{"chunks", ids}}.dump();
-  }
-
   net::HttpResponse Upload(const testing::Upload& u, const std::string& token) {
     auto chunks = Call("POST", "/v1/blobs/chunks", token, u.Records(),
                        std::string(blob::kChunkRecordsContentType));
     EXPECT_EQ(chunks.status, 200) << chunks.body;
     return Call("PUT", "/v1/blobs/manifests/" + u.id, token, u.manifest);
   }
-
-  // A node with one GPU and job 1 of alice placed on it (attempt 1.1).
-  std::string PlaceJob(JobSpec spec = {}) {
-    if (spec.run.empty()) spec.run = "train";
-    spec.name = "j";
-    spec.resources.gpus = 1;
-    return OnLoop([&] {
-      proto::Hello h;
-      h.node_name = "a";
-      h.agent_instance = "i1";
-      h.cpu_milli = 8000;
-      h.memory_mib = 32768;
-      h.gpus.push_back({0, "a-gpu0", "A100", 81920, 8, 0, true});
-      auto node = pool_->AgentHello(h);
-      EXPECT_TRUE(node.ok());
-      EXPECT_TRUE(pool_->Submit(spec, "alice").ok());
-      EXPECT_EQ(*pool_->Schedule(), 1);
-      return node->node_id;
-    });
+  static std::string IdList(const std::vector<std::string>& ids) {
+    return json{{"chunks", ids}}.dump();
   }
-  net::HttpResponse PostCheckpoint(int64_t job, const std::string& attempt,
-                                   const std::string& manifest, const std::string& token) {
-    return Call("POST", "/v1/jobs/" + std::to_string(job) + "/checkpoints", token,
-                json{{"attempt", attempt}, {"manifest", manifest}}.dump());
-  }
-
-  testing::TempDir dir_;
-  FakeClock clock_;
-  net::EventLoop loop_;
-  std::unique_ptr<SqliteStore> store_;
-  std::unique_ptr<Auth> auth_;
-  std::unique_ptr<BlobService> blobs_;
-  std::unique_ptr<Pool> pool_;
-  std::unique_ptr<BlobApi> blob_api_;
-  std::unique_ptr<Api> api_;
-  std::unique_ptr<net::HttpServer> http_;
-  std::thread thread_;
-  std::string base_;
-  std::string admin_, agent_;
-  std::string alice_ = "gpm_alice_secret", bob_ = "gpm_bob_secret";
 };
 
 TEST_F(BlobApiTest, MissingThenUploadThenFetch) {
@@ -291,7 +167,9 @@ TEST_F(BlobApiTest, CheckpointsPostListGetAndFencing) {
   ASSERT_EQ(list.status, 200);
   ASSERT_EQ(Json(list)["checkpoints"].size(), 2u);
   EXPECT_EQ(Json(list)["checkpoints"][0], c1);
-  EXPECT_EQ(Json(Call("GET", "/v1/jobs/1/checkpoints/latest", agent_))["number"], 2);
+  EXPECT_EQ(Json(Call("GET", "/v1/jobs/1/checkpoints/latest", alice_))["number"], 2);
+  // Agents register checkpoints; to them others' job records do not exist.
+  EXPECT_EQ(Call("GET", "/v1/jobs/1/checkpoints/latest", agent_).status, 404);
   EXPECT_EQ(Json(Call("GET", "/v1/jobs/1/checkpoints/1", admin_)), c1);
   EXPECT_EQ(Call("GET", "/v1/jobs/1/checkpoints/3", alice_).status, 404);
   EXPECT_EQ(Call("GET", "/v1/jobs/1/checkpoints/zero", alice_).status, 400);
@@ -321,8 +199,9 @@ TEST_F(BlobApiTest, CheckpointsPostListGetAndFencing) {
   EXPECT_EQ(start_tasks[1].restore_manifest, u2.id);
 }
 
-TEST_F(BlobApiTest, JoinTokenMayOnlyUseBlobsAndCheckpoints) {
+TEST_F(BlobApiTest, AgentsMayOnlyUseBlobsAndCheckpoints) {
   EXPECT_EQ(Call("GET", "/v1/jobs", agent_).status, 403);
+  EXPECT_EQ(Call("POST", "/v1/blobs/missing", join_, IdList({})).status, 403);
   EXPECT_EQ(Call("GET", "/v1/nodes", agent_).status, 403);
   EXPECT_EQ(Call("POST", "/v1/admin/gc", agent_).status, 403);
   EXPECT_EQ(Call("POST", "/v1/admin/gc", alice_).status, 403);

@@ -1,5 +1,6 @@
 #include "server/http_errors.h"
 
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 namespace gpupool::server {
@@ -49,6 +50,19 @@ net::HttpResponse ErrorResponse(const Status& status) {
                .dump();
   if (r.status == 401) r.headers["www-authenticate"] = "Bearer";
   return r;
+}
+
+Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
+                         int64_t min, int64_t max) {
+  auto it = req.query.find(name);
+  if (it == req.query.end() || it->second.empty()) return fallback;
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < min || v > max) {
+    return Status::InvalidArgument("query parameter " + name + ": must be an integer from " +
+                                   std::to_string(min) + " to " + std::to_string(max));
+  }
+  return v;
 }
 
 }  // namespace gpupool::server

@@ -795,6 +795,14 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
       for (const std::string& g : event.gpus) line += " " + g;
       if (!event.reason.empty()) line += " (" + event.reason + ")";
       for (const std::string& a : event.attempts) line += "; vacated " + a;
+      // What providers do to lent GPUs is security-relevant: it ends others' work.
+      std::string detail = event.reason;
+      for (const std::string& a : event.attempts)
+        detail += (detail.empty() ? "" : "; ") + ("vacated " + a);
+      GP_RETURN_IF_ERROR(
+          tx.AppendAudit({0, clock_.NowMs(), "node:" + (node ? node->name : node_id),
+                          "node." + event.kind, node ? node->name : node_id, detail, "", true})
+              .status());
       log_lines_.push_back(std::move(line));
       // The vacated jobs will want their checkpoints elsewhere soon.
       for (const std::string& a : event.attempts) {
@@ -830,6 +838,22 @@ Status Pool::LeaveNode(Tx& tx, const std::string& node_id, const std::string& re
   log_lines_.push_back("node " + node->name + " left the pool" +
                        (reason.empty() ? "" : " (" + reason + ")"));
   // The agent drains before it leaves; anything still live is requeued.
+  return LoseLiveAttempts(tx, node_id, "the node left the pool");
+}
+
+Result<std::string> Pool::AttemptNodeName(const std::string& attempt_id) {
+  std::string name;
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto a, tx.GetAttempt(attempt_id));
+    if (!a) return Status::NotFound("attempt " + attempt_id + " does not exist");
+    GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(a->node_id));
+    if (node) name = node->name;
+    return Status::Ok();
+  }));
+  return name;
+}
+
+Status Pool::LoseLiveAttempts(Tx& tx, const std::string& node_id, const std::string& reason) {
   AttemptQuery q;
   q.node_id = node_id;
   q.live_only = true;
@@ -837,9 +861,30 @@ Status Pool::LeaveNode(Tx& tx, const std::string& node_id, const std::string& re
   for (Attempt& a : live) {
     GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
     if (!job || job->current_attempt != a.id) continue;
-    proto::TaskReport lost{a.id, "lost", 0, 0, "the node left the pool", clock_.NowMs()};
+    proto::TaskReport lost{a.id, "lost", 0, 0, reason, clock_.NowMs()};
     GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, JobEvent::kLost, &lost));
   }
+  return Status::Ok();
+}
+
+Status Pool::RevokeNode(const std::string& node_name, const std::string& reason) {
+  std::string node_id;
+  Status s = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto node, tx.GetNodeByName(node_name));
+    if (!node) return Status::Ok();  // enrolled but never connected
+    node_id = node->id;
+    node->state = NodeState::kLost;
+    node->last_seen_ms = clock_.NowMs();
+    GP_RETURN_IF_ERROR(tx.PutNode(*node));
+    log_lines_.push_back("node " + node_name + " was revoked (" + reason + ")");
+    return LoseLiveAttempts(tx, node->id, "node " + node_name + " was revoked: " + reason);
+  });
+  if (!s.ok()) {
+    Discard();
+    return s;
+  }
+  if (!node_id.empty()) live_.erase(node_id);
+  Notify();
   return Status::Ok();
 }
 
@@ -887,16 +932,7 @@ Status Pool::CheckNodes() {
       if (now - n.last_seen_ms < options_.node_lost_after_ms) continue;
       n.state = NodeState::kLost;
       GP_RETURN_IF_ERROR(tx.PutNode(n));
-      AttemptQuery q;
-      q.node_id = n.id;
-      q.live_only = true;
-      GP_ASSIGN_OR_RETURN(auto live, tx.ListAttempts(q));
-      for (Attempt& a : live) {
-        GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
-        if (!job || job->current_attempt != a.id) continue;
-        proto::TaskReport lost{a.id, "lost", 0, 0, "node " + n.name + " stopped answering", now};
-        GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, JobEvent::kLost, &lost));
-      }
+      GP_RETURN_IF_ERROR(LoseLiveAttempts(tx, n.id, "node " + n.name + " stopped answering"));
     }
     return Status::Ok();
   });

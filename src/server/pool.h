@@ -201,6 +201,9 @@ class Pool {
   Result<CheckpointAdded> AddCheckpoint(const CheckpointRequest& r);
   // Oldest first; NotFound for an unknown job.
   Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id);
+  // The name of the node attempt `attempt_id` was placed on (NotFound when
+  // there is no such attempt).
+  Result<std::string> AttemptNodeName(const std::string& attempt_id);
   // Checkpoint `number` of the job, or its newest when `number` is 0;
   // NotFound when there is none.
   Result<Checkpoint> GetCheckpoint(int64_t job_id, int64_t number);
@@ -230,6 +233,9 @@ class Pool {
   void SetSchedulerConfig(sched::SchedulerConfig config);
   // Turns nodes offline for too long into lost nodes and requeues their work.
   Status CheckNodes();
+  // An admin (or the node's provider) revoked the node's credential: it is
+  // lost at once and its running attempts are requeued.
+  Status RevokeNode(const std::string& node_name, const std::string& reason);
 
   bool connected(const std::string& node_id) const { return live_.count(node_id) > 0; }
 
@@ -290,6 +296,8 @@ class Pool {
   // The node's agent drained and deregistered: the node is left; attempts
   // still live there are requeued.
   Status LeaveNode(Tx& tx, const std::string& node_id, const std::string& reason);
+  // Requeues (as lost) every live attempt that is its job's current one.
+  Status LoseLiveAttempts(Tx& tx, const std::string& node_id, const std::string& reason);
   Result<std::pair<std::string, int64_t>> GetAgentSeq(Tx& tx, const std::string& node_id);
   // Refuses a spec whose inputs are not in the blob store.
   Status CheckInputs(const JobSpec& spec) const;

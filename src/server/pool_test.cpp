@@ -785,6 +785,19 @@ TEST_F(PoolTest, NodeEventsAreStoredAndListed) {
   EXPECT_EQ(pauses[0].node_name, "b");
   EXPECT_EQ(pool_->NodeEvents("nope", "", 0, 100).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(pool_->NodeEvents("", "nap", 0, 100).status().code(), StatusCode::kInvalidArgument);
+  // Each event is in the audit log too, once.
+  std::vector<AuditEntry> audit;
+  ASSERT_TRUE(store_
+                  ->Transact([&](Tx& tx) -> Status {
+                    GP_ASSIGN_OR_RETURN(audit, tx.ListAudit(0, 100));
+                    return Status::Ok();
+                  })
+                  .ok());
+  ASSERT_EQ(audit.size(), 3u);
+  EXPECT_EQ(audit[0].actor, "node:a");
+  EXPECT_EQ(audit[0].action, "node.reclaim");
+  EXPECT_EQ(audit[0].detail, "reclaimed by the owner; vacated 7.1");
+  EXPECT_EQ(audit[1].action, "node.pause");
 }
 
 TEST_F(PoolTest, ANodeThatLeftGetsNothingUntilItsAgentReturns) {

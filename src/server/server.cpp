@@ -16,7 +16,9 @@
 #include "server/auth.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
+#include "server/identity_api.h"
 #include "server/scheduler_config.h"
+#include "server/server_tls.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -79,15 +81,32 @@ int RunServer(const ServerOptions& options) {
     std::cerr << "gpupool server: " << store.status().ToString() << "\n";
     return 1;
   }
+  std::optional<ServerTls> tls;
+  if (options.insecure) {
+    std::cerr << "gpupool server: WARNING: --insecure: serving plain HTTP. Tokens, job specs, "
+                 "logs and checkpoints cross the network unencrypted and agents cannot check "
+                 "whom they talk to. For development on one machine only.\n";
+    GP_LOG(kWarn) << "--insecure: TLS is off";
+  } else {
+    std::vector<std::string> sans = options.tls_sans;
+    if (addr->first != "0.0.0.0" && addr->first != "::" && !addr->first.empty())
+      sans.push_back(addr->first);
+    auto made = SetUpServerTls(options.data_dir, sans, options.tls_cert_file, options.tls_key_file);
+    if (!made.ok()) {
+      std::cerr << "gpupool server: TLS: " << made.status().ToString() << "\n";
+      return 1;
+    }
+    tls = *std::move(made);
+  }
   RealClock clock;
   Auth auth(**store, clock);
-  auto boot = auth.Bootstrap(options.data_dir);
+  auto boot = auth.Bootstrap(options.data_dir, tls ? tls->ca_fingerprint : "");
   if (!boot.ok()) {
     std::cerr << "gpupool server: " << boot.status().ToString() << "\n";
     return 1;
   }
   if (!boot->admin_token.empty()) {
-    std::cout << "Created the admin token (shown once; also in " << options.data_dir
+    std::cout << "Created the admin user's token (shown once; also in " << options.data_dir
               << "/admin.token):\n  " << boot->admin_token << "\n"
               << "Agents join with the token in " << options.data_dir << "/join.token\n"
               << std::flush;
@@ -144,8 +163,20 @@ int RunServer(const ServerOptions& options) {
   BlobApiOptions blob_api_options;
   blob_api_options.gc_grace_ms = options.blob_gc_grace_ms;
   BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options);
-  Api api(loop, pool, auth, clock, &blob_api);
-  AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms);
+  IdentityApiOptions identity_options;
+  if (tls) {
+    identity_options.ca = tls->ca;
+    identity_options.ca_fingerprint = tls->ca_fingerprint;
+  }
+  IdentityApi identity(loop, auth, clock, identity_options,
+                       [&](const std::string& node, const std::string& reason) {
+                         hub_ptr->Disconnect(node, "credential revoked");
+                         if (Status s = pool.RevokeNode(node, reason); !s.ok())
+                           GP_LOG(kError) << "revoking node " << node << ": " << s.ToString();
+                         hooks.schedule_needed();
+                       });
+  Api api(loop, pool, auth, clock, options.api, &blob_api, &identity);
+  AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls);
   api_ptr = &api;
   hub_ptr = &hub;
 
@@ -166,6 +197,7 @@ int RunServer(const ServerOptions& options) {
   net::HttpServerOptions http_opts;
   http_opts.host = addr->first;
   http_opts.port = addr->second;
+  if (tls) http_opts.tls = tls->config;
   auto http = net::HttpServer::Start(loop, http_opts, handlers);
   if (!http.ok()) {
     std::cerr << "gpupool server: cannot listen on " << options.listen << ": "
@@ -173,13 +205,17 @@ int RunServer(const ServerOptions& options) {
     return 1;
   }
   std::string url =
-      "http://" +
+      std::string(tls ? "https://" : "http://") +
       (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first) + ":" +
       std::to_string((*http)->port());
   // Lets `gpupool dev` and scripts find a server started on port 0.
   (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
   GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";
   std::cout << "gpupool server listening on " << url << std::endl;
+  if (tls && !tls->ca_fingerprint.empty()) {
+    std::cout << "pool CA fingerprint: " << tls->ca_fingerprint << " (" << options.data_dir
+              << "/tls/ca.crt)" << std::endl;
+  }
 
   std::function<void()> tick = [&] {
     if (Status s = pool.CheckNodes(); !s.ok())

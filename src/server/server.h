@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "server/api.h"
 #include "server/pool.h"
 
 namespace gpupool::server {
@@ -24,6 +26,15 @@ struct ServerOptions {
   // (Checkpoints kept per job: pool.checkpoint_keep.)
   int64_t blob_gc_grace_ms = 3'600'000;
   int64_t blob_gc_interval_ms = 3'600'000;
+
+  // TLS (docs/operator-guide.md#tls). On by default with the pool's own CA
+  // (DATA_DIR/tls); `insecure` serves plain HTTP (development only).
+  bool insecure = false;
+  std::string tls_cert_file, tls_key_file;  // the operator's own certificate instead
+  std::vector<std::string> tls_sans;        // more names for the server certificate
+  // Agents must present the client certificate issued at enrollment.
+  bool agent_mtls = true;
+  ApiOptions api;  // rate limits, reverse-proxy single sign-on
 };
 
 // Returns the process exit code.

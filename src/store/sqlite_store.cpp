@@ -708,7 +708,13 @@ class SqliteTx : public Tx {
     // number of states, the order), so the variants stay few and cached.
     std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1";
     int next = 2;
-    if (jq.owner) sql += " AND owner = ?" + std::to_string(next++);
+    if (jq.owner) {
+      sql += " AND (owner = ?" + std::to_string(next++);
+      for (size_t i = 0; i < jq.or_groups.size(); ++i) {
+        sql += (i == 0 ? " OR json_extract(spec, '$.group') IN (?" : ", ?") + std::to_string(next++);
+      }
+      sql += jq.or_groups.empty() ? ")" : "))";
+    }
     if (!jq.states.empty()) {
       sql += " AND state IN (";
       for (size_t i = 0; i < jq.states.size(); ++i) {
@@ -722,7 +728,10 @@ class SqliteTx : public Tx {
     GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
     int i = 1;
     q.Bind(i++, jq.after_id);
-    if (jq.owner) q.Bind(i++, *jq.owner);
+    if (jq.owner) {
+      q.Bind(i++, *jq.owner);
+      for (const std::string& g : jq.or_groups) q.Bind(i++, g);
+    }
     for (JobState s : jq.states) q.Bind(i++, JobStateName(s));
     q.Bind(i, static_cast<int64_t>(jq.limit));
     return ReadAll<Job>(q, ReadJob);

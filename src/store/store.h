@@ -27,7 +27,8 @@
 namespace gpupool {
 
 struct JobQuery {
-  std::optional<std::string> owner;  // only this owner's jobs
+  std::optional<std::string> owner;  // only this owner's jobs...
+  std::vector<std::string> or_groups;  // ... and those of these groups (spec.group)
   std::vector<JobState> states;      // any of these; empty = all
   int64_t after_id = 0;              // id > after_id (paging)
   int32_t limit = 1000;              // at most this many, by ascending id

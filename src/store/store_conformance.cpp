@@ -201,6 +201,10 @@ struct JQ {
     q.owner = std::move(o);
     return *this;
   }
+  JQ& OrGroups(std::vector<std::string> g) {
+    q.or_groups = std::move(g);
+    return *this;
+  }
   JQ& States(std::vector<JobState> s) {
     q.states = std::move(s);
     return *this;
@@ -369,15 +373,19 @@ TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
   std::vector<Job> all;
   for (int i = 0; i < 12; ++i) {
     JobState state = kAllJobStates[i % std::size(kAllJobStates)];
+    JobSpec spec = RunSpec();
+    spec.group = i % 4 == 0 ? "vision" : (i % 4 == 1 ? "nlp" : "default");
     CONF_ASSERT_OK_AND_ASSIGN(
-        Job j, Insert(store(), MakeJob(i % 3 == 0 ? "bob" : "alice", RunSpec(), state)));
+        Job j, Insert(store(), MakeJob(i % 3 == 0 ? "bob" : "alice", spec, state)));
     all.push_back(j);
   }
   auto expect = [&](const JobQuery& q) {
     std::vector<int64_t> want;
     for (const Job& j : all) {
       if (j.id <= q.after_id) continue;
-      if (q.owner && j.owner != *q.owner) continue;
+      bool in_group = std::find(q.or_groups.begin(), q.or_groups.end(), j.spec.group) !=
+                      q.or_groups.end();
+      if (q.owner && j.owner != *q.owner && !in_group) continue;
       if (!q.states.empty() &&
           std::find(q.states.begin(), q.states.end(), j.state) == q.states.end()) {
         continue;
@@ -413,6 +421,9 @@ TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
   queries.push_back(JQ().Owner("bob").NewestFirst());
   queries.push_back(JQ().States({JobState::kPending, JobState::kFailed}).Limit(1).NewestFirst());
   queries.push_back(JQ().After(6).Limit(2).NewestFirst());
+  queries.push_back(JQ().Owner("bob").OrGroups({"vision"}));
+  queries.push_back(JQ().Owner("nobody").OrGroups({"vision", "nlp"}).States({JobState::kPending}));
+  queries.push_back(JQ().Owner("bob").OrGroups({"nlp"}).Limit(2).NewestFirst());
   for (size_t i = 0; i < queries.size(); ++i) {
     EXPECT_EQ(list(queries[i]), expect(queries[i])) << "query #" << i;
   }

@@ -6,6 +6,7 @@ directory per test. Processes are killed at the end of each test.
 import json
 import os
 import signal
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -68,7 +69,22 @@ class Pool:
         self.url = open(url_file).read().strip()
         self.port = int(self.url.rsplit(":", 1)[1])
         self.token = open(os.path.join(self.server_dir, "admin.token")).read().strip()
+        # TLS (the default): trust the pool CA the server made, as users do.
+        self.ssl = None
+        self.ca_fingerprint = ""
+        if self.url.startswith("https://"):
+            self.ssl = ssl.create_default_context(cafile=self.ca_file())
+            self.ca_fingerprint = "sha256:" + self.join_token().split(".", 1)[1]
         return self
+
+    def ca_file(self):
+        return os.path.join(self.server_dir, "tls", "ca.crt")
+
+    def cli_env(self, token=None):
+        """The environment a user of this pool runs the CLI with."""
+        return dict(os.environ, GPUPOOL_SERVER=self.url, GPUPOOL_TOKEN=token or self.token,
+                    GPUPOOL_CA_FINGERPRINT=self.ca_fingerprint,
+                    GPUPOOL_CONFIG=str(self.dir / "no-config.json"))
 
     def kill_server(self, sig=signal.SIGKILL):
         self.server.send_signal(sig)
@@ -122,14 +138,13 @@ class Pool:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=90) as r:
+            with urllib.request.urlopen(req, timeout=90, context=self.ssl) as r:
                 return r.status, json.loads(r.read() or b"null")
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
     def cli(self, *args, timeout=120, check=False):
-        env = dict(os.environ, GPUPOOL_SERVER=self.url, GPUPOOL_TOKEN=self.token,
-                   GPUPOOL_CONFIG=str(self.dir / "no-config.json"))
+        env = self.cli_env()
         r = subprocess.run([GPUPOOL, *args], capture_output=True, text=True, timeout=timeout, env=env)
         if check and r.returncode != 0:
             raise AssertionError(f"gpupool {' '.join(args)} exited {r.returncode}: {r.stderr}")

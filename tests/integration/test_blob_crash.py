@@ -43,7 +43,7 @@ def fetch(pool, ids):
     req.add_header("Authorization", "Bearer " + pool.token)
     req.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=60, context=pool.ssl) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -55,8 +55,7 @@ def test_a_server_killed_during_an_upload_keeps_no_broken_manifest(pool, tmp_pat
     tree.mkdir()
     (tree / "weights.bin").write_bytes(os.urandom(192 << 20))
     (tree / "small.txt").write_text("hello\n")
-    env = dict(os.environ, GPUPOOL_SERVER=pool.url, GPUPOOL_TOKEN=pool.token,
-               GPUPOOL_CONFIG=str(tmp_path / "no-config.json"))
+    env = pool.cli_env()
     upload = subprocess.Popen([GPUPOOL, "submit", "--workdir", str(tree), "--", "true"], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: chunk_files(pool.server_dir) > 500, timeout=60, interval=0.01,

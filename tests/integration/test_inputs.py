@@ -20,8 +20,7 @@ def start(pool):
 
 def cli(pool, *args, cwd=None, timeout=120):
     """pool.cli, in another working directory."""
-    env = dict(os.environ, GPUPOOL_SERVER=pool.url, GPUPOOL_TOKEN=pool.token,
-               GPUPOOL_CONFIG=str(pool.dir / "no-config.json"))
+    env = pool.cli_env()
     return subprocess.run([GPUPOOL, *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=cwd)
 

@@ -1,0 +1,178 @@
+// A test fixture serving the whole REST API (Api, BlobApi, IdentityApi) on
+// a real HTTP server and event loop thread, over a real SQLite store and
+// blob directory, with a cast of principals: the admin, two members (alice
+// and bob), a provider (pat), an enrolled agent (node "a") and the join
+// token. For server tests only.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "common/ids.h"
+#include "net/http_client.h"
+#include "net/http_server.h"
+#include "server/api.h"
+#include "server/blob_api.h"
+#include "server/blob_service.h"
+#include "server/blob_testing.h"
+#include "server/identity_api.h"
+#include "server/pool.h"
+#include "store/sqlite_store.h"
+
+namespace gpupool::server {
+
+class ApiTestServer : public ::testing::Test {
+ protected:
+  void SetUp() override { Start(Options()); }
+  void TearDown() override { Stop(); }
+  virtual PoolOptions Options() { return {}; }
+  virtual ApiOptions ApiOpts() {
+    ApiOptions o;
+    o.per_token = {};  // no rate limit unless a test asks for one
+    return o;
+  }
+
+  // Runs `fn` on the loop thread (where the Pool lives) and returns its value.
+  template <typename F>
+  auto OnLoop(F fn) {
+    std::promise<decltype(fn())> done;
+    loop_.Post([&] { done.set_value(fn()); });
+    return done.get_future().get();
+  }
+
+  // A user with a token of all its role's scopes.
+  std::string AddUser(const std::string& name, Role role) {
+    EXPECT_TRUE(auth_->AddUser(name, role, "").ok());
+    auto t = auth_->CreateToken(name, role, "test", kAllScopes, 0);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    return t.ok() ? t->secret : "";
+  }
+
+  void Start(PoolOptions pool_options) {
+    clock_.SetMs(RealClock().NowMs());  // blob ages are file times
+    store_ = *SqliteStore::Open(dir_.path() + "/state.db");
+    auth_ = std::make_unique<Auth>(*store_, clock_);
+    auto boot = auth_->Bootstrap(dir_.path(), "");
+    ASSERT_TRUE(boot.ok()) << boot.status().ToString();
+    admin_ = boot->admin_token;
+    join_ = boot->join_token;
+    alice_ = AddUser("alice", Role::kMember);
+    bob_ = AddUser("bob", Role::kMember);
+    pat_ = AddUser("pat", Role::kProvider);
+    auto agent = auth_->EnrollAgent("a", "", "", "");
+    ASSERT_TRUE(agent.ok()) << agent.status().ToString();
+    agent_ = agent->secret;
+    BlobServiceOptions bo;
+    bo.dir = dir_.path() + "/blobs";
+    bo.fsync = false;
+    blobs_ = *BlobService::Open(bo);
+    PoolHooks hooks;
+    hooks.manifest_stored = [this](const std::string& id) { return blobs_->HasManifest(id); };
+    hooks.job_changed = [this](int64_t job) {
+      if (api_) api_->JobChanged(job);
+    };
+    pool_ = std::make_unique<Pool>(*store_, clock_, pool_options, hooks);
+    blob_api_ = std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{});
+    identity_ =
+        std::make_unique<IdentityApi>(loop_, *auth_, clock_, IdentityApiOptions{},
+                                      [this](const std::string& node, const std::string& reason) {
+                                        revoked_.push_back(node);
+                                        EXPECT_TRUE(pool_->RevokeNode(node, reason).ok());
+                                      });
+    api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, ApiOpts(), blob_api_.get(),
+                                 identity_.get());
+    net::HttpHandlers handlers;
+    handlers.on_request = [this](net::HttpRequest req, net::Responder r) {
+      api_->Handle(std::move(req), std::move(r));
+    };
+    auto http = net::HttpServer::Start(loop_, net::HttpServerOptions{}, handlers);
+    ASSERT_TRUE(http.ok()) << http.status().ToString();
+    http_ = *std::move(http);
+    base_ = "http://127.0.0.1:" + std::to_string(http_->port());
+    thread_ = std::thread([this] { loop_.Run(); });
+  }
+
+  void Stop() {
+    if (!thread_.joinable()) return;
+    OnLoop([this] {
+      http_->Close();
+      return 0;
+    });
+    loop_.Stop();
+    thread_.join();
+    api_.reset();
+    identity_.reset();
+    blob_api_.reset();
+    pool_.reset();
+  }
+
+  net::HttpResponse Call(const std::string& method, const std::string& target,
+                         const std::string& token, std::string body = "",
+                         const std::string& content_type = "") {
+    net::HttpCall c;
+    c.base_url = base_;
+    c.method = method;
+    c.target = target;
+    c.body = std::move(body);
+    if (!token.empty()) c.headers["authorization"] = "Bearer " + token;
+    if (!content_type.empty()) c.headers["content-type"] = content_type;
+    auto r = net::Fetch(c);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : net::HttpResponse{};
+  }
+  static nlohmann::json Json(const net::HttpResponse& r) {
+    return nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+  }
+  static std::string ErrorMessage(const net::HttpResponse& r) {
+    nlohmann::json j = Json(r);
+    return j.is_object() && j.contains("error") ? j["error"].value("message", "") : "";
+  }
+
+  // A node "a" with one GPU and job 1 of alice placed on it (attempt 1.1).
+  std::string PlaceJob(JobSpec spec = {}) {
+    if (spec.run.empty()) spec.run = "train";
+    spec.name = "j";
+    spec.resources.gpus = 1;
+    return OnLoop([&] {
+      proto::Hello h;
+      h.node_name = "a";
+      h.agent_instance = "i1";
+      h.cpu_milli = 8000;
+      h.memory_mib = 32768;
+      h.gpus.push_back({0, "a-gpu0", "A100", 81920, 8, 0, true});
+      auto node = pool_->AgentHello(h);
+      EXPECT_TRUE(node.ok());
+      EXPECT_TRUE(pool_->Submit(spec, "alice").ok());
+      EXPECT_EQ(*pool_->Schedule(), 1);
+      return node->node_id;
+    });
+  }
+  net::HttpResponse PostCheckpoint(int64_t job, const std::string& attempt,
+                                   const std::string& manifest, const std::string& token) {
+    return Call("POST", "/v1/jobs/" + std::to_string(job) + "/checkpoints", token,
+                nlohmann::json{{"attempt", attempt}, {"manifest", manifest}}.dump());
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  net::EventLoop loop_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<Auth> auth_;
+  std::unique_ptr<BlobService> blobs_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<BlobApi> blob_api_;
+  std::unique_ptr<IdentityApi> identity_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<net::HttpServer> http_;
+  std::thread thread_;
+  std::string base_;
+  std::string admin_, join_, agent_, alice_, bob_, pat_;
+  std::vector<std::string> revoked_;
+};
+
+}  // namespace gpupool::server

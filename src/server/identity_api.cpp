@@ -1,0 +1,468 @@
+#include "server/identity_api.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/json_reader.h"
+#include "common/units.h"
+#include "server/http_errors.h"
+#include "server/passwords.h"
+
+namespace gpupool::server {
+
+using nlohmann::json;
+
+namespace {
+
+json UserToJson(const UserRecord& u) {
+  return {{"name", u.name},
+          {"role", u.role},
+          {"disabled", u.disabled},
+          {"password_login", !u.password_hash.empty()},
+          {"created_ms", u.created_ms}};
+}
+
+json GroupRecordToJson(const GroupRecord& g) {
+  return {{"name", g.name},
+          {"members", g.members},
+          {"shared_jobs", g.shared_jobs},
+          {"created_ms", g.created_ms}};
+}
+
+json TokenToJson(const TokenRecord& t, int64_t now) {
+  return {{"id", TokenId(t)},
+          {"user", t.subject},
+          {"name", t.name},
+          {"scopes", t.scopes},
+          {"created_ms", t.created_ms},
+          {"expires_ms", t.expires_ms ? json(t.expires_ms) : json(nullptr)},
+          {"revoked", t.revoked},
+          {"expired", t.expires_ms != 0 && t.expires_ms <= now}};
+}
+
+json CredentialToJson(const AgentCredential& c) {
+  return {{"node", c.node_name},
+          {"owner", c.owner},
+          {"cert_serial", c.cert_serial},
+          {"cert_fingerprint", c.cert_fingerprint},
+          {"enrolled_ms", c.enrolled_ms},
+          {"revoked", c.revoked},
+          {"revoked_ms", c.revoked_ms ? json(c.revoked_ms) : json(nullptr)}};
+}
+
+json AuditToJson(const AuditEntry& e) {
+  return {{"id", e.id},         {"ts_ms", e.ts_ms},   {"actor", e.actor}, {"action", e.action},
+          {"target", e.target}, {"detail", e.detail}, {"peer", e.peer},   {"ok", e.ok}};
+}
+
+void Fail(const IdentityApi::Respond& respond, const Status& s) { (*respond)(ErrorResponse(s)); }
+
+// The address part of "host:port" (or "[v6]:port").
+std::string PeerHost(const std::string& peer) {
+  size_t colon = peer.rfind(':');
+  std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+// "expires_in": "30d" (or absent = `fallback`); "never" = 0.
+Result<int64_t> ReadTtl(JsonReader& r, int64_t fallback) {
+  if (!r.Has("expires_in")) return fallback;
+  std::string text = r.Str("expires_in");
+  if (text == "never") return 0;
+  auto ms = ParseDurationMs(text);
+  if (!ms.ok() || *ms <= 0) {
+    return Status::InvalidArgument(
+        "expires_in: a duration such as \"12h\" or \"90d\", or \"never\"");
+  }
+  return *ms;
+}
+
+}  // namespace
+
+IdentityApi::IdentityApi(net::EventLoop& loop, Auth& auth, const Clock& clock,
+                         IdentityApiOptions options, RevokedHook on_revoked)
+    : loop_(loop),
+      auth_(auth),
+      clock_(clock),
+      options_(std::move(options)),
+      on_revoked_(std::move(on_revoked)),
+      login_limiter_(clock, options_.login_per_peer) {}
+
+bool IdentityApi::IsLogin(std::string_view method, std::string_view path) {
+  return method == "POST" && path == "/v1/login";
+}
+
+bool IdentityApi::Serves(std::string_view method, std::string_view path) {
+  auto parts = net::SplitPath(path);
+  if (parts.size() < 2 || parts[0] != "v1") return false;
+  std::string_view top = parts[1];
+  if (top == "whoami" || top == "users" || top == "tokens" || top == "audit" || top == "agents" ||
+      top == "join-token" || top == "login")
+    return true;
+  if (top == "agent") return parts.size() == 3 && parts[2] == "enroll";
+  if (top == "groups") return method == "POST" || parts.size() >= 3;
+  if (top == "nodes")
+    return parts.size() == 4 && method == "POST" && (parts[3] == "revoke" || parts[3] == "allow");
+  return false;
+}
+
+void IdentityApi::Handle(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  auto parts = net::SplitPath(req.path);
+  const std::string& m = req.method;
+  const size_t n = parts.size();
+  std::string_view top = parts[1];
+  auto need = [&](Action a, Resource object = {}) {
+    Status s = Authorize(who, a, object);
+    if (!s.ok()) Fail(respond, s);
+    return s.ok();
+  };
+  if (top == "whoami" && n == 2 && m == "GET") return Whoami(who, respond);
+  if (top == "users") {
+    if (n == 2 && m == "GET") {
+      if (!need(Action::kAdminister)) return;
+      auto users = auth_.ListUsers();
+      if (!users.ok()) return Fail(respond, users.status());
+      json arr = json::array();
+      for (const UserRecord& u : *users) arr.push_back(UserToJson(u));
+      return (*respond)(JsonResponse(200, {{"users", arr}}));
+    }
+    if (n == 2 && m == "POST") return AddUser(req, who, respond);
+    if (n == 4 && m == "POST" && (parts[3] == "disable" || parts[3] == "enable")) {
+      if (!need(Action::kAdminister)) return;
+      std::string name(parts[2]);
+      bool disable = parts[3] == "disable";
+      if (disable && name == who.subject)
+        return Fail(respond, Status::FailedPrecondition("you cannot disable yourself"));
+      auto u = auth_.SetDisabled(name, disable);
+      if (!u.ok()) return Fail(respond, u.status());
+      auth_.Audit(who.subject, disable ? "user.disable" : "user.enable", name,
+                  disable ? "every token of the user revoked" : "", req.peer);
+      return (*respond)(JsonResponse(200, UserToJson(*u)));
+    }
+    if (n == 4 && m == "POST" && parts[3] == "password")
+      return SetPassword(req, who, std::string(parts[2]), respond);
+  } else if (top == "groups") {
+    if (n == 2 && m == "POST") return AddGroup(req, who, respond);
+    if (n == 4 && parts[3] == "members") {
+      if (m == "POST") return ChangeGroup(req, who, std::string(parts[2]), respond);
+      if (m == "GET") {
+        if (!need(Action::kPoolRead)) return;
+        auto groups = auth_.ListGroups();
+        if (!groups.ok()) return Fail(respond, groups.status());
+        for (const GroupRecord& g : *groups) {
+          if (g.name == parts[2]) return (*respond)(JsonResponse(200, GroupRecordToJson(g)));
+        }
+        return Fail(respond, Status::NotFound("group " + std::string(parts[2]) +
+                                              " does not exist (gpupool admin group add)"));
+      }
+    }
+  } else if (top == "tokens") {
+    if (n == 2 && m == "POST") return CreateToken(req, who, respond);
+    if (n == 2 && m == "GET") return ListTokens(req, who, respond);
+    if (n == 4 && parts[3] == "revoke" && m == "POST") {
+      if (!need(Action::kOwnTokens)) return;
+      auto t = auth_.RevokeToken(std::string(parts[2]), who);
+      if (!t.ok()) return Fail(respond, t.status());
+      auth_.Audit(who.subject, "token.revoke", t->subject + "/" + TokenId(*t), t->name, req.peer);
+      return (*respond)(JsonResponse(200, TokenToJson(*t, clock_.NowMs())));
+    }
+  } else if (top == "audit" && n == 2 && m == "GET") {
+    if (!need(Action::kAdminister)) return;
+    return Audit(req, respond);
+  } else if (top == "agent" && m == "POST") {
+    return Enroll(req, who, respond);
+  } else if (top == "agents" && n == 2 && m == "GET") {
+    if (!need(Action::kPoolRead)) return;
+    auto creds = auth_.ListAgentCredentials();
+    if (!creds.ok()) return Fail(respond, creds.status());
+    json arr = json::array();
+    for (const AgentCredential& c : *creds) {
+      if (Decide(who, Action::kNodeManage, {c.owner}) == Decision::kAllowed)
+        arr.push_back(CredentialToJson(c));
+    }
+    return (*respond)(JsonResponse(200, {{"agents", arr}}));
+  } else if (top == "nodes" && n == 4) {
+    std::string node(parts[2]);
+    if (parts[3] == "revoke") return RevokeNode(req, who, node, respond);
+    if (!need(Action::kAdminister)) return;
+    auto c = auth_.AllowAgent(node);
+    if (!c.ok()) return Fail(respond, c.status());
+    auth_.Audit(who.subject, "agent.allow", node, "may enroll again", req.peer);
+    return (*respond)(JsonResponse(200, CredentialToJson(*c)));
+  } else if (top == "join-token" && n == 2 && m == "GET") {
+    if (!need(Action::kAdminister)) return;
+    return (*respond)(JsonResponse(
+        200, {{"token", auth_.join_token()}, {"ca_fingerprint", options_.ca_fingerprint}}));
+  }
+  Fail(respond, Status::NotFound("no such endpoint: " + m + " " + req.path));
+}
+
+void IdentityApi::Whoami(const Principal& who, Respond respond) {
+  (*respond)(JsonResponse(200, {{"subject", who.subject},
+                                {"role", RoleName(who.role)},
+                                {"scopes", ScopesToString(who.scopes)},
+                                {"groups", who.groups},
+                                {"token_id", who.token_id}}));
+}
+
+void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
+  if (int64_t wait = login_limiter_.Take(PeerHost(req.peer)); wait > 0) {
+    net::HttpResponse r = ErrorResponse(
+        Status::ResourceExhausted("too many login attempts from this address; try again later"));
+    r.headers["retry-after"] = std::to_string((wait + 999) / 1000);
+    return (*respond)(std::move(r));
+  }
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return Fail(respond, body.status());
+  JsonReader r(*body, "");
+  std::string user = r.Str("user");
+  std::string password = r.Str("password");
+  std::string name = r.Str("name", false, "login");
+  auto ttl = ReadTtl(r, options_.login_token_ttl_ms);
+  if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
+  if (!ttl.ok()) return Fail(respond, ttl.status());
+  auto record = auth_.GetUser(user);
+  if (!record.ok()) return Fail(respond, record.status());
+  // Unknown users are checked against a dummy hash so that their answer
+  // takes as long as a wrong password's.
+  static const std::string kDummy = HashPassword("not a real password").value_or("");
+  std::string hash = *record && !(*record)->disabled ? (*record)->password_hash : kDummy;
+  std::string peer = req.peer;
+  int64_t ttl_ms = *ttl;
+  hasher_.Submit(
+      [this, respond, user, password = std::move(password), hash, peer, ttl_ms, name]() mutable {
+        bool ok = VerifyPassword(password, hash);
+        loop_.Post([this, respond, user, ok, peer, ttl_ms, name] {
+          auto current = auth_.GetUser(user);
+          if (!ok || !current.ok() || !*current || (*current)->disabled) {
+            auth_.Audit(user, "login", user, "wrong user name or password", peer, false);
+            return Fail(respond, Status::Unauthenticated("wrong user name or password"));
+          }
+          auto role = ParseUserRole((*current)->role);
+          if (!role.ok()) return Fail(respond, role.status());
+          auto token = auth_.CreateToken(user, *role, name, kAllScopes, ttl_ms);
+          if (!token.ok()) return Fail(respond, token.status());
+          auth_.Audit(user, "login", user, "token " + token->id, peer);
+          (*respond)(JsonResponse(
+              200, {{"token", token->secret},
+                    {"id", token->id},
+                    {"user", user},
+                    {"role", (*current)->role},
+                    {"expires_ms",
+                     token->record.expires_ms ? json(token->record.expires_ms) : json(nullptr)}}));
+        });
+      });
+}
+
+void IdentityApi::HashOffLoop(std::string password, Respond respond,
+                              std::function<void(const std::string&)> then) {
+  hasher_.Submit([this, password = std::move(password), respond, then = std::move(then)] {
+    auto hash = HashPassword(password);
+    loop_.Post([respond, hash = std::move(hash), then] {
+      if (!hash.ok()) return Fail(respond, hash.status().WithContext("password"));
+      then(*hash);
+    });
+  });
+}
+
+void IdentityApi::AddUser(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  if (Status s = Authorize(who, Action::kAdminister); !s.ok()) return Fail(respond, s);
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return Fail(respond, body.status());
+  JsonReader r(*body, "");
+  std::string name = r.Str("name");
+  std::string role_name = r.Str("role", false, "member");
+  std::string password = r.Str("password", false);
+  if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
+  if (Status s = CheckName(name, "name"); !s.ok()) return Fail(respond, s);
+  auto role = ParseUserRole(role_name);
+  if (!role.ok()) return Fail(respond, role.status());
+  auto add = [this, respond, name, role = *role, who, peer = req.peer](const std::string& hash) {
+    auto u = auth_.AddUser(name, role, hash);
+    if (!u.ok()) return Fail(respond, u.status());
+    auth_.Audit(who.subject, "user.add", name, "role " + u->role, peer);
+    (*respond)(JsonResponse(201, UserToJson(*u)));
+  };
+  if (password.empty()) return add("");
+  HashOffLoop(std::move(password), respond, add);
+}
+
+void IdentityApi::SetPassword(const net::HttpRequest& req, const Principal& who,
+                              const std::string& user, Respond respond) {
+  Action a = user == who.subject ? Action::kOwnTokens : Action::kAdminister;
+  if (Status s = Authorize(who, a); !s.ok()) return Fail(respond, s);
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return Fail(respond, body.status());
+  JsonReader r(*body, "");
+  std::string password = r.Str("password");
+  if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
+  HashOffLoop(std::move(password), respond,
+              [this, respond, user, who, peer = req.peer](const std::string& hash) {
+                auto u = auth_.SetPasswordHash(user, hash);
+                if (!u.ok()) return Fail(respond, u.status());
+                auth_.Audit(who.subject, "user.password", user, "", peer);
+                (*respond)(JsonResponse(200, UserToJson(*u)));
+              });
+}
+
+void IdentityApi::AddGroup(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  if (Status s = Authorize(who, Action::kAdminister); !s.ok()) return Fail(respond, s);
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return Fail(respond, body.status());
+  JsonReader r(*body, "");
+  std::string name = r.Str("name");
+  bool shared = r.Bool("shared_jobs", false, false);
+  if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
+  auto g = auth_.AddGroup(name, shared);
+  if (!g.ok()) return Fail(respond, g.status());
+  auth_.Audit(who.subject, "group.add", name, shared ? "members share jobs" : "", req.peer);
+  (*respond)(JsonResponse(201, GroupRecordToJson(*g)));
+}
+
+void IdentityApi::ChangeGroup(const net::HttpRequest& req, const Principal& who,
+                              const std::string& name, Respond respond) {
+  if (Status s = Authorize(who, Action::kAdminister); !s.ok()) return Fail(respond, s);
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return Fail(respond, body.status());
+  JsonReader r(*body, "");
+  std::vector<std::string> add = r.StrList("add", false);
+  std::vector<std::string> remove = r.StrList("remove", false);
+  std::optional<bool> shared;
+  if (r.Has("shared_jobs")) shared = r.Bool("shared_jobs");
+  if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
+  auto g = auth_.ChangeMembers(name, add, remove, shared);
+  if (!g.ok()) return Fail(respond, g.status());
+  std::string detail;
+  for (const auto& u : add) detail += "+" + u + " ";
+  for (const auto& u : remove) detail += "-" + u + " ";
+  if (shared) detail += *shared ? "shared_jobs=true" : "shared_jobs=false";
+  auth_.Audit(who.subject, "group.members", name, detail, req.peer);
+  (*respond)(JsonResponse(200, GroupRecordToJson(*g)));
+}
+
+void IdentityApi::CreateToken(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  auto body = ParseJsonObject(req.body.empty() ? "{}" : req.body, "request body");
+  if (!body.ok()) return Fail(respond, body.status());
+  JsonReader r(*body, "");
+  std::string user = r.Str("user", false, who.subject);
+  std::string name = r.Str("name", false);
+  std::string scopes_text = r.Str("scopes", false, "*");
+  auto ttl = ReadTtl(r, 90LL * 24 * 3600 * 1000);
+  if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
+  if (!ttl.ok()) return Fail(respond, ttl.status());
+  auto scopes = ParseScopes(scopes_text);
+  if (!scopes.ok()) return Fail(respond, scopes.status());
+  Action a = user == who.subject ? Action::kOwnTokens : Action::kAdminister;
+  if (Status s = Authorize(who, a); !s.ok()) return Fail(respond, s);
+  // A token never holds more than the token that made it.
+  if (user == who.subject) *scopes &= who.scopes;
+  if (who.role == Role::kAgent || who.role == Role::kJoin)
+    return Fail(respond, Status::PermissionDenied("agents cannot create tokens"));
+  auto record = auth_.GetUser(user);
+  if (!record.ok()) return Fail(respond, record.status());
+  if (!*record) return Fail(respond, Status::NotFound("user " + user + " does not exist"));
+  auto role = ParseUserRole((*record)->role);
+  if (!role.ok()) return Fail(respond, role.status());
+  auto t = auth_.CreateToken(user, *role, name, *scopes, *ttl);
+  if (!t.ok()) return Fail(respond, t.status());
+  auth_.Audit(who.subject, "token.create", user + "/" + t->id,
+              "scopes " + t->record.scopes + (name.empty() ? "" : ", " + name), req.peer);
+  json out = TokenToJson(t->record, clock_.NowMs());
+  out["token"] = t->secret;
+  (*respond)(JsonResponse(201, out));
+}
+
+void IdentityApi::ListTokens(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  std::string user = who.subject;
+  if (auto it = req.query.find("user"); it != req.query.end()) user = it->second;
+  if (req.query.count("all")) user = "";
+  Action a = user == who.subject ? Action::kOwnTokens : Action::kAdminister;
+  if (Status s = Authorize(who, a); !s.ok()) return Fail(respond, s);
+  auto tokens = auth_.ListTokens(user);
+  if (!tokens.ok()) return Fail(respond, tokens.status());
+  json arr = json::array();
+  int64_t now = clock_.NowMs();
+  for (const TokenRecord& t : *tokens) {
+    if (t.role == "agent" || t.role == "agent-join") continue;
+    arr.push_back(TokenToJson(t, now));
+  }
+  (*respond)(JsonResponse(200, {{"tokens", arr}}));
+}
+
+void IdentityApi::Enroll(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  if (Status s = Authorize(who, Action::kAgentEnroll); !s.ok()) return Fail(respond, s);
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return Fail(respond, body.status());
+  JsonReader r(*body, "");
+  std::string node = r.Str("node");
+  std::string csr = r.Str("csr", false);
+  if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
+  if (Status s = CheckName(node, "node"); !s.ok()) return Fail(respond, s);
+  // Enrolling again replaces a node's credential: a provider's node only by
+  // that provider (or an admin).
+  auto existing = auth_.GetAgentCredential(node);
+  if (!existing.ok()) return Fail(respond, existing.status());
+  if (*existing && !(*existing)->owner.empty()) {
+    if (Status s = Authorize(who, Action::kNodeManage, {(*existing)->owner}); !s.ok())
+      return Fail(respond, s.WithContext("node " + node + " is enrolled by " + (*existing)->owner));
+  }
+  std::string owner = who.role == Role::kProvider ? who.subject : "";
+  std::string cert, serial, fingerprint;
+  if (options_.ca) {
+    if (csr.empty()) {
+      return Fail(respond, Status::InvalidArgument(
+                               "csr: this server uses TLS; enrollment needs a certificate "
+                               "signing request for the node's client certificate"));
+    }
+    auto signed_cert =
+        net::SignClientCsr(*options_.ca, csr, node, static_cast<int>(options_.agent_cert_days));
+    if (!signed_cert.ok()) return Fail(respond, signed_cert.status().WithContext("csr"));
+    auto info = net::ReadCert(*signed_cert);
+    if (!info.ok()) return Fail(respond, info.status());
+    cert = *signed_cert;
+    serial = info->serial;
+    fingerprint = info->fingerprint;
+  }
+  auto t = auth_.EnrollAgent(node, owner, serial, fingerprint);
+  if (!t.ok()) {
+    auth_.Audit(who.subject, "agent.enroll", node, t.status().message(), req.peer, false);
+    return Fail(respond, t.status());
+  }
+  auth_.Audit(who.subject, "agent.enroll", node,
+              serial.empty() ? "node token" : "client certificate serial " + serial, req.peer);
+  (*respond)(JsonResponse(201, {{"node", node},
+                                {"token", t->secret},
+                                {"certificate", cert},
+                                {"ca_fingerprint", options_.ca_fingerprint}}));
+}
+
+void IdentityApi::RevokeNode(const net::HttpRequest& req, const Principal& who,
+                             const std::string& node, Respond respond) {
+  auto cred = auth_.GetAgentCredential(node);
+  if (!cred.ok()) return Fail(respond, cred.status());
+  if (!*cred) return Fail(respond, Status::NotFound("node " + node + " has no enrollment"));
+  if (Status s = Authorize(who, Action::kNodeManage, {(*cred)->owner}); !s.ok())
+    return Fail(respond, s);
+  auto c = auth_.RevokeAgent(node);
+  if (!c.ok()) return Fail(respond, c.status());
+  std::string reason = "revoked by " + who.subject;
+  auth_.Audit(who.subject, "agent.revoke", node, "running attempts requeued", req.peer);
+  on_revoked_(node, reason);
+  (*respond)(JsonResponse(200, CredentialToJson(*c)));
+}
+
+void IdentityApi::Audit(const net::HttpRequest& req, Respond respond) {
+  auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  auto limit = QueryInt(req, "limit", 100, 1, 10000);
+  for (const Status& s : {after.status(), limit.status()}) {
+    if (!s.ok()) return Fail(respond, s);
+  }
+  auto entries = auth_.ListAudit(*after, static_cast<int32_t>(*limit));
+  if (!entries.ok()) return Fail(respond, entries.status());
+  json arr = json::array();
+  for (const AuditEntry& e : *entries) arr.push_back(AuditToJson(e));
+  (*respond)(JsonResponse(
+      200, {{"entries", arr}, {"next_after", entries->empty() ? *after : entries->back().id}}));
+}
+
+}  // namespace gpupool::server

@@ -1,0 +1,79 @@
+// IdentityApi: the REST endpoints for identities and credentials (see
+// docs/api.md#identities): login, whoami, users, groups (labs), tokens, the
+// audit log, agent enrollment, and revoking nodes.
+//
+// Every call is authorized through server/authz.h. Password hashing runs on
+// a worker thread; its result comes back to the event loop. Single-threaded
+// otherwise (the server's event loop).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/clock.h"
+#include "net/event_loop.h"
+#include "net/http_server.h"
+#include "net/pki.h"
+#include "server/auth.h"
+#include "server/rate_limiter.h"
+#include "server/worker_pool.h"
+
+namespace gpupool::server {
+
+struct IdentityApiOptions {
+  int64_t login_token_ttl_ms = 30LL * 24 * 3600 * 1000;  // tokens from `gpupool login`
+  int64_t agent_cert_days = 365;
+  RateLimit login_per_peer{1.0, 10};  // password attempts per client address
+  // The pool CA (TLS on): enrollment signs agents' client certificates with it.
+  std::optional<net::PemPair> ca;
+  std::string ca_fingerprint;
+};
+
+class IdentityApi {
+ public:
+  using Respond = std::shared_ptr<net::Responder>;
+  // Called after a node's credential was revoked (close its connection,
+  // requeue its work).
+  using RevokedHook = std::function<void(const std::string& node, const std::string& reason)>;
+
+  IdentityApi(net::EventLoop& loop, Auth& auth, const Clock& clock, IdentityApiOptions options,
+              RevokedHook on_revoked);
+
+  // Whether `path` is one of these endpoints (POST /v1/login needs no token).
+  static bool Serves(std::string_view method, std::string_view path);
+  static bool IsLogin(std::string_view method, std::string_view path);
+
+  void Login(const net::HttpRequest& req, Respond respond);
+  void Handle(const net::HttpRequest& req, const Principal& who, Respond respond);
+
+ private:
+  void Whoami(const Principal& who, Respond respond);
+  void AddUser(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void SetPassword(const net::HttpRequest& req, const Principal& who, const std::string& user,
+                   Respond respond);
+  void CreateToken(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void ListTokens(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void Enroll(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void RevokeNode(const net::HttpRequest& req, const Principal& who, const std::string& node,
+                  Respond respond);
+  void ChangeGroup(const net::HttpRequest& req, const Principal& who, const std::string& name,
+                   Respond respond);
+  void AddGroup(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void Audit(const net::HttpRequest& req, Respond respond);
+
+  // Hashes `password` on the worker, then calls `then(hash)` on the loop.
+  void HashOffLoop(std::string password, Respond respond,
+                   std::function<void(const std::string& hash)> then);
+
+  net::EventLoop& loop_;
+  Auth& auth_;
+  const Clock& clock_;
+  IdentityApiOptions options_;
+  RevokedHook on_revoked_;
+  RateLimiter login_limiter_;
+  WorkerPool hasher_{1};
+};
+
+}  // namespace gpupool::server

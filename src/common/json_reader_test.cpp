@@ -138,5 +138,47 @@ TEST(JsonReader, IntInChecksTheRange) {
   }
 }
 
+TEST(JsonReader, CountsAreCheckedBeforeEntriesAreRead) {
+  json j = json::parse(
+      R"({"l": ["a", "b", "c"], "m": {"a": "x", "b": "y"}, "i": {"a": 1, "b": 2}, "e": [1, 2]})");
+  {
+    JsonReader r(j, "body");
+    EXPECT_EQ(r.StrList("l", true, 3).size(), 3u);
+    EXPECT_EQ(r.StrMap("m", true, 2).size(), 2u);
+    EXPECT_EQ(r.IntMap("i", true, 2).size(), 2u);
+    int seen = 0;
+    r.Each("e", true, 2, [&](const json&, const std::string&) {
+      ++seen;
+      return Status::Ok();
+    });
+    EXPECT_EQ(seen, 2);
+    EXPECT_TRUE(r.Finish().ok());
+  }
+  auto error = [&](auto read) {
+    JsonReader r(j, "body");
+    read(r);
+    return r.status().message();
+  };
+  EXPECT_EQ(error([](JsonReader& r) { r.StrList("l", true, 2); }),
+            "body.l: at most 2 entries, got 3");
+  EXPECT_EQ(error([](JsonReader& r) { r.StrMap("m", true, 1); }),
+            "body.m: at most 1 entries, got 2");
+  EXPECT_EQ(error([](JsonReader& r) { r.IntMap("i", true, 1); }),
+            "body.i: at most 1 entries, got 2");
+  EXPECT_EQ(error([](JsonReader& r) {
+              r.Each("e", true, 1, [](const json&, const std::string&) {
+                ADD_FAILURE() << "read an entry";
+                return Status::Ok();
+              });
+            }),
+            "body.e: at most 1 entries, got 2");
+  json big = json::parse(R"({"i": {"a": 18446744073709551615}})");
+  JsonReader r(big, "body");
+  r.IntMap("i");
+  EXPECT_EQ(r.status().message(),
+            "body.i.a: must be an integer of at most 9223372036854775807, got "
+            "18446744073709551615");
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -244,4 +244,7 @@ def test_a_preempted_job_checkpoints_and_resumes(pool, tmp_path):
     assert job["attempt_list"][0]["state"] == "preempted", job
     got_steps, got_hash, resumed_from = result_of(pool, job_id)
     assert (got_steps, got_hash) == reference(steps)
-    assert resumed_from >= 20, "the checkpoint asked for before the preemption was not used"
+    # every=1000: the job makes no checkpoint of its own, so any restore point
+    # is the one asked for before the preemption (how far it got depends on
+    # the machine's load).
+    assert resumed_from >= 1, "the checkpoint asked for before the preemption was not used"

@@ -90,7 +90,10 @@ asio::awaitable<void> Run(Exchange& x) {
   }
   auto [handshake_ec] = co_await tls_stream.async_handshake(asio::ssl::stream_base::client, kTuple);
   if (handshake_ec) {
-    x.result = Status::Unavailable(x.tls->HandshakeFailure(ssl, x.call.base_url, handshake_ec));
+    // A server that fails to prove who it is will not do better on a retry.
+    std::string why = x.tls->HandshakeFailure(ssl, x.call.base_url, handshake_ec);
+    x.result = SSL_get_verify_result(ssl) != X509_V_OK ? Status::Unauthenticated(std::move(why))
+                                                       : Status::Unavailable(std::move(why));
     co_return;
   }
   co_await Converse(x, tls_stream);

@@ -26,11 +26,12 @@ struct HttpCall {
 };
 
 // Returns the response for any HTTP status; an error only when no response
-// arrived (Unavailable: cannot connect, TLS handshake failed, e.g.
-// "TLS: the server's certificate chain does not contain the pinned CA
-// sha256:...; refusing to connect to https://..."; DeadlineExceeded:
-// timeout; InvalidArgument: a bad URL or TLS configuration, such as an
-// unreadable certificate file).
+// arrived (Unavailable: cannot connect, or the TLS handshake failed;
+// Unauthenticated: the server's certificate did not verify, e.g. "TLS: the
+// server's certificate chain does not contain the pinned CA sha256:...;
+// refusing to connect to https://..." (retrying will not help);
+// DeadlineExceeded: timeout; InvalidArgument: a bad URL or TLS
+// configuration, such as an unreadable certificate file).
 Result<HttpResponse> Fetch(const HttpCall& call);
 
 }  // namespace gpupool::net

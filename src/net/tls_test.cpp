@@ -273,7 +273,7 @@ TEST_F(TlsTest, WrongPinIsRefusedWithThePinInTheMessage) {
   auto call = Call(Pinned(other_ca_));
   auto res = Fetch(call);
   ASSERT_FALSE(res.ok());
-  EXPECT_EQ(res.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(res.status().code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(res.status().message(),
             "TLS: the server's certificate chain does not contain the pinned CA " +
                 call.tls.ca_fingerprint + "; refusing to connect to " + call.base_url);
@@ -298,7 +298,7 @@ TEST_F(TlsTest, PinnedLeafMustBeAServerCertificate) {
   StartServer(ServerTls("client_chain.pem", "client.key"));
   auto res = Fetch(Call(Pinned()));
   ASSERT_FALSE(res.ok());
-  EXPECT_EQ(res.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(res.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(res.status().message().find(
                 "TLS: the server's certificate does not verify against the pinned CA"),
             std::string::npos)
@@ -331,7 +331,7 @@ TEST_F(TlsTest, CaFileModeRefusesACertificateWithoutTheIp) {
   tls.ca_file = Path("ca.pem");
   auto res = Fetch(Call(tls));
   ASSERT_FALSE(res.ok());
-  EXPECT_EQ(res.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(res.status().code(), StatusCode::kUnauthenticated);
   EXPECT_NE(res.status().message().find("IP address mismatch"), std::string::npos)
       << res.status().message();
   // The same certificate is fine for a pinning client (no name check).

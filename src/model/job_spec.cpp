@@ -32,14 +32,8 @@ using nlohmann::json;
 // environment far below Linux's ARG_MAX (2 MiB with an 8 MiB stack).
 constexpr size_t kMaxSpecBytes = 1 << 20;  // YAML/JSON text
 constexpr size_t kMaxNameChars = 128;
-constexpr size_t kMaxRunBytes = 64 * 1024;
-constexpr size_t kMaxCommandArgs = 1024;
-constexpr size_t kMaxCommandBytes = 64 * 1024;  // all arguments together
 constexpr size_t kMaxWorkdirBytes = 4096;
-constexpr size_t kMaxEnvVars = 256;
 constexpr size_t kMaxEnvNameChars = 256;
-constexpr size_t kMaxEnvValueBytes = 32 * 1024;
-constexpr size_t kMaxEnvBytes = 256 * 1024;  // names and values together
 constexpr size_t kMaxGpuModels = 32;
 constexpr size_t kMaxGpuModelChars = 128;
 constexpr int64_t kMaxGpus = 64;
@@ -207,17 +201,23 @@ Status AtMost(std::string_view path, size_t got, size_t max, std::string_view wh
   return FieldError(path, "at most " + std::to_string(max) + " " + std::string(what) + ", got " +
                               std::to_string(got));
 }
-Status CheckRunBytes(size_t n) { return AtMost("run", n, kMaxRunBytes, "bytes"); }
-Status CheckCommandArgs(size_t n) { return AtMost("command", n, kMaxCommandArgs, "arguments"); }
-Status CheckCommandBytes(size_t n) {
-  return AtMost("command", n, kMaxCommandBytes, "bytes in all arguments together");
+Status CheckRunBytes(size_t n, const SpecLimits& l) {
+  return AtMost("run", n, l.run_bytes, "bytes");
 }
-Status CheckEnvCount(size_t n) { return AtMost("env", n, kMaxEnvVars, "entries"); }
-Status CheckEnvValueBytes(std::string_view name, size_t n) {
-  return AtMost("env." + std::string(name), n, kMaxEnvValueBytes, "bytes");
+Status CheckCommandArgs(size_t n, const SpecLimits& l) {
+  return AtMost("command", n, l.command_args, "arguments");
 }
-Status CheckEnvBytes(size_t n) {
-  return AtMost("env", n, kMaxEnvBytes, "bytes in names and values together");
+Status CheckCommandBytes(size_t n, const SpecLimits& l) {
+  return AtMost("command", n, l.command_bytes, "bytes in all arguments together");
+}
+Status CheckEnvCount(size_t n, const SpecLimits& l) {
+  return AtMost("env", n, l.env_vars, "entries");
+}
+Status CheckEnvValueBytes(std::string_view name, size_t n, const SpecLimits& l) {
+  return AtMost("env." + std::string(name), n, l.env_value_bytes, "bytes");
+}
+Status CheckEnvBytes(size_t n, const SpecLimits& l) {
+  return AtMost("env", n, l.env_bytes, "bytes in names and values together");
 }
 
 Status CheckNoNul(std::string_view path, std::string_view s) {
@@ -571,10 +571,10 @@ Status ParseResources(const json& j, Resources& out) {
   return Status::Ok();
 }
 
-Status ParseEnv(const json& j, std::map<std::string, std::string>& out) {
+Status ParseEnv(const json& j, std::map<std::string, std::string>& out, const SpecLimits& limits) {
   if (!j.is_object())
     return FieldError("env", "expected a mapping of NAME: value, got " + DescribeValue(j));
-  GP_RETURN_IF_ERROR(CheckEnvCount(j.size()));
+  GP_RETURN_IF_ERROR(CheckEnvCount(j.size(), limits));
   size_t total = 0;
   for (const auto& [name, value] : j.items()) {
     GP_RETURN_IF_ERROR(CheckEnvName(name));
@@ -587,11 +587,11 @@ Status ParseEnv(const json& j, std::map<std::string, std::string>& out) {
       return FieldError("env." + name,
                         "must be a string, number or boolean, got " + DescribeValue(value));
     }
-    GP_RETURN_IF_ERROR(CheckEnvValueBytes(name, text.size()));
+    GP_RETURN_IF_ERROR(CheckEnvValueBytes(name, text.size(), limits));
     total += name.size() + text.size();
     out[name] = std::move(text);
   }
-  return CheckEnvBytes(total);
+  return CheckEnvBytes(total, limits);
 }
 
 }  // namespace
@@ -609,7 +609,7 @@ Result<JobSpec> ParseJobSpec(std::string_view text) {
   return spec;
 }
 
-Result<JobSpec> JobSpecFromJson(const json& j) {
+Result<JobSpec> JobSpecFromJson(const json& j, const SpecLimits& limits) {
   if (!j.is_object()) return FieldError("", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "", kTopFields));
   JobSpec spec;
@@ -630,18 +630,18 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
                                        DescribeValue(*command));
     }
     if (command->empty()) return FieldError("command", "must not be empty");
-    GP_RETURN_IF_ERROR(CheckCommandArgs(command->size()));
+    GP_RETURN_IF_ERROR(CheckCommandArgs(command->size(), limits));
     size_t total = 0;
     for (const json& arg : *command)
       total += arg.is_string() ? arg.get_ref<const std::string&>().size() : 0;
-    GP_RETURN_IF_ERROR(CheckCommandBytes(total));
+    GP_RETURN_IF_ERROR(CheckCommandBytes(total, limits));
     for (size_t i = 0; i < command->size(); ++i) {
       GP_ASSIGN_OR_RETURN(std::string arg,
                           StringField((*command)[i], "command[" + std::to_string(i) + "]"));
       spec.command.push_back(std::move(arg));
     }
   }
-  if (const json* v = Field(j, "env")) GP_RETURN_IF_ERROR(ParseEnv(*v, spec.env));
+  if (const json* v = Field(j, "env")) GP_RETURN_IF_ERROR(ParseEnv(*v, spec.env, limits));
   if (const json* v = Field(j, "image")) {
     GP_ASSIGN_OR_RETURN(spec.image, StringField(*v, "image"));
   }
@@ -693,11 +693,11 @@ Result<JobSpec> JobSpecFromJson(const json& j) {
   if (const json* v = Field(j, "inputs")) {
     GP_ASSIGN_OR_RETURN(spec.inputs, StringField(*v, "inputs"));
   }
-  GP_RETURN_IF_ERROR(ValidateJobSpec(spec));
+  GP_RETURN_IF_ERROR(ValidateJobSpec(spec, limits));
   return spec;
 }
 
-Status ValidateJobSpec(const JobSpec& spec) {
+Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   if (!IsValidName(spec.name)) {
     return FieldError("name", "must be 1 to " + std::to_string(kMaxNameChars) +
                                   " characters of A-Z, a-z, 0-9, '.', '_' and '-', got " +
@@ -731,28 +731,28 @@ Status ValidateJobSpec(const JobSpec& spec) {
     if (spec.run.find_first_not_of(" \t\r\n") == std::string::npos) {
       return FieldError("run", "must not be blank");
     }
-    GP_RETURN_IF_ERROR(CheckRunBytes(spec.run.size()));
+    GP_RETURN_IF_ERROR(CheckRunBytes(spec.run.size(), limits));
     GP_RETURN_IF_ERROR(CheckText("run", spec.run));
   }
   if (has_command) {
-    GP_RETURN_IF_ERROR(CheckCommandArgs(spec.command.size()));
+    GP_RETURN_IF_ERROR(CheckCommandArgs(spec.command.size(), limits));
     size_t total = 0;
     for (const std::string& arg : spec.command) total += arg.size();
-    GP_RETURN_IF_ERROR(CheckCommandBytes(total));
+    GP_RETURN_IF_ERROR(CheckCommandBytes(total, limits));
     if (spec.command[0].empty()) return FieldError("command[0]", "the program must not be empty");
     for (size_t i = 0; i < spec.command.size(); ++i) {
       GP_RETURN_IF_ERROR(CheckText("command[" + std::to_string(i) + "]", spec.command[i]));
     }
   }
-  GP_RETURN_IF_ERROR(CheckEnvCount(spec.env.size()));
+  GP_RETURN_IF_ERROR(CheckEnvCount(spec.env.size(), limits));
   size_t env_bytes = 0;
   for (const auto& [name, value] : spec.env) {
     GP_RETURN_IF_ERROR(CheckEnvName(name));
-    GP_RETURN_IF_ERROR(CheckEnvValueBytes(name, value.size()));
+    GP_RETURN_IF_ERROR(CheckEnvValueBytes(name, value.size(), limits));
     GP_RETURN_IF_ERROR(CheckText("env." + name, value));
     env_bytes += name.size() + value.size();
   }
-  GP_RETURN_IF_ERROR(CheckEnvBytes(env_bytes));
+  GP_RETURN_IF_ERROR(CheckEnvBytes(env_bytes, limits));
   const Resources& r = spec.resources;
   GP_RETURN_IF_ERROR(CheckGpus(r.gpus, r.gpu_milli));
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.gpu_memory", r.gpu_memory_mib, kMaxGpuMemoryMib));

@@ -58,6 +58,8 @@
 // ParseJsonObject (common/json_reader.h), which bounds nesting and strings.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string_view>
 
@@ -69,14 +71,29 @@ namespace gpupool {
 // Parses YAML (a superset of JSON, so JSON text works too).
 Result<JobSpec> ParseJobSpec(std::string_view text);
 
+// The size limits of a spec's largest fields.
+struct SpecLimits {
+  size_t run_bytes;
+  size_t command_args;
+  size_t command_bytes;  // all arguments together
+  size_t env_vars;
+  size_t env_value_bytes;
+  size_t env_bytes;  // names and values together
+};
+// What a submission may have (docs/user-guide.md, "Limits of a spec").
+inline constexpr SpecLimits kSubmitLimits{64 * 1024, 1024, 64 * 1024, 256, 32 * 1024, 256 * 1024};
+// What a stored job may have: the limits of every earlier release, so that
+// jobs accepted before the limits were tightened still load.
+inline constexpr SpecLimits kStoredLimits{128 * 1024, 4096, SIZE_MAX, 1024, 128 * 1024, SIZE_MAX};
+
 // From an already parsed JSON value (the API's request body).
-Result<JobSpec> JobSpecFromJson(const nlohmann::json& j);
+Result<JobSpec> JobSpecFromJson(const nlohmann::json& j, const SpecLimits& limits = kSubmitLimits);
 
 // Canonical JSON form; JobSpecFromJson(JobSpecToJson(s)) == s.
 nlohmann::json JobSpecToJson(const JobSpec& spec);
 
 // Checks the invariants of an already built spec (used by the parsers and by
 // code that builds specs directly, such as `gpupool submit -- cmd`).
-Status ValidateJobSpec(const JobSpec& spec);
+Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits = kSubmitLimits);
 
 }  // namespace gpupool

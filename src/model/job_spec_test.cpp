@@ -810,6 +810,20 @@ TEST(JobSpecFromJson, LimitsOnSizes) {
 }
 
 // The same limits hold for specs built in memory (gpupool submit -- cmd).
+TEST(JobSpecFromJson, StoredLimitsAcceptWhatEarlierReleasesAccepted) {
+  json env = json::object();
+  for (int i = 0; i < 300; ++i) env["V" + std::to_string(i)] = std::string(40 * 1024, 'x');
+  json spec = {{"run", std::string(100 * 1024, 'r')}, {"env", env}};
+  EXPECT_FALSE(JobSpecFromJson(spec).ok());
+  auto stored = JobSpecFromJson(spec, kStoredLimits);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->env.size(), 300u);
+  env["V300"] = "one too many";
+  for (int i = 301; i <= 1024; ++i) env["V" + std::to_string(i)] = "";
+  EXPECT_EQ(JobSpecFromJson(json{{"run", "x"}, {"env", env}}, kStoredLimits).status().message(),
+            "env: at most 1024 entries, got 1025");
+}
+
 TEST(ValidateJobSpec, LimitsOnSizes) {
   auto error = [](void (*mutate)(JobSpec&)) {
     JobSpec s;

@@ -492,7 +492,9 @@ Result<Job> ReadJob(const Query& q) {
   GP_ASSIGN_OR_RETURN(json spec_json, ParseColumn(q.Text(11), where));
   Result<JobSpec> spec = [&]() -> Result<JobSpec> {
     try {
-      return JobSpecFromJson(spec_json);
+      // Stored jobs were accepted under their release's limits: load them
+      // under the most generous, so a tightened limit never loses a job.
+      return JobSpecFromJson(spec_json, kStoredLimits);
     } catch (const json::exception& e) {
       return Status::Internal(e.what());
     }
@@ -711,7 +713,8 @@ class SqliteTx : public Tx {
     if (jq.owner) {
       sql += " AND (owner = ?" + std::to_string(next++);
       for (size_t i = 0; i < jq.or_groups.size(); ++i) {
-        sql += (i == 0 ? " OR json_extract(spec, '$.group') IN (?" : ", ?") + std::to_string(next++);
+        sql +=
+            (i == 0 ? " OR json_extract(spec, '$.group') IN (?" : ", ?") + std::to_string(next++);
       }
       sql += jq.or_groups.empty() ? ")" : "))";
     }

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "model/job_spec.h"
+
 namespace gpupool {
 
 std::string StoreBackendName(const ::testing::TestParamInfo<StoreBackend>& info) {
@@ -375,16 +377,16 @@ TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
     JobState state = kAllJobStates[i % std::size(kAllJobStates)];
     JobSpec spec = RunSpec();
     spec.group = i % 4 == 0 ? "vision" : (i % 4 == 1 ? "nlp" : "default");
-    CONF_ASSERT_OK_AND_ASSIGN(
-        Job j, Insert(store(), MakeJob(i % 3 == 0 ? "bob" : "alice", spec, state)));
+    CONF_ASSERT_OK_AND_ASSIGN(Job j,
+                              Insert(store(), MakeJob(i % 3 == 0 ? "bob" : "alice", spec, state)));
     all.push_back(j);
   }
   auto expect = [&](const JobQuery& q) {
     std::vector<int64_t> want;
     for (const Job& j : all) {
       if (j.id <= q.after_id) continue;
-      bool in_group = std::find(q.or_groups.begin(), q.or_groups.end(), j.spec.group) !=
-                      q.or_groups.end();
+      bool in_group =
+          std::find(q.or_groups.begin(), q.or_groups.end(), j.spec.group) != q.or_groups.end();
       if (q.owner && j.owner != *q.owner && !in_group) continue;
       if (!q.states.empty() &&
           std::find(q.states.begin(), q.states.end(), j.state) == q.states.end()) {
@@ -444,6 +446,20 @@ TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
                             InTx(store(), [](Tx& tx) { return tx.ListJobs(JQ().Owner("bob")); }));
   ASSERT_FALSE(listed.empty());
   EXPECT_EQ(listed[0], all[0]);
+}
+
+TEST_P(StoreConformanceTest, JobsAcceptedUnderEarlierLimitsStillLoad) {
+  // A spec within an earlier release's limits, beyond today's submission limits.
+  JobSpec spec = RunSpec();
+  for (int i = 0; i < 300; ++i) spec.env["V" + std::to_string(i)] = std::string(1000, 'x');
+  ASSERT_FALSE(ValidateJobSpec(spec).ok());
+  CONF_ASSERT_OK_AND_ASSIGN(Job j, Insert(store(), MakeJob("alice", spec)));
+  Reopen();
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [&](Tx& tx) { return tx.GetJob(j.id); }));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->spec, spec);
+  CONF_ASSERT_OK_AND_ASSIGN(auto all, InTx(store(), [](Tx& tx) { return tx.ListJobs({}); }));
+  EXPECT_EQ(all.size(), 1u);
 }
 
 TEST_P(StoreConformanceTest, TransactionReadsItsOwnWrites) {

@@ -347,7 +347,8 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
       r.Fail("gpu_uuids", "a share of a GPU names exactly one GPU");
     }
     if (r.ok()) {
-      auto s = JobSpecFromJson(*spec);
+      // The spec of a stored job, which may predate today's submission limits.
+      auto s = JobSpecFromJson(*spec, kStoredLimits);
       if (!s.ok()) return s.status().WithContext("body.spec");
       m->spec = *std::move(s);
     }

@@ -1083,47 +1083,50 @@ class SqliteTx : public Tx {
 
   // ---- users and groups
 
+  static constexpr const char* kUserColumns = "name, role, password_hash, disabled, created_ms";
+  static constexpr const char* kGroupColumns = "name, members, shared_jobs, created_ms";
+
   Status PutUser(const UserRecord& u) override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT OR REPLACE INTO users (name, role, "
-                                               "password_hash, disabled, created_ms) "
-                                               "VALUES (?1, ?2, ?3, ?4, ?5)"));
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("INSERT OR REPLACE INTO users (" + std::string(kUserColumns) +
+                                      ") VALUES (?1, ?2, ?3, ?4, ?5)"));
     q.Bind(1, u.name).Bind(2, u.role).Bind(3, u.password_hash);
     q.Bind(4, int64_t{u.disabled ? 1 : 0}).Bind(5, u.created_ms);
     return q.Run();
   }
 
   Result<std::optional<UserRecord>> GetUser(const std::string& name) override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, role, password_hash, disabled, "
-                                               "created_ms FROM users WHERE name = ?1"));
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kUserColumns) +
+                                               " FROM users WHERE name = ?1"));
     q.Bind(1, name);
     return ReadOne<UserRecord>(q, ReadUser);
   }
 
   Result<std::vector<UserRecord>> ListUsers() override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, role, password_hash, disabled, "
-                                               "created_ms FROM users ORDER BY name"));
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kUserColumns) +
+                                               " FROM users ORDER BY name"));
     return ReadAll<UserRecord>(q, ReadUser);
   }
 
   Status PutGroup(const GroupRecord& g) override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT OR REPLACE INTO user_groups (name, "
-                                               "members, shared_jobs, created_ms) "
-                                               "VALUES (?1, ?2, ?3, ?4)"));
+    GP_ASSIGN_OR_RETURN(
+        Query q, impl_.Prepare("INSERT OR REPLACE INTO user_groups (" + std::string(kGroupColumns) +
+                               ") VALUES (?1, ?2, ?3, ?4)"));
     q.Bind(1, g.name).Bind(2, Dump(json(g.members))).Bind(3, int64_t{g.shared_jobs ? 1 : 0});
     q.Bind(4, g.created_ms);
     return q.Run();
   }
 
   Result<std::optional<GroupRecord>> GetGroup(const std::string& name) override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, members, shared_jobs, created_ms "
-                                               "FROM user_groups WHERE name = ?1"));
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kGroupColumns) +
+                                               " FROM user_groups WHERE name = ?1"));
     q.Bind(1, name);
     return ReadOne<GroupRecord>(q, ReadGroup);
   }
 
   Result<std::vector<GroupRecord>> ListGroups() override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT name, members, shared_jobs, created_ms "
-                                               "FROM user_groups ORDER BY name"));
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT " + std::string(kGroupColumns) +
+                                               " FROM user_groups ORDER BY name"));
     return ReadAll<GroupRecord>(q, ReadGroup);
   }
 

@@ -179,7 +179,7 @@ Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
     // Single sign-on through a reverse proxy: only the proxy's own address
     // may name the user; the header from anyone else is ignored.
     std::string user = req.Header(options_.proxy_user_header);
-    std::string host = req.peer.substr(0, req.peer.rfind(':'));
+    std::string host = PeerHost(req.peer);
     bool trusted = std::find(options_.proxy_trusted.begin(), options_.proxy_trusted.end(), host) !=
                    options_.proxy_trusted.end();
     if (!user.empty() && trusted) return auth_.PrincipalForProxyUser(user, req.peer);

@@ -157,7 +157,10 @@ Result<Principal> Auth::UserPrincipal(const UserRecord& u, const std::vector<Gro
 }
 
 Result<Principal> Auth::PrincipalForProxyUser(const std::string& user, const std::string& peer) {
-  GP_RETURN_IF_ERROR(CheckName(user, "the single sign-on user header"));
+  if (Status s = CheckName(user, "user"); !s.ok()) {
+    return Status::Unauthenticated("the single sign-on header names no valid user: " +
+                                   s.message());
+  }
   std::optional<UserRecord> record;
   std::vector<GroupRecord> groups;
   bool created = false;

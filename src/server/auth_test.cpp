@@ -208,5 +208,57 @@ TEST_F(RateLimitedApiTest, AFloodFromOneTokenIsLimitedWhileOthersAreServed) {
     EXPECT_EQ(Call("POST", "/v1/blobs/missing", agent_, R"({"chunks":[]})").status, 200);
 }
 
+// Single sign-on: a request without a token from the trusted proxy acts as
+// the user its header names.
+class ProxyAuthTest : public ApiTestServer {
+ protected:
+  ApiOptions ApiOpts() override {
+    ApiOptions o = ApiTestServer::ApiOpts();
+    o.proxy_user_header = "x-remote-user";
+    o.proxy_trusted = {trusted_};
+    return o;
+  }
+  net::HttpResponse AsProxy(const std::string& target, const std::string& user) {
+    net::HttpCall c;
+    c.base_url = base_;
+    c.target = target;
+    c.headers["x-remote-user"] = user;
+    auto r = net::Fetch(c);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : net::HttpResponse{};
+  }
+  std::string trusted_ = "127.0.0.1";
+};
+
+TEST_F(ProxyAuthTest, TheTrustedProxysHeaderNamesTheUser) {
+  auto me = AsProxy("/v1/whoami", "alice");
+  ASSERT_EQ(me.status, 200) << me.body;
+  EXPECT_EQ(Json(me)["subject"], "alice");
+  // A user the pool has not seen becomes a member, once, in the audit log.
+  EXPECT_EQ(Json(AsProxy("/v1/whoami", "newbie"))["role"], "member");
+  EXPECT_EQ(Json(AsProxy("/v1/whoami", "newbie"))["role"], "member");
+  auto audit = Json(Call("GET", "/v1/audit", admin_));
+  int added = 0;
+  for (const auto& e : audit["entries"])
+    added += e["action"] == "user.add" && e["target"] == "newbie";
+  EXPECT_EQ(added, 1);
+  EXPECT_EQ(AsProxy("/v1/whoami", "../root").status, 401);
+  ASSERT_EQ(Call("POST", "/v1/users/alice/disable", admin_).status, 200);
+  EXPECT_EQ(AsProxy("/v1/whoami", "alice").status, 401);
+  EXPECT_EQ(AsProxy("/v1/whoami", "").status, 401);  // no header: a token is needed
+}
+
+class UntrustedProxyTest : public ProxyAuthTest {
+ protected:
+  void SetUp() override {
+    trusted_ = "10.9.9.9";
+    ProxyAuthTest::SetUp();
+  }
+};
+
+TEST_F(UntrustedProxyTest, TheHeaderFromAnyOtherAddressIsIgnored) {
+  EXPECT_EQ(AsProxy("/v1/whoami", "admin").status, 401);
+}
+
 }  // namespace
 }  // namespace gpupool::server

@@ -52,6 +52,13 @@ net::HttpResponse ErrorResponse(const Status& status) {
   return r;
 }
 
+std::string PeerHost(const std::string& peer) {
+  size_t colon = peer.rfind(':');
+  std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
 Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
                          int64_t min, int64_t max) {
   auto it = req.query.find(name);

@@ -15,6 +15,9 @@ int HttpStatusFor(StatusCode code);
 net::HttpResponse ErrorResponse(const Status& status);
 net::HttpResponse JsonResponse(int status, const nlohmann::json& body);
 
+// The address part of a peer "host:port" or "[v6]:port".
+std::string PeerHost(const std::string& peer);
+
 // The integer query parameter `name` (`fallback` when absent or empty);
 // InvalidArgument naming the range when it is not an integer in [min, max].
 Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,

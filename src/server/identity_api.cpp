@@ -56,14 +56,6 @@ json AuditToJson(const AuditEntry& e) {
 
 void Fail(const IdentityApi::Respond& respond, const Status& s) { (*respond)(ErrorResponse(s)); }
 
-// The address part of "host:port" (or "[v6]:port").
-std::string PeerHost(const std::string& peer) {
-  size_t colon = peer.rfind(':');
-  std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return host;
-}
-
 // "expires_in": "30d" (or absent = `fallback`); "never" = 0.
 Result<int64_t> ReadTtl(JsonReader& r, int64_t fallback) {
   if (!r.Has("expires_in")) return fallback;

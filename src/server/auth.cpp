@@ -3,6 +3,8 @@
 #include <openssl/crypto.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 
 #include "common/files.h"
 #include "common/ids.h"
@@ -28,6 +30,17 @@ std::string JoinTokenFor(std::string_view secret, const std::string& ca_fingerpr
     out += hex;
   }
   return out;
+}
+
+// One read in its own transaction.
+template <typename T>
+Result<T> ReadTx(Store& store, const std::function<Result<T>(Tx&)>& read) {
+  std::optional<T> out;
+  GP_RETURN_IF_ERROR(store.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(out, read(tx));
+    return Status::Ok();
+  }));
+  return *std::move(out);
 }
 
 }  // namespace
@@ -158,8 +171,7 @@ Result<Principal> Auth::UserPrincipal(const UserRecord& u, const std::vector<Gro
 
 Result<Principal> Auth::PrincipalForProxyUser(const std::string& user, const std::string& peer) {
   if (Status s = CheckName(user, "user"); !s.ok()) {
-    return Status::Unauthenticated("the single sign-on header names no valid user: " +
-                                   s.message());
+    return Status::Unauthenticated("the single sign-on header names no valid user: " + s.message());
   }
   std::optional<UserRecord> record;
   std::vector<GroupRecord> groups;
@@ -212,12 +224,7 @@ Result<IssuedToken> Auth::CreateToken(const std::string& subject, Role role,
 }
 
 Result<std::vector<TokenRecord>> Auth::ListTokens(const std::string& subject) {
-  std::vector<TokenRecord> out;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(out, tx.ListTokens(subject));
-    return Status::Ok();
-  }));
-  return out;
+  return ReadTx<std::vector<TokenRecord>>(store_, [&](Tx& tx) { return tx.ListTokens(subject); });
 }
 
 Result<TokenRecord> Auth::RevokeToken(const std::string& id, const Principal& by) {
@@ -258,21 +265,11 @@ Result<UserRecord> Auth::AddUser(const std::string& name, Role role,
 }
 
 Result<std::vector<UserRecord>> Auth::ListUsers() {
-  std::vector<UserRecord> out;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(out, tx.ListUsers());
-    return Status::Ok();
-  }));
-  return out;
+  return ReadTx<std::vector<UserRecord>>(store_, [](Tx& tx) { return tx.ListUsers(); });
 }
 
 Result<std::optional<UserRecord>> Auth::GetUser(const std::string& name) {
-  std::optional<UserRecord> out;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(out, tx.GetUser(name));
-    return Status::Ok();
-  }));
-  return out;
+  return ReadTx<std::optional<UserRecord>>(store_, [&](Tx& tx) { return tx.GetUser(name); });
 }
 
 Result<UserRecord> Auth::SetDisabled(const std::string& name, bool disabled) {
@@ -341,22 +338,13 @@ Result<GroupRecord> Auth::ChangeMembers(const std::string& name,
 }
 
 Result<std::vector<GroupRecord>> Auth::ListGroups() {
-  std::vector<GroupRecord> out;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(out, tx.ListGroups());
-    return Status::Ok();
-  }));
-  return out;
+  return ReadTx<std::vector<GroupRecord>>(store_, [](Tx& tx) { return tx.ListGroups(); });
 }
 
 Result<bool> Auth::IsLab(const std::string& name) {
-  bool found = false;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(auto g, tx.GetGroup(name));
-    found = g.has_value();
-    return Status::Ok();
-  }));
-  return found;
+  GP_ASSIGN_OR_RETURN(auto group, ReadTx<std::optional<GroupRecord>>(
+                                      store_, [&](Tx& tx) { return tx.GetGroup(name); }));
+  return group.has_value();
 }
 
 // ---- agents
@@ -423,21 +411,13 @@ Result<AgentCredential> Auth::AllowAgent(const std::string& node) {
 }
 
 Result<std::optional<AgentCredential>> Auth::GetAgentCredential(const std::string& node) {
-  std::optional<AgentCredential> out;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(out, tx.GetAgentCredential(node));
-    return Status::Ok();
-  }));
-  return out;
+  return ReadTx<std::optional<AgentCredential>>(
+      store_, [&](Tx& tx) { return tx.GetAgentCredential(node); });
 }
 
 Result<std::vector<AgentCredential>> Auth::ListAgentCredentials() {
-  std::vector<AgentCredential> out;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(out, tx.ListAgentCredentials());
-    return Status::Ok();
-  }));
-  return out;
+  return ReadTx<std::vector<AgentCredential>>(store_,
+                                              [](Tx& tx) { return tx.ListAgentCredentials(); });
 }
 
 // ---- audit
@@ -452,12 +432,8 @@ void Auth::Audit(const std::string& actor, const std::string& action, const std:
 }
 
 Result<std::vector<AuditEntry>> Auth::ListAudit(int64_t after_id, int32_t limit) {
-  std::vector<AuditEntry> out;
-  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(out, tx.ListAudit(after_id, limit));
-    return Status::Ok();
-  }));
-  return out;
+  return ReadTx<std::vector<AuditEntry>>(store_,
+                                         [&](Tx& tx) { return tx.ListAudit(after_id, limit); });
 }
 
 }  // namespace gpupool::server

@@ -215,15 +215,15 @@ void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
   if (!ttl.ok()) return Fail(respond, ttl.status());
   auto record = auth_.GetUser(user);
   if (!record.ok()) return Fail(respond, record.status());
-  // Unknown users are checked against a dummy hash so that their answer
-  // takes as long as a wrong password's.
-  static const std::string kDummy = HashPassword("not a real password").value_or("");
-  std::string hash = *record && !(*record)->disabled ? (*record)->password_hash : kDummy;
+  // Unknown, disabled and password-less users are checked against a dummy
+  // hash, so that their answer takes as long as a wrong password's.
+  std::string hash = *record && !(*record)->disabled ? (*record)->password_hash : "";
   std::string peer = req.peer;
   int64_t ttl_ms = *ttl;
   hasher_.Submit(
       [this, respond, user, password = std::move(password), hash, peer, ttl_ms, name]() mutable {
-        bool ok = VerifyPassword(password, hash);
+        static const std::string kDummy = HashPassword("not a real password").value_or("");
+        bool ok = VerifyPassword(password, hash.empty() ? kDummy : hash) && !hash.empty();
         loop_.Post([this, respond, user, ok, peer, ttl_ms, name] {
           auto current = auth_.GetUser(user);
           if (!ok || !current.ok() || !*current || (*current)->disabled) {

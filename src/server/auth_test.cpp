@@ -6,9 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "common/files.h"
+
 #include "server/api_testing.h"
 #include "server/passwords.h"
 #include "server/rate_limiter.h"
+#include "server/server_tls.h"
 
 namespace gpupool::server {
 namespace {
@@ -71,6 +76,31 @@ TEST(RateLimiterTest, BurstThenRateWithRetryAfter) {
   EXPECT_EQ(limiter.tracked_keys(), 1u);
   RateLimiter off(clock, {});
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(off.Take("a"), 0);
+}
+
+TEST(ServerTlsTest, MakesItsCaOnceAndAServerCertificateEachStart) {
+  testing::TempDir dir;
+  auto first = SetUpServerTls(dir.path(), {"pool.example.edu", "10.1.2.3"}, "", "");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_THAT(first->ca_fingerprint, ::testing::StartsWith("sha256:"));
+  auto key_mode = std::filesystem::status(dir.path() + "/tls/ca.key").permissions();
+  EXPECT_EQ(key_mode & std::filesystem::perms::group_read, std::filesystem::perms::none);
+  auto chain = ReadFile(first->config.cert_chain_file);
+  ASSERT_TRUE(chain.ok());
+  auto leaf = net::ReadCert(*chain);
+  ASSERT_TRUE(leaf.ok());
+  EXPECT_FALSE(leaf->is_ca);
+  // The chain carries the CA after the leaf, for pinning clients.
+  EXPECT_NE(chain->find(first->ca.cert), std::string::npos);
+  auto again = SetUpServerTls(dir.path(), {}, "", "");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ca_fingerprint, first->ca_fingerprint);  // the same CA
+  // An operator's certificate: served as is; agents check it by other means.
+  auto own = SetUpServerTls(dir.path(), {}, "/etc/own.crt", "/etc/own.key");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->config.cert_chain_file, "/etc/own.crt");
+  EXPECT_EQ(own->ca_fingerprint, "");
+  EXPECT_EQ(own->config.client_ca_file, dir.path() + "/tls/ca.crt");  // still signs agents
 }
 
 class AuthTest : public ApiTestServer {};

@@ -208,3 +208,47 @@ def test_secrets_stay_out_of_the_logs(pool):
             text = text.replace(pool.token, "", 1)
         for secret in secrets:
             assert secret[4:] not in text, f"{log.name} holds a secret"
+
+
+def test_the_admin_commands_manage_users_groups_tokens_and_nodes(pool):
+    start(pool)
+    def cli(*args, stdin=subprocess.DEVNULL):
+        r = subprocess.run([GPUPOOL, *args], capture_output=True, text=True, env=pool.cli_env(),
+                           stdin=stdin, timeout=60)
+        assert r.returncode == 0, (args, r.stderr)
+        return r.stdout
+    cli("admin", "user", "add", "carol", "--role", "provider")
+    cli("admin", "user", "add", "dave")
+    users = cli("admin", "user", "list")
+    assert "carol" in users and "provider" in users and "dave" in users
+    cli("admin", "group", "add", "vision", "--shared-jobs")
+    members = cli("admin", "group", "members", "vision", "--add", "carol", "--add", "dave")
+    assert "carol dave" in members and "share their jobs" in members
+    token = cli("token", "create", "--user", "dave", "--name", "ci", "--scopes", "jobs:read",
+                "--expires", "1h").strip()
+    listed = json.loads(cli("-o", "json", "token", "list", "--user", "dave"))["tokens"]
+    assert [(t["name"], t["scopes"], t["revoked"]) for t in listed] == [("ci", "jobs:read", False)]
+    assert pool.api("GET", "/v1/jobs", token=token)[0] == 200
+    assert pool.api("POST", "/v1/jobs", {"run": "true"}, token=token)[0] == 403  # scope
+    cli("token", "revoke", listed[0]["id"])
+    assert pool.api("GET", "/v1/jobs", token=token)[0] == 401
+    nodes = cli("admin", "node", "list")
+    assert "a" in nodes and "active" in nodes
+    cli("admin", "node", "revoke", "a")
+    assert "revoked" in cli("admin", "node", "list")
+    cli("admin", "node", "allow", "a")
+    cli("admin", "user", "disable", "dave")
+    assert "disabled" in cli("admin", "user", "list")
+    audit = cli("admin", "audit", "--limit", "100")
+    for action in ("user.add", "group.add", "group.members", "token.create", "token.revoke",
+                   "agent.revoke", "agent.allow", "user.disable"):
+        assert action in audit, action
+
+
+def test_insecure_says_so_loudly(pool):
+    pool.start_server(extra=("--insecure",))
+    assert pool.url.startswith("http://")
+    log = (pool.dir / "server.log").read_text()
+    assert "WARNING: --insecure: serving plain HTTP" in log
+    pool.start_agent("a")
+    pool.wait_nodes_ready(1)

@@ -489,10 +489,11 @@ int CmdGroups(const GlobalFlags& g) {
   return 0;
 }
 
-int CmdJoinToken(const GlobalFlags& g) {
+int CmdJoinToken(const GlobalFlags& g, bool rotate) {
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
-  auto r = api->Get("/v1/join-token");
+  auto r = rotate ? api->Post("/v1/join-token/rotate", nlohmann::json::object())
+                  : api->Get("/v1/join-token");
   if (!r.ok()) return ReportError(r.status());
   std::cout << Str(*r, "token") << "\n";
   return 0;

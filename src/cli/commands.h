@@ -52,7 +52,8 @@ int CmdEvents(const GlobalFlags& g, const std::string& node, const std::string& 
 int CmdQueue(const GlobalFlags& g);
 // Each group's weight, guarantee, allocation, usage and fair share (like sshare).
 int CmdGroups(const GlobalFlags& g);
-int CmdJoinToken(const GlobalFlags& g);
+// Prints the join token; with `rotate`, replaces it first.
+int CmdJoinToken(const GlobalFlags& g, bool rotate);
 // A job's checkpoints (number, created, attempt, files, size, manifest).
 int CmdCheckpoints(const GlobalFlags& g, const std::string& job);
 // Restores checkpoint `number` (0: the newest) of `job` into `to` (empty:

@@ -285,6 +285,9 @@ int main(int argc, char** argv) {
   admin->require_subcommand(1);
   auto* join = admin->add_subcommand("join-token", "print the token agents join with");
   add_global(join);
+  bool rotate_join = false;
+  join->add_flag("--rotate", rotate_join,
+                 "replace it first: the old one stops enrolling agents (enrolled ones go on)");
   auto* gc = admin->add_subcommand("gc", "collect unreachable blobs (manifests, chunks) now");
   add_global(gc);
   cli::IdentityFlags idf;
@@ -437,7 +440,7 @@ int main(int argc, char** argv) {
   if (events->parsed()) return cli::CmdEvents(g, events_node, events_kind, events_limit);
   if (queue->parsed()) return cli::CmdQueue(g);
   if (groups->parsed()) return cli::CmdGroups(g);
-  if (join->parsed()) return cli::CmdJoinToken(g);
+  if (join->parsed()) return cli::CmdJoinToken(g, rotate_join);
   if (gc->parsed()) return cli::CmdAdminGc(g);
   if (checkpoints->parsed()) {
     if (checkpoints_json) g.output = "json";

@@ -73,6 +73,7 @@ constexpr Row kMatrix[] = {
     {"POST", "/v1/nodes/p1/allow", "", "UFFFFFFFA"},
     {"POST", "/v1/nodes/a/revoke", "", "UFFFFFFFA"},
     {"GET", "/v1/join-token", "", "UFFFFFFFA"},
+    {"POST", "/v1/join-token/rotate", "", "UFFFFFFFA"},
 };
 
 class AuthzMatrixTest : public ApiTestServer, public ::testing::WithParamInterface<Row> {

@@ -92,12 +92,34 @@ Result<Auth::Bootstrapped> Auth::Bootstrap(const std::string& data_dir,
     GP_ASSIGN_OR_RETURN(std::string stored, ReadFileTrimmed(join_path));
     join_secret = std::string(SecretPart(stored));
   }
+  join_path_ = join_path;
+  ca_fingerprint_ = ca_fingerprint;
   join_token_ = JoinTokenFor(join_secret, ca_fingerprint);
   // Keep the file as agents should use it (with the fingerprint, or without
   // one when TLS was turned off).
   GP_RETURN_IF_ERROR(WriteFileAtomic(join_path, join_token_ + "\n", {0600, true}));
   out.join_token = join_token_;
   return out;
+}
+
+Result<std::string> Auth::RotateJoinToken() {
+  std::string secret = "gpj_" + RandomHex(32);
+  std::string token = JoinTokenFor(secret, ca_fingerprint_);
+  GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    int64_t now = clock_.NowMs();
+    GP_ASSIGN_OR_RETURN(auto old, tx.GetToken(Sha256Hex(SecretPart(join_token_))));
+    if (old) {
+      old->revoked = true;
+      GP_RETURN_IF_ERROR(tx.PutToken(*old));
+    }
+    GP_RETURN_IF_ERROR(
+        tx.PutToken({Sha256Hex(secret), "join", "agent-join", now, 0, false, "join", "*"}));
+    // The file first: if writing it fails, the old token stays in force.
+    return WriteFileAtomic(join_path_, token + "\n", {0600, true});
+  }));
+  join_token_ = token;
+  cache_.clear();
+  return token;
 }
 
 Result<Principal> Auth::Authenticate(std::string_view header) {

@@ -65,6 +65,9 @@ class Auth {
 
   // The join token as agents are given it.
   const std::string& join_token() const { return join_token_; }
+  // Replaces the join token (DATA_DIR/join.token too); the old one stops
+  // working at once. Enrolled agents keep their own credentials.
+  Result<std::string> RotateJoinToken();
 
   // ---- tokens
   // `ttl_ms` 0 = never expires. `role` is the subject's role.
@@ -134,6 +137,8 @@ class Auth {
   Store& store_;
   const Clock& clock_;
   std::string join_token_;
+  std::string join_path_;                             // DATA_DIR/join.token
+  std::string ca_fingerprint_;                        // what join tokens carry
   std::map<std::string, Cached, std::less<>> cache_;  // token hash -> principal
 };
 

@@ -209,6 +209,19 @@ TEST_F(AuthTest, JoinTokenCarriesTheCaFingerprintAndStillWorks) {
   EXPECT_EQ(who->role, Role::kJoin);
 }
 
+TEST_F(AuthTest, RotatingTheJoinTokenRetiresTheOldOne) {
+  EXPECT_EQ(Call("POST", "/v1/join-token/rotate", alice_).status, 403);
+  auto rotated = Call("POST", "/v1/join-token/rotate", admin_);
+  ASSERT_EQ(rotated.status, 200) << rotated.body;
+  std::string fresh = Json(rotated)["token"];
+  EXPECT_NE(fresh, join_);
+  EXPECT_EQ(Json(Call("GET", "/v1/join-token", admin_))["token"], fresh);
+  EXPECT_EQ(*ReadFileTrimmed(dir_.path() + "/join.token"), fresh);
+  EXPECT_EQ(Call("POST", "/v1/agent/enroll", join_, R"({"node":"late"})").status, 401);
+  EXPECT_EQ(Call("POST", "/v1/agent/enroll", fresh, R"({"node":"late"})").status, 201);
+  EXPECT_EQ(Call("GET", "/v1/whoami", agent_).status, 200);  // enrolled agents go on
+}
+
 class RateLimitedApiTest : public ApiTestServer {
  protected:
   ApiOptions ApiOpts() override {

@@ -185,6 +185,14 @@ void IdentityApi::Handle(const net::HttpRequest& req, const Principal& who, Resp
     if (!need(Action::kAdminister)) return;
     return (*respond)(JsonResponse(
         200, {{"token", auth_.join_token()}, {"ca_fingerprint", options_.ca_fingerprint}}));
+  } else if (top == "join-token" && n == 3 && parts[2] == "rotate" && m == "POST") {
+    if (!need(Action::kAdminister)) return;
+    auto token = auth_.RotateJoinToken();
+    if (!token.ok()) return Fail(respond, token.status());
+    auth_.Audit(who.subject, "join-token.rotate", "join token",
+                "the old one no longer enrolls agents", req.peer);
+    return (*respond)(
+        JsonResponse(200, {{"token", *token}, {"ca_fingerprint", options_.ca_fingerprint}}));
   }
   Fail(respond, Status::NotFound("no such endpoint: " + m + " " + req.path));
 }

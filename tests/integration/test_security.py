@@ -237,11 +237,15 @@ def test_the_admin_commands_manage_users_groups_tokens_and_nodes(pool):
     cli("admin", "node", "revoke", "a")
     assert "revoked" in cli("admin", "node", "list")
     cli("admin", "node", "allow", "a")
+    old_join = pool.join_token()
+    new_join = cli("admin", "join-token", "--rotate").strip()
+    assert new_join != old_join and new_join == pool.join_token()
+    assert pool.api("POST", "/v1/agent/enroll", {"node": "x"}, token=old_join)[0] == 401
     cli("admin", "user", "disable", "dave")
     assert "disabled" in cli("admin", "user", "list")
     audit = cli("admin", "audit", "--limit", "100")
     for action in ("user.add", "group.add", "group.members", "token.create", "token.revoke",
-                   "agent.revoke", "agent.allow", "user.disable"):
+                   "agent.revoke", "agent.allow", "join-token.rotate", "user.disable"):
         assert action in audit, action
 
 

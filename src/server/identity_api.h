@@ -24,7 +24,10 @@ namespace gpupool::server {
 
 struct IdentityApiOptions {
   int64_t login_token_ttl_ms = 30LL * 24 * 3600 * 1000;  // tokens from `gpupool login`
-  int64_t agent_cert_days = 365;
+  // As long as the pool CA lives: the server's record of each node's
+  // certificate, not its expiry, is what revokes it, and agents have no
+  // renewal to miss.
+  int64_t agent_cert_days = 3650;
   RateLimit login_per_peer{1.0, 10};  // password attempts per client address
   // The pool CA (TLS on): enrollment signs agents' client certificates with it.
   std::optional<net::PemPair> ca;

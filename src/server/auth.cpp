@@ -32,6 +32,14 @@ std::string JoinTokenFor(std::string_view secret, const std::string& ca_fingerpr
   return out;
 }
 
+// Revokes the token stored under `hash`, if there is one.
+Status RevokeTokenHash(Tx& tx, const std::string& hash) {
+  GP_ASSIGN_OR_RETURN(auto token, tx.GetToken(hash));
+  if (!token) return Status::Ok();
+  token->revoked = true;
+  return tx.PutToken(*token);
+}
+
 // One read in its own transaction.
 template <typename T>
 Result<T> ReadTx(Store& store, const std::function<Result<T>(Tx&)>& read) {
@@ -107,14 +115,11 @@ Result<std::string> Auth::RotateJoinToken() {
   std::string token = JoinTokenFor(secret, ca_fingerprint_);
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     int64_t now = clock_.NowMs();
-    GP_ASSIGN_OR_RETURN(auto old, tx.GetToken(Sha256Hex(SecretPart(join_token_))));
-    if (old) {
-      old->revoked = true;
-      GP_RETURN_IF_ERROR(tx.PutToken(*old));
-    }
+    GP_RETURN_IF_ERROR(RevokeTokenHash(tx, Sha256Hex(SecretPart(join_token_))));
     GP_RETURN_IF_ERROR(
         tx.PutToken({Sha256Hex(secret), "join", "agent-join", now, 0, false, "join", "*"}));
-    // The file first: if writing it fails, the old token stays in force.
+    // Last: if writing the file fails, the transaction rolls back and the old
+    // token stays in force.
     return WriteFileAtomic(join_path_, token + "\n", {0600, true});
   }));
   join_token_ = token;
@@ -387,11 +392,7 @@ Result<IssuedToken> Auth::EnrollAgent(const std::string& node, const std::string
     }
     if (old) {
       // The earlier credential stops working.
-      GP_ASSIGN_OR_RETURN(auto prev, tx.GetToken(old->token_hash));
-      if (prev) {
-        prev->revoked = true;
-        GP_RETURN_IF_ERROR(tx.PutToken(*prev));
-      }
+      GP_RETURN_IF_ERROR(RevokeTokenHash(tx, old->token_hash));
     }
     GP_RETURN_IF_ERROR(tx.PutToken(t.record));
     return tx.PutAgentCredential(AgentCredential{node, t.record.hash, cert_serial, cert_fingerprint,
@@ -409,11 +410,7 @@ Result<AgentCredential> Auth::RevokeAgent(const std::string& node) {
     c = *std::move(found);
     c.revoked = true;
     c.revoked_ms = clock_.NowMs();
-    GP_ASSIGN_OR_RETURN(auto token, tx.GetToken(c.token_hash));
-    if (token) {
-      token->revoked = true;
-      GP_RETURN_IF_ERROR(tx.PutToken(*token));
-    }
+    GP_RETURN_IF_ERROR(RevokeTokenHash(tx, c.token_hash));
     return tx.PutAgentCredential(c);
   }));
   cache_.clear();

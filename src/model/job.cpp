@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 namespace gpupool {
 namespace {
@@ -35,6 +36,11 @@ constexpr std::pair<AttemptState, std::string_view> kAttemptStateNames[] = {
     {AttemptState::kRefused, "refused"},
 };
 
+constexpr std::pair<Distributed, std::string_view> kDistributedNames[] = {
+    {Distributed::kTorch, "torch"},
+    {Distributed::kNone, "none"},
+};
+
 constexpr std::pair<JobPriority, std::string_view> kPriorityNames[] = {
     {JobPriority::kInteractive, "interactive"},
     {JobPriority::kNormal, "normal"},
@@ -56,6 +62,22 @@ std::string_view JobPriorityName(JobPriority p) {
 }
 Result<JobPriority> ParseJobPriority(std::string_view name) {
   return ParseName(name, kPriorityNames, "priority");
+}
+
+std::string_view DistributedName(Distributed d) {
+  return kDistributedNames[static_cast<int>(d)].second;
+}
+Result<Distributed> ParseDistributed(std::string_view name) {
+  return ParseName(name, kDistributedNames, "distributed mode");
+}
+
+const AttemptRank* Attempt::RankOn(const std::string& node) const {
+  auto it = std::find_if(ranks.begin(), ranks.end(),
+                         [&](const AttemptRank& r) { return r.node_id == node; });
+  return it == ranks.end() ? nullptr : &*it;
+}
+AttemptRank* Attempt::RankOn(const std::string& node) {
+  return const_cast<AttemptRank*>(std::as_const(*this).RankOn(node));
 }
 
 std::string_view AttemptStateName(AttemptState s) {

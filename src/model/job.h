@@ -44,6 +44,16 @@ struct CheckpointSpec {
 // offers is its provider's choice.
 inline constexpr std::string_view kExecutorNames[] = {"sandbox", "process", "docker", "podman"};
 
+// How the ranks of a multi-node job (resources.nodes > 1) relate.
+//  torch: one distributed program. Rank 0's node is the master; every rank
+//         gets torchrun's variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE,
+//         RANK, ...). A rank that fails stops the gang.
+//  none:  independent replicas placed together; each gets only its rank
+//         (GPUPOOL_NODE_RANK, GPUPOOL_NNODES) and runs to its own end.
+enum class Distributed : int8_t { kTorch = 0, kNone = 1 };
+std::string_view DistributedName(Distributed d);  // "torch", "none"
+Result<Distributed> ParseDistributed(std::string_view name);
+
 struct JobSpec {
   std::string name;
   std::string run;                   // a shell command (sh -c), or
@@ -64,7 +74,10 @@ struct JobSpec {
   // into the job's work directory before it starts.
   std::string workdir;
   std::string inputs;
+  // For resources.nodes > 1 (ignored otherwise).
+  Distributed distributed = Distributed::kTorch;
 
+  bool gang() const { return resources.nodes > 1; }
   bool preemptible() const { return checkpoint.has_value(); }
 
   friend bool operator==(const JobSpec&, const JobSpec&) = default;
@@ -122,10 +135,25 @@ std::string_view AttemptStateName(AttemptState s);
 Result<AttemptState> ParseAttemptState(std::string_view name);
 bool IsLive(AttemptState s);  // scheduled or running
 
+// One rank of a gang attempt: the node it runs on and how it is doing.
+// A rank's state is scheduled or running while it is live, then how it
+// ended: succeeded, failed, lost, vacated, refused or cancelled.
+struct AttemptRank {
+  int32_t rank = 0;  // 0 = the master (NODE_RANK)
+  std::string node_id;
+  std::vector<std::string> gpu_uuids;
+  AttemptState state = AttemptState::kScheduled;
+  std::optional<int32_t> exit_code;
+  std::string reason;  // why it ended, when not a clean exit
+  int64_t finished_ms = 0;
+  friend bool operator==(const AttemptRank&, const AttemptRank&) = default;
+};
+
 struct Attempt {
   std::string id;  // "<job id>.<number>"
   int64_t job_id = 0;
   int32_t number = 0;  // 1, 2, ...
+  // Rank 0's node and GPUs (the only ones, but for a gang).
   std::string node_id;
   std::vector<std::string> gpu_uuids;
   // Per GPU: 1000 for whole GPUs, the share (1..999) for a fraction. A share
@@ -145,10 +173,28 @@ struct Attempt {
   int64_t preempt_for_job = 0;
   // When the server accepted the attempt's last checkpoint; 0 = none yet.
   int64_t last_checkpoint_ms = 0;
+  // A gang's ranks in rank order (ranks[0] is node_id's); empty otherwise.
+  std::vector<AttemptRank> ranks;
+  // A torch gang's rendezvous, "host:port" on rank 0's node, once its agent
+  // chose the port; the other ranks are started with it.
+  std::string master;
+  // When the gang was ordered to stop because one of its ranks ended
+  // badly (failed, lost, vacated); 0 = not stopping for that. The attempt
+  // closes once every rank has ended, never before (fencing).
+  int64_t gang_stop_ms = 0;
 
-  // GPU milli it holds in all (per-GPU milli times GPUs).
+  // Nodes it runs on: 1, or the gang's size.
+  int32_t NodeCount() const { return ranks.empty() ? 1 : static_cast<int32_t>(ranks.size()); }
+  // A gang's rank on `node`; nullptr when none runs there or this is not a gang.
+  const AttemptRank* RankOn(const std::string& node) const;
+  AttemptRank* RankOn(const std::string& node);
+  // Some rank of it (or the attempt itself) was placed on `node`.
+  bool RunsOn(const std::string& node) const {
+    return ranks.empty() ? node_id == node : RankOn(node) != nullptr;
+  }
+  // GPU milli it holds in all (per-GPU milli times GPUs, on every node).
   int64_t TotalGpuMilli() const {
-    return static_cast<int64_t>(gpu_milli) * static_cast<int64_t>(gpu_uuids.size());
+    return static_cast<int64_t>(gpu_milli) * static_cast<int64_t>(gpu_uuids.size()) * NodeCount();
   }
 
   friend bool operator==(const Attempt&, const Attempt&) = default;

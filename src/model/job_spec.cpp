@@ -51,13 +51,16 @@ constexpr int64_t kDefaultPreferWaitMs = 10LL * 60 * 1000;
 constexpr int64_t kMinCheckpointIntervalSeconds = 10;
 constexpr int64_t kMaxCheckpointIntervalSeconds = 7LL * 24 * 3600;
 constexpr int64_t kMaxGraceSeconds = 3600;
+constexpr int32_t kMaxNodes = 256;  // ranks of one multi-node job
 
 constexpr const char* kTopFields[] = {"name",        "run",        "command", "env",   "resources",
                                       "max_runtime", "priority",   "group",   "image", "executor",
-                                      "network",     "checkpoint", "workdir", "inputs"};
+                                      "network",     "checkpoint", "workdir", "inputs",
+                                      "distributed"};
 constexpr const char* kResourceFields[] = {"gpus",        "gpu_memory", "gpu_models",
                                            "cpus",        "memory",     "min_compute_capability",
-                                           "node_labels", "prefer",     "disk"};
+                                           "node_labels", "prefer",     "disk",
+                                           "nodes"};
 constexpr const char* kPreferFields[] = {"models", "wait"};
 constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal", "standby"};
 // Signals a job may ask to receive as its checkpoint request (SIGKILL and
@@ -568,6 +571,17 @@ Status ParseResources(const json& j, Resources& out) {
   }
   if (const json* v = Field(j, "node_labels")) GP_RETURN_IF_ERROR(ParseNodeLabels(*v, out));
   if (const json* v = Field(j, "prefer")) GP_RETURN_IF_ERROR(ParsePrefer(*v, out));
+  if (const json* v = Field(j, "nodes")) {
+    bool whole = v->is_number_integer() &&
+                 (v->is_number_unsigned() ? v->get<uint64_t>() <= uint64_t{kMaxNodes}
+                                          : v->get<int64_t>() <= kMaxNodes);
+    if (!whole) {
+      return FieldError("resources.nodes", "must be a whole number of nodes from 1 to " +
+                                               std::to_string(kMaxNodes) + ", got " +
+                                               DescribeValue(*v));
+    }
+    out.nodes = static_cast<int32_t>(v->get<int64_t>());
+  }
   return Status::Ok();
 }
 
@@ -693,6 +707,12 @@ Result<JobSpec> JobSpecFromJson(const json& j, const SpecLimits& limits) {
   if (const json* v = Field(j, "inputs")) {
     GP_ASSIGN_OR_RETURN(spec.inputs, StringField(*v, "inputs"));
   }
+  if (const json* v = Field(j, "distributed")) {
+    GP_ASSIGN_OR_RETURN(std::string text, StringField(*v, "distributed"));
+    auto d = ParseDistributed(text);
+    if (!d.ok()) return FieldError("distributed", "must be torch or none, got " + QuoteForError(text));
+    spec.distributed = *d;
+  }
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec, limits));
   return spec;
 }
@@ -815,6 +835,17 @@ Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   GP_RETURN_IF_ERROR(
       CheckDurationMs("resources.prefer.wait", r.prefer_wait_ms, 0, kMaxPreferWaitSeconds));
   GP_RETURN_IF_ERROR(CheckRuntimeMs(spec.max_runtime_ms));
+  if (r.nodes < 1 || r.nodes > kMaxNodes) {
+    return FieldError("resources.nodes", "must be from 1 to " + std::to_string(kMaxNodes) +
+                                             ", got " + std::to_string(r.nodes));
+  }
+  if (r.nodes > 1 && r.gpu_milli > 0) {
+    return FieldError("resources.nodes",
+                      "a multi-node job takes whole GPUs on each node, not a share of one");
+  }
+  if (static_cast<int>(spec.distributed) < 0 || static_cast<int>(spec.distributed) > 1) {
+    return FieldError("distributed", "must be torch or none");
+  }
   if (static_cast<int>(spec.priority) < 0 || static_cast<int>(spec.priority) > 2) {
     return FieldError("priority", "must be interactive, normal or opportunistic");
   }
@@ -882,6 +913,7 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (!r.preferred_models.empty()) {
     res["prefer"] = {{"models", r.preferred_models}, {"wait", ExactDuration(r.prefer_wait_ms)}};
   }
+  if (r.nodes != 1) res["nodes"] = r.nodes;
   j["resources"] = std::move(res);
   if (spec.max_runtime_ms != 0) j["max_runtime"] = ExactDuration(spec.max_runtime_ms);
   if (spec.priority != JobPriority::kNormal) j["priority"] = JobPriorityName(spec.priority);
@@ -898,6 +930,7 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   }
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
   if (!spec.inputs.empty()) j["inputs"] = spec.inputs;
+  if (spec.distributed != Distributed::kTorch) j["distributed"] = DistributedName(spec.distributed);
   return j;
 }
 

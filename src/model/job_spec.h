@@ -33,6 +33,10 @@
 //     cpus: number ("2", 0.5, "500m"), at most 1024
 //     memory: size, at most 64 TiB
 //     disk: size, at most 1 PiB; what the work directory may hold
+//     nodes: integer 1..256 (default 1); more than 1 asks for that many
+//           distinct nodes at once (a gang, placed all or nothing), each
+//           with all of the above: gpus, cpus, memory... are per node.
+//           Whole GPUs only.
 //   max_runtime: duration ("2h", "90s", or a number of seconds), at most 365d
 //   priority: interactive | normal | opportunistic    (default normal)
 //   group: the group (lab) whose share the job uses; same rules as name
@@ -44,6 +48,9 @@
 //     grace: duration, 1s..1h (default 30s); SIGTERM to SIGKILL on vacating
 //     signal: SIGUSR1 (default), SIGUSR2, SIGHUP, SIGINT, SIGQUIT, SIGTERM,
 //           SIGALRM, SIGWINCH (the "SIG" may be left out), or none
+//   distributed: torch (default) | none; how the ranks of a multi-node job
+//           relate: one PyTorch program with rendezvous variables (torch),
+//           or independent replicas (none)
 //   workdir: path of a local directory (at most 4096 bytes); the gpupool CLI
 //           uploads it (honouring .gpupoolignore) and sets `inputs`
 //   inputs: the manifest id (64 lowercase hex digits) of an uploaded tree,

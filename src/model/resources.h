@@ -18,7 +18,7 @@ namespace gpupool {
 // the minimum memory of each GPU; for a share, the GPU memory the share takes
 // (reserved on its GPU; 0 = no memory reservation).
 struct Resources {
-  int32_t gpus = 0;                     // whole GPUs
+  int32_t gpus = 0;                     // whole GPUs (per node)
   int64_t gpu_memory_mib = 0;           // see above
   std::vector<std::string> gpu_models;  // allowed GPU models; empty = any
   int64_t cpu_milli = 0;                // host CPU, thousandths of a core
@@ -31,9 +31,14 @@ struct Resources {
   // then any allowed model.
   std::vector<std::string> preferred_models;
   int64_t prefer_wait_ms = 0;
+  // Nodes: more than 1 asks for a gang of this many distinct nodes, each
+  // with everything above (the amounts are per node), placed all or nothing.
+  int32_t nodes = 1;
 
-  // GPU milli in all: 1000 per whole GPU, or the share.
-  int64_t TotalGpuMilli() const { return gpus > 0 ? int64_t{gpus} * 1000 : gpu_milli; }
+  // GPU milli per node: 1000 per whole GPU, or the share.
+  int64_t GpuMilliPerNode() const { return gpus > 0 ? int64_t{gpus} * 1000 : gpu_milli; }
+  // GPU milli in all, over every node.
+  int64_t TotalGpuMilli() const { return GpuMilliPerNode() * nodes; }
 
   friend bool operator==(const Resources&, const Resources&) = default;
 };

@@ -1,6 +1,7 @@
 #include "proto/messages.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@ namespace {
 // real node sends; numbers are bounded where a wrapped or summed value
 // could mislead the receiver (offsets plus lengths, times plus graces).
 constexpr size_t kMaxGpus = 256;                     // per node
+constexpr int64_t kMaxGangNodes = 256;               // ranks of a gang
 constexpr size_t kMaxTasks = 65'536;                 // tasks in a hello
 constexpr size_t kMaxProcesses = 65'536;             // processes on one GPU
 constexpr size_t kMaxLabels = 1024;                  // node labels
@@ -97,7 +99,18 @@ json TaskToJson(const TaskReport& t) {
     if (t.signal) j["signal"] = t.signal;
   }
   if (!t.reason.empty()) j["reason"] = t.reason;
+  if (t.master_port != 0) j["master"] = {{"addr", t.master_addr}, {"port", t.master_port}};
   return j;
+}
+
+// A rendezvous host: an address or a DNS name, nothing a shell or URL would
+// read more into.
+bool IsHostText(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':' ||
+           c == '_' || c == '%';
+  });
 }
 
 Status TaskFromJson(const json& j, const std::string& path, TaskReport* t) {
@@ -108,9 +121,21 @@ Status TaskFromJson(const json& j, const std::string& path, TaskReport* t) {
   t->signal = static_cast<int32_t>(r.IntIn("signal", 0, 255, false));
   t->reason = r.Str("reason", false);
   t->ts_ms = r.IntIn("ts_ms", 0, kMaxTimeMs, false);
-  if (r.ok() && t->state != "running" && t->state != "exited" && t->state != "failed" &&
-      t->state != "lost" && t->state != "vacated" && t->state != "refused") {
-    r.Fail("state", "must be one of running, exited, failed, lost, vacated, refused");
+  if (r.ok() && t->state != "starting" && t->state != "running" && t->state != "exited" &&
+      t->state != "failed" && t->state != "lost" && t->state != "vacated" &&
+      t->state != "refused") {
+    r.Fail("state", "must be one of starting, running, exited, failed, lost, vacated, refused");
+  }
+  if (const json* master = r.Raw("master", false); master && !master->is_object()) {
+    r.Fail("master", "must be an object");
+  } else if (master && r.ok()) {
+    JsonReader mr(*master, path + ".master");
+    t->master_addr = mr.Str("addr");
+    t->master_port = static_cast<int32_t>(mr.IntIn("port", 1, 65535));
+    if (mr.ok() && !IsHostText(t->master_addr)) {
+      mr.Fail("addr", "must be a host name or address");
+    }
+    if (!mr.Finish(false).ok()) return mr.status();
   }
   if (r.ok() && t->state == "exited" && !r.Has("exit_code"))
     r.Fail("exit_code", "is required when state is exited");
@@ -287,7 +312,8 @@ std::string Encode(const Welcome& m) {
   return json{{"node_id", m.node_id},
               {"last_agent_seq", m.last_agent_seq},
               {"heartbeat_ms", m.heartbeat_ms},
-              {"log_offsets", m.log_offsets}}
+              {"log_offsets", m.log_offsets},
+              {"gang_lease_ms", m.gang_lease_ms}}
       .dump();
 }
 
@@ -297,6 +323,7 @@ Result<Welcome> DecodeWelcome(std::string_view body) {
     m->last_agent_seq = r.IntIn("last_agent_seq", 0, INT64_MAX);
     m->heartbeat_ms = r.IntIn("heartbeat_ms", 1, kMaxHeartbeatMs, false, 5000);
     m->log_offsets = r.IntMap("log_offsets", false, kMaxLogOffsets);
+    m->gang_lease_ms = r.IntIn("gang_lease_ms", 0, kMaxHeartbeatMs * 100, false);
     for (const auto& [attempt, offset] : m->log_offsets) {
       if (r.ok() && (offset < -1 || offset > kMaxLogOffset)) {
         r.Fail("log_offsets", "the offset of " + attempt + " must be from -1 to " +
@@ -318,6 +345,15 @@ std::string Encode(const StartTask& m) {
   if (m.gpu_memory_mib != 0) j["gpu_memory_mib"] = m.gpu_memory_mib;
   if (!m.restore_manifest.empty()) {
     j["restore"] = {{"checkpoint", m.restore_checkpoint}, {"manifest", m.restore_manifest}};
+  }
+  if (m.gang) {
+    json g = {{"rank", m.gang->rank},
+              {"nodes", m.gang->nodes},
+              {"mode", DistributedName(m.gang->mode)}};
+    if (m.gang->master_port != 0) {
+      g["master"] = {{"addr", m.gang->master_addr}, {"port", m.gang->master_port}};
+    }
+    j["gang"] = std::move(g);
   }
   return j.dump();
 }
@@ -342,6 +378,32 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
         rr.Fail("manifest", "must be 64 lowercase hex digits");
       }
       if (!rr.ok()) return rr.status();
+    }
+    if (const json* gang = r.Raw("gang", false); gang && !gang->is_object()) {
+      r.Fail("gang", "must be an object");
+    } else if (gang && r.ok()) {
+      JsonReader gr(*gang, "body.gang");
+      GangRank g;
+      g.nodes = static_cast<int32_t>(gr.IntIn("nodes", 2, kMaxGangNodes));
+      g.rank = static_cast<int32_t>(gr.IntIn("rank", 0, kMaxGangNodes - 1));
+      std::string mode = gr.Str("mode");
+      if (gr.ok()) {
+        auto d = ParseDistributed(mode);
+        if (!d.ok()) gr.Fail("mode", "must be torch or none");
+        g.mode = d.ok() ? *d : Distributed::kTorch;
+      }
+      if (gr.ok() && g.rank >= g.nodes) gr.Fail("rank", "must be below nodes");
+      if (const json* master = gr.Raw("master", false); master && !master->is_object()) {
+        gr.Fail("master", "must be an object");
+      } else if (master && gr.ok()) {
+        JsonReader mr(*master, "body.gang.master");
+        g.master_addr = mr.Str("addr");
+        g.master_port = static_cast<int32_t>(mr.IntIn("port", 1, 65535));
+        if (mr.ok() && !IsHostText(g.master_addr)) mr.Fail("addr", "must be a host name or address");
+        if (!mr.Finish(false).ok()) return mr.status();
+      }
+      if (!gr.Finish(false).ok()) return gr.status();
+      m->gang = std::move(g);
     }
     if (r.ok() && m->gpu_milli > 0 && m->gpu_milli < 1000 && m->gpu_uuids.size() != 1) {
       r.Fail("gpu_uuids", "a share of a GPU names exactly one GPU");

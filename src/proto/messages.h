@@ -50,7 +50,9 @@ Result<Envelope> DecodeEnvelope(std::string_view text);
 
 // ---- agent -> server ----
 
-// What an agent knows about one of its tasks. state: "running", "exited"
+// What an agent knows about one of its tasks. state: "starting" (the agent
+// accepted the start order and prepares the task; sent only for rank 0 of
+// a torch gang, carrying the rendezvous it chose), "running", "exited"
 // (exit_code set; signal > 0 if killed by a signal), "failed" (the task could
 // not run or broke a limit; reason says why), "lost" (the agent lost track),
 // "vacated" (the provider took its GPU back and the task was stopped: the
@@ -64,6 +66,11 @@ struct TaskReport {
   int32_t signal = 0;
   std::string reason;
   int64_t ts_ms = 0;
+  // Rank 0 of a torch gang: where the other ranks find it, as its agent
+  // chose it ("10.0.0.5", 29533); empty and 0 otherwise. Sent with every
+  // report of that task, so that a restarted agent repeats it.
+  std::string master_addr;
+  int32_t master_port = 0;
   friend bool operator==(const TaskReport&, const TaskReport&) = default;
 };
 
@@ -121,7 +128,26 @@ struct Welcome {
   // attempt id -> offset of the last output line the server has (-1: none);
   // the agent resumes right after that line.
   std::map<std::string, int64_t> log_offsets;
+  // The lease of gang ranks: a rank whose agent has not heard from the server
+  // for this long stops itself, so that the server, which declares the node
+  // lost later (node_lost_after), may restart the gang elsewhere without two
+  // copies of a rank alive. 0 = no lease (older servers).
+  int64_t gang_lease_ms = 0;
   friend bool operator==(const Welcome&, const Welcome&) = default;
+};
+
+// A rank's place in a gang (StartTask::gang): what the agent puts in the
+// job's environment (torchrun's variables for torch, GPUPOOL_* for both).
+struct GangRank {
+  int32_t rank = 0;     // NODE_RANK = RANK (one process per node)
+  int32_t nodes = 1;    // WORLD_SIZE = GPUPOOL_NNODES
+  Distributed mode = Distributed::kTorch;
+  // torch: rank 0's rendezvous. Rank 0's order leaves both empty: its agent
+  // chooses a free port, starts it, and reports the pair ("starting");
+  // the server then starts the other ranks with it.
+  std::string master_addr;
+  int32_t master_port = 0;
+  friend bool operator==(const GangRank&, const GangRank&) = default;
 };
 
 struct StartTask {
@@ -139,6 +165,8 @@ struct StartTask {
   // job, and its manifest id in the blob store); 0 and "" = start afresh.
   int64_t restore_checkpoint = 0;
   std::string restore_manifest;
+  // Set for a rank of a multi-node job; only rank 0 uploads checkpoints.
+  std::optional<GangRank> gang;
   friend bool operator==(const StartTask&, const StartTask&) = default;
 };
 

@@ -129,6 +129,8 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f) {
   if (!f.image.empty()) j["image"] = f.image;
   if (!f.executor.empty()) j["executor"] = f.executor;
   if (!f.disk.empty()) r["disk"] = f.disk;
+  if (f.nodes > 0) r["nodes"] = f.nodes;
+  if (!f.distributed.empty()) j["distributed"] = f.distributed;
   if (f.no_network) j["network"] = false;
   for (const std::string& kv : f.env) {
     auto eq = kv.find('=');
@@ -141,19 +143,25 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f) {
   return JobSpecFromJson(j);
 }
 
-// Prints log lines after `*cursor`; returns whether the job's output is complete.
-Result<bool> PrintLogs(ApiClient& api, int64_t id, int64_t* cursor, const std::string& wait) {
+// Prints one page of the job's output from `*cursor` on and advances it;
+// returns whether the job's output is complete. `rank` >= 0 prints only that
+// rank's lines; otherwise a multi-node job's lines get "[rank R] " prefixes.
+Result<bool> PrintLogs(ApiClient& api, int64_t id, int64_t* cursor, const std::string& wait,
+                       int rank = -1) {
   std::string target = "/v1/jobs/" + std::to_string(id) + "/logs?after=" + std::to_string(*cursor);
   if (!wait.empty()) target += "&wait=" + wait;
+  if (rank >= 0) target += "&rank=" + std::to_string(rank);
   GP_ASSIGN_OR_RETURN(json page, api.Get(target, 90'000));
+  const bool prefix = rank < 0 && page.value("nodes", 1) > 1;
   for (const auto& l : page["lines"]) {
     std::string stream = Str(l, "stream");
+    std::string tag = prefix ? "[rank " + std::to_string(Int(l, "rank")) + "] " : "";
     if (stream == "event") {  // the pool's own news about the job, not its output
-      std::cerr << "[gpupool] " << Str(l, "text") << "\n";
+      std::cerr << "[gpupool] " << tag << Str(l, "text") << "\n";
       continue;
     }
     std::ostream& out = stream == "stderr" ? std::cerr : std::cout;
-    out << Str(l, "text") << "\n";
+    out << tag << Str(l, "text") << "\n";
   }
   std::cout.flush();
   *cursor = Int(page, "next_cursor");
@@ -305,19 +313,19 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
   return 0;
 }
 
-int CmdLogs(const GlobalFlags& g, const std::string& id_text, bool follow) {
+int CmdLogs(const GlobalFlags& g, const std::string& id_text, bool follow, int rank) {
   auto id = ParseJobId(id_text);
   if (!id.ok()) return ReportError(id.status());
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
   int64_t cursor = 0;
   while (true) {
-    auto complete = PrintLogs(*api, *id, &cursor, follow ? "30s" : "");
+    auto complete = PrintLogs(*api, *id, &cursor, follow ? "30s" : "", rank);
     if (!complete.ok()) return ReportError(complete.status());
     if (*complete) return 0;
     if (!follow) {
       // Without -f, print what is there now: keep paging while pages are full.
-      auto more = PrintLogs(*api, *id, &cursor, "");
+      auto more = PrintLogs(*api, *id, &cursor, "", rank);
       if (!more.ok()) return ReportError(more.status());
       return 0;
     }

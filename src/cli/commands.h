@@ -27,10 +27,12 @@ struct SubmitFlags {
   std::string gpu_memory, cpus, memory, max_runtime;
   std::string priority;  // interactive, normal, opportunistic; empty: not given
   std::string group;
-  std::string image;     // docker://..., oci-archive:/..., ...; empty: not given
-  std::string executor;  // sandbox, process, docker, podman; empty: not given
-  std::string disk;      // work directory cap; empty: not given
-  std::string workdir;   // upload this directory as the job's inputs; overrides the spec's
+  std::string image;        // docker://..., oci-archive:/..., ...; empty: not given
+  std::string executor;     // sandbox, process, docker, podman; empty: not given
+  std::string disk;         // work directory cap; empty: not given
+  int nodes = 0;            // a multi-node job's nodes; 0: not given
+  std::string distributed;  // torch or none; empty: not given
+  std::string workdir;      // upload this directory as the job's inputs; overrides the spec's
   bool no_network = false;
   std::vector<std::string> gpu_models;
   std::vector<std::string> env;  // KEY=VALUE
@@ -42,7 +44,9 @@ struct SubmitFlags {
 int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f);
 int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all_users);
 int CmdJob(const GlobalFlags& g, const std::string& id);
-int CmdLogs(const GlobalFlags& g, const std::string& id, bool follow);
+// `rank` >= 0: only that rank of a multi-node job; -1: every rank, each
+// line prefixed "[rank R] " when the job has several.
+int CmdLogs(const GlobalFlags& g, const std::string& id, bool follow, int rank);
 int CmdCancel(const GlobalFlags& g, const std::string& id);
 int CmdNodes(const GlobalFlags& g);
 // The providers' event log (reclaims, pauses, ...): one node's, or the

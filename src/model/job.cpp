@@ -80,6 +80,12 @@ AttemptRank* Attempt::RankOn(const std::string& node) {
   return const_cast<AttemptRank*>(std::as_const(*this).RankOn(node));
 }
 
+std::string Attempt::MasterEndpoint() const {
+  if (master_port <= 0) return "";
+  bool v6 = master_addr.find(':') != std::string::npos;
+  return (v6 ? "[" + master_addr + "]" : master_addr) + ":" + std::to_string(master_port);
+}
+
 std::string_view AttemptStateName(AttemptState s) {
   return kAttemptStateNames[static_cast<int>(s)].second;
 }

@@ -175,14 +175,18 @@ struct Attempt {
   int64_t last_checkpoint_ms = 0;
   // A gang's ranks in rank order (ranks[0] is node_id's); empty otherwise.
   std::vector<AttemptRank> ranks;
-  // A torch gang's rendezvous, "host:port" on rank 0's node, once its agent
-  // chose the port; the other ranks are started with it.
-  std::string master;
+  // A torch gang's rendezvous on rank 0's node, once its agent chose the
+  // port (0 until then); the other ranks are started with it.
+  std::string master_addr;
+  int32_t master_port = 0;
   // When the gang was ordered to stop because one of its ranks ended
   // badly (failed, lost, vacated); 0 = not stopping for that. The attempt
   // closes once every rank has ended, never before (fencing).
   int64_t gang_stop_ms = 0;
+  int32_t gang_stop_rank = -1;  // the rank whose end stopped it
 
+  // "addr:port" ("[fe80::1]:29500" for IPv6), or "" before the port is known.
+  std::string MasterEndpoint() const;
   // Nodes it runs on: 1, or the gang's size.
   int32_t NodeCount() const { return ranks.empty() ? 1 : static_cast<int32_t>(ranks.size()); }
   // A gang's rank on `node`; nullptr when none runs there or this is not a gang.

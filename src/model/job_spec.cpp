@@ -52,15 +52,17 @@ constexpr int64_t kMinCheckpointIntervalSeconds = 10;
 constexpr int64_t kMaxCheckpointIntervalSeconds = 7LL * 24 * 3600;
 constexpr int64_t kMaxGraceSeconds = 3600;
 constexpr int32_t kMaxNodes = 256;  // ranks of one multi-node job
+// What the agent sets for each rank of a torch gang (torchrun's names).
+constexpr const char* kTorchRendezvousEnv[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                                               "RANK",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+                                               "NODE_RANK",   "GROUP_RANK"};
 
-constexpr const char* kTopFields[] = {"name",        "run",        "command", "env",   "resources",
-                                      "max_runtime", "priority",   "group",   "image", "executor",
-                                      "network",     "checkpoint", "workdir", "inputs",
-                                      "distributed"};
-constexpr const char* kResourceFields[] = {"gpus",        "gpu_memory", "gpu_models",
-                                           "cpus",        "memory",     "min_compute_capability",
-                                           "node_labels", "prefer",     "disk",
-                                           "nodes"};
+constexpr const char* kTopFields[] = {
+    "name",  "run",      "command", "env",        "resources", "max_runtime", "priority",   "group",
+    "image", "executor", "network", "checkpoint", "workdir",   "inputs",      "distributed"};
+constexpr const char* kResourceFields[] = {
+    "gpus",        "gpu_memory", "gpu_models", "cpus", "memory", "min_compute_capability",
+    "node_labels", "prefer",     "disk",       "nodes"};
 constexpr const char* kPreferFields[] = {"models", "wait"};
 constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal", "standby"};
 // Signals a job may ask to receive as its checkpoint request (SIGKILL and
@@ -710,7 +712,8 @@ Result<JobSpec> JobSpecFromJson(const json& j, const SpecLimits& limits) {
   if (const json* v = Field(j, "distributed")) {
     GP_ASSIGN_OR_RETURN(std::string text, StringField(*v, "distributed"));
     auto d = ParseDistributed(text);
-    if (!d.ok()) return FieldError("distributed", "must be torch or none, got " + QuoteForError(text));
+    if (!d.ok())
+      return FieldError("distributed", "must be torch or none, got " + QuoteForError(text));
     spec.distributed = *d;
   }
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec, limits));
@@ -838,6 +841,18 @@ Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
   if (r.nodes < 1 || r.nodes > kMaxNodes) {
     return FieldError("resources.nodes", "must be from 1 to " + std::to_string(kMaxNodes) +
                                              ", got " + std::to_string(r.nodes));
+  }
+  if (r.nodes > 1 && !spec.network) {
+    return FieldError("network",
+                      "a multi-node job needs the network: its ranks talk to each other");
+  }
+  if (r.nodes > 1 && spec.distributed == Distributed::kTorch) {
+    for (const char* name : kTorchRendezvousEnv) {
+      if (spec.env.count(name)) {
+        return FieldError("env." + std::string(name),
+                          "reserved in a multi-node torch job (the agent sets the rendezvous)");
+      }
+    }
   }
   if (r.nodes > 1 && r.gpu_milli > 0) {
     return FieldError("resources.nodes",

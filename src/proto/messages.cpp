@@ -347,9 +347,8 @@ std::string Encode(const StartTask& m) {
     j["restore"] = {{"checkpoint", m.restore_checkpoint}, {"manifest", m.restore_manifest}};
   }
   if (m.gang) {
-    json g = {{"rank", m.gang->rank},
-              {"nodes", m.gang->nodes},
-              {"mode", DistributedName(m.gang->mode)}};
+    json g = {
+        {"rank", m.gang->rank}, {"nodes", m.gang->nodes}, {"mode", DistributedName(m.gang->mode)}};
     if (m.gang->master_port != 0) {
       g["master"] = {{"addr", m.gang->master_addr}, {"port", m.gang->master_port}};
     }
@@ -399,7 +398,8 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
         JsonReader mr(*master, "body.gang.master");
         g.master_addr = mr.Str("addr");
         g.master_port = static_cast<int32_t>(mr.IntIn("port", 1, 65535));
-        if (mr.ok() && !IsHostText(g.master_addr)) mr.Fail("addr", "must be a host name or address");
+        if (mr.ok() && !IsHostText(g.master_addr))
+          mr.Fail("addr", "must be a host name or address");
         if (!mr.Finish(false).ok()) return mr.status();
       }
       if (!gr.Finish(false).ok()) return gr.status();

@@ -26,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -60,6 +61,17 @@ Result<Envelope> DecodeEnvelope(std::string_view text);
 // checkpoint lost), "refused" (the provider's policy refused the start
 // order; nothing ran: the job is requeued and avoids this node for a while).
 struct TaskReport {
+  TaskReport() = default;
+  // The common fields in order; the rendezvous is set by name.
+  TaskReport(std::string attempt_id, std::string state, int32_t exit_code = 0, int32_t signal = 0,
+             std::string reason = "", int64_t ts_ms = 0)
+      : attempt_id(std::move(attempt_id)),
+        state(std::move(state)),
+        exit_code(exit_code),
+        signal(signal),
+        reason(std::move(reason)),
+        ts_ms(ts_ms) {}
+
   std::string attempt_id;
   std::string state;
   int32_t exit_code = 0;
@@ -139,8 +151,8 @@ struct Welcome {
 // A rank's place in a gang (StartTask::gang): what the agent puts in the
 // job's environment (torchrun's variables for torch, GPUPOOL_* for both).
 struct GangRank {
-  int32_t rank = 0;     // NODE_RANK = RANK (one process per node)
-  int32_t nodes = 1;    // WORLD_SIZE = GPUPOOL_NNODES
+  int32_t rank = 0;   // NODE_RANK = RANK (one process per node)
+  int32_t nodes = 1;  // WORLD_SIZE = GPUPOOL_NNODES
   Distributed mode = Distributed::kTorch;
   // torch: rank 0's rendezvous. Rank 0's order leaves both empty: its agent
   // chooses a free port, starts it, and reports the pair ("starting");

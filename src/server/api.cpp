@@ -59,6 +59,20 @@ json AttemptToJson(const Attempt& a) {
   out["preempted_for_job"] = a.preempt_for_job > 0 ? json(a.preempt_for_job) : json(nullptr);
   out["preempt_ms"] = a.preempt_ms > 0 ? json(a.preempt_ms) : json(nullptr);
   out["lost_work_ms"] = LostWorkMs(a);
+  if (!a.ranks.empty()) {
+    json ranks = json::array();
+    for (const AttemptRank& r : a.ranks) {
+      ranks.push_back({{"rank", r.rank},
+                       {"node_id", r.node_id},
+                       {"gpus", r.gpu_uuids},
+                       {"state", AttemptStateName(r.state)},
+                       {"exit_code", r.exit_code ? json(*r.exit_code) : json(nullptr)},
+                       {"reason", r.reason},
+                       {"finished_ms", r.finished_ms}});
+    }
+    out["ranks"] = std::move(ranks);
+  }
+  out["master"] = a.master_port > 0 ? json(a.MasterEndpoint()) : json(nullptr);
   return out;
 }
 
@@ -399,12 +413,15 @@ void Api::JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id,
   auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
   auto limit = QueryInt(req, "limit", 1000, 1, 10000);
   auto wait_ms = QueryWaitMs(req);
-  for (const Status& s : {after.status(), limit.status(), wait_ms.status()}) {
+  // One rank of a multi-node job; -1 = all.
+  auto rank = QueryInt(req, "rank", -1, 0, 255);
+  for (const Status& s : {after.status(), limit.status(), wait_ms.status(), rank.status()}) {
     if (!s.ok()) return (*respond)(ErrorResponse(s));
   }
   int64_t cursor = *after;
   int32_t max = static_cast<int32_t>(*limit);
-  WaitOn(id, *wait_ms, [this, who, id, cursor, max, respond](bool timed_out) {
+  int32_t only_rank = static_cast<int32_t>(*rank);
+  WaitOn(id, *wait_ms, [this, who, id, cursor, max, only_rank, respond](bool timed_out) {
     auto d = VisibleJob(who, id, Action::kJobRead);
     if (!d.ok()) {
       (*respond)(ErrorResponse(d.status()));
@@ -422,18 +439,22 @@ void Api::JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id,
     json arr = json::array();
     int64_t next = cursor;
     for (const LogLine& l : *lines) {
+      // The cursor moves past other ranks' lines too, so paging goes on.
+      next = l.cursor;
+      if (only_rank >= 0 && l.rank != only_rank) continue;
       arr.push_back({{"cursor", l.cursor},
                      {"attempt_id", l.attempt_id},
+                     {"rank", l.rank},
                      {"stream", l.stream},
                      {"ts_ms", l.ts_ms},
                      {"text", l.text}});
-      next = l.cursor;
     }
     bool complete = finished && static_cast<int32_t>(lines->size()) < max;
     (*respond)(JsonResponse(200, {{"lines", arr},
                                   {"next_cursor", next},
                                   {"complete", complete},
-                                  {"state", JobStateName(d->job.state)}}));
+                                  {"state", JobStateName(d->job.state)},
+                                  {"nodes", d->job.spec.resources.nodes}}));
     return true;
   });
 }

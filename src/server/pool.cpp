@@ -24,12 +24,11 @@ static_assert(static_cast<int>(JobPriority::kOpportunistic) ==
 
 sched::PriorityClass ClassOf(JobPriority p) { return static_cast<sched::PriorityClass>(p); }
 
-// What a job asks the scheduler for. Gangs (nodes > 1) are not offered by
-// the server yet.
+// What a job asks the scheduler for (per node; a gang asks for `nodes`).
 sched::Request RequestFor(const JobSpec& spec) {
   const Resources& r = spec.resources;
   sched::Request q;
-  q.nodes = 1;
+  q.nodes = std::max(r.nodes, 1);
   q.gpus = r.gpus;
   q.gpu_milli = r.gpus > 0 ? 0 : r.gpu_milli;
   q.gpu_memory_mib = r.gpu_memory_mib;
@@ -54,7 +53,59 @@ int32_t MilliPerGpu(const Attempt& a) {
   return a.gpu_milli > 0 ? a.gpu_milli : (a.gpu_uuids.empty() ? 0 : 1000);
 }
 int64_t TotalMilli(const Attempt& a) {
-  return int64_t{MilliPerGpu(a)} * static_cast<int64_t>(a.gpu_uuids.size());
+  return int64_t{MilliPerGpu(a)} * static_cast<int64_t>(a.gpu_uuids.size()) * a.NodeCount();
+}
+
+// Where an attempt holds GPUs: each rank's node and GPUs, or its one node's.
+struct NodeHolding {
+  const std::string& node_id;
+  const std::vector<std::string>& gpu_uuids;
+};
+std::vector<NodeHolding> HoldingsOf(const Attempt& a) {
+  if (a.ranks.empty()) return {{a.node_id, a.gpu_uuids}};
+  std::vector<NodeHolding> out;
+  for (const AttemptRank& r : a.ranks) out.push_back({r.node_id, r.gpu_uuids});
+  return out;
+}
+
+proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, int64_t now) {
+  proto::TaskReport r;
+  r.attempt_id = attempt_id;
+  r.state = "lost";
+  r.reason = std::move(reason);
+  r.ts_ms = now;
+  return r;
+}
+
+// How a gang rank ended, from its final report.
+AttemptState RankEndState(const proto::TaskReport& r) {
+  if (r.state == "exited") {
+    return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
+  }
+  if (r.state == "vacated") return AttemptState::kVacated;
+  if (r.state == "refused") return AttemptState::kRefused;
+  if (r.state == "lost") return AttemptState::kLost;
+  return AttemptState::kFailed;
+}
+
+// The rank's start order is not sent yet: a torch gang's ranks after 0
+// wait for rank 0's rendezvous.
+bool StartHeldBack(const Job& job, const Attempt& a, const AttemptRank& r) {
+  return r.rank > 0 && job.spec.distributed == Distributed::kTorch && a.master_port == 0;
+}
+
+// The gang is stopping before its rendezvous: the ranks still held back
+// will never start, so they end now (cancelled). Returns whether any did.
+bool EndHeldBackRanks(const Job& job, Attempt& a, int64_t now) {
+  bool changed = false;
+  for (AttemptRank& r : a.ranks) {
+    if (!IsLive(r.state) || !StartHeldBack(job, a, r)) continue;
+    r.state = AttemptState::kCancelled;
+    r.reason = "never started: the gang stopped first";
+    r.finished_ms = now;
+    changed = true;
+  }
+  return changed;
 }
 
 // A preempted job gets this long between SIGTERM and SIGKILL.
@@ -439,9 +490,11 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
     std::map<std::string, std::map<std::string, std::vector<std::string>>> used;
     std::map<std::string, std::map<std::string, int32_t>> milli;
     for (const Attempt& a : attempts) {
-      for (const auto& g : a.gpu_uuids) {
-        used[a.node_id][g].push_back(a.id);
-        milli[a.node_id][g] += MilliPerGpu(a);
+      for (const NodeHolding& where : HoldingsOf(a)) {
+        for (const auto& g : where.gpu_uuids) {
+          used[where.node_id][g].push_back(a.id);
+          milli[where.node_id][g] += MilliPerGpu(a);
+        }
       }
     }
     for (Node& n : nodes) {
@@ -549,11 +602,23 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
         break;
       case JobActionType::kStopAttempt:
-        GP_RETURN_IF_ERROR(PushStop(tx, attempt.node_id, attempt.id, stop ? *stop : StopOrder{}));
+        if (attempt.ranks.empty()) {
+          GP_RETURN_IF_ERROR(PushStop(tx, attempt.node_id, attempt.id, stop ? *stop : StopOrder{}));
+        }
+        for (const AttemptRank& r : attempt.ranks) {
+          if (!IsLive(r.state) || StartHeldBack(job, attempt, r)) continue;
+          GP_RETURN_IF_ERROR(PushStop(tx, r.node_id, attempt.id, stop ? *stop : StopOrder{}));
+        }
+        if (EndHeldBackRanks(job, attempt, now)) GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
         break;
       case JobActionType::kCloseAttempt:
         attempt.state = action.close_as;
         attempt.finished_ms = now;
+        for (AttemptRank& r : attempt.ranks) {
+          if (!IsLive(r.state)) continue;
+          r.state = action.close_as;
+          r.finished_ms = now;
+        }
         if (report && report->state == "exited") attempt.exit_code = report->exit_code;
         // A preempted attempt keeps the preemption message as its reason.
         if (report && action.close_as != AttemptState::kPreempted) {
@@ -611,12 +676,15 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   }
   // Fencing: only the job's live attempt, on the node it was placed on, may
   // change the job. Anything else still running there is told to stop.
-  bool current = attempt && job && attempt->node_id == node_id && IsLive(attempt->state) &&
+  bool current = attempt && job && attempt->RunsOn(node_id) && IsLive(attempt->state) &&
                  job->current_attempt == attempt->id;
   if (!current) {
-    if (r.state == "running") return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
+    if (r.state == "running" || r.state == "starting")
+      return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
     return Status::Ok();
   }
+  if (!attempt->ranks.empty()) return ApplyRankReport(tx, *job, *attempt, node_id, r);
+  if (r.state == "starting") return Status::Ok();
   JobEvent event;
   if (r.state == "running")
     event = JobEvent::kStarted;
@@ -636,6 +704,177 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
     new_refusals_.emplace_back(job->id, node_id);
   }
   return ApplyEvent(tx, *job, *attempt, event, &r);
+}
+
+// -------------------------------------------------------------------- gangs
+
+Result<proto::StartTask> Pool::MakeStart(Tx& tx, const Job& job, const Attempt& a,
+                                         const AttemptRank* rank) {
+  proto::StartTask start;
+  start.attempt_id = a.id;
+  start.job_id = job.id;
+  start.owner = job.owner;
+  start.spec = job.spec;
+  start.gpu_uuids = rank ? rank->gpu_uuids : a.gpu_uuids;
+  start.gpu_milli = a.gpu_milli;
+  start.gpu_memory_mib = a.gpu_memory_mib;
+  if (rank) {
+    proto::GangRank g;
+    g.rank = rank->rank;
+    g.nodes = a.NodeCount();
+    g.mode = job.spec.distributed;
+    // Rank 0's agent chooses the port; the others are told it.
+    if (rank->rank > 0) {
+      g.master_addr = a.master_addr;
+      g.master_port = a.master_port;
+    }
+    start.gang = std::move(g);
+  }
+  // Every rank restores the job's newest checkpoint.
+  GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(job.id));
+  if (newest) {
+    start.restore_checkpoint = newest->number;
+    start.restore_manifest = newest->manifest;
+  }
+  return start;
+}
+
+Status Pool::PushStart(Tx& tx, const Job& job, const Attempt& a, const AttemptRank* rank) {
+  GP_ASSIGN_OR_RETURN(proto::StartTask start, MakeStart(tx, job, a, rank));
+  const std::string& node = rank ? rank->node_id : a.node_id;
+  GP_RETURN_IF_ERROR(
+      tx.PushOutbox(node, std::string(proto::kStart), proto::Encode(start)).status());
+  touched_nodes_.insert(node);
+  return Status::Ok();
+}
+
+Status Pool::StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_rank,
+                      const std::string& why) {
+  if (attempt.gang_stop_ms > 0 || attempt.preempt_ms > 0) return Status::Ok();  // already leaving
+  attempt.gang_stop_ms = clock_.NowMs();
+  attempt.gang_stop_rank = cause_rank;
+  attempt.reason = why;
+  // Every rank gets the checkpoint signal first (rank 0 writes the
+  // checkpoint the requeued gang resumes from).
+  StopOrder stop{"gang stopped: " + why, PreemptGraceMs(job.spec), /*requeue=*/true};
+  for (const AttemptRank& r : attempt.ranks) {
+    if (!IsLive(r.state) || StartHeldBack(job, attempt, r)) continue;
+    GP_RETURN_IF_ERROR(PushStop(tx, r.node_id, attempt.id, stop));
+  }
+  EndHeldBackRanks(job, attempt, attempt.gang_stop_ms);
+  log_lines_.push_back("job " + std::to_string(job.id) + ": stopping every rank of attempt " +
+                       attempt.id + ": " + why);
+  return Status::Ok();
+}
+
+Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::string& node_id,
+                             const proto::TaskReport& r) {
+  AttemptRank& rank = *attempt.RankOn(node_id);
+  if (!IsLive(rank.state)) {
+    // This rank already ended (or was given up as lost): a copy still
+    // running there is stale.
+    if (r.state == "running" || r.state == "starting")
+      return PushStop(tx, node_id, attempt.id, {"stale attempt"});
+    return Status::Ok();
+  }
+  const int64_t now = clock_.NowMs();
+  if (r.state == "starting" || r.state == "running") {
+    if (rank.rank == 0 && r.master_port > 0 && attempt.master_port == 0 &&
+        job.spec.distributed == Distributed::kTorch) {
+      attempt.master_addr = r.master_addr;
+      attempt.master_port = r.master_port;
+      log_lines_.push_back("job " + std::to_string(job.id) + ": attempt " + attempt.id +
+                           " rendezvous at " + attempt.MasterEndpoint());
+      // The rest of the gang starts now, unless it is already leaving.
+      // The rest of the gang starts now (ranks the gang gave up when it
+      // stopped before this are no longer live).
+      for (const AttemptRank& other : attempt.ranks) {
+        if (other.rank > 0 && IsLive(other.state))
+          GP_RETURN_IF_ERROR(PushStart(tx, job, attempt, &other));
+      }
+    }
+    if (r.state == "running") rank.state = AttemptState::kRunning;
+    bool all_running =
+        std::all_of(attempt.ranks.begin(), attempt.ranks.end(),
+                    [](const AttemptRank& x) { return x.state == AttemptState::kRunning; });
+    if (all_running && attempt.state == AttemptState::kScheduled) {
+      // The job runs once every rank does; ApplyEvent stores the attempt.
+      return ApplyEvent(tx, job, attempt, JobEvent::kStarted, &r);
+    }
+    return tx.PutAttempt(attempt);
+  }
+  rank.state = RankEndState(r);
+  if (r.state == "exited") rank.exit_code = r.exit_code;
+  rank.reason = ExitReason(r);
+  rank.finished_ms = now;  // the server's order of events, whatever the agents' clocks say
+  if (rank.state == AttemptState::kRefused && job.state == JobState::kScheduled) {
+    new_refusals_.emplace_back(job.id, node_id);
+  }
+  // A torch gang cannot go on without any rank; replicas go on without a
+  // failed one, but a lost, vacated or refused rank requeues them all.
+  bool ended_badly = rank.state != AttemptState::kSucceeded;
+  bool displaced = rank.state == AttemptState::kLost || rank.state == AttemptState::kVacated ||
+                   rank.state == AttemptState::kRefused;
+  if (ended_badly && (displaced || job.spec.distributed == Distributed::kTorch)) {
+    GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+    std::string why = "rank " + std::to_string(rank.rank) + " on " + (node ? node->name : node_id) +
+                      " " + std::string(AttemptStateName(rank.state)) +
+                      (rank.reason.empty() ? "" : " (" + rank.reason + ")");
+    GP_RETURN_IF_ERROR(StopGang(tx, job, attempt, rank.rank, why));
+  }
+  bool all_ended = std::none_of(attempt.ranks.begin(), attempt.ranks.end(),
+                                [](const AttemptRank& x) { return IsLive(x.state); });
+  if (!all_ended) return tx.PutAttempt(attempt);
+  return CloseGang(tx, job, attempt);
+}
+
+Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
+  auto any = [&](AttemptState s) {
+    return std::any_of(attempt.ranks.begin(), attempt.ranks.end(),
+                       [&](const AttemptRank& x) { return x.state == s; });
+  };
+  // The cause the job reports: the rank whose end stopped the gang, else
+  // the first to end badly.
+  const AttemptRank* first_bad = nullptr;
+  for (const AttemptRank& x : attempt.ranks) {
+    if (x.state == AttemptState::kSucceeded) continue;
+    if (x.rank == attempt.gang_stop_rank) {
+      first_bad = &x;
+      break;
+    }
+    if (!first_bad || x.finished_ms < first_bad->finished_ms) first_bad = &x;
+  }
+  proto::TaskReport summary;
+  summary.attempt_id = attempt.id;
+  summary.ts_ms = clock_.NowMs();
+  JobEvent event;
+  if (first_bad == nullptr) {
+    summary.state = "exited";
+    summary.exit_code = attempt.ranks[0].exit_code.value_or(0);
+    event = JobEvent::kExitedOk;
+  } else if (attempt.preempt_ms > 0) {
+    event = JobEvent::kPreempted;
+    summary.state = "preempted";
+  } else if (any(AttemptState::kLost) || any(AttemptState::kVacated) ||
+             any(AttemptState::kRefused)) {
+    // Displaced through no fault of its own: a rank's node was lost or its
+    // provider took the GPU back; whatever the others did followed from it.
+    const AttemptState cause = any(AttemptState::kLost)      ? AttemptState::kLost
+                               : any(AttemptState::kVacated) ? AttemptState::kVacated
+                                                             : AttemptState::kRefused;
+    event = cause == AttemptState::kLost      ? JobEvent::kLost
+            : cause == AttemptState::kVacated ? JobEvent::kVacated
+                                              : JobEvent::kRefused;
+    summary.state = AttemptStateName(cause);
+    summary.reason = attempt.reason;
+  } else {
+    summary.state = first_bad->exit_code ? "exited" : "failed";
+    summary.exit_code = first_bad->exit_code.value_or(0);
+    summary.reason = "rank " + std::to_string(first_bad->rank) + ": " +
+                     (first_bad->reason.empty() ? "failed" : first_bad->reason);
+    event = first_bad->exit_code ? JobEvent::kExitedError : JobEvent::kAttemptFailed;
+  }
+  return ApplyEvent(tx, job, attempt, event, &summary);
 }
 
 // --------------------------------------------------------------- agent side
@@ -660,6 +899,9 @@ Status Pool::SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& 
 Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
   proto::Welcome welcome;
   welcome.heartbeat_ms = options_.heartbeat_ms;
+  // Gang ranks of an agent cut off from the server stop themselves well
+  // before the server declares the node lost and restarts the gang.
+  welcome.gang_lease_ms = options_.node_lost_after_ms / 2;
   int64_t now = clock_.NowMs();
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto existing, tx.GetNodeByName(hello.node_name));
@@ -715,18 +957,25 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
       if (held.count(a.id) || on_the_way.count(a.id)) continue;
       GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
       if (!job || job->current_attempt != a.id) continue;
-      proto::TaskReport lost{a.id, "lost", 0, 0, "the agent on " + node.name + " no longer has it",
-                             now};
-      GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, JobEvent::kLost, &lost));
+      const AttemptRank* rank = a.RankOn(node.id);
+      // A rank that ended, or was never sent its start (it waits for the
+      // rendezvous), is not missing.
+      if (rank && (!IsLive(rank->state) || StartHeldBack(*job, a, *rank))) continue;
+      proto::TaskReport lost =
+          LostReport(a.id, "the agent on " + node.name + " no longer has it", now);
+      GP_RETURN_IF_ERROR(LoseAttemptOn(tx, *job, a, node.id, lost));
     }
+    // Where each attempt's output resumes: the log of the rank on this node.
+    auto offset_of = [&](const std::string& id) -> Status {
+      GP_ASSIGN_OR_RETURN(auto a, tx.GetAttempt(id));
+      const AttemptRank* rank = a ? a->RankOn(node.id) : nullptr;
+      GP_ASSIGN_OR_RETURN(welcome.log_offsets[id], tx.LastLogOffset(id, rank ? rank->rank : 0));
+      return Status::Ok();
+    };
     GP_ASSIGN_OR_RETURN(live, tx.ListAttempts(q));
-    for (const Attempt& a : live) {
-      GP_ASSIGN_OR_RETURN(welcome.log_offsets[a.id], tx.LastLogOffset(a.id));
-    }
+    for (const Attempt& a : live) GP_RETURN_IF_ERROR(offset_of(a.id));
     for (const std::string& id : held) {
-      if (!welcome.log_offsets.count(id)) {
-        GP_ASSIGN_OR_RETURN(welcome.log_offsets[id], tx.LastLogOffset(id));
-      }
+      if (!welcome.log_offsets.count(id)) GP_RETURN_IF_ERROR(offset_of(id));
     }
     return Status::Ok();
   });
@@ -757,11 +1006,13 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
       GP_ASSIGN_OR_RETURN(auto chunk, proto::DecodeLogChunk(body));
       GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(chunk.attempt_id));
       // Output of attempts the server never made, or made elsewhere, is dropped.
-      if (attempt && attempt->node_id == node_id && !chunk.lines.empty()) {
+      if (attempt && attempt->RunsOn(node_id) && !chunk.lines.empty()) {
+        const AttemptRank* rank = attempt->RankOn(node_id);
         std::vector<LogLine> lines;
         lines.reserve(chunk.lines.size());
         for (auto& l : chunk.lines) {
-          lines.push_back({chunk.attempt_id, l.offset, l.stream, l.ts_ms, std::move(l.text), 0});
+          lines.push_back({chunk.attempt_id, l.offset, l.stream, l.ts_ms, std::move(l.text), 0,
+                           rank ? rank->rank : 0});
         }
         GP_RETURN_IF_ERROR(tx.AppendLogs(attempt->job_id, lines));
         touched_jobs_.insert(attempt->job_id);
@@ -809,7 +1060,15 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
         GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
         if (!attempt) continue;
         GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
-        if (!job || job->current_attempt != a || !job->spec.preemptible()) continue;
+        if (!job || job->current_attempt != a || !IsLive(attempt->state)) continue;
+        if (const AttemptRank* rank = attempt->RankOn(node_id)) {
+          // One rank leaves: the whole gang stops now, checkpointing first.
+          GP_RETURN_IF_ERROR(StopGang(
+              tx, *job, *attempt, rank->rank,
+              "the provider of rank " + std::to_string(rank->rank) + "'s node took its GPU back"));
+          GP_RETURN_IF_ERROR(tx.PutAttempt(*attempt));
+        }
+        if (!job->spec.preemptible()) continue;
         leaving_.insert(a);
         GP_RETURN_IF_ERROR(StageAhead(tx, *job, node_id));
       }
@@ -861,10 +1120,20 @@ Status Pool::LoseLiveAttempts(Tx& tx, const std::string& node_id, const std::str
   for (Attempt& a : live) {
     GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
     if (!job || job->current_attempt != a.id) continue;
-    proto::TaskReport lost{a.id, "lost", 0, 0, reason, clock_.NowMs()};
-    GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, a, JobEvent::kLost, &lost));
+    proto::TaskReport lost = LostReport(a.id, reason, clock_.NowMs());
+    GP_RETURN_IF_ERROR(LoseAttemptOn(tx, *job, a, node_id, lost));
   }
   return Status::Ok();
+}
+
+Status Pool::LoseAttemptOn(Tx& tx, Job& job, Attempt& a, const std::string& node_id,
+                           const proto::TaskReport& lost) {
+  if (a.ranks.empty()) return ApplyEvent(tx, job, a, JobEvent::kLost, &lost);
+  // Only the rank there is lost; the rest of the gang is stopped and the
+  // attempt closes once every rank has ended.
+  const AttemptRank* rank = a.RankOn(node_id);
+  if (rank == nullptr || !IsLive(rank->state)) return Status::Ok();
+  return ApplyRankReport(tx, job, a, node_id, lost);
 }
 
 Status Pool::RevokeNode(const std::string& node_name, const std::string& reason) {
@@ -1037,39 +1306,45 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
   std::map<int64_t, const Job*> live_by_id;
   for (const Job& j : view.live_jobs) live_by_id[j.id] = &j;
   for (const Attempt& a : view.live_attempts) {
-    auto n = node_at.find(a.node_id);
-    if (n == node_at.end()) continue;  // a node the store no longer has
-    sched::NodeView& node = snap.nodes[n->second];
     auto j = live_by_id.find(a.job_id);
     const Job* job = j == live_by_id.end() ? nullptr : j->second;
-    sched::Holding h;
-    h.node_id = a.node_id;
-    h.gpu_milli = MilliPerGpu(a);
-    bool share = h.gpu_milli < 1000;
-    h.gpu_memory_mib = share ? a.gpu_memory_mib : 0;
-    // The amounts are clamped so that a node that came back with fewer or
-    // smaller GPUs never makes the snapshot inconsistent.
-    for (const std::string& uuid : a.gpu_uuids) {
-      auto g = std::find_if(node.gpus.begin(), node.gpus.end(),
-                            [&](const sched::GpuView& x) { return x.uuid == uuid; });
-      if (g == node.gpus.end()) continue;
-      g->free_milli = std::max(0, g->free_milli - h.gpu_milli);
-      g->free_memory_mib = share ? std::max<int64_t>(0, g->free_memory_mib - h.gpu_memory_mib) : 0;
-      h.gpu_uuids.push_back(uuid);
+    std::vector<sched::Holding> holdings;
+    for (const NodeHolding& where : HoldingsOf(a)) {
+      auto n = node_at.find(where.node_id);
+      if (n == node_at.end()) continue;  // a node the store no longer has
+      sched::NodeView& node = snap.nodes[n->second];
+      sched::Holding h;
+      h.node_id = where.node_id;
+      h.gpu_milli = MilliPerGpu(a);
+      bool share = h.gpu_milli < 1000;
+      h.gpu_memory_mib = share ? a.gpu_memory_mib : 0;
+      // The amounts are clamped so that a node that came back with fewer or
+      // smaller GPUs never makes the snapshot inconsistent.
+      for (const std::string& uuid : where.gpu_uuids) {
+        auto g = std::find_if(node.gpus.begin(), node.gpus.end(),
+                              [&](const sched::GpuView& x) { return x.uuid == uuid; });
+        if (g == node.gpus.end()) continue;
+        g->free_milli = std::max(0, g->free_milli - h.gpu_milli);
+        g->free_memory_mib =
+            share ? std::max<int64_t>(0, g->free_memory_mib - h.gpu_memory_mib) : 0;
+        h.gpu_uuids.push_back(uuid);
+      }
+      if (job != nullptr) {
+        h.cpu_milli = job->spec.resources.cpu_milli;
+        h.memory_mib = job->spec.resources.memory_mib;
+        node.cpu_milli_free = std::max<int64_t>(0, node.cpu_milli_free - h.cpu_milli);
+        node.memory_mib_free = std::max<int64_t>(0, node.memory_mib_free - h.memory_mib);
+      }
+      holdings.push_back(std::move(h));
     }
-    if (job != nullptr) {
-      h.cpu_milli = job->spec.resources.cpu_milli;
-      h.memory_mib = job->spec.resources.memory_mib;
-      node.cpu_milli_free = std::max<int64_t>(0, node.cpu_milli_free - h.cpu_milli);
-      node.memory_mib_free = std::max<int64_t>(0, node.memory_mib_free - h.memory_mib);
-    }
+    if (holdings.empty()) continue;
     if (job == nullptr || job->current_attempt != a.id) continue;  // stale: holds, never runs
     sched::RunningJob r;
     r.job_id = job->id;
     r.attempt_id = a.id;
     r.group = job->spec.group;
     r.priority = ClassOf(job->spec.priority);
-    r.holdings.push_back(std::move(h));
+    r.holdings = std::move(holdings);
     r.started_ms = a.started_ms > 0 ? a.started_ms : a.created_ms;
     // Checkpoints are not reported yet: all work since the start is at stake.
     r.last_checkpoint_ms = r.started_ms;
@@ -1158,34 +1433,20 @@ Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node)
   }
   GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));
   for (const sched::Placement& p : d.placements) {
-    if (p.job_id != job.id || p.nodes.empty()) continue;
-    const std::string& node = p.nodes[0].node_id;
-    proto::StageCheckpoint order{job.id, newest->number, newest->manifest};
-    GP_RETURN_IF_ERROR(
-        tx.PushOutbox(node, std::string(proto::kStage), proto::Encode(order)).status());
-    touched_nodes_.insert(node);
-    log_lines_.push_back("job " + std::to_string(job.id) + ": staging checkpoint " +
-                         std::to_string(newest->number) + " on node " + node +
-                         ", where it would run next");
+    if (p.job_id != job.id) continue;
+    // Every rank of a gang restores the checkpoint.
+    for (const sched::NodeAssignment& where : p.nodes) {
+      const std::string& node = where.node_id;
+      proto::StageCheckpoint order{job.id, newest->number, newest->manifest};
+      GP_RETURN_IF_ERROR(
+          tx.PushOutbox(node, std::string(proto::kStage), proto::Encode(order)).status());
+      touched_nodes_.insert(node);
+      log_lines_.push_back("job " + std::to_string(job.id) + ": staging checkpoint " +
+                           std::to_string(newest->number) + " on node " + node +
+                           ", where it would run next");
+    }
   }
   return Status::Ok();
-}
-
-Result<proto::StartTask> Pool::MakeStart(Tx& tx, const Job& job, const Attempt& a) {
-  proto::StartTask start;
-  start.attempt_id = a.id;
-  start.job_id = job.id;
-  start.owner = job.owner;
-  start.spec = job.spec;
-  start.gpu_uuids = a.gpu_uuids;
-  start.gpu_milli = a.gpu_milli;
-  start.gpu_memory_mib = a.gpu_memory_mib;
-  GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(job.id));
-  if (newest) {
-    start.restore_checkpoint = newest->number;
-    start.restore_manifest = newest->manifest;
-  }
-  return start;
 }
 
 Result<int> Pool::Schedule() {
@@ -1218,7 +1479,7 @@ Result<int> Pool::Schedule() {
       Job& job = *it->second;
       JobTransition t = Step(job.state, JobEvent::kSchedule);
       if (!t.accepted) continue;
-      const sched::NodeAssignment& where = p.nodes[0];  // the server places no gangs yet
+      const sched::NodeAssignment& where = p.nodes[0];  // rank 0 of a gang
       Attempt a;
       a.number = job.attempts + 1;
       a.id = MakeAttemptId(job.id, a.number);
@@ -1229,11 +1490,22 @@ Result<int> Pool::Schedule() {
       a.gpu_memory_mib = where.gpu_milli < 1000 ? where.gpu_memory_mib : 0;
       a.state = AttemptState::kScheduled;
       a.created_ms = now;
+      if (job.spec.gang()) {
+        for (size_t i = 0; i < p.nodes.size(); ++i) {
+          AttemptRank r;
+          r.rank = static_cast<int32_t>(i);
+          r.node_id = p.nodes[i].node_id;
+          r.gpu_uuids = p.nodes[i].gpu_uuids;
+          a.ranks.push_back(std::move(r));
+        }
+      }
       GP_RETURN_IF_ERROR(tx.PutAttempt(a));
-      GP_ASSIGN_OR_RETURN(proto::StartTask start, MakeStart(tx, job, a));
-      GP_ASSIGN_OR_RETURN(int64_t seq, tx.PushOutbox(where.node_id, std::string(proto::kStart),
-                                                     proto::Encode(start)));
-      (void)seq;
+      if (a.ranks.empty()) GP_RETURN_IF_ERROR(PushStart(tx, job, a, nullptr));
+      // A torch gang starts with rank 0, whose agent chooses the rendezvous
+      // port; the other ranks follow once it is known (ApplyRankReport).
+      for (const AttemptRank& r : a.ranks) {
+        if (!StartHeldBack(job, a, r)) GP_RETURN_IF_ERROR(PushStart(tx, job, a, &r));
+      }
       job.attempts = a.number;
       job.current_attempt = a.id;
       job.state = t.next;
@@ -1241,7 +1513,6 @@ Result<int> Pool::Schedule() {
       job.front = false;
       job.updated_ms = now;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
-      touched_nodes_.insert(where.node_id);
       touched_jobs_.insert(job.id);
       ++placed;
     }

@@ -298,6 +298,10 @@ class Pool {
   Status LeaveNode(Tx& tx, const std::string& node_id, const std::string& reason);
   // Requeues (as lost) every live attempt that is its job's current one.
   Status LoseLiveAttempts(Tx& tx, const std::string& node_id, const std::string& reason);
+  // Attempt `a` (its job's current one) is lost on `node_id`: the whole
+  // attempt, or for a gang the rank there (the others are stopped).
+  Status LoseAttemptOn(Tx& tx, Job& job, Attempt& a, const std::string& node_id,
+                       const proto::TaskReport& lost);
   Result<std::pair<std::string, int64_t>> GetAgentSeq(Tx& tx, const std::string& node_id);
   // Refuses a spec whose inputs are not in the blob store.
   Status CheckInputs(const JobSpec& spec) const;
@@ -306,9 +310,30 @@ class Pool {
   Result<Attempt> LiveAttempt(Tx& tx, const Job& job, const std::string& attempt_id);
   // Deletes the job's checkpoints beyond the newest `checkpoint_keep`.
   Status ApplyRetention(Tx& tx, int64_t job_id);
-  // The StartTask for a new attempt, with the job's newest checkpoint as
-  // its restore point.
-  Result<proto::StartTask> MakeStart(Tx& tx, const Job& job, const Attempt& a);
+  // The StartTask for a new attempt (for a gang: of `rank`; nullptr
+  // otherwise), with the job's newest checkpoint as its restore point.
+  Result<proto::StartTask> MakeStart(Tx& tx, const Job& job, const Attempt& a,
+                                     const AttemptRank* rank);
+  // Queues that start order to its node.
+  Status PushStart(Tx& tx, const Job& job, const Attempt& a, const AttemptRank* rank);
+
+  // ---- gangs (attempts with ranks on several nodes) ----
+  // A report from the agent of one rank (already fenced): rank 0's
+  // rendezvous starts the others; the job runs once every rank runs; a rank
+  // ending badly stops the gang (StopGang); once every rank has ended, the
+  // attempt closes (CloseGang).
+  Status ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::string& node_id,
+                         const proto::TaskReport& r);
+  // Orders every live rank to stop, checkpoint signal first, because `why`
+  // (rank `cause_rank` failed, was lost or vacated). The caller stores the
+  // attempt.
+  Status StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_rank,
+                  const std::string& why);
+  // Every rank has ended: closes the attempt. All succeeded: the job
+  // succeeded. A rank lost, vacated or refused, or a preemption: the job is
+  // requeued (the other ranks' failures followed from it). Otherwise the
+  // job failed with the first rank that failed.
+  Status CloseGang(Tx& tx, Job& job, Attempt& attempt);
   // Fires the hooks for what the committed transaction touched.
   void Notify();
   // Forgets what a rolled-back transaction touched.

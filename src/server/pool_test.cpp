@@ -1098,5 +1098,246 @@ TEST_F(PoolTest, SubmitChecksInputs) {
   EXPECT_TRUE(pool_->ReachableManifests()->empty());
 }
 
+// ---- multi-node jobs (gangs)
+
+class GangTest : public PoolTest {
+ protected:
+  JobSpec GangSpec(int nodes, Distributed mode = Distributed::kTorch) {
+    JobSpec s = Spec(1, "python3 train.py");
+    s.resources.nodes = nodes;
+    s.distributed = mode;
+    return s;
+  }
+  std::string Hello(const std::string& name) {
+    auto w = pool_->AgentHello(MakeHello(name, 1));
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    ids_[name] = w->node_id;
+    return w->node_id;
+  }
+  Attempt CurrentAttempt(int64_t job) {
+    auto d = pool_->GetJob(job);
+    EXPECT_TRUE(d.ok());
+    for (const Attempt& a : d->attempts) {
+      if (a.id == d->job.current_attempt) return a;
+    }
+    ADD_FAILURE() << "job " << job << " has no current attempt";
+    return {};
+  }
+  JobState StateOf(int64_t job) { return pool_->GetJob(job)->job.state; }
+  // Reports rank 0's rendezvous and both ranks running.
+  void StartGang(const Attempt& a) {
+    proto::TaskReport starting(a.id, "starting");
+    starting.master_addr = "127.0.0.1";
+    starting.master_port = 29533;
+    ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), starting).ok());
+    for (const AttemptRank& r : a.ranks) {
+      ASSERT_TRUE(Report(r.node_id, Seq(r.node_id), {a.id, "running"}).ok());
+    }
+  }
+  std::map<std::string, std::string> ids_;
+  std::map<std::string, int64_t> seq_ = {};
+  int64_t Seq(const std::string& node) { return ++seq_[node]; }
+};
+
+TEST_F(GangTest, TorchGangStartsRankZeroThenTheOthersWithItsRendezvous) {
+  for (const char* n : {"a", "b", "c"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(2), "alice");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  ASSERT_EQ(a.ranks.size(), 2u);
+  EXPECT_EQ(a.node_id, a.ranks[0].node_id);
+  EXPECT_NE(a.ranks[0].node_id, a.ranks[1].node_id);
+  // Rank 0 alone, with no rendezvous yet: its agent chooses the port.
+  auto first = Starts(a.ranks[0].node_id);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_TRUE(first[0].gang.has_value());
+  EXPECT_EQ(first[0].gang->rank, 0);
+  EXPECT_EQ(first[0].gang->nodes, 2);
+  EXPECT_EQ(first[0].gang->master_port, 0);
+  EXPECT_TRUE(Starts(a.ranks[1].node_id).empty());
+
+  proto::TaskReport starting(a.id, "starting");
+  starting.master_addr = "10.1.2.3";
+  starting.master_port = 29533;
+  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), starting).ok());
+  auto second = Starts(a.ranks[1].node_id);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].gang->rank, 1);
+  EXPECT_EQ(second[0].gang->master_addr, "10.1.2.3");
+  EXPECT_EQ(second[0].gang->master_port, 29533);
+  EXPECT_EQ(CurrentAttempt(job->id).MasterEndpoint(), "10.1.2.3:29533");
+
+  // Running only once every rank runs.
+  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, "running"}).ok());
+  EXPECT_EQ(StateOf(job->id), JobState::kScheduled);
+  ASSERT_TRUE(Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, "running"}).ok());
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+
+  // Succeeded once every rank exited 0.
+  ASSERT_TRUE(Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, "exited", 0}).ok());
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, "exited", 0}).ok());
+  EXPECT_EQ(StateOf(job->id), JobState::kSucceeded);
+  // Its group paid for both nodes.
+  auto usage = StoredUsage("default");
+  ASSERT_TRUE(usage.has_value());
+}
+
+TEST_F(GangTest, AGangThatCannotBePlacedWholeStartsNothing) {
+  std::string a = Hello("a"), b = Hello("b");
+  auto job = pool_->Submit(GangSpec(3), "alice");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_TRUE(Starts(a).empty());
+  EXPECT_TRUE(Starts(b).empty());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kPending);
+  EXPECT_TRUE(d->attempts.empty());
+  EXPECT_FALSE(d->job.reason.empty());
+  // A third node makes it placeable.
+  Hello("c");
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  EXPECT_EQ(CurrentAttempt(job->id).ranks.size(), 3u);
+}
+
+TEST_F(GangTest, ALostRankStopsTheGangWhichRequeuesOnlyOnceEveryRankEnded) {
+  for (const char* n : {"a", "b", "c"}) Hello(n);
+  JobSpec spec = GangSpec(2);
+  spec.checkpoint = CheckpointSpec{};
+  auto job = pool_->Submit(spec, "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  StartGang(a);
+  ASSERT_EQ(StateOf(job->id), JobState::kRunning);
+  const std::string master = a.ranks[0].node_id, lost = a.ranks[1].node_id;
+
+  // Rank 1's node goes silent and is declared lost.
+  ASSERT_TRUE(pool_->AgentDisconnected(lost).ok());
+  clock_.AdvanceMs(PoolOptions{}.node_lost_after_ms + 1);
+  ASSERT_TRUE(pool_->CheckNodes().ok());
+  // Rank 0 is told to checkpoint and stop; the job keeps its attempt (and
+  // nothing new starts) until rank 0 has ended: fencing.
+  auto stops = Stops(master);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_TRUE(stops[0].requeue);
+  EXPECT_THAT(stops[0].reason, HasSubstr("rank 1"));
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+  EXPECT_EQ(*pool_->Schedule(), 0);
+
+  // Rank 0 fails (its peer is gone): the gang is requeued, not failed.
+  ASSERT_TRUE(Report(master, Seq(master), {a.id, "exited", 1}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kPending);
+  EXPECT_TRUE(d->job.front);
+  EXPECT_EQ(d->attempts[0].state, AttemptState::kLost);
+  EXPECT_EQ(d->attempts[0].ranks[1].state, AttemptState::kLost);
+  EXPECT_EQ(d->attempts[0].ranks[0].state, AttemptState::kFailed);
+
+  // The next attempt goes to the two nodes still there.
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt next = CurrentAttempt(job->id);
+  EXPECT_EQ(next.number, 2);
+  for (const AttemptRank& r : next.ranks) EXPECT_NE(r.node_id, lost);
+}
+
+TEST_F(GangTest, ARankThatFailsOnItsOwnFailsTheJob) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(2), "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  StartGang(a);
+  const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
+  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "exited", 2}).ok());
+  ASSERT_EQ(Stops(r0).size(), 1u);  // the other rank is stopped
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 143, 15, "stopped: gang stopped"}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kFailed);
+  EXPECT_EQ(d->job.exit_code, 2);
+  EXPECT_THAT(d->job.reason, HasSubstr("rank 1"));
+}
+
+TEST_F(GangTest, EachRankKeepsItsOwnLog) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(2), "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  StartGang(a);
+  for (const AttemptRank& r : a.ranks) {
+    proto::LogChunk chunk{a.id, {{0, "stdout", 1, "hello from " + std::to_string(r.rank)}}};
+    ASSERT_TRUE(pool_
+                    ->AgentMessage(r.node_id, Seq(r.node_id), std::string(proto::kLogs),
+                                   proto::Encode(chunk))
+                    .ok());
+  }
+  auto lines = pool_->ReadLogs(job->id, 0, 100);
+  ASSERT_TRUE(lines.ok());
+  ASSERT_EQ(lines->size(), 2u);  // the same offset, once per rank
+  std::map<int32_t, std::string> by_rank;
+  for (const LogLine& l : *lines) by_rank[l.rank] = l.text;
+  EXPECT_EQ(by_rank[0], "hello from 0");
+  EXPECT_EQ(by_rank[1], "hello from 1");
+  // A reconnecting agent resumes its own rank's log.
+  auto w = pool_->AgentHello(MakeHello(ids_.count("a") ? "b" : "b", 1, "i2"));
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(w->log_offsets.at(a.id), 0);
+  EXPECT_GT(w->gang_lease_ms, 0);
+  EXPECT_LT(w->gang_lease_ms, PoolOptions{}.node_lost_after_ms);
+}
+
+TEST_F(GangTest, ARankWaitingForTheRendezvousIsNotLostWhenItsAgentReconnects) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(2), "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  std::string name1 = a.ranks[1].node_id == ids_["a"] ? "a" : "b";
+  ASSERT_TRUE(pool_->AgentHello(MakeHello(name1, 1, "i2")).ok());
+  EXPECT_EQ(StateOf(job->id), JobState::kScheduled);
+  EXPECT_EQ(CurrentAttempt(job->id).ranks[1].state, AttemptState::kScheduled);
+}
+
+TEST_F(GangTest, CancelStopsEveryRankAndGivesUpTheOnesNotStarted) {
+  for (const char* n : {"a", "b", "c"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(3), "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  ASSERT_TRUE(pool_->Cancel(job->id).ok());
+  EXPECT_EQ(Stops(a.ranks[0].node_id).size(), 1u);
+  EXPECT_TRUE(Stops(a.ranks[1].node_id).empty());  // never started
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kCancelled);
+  for (const AttemptRank& r : d->attempts[0].ranks) EXPECT_EQ(r.state, AttemptState::kCancelled);
+  // A late rendezvous starts nobody.
+  proto::TaskReport starting(a.id, "starting");
+  starting.master_addr = "127.0.0.1";
+  starting.master_port = 29533;
+  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), starting).ok());
+  EXPECT_TRUE(Starts(a.ranks[1].node_id).empty());
+}
+
+TEST_F(GangTest, ReplicasStartTogetherAndRunToTheirOwnEnds) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(2, Distributed::kNone), "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  for (const AttemptRank& r : a.ranks) {
+    auto starts = Starts(r.node_id);
+    ASSERT_EQ(starts.size(), 1u);
+    EXPECT_EQ(starts[0].gang->mode, Distributed::kNone);
+    EXPECT_EQ(starts[0].gang->rank, r.rank);
+  }
+  for (const AttemptRank& r : a.ranks)
+    ASSERT_TRUE(Report(r.node_id, Seq(r.node_id), {a.id, "running"}).ok());
+  const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
+  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 3}).ok());
+  EXPECT_TRUE(Stops(r1).empty());  // a replica's failure stops no other
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "exited", 0}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kFailed);
+  EXPECT_EQ(d->job.exit_code, 3);
+}
+
 }  // namespace
 }  // namespace gpupool::server

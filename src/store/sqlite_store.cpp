@@ -221,12 +221,43 @@ CREATE TABLE agent_credentials (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 6: multi-node jobs. A gang attempt keeps its ranks, rendezvous and
+// teardown as JSON in `gang`; attempt_nodes lists every node a gang runs on
+// (ListAttempts by node); log lines carry their rank, and a line is unique
+// per (attempt, rank, offset). SQLite cannot change a table's UNIQUE
+// constraint, so logs is rebuilt.
+constexpr const char* kSchemaV6 = R"sql(
+ALTER TABLE attempts ADD COLUMN gang TEXT NOT NULL DEFAULT '';
+CREATE TABLE attempt_nodes (
+  node_id    TEXT NOT NULL,
+  attempt_id TEXT NOT NULL REFERENCES attempts(id),
+  PRIMARY KEY (node_id, attempt_id)
+) WITHOUT ROWID;
+
+CREATE TABLE logs_v6 (
+  cursor     INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id     INTEGER NOT NULL REFERENCES jobs(id),
+  attempt_id TEXT NOT NULL,
+  rank       INTEGER NOT NULL DEFAULT 0,
+  "offset"   INTEGER NOT NULL,
+  stream     TEXT NOT NULL,
+  ts_ms      INTEGER NOT NULL,
+  text       TEXT NOT NULL,
+  UNIQUE (attempt_id, rank, "offset")
+);
+INSERT INTO logs_v6 (cursor, job_id, attempt_id, rank, "offset", stream, ts_ms, text)
+  SELECT cursor, job_id, attempt_id, 0, "offset", stream, ts_ms, text FROM logs;
+DROP TABLE logs;
+ALTER TABLE logs_v6 RENAME TO logs;
+CREATE INDEX logs_job_cursor ON logs(job_id, cursor);
+)sql";
+
 struct Migration {
   int version;
   const char* sql;
 };
 constexpr Migration kMigrations[] = {
-    {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5},
+    {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");
@@ -508,7 +539,55 @@ Result<Job> ReadJob(const Query& q) {
 
 constexpr std::string_view kAttemptColumns =
     "id, job_id, number, node_id, gpu_uuids, state, exit_code, reason, created_ms, started_ms, "
-    "finished_ms, gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job, last_checkpoint_ms";
+    "finished_ms, gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job, last_checkpoint_ms, "
+    "gang";
+
+// A gang attempt's ranks, rendezvous and teardown (the `gang` column); ""
+// for every other attempt.
+std::string GangColumn(const Attempt& a) {
+  if (a.ranks.empty() && a.master_port == 0 && a.gang_stop_ms == 0) return "";
+  json ranks = json::array();
+  for (const AttemptRank& r : a.ranks) {
+    json j = {{"rank", r.rank},           {"node_id", r.node_id},
+              {"gpu_uuids", r.gpu_uuids}, {"state", AttemptStateName(r.state)},
+              {"reason", r.reason},       {"finished_ms", r.finished_ms}};
+    if (r.exit_code) j["exit_code"] = *r.exit_code;
+    ranks.push_back(std::move(j));
+  }
+  return Dump(json{{"ranks", std::move(ranks)},
+                   {"master_addr", a.master_addr},
+                   {"master_port", a.master_port},
+                   {"stop_ms", a.gang_stop_ms},
+                   {"stop_rank", a.gang_stop_rank}});
+}
+
+Status ReadGangColumn(const std::string& text, const std::string& row, Attempt& a) {
+  if (text.empty()) return Status::Ok();
+  GP_ASSIGN_OR_RETURN(json j,
+                      DecodeColumn<json>(text, row + ": gang", [](const json& v) { return v; }));
+  try {
+    for (const json& r : j.at("ranks")) {
+      AttemptRank rank;
+      rank.rank = r.at("rank").get<int32_t>();
+      rank.node_id = r.at("node_id").get<std::string>();
+      rank.gpu_uuids = r.at("gpu_uuids").get<std::vector<std::string>>();
+      auto state = ParseAttemptState(r.at("state").get<std::string>());
+      if (!state.ok()) return Status::Internal(row + ": gang: " + state.status().message());
+      rank.state = *state;
+      if (r.contains("exit_code")) rank.exit_code = r.at("exit_code").get<int32_t>();
+      rank.reason = r.at("reason").get<std::string>();
+      rank.finished_ms = r.at("finished_ms").get<int64_t>();
+      a.ranks.push_back(std::move(rank));
+    }
+    a.master_addr = j.at("master_addr").get<std::string>();
+    a.master_port = j.at("master_port").get<int32_t>();
+    a.gang_stop_ms = j.at("stop_ms").get<int64_t>();
+    a.gang_stop_rank = j.at("stop_rank").get<int32_t>();
+  } catch (const json::exception& e) {
+    return Status::Internal(row + ": gang: " + e.what());
+  }
+  return Status::Ok();
+}
 
 Result<Attempt> ReadAttempt(const Query& q) {
   Attempt a;
@@ -534,6 +613,7 @@ Result<Attempt> ReadAttempt(const Query& q) {
   a.preempt_ms = q.Int(13);
   a.preempt_for_job = q.Int(14);
   a.last_checkpoint_ms = q.Int(15);
+  GP_RETURN_IF_ERROR(ReadGangColumn(q.Text(16), row, a));
   return a;
 }
 
@@ -747,9 +827,9 @@ class SqliteTx : public Tx {
         Query q, impl_.Prepare("INSERT INTO attempts (id, job_id, number, node_id, gpu_uuids, "
                                "state, exit_code, reason, created_ms, started_ms, finished_ms, "
                                "gpu_milli, gpu_memory_mib, preempt_ms, preempt_for_job, "
-                               "last_checkpoint_ms) "
+                               "last_checkpoint_ms, gang) "
                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                               "?14, ?15, ?16) "
+                               "?14, ?15, ?16, ?17) "
                                "ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, "
                                "number = excluded.number, node_id = excluded.node_id, "
                                "gpu_uuids = excluded.gpu_uuids, state = excluded.state, "
@@ -761,7 +841,8 @@ class SqliteTx : public Tx {
                                "gpu_memory_mib = excluded.gpu_memory_mib, "
                                "preempt_ms = excluded.preempt_ms, "
                                "preempt_for_job = excluded.preempt_for_job, "
-                               "last_checkpoint_ms = excluded.last_checkpoint_ms"));
+                               "last_checkpoint_ms = excluded.last_checkpoint_ms, "
+                               "gang = excluded.gang"));
     q.Bind(1, a.id)
         .Bind(2, a.job_id)
         .Bind(3, static_cast<int64_t>(a.number))
@@ -777,13 +858,23 @@ class SqliteTx : public Tx {
         .Bind(13, a.gpu_memory_mib)
         .Bind(14, a.preempt_ms)
         .Bind(15, a.preempt_for_job)
-        .Bind(16, a.last_checkpoint_ms);
+        .Bind(16, a.last_checkpoint_ms)
+        .Bind(17, GangColumn(a));
     Status st = q.Run();
     if (!st.ok() && IsForeignKeyError(q.extended_error())) {
       return Status::NotFound("attempt " + a.id + ": job " + std::to_string(a.job_id) +
                               " does not exist");
     }
-    return st;
+    GP_RETURN_IF_ERROR(st);
+    // A gang's nodes never change after its placement: indexed once.
+    if (a.ranks.empty()) return Status::Ok();
+    for (const AttemptRank& r : a.ranks) {
+      GP_ASSIGN_OR_RETURN(Query n, impl_.Prepare("INSERT INTO attempt_nodes (node_id, attempt_id) "
+                                                 "VALUES (?1, ?2) ON CONFLICT DO NOTHING"));
+      n.Bind(1, r.node_id).Bind(2, a.id);
+      GP_RETURN_IF_ERROR(n.Run());
+    }
+    return Status::Ok();
   }
 
   Result<std::optional<Attempt>> GetAttempt(const std::string& id) override {
@@ -798,7 +889,11 @@ class SqliteTx : public Tx {
     std::string sql = "SELECT " + std::string(kAttemptColumns) + " FROM attempts WHERE 1";
     int next = 1;
     if (aq.job_id) sql += " AND job_id = ?" + std::to_string(next++);
-    if (aq.node_id) sql += " AND node_id = ?" + std::to_string(next++);
+    if (aq.node_id) {
+      std::string n = "?" + std::to_string(next++);
+      sql += " AND (node_id = " + n + " OR id IN (SELECT attempt_id FROM attempt_nodes WHERE " +
+             "node_id = " + n + "))";
+    }
     if (aq.live_only) {
       sql += " AND state IN (?" + std::to_string(next) + ", ?" + std::to_string(next + 1) + ")";
     }
@@ -908,12 +1003,12 @@ class SqliteTx : public Tx {
   Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) override {
     for (const LogLine& l : lines) {
       GP_ASSIGN_OR_RETURN(Query q,
-                          impl_.Prepare("INSERT INTO logs (job_id, attempt_id, \"offset\", "
+                          impl_.Prepare("INSERT INTO logs (job_id, attempt_id, rank, \"offset\", "
                                         "stream, ts_ms, text) "
-                                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
-                                        "ON CONFLICT (attempt_id, \"offset\") DO NOTHING"));
-      q.Bind(1, job_id).Bind(2, l.attempt_id).Bind(3, l.offset).Bind(4, l.stream).Bind(5, l.ts_ms);
-      q.Bind(6, l.text);
+                                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+                                        "ON CONFLICT (attempt_id, rank, \"offset\") DO NOTHING"));
+      q.Bind(1, job_id).Bind(2, l.attempt_id).Bind(3, static_cast<int64_t>(l.rank));
+      q.Bind(4, l.offset).Bind(5, l.stream).Bind(6, l.ts_ms).Bind(7, l.text);
       Status st = q.Run();
       if (!st.ok()) {
         if (IsForeignKeyError(q.extended_error())) {
@@ -931,7 +1026,7 @@ class SqliteTx : public Tx {
     std::vector<LogLine> out;
     if (limit <= 0) return out;
     GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT cursor, attempt_id, \"offset\", stream, "
-                                               "ts_ms, text FROM logs WHERE job_id = ?1 AND "
+                                               "ts_ms, text, rank FROM logs WHERE job_id = ?1 AND "
                                                "cursor > ?2 ORDER BY cursor LIMIT ?3"));
     q.Bind(1, job_id).Bind(2, after_cursor).Bind(3, static_cast<int64_t>(limit));
     while (true) {
@@ -944,15 +1039,16 @@ class SqliteTx : public Tx {
       l.stream = q.Text(3);
       l.ts_ms = q.Int(4);
       l.text = q.Text(5);
+      l.rank = static_cast<int32_t>(q.Int(6));
       out.push_back(std::move(l));
     }
     return out;
   }
 
-  Result<int64_t> LastLogOffset(const std::string& attempt_id) override {
+  Result<int64_t> LastLogOffset(const std::string& attempt_id, int32_t rank) override {
     GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT \"offset\" FROM logs WHERE attempt_id = ?1 "
-                                               "ORDER BY \"offset\" DESC LIMIT 1"));
-    q.Bind(1, attempt_id);
+                                               "AND rank = ?2 ORDER BY \"offset\" DESC LIMIT 1"));
+    q.Bind(1, attempt_id).Bind(2, static_cast<int64_t>(rank));
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
     return row ? q.Int(0) : int64_t{-1};
   }

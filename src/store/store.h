@@ -27,23 +27,23 @@
 namespace gpupool {
 
 struct JobQuery {
-  std::optional<std::string> owner;  // only this owner's jobs...
+  std::optional<std::string> owner;    // only this owner's jobs...
   std::vector<std::string> or_groups;  // ... and those of these groups (spec.group)
-  std::vector<JobState> states;      // any of these; empty = all
-  int64_t after_id = 0;              // id > after_id (paging)
-  int32_t limit = 1000;              // at most this many, by ascending id
-  bool newest_first = false;         // order by descending id instead
+  std::vector<JobState> states;        // any of these; empty = all
+  int64_t after_id = 0;                // id > after_id (paging)
+  int32_t limit = 1000;                // at most this many, by ascending id
+  bool newest_first = false;           // order by descending id instead
 };
 
 struct AttemptQuery {
   std::optional<int64_t> job_id;
-  std::optional<std::string> node_id;
-  bool live_only = false;  // scheduled or running only
+  std::optional<std::string> node_id;  // placed there (any rank of a gang)
+  bool live_only = false;              // scheduled or running only
 };
 
 // One line of job output. `offset` is the byte offset of the line in the
-// attempt's log as the agent recorded it; (attempt_id, offset) is unique, so
-// a line sent twice is stored once.
+// log of the attempt's rank as the agent recorded it; (attempt_id, rank,
+// offset) is unique, so a line sent twice is stored once.
 struct LogLine {
   std::string attempt_id;
   int64_t offset = 0;
@@ -52,6 +52,7 @@ struct LogLine {
   std::string text;  // without the trailing newline
   // Assigned by the store: increases with every stored line; a reader's cursor.
   int64_t cursor = 0;
+  int32_t rank = 0;  // a gang's rank; 0 for a single-node job
   friend bool operator==(const LogLine&, const LogLine&) = default;
 };
 
@@ -187,9 +188,9 @@ class Tx {
   // Lines of the job with cursor > after_cursor, by cursor, at most `limit`.
   virtual Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor,
                                                 int32_t limit) = 0;
-  // The highest offset stored for the attempt, or -1 when it has no lines.
-  // An agent resumes shipping at that line (and skips it).
-  virtual Result<int64_t> LastLogOffset(const std::string& attempt_id) = 0;
+  // The highest offset stored for the attempt's rank, or -1 when it has no
+  // lines. An agent resumes shipping at that line (and skips it).
+  virtual Result<int64_t> LastLogOffset(const std::string& attempt_id, int32_t rank) = 0;
 
   // Outbox. PushOutbox assigns and returns the next seq for the node.
   virtual Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,

@@ -792,7 +792,7 @@ TEST_P(StoreConformanceTest, LogsAppendDedupeReadAndEnd) {
   EXPECT_TRUE(job3.empty());
 
   auto end = [&](const std::string& attempt) {
-    auto r = InTx(store(), [&](Tx& tx) { return tx.LastLogOffset(attempt); });
+    auto r = InTx(store(), [&](Tx& tx) { return tx.LastLogOffset(attempt, 0); });
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.value_or(-1);
   };
@@ -1201,7 +1201,7 @@ TEST_P(StoreConformanceTest, ErrorRollsBackEverything) {
     EXPECT_TRUE(nodes.empty());
     GP_ASSIGN_OR_RETURN(auto logs, tx.ReadLogs(rolled_back_id, 0, 100));
     EXPECT_TRUE(logs.empty());
-    GP_ASSIGN_OR_RETURN(auto end, tx.LastLogOffset("2.1"));
+    GP_ASSIGN_OR_RETURN(auto end, tx.LastLogOffset("2.1", 0));
     EXPECT_EQ(end, -1);
     GP_ASSIGN_OR_RETURN(auto outbox, tx.ListOutbox("n-1", 0));
     EXPECT_TRUE(outbox.empty());
@@ -1284,7 +1284,7 @@ TEST_P(StoreConformanceTest, ReopenSeesEverythingCommitted) {
     EXPECT_EQ(n, std::optional<Node>(node));
     GP_ASSIGN_OR_RETURN(auto logs, tx.ReadLogs(job.id, 0, 10));
     EXPECT_EQ(logs, logs_before);
-    GP_ASSIGN_OR_RETURN(auto end, tx.LastLogOffset("1.1"));
+    GP_ASSIGN_OR_RETURN(auto end, tx.LastLogOffset("1.1", 0));
     EXPECT_EQ(end, 2);  // the line stored at offset 2
     GP_ASSIGN_OR_RETURN(auto outbox, tx.ListOutbox("n-1", 0));
     EXPECT_EQ(outbox, (std::vector<OutboxMessage>{{"n-1", 1, "assign", "{}"}}));

@@ -546,10 +546,10 @@ const BadSpec kBadSpecs[] = {
     {"run: x\nfoo: 1",
      "foo (line 2): unknown field (known: name, run, command, env, resources, max_runtime, "
      "priority, "
-     "group, image, executor, network, checkpoint, workdir, inputs)"},
+     "group, image, executor, network, checkpoint, workdir, inputs, distributed)"},
     {"run: x\nresources: {foo: 1}",
      "resources.foo (line 2): unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
-     "min_compute_capability, node_labels, prefer, disk)"},
+     "min_compute_capability, node_labels, prefer, disk, nodes)"},
     {"run: x\nresources: {gpu: 1}", "resources.gpu (line 2): unknown field"},
     // name
     {"run: x\nname: [a]", "name (line 2): must be a string, got a list"},
@@ -717,7 +717,40 @@ const BadSpec kBadSpecs[] = {
     {"run: x\ninputs: abc", "inputs (line 2): must be a manifest id (64 lowercase hex digits)"},
     {"run: x\ninputs: 3F9A000000000000000000000000000000000000000000000000000000000000",
      "inputs (line 2): must be a manifest id"},
+    // multi-node jobs
+    {"run: x\nresources: {nodes: 0}", "resources.nodes (line 2): must be from 1 to 256, got 0"},
+    {"run: x\nresources: {nodes: 257}",
+     "resources.nodes (line 2): must be a whole number of nodes"},
+    {"run: x\nresources: {nodes: 1.5}",
+     "resources.nodes (line 2): must be a whole number of nodes"},
+    {"run: x\nresources: {nodes: -1}", "resources.nodes (line 2): must be from 1 to 256, got -1"},
+    {"run: x\nresources: {nodes: 2, gpus: 0.5}",
+     "resources.nodes (line 2): a multi-node job takes whole GPUs on each node"},
+    {"run: x\nnetwork: false\nresources: {nodes: 2}",
+     "network (line 2): a multi-node job needs the network"},
+    {"run: x\nresources: {nodes: 2}\nenv: {MASTER_PORT: 1}",
+     "env.MASTER_PORT (line 3): reserved in a multi-node torch job"},
+    {"run: x\ndistributed: mpi", "distributed (line 2): must be torch or none, got \"mpi\""},
 };
+
+TEST(JobSpecFromJson, MultiNode) {
+  auto spec = ParseJobSpec("run: x\nresources: {nodes: 4, gpus: 2}\ndistributed: none\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->resources.nodes, 4);
+  EXPECT_TRUE(spec->gang());
+  EXPECT_EQ(spec->distributed, Distributed::kNone);
+  EXPECT_EQ(spec->resources.TotalGpuMilli(), 8000);
+  auto back = JobSpecFromJson(JobSpecToJson(*spec));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *spec);
+  // One node, and torch, are the defaults and are not written out.
+  auto single = ParseJobSpec("run: x\n");
+  EXPECT_EQ(single->resources.nodes, 1);
+  EXPECT_FALSE(JobSpecToJson(*single).contains("distributed"));
+  EXPECT_FALSE(JobSpecToJson(*single)["resources"].contains("nodes"));
+  // A single-node job may set torch's variables itself.
+  EXPECT_TRUE(ParseJobSpec("run: x\nenv: {MASTER_PORT: 1}\n").ok());
+}
 
 INSTANTIATE_TEST_SUITE_P(All, BadSpecTest, ::testing::ValuesIn(kBadSpecs));
 

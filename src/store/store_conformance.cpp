@@ -552,6 +552,74 @@ TEST_P(StoreConformanceTest, AttemptsPutGetListAndReplace) {
   EXPECT_EQ(list({}).size(), 5u);
 }
 
+TEST_P(StoreConformanceTest, GangAttemptsKeepTheirRanksAndAreListedOnEveryNode) {
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  Attempt gang = MakeAttempt(1, 1, "n-a", AttemptState::kRunning);
+  gang.gpu_uuids = {"GPU-a"};
+  for (int r = 0; r < 3; ++r) {
+    AttemptRank rank;
+    rank.rank = r;
+    rank.node_id = std::string("n-") + static_cast<char>('a' + r);
+    rank.gpu_uuids = {"GPU-" + std::string(1, static_cast<char>('a' + r))};
+    rank.state = r == 2 ? AttemptState::kLost : AttemptState::kRunning;
+    if (r == 2) {
+      rank.reason = "node c stopped answering";
+      rank.finished_ms = 77;
+      rank.exit_code = 9;
+    }
+    gang.ranks.push_back(rank);
+  }
+  gang.master_addr = "fe80::1";
+  gang.master_port = 29500;
+  gang.gang_stop_ms = 77;
+  gang.gang_stop_rank = 2;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutAttempt(gang); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto got, InTx(store(), [&](Tx& tx) { return tx.GetAttempt("1.1"); }));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(*got, gang);
+  EXPECT_EQ(got->MasterEndpoint(), "[fe80::1]:29500");
+  for (const char* node : {"n-a", "n-b", "n-c"}) {
+    CONF_ASSERT_OK_AND_ASSIGN(auto on, InTx(store(), [&](Tx& tx) {
+                                return tx.ListAttempts(AQ().Node(node).LiveOnly());
+                              }));
+    EXPECT_EQ(AttemptIds(on), std::vector<std::string>{"1.1"}) << node;
+  }
+  // Written again (a rank's state changed), it is still listed once per node.
+  gang.ranks[1].state = AttemptState::kSucceeded;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutAttempt(gang); }));
+  CONF_ASSERT_OK_AND_ASSIGN(
+      auto on_b, InTx(store(), [&](Tx& tx) { return tx.ListAttempts(AQ().Node("n-b")); }));
+  EXPECT_EQ(on_b, std::vector<Attempt>{gang});
+  CONF_ASSERT_OK_AND_ASSIGN(
+      auto on_d, InTx(store(), [&](Tx& tx) { return tx.ListAttempts(AQ().Node("n-d")); }));
+  EXPECT_TRUE(on_d.empty());
+}
+
+TEST_P(StoreConformanceTest, EachRankHasItsOwnLogOffsets) {
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  LogLine r0 = Line("1.1", 0, "rank 0 says hi");
+  LogLine r1 = Line("1.1", 0, "rank 1 says hi");
+  r1.rank = 1;
+  LogLine r1b = Line("1.1", 15, "rank 1 again");
+  r1b.rank = 1;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.AppendLogs(1, {r0, r1, r1b, r1}); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto lines,
+                            InTx(store(), [](Tx& tx) { return tx.ReadLogs(1, 0, 100); }));
+  ASSERT_EQ(lines.size(), 3u);  // the repeated line is stored once
+  EXPECT_EQ(lines[0].rank, 0);
+  EXPECT_EQ(lines[1].rank, 1);
+  EXPECT_EQ(lines[1].text, "rank 1 says hi");
+  CONF_ASSERT_OK_AND_ASSIGN(auto end0,
+                            InTx(store(), [](Tx& tx) { return tx.LastLogOffset("1.1", 0); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto end1,
+                            InTx(store(), [](Tx& tx) { return tx.LastLogOffset("1.1", 1); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto end2,
+                            InTx(store(), [](Tx& tx) { return tx.LastLogOffset("1.1", 2); }));
+  EXPECT_EQ(end0, 0);
+  EXPECT_EQ(end1, 15);
+  EXPECT_EQ(end2, -1);
+}
+
 TEST_P(StoreConformanceTest, AttemptOfMissingJobIsNotFound) {
   Attempt a = MakeAttempt(42, 1, "n-a", AttemptState::kScheduled);
   Status st = InTx(store(), [&](Tx& tx) { return tx.PutAttempt(a); });

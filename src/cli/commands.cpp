@@ -283,8 +283,15 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
   kv.Add({"Submitted:", FormatTimestampMs(Int(j, "created_ms"))});
   if (Int(j, "started_ms")) kv.Add({"Started:", FormatTimestampMs(Int(j, "started_ms"))});
   if (Int(j, "finished_ms")) kv.Add({"Finished:", FormatTimestampMs(Int(j, "finished_ms"))});
-  kv.Add({"GPUs:", GpusOf(j["spec"])});
   const json& spec = j["spec"];
+  const int64_t nodes = spec["resources"].value("nodes", 1);
+  kv.Add({"GPUs:", GpusOf(spec) + (nodes > 1 ? " per node" : "")});
+  if (nodes > 1) {
+    kv.Add({"Nodes:", std::to_string(nodes) + " (" + spec.value("distributed", "torch") +
+                          (spec.value("distributed", "torch") == "torch" ? ": one DDP program"
+                                                                         : ": replicas") +
+                          ")"});
+  }
   kv.Add({"Command:", spec.contains("run") ? Str(spec, "run") : spec["command"].dump()});
   if (spec.contains("max_runtime")) kv.Add({"Max runtime:", Str(spec, "max_runtime")});
   kv.Print(std::cout);
@@ -306,7 +313,17 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
              Str(a, "reason") +
                  (Int(a, "lost_work_ms") > 0
                       ? " (" + FormatDurationMs(Int(a, "lost_work_ms")) + " of work to redo)"
-                      : "")});
+                      : "") +
+                 (a["master"].is_string() ? " (rendezvous " + Str(a, "master") + ")" : "")});
+      // A multi-node attempt: a row per rank.
+      for (const auto& r : a.value("ranks", json::array())) {
+        std::string rank_gpus;
+        for (const auto& u : r["gpus"])
+          rank_gpus += (rank_gpus.empty() ? "" : ",") + u.get<std::string>();
+        t.Add({"  rank " + std::to_string(Int(r, "rank")), Str(r, "node_id"),
+               rank_gpus.empty() ? "-" : rank_gpus, Str(r, "state"),
+               r["exit_code"].is_null() ? "-" : r["exit_code"].dump(), "", Str(r, "reason")});
+      }
     }
     t.Print(std::cout);
   }

@@ -775,6 +775,7 @@ TEST_F(WsTest, EchoManyMessagesInOrderBothWays) {
     c.Send("echo:" + text);
   };
   server_side->on_open = [](WsConnection& c) {
+    EXPECT_EQ(c.local(), "127.0.0.1");
     for (int i = 0; i < kCount; ++i) c.Send("push:" + std::to_string(i));
   };
   StartWsServer([server_side] { return server_side; });
@@ -785,6 +786,7 @@ TEST_F(WsTest, EchoManyMessagesInOrderBothWays) {
     for (int i = 0; i < kCount; ++i) c.Send(std::to_string(i));
     EXPECT_GT(c.queued_bytes(), 0u);
     EXPECT_NE(c.peer().find("127.0.0.1:"), std::string::npos);
+    EXPECT_EQ(c.local(), "127.0.0.1");  // the address alone: no port
   };
   OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
   ASSERT_TRUE(client->WaitOpen());
@@ -822,6 +824,44 @@ TEST_F(WsTest, LargeMessages) {
   ASSERT_TRUE(client->WaitMessages());
   OnLoop(loop_, [&] {
     EXPECT_EQ(client->messages[0], big + big);
+    client->conn_->Close("");
+  });
+  ASSERT_TRUE(client->WaitClosed());
+}
+
+// A client's ping is answered by the server's WebSocket layer alone: the
+// server's handler sees no message, the client gets OnPong.
+TEST_F(WsTest, PingIsAnsweredWithPong) {
+  class PongRecorder : public Recorder {
+   public:
+    void OnPong() override {
+      if (++pongs == 2) two_pongs.set_value();
+    }
+    int pongs = 0;
+    std::promise<void> two_pongs;
+  };
+  auto server_side = std::make_shared<Recorder>();
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<PongRecorder>();
+  auto got_two = client->two_pongs.get_future();
+  client->on_open = [](WsConnection& c) {
+    c.Ping();
+    c.Ping();  // still being sent: skipped
+  };
+  client->on_message = [](WsConnection&, const std::string&) {};
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitOpen());
+  // More pings, each sent once the one before it went out, until two pongs came back.
+  for (int i = 0;
+       i < 50 && got_two.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready; ++i) {
+    OnLoop(loop_, [&] {
+      if (client->conn_) client->conn_->Ping();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(got_two.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  OnLoop(loop_, [&] {
+    EXPECT_TRUE(server_side->messages.empty());
     client->conn_->Close("");
   });
   ASSERT_TRUE(client->WaitClosed());

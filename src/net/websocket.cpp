@@ -80,6 +80,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
 
   void Accept(internal::BeastRequest req) {
     core_->sessions.emplace(this, this->weak_from_this());
+    local_ = LocalAddress();
     upgrade_request_ = std::move(req);
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.set_option(websocket::stream_base::decorator(
@@ -133,6 +134,14 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
 
   void Close(std::string reason) { RequestClose(websocket::close_code::normal, std::move(reason)); }
 
+  void Ping() {
+    // Beast allows one ping in flight (beside a write and a close).
+    if (state_ != State::kOpen || close_requested_ || ping_pending_) return;
+    ping_pending_ = true;
+    ws_.async_ping(
+        {}, [self = this->shared_from_this()](beast::error_code) { self->ping_pending_ = false; });
+  }
+
   size_t queued_bytes() const { return queued_bytes_; }
   const std::string& peer() const { return peer_; }
 
@@ -152,6 +161,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     if (state_ != State::kConnecting) return;
     if (ec) return FailConnect("cannot connect to " + options_.url, ec);
     peer_ = internal::EndpointText(ep);
+    local_ = LocalAddress();
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().set_option(tcp::no_delay(true), ignored);
     if constexpr (kTls) {
@@ -193,6 +203,19 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     ws_.async_handshake(
         handshake_response_, host_header_, target_,
         [self = this->shared_from_this()](beast::error_code ec) { self->OnHandshake(ec); });
+  }
+
+  // The socket's own address; an IPv4 peer reached over a dual-stack
+  // socket shows as plain IPv4.
+  std::string LocalAddress() {
+    beast::error_code ec;
+    tcp::endpoint ep = beast::get_lowest_layer(ws_).socket().local_endpoint(ec);
+    if (ec) return "";
+    asio::ip::address addr = ep.address();
+    if (addr.is_v6() && addr.to_v6().is_v4_mapped()) {
+      addr = asio::ip::make_address_v4(asio::ip::v4_mapped, addr.to_v6());
+    }
+    return addr.to_string();
   }
 
   void FailConnect(const std::string& what, beast::error_code ec) {
@@ -241,7 +264,14 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
       ws_.set_option(timeout);
     }
     ws_.text(true);
-    if (auto h = handler_) h->OnOpen(std::make_shared<WsHandle>(this->weak_from_this(), peer_));
+    // Called from within reads, which keep the session alive.
+    ws_.control_callback([this](websocket::frame_type kind, beast::string_view) {
+      if (kind != websocket::frame_type::pong) return;
+      if (auto h = handler_) h->OnPong();
+    });
+    if (auto h = handler_) {
+      h->OnOpen(std::make_shared<WsHandle>(this->weak_from_this(), peer_, local_));
+    }
     if (state_ != State::kClosed) DoRead();
   }
 
@@ -347,23 +377,28 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
 
   class WsHandle : public WsConnection {
    public:
-    WsHandle(std::weak_ptr<WsSession> session, std::string peer)
-        : session_(std::move(session)), peer_(std::move(peer)) {}
+    WsHandle(std::weak_ptr<WsSession> session, std::string peer, std::string local)
+        : session_(std::move(session)), peer_(std::move(peer)), local_(std::move(local)) {}
     void Send(std::string text) override {
       if (auto s = session_.lock()) s->Send(std::move(text));
     }
     void Close(std::string reason) override {
       if (auto s = session_.lock()) s->Close(std::move(reason));
     }
+    void Ping() override {
+      if (auto s = session_.lock()) s->Ping();
+    }
     size_t queued_bytes() const override {
       auto s = session_.lock();
       return s ? s->queued_bytes() : 0;
     }
     std::string peer() const override { return peer_; }
+    std::string local() const override { return local_; }
 
    private:
     std::weak_ptr<WsSession> session_;
     std::string peer_;
+    std::string local_;
   };
 
   std::shared_ptr<internal::ServerCore> core_;  // null on the client side
@@ -374,6 +409,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
   asio::steady_timer timer_;  // client connect deadline
   std::shared_ptr<WsHandler> handler_;
   std::string peer_;
+  std::string local_;  // this end's address, without the port
   WsClientOptions options_;
   internal::BeastRequest upgrade_request_;
   websocket::response_type handshake_response_;
@@ -384,6 +420,7 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
   std::deque<std::string> queue_;
   size_t queued_bytes_ = 0;
   bool writing_ = false;
+  bool ping_pending_ = false;
   bool close_requested_ = false;
   bool timed_out_ = false;
   websocket::close_code close_code_ = websocket::close_code::normal;

@@ -25,6 +25,13 @@ class WsConnection {
   // Bytes queued but not yet written; lets senders apply back-pressure.
   virtual size_t queued_bytes() const = 0;
   virtual std::string peer() const = 0;
+  // This end's address, without a port ("10.0.0.5", "fd00::5"): the
+  // address the peer reached us at, e.g. the interface a client's route to
+  // its server leaves through. "" when unknown.
+  virtual std::string local() const { return ""; }
+  // Sends a ping frame (unless one is still being sent); the peer's pong
+  // reaches WsHandler::OnPong. Shows that the peer still reads.
+  virtual void Ping() {}
 };
 
 class WsHandler {
@@ -32,6 +39,8 @@ class WsHandler {
   virtual ~WsHandler() = default;
   virtual void OnOpen(std::shared_ptr<WsConnection> conn) = 0;
   virtual void OnMessage(std::string text) = 0;
+  // A pong frame arrived (the answer to WsConnection::Ping).
+  virtual void OnPong() {}
   // `reason` says why: the peer's close reason, an I/O error, or a timeout.
   // Also called, without OnOpen, when connecting or the handshake fails.
   virtual void OnClose(std::string reason) = 0;

@@ -19,6 +19,7 @@
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/units.h"
 #include "exec/executors.h"
 #include "gpu/gpu_source.h"
 #include "model/node.h"
@@ -59,6 +60,7 @@ class Link : public net::WsHandler {
   Link(Agent* agent, uint64_t generation) : agent_(agent), generation_(generation) {}
   void OnOpen(std::shared_ptr<net::WsConnection> conn) override;
   void OnMessage(std::string text) override;
+  void OnPong() override;
   void OnClose(std::string reason) override;
 
  private:
@@ -108,6 +110,14 @@ class Agent {
       auto config = LoadAgentConfig(options_.config_file, options_.data_dir);
       if (!config.ok()) return Status::InvalidArgument(config.status().message());
       config_ = *std::move(config);
+    }
+    if (options_.advertise_addr.empty()) options_.advertise_addr = config_.advertise_addr;
+    if (!options_.advertise_addr.empty()) {
+      if (Status s = CheckAdvertiseAddr(options_.advertise_addr); !s.ok()) {
+        return Status::InvalidArgument("--advertise-addr: " + s.message());
+      }
+      GP_LOG(kInfo) << "other nodes of multi-node jobs reach this one at "
+                    << options_.advertise_addr;
     }
     if (auto snap = gpu_->Read(); snap.ok()) gpus_ = snap->gpus;
     GP_RETURN_IF_ERROR(provider_.Init(gpus_, gpu_.get()));
@@ -193,6 +203,7 @@ class Agent {
 
   void OnOpen(std::shared_ptr<net::WsConnection> conn) {
     conn_ = std::move(conn);
+    local_addr_ = conn_->local();
     proto::Hello h;
     h.node_name = options_.name;
     h.agent_instance = instance_;
@@ -222,6 +233,7 @@ class Agent {
   }
 
   void OnMessage(const std::string& text) {
+    if (welcomed_) RenewGangLeases();
     auto env = proto::DecodeEnvelope(text);
     if (!env.ok()) return Drop("malformed message from the server: " + env.status().message());
     if (!welcomed_) {
@@ -246,6 +258,11 @@ class Agent {
     in_.MarkApplied(env->seq);
     SaveState();
     ScheduleAck();
+  }
+
+  // The server answered a ping: it still reads this connection.
+  void OnPong() {
+    if (welcomed_) RenewGangLeases();
   }
 
   void OnClose(const std::string& reason) {
@@ -298,6 +315,14 @@ class Agent {
       Send(copy);
     }
     heartbeat_ms_ = w.heartbeat_ms;
+    if (w.gang_lease_ms != tasks_.gang_lease_ms()) {
+      GP_LOG(kInfo) << (w.gang_lease_ms > 0
+                            ? "ranks of multi-node jobs stop after " +
+                                  FormatDurationMs(w.gang_lease_ms) + " without the server"
+                            : std::string("the server grants no gang leases"));
+    }
+    tasks_.SetGangLease(w.gang_lease_ms);  // renews every lease
+    last_lease_renewal_ = BootTimeMs();
     Heartbeat();
     WakePoll();
   }
@@ -313,7 +338,8 @@ class Agent {
     if (env.type == proto::kStart) {
       GP_ASSIGN_OR_RETURN(auto start, proto::DecodeStartTask(env.body));
       if (shutting_down_) return Status::Ok();
-      if (!tasks_.tasks().count(start.attempt_id)) {
+      bool held = tasks_.tasks().count(start.attempt_id) > 0;
+      if (!held) {
         // The policy is enforced here whatever the server thought.
         if (Status ok = provider_.Admit(start); !ok.ok()) {
           GP_LOG(kInfo) << "refusing " << start.attempt_id << ": " << ok.message();
@@ -322,8 +348,23 @@ class Agent {
           return Status::Ok();
         }
       }
-      GP_LOG(kInfo) << "starting " << start.attempt_id << " (" << start.spec.name << ")";
-      Status s = tasks_.Start(start, GpuMinors(start.gpu_uuids));
+      GP_LOG(kInfo) << "starting " << start.attempt_id << " (" << start.spec.name << ")"
+                    << (start.gang ? " as rank " + std::to_string(start.gang->rank) + " of " +
+                                         std::to_string(start.gang->nodes)
+                                   : "");
+      // Rank 0 of a torch gang: the master is chosen here, before Start
+      // keeps it with the task, and reported at once: the server starts the
+      // other ranks with it.
+      bool choose_master = NeedsMaster(start) && !held;
+      Status s = tasks_.ChooseMaster(start, AdvertiseAddr());
+      if (s.ok()) s = tasks_.Start(start, GpuMinors(start.gpu_uuids));
+      if (s.ok() && choose_master) {
+        proto::TaskReport r = tasks_.Report(tasks_.tasks().at(start.attempt_id));
+        r.state = "starting";
+        GP_LOG(kInfo) << start.attempt_id << ": the gang's master is " << r.master_addr << " port "
+                      << r.master_port;
+        Push(proto::kTaskStatus, proto::Encode(r));
+      }
       if (!s.ok()) {
         // Report it so the job does not wait forever.
         proto::TaskReport r{start.attempt_id, "failed", 127, 0, "cannot start: " + s.message(),
@@ -384,6 +425,9 @@ class Agent {
   void Heartbeat() {
     loop_.Cancel(heartbeat_timer_);
     if (!welcomed_) return;
+    // The server sends nothing back for a heartbeat; its pong renews the
+    // gang leases when no other frame does.
+    if (conn_ && tasks_.gang_lease_ms() > 0) conn_->Ping();
     proto::Heartbeat hb;
     if (auto snap = gpu_->Read(); snap.ok()) hb.telemetry = snap->telemetry;
     hb.running_tasks = tasks_.running();
@@ -393,6 +437,23 @@ class Agent {
   }
 
   // ---- tasks ----
+
+  // Where the other ranks of a gang reach this node.
+  std::string AdvertiseAddr() const {
+    return options_.advertise_addr.empty() ? local_addr_ : options_.advertise_addr;
+  }
+
+  // The agent heard from the server: renews the gang leases, unless the
+  // last renewal is younger than a second (or an eighth of the lease), so
+  // that a stream of frames costs no stream of file writes.
+  void RenewGangLeases() {
+    int64_t lease = tasks_.gang_lease_ms();
+    if (lease <= 0) return;
+    int64_t now = BootTimeMs();
+    if (now - last_lease_renewal_ < std::min<int64_t>(1000, lease / 8)) return;
+    last_lease_renewal_ = now;
+    tasks_.RenewGangLeases();
+  }
 
   void WakePoll() {
     if (poll_posted_) return;
@@ -527,6 +588,8 @@ class Agent {
   std::string instance_;
   std::string node_id_;
   std::shared_ptr<net::WsConnection> conn_;
+  std::string local_addr_;          // this end of the connection to the server
+  int64_t last_lease_renewal_ = 0;  // BootTimeMs
   uint64_t generation_ = 0;
   bool welcomed_ = false;
   bool resumed_logs_ = false;
@@ -555,6 +618,9 @@ void Link::OnOpen(std::shared_ptr<net::WsConnection> conn) {
 }
 void Link::OnMessage(std::string text) {
   if (agent_->Current(generation_)) agent_->OnMessage(text);
+}
+void Link::OnPong() {
+  if (agent_->Current(generation_)) agent_->OnPong();
 }
 void Link::OnClose(std::string reason) {
   if (agent_->Current(generation_)) agent_->OnClose(reason);
@@ -614,6 +680,12 @@ Result<AgentCredentials> Credentials(const AgentOptions& options) {
 
 int RunAgent(const AgentOptions& options) {
   SetLogComponent("agent " + options.name);
+  if (!options.advertise_addr.empty()) {
+    if (Status s = CheckAdvertiseAddr(options.advertise_addr); !s.ok()) {
+      std::cerr << "gpupool agent: --advertise-addr: " << s.message() << "\n";
+      return 2;
+    }
+  }
   auto creds = Credentials(options);
   if (!creds.ok()) {
     std::cerr << "gpupool agent: " << creds.status().message() << "\n";

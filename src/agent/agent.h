@@ -28,7 +28,11 @@ struct AgentOptions {
   std::string nvml_library;   // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
   std::string owner_group;    // the group (lab) that owns this machine (--owner-group)
   std::map<std::string, std::string> labels;  // node labels jobs can ask for (--label k=v)
-  bool kill_tasks_on_exit = false;            // on SIGTERM stop running jobs too (gpupool dev)
+  // Where the other nodes of a multi-node job reach this one (--advertise-addr;
+  // see CheckAdvertiseAddr). Empty: the config's advertise_addr, else the
+  // local address of the connection to the server.
+  std::string advertise_addr;
+  bool kill_tasks_on_exit = false;  // on SIGTERM stop running jobs too (gpupool dev)
   int64_t kill_grace_ms = 10'000;   // SIGTERM to SIGKILL when the server's stop names none
   int64_t poll_ms = 100;            // how often output files are read
   int64_t max_backoff_ms = 10'000;  // reconnect backoff ceiling

@@ -1,5 +1,7 @@
 #include "agent/agent_config.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
@@ -14,8 +16,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kTopFields[] = {"executors", "sandbox", "images", "docker",
-                                      "podman",    "limits",  "policy", "owner"};
+constexpr const char* kTopFields[] = {"executors", "sandbox", "images", "docker",        "podman",
+                                      "limits",    "policy",  "owner",  "advertise_addr"};
 constexpr const char* kSandboxFields[] = {"uids", "host_paths", "devices_dir", "bwrap", "ldconfig"};
 constexpr const char* kImagesFields[] = {"cache_dir", "cache_size", "skopeo", "umoci"};
 constexpr const char* kEngineFields[] = {"command", "gpus", "extra_args"};
@@ -230,6 +232,12 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
       GP_ASSIGN_OR_RETURN(config.owner, NonEmptyString(*v, "owner"));
     }
   }
+  if (const json* v = FieldOrNull(j, "advertise_addr")) {
+    GP_ASSIGN_OR_RETURN(config.advertise_addr, NonEmptyString(*v, "advertise_addr"));
+    if (Status s = CheckAdvertiseAddr(config.advertise_addr); !s.ok()) {
+      return FieldError("advertise_addr", s.message());
+    }
+  }
   return config;
 }
 
@@ -242,6 +250,30 @@ YamlOptions DocumentOptions(const std::string& what) {
 }
 
 }  // namespace
+
+Status CheckAdvertiseAddr(std::string_view addr) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("must be a host name or an IP address (" + why + "), got " +
+                                   QuoteForError(std::string(addr)));
+  };
+  if (addr.empty() || addr.size() > 253) return bad("1-253 characters");
+  bool chars_ok = std::all_of(addr.begin(), addr.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '-' || c == ':' || c == '_' || c == '%';
+  });
+  if (!chars_ok)
+    return bad("letters, digits, '.', '-', ':', '_' and '%' only; no brackets or port");
+  if (addr.front() == '-' || addr.front() == '.') return bad("it may not start with '-' or '.'");
+  if (addr.find(':') != std::string_view::npos) {
+    // IPv6, maybe with a zone ("fe80::1%wg0").
+    std::string ip(addr.substr(0, addr.find('%')));
+    in6_addr parsed;
+    if (::inet_pton(AF_INET6, ip.c_str(), &parsed) != 1) return bad("not an IPv6 address");
+  } else if (addr.find('%') != std::string_view::npos) {
+    return bad("'%' only in an IPv6 address's zone");
+  }
+  return Status::Ok();
+}
 
 Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir) {
   YamlLines lines;

@@ -23,6 +23,9 @@
 //   policy: {...}                  # what is lent, when, to whom (agent/policy.h)
 //   owner: alice                   # may use the control socket besides root
 //                                  # (a user name or uid)
+//   advertise_addr: 100.64.0.7     # where other nodes reach this one (the
+//                                  # master of a multi-node job); read at
+//                                  # start, --advertise-addr wins
 //
 // Parsing is strict like job specs: unknown fields, wrong types and values
 // out of range are InvalidArgument naming the field path. Every field is
@@ -41,8 +44,14 @@ namespace gpupool::agent {
 struct AgentConfig {
   exec::ExecConfig exec;
   ProviderPolicy policy;
-  std::string owner;  // user name or uid; empty: root and the agent's own account only
+  std::string owner;           // user name or uid; empty: root and the agent's own account only
+  std::string advertise_addr;  // empty: the address of the connection to the server
 };
+
+// An address other nodes reach this one at: a host name, an IPv4 address or
+// an IPv6 address (no brackets, no port), as the job's MASTER_ADDR takes it.
+// InvalidArgument, readable, otherwise.
+Status CheckAdvertiseAddr(std::string_view addr);
 
 // `data_dir` fills the defaults that live under it (images.cache_dir).
 Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir);

@@ -111,6 +111,23 @@ policy:
   EXPECT_THAT(Error("owner: \"\""), HasSubstr("owner (line 1): must be a non-empty string"));
 }
 
+TEST(AgentConfig, AdvertiseAddr) {
+  EXPECT_EQ(ParseAgentConfig("advertise_addr: 100.64.0.7", "/data")->advertise_addr, "100.64.0.7");
+  EXPECT_EQ(ParseAgentConfig("{}", "/data")->advertise_addr, "");
+  EXPECT_THAT(Error("advertise_addr: \"a b\""),
+              HasSubstr("advertise_addr (line 1): must be a host name or an IP address"));
+  for (const char* ok : {"10.0.0.5", "node-3.lab.example.edu", "fd00::5", "fe80::1%wg0", "my_host",
+                         "100.101.102.103"}) {
+    EXPECT_TRUE(CheckAdvertiseAddr(ok).ok()) << ok << ": " << CheckAdvertiseAddr(ok).message();
+  }
+  for (const char* bad : {"", "a b", "[fd00::5]", "10.0.0.5:29500", "host;rm", "$(id)", "-x", ".x",
+                          "fd00::zz", "host%eth0", "a\nb"}) {
+    EXPECT_FALSE(CheckAdvertiseAddr(bad).ok()) << bad;
+  }
+  EXPECT_THAT(CheckAdvertiseAddr("[::1]").message(), HasSubstr("no brackets or port"));
+  EXPECT_FALSE(CheckAdvertiseAddr(std::string(254, 'a')).ok());
+}
+
 TEST(AgentConfig, PolicyErrorsNameTheLineAndField) {
   auto c = ParseAgentConfig("executors: [sandbox]\npolicy:\n  gpus: [0]\n  reclaim_grace: soon\n",
                             "/data");

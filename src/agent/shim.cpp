@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -44,6 +45,8 @@ constexpr int64_t kCommitScanMs = 250;
 constexpr int64_t kStopAfterCommitGraceMs = 3000;
 // How long a stopped job's last checkpoint may take to upload.
 constexpr int64_t kFinalUploadMs = 10 * 60'000;
+// How often a gang rank's lease is looked at.
+constexpr int64_t kLeaseCheckMs = 1000;
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -147,11 +150,37 @@ int CheckpointSignal(const JobSpec& spec) {
   return 0;  // the spec parser allows only names that exist
 }
 
+// Where a multi-node job's ranks meet, and their place in it: GPUPOOL_*
+// for every job, torchrun's variables for a rank of a torch gang (one
+// process per node, so RANK is the node's rank).
+void AddGangEnvironment(const proto::StartTask& task, std::vector<std::string>& env) {
+  const std::optional<proto::GangRank>& g = task.gang;
+  std::string nodes = std::to_string(g ? g->nodes : 1);
+  std::string rank = std::to_string(g ? g->rank : 0);
+  env.push_back("GPUPOOL_NNODES=" + nodes);
+  env.push_back("GPUPOOL_NODE_RANK=" + rank);
+  if (!g) return;
+  env.push_back("GPUPOOL_GPUS_PER_NODE=" + std::to_string(task.gpu_uuids.size()));
+  if (g->mode != Distributed::kTorch || g->master_port == 0) return;
+  std::string port = std::to_string(g->master_port);
+  bool v6 = g->master_addr.find(':') != std::string::npos;
+  env.push_back("MASTER_ADDR=" + g->master_addr);
+  env.push_back("MASTER_PORT=" + port);
+  env.push_back("WORLD_SIZE=" + nodes);
+  env.push_back("RANK=" + rank);
+  env.push_back("LOCAL_RANK=0");
+  env.push_back("LOCAL_WORLD_SIZE=1");
+  env.push_back("NODE_RANK=" + rank);
+  env.push_back("GROUP_RANK=" + rank);
+  // For `torchrun --rdzv_endpoint`, which wants an IPv6 address in brackets.
+  env.push_back("GPUPOOL_MASTER=" + (v6 ? "[" + g->master_addr + "]" : g->master_addr) + ":" +
+                port);
+}
+
 // What gpupool tells the job, on top of the spec's env. Paths that differ
 // in a sandbox (HOME, TMPDIR, GPUPOOL_WORK_DIR) are the executor's.
 std::vector<std::string> JobEnvironment(const proto::StartTask& task) {
   std::vector<std::string> env;
-  for (const auto& [k, v] : task.spec.env) env.push_back(k + "=" + v);
   std::string gpus;
   for (const auto& g : task.gpu_uuids) gpus += (gpus.empty() ? "" : ",") + g;
   env.push_back("CUDA_VISIBLE_DEVICES=" + gpus);
@@ -167,7 +196,18 @@ std::vector<std::string> JobEnvironment(const proto::StartTask& task) {
     env.push_back("GPUPOOL_CHECKPOINT_SIGNAL=" + CheckpointSignalName(*task.spec.checkpoint));
   }
   if (!task.restore_manifest.empty()) env.push_back("GPUPOOL_RESTORED=1");
-  return env;
+  AddGangEnvironment(task, env);
+  // The spec's own variables come first and never replace gpupool's (its
+  // validator refuses those names already).
+  std::vector<std::string> out;
+  for (const auto& [k, v] : task.spec.env) {
+    std::string prefix = k + "=";
+    bool ours = std::any_of(env.begin(), env.end(),
+                            [&](const std::string& e) { return e.starts_with(prefix); });
+    if (!ours) out.push_back(prefix + v);
+  }
+  out.insert(out.end(), env.begin(), env.end());
+  return out;
 }
 
 // The spec's requests, else the provider's defaults; pids are the provider's.
@@ -250,9 +290,30 @@ int RunShim(const ShimOptions& options) {
     return stop_reason;
   };
 
+  // A gang rank's lease (task_files.h): the agent wrote it before this shim
+  // started, or there is none. Unreadable later: the last deadline read holds.
+  std::optional<GangLease> lease;
+  if (task.gang) {
+    if (auto text = ReadFile(paths.gang_lease()); text.ok()) {
+      if (auto l = DecodeLease(*text); l.ok()) lease = *l;
+    }
+  }
+  auto lease_expired = [&] {
+    if (!lease) return false;
+    if (BootTimeMs() < lease->deadline_ms) return false;
+    if (auto text = ReadFile(paths.gang_lease()); text.ok()) {
+      if (auto l = DecodeLease(*text); l.ok()) lease = *l;
+    }
+    return BootTimeMs() >= lease->deadline_ms;
+  };
+  auto lease_reason = [&] {
+    return "lost contact with the server for " + FormatDurationMs(lease->lease_ms) +
+           ": stopped so that the gang can restart elsewhere (gang lease)";
+  };
+
   std::unique_ptr<exec::Executor> executor;
   exec::TaskContext ctx = MakeTaskContext(options, paths);
-  ctx.stop_requested = [&] { return stop_requested().has_value(); };
+  ctx.stop_requested = [&] { return stop_requested().has_value() || lease_expired(); };
   auto fail_early = [&](const std::string& why, bool stopped = false) {
     event(why);
     if (executor) executor->Cleanup();
@@ -273,6 +334,7 @@ int RunShim(const ShimOptions& options) {
   if (Status s = MaterializeWorkDir(task, paths.work_dir(), options.uid, options.blob, event);
       !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
+    if (lease_expired()) return fail_early(lease_reason() + " (before it started)");
     // Not the job's fault when the server is out of reach: "lost" requeues it.
     if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
       event("cannot fetch the job's files: " + s.message());
@@ -283,9 +345,11 @@ int RunShim(const ShimOptions& options) {
   }
   if (Status s = executor->Prepare(ctx, event); !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
+    if (lease_expired()) return fail_early(lease_reason() + " (before it started)");
     return fail_early("cannot start: " + s.message());
   }
   if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
+  if (lease_expired()) return fail_early(lease_reason() + " (before it started)");
   auto planned = executor->Start(ctx);
   if (!planned.ok()) return fail_early("cannot start: " + planned.status().message());
   const exec::LaunchPlan& plan = *planned;
@@ -352,13 +416,20 @@ int RunShim(const ShimOptions& options) {
     return vacating() || ::access(paths.stop_requeue().c_str(), F_OK) == 0;
   };
 
-  // Checkpoints (agent/checkpoint_sync.h), for jobs with a checkpoint section.
+  // Checkpoints (agent/checkpoint_sync.h), for jobs with a checkpoint
+  // section. Of a multi-node job only rank 0 uploads: the others get the
+  // signals (the ranks checkpoint together) but write no checkpoint of the
+  // job, so a stop before a requeue waits half the grace for them, not a
+  // commit.
   const std::string checkpoint_dir = exec::CheckpointDirIn(paths.work_dir());
   const int checkpoint_signal = CheckpointSignal(task.spec);
   std::unique_ptr<CheckpointUploader> uploader;
   int64_t newest_commit = 0;  // the newest commit seen (a restored one counts)
   int commit_watch = -1;      // inotify on checkpoint_dir
-  if (task.spec.checkpoint) {
+  if (task.spec.checkpoint && task.gang && task.gang->rank > 0) {
+    event("rank " + std::to_string(task.gang->rank) + " of " + std::to_string(task.gang->nodes) +
+          ": the job's checkpoints are uploaded from rank 0 only");
+  } else if (task.spec.checkpoint) {
     if (auto c = NewestCommit(checkpoint_dir)) newest_commit = c->number;
     uploader = std::make_unique<CheckpointUploader>(
         checkpoint_dir, HttpUploadFn(options.blob, task.job_id, task.attempt_id));
@@ -377,6 +448,8 @@ int RunShim(const ShimOptions& options) {
   // Stopping after a checkpoint request: a commit newer than this lets the
   // stop go ahead at once instead of waiting out the grace (-1: not waiting).
   int64_t stop_after_commit = -1;
+  int64_t next_lease_check = start_ms;
+  bool lease_lost = false;
   auto report_uploads = [&] {
     for (const CheckpointUploader::Outcome& o : uploader->TakeOutcomes()) {
       if (o.result.ok()) {
@@ -469,6 +542,21 @@ int RunShim(const ShimOptions& options) {
         stop_job("stale attempt: the server gave the job to another attempt", false, 0);
       }
     }
+    if (lease && !exited && now >= next_lease_check) {
+      next_lease_check = now + kLeaseCheckMs;
+      if (!lease_lost && lease_expired()) {
+        // The server restarts the gang elsewhere once it declares this node
+        // lost, which it does later than the lease ends: be gone by then.
+        lease_lost = true;
+        int64_t grace = std::min(options.kill_grace_ms, lease->lease_ms / 4);
+        event(lease_reason());
+        if (kill_at == 0) {
+          stop_job(lease_reason(), true, grace);
+        } else {
+          kill_at = std::min(kill_at, now + grace);
+        }
+      }
+    }
     if (term_at && now >= term_at && !exited) {
       executor->Stop(SIGTERM);
       term_at = 0;
@@ -483,6 +571,7 @@ int RunShim(const ShimOptions& options) {
     if (deadline && !exited) wake = std::min(wake, std::max<int64_t>(deadline - now, 0));
     if (kill_at && !exited) wake = std::min(wake, std::max<int64_t>(kill_at - now, 0));
     if (term_at && !exited) wake = std::min(wake, std::max<int64_t>(term_at - now, 0));
+    if (lease && !exited) wake = std::min(wake, std::max<int64_t>(next_lease_check - now, 0));
     if (watch_memory && !exited) {
       wake = std::min(wake, std::max<int64_t>(next_memory_check - now, 0));
     }

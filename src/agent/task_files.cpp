@@ -1,5 +1,7 @@
 #include "agent/task_files.h"
 
+#include <time.h>
+
 #include <charconv>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -43,6 +45,25 @@ Result<ShimPids> DecodePids(std::string_view text) {
     return Status::InvalidArgument("bad pids record \"" + std::string(text) + "\"");
   }
   return p;
+}
+
+std::string EncodeLease(const GangLease& l) {
+  return std::to_string(l.deadline_ms) + " " + std::to_string(l.lease_ms) + "\n";
+}
+
+Result<GangLease> DecodeLease(std::string_view text) {
+  GangLease l;
+  std::istringstream in{std::string(text)};
+  if (!(in >> l.deadline_ms >> l.lease_ms) || l.deadline_ms < 0 || l.lease_ms <= 0) {
+    return Status::InvalidArgument("bad gang lease \"" + std::string(text) + "\"");
+  }
+  return l;
+}
+
+int64_t BootTimeMs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
 }
 
 std::string EncodeRecord(char kind, int64_t ts_ms, std::string_view text) {

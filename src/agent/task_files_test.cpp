@@ -73,6 +73,21 @@ TEST(TaskFilesTest, ResultRoundTripAndErrors) {
   EXPECT_THAT(DecodeResult("{}").status().message(), ::testing::HasSubstr("exit_code"));
 }
 
+TEST(TaskFilesTest, LeasesRoundTrip) {
+  GangLease l{123456, 20000};
+  EXPECT_EQ(EncodeLease(l), "123456 20000\n");
+  auto d = DecodeLease(EncodeLease(l));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, l);
+  EXPECT_FALSE(DecodeLease("").ok());
+  EXPECT_FALSE(DecodeLease("12").ok());
+  EXPECT_FALSE(DecodeLease("12 0").ok());
+  EXPECT_FALSE(DecodeLease("-5 100").ok());
+  int64_t a = BootTimeMs();
+  EXPECT_GT(a, 0);
+  EXPECT_GE(BootTimeMs(), a);
+}
+
 TEST(TaskFilesTest, ProcessStartTimeTellsLiveFromGone) {
   auto self = ProcessStartTime(::getpid());
   ASSERT_TRUE(self.has_value());

@@ -1,8 +1,10 @@
 #include "agent/tasks.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,10 +14,12 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "agent/shim.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "model/job.h"
 
 namespace gpupool::agent {
 namespace fs = std::filesystem;
@@ -39,7 +43,70 @@ int64_t FileSize(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
 }
 
+// The port the kernel gives a socket bound to port 0, on both IPv6 and
+// IPv4 where it can. Released at once: the job binds it moments later.
+Result<int> EphemeralPort() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int bound = -1;
+  if (fd >= 0) {
+    int off = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    bound = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    if (bound != 0) ::close(fd);
+  }
+  if (bound != 0) {  // no IPv6 on this machine
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      int e = errno;
+      ::close(fd);
+      return Status::Internal(std::string("cannot bind a TCP port: ") + std::strerror(e));
+    }
+  }
+  sockaddr_storage got{};
+  socklen_t len = sizeof got;
+  int rc = ::getsockname(fd, reinterpret_cast<sockaddr*>(&got), &len);
+  int e = errno;
+  ::close(fd);
+  if (rc != 0) return Status::Internal(std::string("getsockname: ") + std::strerror(e));
+  in_port_t port = got.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&got)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&got)->sin_port;
+  return static_cast<int>(ntohs(port));
+}
+
+nlohmann::json GangToJson(const proto::GangRank& g) {
+  nlohmann::json j = {{"rank", g.rank}, {"nodes", g.nodes}, {"mode", DistributedName(g.mode)}};
+  if (g.master_port != 0) j["master"] = {{"addr", g.master_addr}, {"port", g.master_port}};
+  return j;
+}
+
+std::optional<proto::GangRank> GangFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return std::nullopt;
+  proto::GangRank g;
+  g.rank = j.value("rank", 0);
+  g.nodes = j.value("nodes", 1);
+  auto mode = ParseDistributed(j.value("mode", "torch"));
+  if (!mode.ok()) return std::nullopt;
+  g.mode = *mode;
+  if (auto m = j.find("master"); m != j.end() && m->is_object()) {
+    g.master_addr = m->value("addr", "");
+    g.master_port = m->value("port", 0);
+  }
+  return g;
+}
+
 }  // namespace
+
+bool NeedsMaster(const proto::StartTask& task) {
+  return task.gang && task.gang->rank == 0 && task.gang->mode == Distributed::kTorch &&
+         task.gang->master_port == 0;
+}
 
 TaskManager::TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
                          std::function<void()> on_wake)
@@ -120,6 +187,7 @@ Status TaskManager::Recover() {
         t.runs_as = j.value("runs_as", "");
         t.has_image = j.value("image", false);
         t.uid = j.value("uid", -1);
+        if (j.contains("gang")) t.gang = GangFromJson(j["gang"]);
         if (j.contains("gpus") && j["gpus"].is_array()) {
           for (const auto& g : j["gpus"]) {
             if (g.is_string()) t.gpu_uuids.push_back(g.get<std::string>());
@@ -172,6 +240,49 @@ void TaskManager::CleanUpAfterLostShim(const TaskState& t) {
   (*executor)->Recover(ctx);
 }
 
+Status TaskManager::ChooseMaster(proto::StartTask& task, const std::string& addr) const {
+  if (!NeedsMaster(task)) return Status::Ok();
+  if (auto it = tasks_.find(task.attempt_id); it != tasks_.end()) {
+    if (it->second.gang) {
+      task.gang->master_addr = it->second.gang->master_addr;
+      task.gang->master_port = it->second.gang->master_port;
+    }
+    return Status::Ok();
+  }
+  if (addr.empty()) return Status::FailedPrecondition("this agent knows no address to advertise");
+  std::set<int> taken;
+  for (const auto& [id, t] : tasks_) {
+    if (!Ended(t) && t.gang && t.gang->master_port != 0) taken.insert(t.gang->master_port);
+  }
+  for (int tries = 0; tries < 32; ++tries) {
+    GP_ASSIGN_OR_RETURN(int port, EphemeralPort());
+    if (taken.count(port)) continue;
+    task.gang->master_addr = addr;
+    task.gang->master_port = port;
+    return Status::Ok();
+  }
+  return Status::ResourceExhausted("found no free TCP port for the gang's master");
+}
+
+Status TaskManager::WriteLease(const TaskState& t) const {
+  GangLease lease{BootTimeMs() + gang_lease_ms_, gang_lease_ms_};
+  return WriteFileAtomic(t.paths.gang_lease(), EncodeLease(lease));
+}
+
+void TaskManager::SetGangLease(int64_t lease_ms) {
+  gang_lease_ms_ = std::max<int64_t>(lease_ms, 0);
+  RenewGangLeases();
+}
+
+void TaskManager::RenewGangLeases() {
+  if (gang_lease_ms_ <= 0) return;
+  for (const auto& [id, t] : tasks_) {
+    if (!t.gang || Ended(t)) continue;
+    if (Status s = WriteLease(t); !s.ok())
+      GP_LOG(kError) << "gang lease of " << id << ": " << s.ToString();
+  }
+}
+
 Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& gpu_minors) {
   if (tasks_.count(task.attempt_id)) return Status::Ok();  // a resent order
   TaskState t;
@@ -180,6 +291,7 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
   t.paths.dir = options_.data_dir + "/tasks/" + task.attempt_id;
   t.executor = task.spec.executor;
   t.gpu_uuids = task.gpu_uuids;
+  t.gang = task.gang;
   std::error_code ec;
   fs::create_directories(t.paths.work_dir(), ec);
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
@@ -193,13 +305,15 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
       return Status::ResourceExhausted("every account of the sandbox uid range is in use");
     }
   }
-  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.exec_json(), nlohmann::json{{"executor", t.executor},
-                                                                         {"runs_as", t.runs_as},
-                                                                         {"image", t.has_image},
-                                                                         {"uid", t.uid},
-                                                                         {"gpus", t.gpu_uuids}}
-                                                                  .dump() +
-                                                              "\n"));
+  nlohmann::json exec = {{"executor", t.executor},
+                         {"runs_as", t.runs_as},
+                         {"image", t.has_image},
+                         {"uid", t.uid},
+                         {"gpus", t.gpu_uuids}};
+  if (t.gang) exec["gang"] = GangToJson(*t.gang);
+  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.exec_json(), exec.dump() + "\n"));
+  // A gang rank never runs without a lease (when the server grants them).
+  if (t.gang && gang_lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease(t));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0)
@@ -382,6 +496,12 @@ proto::TaskReport TaskManager::Report(const TaskState& t) const {
     r.reason = "its shim exited without a result";
   } else {
     r.state = "running";
+  }
+  // Repeated in every report, so that the server learns it again from a
+  // restarted agent.
+  if (t.gang && t.gang->rank == 0 && t.gang->master_port != 0) {
+    r.master_addr = t.gang->master_addr;
+    r.master_port = t.gang->master_port;
   }
   return r;
 }

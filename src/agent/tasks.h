@@ -52,7 +52,13 @@ struct TaskState {
   int uid = -1;                      // the task's own account, or -1
   std::vector<std::string> gpu_uuids;
   std::string vacate_reason;  // set when the provider took it back (Vacate)
+  // A rank of a multi-node job: its place, and for rank 0 of a torch gang
+  // the master its agent chose (kept in exec.json).
+  std::optional<proto::GangRank> gang;
 };
+
+// Rank 0 of a torch gang whose start order leaves the master to its agent.
+bool NeedsMaster(const proto::StartTask& task);
 
 class TaskManager {
  public:
@@ -72,6 +78,12 @@ class TaskManager {
   ~TaskManager();
 
   Status Recover();
+  // For a task that NeedsMaster: fills task.gang's master with `addr` and a
+  // TCP port free on this machine that no live task here was given, so
+  // that Start keeps them with the task. A task already held keeps the
+  // master it has (a resent order picks no new port). Other tasks are left
+  // alone.
+  Status ChooseMaster(proto::StartTask& task, const std::string& addr) const;
   // `gpu_minors`: the device minor numbers of the task's GPUs, where known.
   Status Start(const proto::StartTask& task, const std::vector<int>& gpu_minors);
   // Asks the task's shim to stop the job (SIGTERM to the group, then SIGKILL
@@ -115,6 +127,16 @@ class TaskManager {
   proto::TaskReport Report(const TaskState& t) const;
   std::vector<proto::TaskReport> Reports() const;
 
+  // Gang ranks' leases (agent/task_files.h, gang.lease). lease_ms > 0:
+  // every live gang task's lease is renewed now, and Start gives new ones
+  // theirs before their shim runs; 0: the server grants none (its ranks run
+  // without one, like single-node tasks).
+  void SetGangLease(int64_t lease_ms);
+  int64_t gang_lease_ms() const { return gang_lease_ms_; }
+  // Moves every live gang task's deadline to now + the lease (the agent
+  // heard from the server).
+  void RenewGangLeases();
+
   // Deletes the task and its directory (after the server has its result).
   void Remove(const std::string& attempt_id);
 
@@ -129,12 +151,14 @@ class TaskManager {
   void CleanUpAfterLostShim(const TaskState& t);
   // Applies a 'p', 'x' or 'r' record to the task.
   void ApplyShimRecord(TaskState& t, const OutputRecord& r);
+  Status WriteLease(const TaskState& t) const;
 
   Options options_;
   net::EventLoop& loop_;
   const Clock& clock_;
   std::function<void()> on_wake_;
   std::map<std::string, TaskState> tasks_;
+  int64_t gang_lease_ms_ = 0;
 };
 
 }  // namespace gpupool::agent

@@ -148,6 +148,9 @@ int main(int argc, char** argv) {
                         "node label KEY=VALUE jobs can ask for (repeatable)");
   agent_cmd->add_option("--owner-group", ao.owner_group,
                         "the group (lab) owning this machine: its jobs may reclaim it");
+  agent_cmd->add_option("--advertise-addr", ao.advertise_addr,
+                        "the address other nodes of a multi-node job reach this one at, e.g. "
+                        "an overlay network's (default: this end of the connection to the server)");
   agent_cmd->add_option("--on-exit", on_exit, "keep or kill running jobs when the agent stops")
       ->check(CLI::IsMember({"keep", "kill"}))
       ->capture_default_str();

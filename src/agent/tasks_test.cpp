@@ -1,0 +1,462 @@
+// TaskManager and the shim with the real executors (process and the
+// bubblewrap sandbox) on this machine: the ranks of multi-node jobs, their
+// environment, the master port rank 0's agent chooses, the gang lease, and
+// checkpoints that only rank 0 uploads.
+#include "agent/tasks.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/task_files.h"
+#include "common/clock.h"
+#include "common/files.h"
+#include "exec/executors.h"
+#include "net/event_loop.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class TasksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpupool-tasks-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ::chmod(dir_.c_str(), 0755);
+    config_.executors = {"process", "sandbox"};
+    config_.cgroup = "none";  // no cgroup changes from a unit test
+    config_.images.dir = dir_ + "/images";
+    env_ = exec::ProbeExecEnvironment(config_, -1, -1);
+    manager_ = MakeManager();
+    ASSERT_TRUE(manager_->Recover().ok());
+  }
+
+  void TearDown() override {
+    manager_.reset();
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::unique_ptr<TaskManager> MakeManager() {
+    TaskManager::Options o;
+    o.data_dir = dir_ + "/data";
+    o.kill_grace_ms = 5000;
+    o.exec_config = &config_;
+    o.exec_env = &env_;
+    o.blob.server_url = blob_url_;
+    o.blob.cache_dir = dir_ + "/chunk-cache";
+    return std::make_unique<TaskManager>(std::move(o), loop_, clock_, nullptr);
+  }
+
+  bool Offers(const std::string& executor) const {
+    return std::find(env_.available.begin(), env_.available.end(), executor) !=
+           env_.available.end();
+  }
+
+  static proto::StartTask Task(const std::string& attempt, const std::string& run) {
+    proto::StartTask t;
+    t.attempt_id = attempt;
+    t.job_id = std::stoll(attempt.substr(0, attempt.find('.')));
+    t.spec.name = "test";
+    t.spec.run = run;
+    t.spec.executor = "process";
+    return t;
+  }
+
+  static proto::GangRank Rank(int rank, int nodes, Distributed mode, std::string addr = "",
+                              int port = 0) {
+    proto::GangRank g;
+    g.rank = rank;
+    g.nodes = nodes;
+    g.mode = mode;
+    g.master_addr = std::move(addr);
+    g.master_port = port;
+    return g;
+  }
+
+  // The task's output records until its result was read (or the time is up).
+  std::vector<OutputRecord> WaitEnded(const std::string& id, int64_t timeout_ms = 15'000) {
+    std::vector<OutputRecord> out;
+    int64_t give_up = clock_.NowMs() + timeout_ms;
+    while (clock_.NowMs() < give_up) {
+      for (auto& r : manager_->ReadOutput(id, 1 << 20)) out.push_back(std::move(r));
+      if (manager_->tasks().at(id).result) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return out;
+  }
+
+  // Waits for a line of the job's stdout; false when the time is up.
+  bool WaitLine(const std::string& id, const std::string& line,
+                std::vector<OutputRecord>* seen = nullptr, int64_t timeout_ms = 10'000) {
+    int64_t give_up = clock_.NowMs() + timeout_ms;
+    while (clock_.NowMs() < give_up) {
+      for (auto& r : manager_->ReadOutput(id, 1 << 20)) {
+        bool hit = r.stream == "stdout" && r.text == line;
+        if (seen) seen->push_back(std::move(r));
+        if (hit) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  // The job's environment, from `env` as its run line.
+  static std::map<std::string, std::string> Environment(const std::vector<OutputRecord>& out) {
+    std::map<std::string, std::string> env;
+    for (const auto& r : out) {
+      if (r.stream != "stdout") continue;
+      size_t eq = r.text.find('=');
+      if (eq != std::string::npos) env[r.text.substr(0, eq)] = r.text.substr(eq + 1);
+    }
+    return env;
+  }
+
+  static std::string Events(const std::vector<OutputRecord>& out) {
+    std::string events;
+    for (const auto& r : out) {
+      if (r.stream == "event") events += r.text + "\n";
+    }
+    return events;
+  }
+
+  std::string dir_;
+  std::string blob_url_ = "http://127.0.0.1:1";
+  exec::ExecConfig config_;
+  exec::ExecEnvironment env_;
+  net::EventLoop loop_;
+  RealClock clock_;
+  std::unique_ptr<TaskManager> manager_;
+};
+
+constexpr const char* kTorchVariables[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                                           "RANK",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+                                           "NODE_RANK",   "GROUP_RANK",  "GPUPOOL_MASTER"};
+
+TEST_F(TasksTest, ATorchRankGetsTorchrunsVariablesUnderEveryExecutor) {
+  for (const std::string executor : {"process", "sandbox"}) {
+    if (!Offers(executor)) {
+      ADD_FAILURE() << executor << " does not work here: " << env_.unavailable[executor];
+      continue;
+    }
+    SCOPED_TRACE(executor);
+    std::string id = executor == "process" ? "11.1" : "12.1";
+    proto::StartTask t = Task(id, "env");
+    t.spec.executor = executor;
+    t.gpu_uuids = {"GPU-a", "GPU-b"};
+    t.gang = Rank(2, 3, Distributed::kTorch, "10.0.0.5", 29533);
+    // The spec validator refuses these names; the shim would not let them
+    // through either.
+    t.spec.env = {{"RANK", "7"}, {"MASTER_PORT", "1"}, {"MY_VAR", "kept"}};
+    ASSERT_TRUE(manager_->Start(t, {}).ok());
+    auto env = Environment(WaitEnded(id));
+    ASSERT_TRUE(manager_->tasks().at(id).result);
+    EXPECT_EQ(manager_->tasks().at(id).result->exit_code, 0);
+    EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.5");
+    EXPECT_EQ(env["MASTER_PORT"], "29533");
+    EXPECT_EQ(env["WORLD_SIZE"], "3");
+    EXPECT_EQ(env["RANK"], "2");
+    EXPECT_EQ(env["LOCAL_RANK"], "0");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "1");
+    EXPECT_EQ(env["NODE_RANK"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], "2");
+    EXPECT_EQ(env["GPUPOOL_MASTER"], "10.0.0.5:29533");
+    EXPECT_EQ(env["GPUPOOL_NNODES"], "3");
+    EXPECT_EQ(env["GPUPOOL_NODE_RANK"], "2");
+    EXPECT_EQ(env["GPUPOOL_GPUS_PER_NODE"], "2");
+    EXPECT_EQ(env["MY_VAR"], "kept");
+  }
+}
+
+TEST_F(TasksTest, AnIpv6MasterIsBracketedOnlyInGpupoolMaster) {
+  proto::StartTask t = Task("13.1", "env");
+  t.gang = Rank(1, 2, Distributed::kTorch, "fd00::5", 40000);
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  auto env = Environment(WaitEnded("13.1"));
+  EXPECT_EQ(env["MASTER_ADDR"], "fd00::5");
+  EXPECT_EQ(env["GPUPOOL_MASTER"], "[fd00::5]:40000");
+}
+
+TEST_F(TasksTest, ReplicasAndSingleNodeJobsGetOnlyTheirPlace) {
+  proto::StartTask replica = Task("14.1", "env");
+  replica.gpu_uuids = {"GPU-a"};
+  replica.gang = Rank(1, 4, Distributed::kNone);
+  ASSERT_TRUE(manager_->Start(replica, {}).ok());
+  auto env = Environment(WaitEnded("14.1"));
+  EXPECT_EQ(env["GPUPOOL_NNODES"], "4");
+  EXPECT_EQ(env["GPUPOOL_NODE_RANK"], "1");
+  EXPECT_EQ(env["GPUPOOL_GPUS_PER_NODE"], "1");
+  for (const char* name : kTorchVariables) EXPECT_EQ(env.count(name), 0u) << name;
+
+  ASSERT_TRUE(manager_->Start(Task("15.1", "env"), {}).ok());
+  env = Environment(WaitEnded("15.1"));
+  EXPECT_EQ(env["GPUPOOL_NNODES"], "1");
+  EXPECT_EQ(env["GPUPOOL_NODE_RANK"], "0");
+  EXPECT_EQ(env.count("GPUPOOL_GPUS_PER_NODE"), 0u);
+  for (const char* name : kTorchVariables) EXPECT_EQ(env.count(name), 0u) << name;
+}
+
+// Rank 0's agent chooses a free port, keeps it with the task, and repeats
+// it in every report, also after an agent restart.
+TEST_F(TasksTest, RankZeroGetsAFreePortThatStaysWithTheTask) {
+  proto::StartTask t = Task("21.1", "echo up; sleep 30");
+  t.gang = Rank(0, 2, Distributed::kTorch);
+  ASSERT_TRUE(NeedsMaster(t));
+  ASSERT_TRUE(manager_->ChooseMaster(t, "10.1.2.3").ok());
+  ASSERT_TRUE(t.gang);
+  EXPECT_EQ(t.gang->master_addr, "10.1.2.3");
+  int port = t.gang->master_port;
+  ASSERT_GT(port, 0);
+  ASSERT_LE(port, 65535);
+  {  // free: the job can listen on it
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+    ::close(fd);
+  }
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+
+  proto::TaskReport r = manager_->Report(manager_->tasks().at("21.1"));
+  EXPECT_EQ(r.state, "running");
+  EXPECT_EQ(r.master_addr, "10.1.2.3");
+  EXPECT_EQ(r.master_port, port);
+  std::vector<OutputRecord> out;
+  ASSERT_TRUE(WaitLine("21.1", "up", &out));
+
+  // A resent order picks no new port.
+  proto::StartTask again = Task("21.1", "echo up; sleep 30");
+  again.gang = Rank(0, 2, Distributed::kTorch);
+  ASSERT_TRUE(manager_->ChooseMaster(again, "10.9.9.9").ok());
+  EXPECT_EQ(again.gang->master_addr, "10.1.2.3");
+  EXPECT_EQ(again.gang->master_port, port);
+
+  // Another gang's rank 0 gets another port.
+  proto::StartTask other = Task("22.1", "env");
+  other.gang = Rank(0, 2, Distributed::kTorch);
+  ASSERT_TRUE(manager_->ChooseMaster(other, "10.1.2.3").ok());
+  EXPECT_NE(other.gang->master_port, port);
+
+  // Orders that name their master, and ranks that need none, are left alone.
+  proto::StartTask rank1 = Task("23.1", "true");
+  rank1.gang = Rank(1, 2, Distributed::kTorch, "10.7.7.7", 1234);
+  proto::StartTask replica = Task("24.1", "true");
+  replica.gang = Rank(0, 2, Distributed::kNone);
+  proto::StartTask single = Task("25.1", "true");
+  for (proto::StartTask* u : {&rank1, &replica, &single}) {
+    proto::StartTask before = *u;
+    EXPECT_FALSE(NeedsMaster(*u));
+    ASSERT_TRUE(manager_->ChooseMaster(*u, "10.1.2.3").ok());
+    EXPECT_EQ(*u, before);
+  }
+
+  // An agent restart finds the master with the task.
+  auto restarted = MakeManager();
+  ASSERT_TRUE(restarted->Recover().ok());
+  ASSERT_TRUE(restarted->tasks().count("21.1"));
+  const TaskState& recovered = restarted->tasks().at("21.1");
+  EXPECT_TRUE(recovered.gang);
+  r = restarted->Report(recovered);
+  EXPECT_EQ(r.state, "running");
+  EXPECT_EQ(r.master_addr, "10.1.2.3");
+  EXPECT_EQ(r.master_port, port);
+  bool reported = false;
+  for (const proto::TaskReport& each : restarted->Reports()) {
+    if (each.attempt_id == "21.1") reported = each.master_port == port;
+  }
+  EXPECT_TRUE(reported) << "the hello's task list carries the master too";
+  proto::StartTask resent = again;
+  resent.gang->master_port = 0;
+  ASSERT_TRUE(restarted->ChooseMaster(resent, "10.9.9.9").ok());
+  EXPECT_EQ(resent.gang->master_port, port);
+
+  // ... and with it the job's environment, and its final report.
+  manager_->Stop("21.1", "cancelled");
+  WaitEnded("21.1");
+  r = manager_->Report(manager_->tasks().at("21.1"));
+  EXPECT_EQ(r.state, "exited");
+  EXPECT_EQ(r.master_port, port);
+}
+
+TEST_F(TasksTest, RankZeroJobSeesTheChosenMaster) {
+  proto::StartTask t = Task("26.1", "env");
+  t.gang = Rank(0, 2, Distributed::kTorch);
+  ASSERT_TRUE(manager_->ChooseMaster(t, "fd00::7").ok());
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  auto env = Environment(WaitEnded("26.1"));
+  EXPECT_EQ(env["MASTER_ADDR"], "fd00::7");
+  EXPECT_EQ(env["MASTER_PORT"], std::to_string(t.gang->master_port));
+  EXPECT_EQ(env["RANK"], "0");
+  EXPECT_EQ(env["WORLD_SIZE"], "2");
+}
+
+TEST_F(TasksTest, AGangRankWhoseLeaseRunsOutIsStopped) {
+  manager_->SetGangLease(600);
+  proto::StartTask t = Task("31.1",
+                            "trap 'echo term; exit 3' TERM; echo up; "
+                            "while true; do sleep 0.05; done");
+  t.gang = Rank(1, 2, Distributed::kTorch, "10.0.0.5", 29533);
+  int64_t started = BootTimeMs();
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  // The lease is there before the shim runs.
+  auto text = ReadFile(manager_->tasks().at("31.1").paths.gang_lease());
+  ASSERT_TRUE(text.ok());
+  auto lease = DecodeLease(*text);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->lease_ms, 600);
+  EXPECT_GE(lease->deadline_ms, started + 600);
+
+  auto out = WaitEnded("31.1");
+  int64_t took = BootTimeMs() - started;
+  const TaskState& task = manager_->tasks().at("31.1");
+  ASSERT_TRUE(task.result);
+  EXPECT_TRUE(task.result->failed);
+  EXPECT_THAT(task.result->reason, HasSubstr("lost contact with the server for 600ms"));
+  EXPECT_THAT(task.result->reason, HasSubstr("(gang lease)"));
+  EXPECT_EQ(task.result->exit_code, 3) << "stopped like a normal stop: SIGTERM first";
+  EXPECT_THAT(Events(out), HasSubstr("gang lease"));
+  EXPECT_LT(took, 5000);
+  EXPECT_EQ(manager_->Report(task).state, "failed");
+}
+
+TEST_F(TasksTest, RenewedLeasesKeepGangRanksRunningAndSingleNodeTasksHaveNone) {
+  manager_->SetGangLease(800);
+  proto::StartTask rank = Task("32.1", "echo up; sleep 30");
+  rank.gang = Rank(1, 2, Distributed::kNone);
+  proto::StartTask single = Task("33.1", "echo up; sleep 30");
+  ASSERT_TRUE(manager_->Start(rank, {}).ok());
+  ASSERT_TRUE(manager_->Start(single, {}).ok());
+  EXPECT_FALSE(fs::exists(manager_->tasks().at("33.1").paths.gang_lease()));
+  ASSERT_TRUE(WaitLine("32.1", "up"));
+  int64_t until = BootTimeMs() + 3000;
+  while (BootTimeMs() < until) {
+    manager_->RenewGangLeases();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    manager_->ReadOutput("32.1", 1 << 20);
+    ASSERT_FALSE(manager_->tasks().at("32.1").result)
+        << manager_->tasks().at("32.1").result->reason;
+  }
+  // Without renewals it goes; the single-node task runs on.
+  auto out = WaitEnded("32.1", 5000);
+  ASSERT_TRUE(manager_->tasks().at("32.1").result);
+  EXPECT_THAT(manager_->tasks().at("32.1").result->reason, HasSubstr("gang lease"));
+  manager_->ReadOutput("33.1", 1 << 20);
+  EXPECT_FALSE(manager_->tasks().at("33.1").result);
+  manager_->Stop("33.1", "done", TaskManager::kKillNow);
+  WaitEnded("33.1");
+}
+
+TEST_F(TasksTest, ALeaseThatRunsOutAtOnceStopsTheRankBeforeOrAsItStarts) {
+  manager_->SetGangLease(1);
+  proto::StartTask t = Task("34.1", "echo ran; sleep 30");
+  t.gang = Rank(1, 2, Distributed::kTorch, "10.0.0.5", 29533);
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  auto out = WaitEnded("34.1");
+  const TaskState& task = manager_->tasks().at("34.1");
+  ASSERT_TRUE(task.result);
+  EXPECT_TRUE(task.result->failed);
+  EXPECT_THAT(task.result->reason, HasSubstr("(gang lease)"));
+  if (task.result->reason.find("before it started") != std::string::npos) {
+    for (const auto& r : out) EXPECT_NE(r.text, "ran");
+  }
+}
+
+TEST_F(TasksTest, ARestartedAgentRenewsLeasesOnceItKnowsTheLease) {
+  manager_->SetGangLease(2000);
+  // A recovered agent that has no lease yet leaves a running rank's lease
+  // alone; a welcome with a lease renews it.
+  proto::StartTask late = Task("35.1", "echo up; sleep 30");
+  late.gang = Rank(1, 2, Distributed::kTorch, "10.0.0.5", 29533);
+  ASSERT_TRUE(manager_->Start(late, {}).ok());
+  ASSERT_TRUE(WaitLine("35.1", "up"));
+  auto restarted = MakeManager();
+  ASSERT_TRUE(restarted->Recover().ok());
+  std::string path = manager_->tasks().at("35.1").paths.gang_lease();
+  auto before = ReadFile(path);
+  ASSERT_TRUE(before.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  restarted->RenewGangLeases();  // no lease known yet: nothing written
+  EXPECT_EQ(*ReadFile(path), *before);
+  int64_t welcomed = BootTimeMs();
+  restarted->SetGangLease(5000);
+  auto after = DecodeLease(*ReadFile(path));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->lease_ms, 5000);
+  EXPECT_GE(after->deadline_ms, welcomed + 5000);
+  manager_->Stop("35.1", "done", TaskManager::kKillNow);
+  WaitEnded("35.1");
+}
+
+// A rank above 0 gets the checkpoint signal before a stop that requeues the
+// job, like every rank, but never uploads: its SIGTERM comes after half the
+// grace, whatever it commits.
+TEST_F(TasksTest, ARankAboveZeroCheckpointsOnSignalButNeverUploads) {
+  // Uploads would go here: a listener that is never answered.
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  blob_url_ = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  manager_ = MakeManager();
+  ASSERT_TRUE(manager_->Recover().ok());
+
+  proto::StartTask t = Task("41.1",
+                            "trap 'echo usr1; mkdir -p \"$GPUPOOL_CHECKPOINT_DIR/ckpt-1\"' USR1; "
+                            "trap 'echo term; exit 0' TERM; echo up; "
+                            "while true; do sleep 0.05; done");
+  t.spec.checkpoint = CheckpointSpec{};
+  t.gang = Rank(1, 2, Distributed::kTorch, "10.0.0.5", 29533);
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  std::vector<OutputRecord> out;
+  ASSERT_TRUE(WaitLine("41.1", "up", &out));
+  int64_t stopped = clock_.NowMs();
+  manager_->StopToRequeue("41.1", "preempted", 3000);
+  for (auto& r : WaitEnded("41.1")) out.push_back(std::move(r));
+
+  const TaskState& task = manager_->tasks().at("41.1");
+  ASSERT_TRUE(task.result);
+  EXPECT_EQ(task.result->exit_code, 0) << "SIGTERM, not SIGKILL";
+  int64_t usr1 = -1, term = -1;
+  for (const auto& r : out) {
+    if (r.text == "usr1") usr1 = r.ts_ms;
+    if (r.text == "term") term = r.ts_ms;
+  }
+  ASSERT_GE(usr1, 0) << "the checkpoint signal came first";
+  ASSERT_GE(term, 0);
+  EXPECT_LT(usr1 - stopped, 1000);
+  EXPECT_GE(term - stopped, 1400) << "its commit does not hurry the stop";
+  EXPECT_LT(term - stopped, 2900);
+  std::string events = Events(out);
+  EXPECT_THAT(events, HasSubstr("uploaded from rank 0 only"));
+  EXPECT_THAT(events, Not(HasSubstr("uploading")));
+  EXPECT_EQ(::accept(listener, nullptr, nullptr), -1) << "nothing reached the blob store";
+  ::close(listener);
+}
+
+}  // namespace
+}  // namespace gpupool::agent

@@ -186,3 +186,30 @@ class Pool:
     def wait_nodes_ready(self, count, timeout=20.0):
         return wait_for(lambda: len([n for n in self.nodes() if n["state"] == "ready"]) >= count,
                         timeout=timeout, what=f"{count} ready nodes")
+
+    # ---- helpers for multi-node jobs ----
+    def log_records(self, job_id, rank=None):
+        """Every log line of a job as the API gives it (dicts with rank,
+        attempt_id, text...); with `rank`, only that rank's. Pages until the
+        cursor stops moving (a rank's page may be empty but not the last)."""
+        records, cursor = [], 0
+        query = f"&rank={rank}" if rank is not None else ""
+        while True:
+            status, page = self.api("GET", f"/v1/jobs/{job_id}/logs?after={cursor}&limit=1000{query}")
+            assert status == 200, page
+            records += page["lines"]
+            if page["next_cursor"] == cursor:
+                return records
+            cursor = page["next_cursor"]
+
+    def submit_cli(self, spec):
+        """Submits a spec (a dict) through the CLI, which uploads its
+        `workdir`; returns the job id."""
+        path = self.dir / f"spec-{time.monotonic_ns()}.json"
+        path.write_text(json.dumps(spec))
+        r = self.cli("submit", "--quiet", str(path), check=True)
+        return int(r.stdout.strip().splitlines()[-1])
+
+    def node_names(self):
+        """Node id -> name."""
+        return {n["id"]: n["name"] for n in self.nodes()}

@@ -171,6 +171,8 @@ def test_a_gang_whose_agent_is_killed_resumes_elsewhere_with_the_reference_resul
     step = int(re.search(r"resumed from step (\d+)", resumed[0]["text"]).group(1))
     assert 0 < step < 150, resumed
     assert all(f"resumed from step {step} " in l["text"] for l in resumed), resumed
+    restored = [l for l in records if l["attempt_id"] == last["id"] and re.match(r"train_ddp: rank \d of 2, .*, restored$", l["text"])]
+    assert sorted(l["rank"] for l in restored) == [0, 1], "GPUPOOL_RESTORED=1 missing on a rank"
 
     # The final parameters are the uninterrupted run's.
     final = [l["text"] for l in records if l["attempt_id"] == last["id"] and l["rank"] == 0]

@@ -271,6 +271,7 @@ class Agent {
     welcomed_ = false;
     ++generation_;
     loop_.Cancel(heartbeat_timer_);
+    loop_.Cancel(lease_ping_timer_);
     if (shutting_down_) return;
     if (was) {
       GP_LOG(kWarn) << "disconnected from " << options_.server_url << ": " << reason;
@@ -323,6 +324,7 @@ class Agent {
     }
     tasks_.SetGangLease(w.gang_lease_ms);  // renews every lease
     last_lease_renewal_ = BootTimeMs();
+    LeasePing();
     Heartbeat();
     WakePoll();
   }
@@ -422,12 +424,20 @@ class Agent {
     });
   }
 
+  // The server sends nothing back for a heartbeat, so while it grants
+  // leases the agent pings it a few times per lease, whatever the heartbeat
+  // interval: the pong renews the gang leases when no other frame does.
+  void LeasePing() {
+    loop_.Cancel(lease_ping_timer_);
+    const int64_t lease = tasks_.gang_lease_ms();
+    if (!welcomed_ || lease <= 0) return;
+    if (conn_) conn_->Ping();
+    lease_ping_timer_ = loop_.RunAfter(std::max<int64_t>(lease / 4, 50), [this] { LeasePing(); });
+  }
+
   void Heartbeat() {
     loop_.Cancel(heartbeat_timer_);
     if (!welcomed_) return;
-    // The server sends nothing back for a heartbeat; its pong renews the
-    // gang leases when no other frame does.
-    if (conn_ && tasks_.gang_lease_ms() > 0) conn_->Ping();
     proto::Heartbeat hb;
     if (auto snap = gpu_->Read(); snap.ok()) hb.telemetry = snap->telemetry;
     hb.running_tasks = tasks_.running();
@@ -540,6 +550,7 @@ class Agent {
   void Finish(const std::function<void()>& done) {
     loop_.Cancel(poll_timer_);
     loop_.Cancel(heartbeat_timer_);
+    loop_.Cancel(lease_ping_timer_);
     if (conn_) conn_->Close("agent shutting down");
     loop_.RunAfter(100, done);
   }
@@ -590,6 +601,7 @@ class Agent {
   std::shared_ptr<net::WsConnection> conn_;
   std::string local_addr_;          // this end of the connection to the server
   int64_t last_lease_renewal_ = 0;  // BootTimeMs
+  net::EventLoop::TimerId lease_ping_timer_ = 0;
   uint64_t generation_ = 0;
   bool welcomed_ = false;
   bool resumed_logs_ = false;

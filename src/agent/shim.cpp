@@ -235,6 +235,7 @@ exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths) 
   c.env = JobEnvironment(task);
   c.image = task.spec.image;
   c.network = task.spec.network;
+  c.host_network = task.gang.has_value();
   c.gpu_uuids = task.gpu_uuids;
   c.gpu_minors = o.gpu_minors;
   c.limits = TaskLimits(task.spec, o.exec_config->defaults);
@@ -314,12 +315,13 @@ int RunShim(const ShimOptions& options) {
   std::unique_ptr<exec::Executor> executor;
   exec::TaskContext ctx = MakeTaskContext(options, paths);
   ctx.stop_requested = [&] { return stop_requested().has_value() || lease_expired(); };
-  auto fail_early = [&](const std::string& why, bool stopped = false) {
+  auto fail_early = [&](const std::string& why, bool stopped = false, bool lost = false) {
     event(why);
     if (executor) executor->Cleanup();
     TaskResult r;
     r.exit_code = 127;
-    r.failed = !stopped;
+    r.failed = !stopped && !lost;
+    r.lost = lost;
     r.reason = why;
     r.finished_ms = clock.NowMs();
     record_result(r);
@@ -334,7 +336,7 @@ int RunShim(const ShimOptions& options) {
   if (Status s = MaterializeWorkDir(task, paths.work_dir(), options.uid, options.blob, event);
       !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-    if (lease_expired()) return fail_early(lease_reason() + " (before it started)");
+    if (lease_expired()) return fail_early(lease_reason() + " (before it started)", false, true);
     // Not the job's fault when the server is out of reach: "lost" requeues it.
     if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
       event("cannot fetch the job's files: " + s.message());
@@ -345,11 +347,11 @@ int RunShim(const ShimOptions& options) {
   }
   if (Status s = executor->Prepare(ctx, event); !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-    if (lease_expired()) return fail_early(lease_reason() + " (before it started)");
+    if (lease_expired()) return fail_early(lease_reason() + " (before it started)", false, true);
     return fail_early("cannot start: " + s.message());
   }
   if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-  if (lease_expired()) return fail_early(lease_reason() + " (before it started)");
+  if (lease_expired()) return fail_early(lease_reason() + " (before it started)", false, true);
   auto planned = executor->Start(ctx);
   if (!planned.ok()) return fail_early("cannot start: " + planned.status().message());
   const exec::LaunchPlan& plan = *planned;
@@ -551,7 +553,8 @@ int RunShim(const ShimOptions& options) {
         int64_t grace = std::min(options.kill_grace_ms, lease->lease_ms / 4);
         event(lease_reason());
         if (kill_at == 0) {
-          stop_job(lease_reason(), true, grace);
+          stop_job(lease_reason(), false, grace);
+          result.lost = true;
         } else {
           kill_at = std::min(kill_at, now + grace);
         }

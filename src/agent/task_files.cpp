@@ -12,12 +12,13 @@
 namespace gpupool::agent {
 
 std::string EncodeResult(const TaskResult& r) {
-  return nlohmann::json{{"exit_code", r.exit_code},
-                        {"signal", r.signal},
-                        {"reason", r.reason},
-                        {"failed", r.failed},
-                        {"finished_ms", r.finished_ms}}
-      .dump();
+  nlohmann::json j{{"exit_code", r.exit_code},
+                   {"signal", r.signal},
+                   {"reason", r.reason},
+                   {"failed", r.failed},
+                   {"finished_ms", r.finished_ms}};
+  if (r.lost) j["lost"] = true;
+  return j.dump();
 }
 
 Result<TaskResult> DecodeResult(std::string_view text) {
@@ -29,6 +30,7 @@ Result<TaskResult> DecodeResult(std::string_view text) {
   out.reason = r.Str("reason", false);
   out.failed = r.Bool("failed", false);
   out.finished_ms = r.Int("finished_ms", false);
+  out.lost = r.Bool("lost", false);
   GP_RETURN_IF_ERROR(r.Finish(false));
   return out;
 }

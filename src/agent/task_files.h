@@ -83,6 +83,10 @@ struct TaskResult {
   std::string reason;
   bool failed = false;  // true: the job could not run or broke a limit
   int64_t finished_ms = 0;
+  // A gang rank that stopped itself because its agent lost the server (its
+  // lease ran out): reported as lost, which requeues the gang, not as a
+  // failure of the job.
+  bool lost = false;
 };
 
 std::string EncodeResult(const TaskResult& r);

@@ -485,6 +485,10 @@ proto::TaskReport TaskManager::Report(const TaskState& t) const {
     r.state = "vacated";
     r.reason = t.vacate_reason;
     if (t.result) r.ts_ms = t.result->finished_ms;
+  } else if (t.result && t.result->lost) {
+    r.state = "lost";
+    r.reason = t.result->reason;
+    r.ts_ms = t.result->finished_ms;
   } else if (t.result) {
     r.state = t.result->failed ? "failed" : "exited";
     r.exit_code = t.result->exit_code;

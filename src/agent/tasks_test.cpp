@@ -331,13 +331,15 @@ TEST_F(TasksTest, AGangRankWhoseLeaseRunsOutIsStopped) {
   int64_t took = BootTimeMs() - started;
   const TaskState& task = manager_->tasks().at("31.1");
   ASSERT_TRUE(task.result);
-  EXPECT_TRUE(task.result->failed);
+  EXPECT_FALSE(task.result->failed);
+  EXPECT_TRUE(task.result->lost);
   EXPECT_THAT(task.result->reason, HasSubstr("lost contact with the server for 600ms"));
   EXPECT_THAT(task.result->reason, HasSubstr("(gang lease)"));
   EXPECT_EQ(task.result->exit_code, 3) << "stopped like a normal stop: SIGTERM first";
   EXPECT_THAT(Events(out), HasSubstr("gang lease"));
   EXPECT_LT(took, 5000);
-  EXPECT_EQ(manager_->Report(task).state, "failed");
+  // Lost, not failed: the gang is requeued, the job is not at fault.
+  EXPECT_EQ(manager_->Report(task).state, "lost");
 }
 
 TEST_F(TasksTest, RenewedLeasesKeepGangRanksRunningAndSingleNodeTasksHaveNone) {
@@ -375,7 +377,8 @@ TEST_F(TasksTest, ALeaseThatRunsOutAtOnceStopsTheRankBeforeOrAsItStarts) {
   auto out = WaitEnded("34.1");
   const TaskState& task = manager_->tasks().at("34.1");
   ASSERT_TRUE(task.result);
-  EXPECT_TRUE(task.result->failed);
+  EXPECT_TRUE(task.result->lost);
+  EXPECT_EQ(manager_->Report(task).state, "lost");
   EXPECT_THAT(task.result->reason, HasSubstr("(gang lease)"));
   if (task.result->reason.find("before it started") != std::string::npos) {
     for (const auto& r : out) EXPECT_NE(r.text, "ran");

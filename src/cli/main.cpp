@@ -225,6 +225,10 @@ int main(int argc, char** argv) {
                      "oci:DIR[:TAG]");
   submit->add_option("--executor", sf.executor, "sandbox (default), process, docker or podman");
   submit->add_option("--disk", sf.disk, "what the work directory may hold, e.g. 20GiB");
+  submit->add_option("--nodes", sf.nodes, "run on this many nodes at once (--gpus etc. per node)")
+      ->check(CLI::Range(1, 256));
+  submit->add_option("--distributed", sf.distributed,
+                     "torch (default: rendezvous variables for DDP) or none (replicas)");
   submit->add_flag("--no-network", sf.no_network, "the job gets no network");
   submit->add_flag("--wait", sf.wait, "wait for the job and exit with its exit code");
   submit->add_flag("-f,--follow", sf.follow, "stream the job's output while waiting");
@@ -248,6 +252,10 @@ int main(int argc, char** argv) {
   add_global(logs);
   logs->add_option("id", id, "job id")->required();
   logs->add_flag("-f,--follow", follow, "keep printing until the job ends");
+  int log_rank = -1;
+  logs->add_option("--rank", log_rank,
+                   "only this rank of a multi-node job (default: all, prefixed)")
+      ->check(CLI::Range(0, 255));
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   add_global(cancel);
   cancel->add_option("id", id, "job id")->required();
@@ -437,7 +445,7 @@ int main(int argc, char** argv) {
   }
   if (jobs->parsed()) return cli::CmdJobs(g, states, limit, all_users);
   if (job->parsed()) return cli::CmdJob(g, id);
-  if (logs->parsed()) return cli::CmdLogs(g, id, follow);
+  if (logs->parsed()) return cli::CmdLogs(g, id, follow, log_rank);
   if (cancel->parsed()) return cli::CmdCancel(g, id);
   if (nodes->parsed()) return cli::CmdNodes(g);
   if (events->parsed()) return cli::CmdEvents(g, events_node, events_kind, events_limit);

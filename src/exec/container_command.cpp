@@ -100,7 +100,11 @@ Result<std::vector<std::string>> ContainerRunCommand(const ContainerOptions& o,
     argv.insert(argv.end(), {"--user", user});
   }
   argv.insert(argv.end(), {"--cap-drop", "ALL", "--security-opt", "no-new-privileges"});
-  if (!task.network) argv.insert(argv.end(), {"--network", "none"});
+  if (!task.network) {
+    argv.insert(argv.end(), {"--network", "none"});
+  } else if (task.host_network) {
+    argv.insert(argv.end(), {"--network", "host"});
+  }
 
   const Limits& limits = task.limits;
   if (limits.memory_bytes > 0) {

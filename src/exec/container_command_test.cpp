@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <csignal>
 #include <string>
 #include <vector>
@@ -152,6 +154,18 @@ TEST(ContainerRunCommandTest, NoNetworkNoLimitsNoUserNoGpus) {
                                      kImageAndCommand}))
         << mode;
   }
+}
+
+TEST(ContainerRunCommandTest, AMultiNodeRankSharesTheHostNetwork) {
+  TaskContext t = Task();
+  t.host_network = true;
+  std::vector<std::string> argv = RunArgv(ContainerOptions{}, t);
+  auto net = std::find(argv.begin(), argv.end(), "--network");
+  ASSERT_NE(net, argv.end());
+  EXPECT_EQ(*(net + 1), "host");
+  t.network = false;  // no network wins (a spec validator refuses the pair anyway)
+  argv = RunArgv(ContainerOptions{}, t);
+  EXPECT_EQ(*(std::find(argv.begin(), argv.end(), "--network") + 1), "none");
 }
 
 TEST(ContainerRunCommandTest, PartialLimitsAndUidWithoutGid) {

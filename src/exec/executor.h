@@ -71,6 +71,10 @@ struct TaskContext {
   std::vector<std::string> env;
   std::string image;  // "" (the host system) or a reference: docker://..., oci-archive:...
   bool network = true;
+  // A rank of a multi-node job: the ranks reach each other at the node's
+  // own addresses (rank 0's port was chosen free on the host), so a
+  // container shares the host's network instead of an engine bridge.
+  bool host_network = false;
   std::vector<std::string> gpu_uuids;
   // The assigned GPUs' device minor numbers (/dev/nvidia<minor>), as far as
   // known (simulated GPUs have none). The control devices are added by the

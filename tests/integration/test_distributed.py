@@ -138,9 +138,7 @@ def test_two_agent_ddp_training_matches_the_reference_and_logs_per_rank(pool, wa
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker-agent-killed", "master-agent-killed"])
 def test_a_gang_whose_agent_is_killed_resumes_elsewhere_with_the_reference_result(pool, want, victim):
-    # Heartbeats well within the gang lease (half of NODE_LOST_MS); see
-    # test_a_quiet_gang_keeps_its_lease for the default heartbeat.
-    pool.start_server(extra=["--node-lost-after-ms", str(NODE_LOST_MS), "--heartbeat-ms", "1000"])
+    pool.start_server(extra=["--node-lost-after-ms", str(NODE_LOST_MS)])
     start_agents(pool, ["a", "b", "c"])
     job_id = pool.submit_cli(ddp_spec(TRAIN + ["--sleep", "0.05"]))
     job = pool.wait_state(job_id, "running", timeout=30)

@@ -754,11 +754,12 @@ Status Pool::StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_ra
   attempt.gang_stop_ms = clock_.NowMs();
   attempt.gang_stop_rank = cause_rank;
   attempt.reason = why;
-  // Every rank gets the checkpoint signal first (rank 0 writes the
-  // checkpoint the requeued gang resumes from).
+  // Every other rank gets the checkpoint signal first (rank 0 writes the
+  // checkpoint the requeued gang resumes from). The cause has ended, or is
+  // being vacated by its own agent.
   StopOrder stop{"gang stopped: " + why, PreemptGraceMs(job.spec), /*requeue=*/true};
   for (const AttemptRank& r : attempt.ranks) {
-    if (!IsLive(r.state) || StartHeldBack(job, attempt, r)) continue;
+    if (r.rank == cause_rank || !IsLive(r.state) || StartHeldBack(job, attempt, r)) continue;
     GP_RETURN_IF_ERROR(PushStop(tx, r.node_id, attempt.id, stop));
   }
   EndHeldBackRanks(job, attempt, attempt.gang_stop_ms);
@@ -785,7 +786,6 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
       attempt.master_port = r.master_port;
       log_lines_.push_back("job " + std::to_string(job.id) + ": attempt " + attempt.id +
                            " rendezvous at " + attempt.MasterEndpoint());
-      // The rest of the gang starts now, unless it is already leaving.
       // The rest of the gang starts now (ranks the gang gave up when it
       // stopped before this are no longer live).
       for (const AttemptRank& other : attempt.ranks) {

@@ -1316,6 +1316,38 @@ TEST_F(GangTest, CancelStopsEveryRankAndGivesUpTheOnesNotStarted) {
   EXPECT_TRUE(Starts(a.ranks[1].node_id).empty());
 }
 
+TEST_F(GangTest, AVacatedRankStopsTheOthersWithTheCheckpointSignalAndRequeuesTheGang) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  JobSpec spec = GangSpec(2);
+  spec.checkpoint = CheckpointSpec{};
+  auto job = pool_->Submit(spec, "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  StartGang(a);
+  const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
+  // Rank 1's provider takes its GPU back; its agent vacates it.
+  NodeEvent reclaim;
+  reclaim.ts_ms = 1000;
+  reclaim.kind = "reclaim";
+  reclaim.reason = "reclaimed by the owner";
+  reclaim.attempts = {a.id};
+  ASSERT_TRUE(
+      pool_->AgentMessage(r1, Seq(r1), std::string(proto::kNodeEvent), proto::Encode(reclaim))
+          .ok());
+  auto stops = Stops(r0);
+  ASSERT_EQ(stops.size(), 1u);  // rank 0 checkpoints, then stops
+  EXPECT_TRUE(stops[0].requeue);
+  EXPECT_TRUE(Stops(r1).empty());  // its own agent is vacating it already
+  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "vacated", 0, 0, "reclaimed by the owner"}).ok());
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);  // until rank 0 has ended too
+  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 0, 0, "stopped: gang stopped"}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kPending);
+  EXPECT_TRUE(d->job.front);
+  EXPECT_EQ(d->attempts[0].state, AttemptState::kVacated);
+  EXPECT_THAT(d->job.reason, HasSubstr("vacated"));
+}
+
 TEST_F(GangTest, ReplicasStartTogetherAndRunToTheirOwnEnds) {
   for (const char* n : {"a", "b"}) Hello(n);
   auto job = pool_->Submit(GangSpec(2, Distributed::kNone), "alice");

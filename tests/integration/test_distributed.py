@@ -136,6 +136,30 @@ def test_two_agent_ddp_training_matches_the_reference_and_logs_per_rank(pool, wa
     assert not any("rank 0 of 2" in l or "GPUPOOL_DDP_FINAL" in l for l in only1)
 
 
+def test_a_job_that_runs_torchrun_itself_rendezvouses_with_the_pools_variables(pool, want):
+    """The other way to use a gang: the job starts torchrun on each node with
+    GPUPOOL_NNODES, GPUPOOL_NODE_RANK and GPUPOOL_MASTER (one worker per node
+    here), and torchrun sets up its workers' rendezvous."""
+    pool.start_server()
+    start_agents(pool, ["a", "b"])
+    # Debian's torchrun needs its output redirected and teed back (see
+    # ddp_reference.run_torchrun); workers' lines come out as "[default0]:...".
+    run = ('exec torchrun --nnodes "$GPUPOOL_NNODES" --node_rank "$GPUPOOL_NODE_RANK" '
+           '--nproc_per_node 1 --rdzv_endpoint "$GPUPOOL_MASTER" '
+           '--redirects 1 --tee 1 --log_dir "$TMPDIR/torchrun" '
+           f"train_ddp.py {' '.join(TRAIN)}")
+    spec = ddp_spec(TRAIN)
+    spec["run"] = run
+    job_id = pool.submit_cli(spec)
+    job = wait_done(pool, job_id, timeout=120)
+    assert job["state"] == "succeeded", describe(pool, job_id)
+    rank0 = [l["text"] for l in pool.log_records(job_id, rank=0)]
+    worker = [l.split(":", 1)[1] for l in rank0 if l.startswith("[default0]:")]
+    assert_same_params(parse_final(worker), want)
+    rank1 = "\n".join(l["text"] for l in pool.log_records(job_id, rank=1))
+    assert "train_ddp: rank 1 of 2" in rank1, rank1[-2000:]
+
+
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker-agent-killed", "master-agent-killed"])
 def test_a_gang_whose_agent_is_killed_resumes_elsewhere_with_the_reference_result(pool, want, victim):
     pool.start_server(extra=["--node-lost-after-ms", str(NODE_LOST_MS)])

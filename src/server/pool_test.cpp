@@ -1348,6 +1348,42 @@ TEST_F(GangTest, AVacatedRankStopsTheOthersWithTheCheckpointSignalAndRequeuesThe
   EXPECT_THAT(d->job.reason, HasSubstr("vacated"));
 }
 
+TEST_F(GangTest, APreemptedGangStopsEveryRankAndIsRequeuedOnceAllLeft) {
+  PoolOptions o;
+  o.scheduler.groups = {{"lab-a", 1, 0}, {"lab-b", 1, 0}};
+  UseOptions(o);
+  for (const char* n : {"a", "b"}) Hello(n);
+  JobSpec gang = GangSpec(2);
+  gang.group = "lab-a";
+  gang.checkpoint = CheckpointSpec{0, 5'000, "SIGUSR1"};
+  auto job = pool_->Submit(gang, "u");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  StartGang(a);
+  clock_.AdvanceMs(60'000);
+  JobSpec inter = Spec(1);
+  inter.group = "lab-b";
+  inter.priority = JobPriority::kInteractive;
+  auto urgent = pool_->Submit(inter, "w");
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  for (const AttemptRank& r : a.ranks) {
+    auto stops = Stops(r.node_id);
+    ASSERT_EQ(stops.size(), 1u) << "rank " << r.rank;
+    EXPECT_TRUE(stops[0].requeue);
+    EXPECT_EQ(stops[0].grace_ms, 5'000);
+  }
+  // One rank gone is not enough: the gang leaves whole.
+  ASSERT_TRUE(Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, "exited", 0}).ok());
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, "exited", 143, 15}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kPending);
+  EXPECT_EQ(d->attempts[0].state, AttemptState::kPreempted);
+  EXPECT_EQ(*pool_->Schedule(), 1);  // the interactive job, on a freed node
+  EXPECT_EQ(StateOf(urgent->id), JobState::kScheduled);
+}
+
 TEST_F(GangTest, ReplicasStartTogetherAndRunToTheirOwnEnds) {
   for (const char* n : {"a", "b"}) Hello(n);
   auto job = pool_->Submit(GangSpec(2, Distributed::kNone), "alice");

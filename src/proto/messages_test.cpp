@@ -209,6 +209,58 @@ TEST(MessagesTest, StartTaskCarriesItsRestorePoint) {
               HasSubstr("body.restore: must be an object"));
 }
 
+TEST(MessagesTest, GangRanksAndTheirRendezvousRoundTripAndAreChecked) {
+  StartTask s;
+  s.attempt_id = "8.1";
+  s.job_id = 8;
+  s.spec.name = "ddp";
+  s.spec.run = "python3 train.py";
+  s.spec.resources.nodes = 3;
+  s.gang = GangRank{2, 3, Distributed::kTorch, "fd00::5", 29533};
+  auto ds = DecodeStartTask(Encode(s));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(*ds, s);
+  s.gang = GangRank{0, 3, Distributed::kNone, "", 0};  // rank 0: no master yet
+  ds = DecodeStartTask(Encode(s));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(*ds, s);
+
+  std::string head = R"({"attempt_id":"8.1","job_id":8,"spec":{"run":"x"},"gang":)";
+  auto error = [&](const std::string& gang) {
+    return DecodeStartTask(head + gang + "}").status().message();
+  };
+  EXPECT_THAT(error(R"({"rank":3,"nodes":3,"mode":"torch"})"),
+              HasSubstr("body.gang.rank: must be below nodes"));
+  EXPECT_THAT(error(R"({"rank":0,"nodes":1,"mode":"torch"})"), HasSubstr("body.gang.nodes"));
+  EXPECT_THAT(error(R"({"rank":0,"nodes":2,"mode":"mpi"})"),
+              HasSubstr("body.gang.mode: must be torch or none"));
+  EXPECT_THAT(error(R"({"rank":1,"nodes":2,"mode":"torch","master":{"addr":"a b","port":1}})"),
+              HasSubstr("body.gang.master.addr: must be a host name or address"));
+  EXPECT_THAT(error(R"({"rank":1,"nodes":2,"mode":"torch","master":{"addr":"h","port":70000}})"),
+              HasSubstr("body.gang.master.port"));
+  EXPECT_THAT(error("[]"), HasSubstr("body.gang: must be an object"));
+
+  // Rank 0's report of its rendezvous.
+  TaskReport r("8.1", "starting");
+  r.master_addr = "10.0.0.5";
+  r.master_port = 29533;
+  auto dr = DecodeTaskReport(Encode(r));
+  ASSERT_TRUE(dr.ok()) << dr.status().ToString();
+  EXPECT_EQ(*dr, r);
+  EXPECT_THAT(DecodeTaskReport(
+                  R"j({"attempt_id":"8.1","state":"running","master":{"addr":"$(x)","port":5}})j")
+                  .status()
+                  .message(),
+              HasSubstr("master.addr: must be a host name or address"));
+
+  Welcome w;
+  w.node_id = "n-1";
+  w.gang_lease_ms = 20'000;
+  auto dw = DecodeWelcome(Encode(w));
+  ASSERT_TRUE(dw.ok()) << dw.status().ToString();
+  EXPECT_EQ(dw->gang_lease_ms, 20'000);
+}
+
 TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {
   std::string body =
       R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x","resources":{"gpus":-1}}})";

@@ -76,6 +76,10 @@ struct JobSpec {
   std::string inputs;
   // For resources.nodes > 1 (ignored otherwise).
   Distributed distributed = Distributed::kTorch;
+  // How many times the job is requeued after an attempt failed (exited
+  // non-zero, or a rank of a gang did) before the job fails; like torchrun's
+  // --max-restarts. Lost, vacated and preempted attempts never count.
+  int32_t max_restarts = 0;
 
   bool gang() const { return resources.nodes > 1; }
   bool preemptible() const { return checkpoint.has_value(); }
@@ -101,6 +105,7 @@ struct Job {
   std::string reason;
   std::optional<int32_t> exit_code;
   int32_t attempts = 0;         // attempts created so far
+  int32_t restarts = 0;         // failed attempts requeued (spec.max_restarts)
   std::string current_attempt;  // id of the live attempt, or empty
   int64_t created_ms = 0;
   int64_t updated_ms = 0;

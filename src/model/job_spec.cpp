@@ -52,14 +52,16 @@ constexpr int64_t kMinCheckpointIntervalSeconds = 10;
 constexpr int64_t kMaxCheckpointIntervalSeconds = 7LL * 24 * 3600;
 constexpr int64_t kMaxGraceSeconds = 3600;
 constexpr int32_t kMaxNodes = 256;  // ranks of one multi-node job
+constexpr int32_t kMaxRestarts = 100;
 // What the agent sets for each rank of a torch gang (torchrun's names).
 constexpr const char* kTorchRendezvousEnv[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
                                                "RANK",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
                                                "NODE_RANK",   "GROUP_RANK"};
 
-constexpr const char* kTopFields[] = {
-    "name",  "run",      "command", "env",        "resources", "max_runtime", "priority",   "group",
-    "image", "executor", "network", "checkpoint", "workdir",   "inputs",      "distributed"};
+constexpr const char* kTopFields[] = {"name",      "run",         "command",     "env",
+                                      "resources", "max_runtime", "priority",    "group",
+                                      "image",     "executor",    "network",     "checkpoint",
+                                      "workdir",   "inputs",      "distributed", "max_restarts"};
 constexpr const char* kResourceFields[] = {
     "gpus",        "gpu_memory", "gpu_models", "cpus", "memory", "min_compute_capability",
     "node_labels", "prefer",     "disk",       "nodes"};
@@ -709,6 +711,17 @@ Result<JobSpec> JobSpecFromJson(const json& j, const SpecLimits& limits) {
   if (const json* v = Field(j, "inputs")) {
     GP_ASSIGN_OR_RETURN(spec.inputs, StringField(*v, "inputs"));
   }
+  if (const json* v = Field(j, "max_restarts")) {
+    bool ok = v->is_number_unsigned()  ? v->get<uint64_t>() <= uint64_t{kMaxRestarts}
+              : v->is_number_integer() ? v->get<int64_t>() >= 0 && v->get<int64_t>() <= kMaxRestarts
+                                       : false;
+    if (!ok) {
+      return FieldError("max_restarts", "must be a whole number from 0 to " +
+                                            std::to_string(kMaxRestarts) + ", got " +
+                                            DescribeValue(*v));
+    }
+    spec.max_restarts = static_cast<int32_t>(v->get<int64_t>());
+  }
   if (const json* v = Field(j, "distributed")) {
     GP_ASSIGN_OR_RETURN(std::string text, StringField(*v, "distributed"));
     auto d = ParseDistributed(text);
@@ -842,6 +855,10 @@ Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
     return FieldError("resources.nodes", "must be from 1 to " + std::to_string(kMaxNodes) +
                                              ", got " + std::to_string(r.nodes));
   }
+  if (spec.max_restarts < 0 || spec.max_restarts > kMaxRestarts) {
+    return FieldError("max_restarts", "must be from 0 to " + std::to_string(kMaxRestarts) +
+                                          ", got " + std::to_string(spec.max_restarts));
+  }
   if (r.nodes > 1 && !spec.network) {
     return FieldError("network",
                       "a multi-node job needs the network: its ranks talk to each other");
@@ -946,6 +963,7 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (!spec.workdir.empty()) j["workdir"] = spec.workdir;
   if (!spec.inputs.empty()) j["inputs"] = spec.inputs;
   if (spec.distributed != Distributed::kTorch) j["distributed"] = DistributedName(spec.distributed);
+  if (spec.max_restarts != 0) j["max_restarts"] = spec.max_restarts;
   return j;
 }
 

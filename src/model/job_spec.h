@@ -51,6 +51,8 @@
 //   distributed: torch (default) | none; how the ranks of a multi-node job
 //           relate: one PyTorch program with rendezvous variables (torch),
 //           or independent replicas (none)
+//   max_restarts: integer 0..100 (default 0); how many times a failed attempt
+//           (exit non-zero, a failed rank) is requeued before the job fails
 //   workdir: path of a local directory (at most 4096 bytes); the gpupool CLI
 //           uploads it (honouring .gpupoolignore) and sets `inputs`
 //   inputs: the manifest id (64 lowercase hex digits) of an uploaded tree,

@@ -546,7 +546,7 @@ const BadSpec kBadSpecs[] = {
     {"run: x\nfoo: 1",
      "foo (line 2): unknown field (known: name, run, command, env, resources, max_runtime, "
      "priority, "
-     "group, image, executor, network, checkpoint, workdir, inputs, distributed)"},
+     "group, image, executor, network, checkpoint, workdir, inputs, distributed, max_restarts)"},
     {"run: x\nresources: {foo: 1}",
      "resources.foo (line 2): unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
      "min_compute_capability, node_labels, prefer, disk, nodes)"},
@@ -731,14 +731,19 @@ const BadSpec kBadSpecs[] = {
     {"run: x\nresources: {nodes: 2}\nenv: {MASTER_PORT: 1}",
      "env.MASTER_PORT (line 3): reserved in a multi-node torch job"},
     {"run: x\ndistributed: mpi", "distributed (line 2): must be torch or none, got \"mpi\""},
+    {"run: x\nmax_restarts: 101", "max_restarts (line 2): must be a whole number from 0 to 100"},
+    {"run: x\nmax_restarts: -1", "max_restarts (line 2): must be a whole number from 0 to 100"},
+    {"run: x\nmax_restarts: 1.5", "max_restarts (line 2): must be a whole number from 0 to 100"},
 };
 
 TEST(JobSpecFromJson, MultiNode) {
-  auto spec = ParseJobSpec("run: x\nresources: {nodes: 4, gpus: 2}\ndistributed: none\n");
+  auto spec =
+      ParseJobSpec("run: x\nresources: {nodes: 4, gpus: 2}\ndistributed: none\nmax_restarts: 3\n");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->resources.nodes, 4);
   EXPECT_TRUE(spec->gang());
   EXPECT_EQ(spec->distributed, Distributed::kNone);
+  EXPECT_EQ(spec->max_restarts, 3);
   EXPECT_EQ(spec->resources.TotalGpuMilli(), 8000);
   auto back = JobSpecFromJson(JobSpecToJson(*spec));
   ASSERT_TRUE(back.ok());
@@ -747,6 +752,7 @@ TEST(JobSpecFromJson, MultiNode) {
   auto single = ParseJobSpec("run: x\n");
   EXPECT_EQ(single->resources.nodes, 1);
   EXPECT_FALSE(JobSpecToJson(*single).contains("distributed"));
+  EXPECT_FALSE(JobSpecToJson(*single).contains("max_restarts"));
   EXPECT_FALSE(JobSpecToJson(*single)["resources"].contains("nodes"));
   // A single-node job may set torch's variables itself.
   EXPECT_TRUE(ParseJobSpec("run: x\nenv: {MASTER_PORT: 1}\n").ok());

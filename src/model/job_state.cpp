@@ -33,6 +33,8 @@ std::vector<JobTransitionRule> BuildTable() {
     t.push_back({live, kPreempted, kPending, {Close(AttemptState::kPreempted)}});
     // The provider taking its GPU back is no fault of the job's either.
     t.push_back({live, kVacated, kPending, {Close(AttemptState::kVacated)}});
+    // A failure the job may retry (max_restarts): the attempt failed all the same.
+    t.push_back({live, kRetry, kPending, {Close(AttemptState::kFailed)}});
   }
   // Only a start order can be refused: nothing ran.
   t.push_back({kScheduled, kRefused, kPending, {Close(AttemptState::kRefused)}});
@@ -70,6 +72,8 @@ std::string_view JobEventName(JobEvent e) {
       return "vacated";
     case kRefused:
       return "refused";
+    case kRetry:
+      return "retry";
   }
   return "unknown";
 }

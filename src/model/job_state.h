@@ -6,6 +6,8 @@
 //                              +---- preempted -----+--> pending (attempt closed as preempted)
 //                              +---- vacated -------+--> pending (attempt closed as vacated)
 //                              +-- refused --> pending (attempt closed as refused)
+//                              +---- retry ---------+--> pending (attempt closed as failed; a
+//                                                        restart of max_restarts)
 //   pending|scheduled|running --cancel--> cancelled
 //   scheduled|running --preempt--> (same state; the attempt is ordered to stop)
 //
@@ -40,11 +42,14 @@ enum class JobEvent {
   // The agent refused the start order (the provider's policy): nothing ran;
   // requeue the job (not a failure).
   kRefused,
+  // The attempt failed (as kExitedError or kAttemptFailed) and the job has
+  // restarts left (JobSpec::max_restarts): requeue it.
+  kRetry,
 };
 inline constexpr JobEvent kAllJobEvents[] = {
     JobEvent::kSchedule,      JobEvent::kStarted, JobEvent::kExitedOk, JobEvent::kExitedError,
     JobEvent::kAttemptFailed, JobEvent::kLost,    JobEvent::kCancel,   JobEvent::kPreempt,
-    JobEvent::kPreempted,     JobEvent::kVacated, JobEvent::kRefused};
+    JobEvent::kPreempted,     JobEvent::kVacated, JobEvent::kRefused,  JobEvent::kRetry};
 std::string_view JobEventName(JobEvent e);
 
 enum class JobActionType {

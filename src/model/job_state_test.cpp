@@ -45,6 +45,8 @@ const std::map<std::pair<JobState, JobEvent>, Expect> kExpected = {
     {{kScheduled, kVacated}, {kPending, {Close(AttemptState::kVacated)}}},
     {{kRunning, kVacated}, {kPending, {Close(AttemptState::kVacated)}}},
     {{kScheduled, kRefused}, {kPending, {Close(AttemptState::kRefused)}}},
+    {{kScheduled, kRetry}, {kPending, {Close(AttemptState::kFailed)}}},
+    {{kRunning, kRetry}, {kPending, {Close(AttemptState::kFailed)}}},
 };
 
 TEST(JobStateTest, EveryStateEventPair) {

@@ -24,6 +24,7 @@ json JobToJson(const Job& j, const std::optional<QueueInfo>& queue) {
               {"group", j.spec.group},
               {"preemptible", j.spec.preemptible()},
               {"attempts", j.attempts},
+              {"restarts", j.restarts},
               {"current_attempt", j.current_attempt},
               {"created_ms", j.created_ms},
               {"updated_ms", j.updated_ms},

@@ -77,6 +77,12 @@ proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, 
   return r;
 }
 
+// A failure becomes a retry while the job has restarts left.
+JobEvent RetryIfAllowed(const Job& job, JobEvent event) {
+  bool failure = event == JobEvent::kExitedError || event == JobEvent::kAttemptFailed;
+  return failure && job.restarts < job.spec.max_restarts ? JobEvent::kRetry : event;
+}
+
 // How a gang rank ended, from its final report.
 AttemptState RankEndState(const proto::TaskReport& r) {
   if (r.state == "exited") {
@@ -649,6 +655,11 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         "vacated: " + (attempt.reason.empty() ? "the provider took its GPU back" : attempt.reason) +
         "; requeued";
     job.front = true;  // displaced through no fault of its own
+  } else if (event == JobEvent::kRetry) {
+    ++job.restarts;
+    job.reason = "requeued: attempt " + attempt.id + " failed" +
+                 (attempt.reason.empty() ? "" : " (" + attempt.reason + ")") + "; restart " +
+                 std::to_string(job.restarts) + " of " + std::to_string(job.spec.max_restarts);
   } else if (event == JobEvent::kRefused) {
     job.reason = "requeued: attempt " + attempt.id + " was refused" +
                  (attempt.reason.empty() ? "" : " (" + attempt.reason + ")");
@@ -703,6 +714,7 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   if (event == JobEvent::kRefused && job->state == JobState::kScheduled) {
     new_refusals_.emplace_back(job->id, node_id);
   }
+  event = RetryIfAllowed(*job, event);
   return ApplyEvent(tx, *job, *attempt, event, &r);
 }
 
@@ -872,7 +884,8 @@ Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
     summary.exit_code = first_bad->exit_code.value_or(0);
     summary.reason = "rank " + std::to_string(first_bad->rank) + ": " +
                      (first_bad->reason.empty() ? "failed" : first_bad->reason);
-    event = first_bad->exit_code ? JobEvent::kExitedError : JobEvent::kAttemptFailed;
+    event = RetryIfAllowed(
+        job, first_bad->exit_code ? JobEvent::kExitedError : JobEvent::kAttemptFailed);
   }
   return ApplyEvent(tx, job, attempt, event, &summary);
 }

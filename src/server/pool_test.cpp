@@ -1384,6 +1384,47 @@ TEST_F(GangTest, APreemptedGangStopsEveryRankAndIsRequeuedOnceAllLeft) {
   EXPECT_EQ(StateOf(urgent->id), JobState::kScheduled);
 }
 
+TEST_F(GangTest, MaxRestartsRequeuesAFailedGangThenFailsIt) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  JobSpec spec = GangSpec(2);
+  spec.max_restarts = 1;
+  auto job = pool_->Submit(spec, "alice");
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    ASSERT_EQ(*pool_->Schedule(), 1) << attempt;
+    Attempt a = CurrentAttempt(job->id);
+    EXPECT_EQ(a.number, attempt);
+    StartGang(a);
+    const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
+    ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "exited", 2}).ok());
+    ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 143, 15, "stopped: gang stopped"}).ok());
+  }
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kFailed);  // the one restart is spent
+  EXPECT_EQ(d->job.restarts, 1);
+  EXPECT_EQ(d->job.exit_code, 2);
+  EXPECT_EQ(d->attempts[0].state, AttemptState::kFailed);
+  ASSERT_EQ(d->attempts.size(), 2u);
+}
+
+TEST_F(PoolTest, MaxRestartsRequeuesAFailedJobAtTheBackOfItsClass) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec spec = Spec(1);
+  spec.max_restarts = 2;
+  auto job = pool_->Submit(spec, "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 3}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kPending);
+  EXPECT_FALSE(d->job.front);  // its own failure: no place at the front
+  EXPECT_EQ(d->job.restarts, 1);
+  EXPECT_THAT(d->job.reason, HasSubstr("restart 1 of 2"));
+  EXPECT_EQ(d->attempts[0].state, AttemptState::kFailed);
+  EXPECT_EQ(d->attempts[0].exit_code, 3);
+  // Restarts survive a server restart.
+  Restart();
+  EXPECT_EQ(pool_->GetJob(job->id)->job.restarts, 1);
+}
+
 TEST_F(GangTest, ReplicasStartTogetherAndRunToTheirOwnEnds) {
   for (const char* n : {"a", "b"}) Hello(n);
   auto job = pool_->Submit(GangSpec(2, Distributed::kNone), "alice");

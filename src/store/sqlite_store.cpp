@@ -221,12 +221,14 @@ CREATE TABLE agent_credentials (
 ) WITHOUT ROWID;
 )sql";
 
-// Version 6: multi-node jobs. A gang attempt keeps its ranks, rendezvous and
+// Version 6: multi-node jobs, and restarts of failed jobs (jobs.restarts,
+// counted against the spec's max_restarts). A gang attempt keeps its ranks, rendezvous and
 // teardown as JSON in `gang`; attempt_nodes lists every node a gang runs on
 // (ListAttempts by node); log lines carry their rank, and a line is unique
 // per (attempt, rank, offset). SQLite cannot change a table's UNIQUE
 // constraint, so logs is rebuilt.
 constexpr const char* kSchemaV6 = R"sql(
+ALTER TABLE jobs ADD COLUMN restarts INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE attempts ADD COLUMN gang TEXT NOT NULL DEFAULT '';
 CREATE TABLE attempt_nodes (
   node_id    TEXT NOT NULL,
@@ -501,7 +503,7 @@ namespace {
 
 constexpr std::string_view kJobColumns =
     "id, owner, state, reason, exit_code, attempts, current_attempt, created_ms, updated_ms, "
-    "started_ms, finished_ms, spec, last_preempted_ms, front";
+    "started_ms, finished_ms, spec, last_preempted_ms, front, restarts";
 
 Result<Job> ReadJob(const Query& q) {
   Job job;
@@ -534,6 +536,7 @@ Result<Job> ReadJob(const Query& q) {
   job.spec = std::move(spec).value();
   if (!q.IsNull(12)) job.last_preempted_ms = q.Int(12);
   job.front = q.Int(13) != 0;
+  job.restarts = static_cast<int32_t>(q.Int(14));
   return job;
 }
 
@@ -751,9 +754,10 @@ class SqliteTx : public Tx {
     GP_ASSIGN_OR_RETURN(
         Query q, impl_.Prepare("INSERT INTO jobs (owner, name, state, reason, exit_code, "
                                "attempts, current_attempt, created_ms, updated_ms, "
-                               "started_ms, finished_ms, spec, last_preempted_ms, front) "
+                               "started_ms, finished_ms, spec, last_preempted_ms, front, "
+                               "restarts) "
                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?14, "
-                               "?15)"));
+                               "?15, ?16)"));
     BindJob(q, job);
     GP_RETURN_IF_ERROR(q.Run());
     return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_.db.get()));
@@ -765,7 +769,8 @@ class SqliteTx : public Tx {
                                                "current_attempt = ?7, created_ms = ?8, "
                                                "updated_ms = ?9, started_ms = ?10, "
                                                "finished_ms = ?11, spec = ?12, "
-                                               "last_preempted_ms = ?14, front = ?15 "
+                                               "last_preempted_ms = ?14, front = ?15, "
+                                               "restarts = ?16 "
                                                "WHERE id = ?13"));
     BindJob(q, job);
     q.Bind(13, job.id);
@@ -1377,6 +1382,7 @@ class SqliteTx : public Tx {
       q.BindNull(14);
     }
     q.Bind(15, int64_t{job.front ? 1 : 0});
+    q.Bind(16, static_cast<int64_t>(job.restarts));
     q.Bind(1, job.owner)
         .Bind(2, job.spec.name)
         .Bind(3, JobStateName(job.state))

@@ -295,6 +295,8 @@ TEST_P(StoreConformanceTest, JobRoundTripsEveryField) {
   c.reason = "killed: \"OOM\"\nsecond line";
   Job d = MakeJob("dave", ShareSpec(), JobState::kPending);
   d.attempts = 3;
+  d.restarts = 2;
+  d.spec.max_restarts = 5;
   d.last_preempted_ms = 1'700'000'002'000;
   d.front = true;
   Job e = MakeJob("erin", ShareSpec(), JobState::kPending);

@@ -130,6 +130,7 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f) {
   if (!f.executor.empty()) j["executor"] = f.executor;
   if (!f.disk.empty()) r["disk"] = f.disk;
   if (f.nodes > 0) r["nodes"] = f.nodes;
+  if (f.max_restarts >= 0) j["max_restarts"] = f.max_restarts;
   if (!f.distributed.empty()) j["distributed"] = f.distributed;
   if (f.no_network) j["network"] = false;
   for (const std::string& kv : f.env) {
@@ -294,6 +295,10 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
   }
   kv.Add({"Command:", spec.contains("run") ? Str(spec, "run") : spec["command"].dump()});
   if (spec.contains("max_runtime")) kv.Add({"Max runtime:", Str(spec, "max_runtime")});
+  if (spec.contains("max_restarts")) {
+    kv.Add({"Restarts:", std::to_string(Int(j, "restarts")) + " of " +
+                             std::to_string(Int(spec, "max_restarts"))});
+  }
   kv.Print(std::cout);
   if (!j["attempt_list"].empty()) {
     std::cout << "\nAttempts:\n";

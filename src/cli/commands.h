@@ -31,6 +31,7 @@ struct SubmitFlags {
   std::string executor;     // sandbox, process, docker, podman; empty: not given
   std::string disk;         // work directory cap; empty: not given
   int nodes = 0;            // a multi-node job's nodes; 0: not given
+  int max_restarts = -1;    // -1: not given
   std::string distributed;  // torch or none; empty: not given
   std::string workdir;      // upload this directory as the job's inputs; overrides the spec's
   bool no_network = false;

@@ -227,6 +227,10 @@ int main(int argc, char** argv) {
   submit->add_option("--disk", sf.disk, "what the work directory may hold, e.g. 20GiB");
   submit->add_option("--nodes", sf.nodes, "run on this many nodes at once (--gpus etc. per node)")
       ->check(CLI::Range(1, 256));
+  submit
+      ->add_option("--max-restarts", sf.max_restarts,
+                   "requeue a failed attempt this many times before the job fails")
+      ->check(CLI::Range(0, 100));
   submit->add_option("--distributed", sf.distributed,
                      "torch (default: rendezvous variables for DDP) or none (replicas)");
   submit->add_flag("--no-network", sf.no_network, "the job gets no network");

@@ -44,6 +44,20 @@ def test_failure_exit_code_through_cli(pool):
     assert pool.cli("logs", str(job_id)).stdout == "failing\n"
 
 
+def test_max_restarts_reruns_a_failed_job_then_fails_it(pool):
+    start(pool)
+    r = pool.cli("submit", "--wait", "--max-restarts", "2", "--",
+                 "sh", "-c", "echo try $GPUPOOL_ATTEMPT_ID; exit 3")
+    assert r.returncode == 3, r.stderr
+    job_id = int(r.stderr.split("submitted job ")[1].split()[0])
+    job = pool.job(job_id)
+    assert job["state"] == "failed" and job["exit_code"] == 3
+    assert job["restarts"] == 2
+    assert [a["state"] for a in job["attempt_list"]] == ["failed"] * 3
+    out = pool.cli("logs", str(job_id)).stdout
+    assert out == f"try {job_id}.1\ntry {job_id}.2\ntry {job_id}.3\n", out
+
+
 def test_command_not_found_fails_clearly(pool):
     start(pool)
     job_id = pool.submit({"command": ["/no/such/program"]})

@@ -812,6 +812,35 @@ TEST_F(WsTest, EchoManyMessagesInOrderBothWays) {
   EXPECT_EQ(server_side->close_reason, "client done");
 }
 
+TEST_F(WsTest, BinaryAndTextMessagesKeepTheirKindAndOrder) {
+  auto server_side = std::make_shared<Recorder>();
+  server_side->expect_messages = 3;
+  server_side->on_message = [](WsConnection& c, const std::string& text) { c.Send("t:" + text); };
+  server_side->on_binary = [](WsConnection& c, const std::string& bytes) {
+    c.SendBinary(bytes + std::string("\0\xff", 2));
+  };
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<Recorder>();
+  client->expect_messages = 3;
+  // Not UTF-8, with a NUL: only a binary message may carry it.
+  const std::string raw("\xff\x00\xc3tunnel", 9);
+  client->on_open = [&](WsConnection& c) {
+    c.Send("one");
+    c.SendBinary(raw);
+    c.Send("two");
+  };
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitMessages());
+  ASSERT_TRUE(server_side->WaitMessages());
+  OnLoop(loop_, [&] {
+    EXPECT_EQ(server_side->messages, (std::vector<std::string>{"one", "binary:" + raw, "two"}));
+    EXPECT_EQ(client->messages, (std::vector<std::string>{
+                                    "t:one", "binary:" + raw + std::string("\0\xff", 2), "t:two"}));
+    client->conn_->Close("");
+  });
+  ASSERT_TRUE(client->WaitClosed());
+}
+
 TEST_F(WsTest, LargeMessages) {
   auto server_side = std::make_shared<Recorder>();
   server_side->on_message = [](WsConnection& c, const std::string& text) { c.Send(text + text); };

@@ -138,6 +138,13 @@ class Recorder : public WsHandler {
     if (on_message) on_message(*conn_, text);
     if (expect_messages > 0 && messages.size() == expect_messages) all_messages_.set_value();
   }
+  // Binary messages are recorded among the text ones as "binary:" + bytes.
+  void OnBinary(std::string bytes) override {
+    EXPECT_FALSE(closed_) << "OnBinary after OnClose";
+    messages.push_back("binary:" + bytes);
+    if (on_binary) on_binary(*conn_, bytes);
+    if (expect_messages > 0 && messages.size() == expect_messages) all_messages_.set_value();
+  }
   void OnClose(std::string reason) override {
     EXPECT_FALSE(closed_) << "OnClose twice";
     closed_ = true;
@@ -148,6 +155,7 @@ class Recorder : public WsHandler {
 
   std::function<void(WsConnection&)> on_open;
   std::function<void(WsConnection&, const std::string&)> on_message;
+  std::function<void(WsConnection&, const std::string&)> on_binary;
   size_t expect_messages = 0;
   std::vector<std::string> messages;
   std::string close_reason;

@@ -125,10 +125,10 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
 
   // ---- WsConnection operations (through WsHandle) ----
 
-  void Send(std::string text) {
+  void Send(std::string message, bool binary) {
     if (state_ != State::kOpen || close_requested_) return;
-    queued_bytes_ += text.size();
-    queue_.push_back(std::move(text));
+    queued_bytes_ += message.size();
+    queue_.push_back({std::move(message), binary});
     if (!writing_) DoWrite();
   }
 
@@ -301,9 +301,13 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
       return;
     }
     if (auto h = handler_) {
-      std::string text = beast::buffers_to_string(buffer_.data());
+      std::string message = beast::buffers_to_string(buffer_.data());
       buffer_.consume(buffer_.size());
-      h->OnMessage(std::move(text));
+      if (ws_.got_binary()) {
+        h->OnBinary(std::move(message));
+      } else {
+        h->OnMessage(std::move(message));
+      }
     } else {
       buffer_.consume(buffer_.size());  // closing: drain until the close frame
     }
@@ -313,15 +317,16 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
 
   void DoWrite() {
     writing_ = true;
+    ws_.binary(queue_.front().binary);
     ws_.async_write(
-        asio::buffer(queue_.front()),
+        asio::buffer(queue_.front().bytes),
         [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnWrite(ec); });
   }
 
   void OnWrite(beast::error_code ec) {
     writing_ = false;
     if (!queue_.empty()) {
-      queued_bytes_ -= queue_.front().size();
+      queued_bytes_ -= queue_.front().bytes.size();
       queue_.pop_front();
     }
     if (ec || state_ == State::kClosed) {
@@ -380,7 +385,10 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     WsHandle(std::weak_ptr<WsSession> session, std::string peer, std::string local)
         : session_(std::move(session)), peer_(std::move(peer)), local_(std::move(local)) {}
     void Send(std::string text) override {
-      if (auto s = session_.lock()) s->Send(std::move(text));
+      if (auto s = session_.lock()) s->Send(std::move(text), false);
+    }
+    void SendBinary(std::string bytes) override {
+      if (auto s = session_.lock()) s->Send(std::move(bytes), true);
     }
     void Close(std::string reason) override {
       if (auto s = session_.lock()) s->Close(std::move(reason));
@@ -417,7 +425,11 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
   std::string host_header_;  // ... and port, for the Host header
   std::string target_;
   beast::flat_buffer buffer_;
-  std::deque<std::string> queue_;
+  struct Outgoing {
+    std::string bytes;
+    bool binary = false;
+  };
+  std::deque<Outgoing> queue_;
   size_t queued_bytes_ = 0;
   bool writing_ = false;
   bool ping_pending_ = false;

@@ -20,6 +20,8 @@ class WsConnection {
  public:
   virtual ~WsConnection() = default;
   virtual void Send(std::string text) = 0;
+  // A binary message (tunnel frames); queued with the text ones, in order.
+  virtual void SendBinary(std::string bytes) = 0;
   // Starts a close handshake; OnClose follows.
   virtual void Close(std::string reason) = 0;
   // Bytes queued but not yet written; lets senders apply back-pressure.
@@ -39,6 +41,8 @@ class WsHandler {
   virtual ~WsHandler() = default;
   virtual void OnOpen(std::shared_ptr<WsConnection> conn) = 0;
   virtual void OnMessage(std::string text) = 0;
+  // A binary message arrived; handlers that expect none drop it.
+  virtual void OnBinary(std::string /*bytes*/) {}
   // A pong frame arrived (the answer to WsConnection::Ping).
   virtual void OnPong() {}
   // `reason` says why: the peer's close reason, an I/O error, or a timeout.

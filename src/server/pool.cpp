@@ -856,6 +856,13 @@ Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
     }
     if (!first_bad || x.finished_ms < first_bad->finished_ms) first_bad = &x;
   }
+  // The ways a rank is displaced, in the order they name the cause.
+  constexpr std::pair<AttemptState, JobEvent> kDisplaced[] = {
+      {AttemptState::kLost, JobEvent::kLost},
+      {AttemptState::kVacated, JobEvent::kVacated},
+      {AttemptState::kRefused, JobEvent::kRefused}};
+  const auto* displaced = std::find_if(std::begin(kDisplaced), std::end(kDisplaced),
+                                       [&](const auto& d) { return any(d.first); });
   proto::TaskReport summary;
   summary.attempt_id = attempt.id;
   summary.ts_ms = clock_.NowMs();
@@ -867,17 +874,11 @@ Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
   } else if (attempt.preempt_ms > 0) {
     event = JobEvent::kPreempted;
     summary.state = "preempted";
-  } else if (any(AttemptState::kLost) || any(AttemptState::kVacated) ||
-             any(AttemptState::kRefused)) {
+  } else if (displaced != std::end(kDisplaced)) {
     // Displaced through no fault of its own: a rank's node was lost or its
     // provider took the GPU back; whatever the others did followed from it.
-    const AttemptState cause = any(AttemptState::kLost)      ? AttemptState::kLost
-                               : any(AttemptState::kVacated) ? AttemptState::kVacated
-                                                             : AttemptState::kRefused;
-    event = cause == AttemptState::kLost      ? JobEvent::kLost
-            : cause == AttemptState::kVacated ? JobEvent::kVacated
-                                              : JobEvent::kRefused;
-    summary.state = AttemptStateName(cause);
+    event = displaced->second;
+    summary.state = AttemptStateName(displaced->first);
     summary.reason = attempt.reason;
   } else {
     summary.state = first_bad->exit_code ? "exited" : "failed";

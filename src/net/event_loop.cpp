@@ -20,12 +20,17 @@ namespace asio = boost::asio;
 
 namespace {
 
-// One watched fd. Shared by the map entry and the pending wait handler, so
-// that UnwatchFd() from inside the callback leaves the callback alive.
+// One watched fd, for reading, writing or both: Asio registers a descriptor
+// with the reactor once, so both directions share one stream_descriptor.
+// Shared by the map entry and the pending wait handlers, so that UnwatchFd()
+// from inside a callback leaves the callback alive.
 struct FdWatch {
-  FdWatch(asio::io_context& ioc, int fd, std::function<bool()> f) : sd(ioc, fd), fn(std::move(f)) {}
+  FdWatch(asio::io_context& ioc, int fd) : sd(ioc, fd) {}
   asio::posix::stream_descriptor sd;
-  std::function<bool()> fn;
+  std::function<bool()> on_read;   // empty: not watched for reading
+  std::function<bool()> on_write;  // empty: not watched for writing
+  bool read_armed = false;
+  bool write_armed = false;
 };
 
 }  // namespace
@@ -52,21 +57,40 @@ struct EventLoop::Impl {
     signal_sets.clear();
   }
 
-  void ArmWatch(int fd, const std::shared_ptr<FdWatch>& w) {
-    w->sd.async_wait(asio::posix::stream_descriptor::wait_read,
-                     [this, fd, w](const boost::system::error_code& ec) {
-                       if (ec) return;  // cancelled (unwatched) or failed
-                       auto it = watches.find(fd);
-                       if (it == watches.end() || it->second != w) return;
-                       bool keep = w->fn();
-                       it = watches.find(fd);  // fn may have changed the map
-                       if (it == watches.end() || it->second != w) return;
-                       if (keep) {
-                         ArmWatch(fd, w);
-                       } else {
-                         Unwatch(it);
-                       }
-                     });
+  std::shared_ptr<FdWatch> WatchFor(int fd) {
+    auto it = watches.find(fd);
+    if (it != watches.end()) return it->second;
+    auto w = std::make_shared<FdWatch>(ioc, fd);
+    watches.emplace(fd, w);
+    return w;
+  }
+
+  // Arms one wait in direction `write`; its callback re-arms while it
+  // returns true, and the fd is released once neither direction is watched.
+  void Arm(int fd, const std::shared_ptr<FdWatch>& w, bool write) {
+    bool& armed = write ? w->write_armed : w->read_armed;
+    if (armed) return;
+    armed = true;
+    auto type = write ? asio::posix::stream_descriptor::wait_write
+                      : asio::posix::stream_descriptor::wait_read;
+    w->sd.async_wait(type, [this, fd, w, write](const boost::system::error_code& ec) {
+      (write ? w->write_armed : w->read_armed) = false;
+      if (ec) return;  // cancelled (unwatched) or failed
+      auto it = watches.find(fd);
+      if (it == watches.end() || it->second != w) return;
+      std::function<bool()>& fn = write ? w->on_write : w->on_read;
+      if (!fn) return;
+      auto call = fn;  // fn may replace itself
+      bool keep = call();
+      it = watches.find(fd);  // the callback may have changed the map
+      if (it == watches.end() || it->second != w) return;
+      if (keep) {
+        Arm(fd, w, write);
+      } else {
+        (write ? w->on_write : w->on_read) = nullptr;
+        if (!w->on_read && !w->on_write) Unwatch(it);
+      }
+    });
   }
 
   void Unwatch(std::unordered_map<int, std::shared_ptr<FdWatch>>::iterator it) {
@@ -138,10 +162,15 @@ void EventLoop::OnSignals(std::initializer_list<int> signals, std::function<void
 }
 
 void EventLoop::WatchReadable(int fd, std::function<bool()> fn) {
-  UnwatchFd(fd);
-  auto w = std::make_shared<FdWatch>(impl_->ioc, fd, std::move(fn));
-  impl_->watches.emplace(fd, w);
-  impl_->ArmWatch(fd, w);
+  auto w = impl_->WatchFor(fd);
+  w->on_read = std::move(fn);
+  impl_->Arm(fd, w, false);
+}
+
+void EventLoop::WatchWritable(int fd, std::function<bool()> fn) {
+  auto w = impl_->WatchFor(fd);
+  w->on_write = std::move(fn);
+  impl_->Arm(fd, w, true);
 }
 
 void EventLoop::UnwatchFd(int fd) {

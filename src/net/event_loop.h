@@ -42,6 +42,10 @@ class EventLoop {
   // `fn` returns false. The loop does not own or close the fd; it does put it
   // in non-blocking mode (and leaves it so). Unwatch before closing the fd.
   void WatchReadable(int fd, std::function<bool()> fn);
+  // Calls `fn` whenever `fd` becomes writable, until UnwatchFd(fd) or until
+  // `fn` returns false (typically once the pending bytes are written). Read
+  // and write watches of one fd are independent; UnwatchFd ends both.
+  void WatchWritable(int fd, std::function<bool()> fn);
   void UnwatchFd(int fd);
 
   // The underlying boost::asio::io_context, for code inside net/ only.

@@ -255,6 +255,49 @@ TEST(EventLoopTest, WatchReadableOnPipe) {
   close(fds[1]);
 }
 
+// A socketpair end watched both ways: the write watch fires while the
+// buffer has room and stops when its callback says so, and the read watch
+// keeps working beside it.
+TEST(EventLoopTest, WatchWritableAndReadableOnOneFd) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  EventLoop loop;
+  size_t written = 0;
+  int write_calls = 0;
+  std::string got;
+  loop.WatchWritable(sv[0], [&] {
+    ++write_calls;
+    char block[4096] = {};
+    ssize_t n;
+    while ((n = write(sv[0], block, sizeof block)) > 0) written += static_cast<size_t>(n);
+    // Full: the peer drains it below; a second wake-up proves the re-arm.
+    return write_calls < 2;
+  });
+  loop.WatchReadable(sv[0], [&] {
+    char buf[16];
+    ssize_t n = read(sv[0], buf, sizeof buf);
+    if (n > 0) got.append(buf, static_cast<size_t>(n));
+    if (got == "ping") loop.Stop();
+    return true;
+  });
+  // Once the buffer is full, drain it so the write watch fires again.
+  loop.RunAfter(20, [&] {
+    char buf[65536];
+    while (read(sv[1], buf, sizeof buf) > 0) {
+    }
+  });
+  fcntl(sv[1], F_SETFL, O_NONBLOCK);
+  loop.RunAfter(60, [&] { EXPECT_EQ(write(sv[1], "ping", 4), 4); });
+  loop.RunAfter(5000, [&] { loop.Stop(); });
+  loop.Run();
+  EXPECT_EQ(write_calls, 2);
+  EXPECT_GT(written, 4096u);
+  EXPECT_EQ(got, "ping");
+  loop.UnwatchFd(sv[0]);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 // ---- HTTP server fixture ----------------------------------------------
 
 class ServerTest : public ::testing::Test {

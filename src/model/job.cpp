@@ -41,6 +41,11 @@ constexpr std::pair<Distributed, std::string_view> kDistributedNames[] = {
     {Distributed::kNone, "none"},
 };
 
+constexpr std::pair<SessionKind, std::string_view> kSessionKindNames[] = {
+    {SessionKind::kShell, "shell"},
+    {SessionKind::kJupyter, "jupyter"},
+};
+
 constexpr std::pair<JobPriority, std::string_view> kPriorityNames[] = {
     {JobPriority::kInteractive, "interactive"},
     {JobPriority::kNormal, "normal"},
@@ -69,6 +74,13 @@ std::string_view DistributedName(Distributed d) {
 }
 Result<Distributed> ParseDistributed(std::string_view name) {
   return ParseName(name, kDistributedNames, "distributed mode");
+}
+
+std::string_view SessionKindName(SessionKind k) {
+  return kSessionKindNames[static_cast<int>(k)].second;
+}
+Result<SessionKind> ParseSessionKind(std::string_view name) {
+  return ParseName(name, kSessionKindNames, "session kind");
 }
 
 const AttemptRank* Attempt::RankOn(const std::string& node) const {

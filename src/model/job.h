@@ -54,6 +54,28 @@ enum class Distributed : int8_t { kTorch = 0, kNone = 1 };
 std::string_view DistributedName(Distributed d);  // "torch", "none"
 Result<Distributed> ParseDistributed(std::string_view name);
 
+// An interactive session (gpupool session start): a job that waits for its
+// user, who reaches it through tunnels (connect, exec, shell) and, for
+// Jupyter, the server's proxy.
+enum class SessionKind : int8_t { kShell = 0, kJupyter = 1 };
+std::string_view SessionKindName(SessionKind k);  // "shell", "jupyter"
+Result<SessionKind> ParseSessionKind(std::string_view name);
+
+inline constexpr int64_t kDefaultSessionIdleMs = 30 * 60'000;
+
+struct SessionSpec {
+  SessionKind kind = SessionKind::kShell;
+  // Stopped (and its GPUs freed) after this long without a byte through any
+  // of its tunnels; 0 = never.
+  int64_t idle_timeout_ms = kDefaultSessionIdleMs;
+  std::vector<int> ports;  // TCP ports inside the session that tunnels may reach
+  bool any_port = false;   // the owner allows tunnels to any port
+  // Jupyter sessions: the notebook server's token, which the server's proxy
+  // presents (the user never needs it). Set by the server.
+  std::string jupyter_token;
+  friend bool operator==(const SessionSpec&, const SessionSpec&) = default;
+};
+
 struct JobSpec {
   std::string name;
   std::string run;                   // a shell command (sh -c), or
@@ -80,6 +102,7 @@ struct JobSpec {
   // non-zero, or a rank of a gang did) before the job fails; like torchrun's
   // --max-restarts. Lost, vacated and preempted attempts never count.
   int32_t max_restarts = 0;
+  std::optional<SessionSpec> session;  // set for interactive sessions
 
   bool gang() const { return resources.nodes > 1; }
   bool preemptible() const { return checkpoint.has_value(); }

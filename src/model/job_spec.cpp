@@ -58,15 +58,20 @@ constexpr const char* kTorchRendezvousEnv[] = {"MASTER_ADDR", "MASTER_PORT", "WO
                                                "RANK",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
                                                "NODE_RANK",   "GROUP_RANK"};
 
-constexpr const char* kTopFields[] = {"name",      "run",         "command",     "env",
-                                      "resources", "max_runtime", "priority",    "group",
-                                      "image",     "executor",    "network",     "checkpoint",
-                                      "workdir",   "inputs",      "distributed", "max_restarts"};
+constexpr const char* kTopFields[] = {
+    "name",     "run",    "command",     "env",          "resources", "max_runtime",
+    "priority", "group",  "image",       "executor",     "network",   "checkpoint",
+    "workdir",  "inputs", "distributed", "max_restarts", "session"};
 constexpr const char* kResourceFields[] = {
     "gpus",        "gpu_memory", "gpu_models", "cpus", "memory", "min_compute_capability",
     "node_labels", "prefer",     "disk",       "nodes"};
 constexpr const char* kPreferFields[] = {"models", "wait"};
 constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal", "standby"};
+constexpr const char* kSessionFields[] = {"kind", "idle_timeout", "ports", "any_port",
+                                          "jupyter_token"};
+constexpr int64_t kMaxSessionIdleSeconds = 30 * 86'400;
+constexpr size_t kMaxSessionPorts = 32;
+constexpr size_t kMaxJupyterTokenBytes = 256;
 // Signals a job may ask to receive as its checkpoint request (SIGKILL and
 // SIGSTOP cannot be caught, so they could never request anything).
 constexpr const char* kCheckpointSignals[] = {"SIGUSR1", "SIGUSR2", "SIGHUP",  "SIGINT",
@@ -537,6 +542,54 @@ Status ParseCheckpoint(const json& v, CheckpointSpec& out) {
   return Status::Ok();
 }
 
+Status ParseSession(const json& v, SessionSpec& out) {
+  if (!v.is_object()) {
+    return FieldError(
+        "session",
+        "expected a mapping such as {kind: jupyter, idle_timeout: 30m}, got " + DescribeValue(v));
+  }
+  GP_RETURN_IF_ERROR(CheckKnownFields(v, "session.", kSessionFields));
+  if (const json* k = Field(v, "kind")) {
+    GP_ASSIGN_OR_RETURN(std::string text, StringField(*k, "session.kind"));
+    auto kind = ParseSessionKind(text);
+    if (!kind.ok())
+      return FieldError("session.kind", "must be shell or jupyter, got " + QuoteForError(text));
+    out.kind = *kind;
+  }
+  if (const json* t = Field(v, "idle_timeout")) {
+    GP_ASSIGN_OR_RETURN(out.idle_timeout_ms,
+                        DurationField(*t, "session.idle_timeout", kMaxSessionIdleSeconds));
+  }
+  if (const json* p = Field(v, "ports")) {
+    if (!p->is_array()) {
+      return FieldError("session.ports",
+                        "must be a list of TCP ports such as [6006], got " + DescribeValue(*p));
+    }
+    if (p->size() > kMaxSessionPorts) {
+      return FieldError("session.ports", "at most " + std::to_string(kMaxSessionPorts) +
+                                             " ports, got " + std::to_string(p->size()));
+    }
+    for (size_t i = 0; i < p->size(); ++i) {
+      const json& port = (*p)[i];
+      if (!port.is_number_integer() || port.get<int64_t>() < 1 || port.get<int64_t>() > 65535) {
+        return FieldError("session.ports[" + std::to_string(i) + "]",
+                          "must be a TCP port from 1 to 65535, got " + DescribeValue(port));
+      }
+      out.ports.push_back(static_cast<int>(port.get<int64_t>()));
+    }
+  }
+  if (const json* a = Field(v, "any_port")) {
+    if (!a->is_boolean()) {
+      return FieldError("session.any_port", "must be true or false, got " + DescribeValue(*a));
+    }
+    out.any_port = a->get<bool>();
+  }
+  if (const json* t = Field(v, "jupyter_token")) {
+    GP_ASSIGN_OR_RETURN(out.jupyter_token, StringField(*t, "session.jupyter_token"));
+  }
+  return Status::Ok();
+}
+
 Status ParseResources(const json& j, Resources& out) {
   if (!j.is_object()) return FieldError("resources", "expected a mapping, got " + DescribeValue(j));
   GP_RETURN_IF_ERROR(CheckKnownFields(j, "resources.", kResourceFields));
@@ -729,8 +782,29 @@ Result<JobSpec> JobSpecFromJson(const json& j, const SpecLimits& limits) {
       return FieldError("distributed", "must be torch or none, got " + QuoteForError(text));
     spec.distributed = *d;
   }
+  if (const json* v = Field(j, "session")) {
+    SessionSpec session;
+    GP_RETURN_IF_ERROR(ParseSession(*v, session));
+    spec.session = std::move(session);
+    // A session waits for its user: it is interactive unless it says.
+    if (!Field(j, "priority")) spec.priority = JobPriority::kInteractive;
+    if (spec.run.empty() && spec.command.empty()) spec.run = DefaultSessionCommand(*spec.session);
+  }
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec, limits));
   return spec;
+}
+
+std::string DefaultSessionCommand(const SessionSpec& session) {
+  if (session.kind == SessionKind::kJupyter) {
+    // The agent gives the socket and the token (GPUPOOL_JUPYTER_SOCKET,
+    // JUPYTER_TOKEN); the server's proxy serves it under base_url.
+    return "exec jupyter notebook --no-browser --sock=\"$GPUPOOL_JUPYTER_SOCKET\" "
+           "--NotebookApp.base_url=\"/v1/sessions/$GPUPOOL_JOB_ID/proxy/\" "
+           "--NotebookApp.allow_remote_access=True";
+  }
+  // A shell session's own process only keeps it alive; users come in with
+  // gpupool shell and exec.
+  return "while :; do sleep 3600; done";
 }
 
 Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
@@ -896,6 +970,31 @@ Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
     return FieldError("inputs", "must be a manifest id (64 lowercase hex digits), got " +
                                     QuoteForError(spec.inputs));
   }
+  if (spec.session) {
+    const SessionSpec& ss = *spec.session;
+    if (r.nodes > 1) return FieldError("session", "a session runs on one node");
+    if (ss.kind != SessionKind::kShell && ss.kind != SessionKind::kJupyter)
+      return FieldError("session.kind", "must be shell or jupyter");
+    if (ss.idle_timeout_ms != 0) {
+      GP_RETURN_IF_ERROR(
+          CheckDurationMs("session.idle_timeout", ss.idle_timeout_ms, 1, kMaxSessionIdleSeconds));
+    }
+    if (ss.ports.size() > kMaxSessionPorts) {
+      return FieldError("session.ports", "at most " + std::to_string(kMaxSessionPorts) +
+                                             " ports, got " + std::to_string(ss.ports.size()));
+    }
+    for (size_t i = 0; i < ss.ports.size(); ++i) {
+      if (ss.ports[i] < 1 || ss.ports[i] > 65535) {
+        return FieldError("session.ports[" + std::to_string(i) + "]",
+                          "must be a TCP port from 1 to 65535, got " + std::to_string(ss.ports[i]));
+      }
+    }
+    if (ss.jupyter_token.size() > kMaxJupyterTokenBytes) {
+      return FieldError("session.jupyter_token",
+                        "at most " + std::to_string(kMaxJupyterTokenBytes) + " bytes");
+    }
+    GP_RETURN_IF_ERROR(CheckText("session.jupyter_token", ss.jupyter_token));
+  }
   if (spec.checkpoint) {
     const CheckpointSpec& c = *spec.checkpoint;
     if (c.interval_ms != 0) {
@@ -964,6 +1063,18 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (!spec.inputs.empty()) j["inputs"] = spec.inputs;
   if (spec.distributed != Distributed::kTorch) j["distributed"] = DistributedName(spec.distributed);
   if (spec.max_restarts != 0) j["max_restarts"] = spec.max_restarts;
+  if (spec.session) {
+    const SessionSpec& ss = *spec.session;
+    json sj = {{"kind", SessionKindName(ss.kind)},
+               {"idle_timeout",
+                ss.idle_timeout_ms == 0 ? json(0) : json(ExactDuration(ss.idle_timeout_ms))}};
+    if (!ss.ports.empty()) sj["ports"] = ss.ports;
+    if (ss.any_port) sj["any_port"] = true;
+    if (!ss.jupyter_token.empty()) sj["jupyter_token"] = ss.jupyter_token;
+    j["session"] = std::move(sj);
+    // Written out, so that reading it back keeps a priority set otherwise.
+    j["priority"] = JobPriorityName(spec.priority);
+  }
   return j;
 }
 

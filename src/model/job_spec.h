@@ -53,6 +53,15 @@
 //           or independent replicas (none)
 //   max_restarts: integer 0..100 (default 0); how many times a failed attempt
 //           (exit non-zero, a failed rank) is requeued before the job fails
+//   session: an interactive session (gpupool session start); its fields:
+//     kind: shell (default) | jupyter
+//     idle_timeout: duration (default 30m; 0 = never), at most 30d; the
+//           session is stopped after this long without tunnel traffic
+//     ports: [port, ...] (at most 32); the TCP ports tunnels may reach
+//     any_port: true lets tunnels reach any port
+//     jupyter_token: set by the server for Jupyter sessions
+//     A session defaults to priority interactive, and without run or
+//     command to its kind's command (DefaultSessionCommand).
 //   workdir: path of a local directory (at most 4096 bytes); the gpupool CLI
 //           uploads it (honouring .gpupoolignore) and sets `inputs`
 //   inputs: the manifest id (64 lowercase hex digits) of an uploaded tree,
@@ -97,6 +106,11 @@ inline constexpr SpecLimits kStoredLimits{128 * 1024, 4096, SIZE_MAX, 1024, 128 
 
 // From an already parsed JSON value (the API's request body).
 Result<JobSpec> JobSpecFromJson(const nlohmann::json& j, const SpecLimits& limits = kSubmitLimits);
+
+// What a session runs when its spec names no command: Jupyter on the
+// socket the agent gives it, or a process that only keeps a shell session
+// alive.
+std::string DefaultSessionCommand(const SessionSpec& session);
 
 // Canonical JSON form; JobSpecFromJson(JobSpecToJson(s)) == s.
 nlohmann::json JobSpecToJson(const JobSpec& spec);

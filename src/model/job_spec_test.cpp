@@ -546,7 +546,8 @@ const BadSpec kBadSpecs[] = {
     {"run: x\nfoo: 1",
      "foo (line 2): unknown field (known: name, run, command, env, resources, max_runtime, "
      "priority, "
-     "group, image, executor, network, checkpoint, workdir, inputs, distributed, max_restarts)"},
+     "group, image, executor, network, checkpoint, workdir, inputs, distributed, max_restarts, "
+     "session)"},
     {"run: x\nresources: {foo: 1}",
      "resources.foo (line 2): unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
      "min_compute_capability, node_labels, prefer, disk, nodes)"},
@@ -734,7 +735,49 @@ const BadSpec kBadSpecs[] = {
     {"run: x\nmax_restarts: 101", "max_restarts (line 2): must be a whole number from 0 to 100"},
     {"run: x\nmax_restarts: -1", "max_restarts (line 2): must be a whole number from 0 to 100"},
     {"run: x\nmax_restarts: 1.5", "max_restarts (line 2): must be a whole number from 0 to 100"},
+    {"session: {kind: vnc}", "session.kind (line 1): must be shell or jupyter, got \"vnc\""},
+    {"session: yes", "session (line 1): expected a mapping"},
+    {"session: {ports: [0]}", "session.ports[0] (line 1): must be a TCP port from 1 to 65535"},
+    {"session: {ports: 8888}", "session.ports (line 1): must be a list of TCP ports"},
+    {"session: {any_port: 1}", "session.any_port (line 1): must be true or false"},
+    {"session: {idle: 1m}", "session.idle (line 1): unknown field (known: kind, idle_timeout"},
+    {"session: {idle_timeout: 31d}", "session.idle_timeout (line 1)"},
+    {"session: {}\nresources: {nodes: 2}", "session (line 1): a session runs on one node"},
 };
+
+TEST(JobSpecFromJson, Sessions) {
+  auto spec = ParseJobSpec("session: {kind: jupyter, idle_timeout: 10m, ports: [6006, 8080]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_TRUE(spec->session.has_value());
+  EXPECT_EQ(spec->session->kind, SessionKind::kJupyter);
+  EXPECT_EQ(spec->session->idle_timeout_ms, 600'000);
+  EXPECT_EQ(spec->session->ports, (std::vector<int>{6006, 8080}));
+  EXPECT_FALSE(spec->session->any_port);
+  // Interactive by default, running Jupyter on the agent's socket.
+  EXPECT_EQ(spec->priority, JobPriority::kInteractive);
+  EXPECT_NE(spec->run.find("jupyter notebook"), std::string::npos);
+  EXPECT_NE(spec->run.find("$GPUPOOL_JUPYTER_SOCKET"), std::string::npos);
+  auto back = JobSpecFromJson(JobSpecToJson(*spec));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *spec);
+
+  // A shell session keeps its own command and priority when it gives them;
+  // idle_timeout 0 means never.
+  auto shell = ParseJobSpec(
+      "session: {idle_timeout: 0, any_port: true}\npriority: normal\nrun: sleep 100\n");
+  ASSERT_TRUE(shell.ok()) << shell.status().ToString();
+  EXPECT_EQ(shell->session->kind, SessionKind::kShell);
+  EXPECT_EQ(shell->session->idle_timeout_ms, 0);
+  EXPECT_TRUE(shell->session->any_port);
+  EXPECT_EQ(shell->priority, JobPriority::kNormal);
+  EXPECT_EQ(shell->run, "sleep 100");
+  back = JobSpecFromJson(JobSpecToJson(*shell));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *shell);
+  // The default idle timeout is 30 minutes.
+  EXPECT_EQ(ParseJobSpec("session: {}\n")->session->idle_timeout_ms, 30 * 60'000);
+  EXPECT_FALSE(JobSpecToJson(*ParseJobSpec("run: x\n")).contains("session"));
+}
 
 TEST(JobSpecFromJson, MultiNode) {
   auto spec =

@@ -40,6 +40,9 @@ constexpr std::array<Rule, kActionCount> kRules = {{
     {Action::kAdminister, kScopeAdmin, {kAll, kNone, kNone, kNone, kNone}},
     {Action::kAgentConnect, kScopeAgent, {kNone, kNone, kNone, kOwn, kNone}},
     {Action::kAgentEnroll, kScopeEnroll, {kAll, kAll, kNone, kNone, kAll}},
+    // Only the owner: a shell in a job is the owner's identity, which a lab
+    // that shares jobs for reading and cancelling does not share.
+    {Action::kJobConnect, kScopeJobsWrite, {kAll, kOwn, kOwn, kNone, kNone}},
 }};
 
 constexpr bool TableIsInActionOrder() {
@@ -51,9 +54,10 @@ constexpr bool TableIsInActionOrder() {
 static_assert(TableIsInActionOrder(), "kRules must list every Action once, in order");
 
 constexpr std::array<std::string_view, kActionCount> kActionNames = {
-    "submit jobs",   "read this job",       "cancel this job",       "write checkpoints",
-    "read blobs",    "upload blobs",        "read the pool",         "manage this node",
-    "manage tokens", "administer the pool", "connect as this agent", "enroll agents"};
+    "submit jobs",        "read this job",       "cancel this job",       "write checkpoints",
+    "read blobs",         "upload blobs",        "read the pool",         "manage this node",
+    "manage tokens",      "administer the pool", "connect as this agent", "enroll agents",
+    "connect to this job"};
 
 constexpr std::array<std::pair<std::string_view, uint32_t>, 8> kScopeNames = {{
     {"jobs:read", kScopeJobsRead},

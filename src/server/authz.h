@@ -42,8 +42,9 @@ enum class Action : uint8_t {
   kAdminister,       // users, groups, others' tokens, audit log, join token, gc
   kAgentConnect,     // the agent channel (/v1/agent/connect)
   kAgentEnroll,      // POST /v1/agent/enroll
+  kJobConnect,       // a job's tunnels, exec and shell; a session's Jupyter proxy
 };
-inline constexpr int kActionCount = 12;
+inline constexpr int kActionCount = 13;
 std::string_view ActionName(Action a);
 
 // Token scopes, a bit set. "*" grants every scope.

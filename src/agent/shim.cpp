@@ -6,6 +6,7 @@
 #include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "agent/checkpoint_sync.h"
+#include "agent/task_exec.h"
 #include "agent/task_files.h"
 #include "common/clock.h"
 #include "common/files.h"
@@ -244,6 +246,26 @@ exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths) 
   return c;
 }
 
+// A Jupyter session (agent/task_exec.h): the directory for the notebook
+// server's socket, the job's own (mode 0700: only its account and the
+// agent reach the socket), and the variables that tell the job the
+// socket's path and the token the server's proxy presents.
+Status PrepareJupyterSession(const proto::StartTask& task, const TaskPaths& paths,
+                             const ShimOptions& o, std::string_view executor,
+                             exec::TaskContext& ctx) {
+  if (!task.spec.session || task.spec.session->kind != SessionKind::kJupyter) return Status::Ok();
+  std::string dir = paths.work_dir() + "/" + kJupyterSocketDir;
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Status::Internal("cannot create " + dir + ": " + std::strerror(errno));
+  if (::chmod(dir.c_str(), 0700) != 0)
+    return Status::Internal("cannot set the mode of " + dir + ": " + std::strerror(errno));
+  if (o.uid >= 0 && ::chown(dir.c_str(), static_cast<uid_t>(o.uid), static_cast<gid_t>(o.gid)) != 0)
+    return Status::Internal("cannot give " + dir + " to uid " + std::to_string(o.uid));
+  ctx.env.push_back("GPUPOOL_JUPYTER_SOCKET=" + JupyterSocketInJob(executor, paths.work_dir()));
+  ctx.env.push_back("JUPYTER_TOKEN=" + task.spec.session->jupyter_token);
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunShim(const ShimOptions& options) {
@@ -343,6 +365,9 @@ int RunShim(const ShimOptions& options) {
       ::close(log_fd);
       return 1;
     }
+    return fail_early("cannot start: " + s.message());
+  }
+  if (Status s = PrepareJupyterSession(task, paths, options, executor->name(), ctx); !s.ok()) {
     return fail_early("cannot start: " + s.message());
   }
   if (Status s = executor->Prepare(ctx, event); !s.ok()) {

@@ -35,6 +35,28 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
   return parts;
 }
 
+std::string SerializeHttpRequest(const HttpRequest& req) {
+  // The body is whole and de-chunked: its framing is Content-Length, for a
+  // body, for the methods that carry one (an empty POST still says 0), and
+  // when the request said it.
+  bool has_length = !req.body.empty() || req.method == "POST" || req.method == "PUT" ||
+                    req.method == "PATCH" || req.headers.count("content-length") > 0;
+  size_t size = req.method.size() + req.target.size() + 16 + req.body.size();
+  for (const auto& [name, value] : req.headers) size += name.size() + value.size() + 4;
+  std::string out;
+  out.reserve(size + 32);
+  out.append(req.method).append(" ").append(req.target).append(" HTTP/1.1\r\n");
+  for (const auto& [name, value] : req.headers) {
+    if (name == "content-length" || name == "transfer-encoding") continue;
+    out.append(name).append(": ").append(value).append("\r\n");
+  }
+  if (has_length) {
+    out.append("content-length: ").append(std::to_string(req.body.size())).append("\r\n");
+  }
+  out.append("\r\n").append(req.body);
+  return out;
+}
+
 std::string HttpRequest::Header(std::string_view name) const {
   auto it = headers.find(std::string(name));
   return it == headers.end() ? std::string() : it->second;

@@ -40,6 +40,11 @@ struct HttpResponse {
   std::string body;
 };
 
+// The request as HTTP/1.1 bytes: request line with its target, the headers
+// (with Content-Length set to the body's size), the body. For relaying a
+// request to a backend.
+std::string SerializeHttpRequest(const HttpRequest& req);
+
 // "/v1/jobs//42/" -> {"v1", "jobs", "42"}: the non-empty segments of a
 // path, as views into it.
 std::vector<std::string_view> SplitPath(std::string_view path);

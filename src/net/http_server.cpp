@@ -1,6 +1,7 @@
 // HttpServer: an accept loop and one HttpSession per connection.
 //
-// Session life cycle: [TLS handshake ->] read one request -> call on_request
+// Session life cycle: [TLS handshake ->] read one request -> [on_takeover
+// may take the stream: done] -> call on_request
 // -> wait for the Responder (reading from the client so a vanished client is
 // noticed) -> write the response -> read the next request or close. Reading
 // the next request only after the response is written keeps pipelined
@@ -83,6 +84,36 @@ std::string EndpointText(const tcp::endpoint& ep) {
   std::string addr = ep.address().to_string();
   if (ep.address().is_v6()) addr = "[" + addr + "]";
   return addr + ":" + std::to_string(ep.port());
+}
+
+Result<asio::ip::address> ListenAddress(asio::io_context& ioc, const std::string& host) {
+  beast::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (!ec) return address;
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, "", ec);
+  if (ec || results.empty()) {
+    return Status::InvalidArgument("cannot resolve listen host \"" + host +
+                                   "\": " + (ec ? ec.message() : "no address"));
+  }
+  return results.begin()->endpoint().address();
+}
+
+Status BindAcceptor(tcp::acceptor& acceptor, const tcp::endpoint& ep) {
+  beast::error_code ec;
+  auto fail = [&](std::string_view what) {
+    return Status::Unavailable("cannot listen on " + EndpointText(ep) + ": " + std::string(what) +
+                               ": " + ec.message());
+  };
+  acceptor.open(ep.protocol(), ec);
+  if (ec) return fail("open");
+  acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (ec) return fail("setsockopt");
+  acceptor.bind(ep, ec);
+  if (ec) return fail("bind");
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return fail("listen");
+  return Status::Ok();
 }
 
 HttpResponse ErrorResponse(int status, std::string_view message) {
@@ -207,6 +238,7 @@ class HttpSession : public internal::Session,
   }
 
  private:
+  // kUpgraded: the stream went to a WebSocket or a takeover handler.
   enum class State { kHandshake, kReading, kHandling, kWriting, kLingering, kUpgraded, kClosed };
 
   beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
@@ -312,6 +344,7 @@ class HttpSession : public internal::Session,
     keep_alive_ = req.keep_alive();
     head_ = req.method() == http::verb::head;
     HttpRequest request = ToHttpRequest(req, peer_, identity_);
+    if (core_->handlers.on_takeover && TakeOver(request)) return;
     if (boost::beast::websocket::is_upgrade(req)) return HandleUpgrade(std::move(req), request);
 
     state_ = State::kHandling;
@@ -470,6 +503,29 @@ class HttpSession : public internal::Session,
     internal::AcceptWebSocket(core_, std::move(stream_), std::move(req), std::move(handler), peer_);
   }
 
+  // Hands the connection to a RawHandler if on_takeover claims the request;
+  // false lets the request go on as usual. The bytes read past the request
+  // (pipelined, or the start of what follows an upgrade) go with it.
+  bool TakeOver(const HttpRequest& request) {
+    std::shared_ptr<RawHandler> handler;
+    try {
+      handler = core_->handlers.on_takeover(request);
+    } catch (const std::exception& e) {
+      GP_LOG(kError) << "takeover handler threw: " << e.what();
+      keep_alive_ = false;
+      SendErrorAndClose(500, "internal error");
+      return true;
+    }
+    if (!handler) return false;
+    state_ = State::kUpgraded;  // the stream is no longer ours
+    Lowest().expires_never();
+    std::string leftover = beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    internal::TakeOverConnection(core_, std::move(stream_), std::move(leftover), std::move(handler),
+                                 peer_);
+    return true;
+  }
+
   void Close() {
     state_ = State::kClosed;
     beast::error_code ignored;
@@ -501,19 +557,8 @@ class Listener : public std::enable_shared_from_this<Listener> {
       : core_(std::move(core)), acceptor_(ioc), retry_timer_(ioc) {}
 
   Status Bind(const tcp::endpoint& ep) {
+    GP_RETURN_IF_ERROR(internal::BindAcceptor(acceptor_, ep));
     beast::error_code ec;
-    auto fail = [&](std::string_view what) {
-      return Status::Unavailable("cannot listen on " + internal::EndpointText(ep) + ": " +
-                                 std::string(what) + ": " + ec.message());
-    };
-    acceptor_.open(ep.protocol(), ec);
-    if (ec) return fail("open");
-    acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (ec) return fail("setsockopt");
-    acceptor_.bind(ep, ec);
-    if (ec) return fail("bind");
-    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return fail("listen");
     port_ = acceptor_.local_endpoint(ec).port();
     return Status::Ok();
   }
@@ -591,17 +636,7 @@ class HttpServerImpl : public HttpServer {
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(EventLoop& loop, HttpServerOptions options,
                                                       HttpHandlers handlers) {
   asio::io_context& ioc = internal::IoContext(loop);
-  beast::error_code ec;
-  auto address = asio::ip::make_address(options.host, ec);
-  if (ec) {
-    tcp::resolver resolver(ioc);
-    auto results = resolver.resolve(options.host, "", ec);
-    if (ec || results.empty()) {
-      return Status::InvalidArgument("cannot resolve listen host \"" + options.host +
-                                     "\": " + (ec ? ec.message() : "no address"));
-    }
-    address = results.begin()->endpoint().address();
-  }
+  GP_ASSIGN_OR_RETURN(asio::ip::address address, internal::ListenAddress(ioc, options.host));
   if (!handlers.on_request) {
     return Status::InvalidArgument("HttpServer needs an on_request handler");
   }

@@ -10,6 +10,13 @@
 // a handler for the new connection, or an HttpResponse to refuse the upgrade
 // (e.g. 401). Once upgraded, WebSocket callbacks run on the loop thread.
 //
+// Takeover: if `on_takeover` is set it sees every request first (with its
+// body read; upgrades included). A RawHandler it returns gets the connection
+// as a raw byte stream (through TLS when the connection has it): HTTP
+// processing of that connection stops for good, none of the timeouts below
+// apply to it any more, and the server's Close() ends it too. Used to relay
+// a request, or a whole WebSocket, byte for byte to a backend.
+//
 // With options.tls the server speaks only TLS (1.2 or 1.3) on its port:
 // https and wss. The handshake must finish within header_timeout_ms. If
 // client_ca_file is set, a client certificate that verifies against it (EKU
@@ -69,8 +76,62 @@ class Responder {
   std::function<bool()> alive_;
 };
 
+// A raw byte stream: a connection taken over from the HTTP server
+// (HttpHandlers::on_takeover), e.g. to relay it to a backend after its first
+// request, or a plain TCP connection (net/tcp_stream.h). Bytes written go to
+// the peer as they are (through TLS when the connection has it).
+//
+// Threading and lifetime: call only on the loop thread. The connection
+// holds its handler; the RawConnection handle holds the connection weakly,
+// so a handler may keep it without a cycle, and calls on it after OnClose
+// do nothing. Dropping the handle while reading is paused closes the
+// connection (nothing could resume it). There is no half-close: the peer's
+// end of stream closes the connection (OnClose), queued bytes are dropped.
+class RawConnection {
+ public:
+  virtual ~RawConnection() = default;
+  // Queues bytes for the peer; written in order, several queued writes in
+  // one system call. Ignored after Close().
+  virtual void Write(std::string bytes) = 0;
+  // Bytes queued but not yet written.
+  virtual size_t queued_bytes() const = 0;
+  // Flow control: while paused, OnData is not called and nothing is read
+  // (TCP back-pressure reaches the peer); bytes read before the pause are
+  // held, none is lost or repeated. Resuming delivers from a posted task,
+  // never from inside PauseReading.
+  virtual void PauseReading(bool paused) = 0;
+  // Closes once the queued bytes are written (a clean end for the peer:
+  // TLS close_notify, or a TCP FIN, then up to 2 s for the peer's end);
+  // no OnData after it; OnClose("closed") follows.
+  virtual void Close() = 0;
+  virtual std::string peer() const = 0;  // "127.0.0.1:53422"
+};
+
+class RawHandler {
+ public:
+  virtual ~RawHandler() = default;
+  // The connection is the handler's. Bytes the client sent after the
+  // request (already read from the socket) arrive next through OnData.
+  virtual void OnOpen(std::shared_ptr<RawConnection> conn) = 0;
+  // A chunk of bytes (up to 64 KiB); the view is valid during the call only.
+  virtual void OnData(std::string_view bytes) = 0;
+  // Queued bytes were written (queued_bytes() dropped); Write and Close
+  // may be called from here.
+  virtual void OnSent() {}
+  // The peer closed ("closed by peer"), an I/O error, Close() completed
+  // ("closed"), or the server shut down ("server shutting down"); exactly
+  // once, and nothing follows.
+  virtual void OnClose(std::string reason) = 0;
+};
+
 struct HttpHandlers {
   std::function<void(HttpRequest, Responder)> on_request;
+  // Optional. Consulted first for every request (upgrades included), with
+  // its body read: a handler takes over the connection, which leaves HTTP
+  // processing for good (the handler sees the request and answers it
+  // itself, e.g. by relaying it); nullptr lets the request go to
+  // on_upgrade or on_request as usual.
+  std::function<std::shared_ptr<RawHandler>(const HttpRequest&)> on_takeover;
   std::function<std::variant<std::shared_ptr<WsHandler>, HttpResponse>(const HttpRequest&)>
       on_upgrade;
 };
@@ -95,8 +156,9 @@ class HttpServer {
                                                    HttpHandlers handlers);
   virtual ~HttpServer() = default;
   virtual uint16_t port() const = 0;
-  // Stops accepting and closes every connection. Each open WebSocket's
-  // handler gets OnClose("server shutting down") before Close() returns;
+  // Stops accepting and closes every connection. Each open WebSocket's or
+  // taken-over connection's handler gets OnClose("server shutting down")
+  // before Close() returns;
   // afterwards no handler of this server is called again.
   virtual void Close() = 0;
 };

@@ -14,6 +14,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/status.h"
 #include "net/http.h"
 #include "net/http_server.h"
 #include "net/websocket.h"
@@ -32,12 +33,14 @@ asio::io_context& IoContext(EventLoop& loop);
 // "127.0.0.1:8470" or "[::1]:8470".
 std::string EndpointText(const tcp::endpoint& ep);
 
-// One connection of a server: an HTTP session or an upgraded WebSocket.
+// One connection of a server: an HTTP session, an upgraded WebSocket or a
+// taken-over raw connection.
 class Session {
  public:
   virtual ~Session() = default;
   // Closes the connection now; no handler callback runs afterwards except
-  // WsHandler::OnClose, which runs inside Shutdown() if it has not yet.
+  // WsHandler::OnClose or RawHandler::OnClose, which runs inside Shutdown()
+  // if it has not yet.
   virtual void Shutdown() = 0;
 };
 
@@ -58,6 +61,22 @@ void AcceptWebSocket(std::shared_ptr<ServerCore> core, beast::tcp_stream stream,
                      std::shared_ptr<WsHandler> handler, std::string peer);
 void AcceptWebSocket(std::shared_ptr<ServerCore> core, TlsStream stream, BeastRequest req,
                      std::shared_ptr<WsHandler> handler, std::string peer);
+
+// Hands `stream` to `handler` as a raw byte stream (HttpHandlers::
+// on_takeover): OnOpen, then `leftover` (bytes read past the request), then
+// whatever the client sends. No timeouts apply. Registers with `core`, so
+// the server's Close() ends it. In tcp_stream.cpp.
+void TakeOverConnection(std::shared_ptr<ServerCore> core, beast::tcp_stream stream,
+                        std::string leftover, std::shared_ptr<RawHandler> handler,
+                        std::string peer);
+void TakeOverConnection(std::shared_ptr<ServerCore> core, TlsStream stream, std::string leftover,
+                        std::shared_ptr<RawHandler> handler, std::string peer);
+
+// The address to listen on for `host` (an IP address, or a name resolved
+// now). InvalidArgument when it does not resolve.
+Result<asio::ip::address> ListenAddress(asio::io_context& ioc, const std::string& host);
+// Opens, binds and listens; Unavailable names the step that failed.
+Status BindAcceptor(tcp::acceptor& acceptor, const tcp::endpoint& ep);
 
 // {"error":"<message>"} with `status`, for errors net/ answers by itself.
 HttpResponse ErrorResponse(int status, std::string_view message);

@@ -10,7 +10,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <future>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "net/net_test_util.h"
+#include "net/tcp_stream.h"
 #include "net/websocket.h"
 
 namespace gpupool::net {
@@ -753,6 +756,164 @@ TEST_F(ServerTest, FetchTimesOut) {
   OnLoop(loop_, [&] { parked.clear(); });
 }
 
+// ---- SerializeHttpRequest and takeover ---------------------------------
+
+// The serialized requests, sent to the server, parse back to the same
+// fields: the body framed by Content-Length, chunked framing gone.
+TEST_F(ServerTest, SerializedRequestsParseBackTheSame) {
+  std::vector<HttpRequest> got;  // loop thread
+  HttpHandlers h;
+  h.on_request = [&](HttpRequest req, Responder respond) {
+    got.push_back(std::move(req));
+    respond(HttpResponse{});
+  };
+  StartServer(std::move(h));
+
+  HttpRequest post;
+  post.method = "POST";
+  post.target = "/v1/x?a=1&b=two%20words";
+  post.headers = {{"host", "example.org"},
+                  {"x-custom", "v1, v2"},
+                  {"transfer-encoding", "chunked"},
+                  {"content-length", "999"},
+                  {"content-type", "text/plain"}};
+  post.body = std::string("line\r\n\0\xff", 8);
+  HttpRequest get;
+  get.method = "GET";
+  get.target = "/plain";
+  get.headers = {{"host", "example.org"}};
+  HttpRequest empty_post;
+  empty_post.method = "POST";
+  empty_post.target = "/empty";
+  empty_post.headers = {{"host", "example.org"}};
+
+  std::string bytes = SerializeHttpRequest(post);
+  EXPECT_EQ(bytes.rfind("POST /v1/x?a=1&b=two%20words HTTP/1.1\r\n", 0), 0u) << bytes;
+  EXPECT_EQ(bytes.find("chunked"), std::string::npos) << bytes;
+  EXPECT_EQ(SerializeHttpRequest(get), "GET /plain HTTP/1.1\r\nhost: example.org\r\n\r\n");
+
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send(bytes + SerializeHttpRequest(get) + SerializeHttpRequest(empty_post)));
+  ASSERT_EQ(client.ReadResponses(3).size(), 3u);
+  OnLoop(loop_, [&] {
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].method, "POST");
+    EXPECT_EQ(got[0].target, post.target);
+    EXPECT_EQ(got[0].path, "/v1/x");
+    EXPECT_EQ(got[0].query, (std::map<std::string, std::string>{{"a", "1"}, {"b", "two words"}}));
+    EXPECT_EQ(got[0].body, post.body);
+    auto want = post.headers;
+    want.erase("transfer-encoding");
+    want["content-length"] = "8";
+    EXPECT_EQ(got[0].headers, want);
+    EXPECT_EQ(got[1].method, "GET");
+    EXPECT_EQ(got[1].headers, get.headers);  // no Content-Length without a body
+    EXPECT_EQ(got[2].body, "");
+    EXPECT_EQ(got[2].Header("content-length"), "0");
+  });
+}
+
+// Timeouts far below the test's pauses: a taken-over connection must not
+// be subject to them.
+HttpServerOptions ShortTimeouts() {
+  HttpServerOptions o;
+  o.header_timeout_ms = 150;
+  o.body_timeout_ms = 150;
+  o.idle_timeout_ms = 150;
+  return o;
+}
+
+TEST_F(ServerTest, TakeoverGetsTheRequestAndThePipelinedBytes) {
+  auto taken = std::make_shared<test::RawRecorder>();
+  std::vector<std::string> seen;  // loop thread
+  HttpHandlers h;
+  h.on_request = [](HttpRequest req, Responder respond) {
+    HttpResponse r;
+    r.content_type = "text/plain";
+    r.body = "plain:" + req.path;
+    respond(std::move(r));
+  };
+  h.on_takeover = [&](const HttpRequest& req) -> std::shared_ptr<RawHandler> {
+    seen.push_back(req.method + " " + req.path +
+                   " x=" + (req.query.count("x") ? req.query.at("x") : "") + " body=" + req.body);
+    return req.path == "/relay" ? taken : nullptr;
+  };
+  // The handler answers with a response it writes itself, once the bytes
+  // sent after the request arrived, then closes.
+  taken->on_data = [&](RawConnection& c, std::string_view) {
+    if (taken->data.find("EXTRA") == std::string::npos) return;
+    std::string body = "got:" + taken->data;
+    c.Write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+    c.Write(body);
+    c.Close();
+  };
+  StartServer(std::move(h), ShortTimeouts());
+
+  RawClient client(server_->port());
+  ASSERT_TRUE(client.Send(
+      "POST /relay?x=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhelloEXTRA\r\n"));
+  ASSERT_TRUE(client.WaitForEof());
+  EXPECT_EQ(client.received(), "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\ngot:EXTRA\r\n");
+  client.Close();  // the server's side waits (up to 2 s) for the client's end
+  ASSERT_TRUE(taken->WaitClosed());
+  EXPECT_EQ(taken->close_reason, "closed");
+
+  // Declined: the same server answers as usual.
+  auto res = Fetch(Call("GET", "/plain"));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->body, "plain:/plain");
+  OnLoop(loop_, [&] {
+    EXPECT_EQ(seen,
+              (std::vector<std::string>{"POST /relay x=1 body=hello", "GET /plain x= body="}));
+    EXPECT_EQ(taken->sent, 0);  // no OnSent once Close() was called
+  });
+}
+
+TEST_F(ServerTest, TakeoverOfAnUpgradeOutlivesTheTimeoutsAndEndsWithTheServer) {
+  auto taken = std::make_shared<test::RawRecorder>();
+  HttpHandlers h;
+  h.on_request = [](HttpRequest, Responder respond) { respond(HttpResponse{}); };
+  h.on_takeover = [&](const HttpRequest& req) -> std::shared_ptr<RawHandler> {
+    if (req.Header("upgrade") != "websocket") return nullptr;
+    return taken;
+  };
+  h.on_upgrade = [](const HttpRequest&) -> std::variant<std::shared_ptr<WsHandler>, HttpResponse> {
+    ADD_FAILURE() << "on_upgrade called for a taken-over request";
+    return HttpResponse{500, "application/json", {}, "{}"};
+  };
+  taken->on_open = [](RawConnection& c) {
+    c.Write(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+  };
+  taken->on_data = [](RawConnection& c, std::string_view bytes) {
+    c.Write("echo:" + std::string(bytes));
+  };
+  StartServer(std::move(h), ShortTimeouts());
+
+  RawClient client(server_->port());
+  ASSERT_TRUE(
+      client.Send("GET /kernel HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: "
+                  "Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                  "Sec-WebSocket-Version: 13\r\n\r\n"));
+  auto head = client.ReadResponses(1);
+  ASSERT_EQ(head.size(), 1u);
+  EXPECT_EQ(head[0].rfind("HTTP/1.1 101 ", 0), 0u);
+  std::this_thread::sleep_for(500ms);  // several header, body and idle timeouts
+  const std::string frame("frame\0\xff", 7);
+  ASSERT_TRUE(client.Send(frame));
+  ASSERT_TRUE(client.ReadUntil("echo:" + frame));
+  OnLoop(loop_, [&] {
+    EXPECT_FALSE(taken->closed) << taken->close_reason;
+    EXPECT_EQ(taken->data, frame);
+    EXPECT_NE(taken->conn_->peer().find("127.0.0.1:"), std::string::npos);
+    server_->Close();
+    // OnClose ran inside Close().
+    EXPECT_TRUE(taken->closed);
+    EXPECT_EQ(taken->close_reason, "server shutting down");
+  });
+  EXPECT_TRUE(client.WaitForClose());
+}
+
 // ---- WebSocket ----------------------------------------------------------
 
 class WsTest : public ServerTest {
@@ -1038,6 +1199,279 @@ TEST_F(WsTest, ManyConcurrentConnections) {
     }
   });
   for (auto& c : clients) ASSERT_TRUE(c->WaitClosed());
+}
+
+TEST_F(WsTest, PausedServerReadsNothingUntilResumedThenAllInOrder) {
+  constexpr int kCount = 200;
+  auto server_side = std::make_shared<Recorder>();
+  server_side->expect_messages = kCount;
+  server_side->on_open = [](WsConnection& c) { c.PauseReading(true); };
+  // A second pause mid-stream, from inside OnMessage, resumed by a timer.
+  server_side->on_message = [&](WsConnection& c, const std::string& text) {
+    if (text != "100") return;
+    c.PauseReading(true);
+    loop_.RunAfter(20, [&] { server_side->conn_->PauseReading(false); });
+  };
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<Recorder>();
+  client->on_open = [](WsConnection& c) {
+    for (int i = 0; i < kCount; ++i) c.Send(std::to_string(i));
+  };
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitOpen());
+  ASSERT_TRUE(server_side->WaitOpen());
+  // All written to the socket; none may arrive while paused.
+  ASSERT_TRUE(test::WaitUntil(loop_, [&] { return client->conn_->queued_bytes() == 0; }));
+  std::this_thread::sleep_for(100ms);
+  OnLoop(loop_, [&] {
+    EXPECT_TRUE(server_side->messages.empty());
+    server_side->conn_->PauseReading(false);
+    server_side->conn_->PauseReading(false);  // twice: still one read loop
+  });
+  ASSERT_TRUE(server_side->WaitMessages());
+  std::this_thread::sleep_for(20ms);
+  OnLoop(loop_, [&] {
+    ASSERT_EQ(server_side->messages.size(), size_t{kCount});  // none repeated
+    for (int i = 0; i < kCount; ++i) EXPECT_EQ(server_side->messages[i], std::to_string(i));
+    client->conn_->Close("done");
+  });
+  ASSERT_TRUE(client->WaitClosed());
+  ASSERT_TRUE(server_side->WaitClosed());
+  EXPECT_EQ(server_side->close_reason, "done");
+}
+
+size_t SysctlMax(const char* path) {  // the last of "min default max"
+  std::ifstream in(path);
+  size_t min = 0, def = 0, max = 0;
+  in >> min >> def >> max;
+  return max;
+}
+
+// The client pauses while its read is under way, so the first message is
+// held. The server then sends more than both socket buffers can hold at
+// their largest: the rest must stay in its queue, whatever the timing.
+TEST_F(WsTest, PausedClientPushesBackOnTheServersQueue) {
+  const size_t kernel =
+      SysctlMax("/proc/sys/net/ipv4/tcp_rmem") + SysctlMax("/proc/sys/net/ipv4/tcp_wmem");
+  ASSERT_GT(kernel, 0u);
+  constexpr size_t kMessage = 1 << 20;
+  const size_t count = kernel / kMessage + 16;
+  auto server_side = std::make_shared<Recorder>();
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<Recorder>();
+  client->expect_messages = count;
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(client->WaitOpen());
+  ASSERT_TRUE(server_side->WaitOpen());
+  OnLoop(loop_, [&] {
+    client->conn_->PauseReading(true);
+    for (size_t i = 0; i < count; ++i) {
+      server_side->conn_->SendBinary(std::string(kMessage, static_cast<char>('a' + i % 26)));
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  OnLoop(loop_, [&] {
+    EXPECT_TRUE(client->messages.empty());
+    // The socket buffers hold at most `kernel` bytes, the paused client at
+    // most the one message it was reading: the rest is still queued.
+    EXPECT_GE(server_side->conn_->queued_bytes(), count * kMessage - kernel - 2 * kMessage);
+    client->conn_->PauseReading(false);
+  });
+  ASSERT_TRUE(client->WaitMessages());
+  OnLoop(loop_, [&] {
+    ASSERT_EQ(client->messages.size(), count);
+    for (size_t i = 0; i < count; ++i) {
+      const std::string& m = client->messages[i];
+      ASSERT_EQ(m.size(), 7 + kMessage);
+      EXPECT_EQ(m[7], static_cast<char>('a' + i % 26)) << i;
+      EXPECT_EQ(m.back(), static_cast<char>('a' + i % 26)) << i;
+    }
+    EXPECT_EQ(server_side->conn_->queued_bytes(), 0u);
+    client->messages.clear();
+    client->conn_->Close("done");
+  });
+  ASSERT_TRUE(client->WaitClosed());
+}
+
+TEST_F(WsTest, OnSentFollowsEachWrittenMessage) {
+  class SentRecorder : public Recorder {
+   public:
+    void OnSent() override {
+      ASSERT_NE(conn_, nullptr) << "OnSent after OnClose";
+      queued.push_back(conn_->queued_bytes());
+      // Sending from inside OnSent only queues: order is kept.
+      if (queued.size() == 1) conn_->Send("from OnSent");
+    }
+    std::vector<size_t> queued;
+  };
+  auto server_side = std::make_shared<Recorder>();
+  server_side->expect_messages = 4;
+  StartWsServer([server_side] { return server_side; });
+  auto client = std::make_shared<SentRecorder>();
+  client->on_open = [](WsConnection& c) {
+    c.Send("a");
+    c.Send("b");
+    c.Send(std::string(100'000, 'c'));
+  };
+  OnLoop(loop_, [&] { WsConnect(loop_, ClientOptions(), client); });
+  ASSERT_TRUE(server_side->WaitMessages());
+  ASSERT_TRUE(test::WaitUntil(loop_, [&] { return client->queued.size() == 4; }));
+  OnLoop(loop_, [&] {
+    EXPECT_EQ(server_side->messages,
+              (std::vector<std::string>{"a", "b", std::string(100'000, 'c'), "from OnSent"}));
+    EXPECT_EQ(client->queued.back(), 0u);
+    EXPECT_EQ(client->conn_->queued_bytes(), 0u);
+    client->conn_->Send("last");
+    client->conn_->Close("done");  // "last" is written, but no OnSent after Close
+  });
+  ASSERT_TRUE(client->WaitClosed());
+  OnLoop(loop_, [&] { EXPECT_EQ(client->queued.size(), 4u); });
+}
+
+// ---- TcpListen / TcpConnect -----------------------------------------------
+
+class TcpStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    thread_ = std::thread([this] { loop_.Run(); });
+  }
+  void TearDown() override {
+    OnLoop(loop_, [this] { listener_.reset(); });
+    loop_.Stop();
+    thread_.join();
+  }
+  EventLoop loop_;
+  std::unique_ptr<TcpListener> listener_;
+  std::thread thread_;
+};
+
+// Echoes; stops reading while more than 1 MiB of echo is queued.
+class EchoHandler : public test::RawRecorder {
+ public:
+  EchoHandler() {
+    on_data = [this](RawConnection& c, std::string_view bytes) {
+      c.Write(std::string(bytes));
+      if (c.queued_bytes() > (1 << 20)) {
+        c.PauseReading(true);
+        paused = true;
+        ++pauses;
+      }
+    };
+    on_sent = [this](RawConnection& c) {
+      if (paused && c.queued_bytes() < (256 << 10)) {
+        paused = false;
+        c.PauseReading(false);
+      }
+    };
+  }
+  bool paused = false;
+  int pauses = 0;
+};
+
+TEST_F(TcpStreamTest, EchoEightMiBBothWaysWithPausedReading) {
+  constexpr size_t kTotal = 8 << 20, kChunk = 100'000, kMaxQueued = 1 << 20;
+  std::string payload(kTotal, '\0');
+  for (size_t i = 0; i < kTotal; ++i) payload[i] = static_cast<char>((i * 7 + i / 4099) % 251);
+  std::vector<std::shared_ptr<EchoHandler>> servers;  // loop thread
+  auto listening = OnLoop(loop_, [&] {
+    return TcpListen(loop_, "127.0.0.1", 0, [&] {
+      servers.push_back(std::make_shared<EchoHandler>());
+      return servers.back();
+    });
+  });
+  ASSERT_TRUE(listening.ok()) << listening.status().ToString();
+  listener_ = std::move(listening).value();
+  ASSERT_NE(listener_->port(), 0);
+
+  // The client sends while less than kMaxQueued is queued, and a timer
+  // pauses and resumes its reading every few milliseconds.
+  auto client = std::make_shared<test::RawRecorder>();
+  size_t offset = 0;
+  int toggles = 0;
+  bool toggle_pending = false;  // a timer refers to this test's locals
+  auto fill = [&](RawConnection& c) {
+    while (offset < kTotal && c.queued_bytes() < kMaxQueued) {
+      size_t n = std::min(kChunk, kTotal - offset);
+      c.Write(payload.substr(offset, n));
+      offset += n;
+    }
+  };
+  std::function<void()> toggle = [&] {
+    toggle_pending = false;
+    if (!client->conn_ || client->data.size() >= kTotal) return;
+    client->conn_->PauseReading(++toggles % 2 == 1);
+    toggle_pending = true;
+    loop_.RunAfter(2, toggle);
+  };
+  client->on_open = [&](RawConnection& c) {
+    fill(c);
+    toggle_pending = true;
+    loop_.RunAfter(1, toggle);
+  };
+  client->on_sent = fill;
+  client->on_data = [&](RawConnection& c, std::string_view) {
+    if (client->data.size() >= kTotal) {
+      c.PauseReading(false);
+      c.Close();
+    }
+  };
+  OnLoop(loop_, [&] { TcpConnect(loop_, "127.0.0.1", listener_->port(), client); });
+  ASSERT_TRUE(client->WaitClosed());
+  ASSERT_EQ(servers.size(), 1u);
+  ASSERT_TRUE(servers[0]->WaitClosed());
+  OnLoop(loop_, [&] {
+    EXPECT_EQ(client->close_reason, "closed");
+    EXPECT_EQ(servers[0]->close_reason, "closed by peer");
+    EXPECT_EQ(servers[0]->data.size(), kTotal);
+    EXPECT_TRUE(servers[0]->data == payload);
+    EXPECT_EQ(client->data.size(), kTotal);
+    EXPECT_TRUE(client->data == payload);
+    EXPECT_GE(toggles, 2);
+    EXPECT_GT(client->sent, 0);
+  });
+  ASSERT_TRUE(test::WaitUntil(loop_, [&] { return !toggle_pending; }));
+}
+
+TEST_F(TcpStreamTest, ConnectToAClosedPortNamesIt) {
+  // A port that was free a moment ago: bound, then closed.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  uint16_t port = ntohs(addr.sin_port);
+  close(fd);
+
+  auto client = std::make_shared<test::RawRecorder>();
+  OnLoop(loop_, [&] { TcpConnect(loop_, "127.0.0.1", port, client); });
+  ASSERT_TRUE(client->WaitClosed());
+  OnLoop(loop_, [&] {
+    EXPECT_FALSE(client->opened);
+    EXPECT_EQ(
+        client->close_reason.rfind("cannot connect to 127.0.0.1:" + std::to_string(port) + ": ", 0),
+        0u)
+        << client->close_reason;
+  });
+}
+
+TEST_F(TcpStreamTest, ListenerCloseStopsAccepting) {
+  auto listening = OnLoop(loop_, [&] {
+    return TcpListen(loop_, "127.0.0.1", 0, [] { return std::make_shared<EchoHandler>(); });
+  });
+  ASSERT_TRUE(listening.ok());
+  listener_ = std::move(listening).value();
+  uint16_t port = listener_->port();
+  OnLoop(loop_, [&] { listener_->Close(); });
+  auto client = std::make_shared<test::RawRecorder>();
+  OnLoop(loop_, [&] { TcpConnect(loop_, "127.0.0.1", port, client); });
+  ASSERT_TRUE(client->WaitClosed());
+  OnLoop(loop_, [&] { EXPECT_FALSE(client->opened) << client->close_reason; });
+  OnLoop(loop_, [&] {
+    auto bad = TcpListen(loop_, "no.such.host.invalid", 0, [] { return nullptr; });
+    EXPECT_FALSE(bad.ok());
+  });
 }
 
 }  // namespace

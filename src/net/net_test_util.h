@@ -16,12 +16,14 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "net/event_loop.h"
+#include "net/http_server.h"
 #include "net/websocket.h"
 
 namespace gpupool::net::test {
@@ -45,6 +47,17 @@ auto OnLoop(EventLoop& loop, Fn fn) -> decltype(fn()) {
   });
   EXPECT_EQ(future.wait_for(kWait), std::future_status::ready);
   return future.get();
+}
+
+// Polls `pred` on the loop thread until it holds; false after kWait.
+template <typename Pred>
+bool WaitUntil(EventLoop& loop, Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (OnLoop(loop, [&] { return static_cast<bool>(pred()); })) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
 }
 
 // A raw client socket, to see exactly what goes over the wire.
@@ -98,6 +111,13 @@ class RawClient {
     while (true) {
       if (!ReadMore()) return eof_ || reset_;
     }
+  }
+  // Reads until `text` is among the bytes received (see received()).
+  bool ReadUntil(std::string_view text) {
+    while (buf_.find(text) == std::string::npos) {
+      if (!ReadMore()) return false;
+    }
+    return true;
   }
   const std::string& received() const { return buf_; }
 
@@ -173,6 +193,50 @@ class Recorder : public WsHandler {
   std::future<void> opened_future_ = opened_.get_future();
   std::future<void> closed_future_ = closed_promise_.get_future();
   std::future<void> all_future_ = all_messages_.get_future();
+};
+
+// Records the callbacks of a raw connection (a takeover, net/tcp_stream.h);
+// all methods run on the loop thread.
+class RawRecorder : public RawHandler {
+ public:
+  void OnOpen(std::shared_ptr<RawConnection> conn) override {
+    EXPECT_FALSE(closed) << "OnOpen after OnClose";
+    conn_ = conn;
+    opened = true;
+    if (on_open) on_open(*conn);
+  }
+  void OnData(std::string_view bytes) override {
+    EXPECT_TRUE(opened && !closed) << "OnData outside OnOpen..OnClose";
+    data.append(bytes);
+    if (on_data) on_data(*conn_, bytes);
+  }
+  void OnSent() override {
+    EXPECT_TRUE(opened && !closed) << "OnSent outside OnOpen..OnClose";
+    ++sent;
+    if (on_sent) on_sent(*conn_);
+  }
+  void OnClose(std::string reason) override {
+    EXPECT_FALSE(closed) << "OnClose twice";
+    closed = true;
+    close_reason = reason;
+    conn_.reset();
+    closed_promise_.set_value();
+  }
+  bool WaitClosed() { return closed_future_.wait_for(kWait) == std::future_status::ready; }
+
+  std::function<void(RawConnection&)> on_open;
+  std::function<void(RawConnection&, std::string_view)> on_data;
+  std::function<void(RawConnection&)> on_sent;
+  std::string data;
+  int sent = 0;
+  bool opened = false;
+  bool closed = false;
+  std::string close_reason;
+  std::shared_ptr<RawConnection> conn_;
+
+ private:
+  std::promise<void> closed_promise_;
+  std::future<void> closed_future_ = closed_promise_.get_future();
 };
 
 }  // namespace gpupool::net::test

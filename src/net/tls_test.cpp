@@ -609,6 +609,79 @@ TEST_F(TlsTest, SlowClientsAreCutOffWithoutStallingOthers) {
   dribbler.join();
 }
 
+// ---- takeover over TLS ------------------------------------------------------
+
+TEST_F(TlsTest, TakeoverRelaysRawBytesOverTls) {
+  auto relay = std::make_shared<test::RawRecorder>();
+  auto held = std::make_shared<test::RawRecorder>();
+  std::vector<std::string> seen;  // loop thread
+  HttpHandlers h;
+  h.on_request = [](HttpRequest req, Responder respond) {
+    HttpResponse r;
+    r.content_type = "text/plain";
+    r.body = Describe(req);
+    respond(std::move(r));
+  };
+  h.on_takeover = [&](const HttpRequest& req) -> std::shared_ptr<RawHandler> {
+    seen.push_back(req.method + " " + req.path + " body=" + req.body + " " + Describe(req));
+    if (req.path == "/relay") return relay;
+    if (req.path == "/held") return held;
+    return nullptr;
+  };
+  // Answers with a response it writes itself once the bytes sent after the
+  // request arrived, then closes (TLS close_notify).
+  relay->on_data = [&](RawConnection& c, std::string_view) {
+    if (relay->data.find("EXTRA") == std::string::npos) return;
+    std::string body = "got:" + relay->data;
+    c.Write("HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+            body);
+    c.Close();
+  };
+  held->on_data = [](RawConnection& c, std::string_view bytes) {
+    c.Write("echo:" + std::string(bytes));
+  };
+  HttpServerOptions options;
+  options.tls = ServerTls();
+  options.header_timeout_ms = options.body_timeout_ms = options.idle_timeout_ms = 150;
+  StartServer(std::move(h), options);
+
+  RawTlsClient client(server_->port());
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(
+      client.Send("POST /relay HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhelloEXTRA"));
+  auto responses = client.ReadResponses(1);
+  ASSERT_EQ(responses.size(), 1u);
+  EXPECT_EQ(responses[0], "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\ngot:EXTRA");
+  EXPECT_TRUE(client.WaitForClose());
+  client.CloseNotifyAndClose();  // the server's side waits (up to 2 s) for it
+  ASSERT_TRUE(relay->WaitClosed());
+  EXPECT_EQ(relay->close_reason, "closed");
+
+  // A declined request is served as usual.
+  auto res = Fetch(Call(Pinned()));
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->body, kAnonymous);
+
+  // A taken-over connection outlives the timeouts and ends with the server.
+  RawTlsClient other(server_->port());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(other.Send("GET /held HTTP/1.1\r\nHost: t\r\n\r\n"));
+  ASSERT_TRUE(test::WaitUntil(loop_, [&] { return held->opened; }));
+  std::this_thread::sleep_for(400ms);
+  ASSERT_TRUE(other.Send("ping"));
+  ASSERT_TRUE(test::WaitUntil(loop_, [&] { return held->sent > 0 || held->closed; }));
+  OnLoop(loop_, [&] {
+    EXPECT_EQ(held->data, "ping");
+    EXPECT_FALSE(held->closed) << held->close_reason;
+    server_->Close();
+    EXPECT_EQ(held->close_reason, "server shutting down");
+    EXPECT_EQ(seen, (std::vector<std::string>{"POST /relay body=hello " + std::string(kAnonymous),
+                                              "GET /v1/whoami body= " + std::string(kAnonymous),
+                                              "GET /held body= " + std::string(kAnonymous)}));
+  });
+  EXPECT_TRUE(other.WaitForClose());
+}
+
 // ---- WebSocket over TLS ---------------------------------------------------
 
 class WssTest : public TlsTest {

@@ -1,10 +1,11 @@
 // WsSession: one WebSocket connection, server side (after an accepted
 // upgrade) or client side (WsConnect), over TCP or TLS. One read is always
-// outstanding while the connection lives; writes go through a queue, one
-// frame at a time.
+// outstanding while the connection lives, unless the handler paused reading;
+// writes go through a queue, one frame at a time.
 //
-// Ownership: the session is owned by its pending operations. The handler gets
-// a WsHandle that holds only a weak_ptr, so the handler may keep its
+// Ownership: the session is owned by its pending operations, and while
+// reading is paused with no read pending, by itself (hold_). The handler
+// gets a WsHandle that holds only a weak_ptr, so the handler may keep its
 // connection without forming a cycle with the session that owns the handler.
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <type_traits>
 
 #include "common/log.h"
@@ -140,6 +142,29 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     ping_pending_ = true;
     ws_.async_ping(
         {}, [self = this->shared_from_this()](beast::error_code) { self->ping_pending_ = false; });
+  }
+
+  // A message whose read was under way when reading paused is held and
+  // delivered on resume. Resuming never calls the handler from inside
+  // PauseReading: the read loop restarts from a posted task.
+  void PauseReading(bool paused) {
+    paused_ = paused;
+    if (paused || reading_ || resume_posted_) return;
+    if (state_ != State::kOpen && state_ != State::kClosing) return;
+    resume_posted_ = true;
+    asio::post(ws_.get_executor(), [self = this->shared_from_this()] {
+      self->resume_posted_ = false;
+      self->Resume();
+    });
+  }
+
+  // The handler dropped its WsHandle: a paused connection could never
+  // resume, so it is closed instead of kept (held by itself) forever.
+  void HandleDropped() {
+    if (!paused_ || state_ != State::kOpen) return;
+    asio::post(ws_.get_executor(), [self = this->shared_from_this()] {
+      self->RequestClose(websocket::close_code::going_away, "connection dropped while paused");
+    });
   }
 
   size_t queued_bytes() const { return queued_bytes_; }
@@ -272,16 +297,57 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     if (auto h = handler_) {
       h->OnOpen(std::make_shared<WsHandle>(this->weak_from_this(), peer_, local_));
     }
-    if (state_ != State::kClosed) DoRead();
+    ReadOrHold();
+  }
+
+  // Starts the next read, or, while paused, keeps the session alive without
+  // one. Called only when no read is pending.
+  void ReadOrHold() {
+    if (state_ != State::kOpen && state_ != State::kClosing) return;
+    if (paused_) {
+      hold_ = this->shared_from_this();
+      return;
+    }
+    hold_.reset();  // the caller holds a reference: `this` stays alive
+    DoRead();
+  }
+
+  // Reading was resumed: delivers the held message, then reads on.
+  void Resume() {
+    if (paused_ || state_ == State::kClosed || reading_) return;
+    if (held_) {
+      Incoming message = std::move(*held_);
+      held_.reset();
+      Deliver(std::move(message));
+      if (state_ == State::kClosed) return;
+    }
+    ReadOrHold();
   }
 
   void DoRead() {
+    reading_ = true;
     ws_.async_read(buffer_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
       self->OnRead(ec);
     });
   }
 
+  struct Incoming {
+    std::string bytes;
+    bool binary = false;
+  };
+
+  void Deliver(Incoming message) {
+    auto h = handler_;
+    if (!h) return;
+    if (message.binary) {
+      h->OnBinary(std::move(message.bytes));
+    } else {
+      h->OnMessage(std::move(message.bytes));
+    }
+  }
+
   void OnRead(beast::error_code ec) {
+    reading_ = false;
     if (ec) {
       std::string reason;
       if (close_requested_) {
@@ -300,19 +366,19 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
       NotifyClose(reason);
       return;
     }
-    if (auto h = handler_) {
-      std::string message = beast::buffers_to_string(buffer_.data());
+    if (handler_) {
+      Incoming message{beast::buffers_to_string(buffer_.data()), ws_.got_binary()};
       buffer_.consume(buffer_.size());
-      if (ws_.got_binary()) {
-        h->OnBinary(std::move(message));
+      if (paused_) {
+        held_ = std::move(message);  // paused while this read was under way
       } else {
-        h->OnMessage(std::move(message));
+        Deliver(std::move(message));
       }
     } else {
       buffer_.consume(buffer_.size());  // closing: drain until the close frame
     }
     if (buffer_.capacity() > (1u << 20)) buffer_.shrink_to_fit();
-    if (state_ != State::kClosed) DoRead();
+    if (state_ != State::kClosed) ReadOrHold();
   }
 
   void DoWrite() {
@@ -332,14 +398,25 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     if (ec || state_ == State::kClosed) {
       queue_.clear();
       queued_bytes_ = 0;
-      if (ec) Abort();  // the pending read fails and reports the close
+      if (ec && state_ != State::kClosed) {
+        Abort();
+        // A pending read fails and reports the close; without one (paused)
+        // report it here.
+        if (!reading_) NotifyClose(internal::DescribeTlsError(ec, Side()));
+      }
       return;
     }
-    if (!queue_.empty()) {
-      DoWrite();
-    } else if (close_requested_ && state_ == State::kOpen) {
-      DoClose();
+    // The next write starts before OnSent, so a Send from inside OnSent
+    // only queues.
+    if (!queue_.empty()) DoWrite();
+    if (state_ == State::kOpen && !close_requested_) {
+      if (auto h = handler_) h->OnSent();
     }
+    if (!writing_ && close_requested_ && state_ == State::kOpen) DoClose();
+  }
+
+  internal::TlsSide Side() const {
+    return core_ ? internal::TlsSide::kServer : internal::TlsSide::kClient;
   }
 
   void RequestClose(websocket::close_code code, std::string reason) {
@@ -356,7 +433,14 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     // A close frame's reason holds at most 123 bytes.
     cr.reason.assign(close_reason_.data(), std::min<size_t>(close_reason_.size(), 123));
     ws_.async_close(cr, [self = this->shared_from_this()](beast::error_code ec) {
-      if (ec) self->Abort();
+      if (self->state_ == State::kClosed) return;
+      if (!self->reading_) {
+        // Paused: no read will report the end, so report it here.
+        self->Abort();
+        self->NotifyClose(self->close_reason_);
+      } else if (ec) {
+        self->Abort();  // the pending read fails and reports the close
+      }
     });
   }
 
@@ -373,8 +457,11 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     }
   }
 
-  // Calls OnClose once and drops the handler: no callback after it.
+  // Calls OnClose once and drops the handler: no callback after it. The
+  // caller holds a reference to the session (hold_ may be the last other).
   void NotifyClose(const std::string& reason) {
+    hold_.reset();
+    held_.reset();
     auto h = std::move(handler_);
     handler_ = nullptr;
     if (h) h->OnClose(reason);
@@ -384,6 +471,9 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
    public:
     WsHandle(std::weak_ptr<WsSession> session, std::string peer, std::string local)
         : session_(std::move(session)), peer_(std::move(peer)), local_(std::move(local)) {}
+    ~WsHandle() override {
+      if (auto s = session_.lock()) s->HandleDropped();
+    }
     void Send(std::string text) override {
       if (auto s = session_.lock()) s->Send(std::move(text), false);
     }
@@ -395,6 +485,9 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     }
     void Ping() override {
       if (auto s = session_.lock()) s->Ping();
+    }
+    void PauseReading(bool paused) override {
+      if (auto s = session_.lock()) s->PauseReading(paused);
     }
     size_t queued_bytes() const override {
       auto s = session_.lock();
@@ -431,6 +524,11 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
   };
   std::deque<Outgoing> queue_;
   size_t queued_bytes_ = 0;
+  std::optional<Incoming> held_;     // read while paused, delivered on resume
+  std::shared_ptr<WsSession> hold_;  // self, while paused with no read pending
+  bool reading_ = false;             // a read is pending
+  bool paused_ = false;
+  bool resume_posted_ = false;
   bool writing_ = false;
   bool ping_pending_ = false;
   bool close_requested_ = false;

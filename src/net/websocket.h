@@ -34,6 +34,14 @@ class WsConnection {
   // Sends a ping frame (unless one is still being sent); the peer's pong
   // reaches WsHandler::OnPong. Shows that the peer still reads.
   virtual void Ping() {}
+  // Flow control: while paused no further message is read (OnMessage and
+  // OnBinary stop; TCP back-pressure reaches the peer). A message already
+  // being read when reading paused is held and delivered first on resume:
+  // none is lost, repeated or reordered. Resuming delivers from a posted
+  // task, never from inside PauseReading. Pings and the close handshake are
+  // still handled once reading resumes (a peer that closes is noticed only
+  // then). Dropping the WsConnection while paused closes the connection.
+  virtual void PauseReading(bool paused) = 0;
 };
 
 class WsHandler {
@@ -45,6 +53,11 @@ class WsHandler {
   virtual void OnBinary(std::string /*bytes*/) {}
   // A pong frame arrived (the answer to WsConnection::Ping).
   virtual void OnPong() {}
+  // A queued message was written to the socket (queued_bytes() dropped):
+  // senders holding data back for back-pressure may queue more. Once per
+  // message; not after Close() was called, never after OnClose. Send may be
+  // called from here.
+  virtual void OnSent() {}
   // `reason` says why: the peer's close reason, an I/O error, or a timeout.
   // Also called, without OnOpen, when connecting or the handshake fails.
   virtual void OnClose(std::string reason) = 0;

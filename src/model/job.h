@@ -196,9 +196,12 @@ struct Attempt {
   int64_t finished_ms = 0;
   // Set when the scheduler ordered the attempt stopped to make room for job
   // `preempt_for_job`; `reason` then says why. When it ends, its job is
-  // requeued (the attempt closes as preempted).
+  // requeued (the attempt closes as preempted). With preempt_for_job ==
+  // kStoppedForGood the server is ending the job itself (an idle session
+  // that checkpoints first): when the attempt has left, the job is cancelled.
   int64_t preempt_ms = 0;
   int64_t preempt_for_job = 0;
+  static constexpr int64_t kStoppedForGood = -1;
   // When the server accepted the attempt's last checkpoint; 0 = none yet.
   int64_t last_checkpoint_ms = 0;
   // A gang's ranks in rank order (ranks[0] is node_id's); empty otherwise.

@@ -35,6 +35,7 @@ std::vector<JobTransitionRule> BuildTable() {
     t.push_back({live, kVacated, kPending, {Close(AttemptState::kVacated)}});
     // A failure the job may retry (max_restarts): the attempt failed all the same.
     t.push_back({live, kRetry, kPending, {Close(AttemptState::kFailed)}});
+    t.push_back({live, kEnded, kCancelled, {Close(AttemptState::kCancelled)}});
   }
   // Only a start order can be refused: nothing ran.
   t.push_back({kScheduled, kRefused, kPending, {Close(AttemptState::kRefused)}});
@@ -74,6 +75,8 @@ std::string_view JobEventName(JobEvent e) {
       return "refused";
     case kRetry:
       return "retry";
+    case kEnded:
+      return "ended";
   }
   return "unknown";
 }

@@ -45,11 +45,16 @@ enum class JobEvent {
   // The attempt failed (as kExitedError or kAttemptFailed) and the job has
   // restarts left (JobSpec::max_restarts): requeue it.
   kRetry,
+  // An attempt the server stopped to end its job (an idle session, after
+  // its checkpoint; it was stopped with kPreempt) has left: the job is
+  // cancelled.
+  kEnded,
 };
 inline constexpr JobEvent kAllJobEvents[] = {
     JobEvent::kSchedule,      JobEvent::kStarted, JobEvent::kExitedOk, JobEvent::kExitedError,
     JobEvent::kAttemptFailed, JobEvent::kLost,    JobEvent::kCancel,   JobEvent::kPreempt,
-    JobEvent::kPreempted,     JobEvent::kVacated, JobEvent::kRefused,  JobEvent::kRetry};
+    JobEvent::kPreempted,     JobEvent::kVacated, JobEvent::kRefused,  JobEvent::kRetry,
+    JobEvent::kEnded};
 std::string_view JobEventName(JobEvent e);
 
 enum class JobActionType {

@@ -47,6 +47,8 @@ const std::map<std::pair<JobState, JobEvent>, Expect> kExpected = {
     {{kScheduled, kRefused}, {kPending, {Close(AttemptState::kRefused)}}},
     {{kScheduled, kRetry}, {kPending, {Close(AttemptState::kFailed)}}},
     {{kRunning, kRetry}, {kPending, {Close(AttemptState::kFailed)}}},
+    {{kScheduled, JobEvent::kEnded}, {kCancelled, {Close(AttemptState::kCancelled)}}},
+    {{kRunning, JobEvent::kEnded}, {kCancelled, {Close(AttemptState::kCancelled)}}},
 };
 
 TEST(JobStateTest, EveryStateEventPair) {

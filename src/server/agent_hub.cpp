@@ -2,14 +2,94 @@
 
 #include "common/log.h"
 #include "proto/channel.h"
+#include "proto/tunnel_mux.h"
 #include "server/http_errors.h"
 
 namespace gpupool::server {
 
+namespace {
+// Tunnel frames are queued on the connection only while less than this is
+// waiting to be written (a JSON order waits behind at most this much).
+constexpr size_t kTunnelQueueLimit = 64 * 1024;
+}  // namespace
+
 class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_this<Session> {
  public:
   // `node`: the node the agent's credential belongs to.
-  Session(AgentHub& hub, std::string node) : hub_(hub), credential_node_(std::move(node)) {}
+  Session(AgentHub& hub, std::string node)
+      : hub_(hub),
+        credential_node_(std::move(node)),
+        mux_(proto::TunnelMuxOptions{},
+             proto::TunnelMux::Events{
+                 [this](uint32_t id, const std::string&) {
+                   // Only the server opens streams.
+                   mux_.Close(id, "agents may not open streams");
+                 },
+                 [this](uint32_t id, std::string_view data) {
+                   auto it = streams_.find(id);
+                   if (it == streams_.end() || !it->second.data)
+                     return mux_.Consumed(id, data.size());
+                   auto fn = it->second.data;
+                   fn(data);
+                 },
+                 [this](uint32_t id, const std::string& reason) { EndStream(id, reason); }}) {}
+
+  class Stream : public TunnelStream {
+   public:
+    Stream(std::weak_ptr<Session> session, uint32_t id) : session_(std::move(session)), id_(id) {}
+    ~Stream() override { Close(); }
+    size_t Write(std::string_view bytes) override {
+      auto s = session_.lock();
+      if (!s || s->closed_) return 0;
+      size_t took = s->mux_.Write(id_, bytes);
+      if (took < bytes.size()) {
+        auto it = s->streams_.find(id_);
+        if (it != s->streams_.end()) it->second.blocked = true;
+      }
+      s->SchedulePump();
+      return took;
+    }
+    void Consumed(size_t bytes) override {
+      auto s = session_.lock();
+      if (!s || s->closed_) return;
+      s->mux_.Consumed(id_, bytes);
+      s->SchedulePump();
+    }
+    void Close() override {
+      auto s = session_.lock();
+      if (closed_ || !s || s->closed_) return;
+      closed_ = true;
+      s->mux_.Close(id_);
+      // Nothing more is delivered to a stream its owner closed.
+      if (auto it = s->streams_.find(id_); it != s->streams_.end()) it->second = {};
+      s->SchedulePump();
+    }
+
+   private:
+    std::weak_ptr<Session> session_;
+    uint32_t id_;
+    bool closed_ = false;
+  };
+
+  uint32_t Open(const proto::TunnelTarget& target, TunnelStream::Events events) {
+    uint32_t id = mux_.Open(proto::EncodeTunnelTarget(target));
+    streams_[id] =
+        StreamEntry{std::move(events.data), std::move(events.writable), std::move(events.closed)};
+    SchedulePump();
+    return id;
+  }
+
+  void OnBinary(std::string bytes) override {
+    if (closed_) return;
+    heard_ = true;
+    if (node_id_.empty()) return Fail("tunnel frame before hello");
+    auto frame = proto::DecodeTunnelFrame(bytes);
+    if (!frame.ok()) return Fail("malformed tunnel frame: " + frame.status().message());
+    if (Status s = mux_.OnFrame(*frame); !s.ok()) return Fail("tunnel: " + s.message());
+    SchedulePump();
+  }
+
+  void OnSent() override { Pump(); }
 
   void OnOpen(std::shared_ptr<net::WsConnection> conn) override {
     conn_ = std::move(conn);
@@ -83,6 +163,11 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
   void OnClose(std::string reason) override {
     if (closed_) return;
     closed_ = true;
+    auto streams = std::move(streams_);
+    streams_.clear();
+    for (auto& [id, entry] : streams) {
+      if (entry.closed) entry.closed("the node's agent disconnected (" + reason + ")");
+    }
     hub_.loop_.Cancel(hello_timer_);
     hub_.loop_.Cancel(silence_timer_);
     if (node_id_.empty()) return;
@@ -118,6 +203,7 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
   }
 
   const std::string& node_name() const { return node_name_; }
+  bool ready() const { return !closed_ && !node_id_.empty(); }
 
   void Fail(const std::string& why) {
     GP_LOG(kWarn) << "agent connection " << (conn_ ? conn_->peer() : "?") << " "
@@ -177,8 +263,59 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     if (conn_ && !closed_) conn_->Send(proto::EncodeEnvelope(e));
   }
 
+  struct StreamEntry {
+    std::function<void(std::string_view)> data;
+    std::function<void()> writable;
+    std::function<void(const std::string&)> closed;
+    bool blocked = false;  // a Write took less than offered
+  };
+
+  void EndStream(uint32_t id, const std::string& reason) {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) return;
+    auto closed = std::move(it->second.closed);
+    streams_.erase(it);
+    if (closed) closed(reason);
+  }
+
+  void SchedulePump() {
+    if (pump_scheduled_ || closed_) return;
+    pump_scheduled_ = true;
+    std::weak_ptr<Session> weak = shared_from_this();
+    hub_.loop_.Post([weak] {
+      if (auto self = weak.lock()) {
+        self->pump_scheduled_ = false;
+        self->Pump();
+      }
+    });
+  }
+
+  // Sends tunnel frames while the connection's queue is short, then tells
+  // streams that were full that they have room again.
+  void Pump() {
+    if (closed_ || !conn_) return;
+    while (conn_->queued_bytes() < kTunnelQueueLimit) {
+      auto frame = mux_.NextFrame();
+      if (!frame) break;
+      conn_->SendBinary(proto::EncodeTunnelFrame(*frame));
+    }
+    std::vector<std::function<void()>> wake;
+    for (auto& [id, entry] : streams_) {
+      if (entry.blocked && mux_.buffered(id) < kStreamResumeBytes) {
+        entry.blocked = false;
+        if (entry.writable) wake.push_back(entry.writable);
+      }
+    }
+    for (auto& fn : wake) fn();
+  }
+
+  static constexpr size_t kStreamResumeBytes = 512 * 1024;  // half of a stream's buffer
+
   AgentHub& hub_;
   std::string credential_node_;
+  proto::TunnelMux mux_;
+  std::map<uint32_t, StreamEntry> streams_;
+  bool pump_scheduled_ = false;
   std::shared_ptr<net::WsConnection> conn_;
   std::string node_id_;
   std::string node_name_;
@@ -227,6 +364,18 @@ void AgentHub::Disconnect(const std::string& node_name, const std::string& why) 
     auto s = weak.lock();
     if (s && s->node_name() == node_name) s->Fail(why);
   }
+}
+
+Result<std::shared_ptr<TunnelStream>> AgentHub::OpenTunnel(const std::string& node_id,
+                                                           const proto::TunnelTarget& target,
+                                                           TunnelStream::Events events) {
+  auto it = by_node_.find(node_id);
+  std::shared_ptr<Session> s = it == by_node_.end() ? nullptr : it->second.lock();
+  if (!s || !s->ready()) {
+    return Status::Unavailable("the agent of the job's node is not connected; try again later");
+  }
+  uint32_t id = s->Open(target, std::move(events));
+  return std::shared_ptr<TunnelStream>(std::make_shared<Session::Stream>(s, id));
 }
 
 void AgentHub::OutboxReady(const std::string& node_id) {

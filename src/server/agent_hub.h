@@ -6,6 +6,11 @@
 // the agent resends) and sends the node's outbox, resending what the agent
 // had not applied. Acks are coalesced: one ack frame per loop turn.
 //
+// Binary messages carry tunnel frames (proto/tunnel_mux.h) of the streams
+// the server opens into tasks (OpenTunnel). Frames are sent only while the
+// connection's queue is short, so the reliable messages, sent at once,
+// wait behind at most that much tunnel data.
+//
 // A newer connection for the same node replaces the older one. Single-
 // threaded: everything runs on the server's event loop.
 #pragma once
@@ -18,10 +23,35 @@
 #include "net/event_loop.h"
 #include "net/http.h"
 #include "net/websocket.h"
+#include "proto/tunnel_target.h"
 #include "server/auth.h"
 #include "server/pool.h"
 
 namespace gpupool::server {
+
+// One byte stream through an agent's channel (proto/tunnel_mux.h), opened
+// by the server to reach into a task (a session's port, its Jupyter, a
+// command run in it). Events run on the loop thread; none follows `closed`.
+class TunnelStream {
+ public:
+  struct Events {
+    // Bytes from the agent, in order; call Consumed once they are used (the
+    // agent sends at most one window ahead of what was consumed).
+    std::function<void(std::string_view bytes)> data;
+    // Buffered bytes went out: Write takes more again.
+    std::function<void()> writable;
+    // The agent ended its side (reason "" for a clean end, else why), or
+    // the channel closed.
+    std::function<void(const std::string& reason)> closed;
+  };
+  virtual ~TunnelStream() = default;
+  // Queues bytes for the agent; returns how many it took (fewer when the
+  // stream's buffer is full: `writable` follows).
+  virtual size_t Write(std::string_view bytes) = 0;
+  virtual void Consumed(size_t bytes) = 0;
+  // Ends our side once the queued bytes are sent.
+  virtual void Close() = 0;
+};
 
 class AgentHub {
  public:
@@ -43,6 +73,12 @@ class AgentHub {
 
   // Pool hook: the node's outbox has new orders.
   void OutboxReady(const std::string& node_id);
+
+  // Opens a stream to `target` through node `node_id`'s channel.
+  // Unavailable when its agent is not connected.
+  Result<std::shared_ptr<TunnelStream>> OpenTunnel(const std::string& node_id,
+                                                   const proto::TunnelTarget& target,
+                                                   TunnelStream::Events events);
 
   size_t sessions() const { return by_node_.size(); }
   // Closes every session (server shutdown).

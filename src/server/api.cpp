@@ -1,8 +1,11 @@
 #include "server/api.h"
 
+#include "common/ids.h"
+
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "common/ids.h"
 #include "common/json_reader.h"
 #include "common/units.h"
 #include "model/job_spec.h"
@@ -31,6 +34,9 @@ json JobToJson(const Job& j, const std::optional<QueueInfo>& queue) {
               {"started_ms", j.started_ms},
               {"finished_ms", j.finished_ms},
               {"spec", JobSpecToJson(j.spec)}};
+  // Only the server's proxy needs it.
+  if (j.spec.session && !j.spec.session->jupyter_token.empty())
+    out["spec"]["session"].erase("jupyter_token");
   out["exit_code"] = j.exit_code ? json(*j.exit_code) : json(nullptr);
   out["last_preempted_ms"] = j.last_preempted_ms ? json(*j.last_preempted_ms) : json(nullptr);
   // Where a pending job stands after the last scheduling pass.
@@ -296,6 +302,12 @@ void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond r
   Status allowed = Authorize(who, Action::kJobSubmit, {who.subject, *lab ? spec->group : ""});
   if (!allowed.ok()) {
     return (*respond)(ErrorResponse(allowed.WithContext("group " + spec->group)));
+  }
+  // The proxy presents this token to the session's Jupyter; users never
+  // need it (they sign in to the proxy instead).
+  if (spec->session && spec->session->kind == SessionKind::kJupyter &&
+      spec->session->jupyter_token.empty()) {
+    spec->session->jupyter_token = RandomHex(24);
   }
   auto job = pool_.Submit(*spec, who.subject);
   if (!job.ok()) return (*respond)(ErrorResponse(job.status()));

@@ -338,7 +338,9 @@ Result<std::vector<Job>> Pool::ListJobs(const JobQuery& q) {
   return jobs;
 }
 
-Result<Job> Pool::Cancel(int64_t id) {
+Result<Job> Pool::Cancel(int64_t id) { return StopForGood(id, "cancelled by the user", false); }
+
+Result<Job> Pool::StopForGood(int64_t id, const std::string& reason, bool checkpoint_first) {
   Job job;
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto found, tx.GetJob(id));
@@ -350,9 +352,21 @@ Result<Job> Pool::Cancel(int64_t id) {
       GP_ASSIGN_OR_RETURN(auto a, tx.GetAttempt(job.current_attempt));
       if (a) attempt = *std::move(a);
     }
+    if (checkpoint_first && job.spec.preemptible() && !attempt.id.empty() &&
+        attempt.ranks.empty() && IsLive(attempt.state) && attempt.preempt_ms == 0) {
+      // Stopped like a preemption, so that its checkpoint is taken and
+      // stored under the live attempt; it ends (kEnded) once it has left.
+      attempt.preempt_ms = clock_.NowMs();
+      attempt.preempt_for_job = Attempt::kStoppedForGood;
+      attempt.reason = reason;
+      GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+      StopOrder stop{reason, PreemptGraceMs(job.spec), /*requeue=*/true};
+      return ApplyEvent(tx, job, attempt, JobEvent::kPreempt, nullptr, &stop);
+    }
     proto::TaskReport why;
-    why.reason = "cancelled by the user";
-    return ApplyEvent(tx, job, attempt, JobEvent::kCancel, &why);
+    why.reason = reason;
+    StopOrder stop{reason};
+    return ApplyEvent(tx, job, attempt, JobEvent::kCancel, &why, &stop);
   });
   if (!s.ok()) {
     Discard();
@@ -704,7 +718,10 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   else if (r.state == "refused")
     event = JobEvent::kRefused;
   else if (attempt->preempt_ms > 0 && !FinishedBeforePreemption(r))
-    event = JobEvent::kPreempted;  // however it ended: the job goes back to the queue
+    // However it ended: the job goes back to the queue, or ends if the
+    // server stopped it for good.
+    event = attempt->preempt_for_job == Attempt::kStoppedForGood ? JobEvent::kEnded
+                                                                 : JobEvent::kPreempted;
   else if (r.state == "exited")
     event = ExitEvent(r.exit_code);
   else if (r.state == "failed")

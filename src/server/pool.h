@@ -177,6 +177,11 @@ class Pool {
   Result<JobDetail> GetJob(int64_t id);
   Result<std::vector<Job>> ListJobs(const JobQuery& q);
   Result<Job> Cancel(int64_t id);
+  // Ends a job for the server's own reason (an idle session): it is
+  // cancelled with `reason`. With `checkpoint_first`, a job that checkpoints
+  // is first stopped like a preemption (its checkpoint signal, its newest
+  // checkpoint uploaded) and is cancelled once its attempt has left.
+  Result<Job> StopForGood(int64_t id, const std::string& reason, bool checkpoint_first);
   Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();
   // The provider event log: events of `node` (an id or a name; "" = every

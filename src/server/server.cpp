@@ -19,6 +19,7 @@
 #include "server/identity_api.h"
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
+#include "server/session_gateway.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -124,6 +125,7 @@ int RunServer(const ServerOptions& options) {
   net::EventLoop loop;
   AgentHub* hub_ptr = nullptr;
   Api* api_ptr = nullptr;
+  SessionGateway* gateway_ptr = nullptr;
   // Scheduling passes are coalesced (at most one queued) and spaced: the next
   // pass starts no sooner than twice the last pass's duration after it, so
   // an idle pool schedules at once and a long queue cannot take more than
@@ -142,7 +144,10 @@ int RunServer(const ServerOptions& options) {
   };
   PoolHooks hooks;
   hooks.outbox_ready = [&](const std::string& node) { hub_ptr->OutboxReady(node); };
-  hooks.job_changed = [&](int64_t job) { api_ptr->JobChanged(job); };
+  hooks.job_changed = [&](int64_t job) {
+    api_ptr->JobChanged(job);
+    if (gateway_ptr) gateway_ptr->JobChanged(job);
+  };
   hooks.schedule_needed = [&] {
     if (schedule_queued) return;
     schedule_queued = true;
@@ -177,15 +182,22 @@ int RunServer(const ServerOptions& options) {
                        });
   Api api(loop, pool, auth, clock, options.api, &blob_api, &identity);
   AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls);
+  SessionGateway gateway(loop, pool, auth, hub, clock);
   api_ptr = &api;
   hub_ptr = &hub;
+  gateway_ptr = &gateway;
 
   net::HttpHandlers handlers;
   handlers.on_request = [&](net::HttpRequest req, net::Responder r) {
+    if (SessionGateway::Handles(req.path)) return r(gateway.Handle(req));
     api.Handle(std::move(req), std::move(r));
+  };
+  handlers.on_takeover = [&](const net::HttpRequest& req) -> std::shared_ptr<net::RawHandler> {
+    return SessionGateway::Handles(req.path) ? gateway.Takeover(req) : nullptr;
   };
   handlers.on_upgrade = [&](const net::HttpRequest& req)
       -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
+    if (SessionGateway::Handles(req.path)) return gateway.Upgrade(req);
     if (req.path != "/v1/agent/connect") {
       net::HttpResponse r;
       r.status = 404;
@@ -225,6 +237,12 @@ int RunServer(const ServerOptions& options) {
   };
   loop.RunAfter(1000, tick);
   hooks.schedule_needed();
+
+  std::function<void()> idle_tick = [&] {
+    gateway.CheckIdle();
+    loop.RunAfter(1000, idle_tick);
+  };
+  loop.RunAfter(1000, idle_tick);
 
   // Blob garbage collection: one at a time, the next one an interval after
   // the last one ended.

@@ -15,6 +15,7 @@
 #include "agent/provider.h"
 #include "agent/staging.h"
 #include "agent/tasks.h"
+#include "agent/tunnel_endpoint.h"
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/ids.h"
@@ -34,6 +35,9 @@ namespace {
 
 constexpr size_t kMaxChunkBytes = 256 * 1024;  // output per logs message
 constexpr size_t kMaxOutboxBytes = 16 << 20;   // stop reading output beyond this
+// Tunnel frames are queued on the connection only while less than this is
+// queued, so the agent's own messages wait behind at most this much.
+constexpr size_t kTunnelQueueBytes = 64 * 1024;
 const char* kVersion = "0.1.0";
 
 BlobAccess BlobAccessFor(const AgentOptions& o, const AgentCredentials& creds) {
@@ -60,6 +64,8 @@ class Link : public net::WsHandler {
   Link(Agent* agent, uint64_t generation) : agent_(agent), generation_(generation) {}
   void OnOpen(std::shared_ptr<net::WsConnection> conn) override;
   void OnMessage(std::string text) override;
+  void OnBinary(std::string bytes) override;
+  void OnSent() override;
   void OnPong() override;
   void OnClose(std::string reason) override;
 
@@ -112,6 +118,11 @@ class Agent {
       config_ = *std::move(config);
     }
     if (options_.advertise_addr.empty()) options_.advertise_addr = config_.advertise_addr;
+    TunnelEndpoint::Options tunnels;
+    tunnels.docker = config_.exec.docker.engine;
+    tunnels.podman = config_.exec.podman.engine;
+    tunnels.wake = [this] { PumpTunnels(); };
+    tunnels_ = std::make_unique<TunnelEndpoint>(loop_, tasks_, std::move(tunnels));
     if (!options_.advertise_addr.empty()) {
       if (Status s = CheckAdvertiseAddr(options_.advertise_addr); !s.ok()) {
         return Status::InvalidArgument("--advertise-addr: " + s.message());
@@ -260,6 +271,24 @@ class Agent {
     ScheduleAck();
   }
 
+  // A tunnel frame (agent/tunnel_endpoint.h).
+  void OnBinary(const std::string& bytes) {
+    if (!tunnels_) return;
+    if (Status s = tunnels_->OnMessage(bytes); !s.ok()) return Drop(s.message());
+    PumpTunnels();
+  }
+
+  // Sends tunnel frames while the connection's queue is short: they take
+  // what the agent's own messages leave, never delaying those much.
+  void PumpTunnels() {
+    if (!tunnels_) return;
+    while (conn_ && conn_->queued_bytes() < kTunnelQueueBytes) {
+      auto frame = tunnels_->NextFrame();
+      if (!frame) return;
+      conn_->SendBinary(std::move(*frame));
+    }
+  }
+
   // The server answered a ping: it still reads this connection.
   void OnPong() {
     if (welcomed_) RenewGangLeases();
@@ -272,6 +301,8 @@ class Agent {
     ++generation_;
     loop_.Cancel(heartbeat_timer_);
     loop_.Cancel(lease_ping_timer_);
+    // The server forgets the streams with the connection: so does the agent.
+    if (tunnels_) tunnels_->Reset();
     if (shutting_down_) return;
     if (was) {
       GP_LOG(kWarn) << "disconnected from " << options_.server_url << ": " << reason;
@@ -503,6 +534,8 @@ class Agent {
       }
     }
     provider_.TasksChanged();
+    // Sessions whose task ended tell their users why.
+    if (tunnels_) tunnels_->CheckTasks();
   }
 
   // Ships the task's complete unread output lines; false when the outbox is
@@ -619,6 +652,7 @@ class Agent {
   std::mt19937_64 rng_{std::random_device{}()};
   Provider provider_;
   Stager stager_{StagingDirIn(options_.data_dir), BlobAccessFor(options_, creds_)};
+  std::unique_ptr<TunnelEndpoint> tunnels_;  // made in Init, with the config
 };
 
 void Link::OnOpen(std::shared_ptr<net::WsConnection> conn) {
@@ -630,6 +664,12 @@ void Link::OnOpen(std::shared_ptr<net::WsConnection> conn) {
 }
 void Link::OnMessage(std::string text) {
   if (agent_->Current(generation_)) agent_->OnMessage(text);
+}
+void Link::OnBinary(std::string bytes) {
+  if (agent_->Current(generation_)) agent_->OnBinary(bytes);
+}
+void Link::OnSent() {
+  if (agent_->Current(generation_)) agent_->PumpTunnels();
 }
 void Link::OnPong() {
   if (agent_->Current(generation_)) agent_->OnPong();

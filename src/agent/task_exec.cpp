@@ -119,6 +119,10 @@ std::vector<std::string> ReadEnviron(pid_t pid) {
   return env;
 }
 
+std::string Comm(pid_t pid) {
+  return ReadFile("/proc/" + std::to_string(pid) + "/comm").value_or("");
+}
+
 void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 [[noreturn]] void Fail(int error_fd, int step, int detail = 0) {
@@ -329,15 +333,16 @@ Result<pid_t> FindJobProcess(pid_t shim_pid) {
           if (SameNs(init, "pid")) continue;
           wrapper = true;
           std::vector<pid_t> jobs = exec::Children(init);
-          if (!jobs.empty()) return jobs.front();
+          // The init forks the job as bubblewrap and it execs the command a
+          // moment later: until then its environment and directory are
+          // bubblewrap's.
+          bool execd = !jobs.empty() && Comm(jobs.front()) != Comm(init);
+          if (execd || (!jobs.empty() && std::chrono::steady_clock::now() >= deadline))
+            return jobs.front();
         }
         // bubblewrap before it made its namespaces looks like a process
         // job; its user namespace differs as soon as it made them.
-        if (!wrapper) {
-          auto exe = ReadFile("/proc/" + std::to_string(p) + "/comm");
-          bool is_bwrap = exe.ok() && exe->starts_with("bwrap");
-          if (!is_bwrap) return p;
-        }
+        if (!wrapper && !Comm(p).starts_with("bwrap")) return p;
       }
     }
     if (std::chrono::steady_clock::now() >= deadline) {

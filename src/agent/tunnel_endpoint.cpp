@@ -314,21 +314,21 @@ void TunnelEndpoint::StartExec(Stream& st) {
         return false;
       });
     } else {
-      auto check = std::make_shared<std::function<void()>>();
-      *check = [this, id, check] {
-        auto i = streams_.find(id);
-        if (i == streams_.end()) return;
-        Stream& x = *i->second;
-        x.timer = 0;
-        x.exit_code = ReapExec(x.proc.pid);
-        if (x.exit_code) return MaybeFinish(x);
-        x.timer = loop_.RunAfter(kExitPollMs, *check);
-      };
-      st.timer = loop_.RunAfter(kExitPollMs, *check);
+      st.timer = loop_.RunAfter(kExitPollMs, [this, id] { PollExit(id); });
     }
     ApplyExecFrames(st);
     Flush(st);
   }
+}
+
+void TunnelEndpoint::PollExit(uint32_t id) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  Stream& s = *it->second;
+  s.timer = 0;
+  s.exit_code = ReapExec(s.proc.pid);
+  if (s.exit_code) return MaybeFinish(s);
+  s.timer = loop_.RunAfter(kExitPollMs, [this, id] { PollExit(id); });
 }
 
 void TunnelEndpoint::WatchRead(Stream& s, int fd) {

@@ -7,7 +7,7 @@
 //   tcp      127.0.0.1:port in the task's network namespace (a sandbox
 //            without network has a loopback of its own)
 //   jupyter  the notebook server's UNIX socket in the task's work directory
-//            (JupyterSocketDir; the shim tells the job where)
+//            (kJupyterSocketDir in agent/task_exec.h; the shim tells the job where)
 //   exec     a command run inside the task (agent/task_exec.h), its bytes
 //            in proto/exec_stream.h frames
 // and pumps bytes both ways with back-pressure: a descriptor is read only
@@ -86,6 +86,8 @@ class TunnelEndpoint {
   void StartTcp(Stream& s, int port);
   void StartJupyter(Stream& s, const TaskState& t);
   void StartExec(Stream& s);
+  // Without a pidfd (kernels before 5.3): checks for the command's exit now and then.
+  void PollExit(uint32_t id);
   // `err`: 0 connected, EINPROGRESS pending, else the connect's failure.
   void Connected(Stream& s, int fd, int err);
   static std::string ConnectError(const Stream& s, int err);

@@ -73,6 +73,9 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
 
   uint32_t Open(const proto::TunnelTarget& target, TunnelStream::Events events) {
     uint32_t id = mux_.Open(proto::EncodeTunnelTarget(target));
+    GP_LOG(kDebug) << "node " << node_name_ << ": tunnel stream " << id << " to "
+                   << proto::TunnelTargetKindName(target.kind) << " of attempt "
+                   << target.attempt_id;
     streams_[id] =
         StreamEntry{std::move(events.data), std::move(events.writable), std::move(events.closed)};
     SchedulePump();
@@ -271,6 +274,8 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
   };
 
   void EndStream(uint32_t id, const std::string& reason) {
+    GP_LOG(kDebug) << "node " << node_name_ << ": tunnel stream " << id << " ended by the agent"
+                   << (reason.empty() ? "" : ": " + reason);
     auto it = streams_.find(id);
     if (it == streams_.end()) return;
     auto closed = std::move(it->second.closed);

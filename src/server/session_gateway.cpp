@@ -217,13 +217,14 @@ class SessionGateway::ProxyConnection : public net::RawHandler {
   }
   void OnClose(std::string) override {
     if (relay_) relay_->UserClosed();
+    conn_.reset();
   }
 
  private:
   SessionGateway& gw_;
   Target where_;
   std::string request_;
-  std::weak_ptr<net::RawConnection> conn_;
+  std::shared_ptr<net::RawConnection> conn_;  // the handle keeps the connection ours
   std::shared_ptr<TunnelRelay> relay_;
 };
 

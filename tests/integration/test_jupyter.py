@@ -1,0 +1,139 @@
+"""Jupyter sessions end to end: Debian's real jupyter-notebook runs inside a
+session's sandbox on a provider that accepts no inbound connection, and the
+browser's way in is the server's proxy (/v1/sessions/{id}/proxy/), signed in
+with a one-time link; a kernel runs code over the proxied WebSocket."""
+import http.client
+import json
+import shutil
+import ssl
+import time
+import urllib.parse
+import uuid
+
+import pytest
+import websocket
+
+from pool import wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("jupyter-notebook") is None,
+                                reason="jupyter-notebook is not installed (scripts/setup.sh installs it)")
+
+
+def start_pool(pool):
+    pool.start_server()
+    pool.start_agent("gpu1", gpus="1xA100:80GiB")
+    pool.wait_nodes_ready(1)
+
+
+def start_jupyter(pool, *extra):
+    r = pool.cli("session", "start", "--jupyter", "--gpus", "1", *extra, timeout=120)
+    assert r.returncode == 0, r.stderr
+    job_id = int(r.stderr.split("session ", 1)[1].split()[0])
+    assert f"gpupool session open {job_id}" in r.stdout, r.stdout
+    return job_id
+
+
+def request(pool, method, path, headers=None, body=None):
+    """One HTTP request to the server, without following redirects."""
+    u = urllib.parse.urlsplit(pool.url)
+    conn = http.client.HTTPSConnection(u.hostname, u.port, context=pool.ssl, timeout=30)
+    conn.request(method, path, body=body, headers=headers or {})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, dict((k.lower(), v) for k, v in r.getheaders()), data
+
+
+def sign_in(pool, job_id):
+    """The browser's way: a one-time link from `gpupool session open`, then its cookie."""
+    r = pool.cli("session", "open", str(job_id))
+    assert r.returncode == 0, r.stderr
+    link = r.stdout.strip()
+    assert link.startswith(pool.url + f"/v1/sessions/{job_id}/login?code="), link
+    path = link[len(pool.url):]
+    status, headers, _ = request(pool, "GET", path)
+    assert status == 302, status
+    assert headers["location"] == f"/v1/sessions/{job_id}/proxy/"
+    cookie = headers["set-cookie"].split(";", 1)[0]
+    assert cookie.startswith("gpupool_session=")
+    assert "HttpOnly" in headers["set-cookie"]
+    # The link works once.
+    status, _, body = request(pool, "GET", path)
+    assert status == 401, body
+    return cookie
+
+
+def jupyter_ready(pool, job_id, cookie):
+    status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status",
+                              {"Cookie": cookie})
+    return body if status == 200 else None
+
+
+def test_a_kernel_runs_code_through_the_proxy(pool):
+    start_pool(pool)
+    t0 = time.time()
+    job_id = start_jupyter(pool)
+    cookie = sign_in(pool, job_id)
+    status_body = wait_for(lambda: jupyter_ready(pool, job_id, cookie), timeout=60,
+                           interval=0.2, what="Jupyter to answer through the proxy")
+    print(f"session start until Jupyter answers: {time.time() - t0:.2f}s")
+    assert "started" in json.loads(status_body)
+
+    # The notebook page itself, under the proxy's prefix.
+    status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/tree", {"Cookie": cookie})
+    assert status == 200 and b"Jupyter" in body
+
+    # A kernel, and 1+1 over the proxied WebSocket.
+    status, _, body = request(pool, "POST", f"/v1/sessions/{job_id}/proxy/api/kernels",
+                              {"Cookie": cookie, "Content-Type": "application/json"}, b"{}")
+    assert status == 201, body
+    kernel = json.loads(body)["id"]
+    host = pool.url.split("://", 1)[1]
+    ws = websocket.create_connection(
+        f"wss://{host}/v1/sessions/{job_id}/proxy/api/kernels/{kernel}/channels",
+        header=[f"Cookie: {cookie}"], origin=pool.url,
+        sslopt={"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": pool.ca_file(), "check_hostname": False},
+        timeout=60)
+    msg_id = uuid.uuid4().hex
+    ws.send(json.dumps({
+        "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex,
+                   "msg_type": "execute_request", "version": "5.3"},
+        "parent_header": {}, "metadata": {}, "channel": "shell",
+        "content": {"code": "1+1", "silent": False, "store_history": False,
+                    "user_expressions": {}, "allow_stdin": False},
+    }))
+    result = None
+    deadline = time.time() + 60
+    while result is None and time.time() < deadline:
+        m = json.loads(ws.recv())
+        if m.get("parent_header", {}).get("msg_id") == msg_id and m["msg_type"] == "execute_result":
+            result = m["content"]["data"]["text/plain"]
+    ws.close()
+    assert result == "2"
+
+
+def test_the_proxy_refuses_callers_without_the_sessions_cookie(pool):
+    start_pool(pool)
+    job_id = start_jupyter(pool)
+    # No credentials: told how to sign in.
+    status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status")
+    assert status == 401, body
+    assert f"gpupool session open {job_id}" in body.decode()
+    # A made-up cookie is no better.
+    status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status",
+                              {"Cookie": "gpupool_session=0123456789abcdef"})
+    assert status == 401, body
+    # Another user's token is refused; the job stays hidden from them.
+    assert pool.cli("admin", "user", "add", "mallory").returncode == 0
+    r = pool.cli("token", "create", "--user", "mallory", "--name", "t")
+    assert r.returncode == 0, r.stderr
+    other = r.stdout.strip()
+    status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status",
+                              {"Authorization": "Bearer " + other})
+    assert status == 404, body
+    status, body = pool.api("POST", f"/v1/sessions/{job_id}/link", {}, token=other)
+    assert status == 404, body
+    # The owner's own token works for scripts.
+    wait_for(lambda: request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status",
+                             {"Authorization": "Bearer " + pool.token})[0] == 200,
+             timeout=60, interval=0.2, what="Jupyter through the proxy with the owner's token")

@@ -29,30 +29,6 @@ namespace {
 
 int ExitCodeFor(const Status& s) { return s.code() == StatusCode::kInvalidArgument ? 2 : 1; }
 
-std::string Ago(int64_t ms) {
-  if (ms <= 0) return "-";
-  int64_t d = RealClock().NowMs() - ms;
-  if (d < 1000) return "just now";
-  return FormatDurationMs(d / 1000 * 1000) + " ago";
-}
-
-std::string GpusOf(const json& spec) {
-  const json& r = spec.value("resources", json::object());
-  std::string s;
-  auto g = r.find("gpus");
-  if (g == r.end() || g->is_null() || (g->is_number() && g->get<double>() == 0)) return "-";
-  // A share is a fraction (0.5); whole GPUs an integer.
-  s = g->is_string() ? g->get<std::string>() : g->dump();
-  if (r.contains("gpu_models")) {
-    std::string models;
-    for (const auto& m : r["gpu_models"])
-      models += (models.empty() ? "" : "|") + m.get<std::string>();
-    s += "x" + models;
-  }
-  if (r.contains("gpu_memory")) s += " (" + r["gpu_memory"].get<std::string>() + ")";
-  return s;
-}
-
 // "3" for a pending job the scheduler has ordered, else "-".
 std::string PositionOf(const json& job) {
   auto it = job.find("position");
@@ -61,15 +37,6 @@ std::string PositionOf(const json& job) {
 
 // "1.5" GPUs from milli.
 std::string GpuAmount(int64_t milli) { return FormatMilli(milli); }
-
-std::string StateText(const json& job) {
-  std::string s = Str(job, "state");
-  if ((s == "succeeded" || s == "failed") && job.contains("exit_code") &&
-      !job["exit_code"].is_null()) {
-    s += " (" + job["exit_code"].dump() + ")";
-  }
-  return s;
-}
 
 // `path` made absolute against `base` (itself relative to the current
 // directory; empty: the current directory).
@@ -95,8 +62,9 @@ Status UploadInputs(const ApiClient& api, const SubmitFlags& f, JobSpec& spec) {
   return Status::Ok();
 }
 
-// Builds the spec from a file and/or flags; validation errors name the field.
-Result<JobSpec> BuildSpec(const SubmitFlags& f) {
+// Builds the spec from a file and/or flags, with `extra` fields on top;
+// validation errors name the field.
+Result<JobSpec> BuildSpec(const SubmitFlags& f, const json& extra) {
   json j = json::object();
   if (!f.file.empty()) {
     auto read = ReadFile(f.file);
@@ -141,6 +109,7 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f) {
     j["env"][kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   if (j["resources"].empty()) j.erase("resources");
+  for (const auto& [key, value] : extra.items()) j[key] = value;
   return JobSpecFromJson(j);
 }
 
@@ -171,6 +140,45 @@ Result<bool> PrintLogs(ApiClient& api, int64_t id, int64_t* cursor, const std::s
 
 }  // namespace
 
+std::string Ago(int64_t ms) {
+  if (ms <= 0) return "-";
+  int64_t d = RealClock().NowMs() - ms;
+  if (d < 1000) return "just now";
+  return FormatDurationMs(d / 1000 * 1000) + " ago";
+}
+
+std::string GpusOf(const json& spec) {
+  const json& r = spec.value("resources", json::object());
+  std::string s;
+  auto g = r.find("gpus");
+  if (g == r.end() || g->is_null() || (g->is_number() && g->get<double>() == 0)) return "-";
+  // A share is a fraction (0.5); whole GPUs an integer.
+  s = g->is_string() ? g->get<std::string>() : g->dump();
+  if (r.contains("gpu_models")) {
+    std::string models;
+    for (const auto& m : r["gpu_models"])
+      models += (models.empty() ? "" : "|") + m.get<std::string>();
+    s += "x" + models;
+  }
+  if (r.contains("gpu_memory")) s += " (" + r["gpu_memory"].get<std::string>() + ")";
+  return s;
+}
+
+std::string StateText(const json& job) {
+  std::string s = Str(job, "state");
+  if ((s == "succeeded" || s == "failed") && job.contains("exit_code") &&
+      !job["exit_code"].is_null()) {
+    s += " (" + job["exit_code"].dump() + ")";
+  }
+  return s;
+}
+
+Result<json> SubmitFromFlags(ApiClient& api, const SubmitFlags& f, const json& extra) {
+  GP_ASSIGN_OR_RETURN(JobSpec spec, BuildSpec(f, extra));
+  if (!spec.workdir.empty()) GP_RETURN_IF_ERROR(UploadInputs(api, f, spec));
+  return api.Post("/v1/jobs", JobSpecToJson(spec));
+}
+
 int ReportError(const Status& s) {
   std::cerr << "gpupool: " << s.message() << "\n";
   return ExitCodeFor(s);
@@ -182,14 +190,9 @@ int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
         "nothing to run: give a spec file (gpupool submit job.yaml) or a command after -- "
         "(gpupool submit --gpus 1 -- python3 train.py)"));
   }
-  auto spec = BuildSpec(f);
-  if (!spec.ok()) return ReportError(spec.status());
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
-  if (!spec->workdir.empty()) {
-    if (Status s = UploadInputs(*api, f, *spec); !s.ok()) return ReportError(s);
-  }
-  auto job = api->Post("/v1/jobs", JobSpecToJson(*spec));
+  auto job = SubmitFromFlags(*api, f, json::object());
   if (!job.ok()) return ReportError(job.status());
   int64_t id = Int(*job, "id");
   if (!f.wait && !f.follow) {

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/dev.h"
 #include "cli/identity_commands.h"
+#include "cli/session_commands.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -263,6 +264,65 @@ int main(int argc, char** argv) {
   auto* cancel = app.add_subcommand("cancel", "cancel a job");
   add_global(cancel);
   cancel->add_option("id", id, "job id")->required();
+
+  // sessions, and the ways into running jobs
+  cli::SessionStartFlags ssf;
+  auto* session =
+      app.add_subcommand("session", "interactive sessions: Jupyter or a shell on a GPU");
+  session->require_subcommand(1);
+  auto* session_start = session->add_subcommand(
+      "start", "start a session and print how to connect (waits until it runs)");
+  add_global(session_start);
+  bool session_jupyter = false, session_shell = false;
+  session_start->add_flag("--jupyter", session_jupyter, "a Jupyter notebook server");
+  session_start->add_flag("--shell", session_shell, "a shell session (the default)");
+  session_start->add_option("--gpus", ssf.gpus, "number of GPUs, or a share of one: 0.5");
+  session_start->add_option("--gpu-memory", ssf.gpu_memory, "minimum memory per GPU, e.g. 24GiB");
+  session_start->add_option("--cpus", ssf.cpus, "CPUs, e.g. 4");
+  session_start->add_option("--memory", ssf.memory, "host memory, e.g. 16GiB");
+  session_start->add_option("--image", ssf.image, "run in this image (docker://REF, ...)");
+  session_start->add_option("--executor", ssf.executor,
+                            "sandbox (default), process, docker or podman");
+  session_start->add_option("--group", ssf.group, "the group (lab) whose share it uses");
+  session_start->add_option("--name", ssf.name, "session name");
+  session_start->add_option("--idle-timeout", ssf.idle_timeout,
+                            "stop it after this long without traffic (default 30m; 0 = never)");
+  session_start->add_option("--max", ssf.max, "stop it after this long in all, e.g. 8h");
+  session_start
+      ->add_option("--port", ssf.ports, "a port inside that tunnels may reach (repeatable)")
+      ->check(CLI::Range(1, 65535));
+  session_start->add_flag("--any-port", ssf.any_port, "tunnels may reach any port");
+  session_start->add_option("--env", ssf.env, "KEY=VALUE (repeatable)");
+  session_start->add_option("--workdir", ssf.workdir,
+                            "upload this directory as its work directory");
+  session_start->add_flag("--no-wait", ssf.no_wait, "return once it is submitted");
+  auto* session_list = session->add_subcommand("list", "list your sessions");
+  add_global(session_list);
+  session_list->add_flag("--all", all_users, "every user's sessions (admins)");
+  auto* session_stop = session->add_subcommand("stop", "stop a session (frees its GPUs)");
+  add_global(session_stop);
+  session_stop->add_option("id", id, "session (job) id")->required();
+  auto* session_open = session->add_subcommand(
+      "open", "print a one-time link that signs your browser in to a Jupyter session");
+  add_global(session_open);
+  session_open->add_option("id", id, "session (job) id")->required();
+  std::vector<std::string> connect_ports;
+  auto* session_connect = session->add_subcommand(
+      "connect", "forward local ports into a session: --port LOCAL:REMOTE (REMOTE may be jupyter)");
+  add_global(session_connect);
+  session_connect->add_option("id", id, "session (job) id")->required();
+  session_connect->add_option("-p,--port", connect_ports, "LOCAL:REMOTE (repeatable)");
+  bool exec_tty = false, exec_no_tty = false;
+  auto* exec_cmd =
+      app.add_subcommand("exec", "run a command in a running job: gpupool exec ID -- CMD");
+  add_global(exec_cmd);
+  exec_cmd->add_option("id", id, "job id")->required();
+  exec_cmd->add_flag("-t,--tty", exec_tty, "on a terminal (the default when stdin is one)");
+  exec_cmd->add_flag("-T,--no-tty", exec_no_tty, "without a terminal");
+  auto* shell_cmd = app.add_subcommand("shell", "an interactive shell in a running job or session");
+  add_global(shell_cmd);
+  shell_cmd->add_option("id", id, "job id")->required();
+
   auto* nodes = app.add_subcommand("nodes", "list nodes and their GPUs");
   add_global(nodes);
   std::string events_node, events_kind;
@@ -397,8 +457,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (!job_command.empty() && !submit->parsed()) {
-    std::cerr << "gpupool: only submit takes a command after --\n";
+  if (!job_command.empty() && !submit->parsed() && !exec_cmd->parsed()) {
+    std::cerr << "gpupool: only submit and exec take a command after --\n";
     return 2;
   }
   UseLogLevel(log_level);
@@ -451,6 +511,26 @@ int main(int argc, char** argv) {
   if (job->parsed()) return cli::CmdJob(g, id);
   if (logs->parsed()) return cli::CmdLogs(g, id, follow, log_rank);
   if (cancel->parsed()) return cli::CmdCancel(g, id);
+  if (session_start->parsed()) {
+    if (session_jupyter && session_shell) {
+      std::cerr << "gpupool session start: give --jupyter or --shell, not both\n";
+      return 2;
+    }
+    ssf.kind = session_jupyter ? "jupyter" : "shell";
+    return cli::CmdSessionStart(g, ssf);
+  }
+  if (session_list->parsed()) return cli::CmdSessionList(g, all_users);
+  if (session_stop->parsed()) return cli::CmdSessionStop(g, id);
+  if (session_open->parsed()) return cli::CmdSessionOpen(g, id);
+  if (session_connect->parsed()) return cli::CmdSessionConnect(g, id, connect_ports);
+  if (exec_cmd->parsed()) {
+    if (job_command.empty()) {
+      std::cerr << "gpupool exec: give the command after --: gpupool exec ID -- CMD [ARGS]\n";
+      return 2;
+    }
+    return cli::CmdExec(g, id, job_command, exec_tty, exec_no_tty);
+  }
+  if (shell_cmd->parsed()) return cli::CmdShell(g, id);
   if (nodes->parsed()) return cli::CmdNodes(g);
   if (events->parsed()) return cli::CmdEvents(g, events_node, events_kind, events_limit);
   if (queue->parsed()) return cli::CmdQueue(g);

@@ -16,12 +16,14 @@
 #include "common/ids.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
+#include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
 #include "server/blob_testing.h"
 #include "server/identity_api.h"
 #include "server/pool.h"
+#include "server/session_gateway.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -75,6 +77,7 @@ class ApiTestServer : public ::testing::Test {
     hooks.manifest_stored = [this](const std::string& id) { return blobs_->HasManifest(id); };
     hooks.job_changed = [this](int64_t job) {
       if (api_) api_->JobChanged(job);
+      if (gateway_) gateway_->JobChanged(job);
     };
     pool_ = std::make_unique<Pool>(*store_, clock_, pool_options, hooks);
     blob_api_ = std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{});
@@ -86,9 +89,21 @@ class ApiTestServer : public ::testing::Test {
                                       });
     api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, ApiOpts(), blob_api_.get(),
                                  identity_.get());
+    // The agent channel and the session gateway, routed as the server does.
+    hub_ = std::make_unique<AgentHub>(loop_, *pool_, *auth_, 60'000);
+    gateway_ = std::make_unique<SessionGateway>(loop_, *pool_, *auth_, *hub_, clock_);
     net::HttpHandlers handlers;
     handlers.on_request = [this](net::HttpRequest req, net::Responder r) {
+      if (SessionGateway::Handles(req.path)) return r(gateway_->Handle(req));
       api_->Handle(std::move(req), std::move(r));
+    };
+    handlers.on_takeover = [this](const net::HttpRequest& req) -> std::shared_ptr<net::RawHandler> {
+      return SessionGateway::Handles(req.path) ? gateway_->Takeover(req) : nullptr;
+    };
+    handlers.on_upgrade = [this](const net::HttpRequest& req)
+        -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
+      if (SessionGateway::Handles(req.path)) return gateway_->Upgrade(req);
+      return hub_->Upgrade(req);
     };
     auto http = net::HttpServer::Start(loop_, net::HttpServerOptions{}, handlers);
     ASSERT_TRUE(http.ok()) << http.status().ToString();
@@ -100,11 +115,14 @@ class ApiTestServer : public ::testing::Test {
   void Stop() {
     if (!thread_.joinable()) return;
     OnLoop([this] {
+      hub_->CloseAll();
       http_->Close();
       return 0;
     });
     loop_.Stop();
     thread_.join();
+    gateway_.reset();
+    hub_.reset();
     api_.reset();
     identity_.reset();
     blob_api_.reset();
@@ -168,6 +186,8 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<BlobApi> blob_api_;
   std::unique_ptr<IdentityApi> identity_;
   std::unique_ptr<Api> api_;
+  std::unique_ptr<AgentHub> hub_;
+  std::unique_ptr<SessionGateway> gateway_;
   std::unique_ptr<net::HttpServer> http_;
   std::thread thread_;
   std::string base_;

@@ -640,8 +640,9 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
           r.finished_ms = now;
         }
         if (report && report->state == "exited") attempt.exit_code = report->exit_code;
-        // A preempted attempt keeps the preemption message as its reason.
-        if (report && action.close_as != AttemptState::kPreempted) {
+        // A preempted attempt, or one the server ended, keeps the server's
+        // message as its reason.
+        if (report && action.close_as != AttemptState::kPreempted && event != JobEvent::kEnded) {
           attempt.reason = ExitReason(*report);
         }
         GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
@@ -658,7 +659,10 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
   if (IsTerminal(job.state)) {
     job.finished_ms = now;
     job.exit_code = attempt.exit_code;
-    job.reason = job.state == JobState::kSucceeded ? "" : (report ? ExitReason(*report) : "");
+    job.reason = job.state == JobState::kSucceeded ? ""
+                 : event == JobEvent::kEnded       ? attempt.reason
+                 : report                          ? ExitReason(*report)
+                                                   : "";
   } else if (event == JobEvent::kPreempted) {
     job.reason = "requeued: attempt " + attempt.id + " was " + attempt.reason;
   } else if (event == JobEvent::kPreempt) {

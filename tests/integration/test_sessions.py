@@ -5,10 +5,12 @@ timeout, and a provider's reclaim ending a connected session."""
 import hashlib
 import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -107,11 +109,16 @@ class Tmux:
 def test_shell_on_a_real_terminal(pool):
     start(pool)
     job_id = start_session(pool)
-    # After the shell: its exit code, and whether the terminal is cooked again.
-    pane = Tmux(pool, f"{GPUPOOL} shell {job_id}; echo \"EXIT=$?\"; "
-                      "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\{0,1\\}icanon' | sed 's/^/MODE=/'; "
+    # After each shell: its exit code, and whether the terminal is cooked
+    # again. The first one fails (no such job) after raw mode was set.
+    mode = "stty -a | tr ' ;' '\\n\\n' | grep -x -- '-\\{0,1\\}icanon'"
+    pane = Tmux(pool, f"{GPUPOOL} shell 999; echo \"BAD=$?\"; {mode} | sed 's/^/MODE0=/'; "
+                      f"{GPUPOOL} shell {job_id}; echo \"EXIT=$?\"; {mode} | sed 's/^/MODE=/'; "
                       "sleep 60")
     try:
+        pane.wait(r"^BAD=255\s*$")
+        pane.wait(r"^MODE0=icanon\s*$", timeout=5)
+        assert "job 999 does not exist" in pane.screen()
         pane.line("echo \"ID=$GPUPOOL_JOB_ID\"")
         pane.wait(rf"^ID={job_id}\s*$")
         pane.line("echo \"SZ=$(stty size)\"")
@@ -232,6 +239,56 @@ def test_session_connect_forwards_a_declared_port_only(pool):
         assert p.returncode != 0 and "port 9999" in err and "declared" in err, (p.returncode, err)
     finally:
         p.kill()
+
+
+def test_session_connect_ends_when_the_session_does(pool):
+    start(pool)
+    job_id = start_session(pool, "--port", "8123")
+    p, port = forward(pool, job_id, "0:8123")
+    try:
+        t0 = time.time()
+        pool.cli("session", "stop", str(job_id), check=True)
+        _, err = p.communicate(timeout=20)
+        took = time.time() - t0
+        assert p.returncode != 0 and "session ended" in err, (p.returncode, err)
+        assert took < 8, took  # polled every few seconds
+    finally:
+        p.kill()
+
+
+@pytest.mark.skipif(shutil.which("jupyter-notebook") is None, reason="jupyter-notebook is not installed")
+def test_session_connect_to_jupyter_prints_a_working_url(pool):
+    start(pool)
+    r = pool.cli("session", "start", "--jupyter", "--gpus", "1", "--no-wait", check=True)
+    job_id = int(r.stdout.strip().splitlines()[-1])
+    pool.wait_state(job_id, "running", timeout=60)
+    p = subprocess.Popen([GPUPOOL, "session", "connect", str(job_id)], env=pool.cli_env(),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stdout.readline().strip()
+        assert re.match(rf"Forwarding 127\.0\.0\.1:\d+ -> job {job_id} jupyter$", first), first
+        url = p.stdout.readline().strip()
+        m = re.match(rf"Jupyter: (http://127\.0\.0\.1:\d+/v1/sessions/{job_id}/proxy/)\?token=(\S+)$", url)
+        assert m, url
+        base, token = m.groups()
+
+        def status():
+            req = urllib.request.Request(base + "api/status", headers={"Authorization": "token " + token})
+            try:
+                with urllib.request.urlopen(req, timeout=20) as resp:
+                    return resp.status == 200 and b"kernels" in resp.read()
+            except OSError:
+                return False
+        wait_for(status, timeout=60, interval=0.5, what="Jupyter through the forwarded port")
+        # Jupyter checks the token: without it, no API.
+        try:
+            urllib.request.urlopen(base + "api/kernels", timeout=20)
+            assert False, "Jupyter answered without its token"
+        except urllib.error.HTTPError as e:
+            assert e.code in (401, 403), e.code
+    finally:
+        p.terminate()
+        p.communicate(timeout=10)
 
 
 def test_another_users_token_is_refused(pool):

@@ -93,7 +93,13 @@ class ExecClient : public net::WsHandler {
 
   void OnClose(std::string reason) override {
     conn_.reset();
-    if (finishing_) return MaybeStop();
+    if (finishing_) {
+      // After the exit frame the agent may still say why the command ended
+      // ("session ended: the provider reclaimed the GPU ..."): worth showing.
+      if (exit_code_ && outcome_.message.empty())
+        outcome_.message = DescribeWsEnd(reason, true).message;
+      return MaybeStop();
+    }
     if (exit_code_) return Finish(*exit_code_, "");
     WsEnd end = DescribeWsEnd(reason, opened_);
     Finish(kConnectionFailed, end.message.empty() ? "connection to the server lost" : end.message);
@@ -122,6 +128,7 @@ class ExecClient : public net::WsHandler {
     stdin_.Stop();
     stdout_.Stop();
     stderr_.Stop();
+    if (conn_) conn_->Close("");  // the server did not close after the exit frame
   }
 
   const ExecOutcome& outcome() const { return outcome_; }
@@ -186,9 +193,11 @@ class ExecClient : public net::WsHandler {
     outcome_.message = std::move(message);
     stdin_.Stop();
     if (conn_) {
-      // A clean end for the server too; the command may be long gone.
       conn_->PauseReading(false);
-      conn_->Close("");
+      // After an exit frame the server closes, with the agent's reason; on
+      // any other end we close at once. Either way the close handshake
+      // gets a moment to finish, so that the server sees a clean end.
+      if (!exit_code_) conn_->Close("");
       loop_.RunAfter(kCloseWaitMs, [this] {
         close_waited_ = true;
         MaybeStop();

@@ -554,9 +554,13 @@ void TunnelEndpoint::MaybeFinish(Stream& s) {
     return;
   }
   if (!drained) return;
-  // A sandbox's commands die of SIGKILL with their task, a moment before
-  // the task's end is known here: wait for it, so the user reads why.
-  if (*s.exit_code == 128 + SIGKILL && !s.waited_for_task) {
+  // A sandbox's commands die of SIGKILL with their task, or of the stop's
+  // SIGTERM when the provider takes the GPU back, a moment before the
+  // task's end is known here: wait for it, so the user reads why.
+  auto task = tasks_.tasks().find(s.attempt);
+  bool vacating = task != tasks_.tasks().end() && !task->second.vacate_reason.empty();
+  bool by_signal = *s.exit_code == 128 + SIGKILL || (*s.exit_code > 128 && vacating);
+  if (by_signal && !s.waited_for_task) {
     s.waited_for_task = true;
     uint32_t id = s.id;
     s.timer = loop_.RunAfter(kTaskEndWaitMs, [this, id] {

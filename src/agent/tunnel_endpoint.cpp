@@ -28,9 +28,9 @@ using proto::ExecFrameType;
 using proto::TunnelTarget;
 
 // A descriptor is read while its stream has fewer unsent bytes than this:
-// two data frames, enough to keep the channel busy without queueing more.
-constexpr size_t kReadAhead = 64 * 1024;
-constexpr size_t kReadChunk = 16 * 1024;
+// a few data frames, enough to keep the channel busy without queueing more.
+constexpr size_t kReadAhead = 256 * 1024;
+constexpr size_t kReadChunk = 64 * 1024;  // one data frame (TunnelMuxOptions::max_frame)
 // After an exec'd command exited, how long its output may still drain
 // (a background process can hold a terminal open forever).
 constexpr int64_t kDrainMs = 500;

@@ -33,6 +33,10 @@ Status TunnelRelay::Start(AgentHub& hub, const std::string& node_id,
 void TunnelRelay::FromUser(std::string_view bytes) {
   if (stream_closed_ || bytes.empty()) return;
   on_bytes_(bytes.size());
+  if (pending_.empty() && stream_) {
+    // The usual case: the stream takes it all, with no copy kept here.
+    bytes.remove_prefix(stream_->Write(bytes));
+  }
   pending_.append(bytes);
   Flush();
 }

@@ -88,6 +88,26 @@ std::string HttpError(int status, const std::string& text) {
          std::to_string(text.size() + 1) + "\r\n\r\n" + text + "\n";
 }
 
+// The relay's view of a user's connection, WebSocket or raw: `send` writes
+// to it; both kinds have queued_bytes() and PauseReading().
+template <typename Conn>
+TunnelRelay::User UserOf(std::weak_ptr<Conn> weak, void (Conn::*send)(std::string),
+                         std::function<void(const std::string&)> close) {
+  TunnelRelay::User user;
+  user.send = [weak, send](std::string bytes) {
+    if (auto c = weak.lock()) (c.get()->*send)(std::move(bytes));
+  };
+  user.queued = [weak]() -> size_t {
+    auto c = weak.lock();
+    return c ? c->queued_bytes() : 0;
+  };
+  user.pause_reading = [weak](bool paused) {
+    if (auto c = weak.lock()) c->PauseReading(paused);
+  };
+  user.close = std::move(close);
+  return user;
+}
+
 }  // namespace
 
 // A CLI's WebSocket relayed to a stream into the job (connect, exec).
@@ -128,25 +148,12 @@ class SessionGateway::WsTunnel : public net::WsHandler,
  private:
   void Begin(const proto::TunnelTarget& target) {
     std::weak_ptr<net::WsConnection> weak = conn_;
-    TunnelRelay::User user;
-    user.send = [weak](std::string bytes) {
-      if (auto c = weak.lock()) c->SendBinary(std::move(bytes));
-    };
-    user.queued = [weak]() -> size_t {
-      auto c = weak.lock();
-      return c ? c->queued_bytes() : 0;
-    };
-    user.pause_reading = [weak](bool paused) {
-      if (auto c = weak.lock()) c->PauseReading(paused);
-    };
-    user.close = [weak](const std::string& reason) {
-      // A close frame's reason holds at most 123 bytes.
-      if (auto c = weak.lock()) c->Close(reason.substr(0, 120));
-    };
-    int64_t job = where_.job.id;
-    SessionGateway* gw = &gw_;
-    relay_ = std::make_shared<TunnelRelay>(std::move(user), [gw, job](size_t) { gw->Touch(job); });
-    gw_.Touch(job);
+    relay_ = gw_.NewRelay(where_.job.id, UserOf(weak, &net::WsConnection::SendBinary,
+                                                [weak](const std::string& reason) {
+                                                  // A close frame's reason holds at most 123 bytes.
+                                                  if (auto c = weak.lock())
+                                                    c->Close(reason.substr(0, 120));
+                                                }));
     if (Status s = relay_->Start(gw_.hub_, where_.node_id, target); !s.ok()) {
       relay_.reset();
       Refuse(s.message());
@@ -175,28 +182,17 @@ class SessionGateway::ProxyConnection : public net::RawHandler {
   void OnOpen(std::shared_ptr<net::RawConnection> conn) override {
     conn_ = conn;
     std::weak_ptr<net::RawConnection> weak = conn;
-    TunnelRelay::User user;
-    user.send = [weak](std::string bytes) {
-      if (auto c = weak.lock()) c->Write(std::move(bytes));
-    };
-    user.queued = [weak]() -> size_t {
-      auto c = weak.lock();
-      return c ? c->queued_bytes() : 0;
-    };
-    user.pause_reading = [weak](bool paused) {
-      if (auto c = weak.lock()) c->PauseReading(paused);
-    };
-    user.close = [this, weak](const std::string& reason) {
-      auto c = weak.lock();
-      if (!c) return;
-      // Before any answer, the browser gets the reason as an error page.
-      if (!reason.empty() && relay_ && relay_->bytes_to_user() == 0)
-        c->Write(HttpError(502, reason));
-      c->Close();
-    };
-    int64_t job = where_.job.id;
-    SessionGateway* gw = &gw_;
-    relay_ = std::make_shared<TunnelRelay>(std::move(user), [gw, job](size_t) { gw->Touch(job); });
+    relay_ = gw_.NewRelay(
+        where_.job.id,
+        UserOf(weak, &net::RawConnection::Write, [this, weak](const std::string& reason) {
+          auto c = weak.lock();
+          if (!c) return;
+          // Before any answer, the browser gets the
+          // reason as an error page.
+          if (!reason.empty() && relay_ && relay_->bytes_to_user() == 0)
+            c->Write(HttpError(502, reason));
+          c->Close();
+        }));
     proto::TunnelTarget target;
     target.attempt_id = where_.attempt_id;
     target.kind = proto::TunnelTarget::Kind::kJupyter;
@@ -247,6 +243,11 @@ SessionGateway::SessionGateway(net::EventLoop& loop, Pool& pool, Auth& auth, Age
 }
 
 SessionGateway::~SessionGateway() = default;
+
+std::shared_ptr<TunnelRelay> SessionGateway::NewRelay(int64_t job_id, TunnelRelay::User user) {
+  Touch(job_id);
+  return std::make_shared<TunnelRelay>(std::move(user), [this, job_id](size_t) { Touch(job_id); });
+}
 
 bool SessionGateway::Handles(const std::string& path) { return ParseRoute(path).has_value(); }
 

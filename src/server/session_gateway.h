@@ -40,6 +40,7 @@
 #include "server/agent_hub.h"
 #include "server/auth.h"
 #include "server/pool.h"
+#include "server/tunnel_relay.h"
 
 namespace gpupool::server {
 
@@ -93,6 +94,8 @@ class SessionGateway {
   Result<Target> ResolveProxy(const net::HttpRequest& req, int64_t job_id);
   Status CheckPort(const Job& job, int port) const;
   void Track(const Job& job);
+  // A relay for one of the job's tunnels; its bytes mark the job active.
+  std::shared_ptr<TunnelRelay> NewRelay(int64_t job_id, TunnelRelay::User user);
 
   net::EventLoop& loop_;
   Pool& pool_;

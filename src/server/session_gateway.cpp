@@ -47,17 +47,27 @@ std::string ProxyPrefix(int64_t job_id) {
   return "/v1/sessions/" + std::to_string(job_id) + "/proxy/";
 }
 
-// The value of cookie `name` in a Cookie header ("a=1; b=2"), or "".
-std::string CookieValue(const std::string& header, std::string_view name) {
-  size_t pos = 0;
-  while (pos < header.size()) {
-    size_t end = header.find(';', pos);
-    if (end == std::string::npos) end = header.size();
-    std::string_view item(header.data() + pos, end - pos);
+// The items of a Cookie header ("a=1; b=2" -> "a=1", "b=2").
+std::vector<std::string_view> CookieItems(std::string_view header) {
+  std::vector<std::string_view> out;
+  while (!header.empty()) {
+    size_t end = std::min(header.find(';'), header.size());
+    std::string_view item = header.substr(0, end);
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    if (item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=')
-      return std::string(item.substr(name.size() + 1));
-    pos = end + 1;
+    if (!item.empty()) out.push_back(item);
+    header.remove_prefix(std::min(end + 1, header.size()));
+  }
+  return out;
+}
+
+bool IsCookie(std::string_view item, std::string_view name) {
+  return item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=';
+}
+
+// The value of cookie `name` in a Cookie header, or "".
+std::string CookieValue(const std::string& header, std::string_view name) {
+  for (std::string_view item : CookieItems(header)) {
+    if (IsCookie(item, name)) return std::string(item.substr(name.size() + 1));
   }
   return "";
 }
@@ -65,18 +75,10 @@ std::string CookieValue(const std::string& header, std::string_view name) {
 // The Cookie header without cookie `name` (Jupyter need not see ours).
 std::string WithoutCookie(const std::string& header, std::string_view name) {
   std::string out;
-  size_t pos = 0;
-  while (pos < header.size()) {
-    size_t end = header.find(';', pos);
-    if (end == std::string::npos) end = header.size();
-    std::string_view item(header.data() + pos, end - pos);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    bool ours = item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=';
-    if (!item.empty() && !ours) {
-      if (!out.empty()) out += "; ";
-      out += item;
-    }
-    pos = end + 1;
+  for (std::string_view item : CookieItems(header)) {
+    if (IsCookie(item, name)) continue;
+    if (!out.empty()) out += "; ";
+    out += item;
   }
   return out;
 }

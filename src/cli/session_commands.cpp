@@ -63,6 +63,16 @@ void PrintHowToConnect(const json& job, const std::string& server) {
   }
 }
 
+// A Jupyter session's notebook server takes a moment after the job runs:
+// wait until it answers through the proxy, so the links printed work at
+// once. Gives up quietly at the deadline (the session still starts).
+void WaitForJupyter(ApiClient& api, const std::string& id, int64_t deadline_ms) {
+  while (RealClock().NowMs() < deadline_ms) {
+    if (api.Get("/v1/sessions/" + id + "/proxy/api/status", 10'000).ok()) return;
+    ::usleep(100'000);
+  }
+}
+
 }  // namespace
 
 int CmdSessionStart(const GlobalFlags& g, const SessionStartFlags& f) {
@@ -103,6 +113,7 @@ int CmdSessionStart(const GlobalFlags& g, const SessionStartFlags& f) {
     if (!cur.ok()) return ReportError(cur.status());
     std::string state = Str(*cur, "state");
     if (state == "running") {
+      if (Kind(*cur) == "jupyter") WaitForJupyter(*api, id, deadline);
       if (g.output == "json") {
         std::cout << cur->dump(2) << "\n";
       } else {

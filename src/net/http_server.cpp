@@ -99,21 +99,53 @@ Result<asio::ip::address> ListenAddress(asio::io_context& ioc, const std::string
   return results.begin()->endpoint().address();
 }
 
-Status BindAcceptor(tcp::acceptor& acceptor, const tcp::endpoint& ep) {
+Status AcceptLoop::Bind(const tcp::endpoint& ep) {
   beast::error_code ec;
   auto fail = [&](std::string_view what) {
     return Status::Unavailable("cannot listen on " + EndpointText(ep) + ": " + std::string(what) +
                                ": " + ec.message());
   };
-  acceptor.open(ep.protocol(), ec);
+  acceptor_.open(ep.protocol(), ec);
   if (ec) return fail("open");
-  acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
   if (ec) return fail("setsockopt");
-  acceptor.bind(ep, ec);
+  acceptor_.bind(ep, ec);
   if (ec) return fail("bind");
-  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return fail("listen");
+  port_ = acceptor_.local_endpoint(ec).port();
   return Status::Ok();
+}
+
+void AcceptLoop::Start() {
+  acceptor_.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    self->OnAccept(ec, std::move(socket));
+  });
+}
+
+void AcceptLoop::Close() {
+  if (closed_) return;
+  closed_ = true;
+  beast::error_code ignored;
+  acceptor_.close(ignored);
+  retry_timer_.cancel();
+}
+
+void AcceptLoop::OnAccept(beast::error_code ec, tcp::socket socket) {
+  if (closed_) return;
+  if (ec) {
+    GP_LOG(kWarn) << "accept failed: " << ec.message();
+    retry_timer_.expires_after(std::chrono::milliseconds(100));
+    retry_timer_.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
+      if (!wait_ec && !self->closed_) self->Start();
+    });
+    return;
+  }
+  beast::error_code ignored;
+  auto remote = socket.remote_endpoint(ignored);
+  std::string peer = ignored ? std::string("unknown") : EndpointText(remote);
+  on_socket_(std::move(socket), std::move(peer));
+  if (!closed_) Start();
 }
 
 HttpResponse ErrorResponse(int status, std::string_view message) {
@@ -549,34 +581,36 @@ class HttpSession : public internal::Session,
   bool watching_ = false;  // WatchPeer's read is pending
 };
 
-// The acceptor, shared with its pending accept so the HttpServer object can
-// be destroyed while an accept is outstanding.
-class Listener : public std::enable_shared_from_this<Listener> {
+// The server's accept loop, and its shutdown of every connection.
+class Listener {
  public:
   Listener(asio::io_context& ioc, std::shared_ptr<ServerCore> core)
-      : core_(std::move(core)), acceptor_(ioc), retry_timer_(ioc) {}
+      : core_(core),
+        accept_(std::make_shared<internal::AcceptLoop>(
+            ioc, [core](tcp::socket socket, std::string peer) {
+              if (core->closed) return;
+              beast::error_code ignored;
+              socket.set_option(tcp::no_delay(true), ignored);
+              if (core->tls) {
+                internal::TlsStream stream(beast::tcp_stream(std::move(socket)), *core->tls);
+                std::make_shared<HttpSession<internal::TlsStream>>(core, std::move(stream),
+                                                                   std::move(peer))
+                    ->Start();
+              } else {
+                std::make_shared<HttpSession<beast::tcp_stream>>(
+                    core, beast::tcp_stream(std::move(socket)), std::move(peer))
+                    ->Start();
+              }
+            })) {}
 
-  Status Bind(const tcp::endpoint& ep) {
-    GP_RETURN_IF_ERROR(internal::BindAcceptor(acceptor_, ep));
-    beast::error_code ec;
-    port_ = acceptor_.local_endpoint(ec).port();
-    return Status::Ok();
-  }
-
-  uint16_t port() const { return port_; }
-
-  void DoAccept() {
-    acceptor_.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-      self->OnAccept(ec, std::move(socket));
-    });
-  }
+  Status Bind(const tcp::endpoint& ep) { return accept_->Bind(ep); }
+  uint16_t port() const { return accept_->port(); }
+  void Start() { accept_->Start(); }
 
   void Close() {
     if (core_->closed) return;
     core_->closed = true;
-    beast::error_code ignored;
-    acceptor_.close(ignored);
-    retry_timer_.cancel();
+    accept_->Close();
     // Copy first: shutting a session down may destroy it, which edits the map.
     std::vector<std::weak_ptr<internal::Session>> sessions;
     sessions.reserve(core_->sessions.size());
@@ -587,37 +621,8 @@ class Listener : public std::enable_shared_from_this<Listener> {
   }
 
  private:
-  void OnAccept(beast::error_code ec, tcp::socket socket) {
-    if (core_->closed) return;
-    if (ec) {
-      // E.g. out of file descriptors: back off instead of spinning.
-      GP_LOG(kWarn) << "accept failed: " << ec.message();
-      retry_timer_.expires_after(Millis(100));
-      retry_timer_.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
-        if (!wait_ec && !self->core_->closed) self->DoAccept();
-      });
-      return;
-    }
-    beast::error_code ignored;
-    socket.set_option(tcp::no_delay(true), ignored);
-    auto remote = socket.remote_endpoint(ignored);
-    std::string peer = ignored ? std::string("unknown") : internal::EndpointText(remote);
-    if (core_->tls) {
-      internal::TlsStream stream(beast::tcp_stream(std::move(socket)), *core_->tls);
-      std::make_shared<HttpSession<internal::TlsStream>>(core_, std::move(stream), std::move(peer))
-          ->Start();
-    } else {
-      std::make_shared<HttpSession<beast::tcp_stream>>(core_, beast::tcp_stream(std::move(socket)),
-                                                       std::move(peer))
-          ->Start();
-    }
-    DoAccept();
-  }
-
   std::shared_ptr<ServerCore> core_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_timer_;
-  uint16_t port_ = 0;
+  std::shared_ptr<internal::AcceptLoop> accept_;
 };
 
 class HttpServerImpl : public HttpServer {
@@ -653,7 +658,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(EventLoop& loop, HttpServe
   core->handlers = std::move(handlers);
   auto listener = std::make_shared<Listener>(ioc, core);
   GP_RETURN_IF_ERROR(listener->Bind(tcp::endpoint(address, core->options.port)));
-  listener->DoAccept();
+  listener->Start();
   return std::unique_ptr<HttpServer>(std::make_unique<HttpServerImpl>(std::move(listener)));
 }
 

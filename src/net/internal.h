@@ -6,10 +6,12 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -75,8 +77,32 @@ void TakeOverConnection(std::shared_ptr<ServerCore> core, TlsStream stream, std:
 // The address to listen on for `host` (an IP address, or a name resolved
 // now). InvalidArgument when it does not resolve.
 Result<asio::ip::address> ListenAddress(asio::io_context& ioc, const std::string& host);
-// Opens, binds and listens; Unavailable names the step that failed.
-Status BindAcceptor(tcp::acceptor& acceptor, const tcp::endpoint& ep);
+// A listening socket that accepts until closed and hands each connection,
+// with its peer's address, to `on_socket`. A failed accept (e.g. out of file
+// descriptors) is retried 100 ms later instead of spinning. Shared with its
+// pending accept, so its owner may go while one is outstanding. Used by
+// HttpServer and TcpListen.
+class AcceptLoop : public std::enable_shared_from_this<AcceptLoop> {
+ public:
+  using OnSocket = std::function<void(tcp::socket socket, std::string peer)>;
+  AcceptLoop(asio::io_context& ioc, OnSocket on_socket)
+      : acceptor_(ioc), retry_timer_(ioc), on_socket_(std::move(on_socket)) {}
+  // Opens, binds and listens; Unavailable names the step that failed.
+  Status Bind(const tcp::endpoint& ep);
+  uint16_t port() const { return port_; }
+  void Start();
+  // Stops accepting; connections already handed over are not touched.
+  void Close();
+
+ private:
+  void OnAccept(beast::error_code ec, tcp::socket socket);
+
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  OnSocket on_socket_;
+  uint16_t port_ = 0;
+  bool closed_ = false;
+};
 
 // {"error":"<message>"} with `status`, for errors net/ answers by itself.
 HttpResponse ErrorResponse(int status, std::string_view message);

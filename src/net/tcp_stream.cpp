@@ -313,75 +313,16 @@ class RawSession : public internal::Session,
 
 using PlainSession = RawSession<beast::tcp_stream>;
 
-// The acceptor, shared with its pending accept so the TcpListener object
-// can be destroyed while an accept is outstanding.
-class Acceptor : public std::enable_shared_from_this<Acceptor> {
- public:
-  Acceptor(asio::io_context& ioc, std::function<std::shared_ptr<RawHandler>()> make_handler)
-      : acceptor_(ioc), retry_timer_(ioc), make_handler_(std::move(make_handler)) {}
-
-  Status Bind(const tcp::endpoint& ep) {
-    GP_RETURN_IF_ERROR(internal::BindAcceptor(acceptor_, ep));
-    beast::error_code ec;
-    port_ = acceptor_.local_endpoint(ec).port();
-    return Status::Ok();
-  }
-
-  uint16_t port() const { return port_; }
-
-  void DoAccept() {
-    acceptor_.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-      self->OnAccept(ec, std::move(socket));
-    });
-  }
-
-  void Close() {
-    if (closed_) return;
-    closed_ = true;
-    beast::error_code ignored;
-    acceptor_.close(ignored);
-    retry_timer_.cancel();
-  }
-
- private:
-  void OnAccept(beast::error_code ec, tcp::socket socket) {
-    if (closed_) return;
-    if (ec) {
-      // E.g. out of file descriptors: back off instead of spinning.
-      GP_LOG(kWarn) << "accept failed: " << ec.message();
-      retry_timer_.expires_after(Millis(100));
-      retry_timer_.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
-        if (!wait_ec && !self->closed_) self->DoAccept();
-      });
-      return;
-    }
-    beast::error_code ignored;
-    auto remote = socket.remote_endpoint(ignored);
-    std::string peer = ignored ? std::string("unknown") : internal::EndpointText(remote);
-    if (auto handler = make_handler_()) {
-      std::make_shared<PlainSession>(nullptr, beast::tcp_stream(std::move(socket)),
-                                     std::move(handler), std::move(peer))
-          ->Start("");
-    }  // else the socket closes here
-    if (!closed_) DoAccept();
-  }
-
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_timer_;
-  std::function<std::shared_ptr<RawHandler>()> make_handler_;
-  uint16_t port_ = 0;
-  bool closed_ = false;
-};
-
 class TcpListenerImpl : public TcpListener {
  public:
-  explicit TcpListenerImpl(std::shared_ptr<Acceptor> acceptor) : acceptor_(std::move(acceptor)) {}
+  explicit TcpListenerImpl(std::shared_ptr<internal::AcceptLoop> acceptor)
+      : acceptor_(std::move(acceptor)) {}
   ~TcpListenerImpl() override { acceptor_->Close(); }
   uint16_t port() const override { return acceptor_->port(); }
   void Close() override { acceptor_->Close(); }
 
  private:
-  std::shared_ptr<Acceptor> acceptor_;
+  std::shared_ptr<internal::AcceptLoop> acceptor_;
 };
 
 // Resolves and connects, then hands the stream to a PlainSession.
@@ -451,9 +392,16 @@ Result<std::unique_ptr<TcpListener>> TcpListen(
     std::function<std::shared_ptr<RawHandler>()> make_handler) {
   asio::io_context& ioc = internal::IoContext(loop);
   GP_ASSIGN_OR_RETURN(asio::ip::address address, internal::ListenAddress(ioc, host));
-  auto acceptor = std::make_shared<Acceptor>(ioc, std::move(make_handler));
+  auto acceptor = std::make_shared<internal::AcceptLoop>(
+      ioc, [make_handler = std::move(make_handler)](tcp::socket socket, std::string peer) {
+        if (auto handler = make_handler()) {
+          std::make_shared<PlainSession>(nullptr, beast::tcp_stream(std::move(socket)),
+                                         std::move(handler), std::move(peer))
+              ->Start("");
+        }  // else the socket closes here
+      });
   GP_RETURN_IF_ERROR(acceptor->Bind(tcp::endpoint(address, port)));
-  acceptor->DoAccept();
+  acceptor->Start();
   return std::unique_ptr<TcpListener>(std::make_unique<TcpListenerImpl>(std::move(acceptor)));
 }
 

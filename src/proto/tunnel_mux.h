@@ -55,7 +55,7 @@ std::string EncodeTunnelFrame(const TunnelFrame& f);
 Result<TunnelFrame> DecodeTunnelFrame(std::string_view bytes);
 
 struct TunnelMuxOptions {
-  uint32_t window = 512 * 1024;    // what the peer may have in flight per stream, to us
+  uint32_t window = 256 * 1024;    // what the peer may have in flight per stream, to us
   uint32_t max_frame = 64 * 1024;  // data bytes per frame
   size_t max_buffered = 1 << 20;   // per stream: written, not yet sent (Write's limit)
   bool opens_odd = true;           // the server opens odd ids, the agent even ones

@@ -28,6 +28,17 @@
 
 namespace gpupool::server {
 
+// The hello of node "a", the fixture's enrolled agent: 8 CPUs, 32 GiB, one A100.
+inline proto::Hello NodeAHello() {
+  proto::Hello h;
+  h.node_name = "a";
+  h.agent_instance = "i1";
+  h.cpu_milli = 8000;
+  h.memory_mib = 32768;
+  h.gpus.push_back({0, "a-gpu0", "A100", 81920, 8, 0, true});
+  return h;
+}
+
 class ApiTestServer : public ::testing::Test {
  protected:
   void SetUp() override { Start(Options()); }
@@ -157,13 +168,7 @@ class ApiTestServer : public ::testing::Test {
     spec.name = "j";
     spec.resources.gpus = 1;
     return OnLoop([&] {
-      proto::Hello h;
-      h.node_name = "a";
-      h.agent_instance = "i1";
-      h.cpu_milli = 8000;
-      h.memory_mib = 32768;
-      h.gpus.push_back({0, "a-gpu0", "A100", 81920, 8, 0, true});
-      auto node = pool_->AgentHello(h);
+      auto node = pool_->AgentHello(NodeAHello());
       EXPECT_TRUE(node.ok());
       EXPECT_TRUE(pool_->Submit(spec, "alice").ok());
       EXPECT_EQ(*pool_->Schedule(), 1);

@@ -26,12 +26,7 @@ class ScriptedAgent : public net::WsHandler {
 
   void OnOpen(std::shared_ptr<net::WsConnection> conn) override {
     conn_ = std::move(conn);
-    proto::Hello h;
-    h.node_name = "a";
-    h.agent_instance = "i1";
-    h.cpu_milli = 8000;
-    h.memory_mib = 32768;
-    h.gpus.push_back({0, "a-gpu0", "A100", 81920, 8, 0, true});
+    proto::Hello h = NodeAHello();
     proto::TaskReport running;
     running.attempt_id = "1.1";
     running.state = "running";

@@ -4,11 +4,19 @@
 #include <cstdio>
 #include <ctime>
 
+#include <time.h>
+
 namespace gpupool {
 
 int64_t RealClock::NowMs() const {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+int64_t RealClock::MonoMs() const {
+  timespec ts{};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1'000'000;
 }
 
 std::string FormatTimestampMs(int64_t epoch_ms) {

@@ -26,6 +26,35 @@ TEST(FakeClock, AdvanceAndSet) {
   EXPECT_EQ(c.NowMs(), 40);
 }
 
+TEST(FakeClock, TimePassingMovesBothClocksAJumpOnlyTheWall) {
+  FakeClock clock(5'000);
+  const int64_t mono = clock.MonoMs();
+  clock.AdvanceMs(100);
+  EXPECT_EQ(clock.MonoMs(), mono + 100);
+  clock.SetMs(10'000);  // time passes up to 10 s
+  EXPECT_EQ(clock.MonoMs(), mono + 5'000);
+  clock.JumpWallMs(-3'600'000);  // an operator steps the clock back an hour
+  EXPECT_EQ(clock.NowMs(), 10'000 - 3'600'000);
+  EXPECT_EQ(clock.MonoMs(), mono + 5'000);
+}
+
+TEST(SteadyWallClock, FollowsTheMonotonicClockNotJumps) {
+  FakeClock system(1'000'000);
+  SteadyWallClock steady(system);
+  EXPECT_EQ(steady.NowMs(), 1'000'000);
+  system.AdvanceMs(2'000);
+  EXPECT_EQ(steady.NowMs(), 1'002'000);
+  EXPECT_EQ(steady.SystemClockSkewMs(), 0);
+  system.JumpWallMs(6 * 3'600'000);
+  EXPECT_EQ(steady.NowMs(), 1'002'000);  // a duration measured across it is unchanged
+  EXPECT_EQ(steady.SystemClockSkewMs(), 6 * 3'600'000);
+  system.JumpWallMs(-12 * 3'600'000);
+  system.AdvanceMs(500);
+  EXPECT_EQ(steady.NowMs(), 1'002'500);
+  EXPECT_EQ(steady.SystemClockSkewMs(), -6 * 3'600'000);
+  EXPECT_EQ(steady.MonoMs(), system.MonoMs());
+}
+
 TEST(FakeClock, ConcurrentAdvances) {
   FakeClock clock(0);
   std::vector<std::thread> threads;
@@ -45,6 +74,16 @@ TEST(RealClock, IsNearNowAndMonotonicEnough) {
   EXPECT_GT(a, 1'600'000'000'000);  // after 2020
   EXPECT_LT(a, 4'102'444'800'000);  // before 2100
   EXPECT_GE(b, a - 1000);
+}
+
+TEST(RealClock, MonotonicNeverGoesBack) {
+  RealClock clock;
+  int64_t last = clock.MonoMs();
+  for (int i = 0; i < 1000; ++i) {
+    int64_t now = clock.MonoMs();
+    EXPECT_GE(now, last);
+    last = now;
+  }
 }
 
 TEST(FormatTimestampMs, Examples) {

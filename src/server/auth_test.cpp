@@ -78,6 +78,21 @@ TEST(RateLimiterTest, BurstThenRateWithRetryAfter) {
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(off.Take("a"), 0);
 }
 
+// Issue 19, hole 11: the wall clock stepped back by hours must not lock a
+// client out for those hours, nor stepped forward refill its bucket.
+TEST(RateLimiterTest, WallClockJumpsNeitherRefillNorDrain) {
+  FakeClock clock;
+  RateLimiter limiter(clock, {1.0, 2.0});  // 1/s, burst 2
+  EXPECT_EQ(limiter.Take("a"), 0);
+  EXPECT_EQ(limiter.Take("a"), 0);
+  EXPECT_EQ(limiter.Take("a"), 1000);
+  clock.JumpWallMs(6 * 3'600'000);
+  EXPECT_EQ(limiter.Take("a"), 1000) << "a jump forward is no time passing";
+  clock.JumpWallMs(-12 * 3'600'000);
+  clock.AdvanceMs(1000);
+  EXPECT_EQ(limiter.Take("a"), 0) << "a jump back takes no time away";
+}
+
 TEST(ServerTlsTest, MakesItsCaOnceAndAServerCertificateEachStart) {
   testing::TempDir dir;
   auto first = SetUpServerTls(dir.path(), {"pool.example.edu", "10.1.2.3"}, "", "");

@@ -7,7 +7,7 @@ namespace gpupool::server {
 
 int64_t RateLimiter::Take(const std::string& key) {
   if (limit_.per_second <= 0) return 0;
-  const int64_t now = clock_.NowMs();
+  const int64_t now = clock_.MonoMs();  // a stepped wall clock neither refills nor drains
   if (now - last_sweep_ms_ > 60'000) ForgetFullBuckets(now);
   auto [it, inserted] = buckets_.try_emplace(key, Bucket{limit_.burst, now});
   Bucket& b = it->second;

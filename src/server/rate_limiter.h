@@ -1,6 +1,7 @@
 // RateLimiter: token buckets by key (a token's id, or a client address for
 // logins). Each key may make `burst` requests at once and `per_second` more
-// every second after that. Pure: time comes from the injected Clock.
+// every second after that. Pure: time comes from the injected Clock's
+// monotonic clock.
 // Single-threaded.
 #pragma once
 

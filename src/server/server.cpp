@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -99,7 +100,11 @@ int RunServer(const ServerOptions& options) {
     }
     tls = *std::move(made);
   }
-  RealClock clock;
+  // Everything the server stores and subtracts runs on a wall clock that
+  // cannot jump (common/clock.h): a system clock stepped by an operator or
+  // NTP neither loses nodes, nor requeues, expires or charges anything.
+  RealClock system_clock;
+  SteadyWallClock clock(system_clock);
   Auth auth(**store, clock);
   auto boot = auth.Bootstrap(options.data_dir, tls ? tls->ca_fingerprint : "");
   if (!boot.ok()) {
@@ -229,9 +234,17 @@ int RunServer(const ServerOptions& options) {
               << "/tls/ca.crt)" << std::endl;
   }
 
+  int64_t reported_skew_s = 0;
   std::function<void()> tick = [&] {
     if (Status s = pool.CheckNodes(); !s.ok())
       GP_LOG(kError) << "node check failed: " << s.ToString();
+    if (int64_t skew_s = clock.SystemClockSkewMs() / 1000; std::abs(skew_s - reported_skew_s) > 1) {
+      reported_skew_s = skew_s;
+      GP_LOG(kWarn) << "the system clock was stepped: it is " << skew_s
+                    << " s off the server's own clock since the start; the server keeps "
+                       "measuring durations on the monotonic clock and shows its own times "
+                       "until it restarts";
+    }
     hooks.schedule_needed();
     loop.RunAfter(options.schedule_interval_ms, tick);
   };

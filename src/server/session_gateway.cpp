@@ -260,7 +260,7 @@ Result<Principal> SessionGateway::Caller(const net::HttpRequest& req, int64_t jo
   std::string cookie = CookieValue(req.Header("cookie"), kCookieName);
   auto it = cookie.empty() ? cookies_.end() : cookies_.find(cookie);
   if (it == cookies_.end() || it->second.job_id != job_id ||
-      it->second.expires_ms <= clock_.NowMs()) {
+      it->second.expires_ms <= clock_.MonoMs()) {
     return Status::Unauthenticated("sign in to this session first: run `gpupool session open " +
                                    std::to_string(job_id) + "` and open the link it prints");
   }
@@ -376,7 +376,7 @@ std::shared_ptr<net::RawHandler> SessionGateway::Takeover(const net::HttpRequest
 net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
   auto route = ParseRoute(req.path);
   if (!route) return ErrorResponse(Status::NotFound("no such endpoint: " + req.path));
-  const int64_t now = clock_.NowMs();
+  const int64_t now = clock_.MonoMs();
   const std::string id = std::to_string(route->job_id);
   if (route->op == "link") {
     if (req.method != "POST")
@@ -428,7 +428,7 @@ net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
 void SessionGateway::Track(const Job& job) {
   const auto& s = job.spec.session;
   if (s && job.state == JobState::kRunning && s->idle_timeout_ms > 0) {
-    sessions_.try_emplace(job.id, Tracked{clock_.NowMs(), s->idle_timeout_ms});
+    sessions_.try_emplace(job.id, Tracked{clock_.MonoMs(), s->idle_timeout_ms});
     return;
   }
   sessions_.erase(job.id);
@@ -444,11 +444,11 @@ void SessionGateway::JobChanged(int64_t job_id) {
 
 void SessionGateway::Touch(int64_t job_id) {
   auto it = sessions_.find(job_id);
-  if (it != sessions_.end()) it->second.last_active_ms = clock_.NowMs();
+  if (it != sessions_.end()) it->second.last_active_ms = clock_.MonoMs();
 }
 
 void SessionGateway::CheckIdle() {
-  const int64_t now = clock_.NowMs();
+  const int64_t now = clock_.MonoMs();
   std::erase_if(codes_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
   std::erase_if(cookies_, [&](const auto& kv) { return kv.second.expires_ms <= now; });
   std::vector<std::pair<int64_t, int64_t>> idle;

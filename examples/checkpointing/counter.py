@@ -2,7 +2,7 @@
 """A deterministic job that checkpoints: the pool's end-to-end tests use it.
 
     python3 counter.py --steps N --sleep SECONDS [--checkpoint-every K]
-                       [--result FILE] [--pad-bytes B] [--pad-change F]
+                       [--result FILE] [--record FILE] [--pad-bytes B] [--pad-change F]
 
 Its state is (step, hash). It starts from step 0 and
 h0 = sha256(b"gpupool").hexdigest(); step k = 1, 2, ..., N computes
@@ -21,6 +21,10 @@ Output. Exactly one line on stdout, at the end:
 
 and, with --result FILE, the file holds the single line
 `steps=<N> hash=<hex>` (equal for interrupted and uninterrupted runs).
+With --record FILE, every step appends `<attempt> <step> <uptime>` to FILE
+(the attempt from $GPUPOOL_ATTEMPT_ID, the machine's /proc/uptime as a clock
+that every process of the machine shares), flushed before the next step:
+the chaos test reads it to catch two attempts running at once.
 Progress goes to stderr, one line per event:
 
     counter: start at step 0 of N
@@ -46,6 +50,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -146,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                         help="also checkpoint after every K-th step (default: only on request)")
     parser.add_argument("--result", type=Path, help="also write 'steps=N hash=H' to this file")
+    parser.add_argument("--record", type=Path,
+                        help="append '<attempt> <step> <uptime>' to this file after every step")
     parser.add_argument("--pad-bytes", type=int, default=0, metavar="B",
                         help="add B bytes of pseudo-random data to each checkpoint")
     parser.add_argument("--pad-change", type=float, default=0.01, metavar="F",
@@ -169,12 +176,18 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         log(f"resume at step {step} of {args.steps} from {name}")
     resumed_from = step
+    attempt = os.environ.get("GPUPOOL_ATTEMPT_ID", "-")
+    record = open(args.record, "a", buffering=1) if args.record is not None else None
 
     while step < args.steps:
         if args.sleep:
             time.sleep(args.sleep)
         step += 1
         h = advance(h, step)
+        if record is not None:
+            with open("/proc/uptime") as f:
+                uptime = f.read().split()[0]
+            record.write(f"{attempt} {step} {uptime}\n")
         every = args.checkpoint_every and step % args.checkpoint_every == 0
         if ckpt.requested() or every:
             why = "requested" if ckpt.requested() else f"every {args.checkpoint_every}"

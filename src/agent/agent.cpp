@@ -239,12 +239,14 @@ class Agent {
     h.owner_group = options_.owner_group;
     h.lending = provider_.LendingForHello();
     h.tasks = tasks_.Reports();
+    // The hello is also a lease renewal request (proto::Lease): the welcome
+    // renews every lease from the moment it was sent.
+    hello_sent_ms_ = BootTimeMs();
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
           proto::Encode(h)});
   }
 
   void OnMessage(const std::string& text) {
-    if (welcomed_) RenewGangLeases();
     auto env = proto::DecodeEnvelope(text);
     if (!env.ok()) return Drop("malformed message from the server: " + env.status().message());
     if (!welcomed_) {
@@ -254,7 +256,10 @@ class Agent {
       return OnWelcome(*w);
     }
     Acked(env->ack);
-    if (env->seq == 0) return;  // ack or other unsequenced message
+    if (env->seq == 0) {
+      if (env->type == proto::kLease) return OnLeaseAnswer(env->body);
+      return;  // ack or other unsequenced message
+    }
     switch (in_.Check(env->seq)) {
       case proto::InboundSequence::Verdict::kDuplicate:
         return ScheduleAck();
@@ -289,10 +294,9 @@ class Agent {
     }
   }
 
-  // The server answered a ping: it still reads this connection.
-  void OnPong() {
-    if (welcomed_) RenewGangLeases();
-  }
+  // The server answered a ping. Leases are not renewed by pongs: a pong
+  // says nothing of when the server read the ping.
+  void OnPong() {}
 
   void OnClose(const std::string& reason) {
     bool was = welcomed_;
@@ -347,14 +351,14 @@ class Agent {
       Send(copy);
     }
     heartbeat_ms_ = w.heartbeat_ms;
-    if (w.gang_lease_ms != tasks_.gang_lease_ms()) {
-      GP_LOG(kInfo) << (w.gang_lease_ms > 0
-                            ? "ranks of multi-node jobs stop after " +
-                                  FormatDurationMs(w.gang_lease_ms) + " without the server"
-                            : std::string("the server grants no gang leases"));
+    if (w.attempt_lease_ms != tasks_.lease_ms()) {
+      GP_LOG(kInfo) << (w.attempt_lease_ms > 0
+                            ? "jobs stop after " + FormatDurationMs(w.attempt_lease_ms) +
+                                  " without the server (attempt lease)"
+                            : std::string("the server grants no attempt leases"));
     }
-    tasks_.SetGangLease(w.gang_lease_ms);  // renews every lease
-    last_lease_renewal_ = BootTimeMs();
+    tasks_.SetLease(w.attempt_lease_ms);
+    tasks_.RenewLeases(hello_sent_ms_);
     LeasePing();
     Heartbeat();
     WakePoll();
@@ -455,15 +459,25 @@ class Agent {
     });
   }
 
-  // The server sends nothing back for a heartbeat, so while it grants
-  // leases the agent pings it a few times per lease, whatever the heartbeat
-  // interval: the pong renews the gang leases when no other frame does.
+  // While the server grants leases, the agent asks for a renewal four
+  // times per lease (proto::Lease), whatever the heartbeat interval.
   void LeasePing() {
     loop_.Cancel(lease_ping_timer_);
-    const int64_t lease = tasks_.gang_lease_ms();
+    const int64_t lease = tasks_.lease_ms();
     if (!welcomed_ || lease <= 0) return;
-    if (conn_) conn_->Ping();
+    Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kLease),
+          proto::Encode(proto::Lease{BootTimeMs()})});
     lease_ping_timer_ = loop_.RunAfter(std::max<int64_t>(lease / 4, 50), [this] { LeasePing(); });
+  }
+
+  // The server answered a renewal request: every lease now lasts until the
+  // request's send time plus the lease. An answer stamped in the future is
+  // not ours.
+  void OnLeaseAnswer(const std::string& body) {
+    auto lease = proto::DecodeLease(body);
+    if (!lease.ok()) return Drop("malformed lease answer: " + lease.status().message());
+    if (lease->sent_ms > BootTimeMs()) return Drop("a lease answer from the future");
+    tasks_.RenewLeases(lease->sent_ms);
   }
 
   void Heartbeat() {
@@ -482,18 +496,6 @@ class Agent {
   // Where the other ranks of a gang reach this node.
   std::string AdvertiseAddr() const {
     return options_.advertise_addr.empty() ? local_addr_ : options_.advertise_addr;
-  }
-
-  // The agent heard from the server: renews the gang leases, unless the
-  // last renewal is younger than a second (or an eighth of the lease), so
-  // that a stream of frames costs no stream of file writes.
-  void RenewGangLeases() {
-    int64_t lease = tasks_.gang_lease_ms();
-    if (lease <= 0) return;
-    int64_t now = BootTimeMs();
-    if (now - last_lease_renewal_ < std::min<int64_t>(1000, lease / 8)) return;
-    last_lease_renewal_ = now;
-    tasks_.RenewGangLeases();
   }
 
   void WakePoll() {
@@ -632,8 +634,8 @@ class Agent {
   std::string instance_;
   std::string node_id_;
   std::shared_ptr<net::WsConnection> conn_;
-  std::string local_addr_;          // this end of the connection to the server
-  int64_t last_lease_renewal_ = 0;  // BootTimeMs
+  std::string local_addr_;     // this end of the connection to the server
+  int64_t hello_sent_ms_ = 0;  // BootTimeMs of the last hello (a lease renewal request)
   net::EventLoop::TimerId lease_ping_timer_ = 0;
   uint64_t generation_ = 0;
   bool welcomed_ = false;

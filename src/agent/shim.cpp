@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "agent/checkpoint_sync.h"
+#include "agent/lease_watch.h"
 #include "agent/task_exec.h"
 #include "agent/task_files.h"
 #include "common/clock.h"
@@ -47,7 +48,7 @@ constexpr int64_t kCommitScanMs = 250;
 constexpr int64_t kStopAfterCommitGraceMs = 3000;
 // How long a stopped job's last checkpoint may take to upload.
 constexpr int64_t kFinalUploadMs = 10 * 60'000;
-// How often a gang rank's lease is looked at.
+// How often the attempt's lease file is read for renewals.
 constexpr int64_t kLeaseCheckMs = 1000;
 
 bool WriteAll(int fd, std::string_view data) {
@@ -125,11 +126,11 @@ int64_t StopGraceMs(const TaskPaths& paths, int64_t fallback) {
 // this waits for the last of them, for at most a second.
 void ReapEverything(const Clock& clock) {
   exec::SignalTree(::getpid(), SIGKILL);
-  int64_t give_up = clock.NowMs() + 1000;
+  int64_t give_up = clock.MonoMs() + 1000;
   while (true) {
     pid_t w = ::waitpid(-1, nullptr, WNOHANG);
     if (w > 0) continue;
-    if (w < 0 || clock.NowMs() >= give_up) return;  // ECHILD: none left
+    if (w < 0 || clock.MonoMs() >= give_up) return;  // ECHILD: none left
     ::usleep(2000);
   }
 }
@@ -313,30 +314,25 @@ int RunShim(const ShimOptions& options) {
     return stop_reason;
   };
 
-  // A gang rank's lease (task_files.h): the agent wrote it before this shim
-  // started, or there is none. Unreadable later: the last deadline read holds.
-  std::optional<GangLease> lease;
-  if (task.gang) {
-    if (auto text = ReadFile(paths.gang_lease()); text.ok()) {
-      if (auto l = DecodeLease(*text); l.ok()) lease = *l;
-    }
-  }
-  auto lease_expired = [&] {
-    if (!lease) return false;
-    if (BootTimeMs() < lease->deadline_ms) return false;
-    if (auto text = ReadFile(paths.gang_lease()); text.ok()) {
-      if (auto l = DecodeLease(*text); l.ok()) lease = *l;
-    }
-    return BootTimeMs() >= lease->deadline_ms;
+  // The attempt's lease (agent/lease_watch.h): the agent wrote it before
+  // this shim started, or the server grants none. Unreadable later: the
+  // last deadline read holds.
+  auto read_lease = [](const TaskPaths& p) -> std::optional<AttemptLease> {
+    auto text = ReadFile(p.lease());
+    if (!text.ok()) return std::nullopt;
+    auto l = DecodeLeaseFile(*text);
+    return l.ok() ? std::optional<AttemptLease>(*l) : std::nullopt;
   };
-  auto lease_reason = [&] {
-    return "lost contact with the server for " + FormatDurationMs(lease->lease_ms) +
-           ": stopped so that the gang can restart elsewhere (gang lease)";
+  LeaseWatch lease(read_lease(paths), options.kill_grace_ms);
+  auto lease_over = [&] {  // read again once the deadline is near: a renewal moves it
+    if (!lease.MustStop(BootTimeMs())) return false;
+    if (auto l = read_lease(paths)) lease.Update(*l);
+    return lease.MustStop(BootTimeMs());
   };
 
   std::unique_ptr<exec::Executor> executor;
   exec::TaskContext ctx = MakeTaskContext(options, paths);
-  ctx.stop_requested = [&] { return stop_requested().has_value() || lease_expired(); };
+  ctx.stop_requested = [&] { return stop_requested().has_value() || lease_over(); };
   auto fail_early = [&](const std::string& why, bool stopped = false, bool lost = false) {
     event(why);
     if (executor) executor->Cleanup();
@@ -358,7 +354,7 @@ int RunShim(const ShimOptions& options) {
   if (Status s = MaterializeWorkDir(task, paths.work_dir(), options.uid, options.blob, event);
       !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-    if (lease_expired()) return fail_early(lease_reason() + " (before it started)", false, true);
+    if (lease_over()) return fail_early(lease.Reason() + " (before it started)", false, true);
     // Not the job's fault when the server is out of reach: "lost" requeues it.
     if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
       event("cannot fetch the job's files: " + s.message());
@@ -372,11 +368,11 @@ int RunShim(const ShimOptions& options) {
   }
   if (Status s = executor->Prepare(ctx, event); !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-    if (lease_expired()) return fail_early(lease_reason() + " (before it started)", false, true);
+    if (lease_over()) return fail_early(lease.Reason() + " (before it started)", false, true);
     return fail_early("cannot start: " + s.message());
   }
   if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-  if (lease_expired()) return fail_early(lease_reason() + " (before it started)", false, true);
+  if (lease_over()) return fail_early(lease.Reason() + " (before it started)", false, true);
   auto planned = executor->Start(ctx);
   if (!planned.ok()) return fail_early("cannot start: " + planned.status().message());
   const exec::LaunchPlan& plan = *planned;
@@ -425,7 +421,10 @@ int RunShim(const ShimOptions& options) {
     err_sink.Add(msg.data(), msg.size(), clock.NowMs());
   }
   const exec::Limits& limits = ctx.limits;
-  int64_t start_ms = clock.NowMs();
+  // Every timer below is on the monotonic clock (a stepped wall clock must
+  // neither kill a job for max_runtime nor delay a kill); records carry the
+  // wall time.
+  int64_t start_ms = clock.MonoMs();
   int64_t deadline = task.spec.max_runtime_ms > 0 ? start_ms + task.spec.max_runtime_ms : 0;
   bool watch_memory = limits.memory_bytes > 0 && !executor->EnforcesMemory();
   int64_t next_memory_check = start_ms;
@@ -438,9 +437,10 @@ int RunShim(const ShimOptions& options) {
   bool out_open = true, err_open = true;
 
   auto vacating = [&] { return ::access(paths.vacate_reason().c_str(), F_OK) == 0; };
+  bool lease_lost = false;  // the lease ended: the job stops and is requeued elsewhere
   // A stop after which the job is requeued: it should checkpoint first.
   auto requeued_after_stop = [&] {
-    return vacating() || ::access(paths.stop_requeue().c_str(), F_OK) == 0;
+    return lease_lost || vacating() || ::access(paths.stop_requeue().c_str(), F_OK) == 0;
   };
 
   // Checkpoints (agent/checkpoint_sync.h), for jobs with a checkpoint
@@ -476,7 +476,6 @@ int RunShim(const ShimOptions& options) {
   // stop go ahead at once instead of waiting out the grace (-1: not waiting).
   int64_t stop_after_commit = -1;
   int64_t next_lease_check = start_ms;
-  bool lease_lost = false;
   auto report_uploads = [&] {
     for (const CheckpointUploader::Outcome& o : uploader->TakeOutcomes()) {
       if (o.result.ok()) {
@@ -507,7 +506,7 @@ int RunShim(const ShimOptions& options) {
     if (grace_ms <= 0) {  // a limit the job is already past, or a reclaim --now: no grace
       executor->Stop(SIGKILL);
       term_at = 0;
-      kill_at = clock.NowMs() + 1000;
+      kill_at = clock.MonoMs() + 1000;
       return;
     }
     int first = checkpoint_signal && requeued_after_stop() ? checkpoint_signal : SIGTERM;
@@ -516,15 +515,15 @@ int RunShim(const ShimOptions& options) {
     if (first != SIGTERM) {
       event("asked for a checkpoint before stopping (" +
             CheckpointSignalName(*task.spec.checkpoint) + ")");
-      term_at = clock.NowMs() + grace_ms / 2;
+      term_at = clock.MonoMs() + grace_ms / 2;
       stop_after_commit = newest_commit;
     }
-    kill_at = clock.NowMs() + grace_ms;
+    kill_at = clock.MonoMs() + grace_ms;
   };
 
   char buf[65536];
   while (!exited || out_open || err_open) {
-    int64_t now = clock.NowMs();
+    int64_t now = clock.MonoMs();
     if (deadline && now >= deadline && !exited) {
       stop_job("exceeded max_runtime of " + FormatDurationMs(task.spec.max_runtime_ms), true,
                options.kill_grace_ms);
@@ -539,10 +538,10 @@ int RunShim(const ShimOptions& options) {
       }
     }
     if (next_disk_check && !exited && now >= next_disk_check) {
-      int64_t before = clock.NowMs();
+      int64_t before = clock.MonoMs();
       int64_t used = exec::DirectoryBytes(paths.work_dir(), limits.disk_bytes + 1);
       // Counting a large tree costs; keep it to about 1% of the time.
-      next_disk_check = now + std::max<int64_t>(kDiskCheckMs, 100 * (clock.NowMs() - before));
+      next_disk_check = now + std::max<int64_t>(kDiskCheckMs, 100 * (clock.MonoMs() - before));
       if (used > limits.disk_bytes) {
         std::string why = exec::DiskLimitReason(limits.disk_bytes);
         event(why);
@@ -569,19 +568,21 @@ int RunShim(const ShimOptions& options) {
         stop_job("stale attempt: the server gave the job to another attempt", false, 0);
       }
     }
-    if (lease && !exited && now >= next_lease_check) {
+    if (lease.held() && !exited && !lease_lost &&
+        (now >= next_lease_check || lease.MustStop(BootTimeMs()))) {
       next_lease_check = now + kLeaseCheckMs;
-      if (!lease_lost && lease_expired()) {
-        // The server restarts the gang elsewhere once it declares this node
-        // lost, which it does later than the lease ends: be gone by then.
+      if (lease_over()) {
+        // The server starts the job elsewhere once the lease has ended: be
+        // gone by then, checkpointing first where the job checkpoints.
         lease_lost = true;
-        int64_t grace = std::min(options.kill_grace_ms, lease->lease_ms / 4);
-        event(lease_reason());
+        event(lease.Reason());
+        const int64_t boot_now = BootTimeMs();
+        const int64_t left = std::max<int64_t>(lease.deadline_ms() - boot_now, 0);
         if (kill_at == 0) {
-          stop_job(lease_reason(), false, grace);
+          stop_job(lease.Reason(), false, left);
           result.lost = true;
         } else {
-          kill_at = std::min(kill_at, now + grace);
+          kill_at = std::min(kill_at, now + left);
         }
       }
     }
@@ -599,7 +600,12 @@ int RunShim(const ShimOptions& options) {
     if (deadline && !exited) wake = std::min(wake, std::max<int64_t>(deadline - now, 0));
     if (kill_at && !exited) wake = std::min(wake, std::max<int64_t>(kill_at - now, 0));
     if (term_at && !exited) wake = std::min(wake, std::max<int64_t>(term_at - now, 0));
-    if (lease && !exited) wake = std::min(wake, std::max<int64_t>(next_lease_check - now, 0));
+    if (lease.held() && !exited && !lease_lost) {
+      wake = std::min(wake, std::max<int64_t>(next_lease_check - now, 0));
+      // Wake when the stop must begin, not up to a second later.
+      int64_t stop_in = lease.deadline_ms() - lease.stop_window_ms() - BootTimeMs();
+      wake = std::min(wake, std::max<int64_t>(stop_in, 0));
+    }
     if (watch_memory && !exited) {
       wake = std::min(wake, std::max<int64_t>(next_memory_check - now, 0));
     }
@@ -609,15 +615,16 @@ int RunShim(const ShimOptions& options) {
                      {commit_watch, POLLIN, 0}};
     int n = ::poll(fds, 4, static_cast<int>(wake));
     if (n < 0 && errno != EINTR) break;
-    now = clock.NowMs();
+    now = clock.MonoMs();
+    const int64_t wall_now = clock.NowMs();
     for (int i = 0; i < 2; ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
       LineSink& sink = i == 0 ? out_sink : err_sink;
       if (r > 0) {
-        sink.Add(buf, static_cast<size_t>(r), now);
+        sink.Add(buf, static_cast<size_t>(r), wall_now);
       } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        sink.Finish(now);
+        sink.Finish(wall_now);
         (i == 0 ? out_open : err_open) = false;
       }
     }

@@ -49,12 +49,12 @@ Result<ShimPids> DecodePids(std::string_view text) {
   return p;
 }
 
-std::string EncodeLease(const GangLease& l) {
+std::string EncodeLeaseFile(const AttemptLease& l) {
   return std::to_string(l.deadline_ms) + " " + std::to_string(l.lease_ms) + "\n";
 }
 
-Result<GangLease> DecodeLease(std::string_view text) {
-  GangLease l;
+Result<AttemptLease> DecodeLeaseFile(std::string_view text) {
+  AttemptLease l;
   std::istringstream in{std::string(text)};
   if (!(in >> l.deadline_ms >> l.lease_ms) || l.deadline_ms < 0 || l.lease_ms <= 0) {
     return Status::InvalidArgument("bad gang lease \"" + std::string(text) + "\"");

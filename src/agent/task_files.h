@@ -8,11 +8,12 @@
 //     exec.json    how the agent asked for it to run: the executor and the
 //                  task's account (written before the shim starts; read to
 //                  clean up after a shim that is gone)
-//     gang.lease   a rank of a multi-node job only, when the server grants
-//                  leases: "<deadline> <lease ms>", the deadline in ms on
+//     lease        when the server grants leases (every attempt holds one):
+//                  "<deadline> <lease ms>", the deadline in ms on
 //                  CLOCK_BOOTTIME; written by the agent before the shim
-//                  starts and renewed while it hears from the server; the
-//                  shim stops the job once the deadline passes
+//                  starts and renewed whenever the server answers a renewal
+//                  request; the shim stops the job so that it is gone by
+//                  the deadline (agent/lease.h)
 //     stop.reason, stop.grace_ms, stop.requeue
 //                  written by the agent only when it stops the task, just
 //                  before it signals the shim: why, (if the server named
@@ -58,18 +59,18 @@ struct TaskPaths {
   std::string vacate_reason() const { return dir + "/vacate.reason"; }
   // Present when the server stops the task to requeue its job (preemption).
   std::string stop_requeue() const { return dir + "/stop.requeue"; }
-  std::string gang_lease() const { return dir + "/gang.lease"; }
+  std::string lease() const { return dir + "/lease"; }
 };
 
-// A gang rank's lease (gang.lease): the job may run until `deadline_ms`
-// (BootTimeMs); `lease_ms` is how long each renewal grants.
-struct GangLease {
+// An attempt's lease (the `lease` file): the job may run until
+// `deadline_ms` (BootTimeMs); `lease_ms` is how long each renewal grants.
+struct AttemptLease {
   int64_t deadline_ms = 0;
   int64_t lease_ms = 0;
-  friend bool operator==(const GangLease&, const GangLease&) = default;
+  friend bool operator==(const AttemptLease&, const AttemptLease&) = default;
 };
-std::string EncodeLease(const GangLease& l);
-Result<GangLease> DecodeLease(std::string_view text);
+std::string EncodeLeaseFile(const AttemptLease& l);
+Result<AttemptLease> DecodeLeaseFile(std::string_view text);
 
 // Milliseconds on CLOCK_BOOTTIME: shared by every process of the machine,
 // steady, and it counts a suspend (a lease must not outlive one).

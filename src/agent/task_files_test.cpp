@@ -74,15 +74,15 @@ TEST(TaskFilesTest, ResultRoundTripAndErrors) {
 }
 
 TEST(TaskFilesTest, LeasesRoundTrip) {
-  GangLease l{123456, 20000};
-  EXPECT_EQ(EncodeLease(l), "123456 20000\n");
-  auto d = DecodeLease(EncodeLease(l));
+  AttemptLease l{123456, 20000};
+  EXPECT_EQ(EncodeLeaseFile(l), "123456 20000\n");
+  auto d = DecodeLeaseFile(EncodeLeaseFile(l));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(*d, l);
-  EXPECT_FALSE(DecodeLease("").ok());
-  EXPECT_FALSE(DecodeLease("12").ok());
-  EXPECT_FALSE(DecodeLease("12 0").ok());
-  EXPECT_FALSE(DecodeLease("-5 100").ok());
+  EXPECT_FALSE(DecodeLeaseFile("").ok());
+  EXPECT_FALSE(DecodeLeaseFile("12").ok());
+  EXPECT_FALSE(DecodeLeaseFile("12 0").ok());
+  EXPECT_FALSE(DecodeLeaseFile("-5 100").ok());
   int64_t a = BootTimeMs();
   EXPECT_GT(a, 0);
   EXPECT_GE(BootTimeMs(), a);

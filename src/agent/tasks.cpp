@@ -17,6 +17,7 @@
 #include <set>
 
 #include "agent/shim.h"
+#include "agent/shim_launch.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "model/job.h"
@@ -265,21 +266,26 @@ Status TaskManager::ChooseMaster(proto::StartTask& task, const std::string& addr
 }
 
 Status TaskManager::WriteLease(const TaskState& t) const {
-  GangLease lease{BootTimeMs() + gang_lease_ms_, gang_lease_ms_};
-  return WriteFileAtomic(t.paths.gang_lease(), EncodeLease(lease));
+  AttemptLease lease{lease_sent_ms_ + lease_ms_, lease_ms_};
+  return WriteFileAtomic(t.paths.lease(), EncodeLeaseFile(lease));
 }
 
-void TaskManager::SetGangLease(int64_t lease_ms) {
-  gang_lease_ms_ = std::max<int64_t>(lease_ms, 0);
-  RenewGangLeases();
-}
-
-void TaskManager::RenewGangLeases() {
-  if (gang_lease_ms_ <= 0) return;
+void TaskManager::SetLease(int64_t lease_ms) {
+  lease_ms_ = std::max<int64_t>(lease_ms, 0);
+  if (lease_ms_ > 0) return;
+  // The server grants no leases now: no task may be stopped by an old one.
   for (const auto& [id, t] : tasks_) {
-    if (!t.gang || Ended(t)) continue;
+    if (!Ended(t)) ::unlink(t.paths.lease().c_str());
+  }
+}
+
+void TaskManager::RenewLeases(int64_t sent_ms) {
+  if (lease_ms_ <= 0 || sent_ms <= lease_sent_ms_) return;
+  lease_sent_ms_ = sent_ms;
+  for (const auto& [id, t] : tasks_) {
+    if (Ended(t)) continue;
     if (Status s = WriteLease(t); !s.ok())
-      GP_LOG(kError) << "gang lease of " << id << ": " << s.ToString();
+      GP_LOG(kError) << "lease of " << id << ": " << s.ToString();
   }
 }
 
@@ -312,8 +318,8 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                          {"gpus", t.gpu_uuids}};
   if (t.gang) exec["gang"] = GangToJson(*t.gang);
   GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.exec_json(), exec.dump() + "\n"));
-  // A gang rank never runs without a lease (when the server grants them).
-  if (t.gang && gang_lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease(t));
+  // No task runs without a lease (when the server grants them).
+  if (lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease(t));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0)
@@ -327,27 +333,14 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                    t.uid,
                    gpu_minors,
                    options_.blob};
-  // The shim is a fork of the agent that never execs: no binary to load, so
-  // a task starts in well under a millisecond. This relies on the agent
-  // being single-threaded (the child may safely allocate and do I/O).
-  pid_t pid = ::fork();
-  if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::setsid();  // the shim outlives the agent and ignores its terminal
-    ::prctl(PR_SET_NAME, "gpupool-shim");
-    ::dup2(status[1], STDOUT_FILENO);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, STDIN_FILENO);
-    // stderr stays the agent's: the shim's rare messages land in the agent log.
-    // Nothing else of the agent's (its server connection above all) may stay
-    // open in the shim, or the connection would outlive a killed agent.
-    ::close_range(3, ~0U, 0);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::signal(sig, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    _exit(RunShim(shim));
+  // Never a bare fork: the agent has threads (agent/shim_launch.h).
+  auto spawned = SpawnShim(shim, options_.data_dir, status[1]);
+  if (!spawned.ok()) {
+    ::close(status[0]);
+    ::close(status[1]);
+    return spawned.status();
   }
+  pid_t pid = *spawned;
   ::close(status[1]);
   t.shim_pid = pid;
   t.shim_start_time = ProcessStartTime(pid).value_or(0);

@@ -127,15 +127,16 @@ class TaskManager {
   proto::TaskReport Report(const TaskState& t) const;
   std::vector<proto::TaskReport> Reports() const;
 
-  // Gang ranks' leases (agent/task_files.h, gang.lease). lease_ms > 0:
-  // every live gang task's lease is renewed now, and Start gives new ones
-  // theirs before their shim runs; 0: the server grants none (its ranks run
-  // without one, like single-node tasks).
-  void SetGangLease(int64_t lease_ms);
-  int64_t gang_lease_ms() const { return gang_lease_ms_; }
-  // Moves every live gang task's deadline to now + the lease (the agent
-  // heard from the server).
-  void RenewGangLeases();
+  // Attempt leases (agent/task_files.h, the `lease` file; the protocol is
+  // proto::Lease). SetLease(lease_ms > 0): the server grants leases that
+  // long; 0: it grants none (tasks run without one). RenewLeases(sent_ms):
+  // the server answered a renewal request the agent sent at `sent_ms`
+  // (Clock::MonoMs): every live task's deadline moves to sent_ms + the
+  // lease (never back), and Start gives a new task that deadline before its
+  // shim runs.
+  void SetLease(int64_t lease_ms);
+  int64_t lease_ms() const { return lease_ms_; }
+  void RenewLeases(int64_t sent_ms);
 
   // Deletes the task and its directory (after the server has its result).
   void Remove(const std::string& attempt_id);
@@ -158,7 +159,8 @@ class TaskManager {
   const Clock& clock_;
   std::function<void()> on_wake_;
   std::map<std::string, TaskState> tasks_;
-  int64_t gang_lease_ms_ = 0;
+  int64_t lease_ms_ = 0;
+  int64_t lease_sent_ms_ = -1;  // the newest answered renewal request; -1: none yet
 };
 
 }  // namespace gpupool::agent

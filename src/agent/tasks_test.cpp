@@ -311,102 +311,115 @@ TEST_F(TasksTest, RankZeroJobSeesTheChosenMaster) {
   EXPECT_EQ(env["WORLD_SIZE"], "2");
 }
 
-TEST_F(TasksTest, AGangRankWhoseLeaseRunsOutIsStopped) {
-  manager_->SetGangLease(600);
+TEST_F(TasksTest, AnAttemptWhoseLeaseRunsOutIsStopped) {
+  manager_->SetLease(600);
+  const int64_t sent = BootTimeMs();
+  manager_->RenewLeases(sent);
   proto::StartTask t = Task("31.1",
                             "trap 'echo term; exit 3' TERM; echo up; "
                             "while true; do sleep 0.05; done");
-  t.gang = Rank(1, 2, Distributed::kTorch, "10.0.0.5", 29533);
-  int64_t started = BootTimeMs();
   ASSERT_TRUE(manager_->Start(t, {}).ok());
-  // The lease is there before the shim runs.
-  auto text = ReadFile(manager_->tasks().at("31.1").paths.gang_lease());
+  // The lease is there before the shim runs, counted from the request.
+  auto text = ReadFile(manager_->tasks().at("31.1").paths.lease());
   ASSERT_TRUE(text.ok());
-  auto lease = DecodeLease(*text);
+  auto lease = DecodeLeaseFile(*text);
   ASSERT_TRUE(lease.ok());
   EXPECT_EQ(lease->lease_ms, 600);
-  EXPECT_GE(lease->deadline_ms, started + 600);
+  EXPECT_EQ(lease->deadline_ms, sent + 600);
 
   auto out = WaitEnded("31.1");
-  int64_t took = BootTimeMs() - started;
   const TaskState& task = manager_->tasks().at("31.1");
   ASSERT_TRUE(task.result);
   EXPECT_FALSE(task.result->failed);
   EXPECT_TRUE(task.result->lost);
   EXPECT_THAT(task.result->reason, HasSubstr("lost contact with the server for 600ms"));
-  EXPECT_THAT(task.result->reason, HasSubstr("(gang lease)"));
+  EXPECT_THAT(task.result->reason, HasSubstr("(attempt lease)"));
   EXPECT_EQ(task.result->exit_code, 3) << "stopped like a normal stop: SIGTERM first";
-  EXPECT_THAT(Events(out), HasSubstr("gang lease"));
-  EXPECT_LT(took, 5000);
-  // Lost, not failed: the gang is requeued, the job is not at fault.
+  EXPECT_THAT(Events(out), HasSubstr("attempt lease"));
+  // Lost, not failed: the job is requeued, it is not at fault.
   EXPECT_EQ(manager_->Report(task).state, "lost");
 }
 
-TEST_F(TasksTest, RenewedLeasesKeepGangRanksRunningAndSingleNodeTasksHaveNone) {
-  manager_->SetGangLease(800);
-  proto::StartTask rank = Task("32.1", "echo up; sleep 30");
+TEST_F(TasksTest, RenewedLeasesKeepTasksRunningAndStaleAnswersDoNotMoveThemBack) {
+  manager_->SetLease(800);
+  manager_->RenewLeases(BootTimeMs());
+  // The job counts its own time: 30 ticks of 0.1 s outlast the lease 3 times.
+  proto::StartTask rank =
+      Task("32.1", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done");
   rank.gang = Rank(1, 2, Distributed::kNone);
-  proto::StartTask single = Task("33.1", "echo up; sleep 30");
+  proto::StartTask single =
+      Task("33.1", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done");
   ASSERT_TRUE(manager_->Start(rank, {}).ok());
   ASSERT_TRUE(manager_->Start(single, {}).ok());
-  EXPECT_FALSE(fs::exists(manager_->tasks().at("33.1").paths.gang_lease()));
-  ASSERT_TRUE(WaitLine("32.1", "up"));
-  int64_t until = BootTimeMs() + 3000;
-  while (BootTimeMs() < until) {
-    manager_->RenewGangLeases();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    manager_->ReadOutput("32.1", 1 << 20);
-    ASSERT_FALSE(manager_->tasks().at("32.1").result)
-        << manager_->tasks().at("32.1").result->reason;
+  for (const char* id : {"32.1", "33.1"}) {
+    ASSERT_TRUE(fs::exists(manager_->tasks().at(id).paths.lease())) << id;
   }
-  // Without renewals it goes; the single-node task runs on.
-  auto out = WaitEnded("32.1", 5000);
-  ASSERT_TRUE(manager_->tasks().at("32.1").result);
-  EXPECT_THAT(manager_->tasks().at("32.1").result->reason, HasSubstr("gang lease"));
-  manager_->ReadOutput("33.1", 1 << 20);
-  EXPECT_FALSE(manager_->tasks().at("33.1").result);
-  manager_->Stop("33.1", "done", TaskManager::kKillNow);
-  WaitEnded("33.1");
+  bool saw_tick_30 = false;
+  while (!saw_tick_30) {
+    manager_->RenewLeases(BootTimeMs());
+    manager_->Poll();
+    for (const char* id : {"32.1", "33.1"}) {
+      for (const auto& r : manager_->ReadOutput(id, 1 << 20)) saw_tick_30 |= r.text == "tick 30";
+      ASSERT_FALSE(manager_->tasks().at(id).result) << manager_->tasks().at(id).result->reason;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // An answer to an older request does not shorten a lease.
+  const std::string path = manager_->tasks().at("33.1").paths.lease();
+  auto before = DecodeLeaseFile(*ReadFile(path));
+  ASSERT_TRUE(before.ok());
+  manager_->RenewLeases(before->deadline_ms - 800 - 500);
+  EXPECT_EQ(DecodeLeaseFile(*ReadFile(path))->deadline_ms, before->deadline_ms);
+  // Without renewals both go.
+  for (const char* id : {"32.1", "33.1"}) {
+    WaitEnded(id, 10'000);
+    ASSERT_TRUE(manager_->tasks().at(id).result);
+    EXPECT_THAT(manager_->tasks().at(id).result->reason, HasSubstr("attempt lease")) << id;
+  }
 }
 
-TEST_F(TasksTest, ALeaseThatRunsOutAtOnceStopsTheRankBeforeOrAsItStarts) {
-  manager_->SetGangLease(1);
+TEST_F(TasksTest, ALeaseThatRunsOutAtOnceStopsTheTaskBeforeOrAsItStarts) {
+  manager_->SetLease(1);
+  manager_->RenewLeases(BootTimeMs());
   proto::StartTask t = Task("34.1", "echo ran; sleep 30");
-  t.gang = Rank(1, 2, Distributed::kTorch, "10.0.0.5", 29533);
   ASSERT_TRUE(manager_->Start(t, {}).ok());
   auto out = WaitEnded("34.1");
   const TaskState& task = manager_->tasks().at("34.1");
   ASSERT_TRUE(task.result);
   EXPECT_TRUE(task.result->lost);
   EXPECT_EQ(manager_->Report(task).state, "lost");
-  EXPECT_THAT(task.result->reason, HasSubstr("(gang lease)"));
+  EXPECT_THAT(task.result->reason, HasSubstr("(attempt lease)"));
   if (task.result->reason.find("before it started") != std::string::npos) {
     for (const auto& r : out) EXPECT_NE(r.text, "ran");
   }
 }
 
 TEST_F(TasksTest, ARestartedAgentRenewsLeasesOnceItKnowsTheLease) {
-  manager_->SetGangLease(2000);
-  // A recovered agent that has no lease yet leaves a running rank's lease
-  // alone; a welcome with a lease renews it.
+  manager_->SetLease(2000);
+  manager_->RenewLeases(BootTimeMs());
+  // A recovered agent that has no lease yet leaves a running task's lease
+  // alone; the welcome's answer to its hello renews it.
   proto::StartTask late = Task("35.1", "echo up; sleep 30");
-  late.gang = Rank(1, 2, Distributed::kTorch, "10.0.0.5", 29533);
   ASSERT_TRUE(manager_->Start(late, {}).ok());
   ASSERT_TRUE(WaitLine("35.1", "up"));
   auto restarted = MakeManager();
   ASSERT_TRUE(restarted->Recover().ok());
-  std::string path = manager_->tasks().at("35.1").paths.gang_lease();
+  std::string path = manager_->tasks().at("35.1").paths.lease();
   auto before = ReadFile(path);
   ASSERT_TRUE(before.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  restarted->RenewGangLeases();  // no lease known yet: nothing written
+  restarted->RenewLeases(BootTimeMs());  // no lease known yet: nothing written
   EXPECT_EQ(*ReadFile(path), *before);
-  int64_t welcomed = BootTimeMs();
-  restarted->SetGangLease(5000);
-  auto after = DecodeLease(*ReadFile(path));
+  int64_t hello_sent = BootTimeMs();
+  restarted->SetLease(5000);
+  restarted->RenewLeases(hello_sent);
+  auto after = DecodeLeaseFile(*ReadFile(path));
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->lease_ms, 5000);
-  EXPECT_GE(after->deadline_ms, welcomed + 5000);
+  EXPECT_EQ(after->deadline_ms, hello_sent + 5000);
+  // A server that grants no leases any more: the file goes, so no old
+  // deadline stops the task.
+  restarted->SetLease(0);
+  EXPECT_FALSE(fs::exists(path));
   manager_->Stop("35.1", "done", TaskManager::kKillNow);
   WaitEnded("35.1");
 }

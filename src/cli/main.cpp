@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "agent/agent.h"
+#include "agent/shim_launch.h"
 #include "cli/agent_control.h"
 #include "cli/commands.h"
 #include "cli/dev.h"
@@ -31,6 +32,11 @@ void UseLogLevel(const std::string& level) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A task's shim, started by its agent (agent/shim_launch.h): not a user
+  // command, and kept out of the argument parser.
+  if (argc > 1 && std::strcmp(argv[1], agent::kShimCommand) == 0) {
+    return agent::ShimMain(argc, argv);
+  }
   // Everything after a bare "--" is the job's command (gpupool submit -- cmd).
   std::vector<std::string> job_command;
   int cli_argc = argc;
@@ -118,6 +124,18 @@ int main(int argc, char** argv) {
                          "name, from --auth-proxy-trusted addresses only");
   server_cmd->add_option("--auth-proxy-trusted", so.api.proxy_trusted,
                          "the reverse proxy's address (repeatable)");
+  server_cmd->add_option_function<std::string>(
+      "--attempt-lease",
+      [&so](const std::string& v) {
+        auto parsed = ParseDurationMs(v);
+        if (!parsed.ok() || *parsed < 0 || (*parsed > 0 && *parsed < 1000))
+          throw CLI::ValidationError("--attempt-lease",
+                                     "expected a duration of at least 1s such as 30s, or 0");
+        so.pool.attempt_lease_ms = *parsed;
+      },
+      "a job whose agent has not renewed its lease for this long is stopped by its own "
+      "machine, and only then started elsewhere (default 30s; 0 = no leases: a job cut off "
+      "from the server may run twice)");
   server_duration("--blob-gc-grace", so.blob_gc_grace_ms,
                   "blob GC keeps unreachable blobs younger than this (default 1h)");
   server_duration("--blob-gc-interval", so.blob_gc_interval_ms,

@@ -66,6 +66,12 @@ class CgroupTree {
                                      const std::string& mount_root = "/sys/fs/cgroup",
                                      const std::string& self_cgroup_file = "/proc/self/cgroup");
 
+  // The tree another process of the agent opened (Open), as its shims
+  // are told it: nothing is checked or changed.
+  static CgroupTree Adopt(std::string path, bool has_cpu) {
+    return CgroupTree(std::move(path), has_cpu);
+  }
+
   const std::string& path() const { return path_; }
   bool has_cpu() const { return has_cpu_; }
 

@@ -313,7 +313,7 @@ std::string Encode(const Welcome& m) {
               {"last_agent_seq", m.last_agent_seq},
               {"heartbeat_ms", m.heartbeat_ms},
               {"log_offsets", m.log_offsets},
-              {"gang_lease_ms", m.gang_lease_ms}}
+              {"attempt_lease_ms", m.attempt_lease_ms}}
       .dump();
 }
 
@@ -323,7 +323,7 @@ Result<Welcome> DecodeWelcome(std::string_view body) {
     m->last_agent_seq = r.IntIn("last_agent_seq", 0, INT64_MAX);
     m->heartbeat_ms = r.IntIn("heartbeat_ms", 1, kMaxHeartbeatMs, false, 5000);
     m->log_offsets = r.IntMap("log_offsets", false, kMaxLogOffsets);
-    m->gang_lease_ms = r.IntIn("gang_lease_ms", 0, kMaxHeartbeatMs * 100, false);
+    m->attempt_lease_ms = r.IntIn("attempt_lease_ms", 0, kMaxHeartbeatMs * 100, false);
     for (const auto& [attempt, offset] : m->log_offsets) {
       if (r.ok() && (offset < -1 || offset > kMaxLogOffset)) {
         r.Fail("log_offsets", "the offset of " + attempt + " must be from -1 to " +
@@ -487,6 +487,15 @@ std::string Encode(const Leave& m) { return json{{"reason", m.reason}}.dump(); }
 Result<Leave> DecodeLeave(std::string_view body) {
   return DecodeBody<Leave>(body, [](JsonReader& r, Leave* m) {
     m->reason = r.Str("reason", false);
+    return r.status();
+  });
+}
+
+std::string Encode(const Lease& m) { return json{{"sent_ms", m.sent_ms}}.dump(); }
+
+Result<Lease> DecodeLease(std::string_view body) {
+  return DecodeBody<Lease>(body, [](JsonReader& r, Lease* m) {
+    m->sent_ms = r.IntIn("sent_ms", 0, INT64_MAX);
     return r.status();
   });
 }

@@ -131,6 +131,18 @@ struct LogChunk {
   friend bool operator==(const LogChunk&, const LogChunk&) = default;
 };
 
+// `lease`, unsequenced, both ways: the agent asks for its attempts' leases
+// to be renewed, stamping the request with its own monotonic clock
+// (Clock::MonoMs); the server answers at once with the same stamp. On the
+// answer the agent moves every lease's deadline to sent_ms + the lease
+// (Welcome::attempt_lease_ms): the server received the request after
+// sent_ms, so it knows the deadline is no later than its receive time plus
+// the lease (server/node_liveness.h).
+struct Lease {
+  int64_t sent_ms = 0;
+  friend bool operator==(const Lease&, const Lease&) = default;
+};
+
 // ---- server -> agent ----
 
 struct Welcome {
@@ -140,11 +152,11 @@ struct Welcome {
   // attempt id -> offset of the last output line the server has (-1: none);
   // the agent resumes right after that line.
   std::map<std::string, int64_t> log_offsets;
-  // The lease of gang ranks: a rank whose agent has not heard from the server
-  // for this long stops itself, so that the server, which declares the node
-  // lost later (node_lost_after), may restart the gang elsewhere without two
-  // copies of a rank alive. 0 = no lease (older servers).
-  int64_t gang_lease_ms = 0;
+  // How long each renewal of an attempt's lease lasts (see Lease): a task
+  // whose agent has not renewed it for this long is stopped by its shim, so
+  // that the server may start the job elsewhere without two copies alive.
+  // 0 = no leases (older servers).
+  int64_t attempt_lease_ms = 0;
   friend bool operator==(const Welcome&, const Welcome&) = default;
 };
 
@@ -217,6 +229,7 @@ inline constexpr std::string_view kStart = "start";
 inline constexpr std::string_view kStop = "stop";
 inline constexpr std::string_view kStage = "stage";
 inline constexpr std::string_view kAck = "ack";
+inline constexpr std::string_view kLease = "lease";
 // Reliable, agent -> server: a new NodeLending; a NodeEvent for the node's
 // log (the server fills its node_id); Leave.
 inline constexpr std::string_view kLending = "lending";
@@ -235,6 +248,7 @@ std::string Encode(const StageCheckpoint& m);
 std::string Encode(const NodeLending& m);
 std::string Encode(const NodeEvent& m);
 std::string Encode(const Leave& m);
+std::string Encode(const Lease& m);
 
 Result<Hello> DecodeHello(std::string_view body);
 Result<Heartbeat> DecodeHeartbeat(std::string_view body);
@@ -247,5 +261,6 @@ Result<StageCheckpoint> DecodeStageCheckpoint(std::string_view body);
 Result<NodeLending> DecodeLending(std::string_view body);
 Result<NodeEvent> DecodeNodeEvent(std::string_view body);
 Result<Leave> DecodeLeave(std::string_view body);
+Result<Lease> DecodeLease(std::string_view body);
 
 }  // namespace gpupool::proto

@@ -255,10 +255,20 @@ TEST(MessagesTest, GangRanksAndTheirRendezvousRoundTripAndAreChecked) {
 
   Welcome w;
   w.node_id = "n-1";
-  w.gang_lease_ms = 20'000;
+  w.attempt_lease_ms = 30'000;
   auto dw = DecodeWelcome(Encode(w));
   ASSERT_TRUE(dw.ok()) << dw.status().ToString();
-  EXPECT_EQ(dw->gang_lease_ms, 20'000);
+  EXPECT_EQ(dw->attempt_lease_ms, 30'000);
+}
+
+TEST(MessagesTest, LeaseRoundTripAndStrictStamp) {
+  Lease l{123'456'789};
+  auto back = DecodeLease(Encode(l));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, l);
+  EXPECT_THAT(DecodeLease(R"({"sent_ms":-5})").status().message(), HasSubstr("sent_ms"));
+  EXPECT_THAT(DecodeLease(R"({"sent_ms":"soon"})").status().message(), HasSubstr("sent_ms"));
+  EXPECT_FALSE(DecodeLease("{}").ok());
 }
 
 TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {

@@ -136,6 +136,14 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
         auto hb = proto::DecodeHeartbeat(env->body);
         if (!hb.ok()) return Fail("malformed heartbeat: " + hb.status().message());
         hub_.pool_.AgentHeartbeat(node_id_, *hb);
+      } else if (env->type == proto::kLease) {
+        // Recorded and answered at once: the agent's deadline counts from
+        // when it sent the request (node_liveness.h).
+        auto lease = proto::DecodeLease(env->body);
+        if (!lease.ok()) return Fail("malformed lease request: " + lease.status().message());
+        hub_.pool_.AgentLeaseRequested(node_id_);
+        Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kLease),
+              proto::Encode(*lease)});
       } else if (env->type != proto::kAck) {
         return Fail("unexpected unsequenced message \"" + env->type + "\"");
       }

@@ -150,7 +150,8 @@ Pool::Pool(Store& store, const Clock& clock, PoolOptions options, PoolHooks hook
       clock_(clock),
       options_(std::move(options)),
       hooks_(std::move(hooks)),
-      scheduler_(SchedulerConfigOf(options_)) {}
+      scheduler_(SchedulerConfigOf(options_)),
+      liveness_(clock, LivenessOptions{options_.attempt_lease_ms, options_.node_lost_after_ms}) {}
 
 void Pool::SetSchedulerConfig(sched::SchedulerConfig config) {
   options_.scheduler = std::move(config);
@@ -187,9 +188,14 @@ void Pool::Discard() {
 
 Status Pool::Recover() {
   int64_t now = clock_.NowMs();
-  return store_.Transact([&](Tx& tx) -> Status {
+  std::map<std::string, std::string> awaiting;
+  Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto nodes, tx.ListNodes());
     for (Node& n : nodes) {
+      // Work still live on a node revoked or left before the restart is
+      // requeued once the leases it may hold have expired.
+      if (n.state == NodeState::kLost || n.state == NodeState::kLeft)
+        awaiting[n.id] = "node " + n.name + " is " + std::string(NodeStateName(n.state));
       if (n.state != NodeState::kReady) continue;
       n.state = NodeState::kOffline;
       n.last_seen_ms = now;
@@ -197,6 +203,8 @@ Status Pool::Recover() {
     }
     return Status::Ok();
   });
+  if (s.ok()) awaiting_expiry_ = std::move(awaiting);
+  return s;
 }
 
 // ---------------------------------------------------------------- user side
@@ -934,9 +942,9 @@ Status Pool::SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& 
 Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
   proto::Welcome welcome;
   welcome.heartbeat_ms = options_.heartbeat_ms;
-  // Gang ranks of an agent cut off from the server stop themselves well
-  // before the server declares the node lost and restarts the gang.
-  welcome.gang_lease_ms = options_.node_lost_after_ms / 2;
+  // The hello renews the agent's leases (node_liveness.h); the welcome says
+  // how long each renewal lasts.
+  welcome.attempt_lease_ms = options_.attempt_lease_ms;
   int64_t now = clock_.NowMs();
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto existing, tx.GetNodeByName(hello.node_name));
@@ -1019,6 +1027,9 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
     return s;
   }
   live_[welcome.node_id] = LiveNode{hello.agent_instance, {}, 0};
+  liveness_.LeaseRequested(welcome.node_id);
+  liveness_.Connected(welcome.node_id);
+  awaiting_expiry_.erase(welcome.node_id);
   touched_nodes_.insert(welcome.node_id);
   want_schedule_ = true;
   Notify();
@@ -1040,9 +1051,12 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
     } else if (type == proto::kLogs) {
       GP_ASSIGN_OR_RETURN(auto chunk, proto::DecodeLogChunk(body));
       GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(chunk.attempt_id));
-      // Output of attempts the server never made, or made elsewhere, is dropped.
-      if (attempt && attempt->RunsOn(node_id) && !chunk.lines.empty()) {
-        const AttemptRank* rank = attempt->RankOn(node_id);
+      // Output of attempts the server never made, made elsewhere, or that
+      // have ended in its view (a stale attempt: its job may run elsewhere
+      // now) is dropped. A task's output reaches the server before its end.
+      const AttemptRank* rank = attempt ? attempt->RankOn(node_id) : nullptr;
+      const bool live = attempt && (rank ? IsLive(rank->state) : IsLive(attempt->state));
+      if (attempt && attempt->RunsOn(node_id) && live && !chunk.lines.empty()) {
         std::vector<LogLine> lines;
         lines.reserve(chunk.lines.size());
         for (auto& l : chunk.lines) {
@@ -1131,8 +1145,10 @@ Status Pool::LeaveNode(Tx& tx, const std::string& node_id, const std::string& re
   GP_RETURN_IF_ERROR(tx.PutNode(*node));
   log_lines_.push_back("node " + node->name + " left the pool" +
                        (reason.empty() ? "" : " (" + reason + ")"));
-  // The agent drains before it leaves; anything still live is requeued.
-  return LoseLiveAttempts(tx, node_id, "the node left the pool");
+  // The agent drains before it leaves; anything still live is requeued
+  // once its lease has expired (CheckNodes).
+  awaiting_expiry_[node_id] = "the node left the pool";
+  return Status::Ok();
 }
 
 Result<std::string> Pool::AttemptNodeName(const std::string& attempt_id) {
@@ -1180,14 +1196,20 @@ Status Pool::RevokeNode(const std::string& node_name, const std::string& reason)
     node->state = NodeState::kLost;
     node->last_seen_ms = clock_.NowMs();
     GP_RETURN_IF_ERROR(tx.PutNode(*node));
-    log_lines_.push_back("node " + node_name + " was revoked (" + reason + ")");
-    return LoseLiveAttempts(tx, node->id, "node " + node_name + " was revoked: " + reason);
+    log_lines_.push_back("node " + node_name + " was revoked (" + reason +
+                         "); its running jobs are requeued once their leases expire");
+    return Status::Ok();
   });
   if (!s.ok()) {
     Discard();
     return s;
   }
-  if (!node_id.empty()) live_.erase(node_id);
+  if (!node_id.empty()) {
+    // Its agent may still run the attempts, until their leases end.
+    live_.erase(node_id);
+    liveness_.Disconnected(node_id);
+    awaiting_expiry_[node_id] = "node " + node_name + " was revoked: " + reason;
+  }
   Notify();
   return Status::Ok();
 }
@@ -1199,8 +1221,13 @@ void Pool::AgentHeartbeat(const std::string& node_id, const proto::Heartbeat& hb
   it->second.running_tasks = hb.running_tasks;
 }
 
+void Pool::AgentLeaseRequested(const std::string& node_id) {
+  if (live_.count(node_id)) liveness_.LeaseRequested(node_id);
+}
+
 Status Pool::AgentDisconnected(const std::string& node_id) {
   live_.erase(node_id);
+  liveness_.Disconnected(node_id);
   int64_t now = clock_.NowMs();
   return store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
@@ -1228,15 +1255,22 @@ Result<std::vector<OutboxMessage>> Pool::PendingOrders(const std::string& node_i
 // ------------------------------------------------------------ periodic work
 
 Status Pool::CheckNodes() {
-  int64_t now = clock_.NowMs();
+  std::vector<std::string> requeued;  // leave awaiting_expiry_ once committed
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto nodes, tx.ListNodes());
     for (Node& n : nodes) {
-      if (n.state != NodeState::kOffline || live_.count(n.id)) continue;
-      if (now - n.last_seen_ms < options_.node_lost_after_ms) continue;
-      n.state = NodeState::kLost;
-      GP_RETURN_IF_ERROR(tx.PutNode(n));
-      GP_RETURN_IF_ERROR(LoseLiveAttempts(tx, n.id, "node " + n.name + " stopped answering"));
+      if (live_.count(n.id)) continue;
+      if (n.state == NodeState::kOffline) {
+        if (!liveness_.LostNow(n.id)) continue;
+        n.state = NodeState::kLost;
+        GP_RETURN_IF_ERROR(tx.PutNode(n));
+        GP_RETURN_IF_ERROR(LoseLiveAttempts(tx, n.id, "node " + n.name + " stopped answering"));
+        continue;
+      }
+      auto awaiting = awaiting_expiry_.find(n.id);
+      if (awaiting == awaiting_expiry_.end() || !liveness_.LeasesExpired(n.id)) continue;
+      GP_RETURN_IF_ERROR(LoseLiveAttempts(tx, n.id, awaiting->second));
+      requeued.push_back(n.id);
     }
     return Status::Ok();
   });
@@ -1244,6 +1278,7 @@ Status Pool::CheckNodes() {
     Discard();
     return s;
   }
+  for (const std::string& id : requeued) awaiting_expiry_.erase(id);
   Notify();
   return Status::Ok();
 }

@@ -60,6 +60,7 @@
 #include "model/node.h"
 #include "proto/messages.h"
 #include "sched/scheduler.h"
+#include "server/node_liveness.h"
 #include "store/store.h"
 
 namespace gpupool::server {
@@ -67,8 +68,14 @@ namespace gpupool::server {
 struct PoolOptions {
   int64_t heartbeat_ms = 5000;
   // A node whose agent has been disconnected this long is lost: its attempts
-  // are requeued. Like the kubelet's 40 s before NotReady.
+  // are requeued (once their leases have expired). Like the kubelet's 40 s
+  // before NotReady.
   int64_t node_lost_after_ms = 40'000;
+  // Every attempt's lease (--attempt-lease, server/node_liveness.h): its
+  // shim stops it when its agent has not renewed it for this long, and the
+  // server starts its job elsewhere only after this plus a margin since it
+  // last heard a renewal. 0 = no leases.
+  int64_t attempt_lease_ms = 30'000;
   // Placements per scheduling pass; the rest wait for the next pass.
   int32_t max_placements_per_pass = 500;
   // A job whose start a node refused (its provider's policy) is not placed
@@ -225,6 +232,9 @@ class Pool {
   Status AgentMessage(const std::string& node_id, int64_t seq, const std::string& type,
                       const std::string& body);
   void AgentHeartbeat(const std::string& node_id, const proto::Heartbeat& hb);
+  // The agent asked for its attempts' leases to be renewed (a `lease`
+  // message); the caller answers it at once.
+  void AgentLeaseRequested(const std::string& node_id);
   Status AgentDisconnected(const std::string& node_id);
   // The agent applied every outbox message up to `seq`.
   Status AgentAcked(const std::string& node_id, int64_t seq);
@@ -236,10 +246,13 @@ class Pool {
   // Replaces the scheduler's configuration (groups, half-life, preemption,
   // ...) from the next pass on; the caller asks for a pass.
   void SetSchedulerConfig(sched::SchedulerConfig config);
-  // Turns nodes offline for too long into lost nodes and requeues their work.
+  // Turns nodes offline for too long into lost nodes and requeues their
+  // work, and requeues the work of revoked and departed nodes, each once
+  // the leases of its attempts have certainly expired (NodeLiveness).
   Status CheckNodes();
   // An admin (or the node's provider) revoked the node's credential: it is
-  // lost at once and its running attempts are requeued.
+  // lost at once; its running attempts are requeued once their leases have
+  // expired (CheckNodes), since the agent may still be running them.
   Status RevokeNode(const std::string& node_name, const std::string& reason);
 
   bool connected(const std::string& node_id) const { return live_.count(node_id) > 0; }
@@ -299,7 +312,7 @@ class Pool {
                   const StopOrder& order);
   Status SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& instance, int64_t seq);
   // The node's agent drained and deregistered: the node is left; attempts
-  // still live there are requeued.
+  // still live there are requeued once their leases have expired.
   Status LeaveNode(Tx& tx, const std::string& node_id, const std::string& reason);
   // Requeues (as lost) every live attempt that is its job's current one.
   Status LoseLiveAttempts(Tx& tx, const std::string& node_id, const std::string& reason);
@@ -350,7 +363,11 @@ class Pool {
   PoolHooks hooks_;
   sched::Scheduler scheduler_;
   std::map<std::string, LiveNode> live_;  // connected nodes
-  std::map<int64_t, QueueInfo> queue_;    // pending job -> its place after the last pass
+  NodeLiveness liveness_;
+  // Nodes revoked or left whose live attempts are requeued once their
+  // leases expire, with the reason the attempts are lost for.
+  std::map<std::string, std::string> awaiting_expiry_;
+  std::map<int64_t, QueueInfo> queue_;  // pending job -> its place after the last pass
   // Job -> node id -> until when the job avoids the node (it refused it).
   std::map<int64_t, std::map<std::string, int64_t>> refused_;
   // Collected during a transaction, applied or fired after it commits.

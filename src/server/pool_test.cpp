@@ -9,124 +9,13 @@
 #include <map>
 #include <set>
 
+#include "server/pool_testing.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
 namespace {
 
 using ::testing::HasSubstr;
-
-class PoolTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("pool_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    store_ = *SqliteStore::Open((dir_ / "state.db").string());
-    PoolHooks hooks;
-    hooks.outbox_ready = [this](const std::string& n) { outbox_nodes_.push_back(n); };
-    hooks.job_changed = [this](int64_t j) { changed_jobs_.push_back(j); };
-    hooks.schedule_needed = [this] { ++schedule_requests_; };
-    hooks.manifest_stored = [this](const std::string& id) { return manifests_.count(id) > 0; };
-    hooks_ = hooks;
-    pool_ = std::make_unique<Pool>(*store_, clock_, PoolOptions{}, hooks);
-  }
-  // Replaces the pool with one using `options` (the same store).
-  void UseOptions(PoolOptions options) {
-    options_ = options;
-    pool_ = std::make_unique<Pool>(*store_, clock_, std::move(options), hooks_);
-  }
-  // A new store and pool over the same files, as after a server restart.
-  void Restart() {
-    pool_.reset();
-    store_.reset();
-    store_ = *SqliteStore::Open((dir_ / "state.db").string());
-    pool_ = std::make_unique<Pool>(*store_, clock_, options_, hooks_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  proto::Hello MakeHello(const std::string& name, int gpus, const std::string& instance = "i1") {
-    proto::Hello h;
-    h.node_name = name;
-    h.agent_instance = instance;
-    h.cpu_milli = 8000;
-    h.memory_mib = 32768;
-    for (int i = 0; i < gpus; ++i) {
-      h.gpus.push_back({i, name + "-gpu" + std::to_string(i), "A100", 81920, 8, 0, true});
-    }
-    return h;
-  }
-
-  JobSpec Spec(int gpus, const std::string& run = "true") {
-    JobSpec s;
-    s.name = "j";
-    s.run = run;
-    s.resources.gpus = gpus;
-    return s;
-  }
-
-  std::vector<proto::StopTask> Stops(const std::string& node, int64_t after = 0) {
-    std::vector<proto::StopTask> out;
-    for (const auto& m : *pool_->PendingOrders(node, after)) {
-      if (m.type == proto::kStop) out.push_back(*proto::DecodeStopTask(m.body));
-    }
-    return out;
-  }
-
-  std::optional<GroupUsage> StoredUsage(const std::string& group) {
-    std::optional<GroupUsage> out;
-    EXPECT_TRUE(store_
-                    ->Transact([&](Tx& tx) -> Status {
-                      GP_ASSIGN_OR_RETURN(out, tx.GetGroupUsage(group));
-                      return Status::Ok();
-                    })
-                    .ok());
-    return out;
-  }
-
-  std::vector<proto::StartTask> Starts(const std::string& node, int64_t after = 0) {
-    std::vector<proto::StartTask> out;
-    for (const auto& m : *pool_->PendingOrders(node, after)) {
-      if (m.type == proto::kStart) out.push_back(*proto::DecodeStartTask(m.body));
-    }
-    return out;
-  }
-
-  Status Report(const std::string& node, int64_t seq, const proto::TaskReport& r) {
-    return pool_->AgentMessage(node, seq, std::string(proto::kTaskStatus), proto::Encode(r));
-  }
-
-  // A lending of every GPU of `h`, in full.
-  static NodeLending LendsAll(const proto::Hello& h) {
-    NodeLending l;
-    for (const GpuInfo& g : h.gpus) l.gpus[g.uuid] = g.memory_mib;
-    return l;
-  }
-
-  Status SendLending(const std::string& node, int64_t seq, const NodeLending& l) {
-    return pool_->AgentMessage(node, seq, std::string(proto::kLending), proto::Encode(l));
-  }
-
-  NodeStatus NodeNamed(const std::string& name) {
-    for (NodeStatus& n : *pool_->ListNodes()) {
-      if (n.node.name == name) return n;
-    }
-    ADD_FAILURE() << "no node " << name;
-    return {};
-  }
-
-  std::filesystem::path dir_;
-  FakeClock clock_;
-  std::unique_ptr<SqliteStore> store_;
-  std::unique_ptr<Pool> pool_;
-  PoolHooks hooks_;
-  PoolOptions options_;
-  std::vector<std::string> outbox_nodes_;
-  std::vector<int64_t> changed_jobs_;
-  int schedule_requests_ = 0;
-  std::set<std::string> manifests_;  // what the fake blob store holds
-};
 
 TEST_F(PoolTest, SubmitScheduleRunSucceed) {
   auto node = pool_->AgentHello(MakeHello("a", 2));
@@ -805,21 +694,25 @@ TEST_F(PoolTest, ANodeThatLeftGetsNothingUntilItsAgentReturns) {
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
-  // A leave with work still there (the drain was cut short) requeues it.
+  // A leave with work still there (the drain was cut short) requeues it,
+  // once the attempt's lease has certainly ended.
   proto::Leave leave{"the owner ran gpupool agent leave"};
   ASSERT_TRUE(
       pool_->AgentMessage(a.node_id, 2, std::string(proto::kLeave), proto::Encode(leave)).ok());
+  EXPECT_EQ(NodeNamed("a").node.state, NodeState::kLeft);
+  EXPECT_EQ(NodeNamed("a").status, "left");
+  EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kRunning);
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  // The agent exits; the node stays left, never lost.
+  ASSERT_TRUE(pool_->AgentDisconnected(a.node_id).ok());
+  ASSERT_TRUE(pool_->CheckNodes().ok());
+  EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kRunning) << "its lease has not ended";
+  clock_.AdvanceMs(PoolOptions{}.node_lost_after_ms + 1);
+  ASSERT_TRUE(pool_->CheckNodes().ok());
   auto d = *pool_->GetJob(1);
   EXPECT_EQ(d.job.state, JobState::kPending);
   EXPECT_TRUE(d.job.front);
   EXPECT_EQ(d.attempts[0].reason, "the node left the pool");
-  EXPECT_EQ(NodeNamed("a").node.state, NodeState::kLeft);
-  EXPECT_EQ(NodeNamed("a").status, "left");
-  EXPECT_EQ(*pool_->Schedule(), 0);
-  // The agent exits; the node stays left, never lost.
-  ASSERT_TRUE(pool_->AgentDisconnected(a.node_id).ok());
-  clock_.AdvanceMs(PoolOptions{}.node_lost_after_ms + 1);
-  ASSERT_TRUE(pool_->CheckNodes().ok());
   EXPECT_EQ(NodeNamed("a").node.state, NodeState::kLeft);
   Restart();
   ASSERT_TRUE(pool_->Recover().ok());
@@ -1282,8 +1175,7 @@ TEST_F(GangTest, EachRankKeepsItsOwnLog) {
   auto w = pool_->AgentHello(MakeHello(ids_.count("a") ? "b" : "b", 1, "i2"));
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->log_offsets.at(a.id), 0);
-  EXPECT_GT(w->gang_lease_ms, 0);
-  EXPECT_LT(w->gang_lease_ms, PoolOptions{}.node_lost_after_ms);
+  EXPECT_EQ(w->attempt_lease_ms, PoolOptions{}.attempt_lease_ms);
 }
 
 TEST_F(GangTest, ARankWaitingForTheRendezvousIsNotLostWhenItsAgentReconnects) {

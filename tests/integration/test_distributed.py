@@ -162,7 +162,7 @@ def test_a_job_that_runs_torchrun_itself_rendezvouses_with_the_pools_variables(p
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker-agent-killed", "master-agent-killed"])
 def test_a_gang_whose_agent_is_killed_resumes_elsewhere_with_the_reference_result(pool, want, victim):
-    pool.start_server(extra=["--node-lost-after-ms", str(NODE_LOST_MS)])
+    pool.start_server(extra=["--node-lost-after-ms", str(NODE_LOST_MS), "--attempt-lease", "3s"])
     start_agents(pool, ["a", "b", "c"])
     job_id = pool.submit_cli(ddp_spec(TRAIN + ["--sleep", "0.05"]))
     job = pool.wait_state(job_id, "running", timeout=30)
@@ -174,7 +174,7 @@ def test_a_gang_whose_agent_is_killed_resumes_elsewhere_with_the_reference_resul
     assert pool.job(job_id)["state"] == "running", describe(pool, job_id)
 
     killed = placed[victim]
-    pool.kill_agent(killed)  # kill -9: no goodbye; its rank stops itself (gang lease)
+    pool.kill_agent(killed)  # kill -9: no goodbye; its rank stops itself (attempt lease)
     job = wait_done(pool, job_id, timeout=90)
     assert job["state"] == "succeeded", describe(pool, job_id)
 
@@ -288,12 +288,12 @@ def test_the_example_spec_is_a_valid_two_node_torch_job(pool):
 
 
 def test_a_quiet_gang_keeps_its_lease(pool, tmp_path):
-    """Ranks whose agents stay connected are never stopped by the gang lease,
-    however quiet the server is: here the lease is 3 s (half of
-    --node-lost-after-ms) and the heartbeat the default."""
+    """Ranks whose agents stay connected are never stopped by the attempt
+    lease, however quiet the server is: here the lease is 3 s and the
+    heartbeat the default (5 s)."""
     markers = tmp_path / "markers"
     markers.mkdir()
-    pool.start_server(extra=["--node-lost-after-ms", str(NODE_LOST_MS)])
+    pool.start_server(extra=["--node-lost-after-ms", str(NODE_LOST_MS), "--attempt-lease", "3s"])
     start_agents(pool, ["a", "b"])
     job_id = pool.submit(marker_job(markers, nodes=2, hold="8"))
     job = wait_done(pool, job_id, timeout=40)

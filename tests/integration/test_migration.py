@@ -172,7 +172,7 @@ def test_a_reclaim_stages_the_checkpoint_where_the_job_goes_next(pool, tmp_path)
 
 def test_a_job_survives_kill_9_of_its_agent(pool, tmp_path):
     steps = 157  # found by pgrep below: no other test runs the counter so long
-    start_two(pool, tmp_path, extra=["--node-lost-after-ms", "3000"])
+    start_two(pool, tmp_path, extra=["--node-lost-after-ms", "3000", "--attempt-lease", "4s"])
     job_id = submit_counter(pool, steps, every=10)
     pool.wait_state(job_id, "running")
     wait_checkpoint(pool, job_id, 2)

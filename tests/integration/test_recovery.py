@@ -75,7 +75,7 @@ def test_agent_losing_its_task_gets_it_requeued(pool):
 
 
 def test_node_that_never_returns_has_its_jobs_requeued(pool):
-    pool.start_server(extra=["--node-lost-after-ms", "1500"])
+    pool.start_server(extra=["--node-lost-after-ms", "1500", "--attempt-lease", "3s"])
     pool.start_agent("a")
     pool.wait_nodes_ready(1)
     job_id = pool.submit({"run": "if [ $GPUPOOL_ATTEMPT_ID = ${GPUPOOL_JOB_ID}.1 ]; then sleep 309; fi; echo ok",

@@ -89,7 +89,9 @@ def test_the_agent_channel_requires_the_nodes_client_certificate(pool):
 
 
 def test_a_revoked_agent_is_refused_at_once_and_its_jobs_requeued(pool):
-    start(pool, agents=("a", "b"))
+    # Its job moves once the lease the revoked agent may still hold has
+    # ended (its shim stops the job by then).
+    start(pool, extra=["--attempt-lease", "3s"], agents=("a", "b"))
     job = pool.submit({"run": "sleep 600",
                        "resources": {"gpus": 1}})
     running = pool.wait_state(job, "running")

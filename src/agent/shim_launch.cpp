@@ -1,0 +1,303 @@
+#include "agent/shim_launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+
+extern char** environ;
+
+namespace gpupool::agent {
+namespace {
+
+using json = nlohmann::json;
+
+// The descriptor the options arrive on.
+constexpr int kOptionsFd = 3;
+// More than any real set of options (a spec is at most a few hundred KiB).
+constexpr size_t kMaxOptionsBytes = 64u << 20;
+
+json LimitsJson(const exec::Limits& l) {
+  return {{"memory_bytes", l.memory_bytes},
+          {"cpu_milli", l.cpu_milli},
+          {"pids", l.pids},
+          {"disk_bytes", l.disk_bytes}};
+}
+
+exec::Limits LimitsFrom(const json& j) {
+  return {j.at("memory_bytes").get<int64_t>(), j.at("cpu_milli").get<int64_t>(),
+          j.at("pids").get<int64_t>(), j.at("disk_bytes").get<int64_t>()};
+}
+
+json ContainerJson(const exec::ContainerOptions& c) {
+  return {{"engine", c.engine}, {"gpu_mode", c.gpu_mode}, {"extra_args", c.extra_args}};
+}
+
+exec::ContainerOptions ContainerFrom(const json& j) {
+  exec::ContainerOptions c;
+  c.engine = j.at("engine").get<std::string>();
+  c.gpu_mode = j.at("gpu_mode").get<std::string>();
+  c.extra_args = j.at("extra_args").get<std::vector<std::string>>();
+  return c;
+}
+
+json ExecConfigJson(const exec::ExecConfig& c) {
+  return {{"executors", c.executors},
+          {"sandbox",
+           {{"bwrap", c.sandbox.bwrap},
+            {"host_paths", c.sandbox.host_paths},
+            {"devices_dir", c.sandbox.devices_dir},
+            {"ldconfig", c.sandbox.ldconfig}}},
+          {"images",
+           {{"dir", c.images.dir},
+            {"max_bytes", c.images.max_bytes},
+            {"skopeo", c.images.skopeo},
+            {"umoci", c.images.umoci},
+            {"command_timeout_ms", c.images.command_timeout_ms}}},
+          {"docker", ContainerJson(c.docker)},
+          {"podman", ContainerJson(c.podman)},
+          {"cgroup", c.cgroup},
+          {"first_uid", c.first_uid},
+          {"uid_count", c.uid_count},
+          {"defaults", LimitsJson(c.defaults)},
+          {"memory_poll_ms", c.memory_poll_ms}};
+}
+
+exec::ExecConfig ExecConfigFrom(const json& j) {
+  exec::ExecConfig c;
+  c.executors = j.at("executors").get<std::vector<std::string>>();
+  const json& s = j.at("sandbox");
+  c.sandbox.bwrap = s.at("bwrap").get<std::string>();
+  c.sandbox.host_paths = s.at("host_paths").get<std::vector<std::string>>();
+  c.sandbox.devices_dir = s.at("devices_dir").get<std::string>();
+  c.sandbox.ldconfig = s.at("ldconfig").get<std::string>();
+  const json& i = j.at("images");
+  c.images.dir = i.at("dir").get<std::string>();
+  c.images.max_bytes = i.at("max_bytes").get<int64_t>();
+  c.images.skopeo = i.at("skopeo").get<std::string>();
+  c.images.umoci = i.at("umoci").get<std::string>();
+  c.images.command_timeout_ms = i.at("command_timeout_ms").get<int64_t>();
+  c.docker = ContainerFrom(j.at("docker"));
+  c.podman = ContainerFrom(j.at("podman"));
+  c.cgroup = j.at("cgroup").get<std::string>();
+  c.first_uid = j.at("first_uid").get<int>();
+  c.uid_count = j.at("uid_count").get<int>();
+  c.defaults = LimitsFrom(j.at("defaults"));
+  c.memory_poll_ms = j.at("memory_poll_ms").get<int64_t>();
+  return c;
+}
+
+json ExecEnvJson(const exec::ExecEnvironment& e) {
+  json j = {{"limits_mode", e.limits_mode},
+            {"available", e.available},
+            {"unavailable", e.unavailable},
+            {"sandbox_images", e.sandbox_images}};
+  if (e.cgroups) j["cgroups"] = {{"path", e.cgroups->path()}, {"has_cpu", e.cgroups->has_cpu()}};
+  return j;
+}
+
+exec::ExecEnvironment ExecEnvFrom(const json& j) {
+  exec::ExecEnvironment e;
+  e.limits_mode = j.at("limits_mode").get<std::string>();
+  e.available = j.at("available").get<std::vector<std::string>>();
+  e.unavailable = j.at("unavailable").get<std::map<std::string, std::string>>();
+  e.sandbox_images = j.at("sandbox_images").get<bool>();
+  if (auto c = j.find("cgroups"); c != j.end()) {
+    e.cgroups =
+        exec::CgroupTree::Adopt(c->at("path").get<std::string>(), c->at("has_cpu").get<bool>());
+  }
+  return e;
+}
+
+json BlobJson(const BlobAccess& b) {
+  return {{"server_url", b.server_url},
+          {"token", b.token},
+          {"tls",
+           {{"ca_fingerprint", b.tls.ca_fingerprint},
+            {"ca_file", b.tls.ca_file},
+            {"client_cert_file", b.tls.client_cert_file},
+            {"client_key_file", b.tls.client_key_file},
+            {"insecure", b.tls.insecure}}},
+          {"cache_dir", b.cache_dir},
+          {"cache_bytes", b.cache_bytes},
+          {"staging_dir", b.staging_dir}};
+}
+
+BlobAccess BlobFrom(const json& j) {
+  BlobAccess b;
+  b.server_url = j.at("server_url").get<std::string>();
+  b.token = j.at("token").get<std::string>();
+  const json& t = j.at("tls");
+  b.tls.ca_fingerprint = t.at("ca_fingerprint").get<std::string>();
+  b.tls.ca_file = t.at("ca_file").get<std::string>();
+  b.tls.client_cert_file = t.at("client_cert_file").get<std::string>();
+  b.tls.client_key_file = t.at("client_key_file").get<std::string>();
+  b.tls.insecure = t.at("insecure").get<bool>();
+  b.cache_dir = j.at("cache_dir").get<std::string>();
+  b.cache_bytes = j.at("cache_bytes").get<int64_t>();
+  b.staging_dir = j.at("staging_dir").get<std::string>();
+  return b;
+}
+
+// The agent's log level, so that the shim logs what the agent would.
+std::string CurrentLogLevel() {
+  for (auto [level, name] :
+       {std::pair{LogLevel::kDebug, "debug"}, std::pair{LogLevel::kInfo, "info"},
+        std::pair{LogLevel::kWarn, "warn"}}) {
+    if (LogEnabled(level)) return name;
+  }
+  return "error";
+}
+
+// Reads all of `fd` (at most kMaxOptionsBytes).
+Result<std::string> ReadAllFrom(int fd) {
+  std::string out;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Internal(std::string("read: ") + std::strerror(errno));
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxOptionsBytes) return Status::InvalidArgument("options too large");
+  }
+}
+
+// A sealed memfd holding `text`, positioned at its start.
+Result<int> SealedMemfd(const std::string& text) {
+  int fd = ::memfd_create("gpupool-shim-options", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return Status::Internal(std::string("write: ") + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  (void)::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  if (::lseek(fd, 0, SEEK_SET) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Status::Internal(std::string("lseek: ") + std::strerror(e));
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<std::string> EncodeShimOptions(const ShimOptions& o) {
+  if (o.exec_config == nullptr || o.exec_env == nullptr)
+    return Status::InvalidArgument("shim options without an executor config");
+  json j = {{"task_dir", o.task_dir},
+            {"task", json::parse(proto::Encode(o.task))},
+            {"kill_grace_ms", o.kill_grace_ms},
+            {"exec_config", ExecConfigJson(*o.exec_config)},
+            {"exec_env", ExecEnvJson(*o.exec_env)},
+            {"uid", o.uid},
+            {"gid", o.gid},
+            {"gpu_minors", o.gpu_minors},
+            {"blob", BlobJson(o.blob)},
+            {"log_level", CurrentLogLevel()}};
+  return j.dump();
+}
+
+Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view text) {
+  auto out = std::make_unique<DecodedShimOptions>();
+  try {
+    json j = json::parse(text);
+    ShimOptions& o = out->options;
+    o.task_dir = j.at("task_dir").get<std::string>();
+    GP_ASSIGN_OR_RETURN(o.task, proto::DecodeStartTask(j.at("task").dump()));
+    o.kill_grace_ms = j.at("kill_grace_ms").get<int64_t>();
+    out->exec_config = ExecConfigFrom(j.at("exec_config"));
+    out->exec_env = ExecEnvFrom(j.at("exec_env"));
+    o.exec_config = &out->exec_config;
+    o.exec_env = &out->exec_env;
+    o.uid = j.at("uid").get<int>();
+    o.gid = j.at("gid").get<int>();
+    o.gpu_minors = j.at("gpu_minors").get<std::vector<int>>();
+    o.blob = BlobFrom(j.at("blob"));
+    LogLevel level;
+    if (ParseLogLevel(j.at("log_level").get<std::string>(), &level)) SetLogLevel(level);
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("shim options: ") + e.what());
+  }
+  return out;
+}
+
+Result<pid_t> SpawnShim(const ShimOptions& options, const std::string& data_dir, int status_fd) {
+  GP_ASSIGN_OR_RETURN(std::string text, EncodeShimOptions(options));
+  GP_ASSIGN_OR_RETURN(int memfd, SealedMemfd(text));
+  // Everything the child uses is made before the fork: between fork and
+  // exec it may only make async-signal-safe calls (another thread of the
+  // agent may hold any lock at the moment of the fork).
+  std::string argv0 = "gpupool-shim", cmd = kShimCommand, dd_flag = "--data-dir",
+              at_flag = "--attempt", attempt = options.task.attempt_id;
+  std::string data = data_dir;
+  char* argv[] = {argv0.data(),   cmd.data(),     dd_flag.data(), data.data(),
+                  at_flag.data(), attempt.data(), nullptr};
+  const char* self = "/proc/self/exe";
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(memfd);
+    return Status::Internal(std::string("fork: ") + std::strerror(e));
+  }
+  if (pid == 0) {
+    ::setsid();  // the shim outlives the agent and ignores its terminal
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull < 0 || ::dup2(devnull, STDIN_FILENO) < 0 || ::dup2(status_fd, STDOUT_FILENO) < 0 ||
+        ::dup2(memfd, kOptionsFd) < 0) {
+      _exit(127);
+    }
+    // stderr stays the agent's: the shim's rare messages land in the agent
+    // log. Nothing else of the agent's (its server connection above all)
+    // may stay open in the shim, or the connection would outlive a killed
+    // agent.
+    ::close_range(kOptionsFd + 1, ~0U, 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(self, argv, environ);
+    _exit(127);
+  }
+  ::close(memfd);
+  return pid;
+}
+
+int ShimMain(int argc, char** argv) {
+  (void)argc;
+  (void)argv;
+  ::prctl(PR_SET_NAME, "gpupool-shim");
+  auto text = ReadAllFrom(kOptionsFd);
+  ::close(kOptionsFd);
+  if (!text.ok()) {
+    std::fprintf(stderr, "gpupool-shim: cannot read its options: %s\n",
+                 text.status().message().c_str());
+    return 1;
+  }
+  auto decoded = DecodeShimOptions(*text);
+  if (!decoded.ok()) {
+    std::fprintf(stderr, "gpupool-shim: %s\n", decoded.status().message().c_str());
+    return 1;
+  }
+  SetLogComponent("shim " + (*decoded)->options.task.attempt_id);
+  return RunShim((*decoded)->options);
+}
+
+}  // namespace gpupool::agent

@@ -1,0 +1,247 @@
+// Shims are started by exec, never as a bare fork of the threaded agent
+// (issue 19, hole 6): the options round-trip, the shim is a program of its
+// own, and many shims started while another thread of the agent keeps
+// OpenSSL and its locks busy all run (a forked child that inherited a held
+// lock would hang at its first TLS call).
+#include "agent/shim_launch.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "agent/tasks.h"
+#include "common/files.h"
+#include "net/event_loop.h"
+#include "net/http_client.h"
+
+namespace gpupool::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
+  exec::ExecConfig config;
+  config.executors = {"sandbox", "process"};
+  config.sandbox.host_paths = {"/usr", "/opt/cuda"};
+  config.images.dir = "/var/lib/gpupool/images";
+  config.images.max_bytes = 123;
+  config.docker.extra_args = {"--security-opt", "no-new-privileges"};
+  config.cgroup = "/sys/fs/cgroup/gpupool";
+  config.first_uid = 300000;
+  config.uid_count = 7;
+  config.defaults = {1 << 30, 2000, 512, 4 << 20};
+  exec::ExecEnvironment env;
+  env.cgroups = exec::CgroupTree::Adopt("/sys/fs/cgroup/gpupool", true);
+  env.limits_mode = "cgroup v2";
+  env.available = {"sandbox"};
+  env.unavailable = {{"process", "not allowed"}};
+  env.sandbox_images = true;
+  ShimOptions o;
+  o.task_dir = "/data/tasks/4.1";
+  o.task.attempt_id = "4.1";
+  o.task.job_id = 4;
+  o.task.spec.name = "x";
+  o.task.spec.run = "echo hi";
+  o.task.gpu_uuids = {"GPU-1"};
+  o.kill_grace_ms = 1234;
+  o.exec_config = &config;
+  o.exec_env = &env;
+  o.uid = 300001;
+  o.gid = 300001;
+  o.gpu_minors = {0, 3};
+  o.blob.server_url = "https://pool:8470";
+  o.blob.token = "gpn_secret";
+  o.blob.tls.ca_fingerprint = "sha256:ab";
+  o.blob.tls.client_cert_file = "/data/node.crt";
+  o.blob.cache_dir = "/data/chunk-cache";
+  o.blob.cache_bytes = 99;
+  o.blob.staging_dir = "/data/staging";
+
+  auto text = EncodeShimOptions(o);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  auto back = DecodeShimOptions(*text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const ShimOptions& b = (*back)->options;
+  EXPECT_EQ(b.task_dir, o.task_dir);
+  EXPECT_EQ(b.task, o.task);
+  EXPECT_EQ(b.kill_grace_ms, 1234);
+  EXPECT_EQ(b.uid, 300001);
+  EXPECT_EQ(b.gpu_minors, o.gpu_minors);
+  EXPECT_EQ(b.blob.token, "gpn_secret");
+  EXPECT_EQ(b.blob.tls.client_cert_file, "/data/node.crt");
+  EXPECT_EQ(b.blob.staging_dir, "/data/staging");
+  ASSERT_EQ(b.exec_config, &(*back)->exec_config);
+  EXPECT_EQ(b.exec_config->executors, config.executors);
+  EXPECT_EQ(b.exec_config->sandbox.host_paths, config.sandbox.host_paths);
+  EXPECT_EQ(b.exec_config->images.max_bytes, 123);
+  EXPECT_EQ(b.exec_config->docker, config.docker);
+  EXPECT_EQ(b.exec_config->defaults, config.defaults);
+  EXPECT_EQ(b.exec_config->first_uid, 300000);
+  ASSERT_TRUE(b.exec_env->cgroups.has_value());
+  EXPECT_EQ(b.exec_env->cgroups->path(), "/sys/fs/cgroup/gpupool");
+  EXPECT_TRUE(b.exec_env->cgroups->has_cpu());
+  EXPECT_EQ(b.exec_env->unavailable, env.unavailable);
+  EXPECT_TRUE(b.exec_env->sandbox_images);
+
+  EXPECT_FALSE(DecodeShimOptions("{").ok());
+  EXPECT_THAT(DecodeShimOptions(R"({"task_dir":"x"})").status().message(),
+              HasSubstr("shim options"));
+}
+
+class ShimLaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpupool-shim-launch-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    config_.executors = {"process"};
+    config_.cgroup = "none";
+    config_.images.dir = dir_ + "/images";
+    env_ = exec::ProbeExecEnvironment(config_, -1, -1);
+    TaskManager::Options o;
+    o.data_dir = dir_ + "/data";
+    o.kill_grace_ms = 2000;
+    o.exec_config = &config_;
+    o.exec_env = &env_;
+    // A TLS endpoint nobody listens on: the shim's input fetch goes
+    // through the TLS client (its context cache and OpenSSL) and fails fast.
+    o.blob.server_url = "https://127.0.0.1:" + std::to_string(ClosedPort());
+    o.blob.cache_dir = dir_ + "/chunk-cache";
+    manager_ = std::make_unique<TaskManager>(std::move(o), loop_, clock_, nullptr);
+    ASSERT_TRUE(manager_->Recover().ok());
+  }
+  void TearDown() override {
+    manager_.reset();
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // A TCP port of this machine that refuses connections.
+  static int ClosedPort() {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return ntohs(a.sin_port);
+  }
+
+  static proto::StartTask Task(const std::string& attempt, bool with_inputs) {
+    proto::StartTask t;
+    t.attempt_id = attempt;
+    t.job_id = std::stoll(attempt.substr(0, attempt.find('.')));
+    t.spec.name = "test";
+    t.spec.run = "echo ran";
+    t.spec.executor = "process";
+    if (with_inputs) t.spec.inputs = std::string(64, 'a');
+    return t;
+  }
+
+  std::string dir_;
+  exec::ExecConfig config_;
+  exec::ExecEnvironment env_;
+  net::EventLoop loop_;
+  RealClock clock_;
+  std::unique_ptr<TaskManager> manager_;
+};
+
+TEST_F(ShimLaunchTest, TheShimIsAProgramOfItsOwnNotAForkOfTheAgent) {
+  proto::StartTask t = Task("1.1", false);
+  t.spec.run = "sleep 30";
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  pid_t shim = manager_->tasks().at("1.1").shim_pid;
+  // Its command line is the shim's, with the agent's data dir, and its
+  // image is this binary's, exec'd anew (once the child got that far).
+  Result<std::string> cmdline = Status::NotFound("not read yet");
+  const int64_t give_up = clock_.MonoMs() + 30'000;
+  while (clock_.MonoMs() < give_up) {
+    cmdline = ReadFile("/proc/" + std::to_string(shim) + "/cmdline");
+    if (cmdline.ok() && cmdline->starts_with("gpupool-shim")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(cmdline.ok());
+  EXPECT_EQ(cmdline->substr(0, cmdline->find('\0')), "gpupool-shim");
+  EXPECT_THAT(*cmdline, HasSubstr(std::string("\0__shim\0", 8)));
+  EXPECT_THAT(*cmdline, HasSubstr(dir_ + "/data"));
+  EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(shim) + "/exe"),
+            fs::read_symlink("/proc/self/exe"));
+  // One thread: nothing of the agent's threads came along.
+  auto status = ReadFile("/proc/" + std::to_string(shim) + "/status");
+  ASSERT_TRUE(status.ok());
+  EXPECT_THAT(*status, HasSubstr("Threads:\t1\n"));
+  manager_->Stop("1.1", "done", TaskManager::kKillNow);
+}
+
+// Another thread of the agent (the checkpoint stager does this) keeps
+// creating TLS contexts and connecting while shims start, each of which
+// goes through the TLS client itself. Every shim must get there and end.
+TEST_F(ShimLaunchTest, ShimsStartedWhileAnotherThreadUsesTlsAllRun) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> calls{0};
+  const int port = ClosedPort();
+  std::thread busy([&] {
+    for (int64_t i = 0; !stop; ++i) {
+      net::HttpCall call;
+      call.base_url = "https://127.0.0.1:" + std::to_string(port);
+      call.target = "/";
+      call.timeout_ms = 1000;
+      // A new pin each time: a new context, made under OpenSSL's locks.
+      char pin[80];
+      std::snprintf(pin, sizeof pin, "sha256:%064lx", static_cast<long>(i));
+      call.tls.ca_fingerprint = pin;
+      (void)net::Fetch(call);
+      ++calls;
+    }
+  });
+  constexpr int kTasks = 60;
+  for (int i = 1; i <= kTasks; ++i) {
+    ASSERT_TRUE(manager_->Start(Task(std::to_string(i) + ".1", true), {}).ok());
+  }
+  // Every shim ends (it cannot fetch the inputs: no server). A shim that
+  // hangs on a lock inherited from the busy thread never would.
+  const int64_t give_up = clock_.MonoMs() + 120'000;
+  int ended = 0;
+  while (clock_.MonoMs() < give_up) {
+    ended = 0;
+    for (int i = 1; i <= kTasks; ++i) {
+      const std::string id = std::to_string(i) + ".1";
+      (void)manager_->ReadOutput(id, 1 << 20);
+      const TaskState& t = manager_->tasks().at(id);
+      auto start = ProcessStartTime(t.shim_pid);
+      if (t.result || !start || *start != t.shim_start_time) ++ended;
+      while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+    }
+    if (ended == kTasks) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop = true;
+  busy.join();
+  EXPECT_EQ(ended, kTasks) << "shims still stuck after 120 s";
+  EXPECT_GT(calls.load(), 0);
+  for (int i = 1; i <= kTasks; ++i) {
+    const std::string log = manager_->tasks().at(std::to_string(i) + ".1").paths.output_log();
+    auto text = ReadFile(log);
+    ASSERT_TRUE(text.ok()) << log;
+    EXPECT_THAT(*text, HasSubstr("cannot fetch the job's files")) << log;
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::agent

@@ -1052,11 +1052,13 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
       GP_ASSIGN_OR_RETURN(auto chunk, proto::DecodeLogChunk(body));
       GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(chunk.attempt_id));
       // Output of attempts the server never made, made elsewhere, or that
-      // have ended in its view (a stale attempt: its job may run elsewhere
-      // now) is dropped. A task's output reaches the server before its end.
+      // it declared lost (stale: their job may run elsewhere now, so what
+      // they print is not the job's) is dropped. An attempt that ended by
+      // its agent's own report may still send lines: an agent back from a
+      // restart reports the end in its hello, then ships the rest.
       const AttemptRank* rank = attempt ? attempt->RankOn(node_id) : nullptr;
-      const bool live = attempt && (rank ? IsLive(rank->state) : IsLive(attempt->state));
-      if (attempt && attempt->RunsOn(node_id) && live && !chunk.lines.empty()) {
+      const bool stale = attempt && (rank ? rank->state : attempt->state) == AttemptState::kLost;
+      if (attempt && attempt->RunsOn(node_id) && !stale && !chunk.lines.empty()) {
         std::vector<LogLine> lines;
         lines.reserve(chunk.lines.size());
         for (auto& l : chunk.lines) {

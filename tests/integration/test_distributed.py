@@ -150,6 +150,9 @@ def test_a_job_that_runs_torchrun_itself_rendezvouses_with_the_pools_variables(p
            f"train_ddp.py {' '.join(TRAIN)}")
     spec = ddp_spec(TRAIN)
     spec["run"] = run
+    # torchrun's own agent dies of the checkpoint signal (it does not pass it
+    # on): no periodic request during the run.
+    spec["checkpoint"] = {"interval": "1h", "grace": "10s"}
     job_id = pool.submit_cli(spec)
     job = wait_done(pool, job_id, timeout=120)
     assert job["state"] == "succeeded", describe(pool, job_id)

@@ -215,7 +215,9 @@ def test_a_window_closing_stops_lent_jobs_with_the_server_down(pool, tmp_path):
     days = sorted({start.strftime("%a").lower(), edge.strftime("%a").lower()})
     policy = (f"policy:\n  reclaim_grace: 2s\n  windows:\n    timezone: UTC\n    weekly:\n"
               f"      - {{days: [{', '.join(days)}], from: \"{start:%H:%M}\", to: \"{edge:%H:%M}\"}}\n")
-    pool.start_server()
+    # A lease longer than the wait for the window's end: the window, not the
+    # lease, stops the job.
+    pool.start_server(extra=["--attempt-lease", "3m"])
     start_with(pool, tmp_path, "a", policy)
     marker = f"lent-{os.getpid()}-{time.time_ns()}"
     job_id = pool.submit({"name": "lent", "run": f"while :; do sleep 0.1; done; echo {marker}",

@@ -17,6 +17,7 @@
 #include "agent/tasks.h"
 #include "agent/tunnel_endpoint.h"
 #include "common/clock.h"
+#include "common/dir_lock.h"
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
@@ -737,6 +738,14 @@ int RunAgent(const AgentOptions& options) {
       std::cerr << "gpupool agent: --advertise-addr: " << s.message() << "\n";
       return 2;
     }
+  }
+  // One agent per data directory: a second one would run every task twice.
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  auto lock = DirLock::Acquire(options.data_dir, "agent");
+  if (!lock.ok()) {
+    std::cerr << "gpupool agent: " << lock.status().message() << "\n";
+    return 1;
   }
   auto creds = Credentials(options);
   if (!creds.ok()) {

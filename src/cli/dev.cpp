@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/client.h"
+#include "common/dir_lock.h"
 #include "common/files.h"
 #include "net/pki.h"
 
@@ -84,6 +85,12 @@ int RunDev(const DevOptions& o) {
     return 1;
   }
   dir = fs::absolute(dir).string();
+  // One dev pool per data directory (its server and agents lock theirs too).
+  auto lock = DirLock::Acquire(dir, "dev pool");
+  if (!lock.ok()) {
+    std::cerr << "gpupool dev: " << lock.status().message() << "\n";
+    return 1;
+  }
   std::string server_dir = dir + "/server";
   fs::remove(server_dir + "/server.url", ec);
 

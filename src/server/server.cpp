@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/dir_lock.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "net/http_server.h"
@@ -70,6 +71,12 @@ int RunServer(const ServerOptions& options) {
     return 1;
   }
   ::chmod(options.data_dir.c_str(), 0700);
+  // One server per data directory: two would both schedule the same jobs.
+  auto lock = DirLock::Acquire(options.data_dir, "server");
+  if (!lock.ok()) {
+    std::cerr << "gpupool server: " << lock.status().message() << "\n";
+    return 1;
+  }
   auto addr = SplitHostPort(options.listen);
   if (!addr.ok()) {
     std::cerr << "gpupool server: " << addr.status().message() << "\n";

@@ -83,7 +83,7 @@ class Agent {
         loop_(loop),
         config_(DefaultAgentConfig(options_.data_dir)),
         tasks_({options_.data_dir, options_.kill_grace_ms, &config_.exec, &exec_env_,
-                ::geteuid() == 0, BlobAccessFor(options_, creds_)},
+                ::geteuid() == 0, BlobAccessFor(options_, creds_), options_.kill_tasks_on_exit},
                loop, clock_, [this] { WakePoll(); }),
         provider_({options_.data_dir, options_.config_file}, config_, loop, clock_, tasks_,
                   {[this](std::string_view type, std::string body) {

@@ -326,13 +326,21 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                    t.uid,
                    t.uid,
                    gpu_minors,
-                   options_.blob};
+                   options_.blob,
+                   options_.stop_with_agent ? static_cast<int>(::getpid()) : 0};
   // The shim is a fork of the agent that never execs: no binary to load, so
   // a task starts in well under a millisecond. This relies on the agent
   // being single-threaded (the child may safely allocate and do I/O).
   pid_t pid = ::fork();
   if (pid < 0) return Status::Internal(std::string("fork: ") + std::strerror(errno));
   if (pid == 0) {
+    if (shim.agent_pid != 0) {
+      // Dies with the agent: SIGTERM, which the shim takes as "stop the job",
+      // when the agent ends. An agent already gone (before the prctl) leaves
+      // nothing to start.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != shim.agent_pid) _exit(1);
+    }
     ::setsid();  // the shim outlives the agent and ignores its terminal
     ::prctl(PR_SET_NAME, "gpupool-shim");
     ::dup2(status[1], STDOUT_FILENO);

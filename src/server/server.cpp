@@ -174,7 +174,9 @@ int RunServer(const ServerOptions& options) {
   }
   BlobApiOptions blob_api_options;
   blob_api_options.gc_grace_ms = options.blob_gc_grace_ms;
-  BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options);
+  // Agents read only their own node's blobs (agent_blob_scope.h).
+  AgentBlobScope agent_blobs(**store, **blobs, clock);
+  BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options, {&agent_blobs, &auth});
   IdentityApiOptions identity_options;
   if (tls) {
     identity_options.ca = tls->ca;
@@ -188,7 +190,10 @@ int RunServer(const ServerOptions& options) {
                          hooks.schedule_needed();
                        });
   Api api(loop, pool, auth, clock, options.api, &blob_api, &identity);
-  AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls);
+  AgentHubOptions hub_options;
+  hub_options.blob_scope = &agent_blobs;
+  AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls,
+               hub_options);
   SessionGateway gateway(loop, pool, auth, hub, clock);
   api_ptr = &api;
   hub_ptr = &hub;

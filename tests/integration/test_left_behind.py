@@ -132,6 +132,25 @@ def test_a_killed_dev_pool_leaves_nothing_behind(tmp_path, how):
         dev.log.close()
 
 
+def test_an_agent_that_stops_its_jobs_on_exit_does_so_even_when_killed(pool):
+    marker = f"orphan-{os.getpid()}"
+    pool.start_server()
+    pool.start_agent("a", extra=["--on-exit", "kill"])
+    pool.wait_nodes_ready(1)
+    job_id = pool.submit({"run": f"while true; do sleep 1; done # {marker}"})
+    pool.wait_state(job_id, "running")
+    wait_for(lambda: processes_naming(marker), what="the job's process")
+    agent_dir = pool.agent_dir("a")
+    pool.kill_agent("a")  # SIGKILL: no chance to stop anything itself
+    wait_for(lambda: not processes_naming(marker) and not processes_naming(agent_dir),
+             timeout=60, what="the shim to stop the job of its killed agent")
+    # The next agent finds the task ended, and says why.
+    pool.start_agent("a")
+    attempt = wait_for(lambda: (lambda a: a if a["state"] not in ("scheduled", "running") else None)(
+        pool.job(job_id)["attempt_list"][0]), timeout=60, what="the attempt's end")
+    assert "its agent exited" in attempt["reason"], attempt
+
+
 def test_a_data_directory_in_use_is_refused(pool):
     pool.start_server()
     second = subprocess.run([GPUPOOL, "server", "--data-dir", pool.server_dir, "--listen", "127.0.0.1:0"],

@@ -71,7 +71,12 @@ struct Common {
   double timeout_s = 300;
 };
 
-cli::ApiClient MakeApi(const Common& c) { return cli::ApiClient(cli::Endpoint{c.server, c.token}); }
+cli::ApiClient MakeApi(const Common& c) {
+  cli::Endpoint e;
+  e.server = c.server;
+  e.token = c.token;
+  return cli::ApiClient(e);
+}
 
 json JobSpec(const Common& c) {
   json spec = {{"run", c.run}, {"resources", {{"gpus", c.gpus}}}};

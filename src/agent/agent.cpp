@@ -17,6 +17,7 @@
 #include "agent/tasks.h"
 #include "agent/tunnel_endpoint.h"
 #include "common/clock.h"
+#include "common/dir_lock.h"
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
@@ -82,7 +83,7 @@ class Agent {
         loop_(loop),
         config_(DefaultAgentConfig(options_.data_dir)),
         tasks_({options_.data_dir, options_.kill_grace_ms, &config_.exec, &exec_env_,
-                ::geteuid() == 0, BlobAccessFor(options_, creds_)},
+                ::geteuid() == 0, BlobAccessFor(options_, creds_), options_.kill_tasks_on_exit},
                loop, clock_, [this] { WakePoll(); }),
         provider_({options_.data_dir, options_.config_file}, config_, loop, clock_, tasks_,
                   {[this](std::string_view type, std::string body) {
@@ -739,6 +740,14 @@ int RunAgent(const AgentOptions& options) {
       std::cerr << "gpupool agent: --advertise-addr: " << s.message() << "\n";
       return 2;
     }
+  }
+  // One agent per data directory: a second one would run every task twice.
+  std::error_code ec;
+  std::filesystem::create_directories(options.data_dir, ec);
+  auto lock = DirLock::Acquire(options.data_dir, "agent");
+  if (!lock.ok()) {
+    std::cerr << "gpupool agent: " << lock.status().message() << "\n";
+    return 1;
   }
   auto creds = Credentials(options);
   if (!creds.ok()) {

@@ -309,6 +309,8 @@ int RunShim(const ShimOptions& options) {
       stop_reason = "stopped";
       if (auto why = ReadFile(paths.stop_reason()); why.ok() && !why->empty()) {
         stop_reason = "stopped: " + *why;
+      } else if (options.agent_pid != 0 && ::getppid() != options.agent_pid) {
+        stop_reason = "stopped: its agent exited (the agent runs with --on-exit kill)";
       }
     }
     return stop_reason;

@@ -46,6 +46,11 @@ struct ShimOptions {
   int gid = -1;
   std::vector<int> gpu_minors;  // of the task's GPUs, where known
   BlobAccess blob;              // inputs, restores and checkpoint uploads
+  // The agent's pid when the shim stops its job once the agent is gone
+  // (TaskManager::Options::stop_with_agent: the agent set PR_SET_PDEATHSIG
+  // to SIGTERM in the shim); 0 otherwise. A stop that finds the shim's
+  // parent changed says so in the job's reason.
+  int agent_pid = 0;
 };
 
 // Returns the shim's exit code (0 when the result was recorded).

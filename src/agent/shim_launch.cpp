@@ -209,6 +209,7 @@ Result<std::string> EncodeShimOptions(const ShimOptions& o) {
             {"gid", o.gid},
             {"gpu_minors", o.gpu_minors},
             {"blob", BlobJson(o.blob)},
+            {"agent_pid", o.agent_pid},
             {"log_level", CurrentLogLevel()}};
   return j.dump();
 }
@@ -229,6 +230,7 @@ Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view t
     o.gid = j.at("gid").get<int>();
     o.gpu_minors = j.at("gpu_minors").get<std::vector<int>>();
     o.blob = BlobFrom(j.at("blob"));
+    o.agent_pid = j.at("agent_pid").get<int>();
     LogLevel level;
     if (ParseLogLevel(j.at("log_level").get<std::string>(), &level)) SetLogLevel(level);
   } catch (const json::exception& e) {
@@ -249,6 +251,7 @@ Result<pid_t> SpawnShim(const ShimOptions& options, const std::string& data_dir,
   char* argv[] = {argv0.data(),   cmd.data(),     dd_flag.data(), data.data(),
                   at_flag.data(), attempt.data(), nullptr};
   const char* self = "/proc/self/exe";
+  const pid_t agent_pid = options.agent_pid;
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -256,6 +259,13 @@ Result<pid_t> SpawnShim(const ShimOptions& options, const std::string& data_dir,
     return Status::Internal(std::string("fork: ") + std::strerror(e));
   }
   if (pid == 0) {
+    if (agent_pid != 0) {
+      // Dies with the agent (--on-exit kill): SIGTERM, which the shim takes
+      // as "stop the job", when the agent ends; the setting survives exec.
+      // An agent already gone (before the prctl) leaves nothing to start.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != agent_pid) _exit(1);
+    }
     ::setsid();  // the shim outlives the agent and ignores its terminal
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull < 0 || ::dup2(devnull, STDIN_FILENO) < 0 || ::dup2(status_fd, STDOUT_FILENO) < 0 ||

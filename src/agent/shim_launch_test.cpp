@@ -67,6 +67,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   o.blob.cache_dir = "/data/chunk-cache";
   o.blob.cache_bytes = 99;
   o.blob.staging_dir = "/data/staging";
+  o.agent_pid = 4242;
 
   auto text = EncodeShimOptions(o);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
@@ -81,6 +82,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   EXPECT_EQ(b.blob.token, "gpn_secret");
   EXPECT_EQ(b.blob.tls.client_cert_file, "/data/node.crt");
   EXPECT_EQ(b.blob.staging_dir, "/data/staging");
+  EXPECT_EQ(b.agent_pid, 4242);
   ASSERT_EQ(b.exec_config, &(*back)->exec_config);
   EXPECT_EQ(b.exec_config->executors, config.executors);
   EXPECT_EQ(b.exec_config->sandbox.host_paths, config.sandbox.host_paths);

@@ -332,7 +332,8 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                    t.uid,
                    t.uid,
                    gpu_minors,
-                   options_.blob};
+                   options_.blob,
+                   options_.stop_with_agent ? static_cast<int>(::getpid()) : 0};
   // Never a bare fork: the agent has threads (agent/shim_launch.h).
   auto spawned = SpawnShim(shim, options_.data_dir, status[1]);
   if (!spawned.ok()) {

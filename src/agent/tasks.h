@@ -71,6 +71,9 @@ class TaskManager {
     bool own_uids = false;  // give each sandboxed task its own account (a root agent)
     // The server's blob store, for job inputs and checkpoints (passed to shims).
     BlobAccess blob;
+    // Shims stop their job when the agent process ends, however it ends
+    // (SIGKILL included): `--on-exit kill`, which `gpupool dev` uses.
+    bool stop_with_agent = false;
   };
 
   TaskManager(Options options, net::EventLoop& loop, const Clock& clock,

@@ -20,54 +20,129 @@ std::string ConfigPath() {
   return std::string(home ? home : ".") + "/.config/gpupool/config.json";
 }
 
-Result<Endpoint> ResolveEndpoint(const Endpoint& flags) {
+namespace {
+
+// "https://a:8470/" and "https://a:8470" are one server.
+std::string SameServerForm(std::string url) {
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  return url;
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// What the config file keeps for one server.
+Endpoint EntryFromJson(const json& j) {
   Endpoint e;
-  auto take = [](std::string& field, const std::string& value) {
-    if (!value.empty()) field = value;
+  if (!j.is_object()) return e;
+  auto str = [&](const char* key) {
+    return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
   };
-  if (auto text = ReadFile(ConfigPath()); text.ok()) {
-    json j = json::parse(*text, nullptr, false);
-    if (j.is_object()) {
-      auto str = [&](const char* key) {
-        return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
-      };
-      e.server = str("server");
-      e.token = str("token");
-      e.tls.ca_fingerprint = str("ca_fingerprint");
-      e.tls.ca_file = str("ca_file");
-      e.tls.insecure = j.value("insecure", false);
+  e.server = SameServerForm(str("server"));
+  e.token = str("token");
+  e.tls.ca_fingerprint = str("ca_fingerprint");
+  e.tls.ca_file = str("ca_file");
+  e.tls.insecure =
+      j.contains("insecure") && j["insecure"].is_boolean() && j["insecure"].get<bool>();
+  return e;
+}
+
+json EntryToJson(const Endpoint& e) {
+  json j = json::object();
+  if (!e.token.empty()) j["token"] = e.token;
+  if (!e.tls.ca_fingerprint.empty()) j["ca_fingerprint"] = e.tls.ca_fingerprint;
+  if (!e.tls.ca_file.empty()) j["ca_file"] = e.tls.ca_file;
+  if (e.tls.insecure) j["insecure"] = true;
+  return j;
+}
+
+json ReadConfigJson() {
+  auto text = ReadFile(ConfigPath());
+  if (!text.ok()) return json::object();
+  json j = json::parse(*text, nullptr, false);
+  return j.is_object() ? j : json::object();
+}
+
+// The file's credentials for `server`: its entry under "servers", or the
+// top-level fields when they are that server's (files written before
+// "servers" existed). Nothing for a server the file does not know.
+Endpoint StoredFor(const json& config, const std::string& server) {
+  if (config.contains("servers") && config["servers"].is_object()) {
+    for (const auto& [url, entry] : config["servers"].items()) {
+      if (SameServerForm(url) != server) continue;
+      Endpoint e = EntryFromJson(entry);
+      e.server = server;
+      return e;
     }
   }
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? v : "";
-  };
-  take(e.server, env("GPUPOOL_SERVER"));
-  take(e.token, env("GPUPOOL_TOKEN"));
-  take(e.tls.ca_fingerprint, env("GPUPOOL_CA_FINGERPRINT"));
-  take(e.tls.ca_file, env("GPUPOOL_CA_FILE"));
-  take(e.server, flags.server);
-  take(e.token, flags.token);
-  take(e.tls.ca_fingerprint, flags.tls.ca_fingerprint);
-  take(e.tls.ca_file, flags.tls.ca_file);
-  e.tls.insecure = e.tls.insecure || flags.tls.insecure;
-  if (e.server.empty()) {
+  Endpoint top = EntryFromJson(config);
+  if (top.server == server) return top;
+  Endpoint none;
+  none.server = server;
+  return none;
+}
+
+}  // namespace
+
+Result<Endpoint> ResolveEndpoint(const Endpoint& flags) {
+  const json config = ReadConfigJson();
+  const std::string env_server = SameServerForm(Env("GPUPOOL_SERVER"));
+  std::string server = SameServerForm(flags.server);
+  if (server.empty()) server = env_server;
+  if (server.empty()) server = EntryFromJson(config).server;
+  if (server.empty()) {
     return Status::FailedPrecondition(
         "no server: run `gpupool login --server URL`, pass --server URL, set GPUPOOL_SERVER, or "
         "start a local pool with `gpupool dev`");
   }
-  while (!e.server.empty() && e.server.back() == '/') e.server.pop_back();
+  // A pin or token belongs to the server it was given with: the file's to
+  // the server it was stored for; the environment's to GPUPOOL_SERVER (or,
+  // when that is unset, to whichever server is used); the flags' to the
+  // server used.
+  Endpoint e = StoredFor(config, server);
+  auto take = [](std::string& field, const std::string& value) {
+    if (!value.empty()) field = value;
+  };
+  if (env_server.empty() || env_server == server) {
+    take(e.token, Env("GPUPOOL_TOKEN"));
+    take(e.tls.ca_fingerprint, Env("GPUPOOL_CA_FINGERPRINT"));
+    take(e.tls.ca_file, Env("GPUPOOL_CA_FILE"));
+  }
+  take(e.token, flags.token);
+  take(e.tls.ca_fingerprint, flags.tls.ca_fingerprint);
+  take(e.tls.ca_file, flags.tls.ca_file);
+  e.tls.insecure = e.tls.insecure || flags.tls.insecure;
   return e;
 }
 
 Status WriteConfig(const std::string& path, const Endpoint& e) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  json j = {{"server", e.server}, {"token", e.token}};
-  if (!e.tls.ca_fingerprint.empty()) j["ca_fingerprint"] = e.tls.ca_fingerprint;
-  if (!e.tls.ca_file.empty()) j["ca_file"] = e.tls.ca_file;
-  if (e.tls.insecure) j["insecure"] = true;
-  // 0600: the file holds a token.
+  json j = json::object();
+  if (auto text = ReadFile(path); text.ok()) {
+    json old = json::parse(*text, nullptr, false);
+    if (old.is_object() && old.contains("servers") && old["servers"].is_object())
+      j["servers"] = old["servers"];
+    // A file from before "servers": keep its server's credentials too.
+    Endpoint top = EntryFromJson(old);
+    if (!top.server.empty() && top.server != SameServerForm(e.server) &&
+        !(j.contains("servers") && j["servers"].contains(top.server))) {
+      j["servers"][top.server] = EntryToJson(top);
+    }
+  }
+  const std::string server = SameServerForm(e.server);
+  const json entry = EntryToJson(e);
+  j["servers"][server] = entry;
+  // The top level names the default server (the one used when neither
+  // --server nor GPUPOOL_SERVER names one) and repeats its credentials,
+  // which is all that gpupool versions before "servers" read.
+  j["server"] = server;
+  for (const char* key : {"token", "ca_fingerprint", "ca_file", "insecure"})
+    j.erase(std::string(key));
+  for (const auto& [key, value] : entry.items()) j[key] = value;
+  // 0600: the file holds tokens.
   return WriteFileAtomic(path, j.dump(2) + "\n", {0600, false});
 }
 

@@ -1,13 +1,21 @@
 // The CLI's view of a pool: where the server is, which token to use, and
 // JSON calls to the REST API with errors turned into Status values.
 //
-// The server URL, token and how to check the server's certificate come
-// from, in order: the --server/--token/--ca-fingerprint/--ca-file/--insecure
-// flags, the GPUPOOL_SERVER/GPUPOOL_TOKEN/GPUPOOL_CA_FINGERPRINT/
-// GPUPOOL_CA_FILE environment variables, and the config file
-// ($GPUPOOL_CONFIG, or $XDG_CONFIG_HOME/gpupool/config.json, or
-// ~/.config/gpupool/config.json, mode 0600) that `gpupool login` and
-// `gpupool dev` write.
+// The server URL comes from, in order: --server, GPUPOOL_SERVER, the config
+// file's default server ($GPUPOOL_CONFIG, or $XDG_CONFIG_HOME/gpupool/
+// config.json, or ~/.config/gpupool/config.json, mode 0600, which `gpupool
+// login` and `gpupool dev` write). The token and how to check the server's
+// certificate belong to a server: the flags (--token, --ca-fingerprint,
+// --ca-file, --insecure) apply to the server used; the environment's
+// (GPUPOOL_TOKEN, GPUPOOL_CA_FINGERPRINT, GPUPOOL_CA_FILE) to GPUPOOL_SERVER,
+// or to the server used when GPUPOOL_SERVER is unset; the file's only to
+// the server they were stored with. So another pool named by --server or
+// GPUPOOL_SERVER is never checked against this pool's CA pin, nor sent this
+// pool's token.
+//
+// The file keeps one entry per server ("servers": {URL: {token,
+// ca_fingerprint, ca_file, insecure}}) and, at the top level, the default
+// server with its entry repeated (what versions before "servers" read).
 #pragma once
 
 #include <cstdint>
@@ -27,9 +35,10 @@ struct Endpoint {
 };
 
 std::string ConfigPath();
-// Resolves the endpoint: each field set in `flags` wins over the
-// environment, which wins over the file.
+// Resolves the endpoint as above; a field set in `flags` wins.
 Result<Endpoint> ResolveEndpoint(const Endpoint& flags);
+// Stores `e` as the file's entry for e.server and makes it the default
+// server, keeping the entries of other servers.
 Status WriteConfig(const std::string& path, const Endpoint& e);
 
 class ApiClient {

@@ -1,6 +1,7 @@
 #include "cli/dev.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cli/client.h"
+#include "common/dir_lock.h"
 #include "common/files.h"
 #include "net/pki.h"
 
@@ -32,8 +34,15 @@ std::string SelfExe() {
 }
 
 pid_t Spawn(const std::vector<std::string>& args) {
+  const pid_t dev = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
+    // The child dies with dev, however dev ends (SIGKILL included): SIGTERM
+    // makes the server and the agents shut down as on Ctrl-C (the agents,
+    // run with --on-exit kill, stop their jobs). A dev that died before the
+    // prctl took effect is noticed here, and nothing starts.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != dev) _exit(1);
     // Children ignore the terminal's Ctrl-C; dev stops them in order.
     ::setpgid(0, 0);
     ::close_range(3, ~0U, 0);
@@ -84,6 +93,12 @@ int RunDev(const DevOptions& o) {
     return 1;
   }
   dir = fs::absolute(dir).string();
+  // One dev pool per data directory (its server and agents lock theirs too).
+  auto lock = DirLock::Acquire(dir, "dev pool");
+  if (!lock.ok()) {
+    std::cerr << "gpupool dev: " << lock.status().message() << "\n";
+    return 1;
+  }
   std::string server_dir = dir + "/server";
   fs::remove(server_dir + "/server.url", ec);
 

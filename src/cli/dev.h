@@ -2,6 +2,12 @@
 // a demo or a test. The processes are real (`gpupool server` and `gpupool
 // agent` children); Ctrl-C or SIGTERM stops the agents (and their jobs), then
 // the server. The same --data-dir finds the same jobs and history again.
+//
+// Nothing outlives dev: its children get SIGTERM when dev ends, however it
+// ends (PR_SET_PDEATHSIG), and its agents run with `--on-exit kill`, whose
+// shims stop their jobs once their agent is gone. DATA_DIR/lock (and the
+// server's and agents' own locks) keep a second dev off a directory one
+// still uses.
 #pragma once
 
 #include <string>

@@ -91,7 +91,8 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "gpupool"); }));
-    ws_.read_message_max(core_->options.max_body_bytes);
+    size_t max = handler_ ? handler_->max_message_bytes() : 0;
+    ws_.read_message_max(max > 0 ? max : core_->options.max_body_bytes);
     ws_.async_accept(upgrade_request_, [self = this->shared_from_this()](beast::error_code ec) {
       self->upgrade_request_ = {};
       self->OnHandshake(ec);
@@ -375,6 +376,9 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
                                    : std::string(cr.reason.data(), cr.reason.size());
       } else if (ec == beast::error::timeout) {
         reason = "timed out";
+      } else if (ec == websocket::error::message_too_big) {
+        reason = std::string(kMessageTooBig) + ": over the limit of " +
+                 std::to_string(ws_.read_message_max()) + " bytes";
       } else {
         reason = internal::DescribeTlsError(
             ec, core_ ? internal::TlsSide::kServer : internal::TlsSide::kClient);

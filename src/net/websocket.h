@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "net/event_loop.h"
 #include "net/tls.h"
@@ -58,10 +59,18 @@ class WsHandler {
   // message; not after Close() was called, never after OnClose. Send may be
   // called from here.
   virtual void OnSent() {}
-  // `reason` says why: the peer's close reason, an I/O error, or a timeout.
+  // `reason` says why: the peer's close reason, an I/O error, or a timeout
+  // (kMessageTooBig... when the peer sent a message over the limit).
   // Also called, without OnOpen, when connecting or the handshake fails.
   virtual void OnClose(std::string reason) = 0;
+  // Server side: the largest message this handler takes (0: the server's
+  // max_body_bytes). A bigger one closes the connection without being read
+  // whole.
+  virtual size_t max_message_bytes() const { return 0; }
 };
+
+// How OnClose's reason starts when the peer's message was over the limit.
+inline constexpr std::string_view kMessageTooBig = "message too big";
 
 struct WsClientOptions {
   std::string url;                             // "ws://host:port/path" or "wss://..."

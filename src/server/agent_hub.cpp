@@ -1,5 +1,8 @@
 #include "server/agent_hub.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "common/log.h"
 #include "proto/channel.h"
 #include "proto/tunnel_mux.h"
@@ -11,6 +14,14 @@ namespace {
 // Tunnel frames are queued on the connection only while less than this is
 // waiting to be written (a JSON order waits behind at most this much).
 constexpr size_t kTunnelQueueLimit = 64 * 1024;
+
+// Budgets and cooldowns run on the monotonic clock: a wall-clock jump
+// neither lifts nor extends them.
+int64_t MonoMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 }  // namespace
 
 class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_this<Session> {
@@ -19,6 +30,7 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
   Session(AgentHub& hub, std::string node)
       : hub_(hub),
         credential_node_(std::move(node)),
+        budget_(hub.options_.channel, MonoMs()),
         mux_(proto::TunnelMuxOptions{},
              proto::TunnelMux::Events{
                  [this](uint32_t id, const std::string&) {
@@ -82,9 +94,15 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     return id;
   }
 
+  size_t max_message_bytes() const override {
+    return std::max(hub_.options_.channel.max_text_bytes, hub_.options_.channel.max_binary_bytes);
+  }
+
   void OnBinary(std::string bytes) override {
-    if (closed_) return;
+    if (closed_ || refused_) return;
     heard_ = true;
+    if (auto v = budget_.OnBinary(bytes.size(), MonoMs()); !v.refuse.empty())
+      return Refuse("agent.flood", v.refuse);
     if (node_id_.empty()) return Fail("tunnel frame before hello");
     auto frame = proto::DecodeTunnelFrame(bytes);
     if (!frame.ok()) return Fail("malformed tunnel frame: " + frame.status().message());
@@ -120,8 +138,11 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
   }
 
   void OnMessage(std::string text) override {
-    if (closed_) return;
+    if (closed_ || refused_) return;
     heard_ = true;
+    auto verdict = budget_.OnText(text.size(), MonoMs());
+    if (!verdict.refuse.empty()) return Refuse("agent.flood", verdict.refuse);
+    if (verdict.pause_ms > 0) PauseFor(verdict.pause_ms);
     auto env = proto::DecodeEnvelope(text);
     if (!env.ok()) return Fail("malformed message: " + env.status().message());
     if (node_id_.empty()) return HandleHello(*env);
@@ -173,7 +194,12 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
 
   void OnClose(std::string reason) override {
     if (closed_) return;
+    if (reason.starts_with(net::kMessageTooBig) && !refused_) {
+      refused_ = true;
+      hub_.Refuse(credential_node_, conn_ ? conn_->peer() : "", "agent.flood", reason);
+    }
     closed_ = true;
+    hub_.loop_.Cancel(resume_timer_);
     auto streams = std::move(streams_);
     streams_.clear();
     for (auto& [id, entry] : streams) {
@@ -199,6 +225,11 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     auto orders = hub_.pool_.PendingOrders(node_id_, sent_);
     if (!orders.ok()) return Fail("cannot read outbox: " + orders.status().ToString());
     for (const OutboxMessage& m : *orders) {
+      if (m.type == proto::kStage && hub_.options_.blob_scope != nullptr) {
+        // The node may read what it is told to stage.
+        if (auto stage = proto::DecodeStageCheckpoint(m.body); stage.ok())
+          hub_.options_.blob_scope->GrantStage(node_name_, stage->manifest);
+      }
       Send({proto::kProtocolVersion, m.seq, in_.last_applied(), m.type, m.body});
       sent_ = m.seq;
     }
@@ -222,14 +253,28 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     if (conn_) conn_->Close(why.substr(0, 120));  // close frames carry at most 123 bytes
   }
 
+  // Closes the connection for something the agent may not do; audited, and
+  // the node may not reconnect for a while.
+  void Refuse(const std::string& action, const std::string& why) {
+    if (refused_) return;
+    refused_ = true;  // what still arrives before the close is ignored
+    hub_.Refuse(credential_node_, conn_ ? conn_->peer() : "", action, why);
+    Fail(why);
+  }
+
  private:
   void HandleHello(const proto::Envelope& env) {
     if (env.type != proto::kHello) return Fail("expected hello, got \"" + env.type + "\"");
     auto hello = proto::DecodeHello(env.body);
     if (!hello.ok()) return Fail("malformed hello: " + hello.status().message());
     if (hello->node_name != credential_node_) {
-      return Fail("this agent's credential belongs to node " + credential_node_ + ", not " +
-                  hello->node_name);
+      return Refuse("agent.hello", "this agent's credential belongs to node " + credential_node_ +
+                                       ", not " + hello->node_name);
+    }
+    if (Status s = hub_.CheckClaims(*hello); !s.ok()) {
+      if (s.code() != StatusCode::kInvalidArgument)
+        return Fail("cannot check the hello: " + s.ToString());
+      return Refuse("agent.hello", "refused hello: " + s.message());
     }
     // A newer connection from the same node replaces the old one.
     auto existing = hub_.by_node_.end();
@@ -237,6 +282,7 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
     if (!welcome.ok()) return Fail("cannot register node: " + welcome.status().ToString());
     node_id_ = welcome->node_id;
     node_name_ = hello->node_name;
+    hub_.gpu_owners_.Claim(node_name_, hello->gpus);
     existing = hub_.by_node_.find(node_id_);
     if (existing != hub_.by_node_.end()) {
       if (auto old = existing->second.lock()) {
@@ -255,6 +301,20 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
                   << conn_->peer() << " with " << hello->gpus.size() << " GPUs, "
                   << hello->tasks.size() << " tasks";
     Flush();
+  }
+
+  // Stops reading the connection for `ms` (JSON bytes over their budget).
+  void PauseFor(int64_t ms) {
+    if (!conn_) return;
+    conn_->PauseReading(true);
+    hub_.loop_.Cancel(resume_timer_);
+    std::weak_ptr<Session> weak = shared_from_this();
+    resume_timer_ = hub_.loop_.RunAfter(ms, [weak] {
+      auto self = weak.lock();
+      if (!self || self->closed_ || !self->conn_) return;
+      self->heard_ = true;  // the silence was ours
+      self->conn_->PauseReading(false);
+    });
   }
 
   void ScheduleAck() {
@@ -326,6 +386,8 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
 
   AgentHub& hub_;
   std::string credential_node_;
+  ChannelBudget budget_;
+  net::EventLoop::TimerId resume_timer_ = 0;
   proto::TunnelMux mux_;
   std::map<uint32_t, StreamEntry> streams_;
   bool pump_scheduled_ = false;
@@ -336,6 +398,7 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
   int64_t sent_ = 0;   // highest outbox seq sent on this connection
   int64_t acked_ = 0;  // highest outbox seq the agent acked
   bool closed_ = false;
+  bool refused_ = false;  // closing for something the agent may not do
   bool ack_scheduled_ = false;
   bool flush_scheduled_ = false;
   bool heard_ = false;  // a frame arrived in the current silence period
@@ -354,6 +417,18 @@ std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> AgentHub::Upgra
   }
   if (Status s = Authorize(*who, Action::kAgentConnect, {who->subject}); !s.ok())
     return ErrorResponse(s);
+  if (auto it = cooldown_.find(who->subject); it != cooldown_.end()) {
+    int64_t left_ms = it->second - MonoMs();
+    if (left_ms > 0) {
+      net::HttpResponse r = ErrorResponse(Status::ResourceExhausted(
+          "node " + who->subject + " was disconnected for breaking the agent channel's rules " +
+          "(see `gpupool admin audit`); it may reconnect in " +
+          std::to_string((left_ms + 999) / 1000) + "s"));
+      r.headers["retry-after"] = std::to_string((left_ms + 999) / 1000);
+      return r;
+    }
+    cooldown_.erase(it);
+  }
   if (require_client_cert_) {
     // Mutual TLS: the certificate presented must be the one issued with
     // this node's token.
@@ -369,6 +444,46 @@ std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> AgentHub::Upgra
     }
   }
   return std::make_shared<Session>(*this, who->subject);
+}
+
+void AgentHub::Refuse(const std::string& node, const std::string& peer, const std::string& action,
+                      const std::string& why) {
+  GP_LOG(kWarn) << "refused agent " << node << " (" << action << "): " << why;
+  auth_.Audit("node:" + node, action, node, why, peer, false);
+  cooldown_[node] = MonoMs() + options_.channel.cooldown_ms;
+}
+
+Status AgentHub::RebuildGpuOwners() {
+  GP_ASSIGN_OR_RETURN(auto nodes, pool_.ListNodes());
+  std::map<std::string, std::vector<std::string>> by_node;
+  for (const NodeStatus& n : nodes) {
+    if (n.node.state == NodeState::kLeft) continue;
+    GP_ASSIGN_OR_RETURN(auto cred, auth_.GetAgentCredential(n.node.name));
+    if (cred && cred->revoked) continue;
+    auto& uuids = by_node[n.node.name];
+    for (const GpuInfo& g : n.node.gpus) uuids.push_back(g.uuid);
+  }
+  gpu_owners_.Reset(by_node);
+  gpu_owners_built_ = true;
+  return Status::Ok();
+}
+
+Status AgentHub::CheckClaims(const proto::Hello& hello) {
+  GP_RETURN_IF_ERROR(CheckHelloClaims(hello, options_.claims));
+  if (!gpu_owners_built_) GP_RETURN_IF_ERROR(RebuildGpuOwners());
+  auto conflict = gpu_owners_.Conflict(hello.node_name, hello.gpus);
+  if (conflict) {
+    // Its holder may have left or been revoked since: look again.
+    GP_RETURN_IF_ERROR(RebuildGpuOwners());
+    conflict = gpu_owners_.Conflict(hello.node_name, hello.gpus);
+  }
+  if (!conflict) return Status::Ok();
+  const auto& [i, holder] = *conflict;
+  return Status::InvalidArgument(
+      "gpus[" + std::to_string(i) + "].uuid: " + hello.gpus[i].uuid + " is node " + holder +
+      "'s GPU; a GPU that moved is released when its old node leaves (`gpupool agent leave`) or "
+      "is revoked (`gpupool admin node revoke " +
+      holder + "`)");
 }
 
 void AgentHub::Disconnect(const std::string& node_name, const std::string& why) {

@@ -13,6 +13,19 @@
 //
 // A newer connection for the same node replaces the older one. Single-
 // threaded: everything runs on the server's event loop.
+//
+// An agent is held to what its node may do (docs/security.md, "Agents"):
+//   - its hello must name its credential's node and make only believable
+//     claims (CheckHelloClaims: GPU counts, memory; no GPU UUID listed twice
+//     or held by another node, unless that node left or was revoked);
+//   - its connection has a budget (ChannelBudget: message sizes, messages
+//     and tunnel frames per second; JSON bytes are paced by pausing reads);
+// A refusal closes the connection with the reason, is written to the audit
+// log (actor "node:NAME", action agent.hello / agent.flood), and keeps the
+// node from reconnecting for ChannelLimits::cooldown_ms (429). What the
+// Pool refuses of an accepted connection (reports about other nodes'
+// attempts) it audits itself. Stage orders sent grant their manifest to
+// the node (AgentBlobScope::GrantStage).
 #pragma once
 
 #include <map>
@@ -24,6 +37,8 @@
 #include "net/http.h"
 #include "net/websocket.h"
 #include "proto/tunnel_target.h"
+#include "server/agent_blob_scope.h"
+#include "server/agent_limits.h"
 #include "server/auth.h"
 #include "server/pool.h"
 
@@ -53,6 +68,13 @@ class TunnelStream {
   virtual void Close() = 0;
 };
 
+struct AgentHubOptions {
+  ChannelLimits channel;
+  NodeClaimLimits claims;
+  // Told of every stage order sent, so the node may read what it stages.
+  AgentBlobScope* blob_scope = nullptr;
+};
+
 class AgentHub {
  public:
   // A connection that sends nothing for `silence_limit_ms` (agents heartbeat
@@ -60,12 +82,13 @@ class AgentHub {
   // `require_client_cert`: agents must also present the client certificate
   // issued at their enrollment (mutual TLS).
   AgentHub(net::EventLoop& loop, Pool& pool, Auth& auth, int64_t silence_limit_ms,
-           bool require_client_cert = false)
+           bool require_client_cert = false, AgentHubOptions options = {})
       : loop_(loop),
         pool_(pool),
         auth_(auth),
         silence_limit_ms_(silence_limit_ms),
-        require_client_cert_(require_client_cert) {}
+        require_client_cert_(require_client_cert),
+        options_(options) {}
 
   // For HttpHandlers::on_upgrade of GET /v1/agent/connect.
   std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> Upgrade(
@@ -90,12 +113,25 @@ class AgentHub {
   class Session;
   friend class Session;
 
+  // CheckHelloClaims, then that no GPU of the hello is another node's.
+  Status CheckClaims(const proto::Hello& hello);
+  // Who holds which GPU: every node's but those that left or were revoked.
+  Status RebuildGpuOwners();
+  // Refuses node `node`'s connection: audit, cooldown (the caller closes).
+  void Refuse(const std::string& node, const std::string& peer, const std::string& action,
+              const std::string& why);
+
   net::EventLoop& loop_;
   Pool& pool_;
   Auth& auth_;
   int64_t silence_limit_ms_;
   bool require_client_cert_;
+  AgentHubOptions options_;
   std::map<std::string, std::weak_ptr<Session>> by_node_;
+  GpuOwners gpu_owners_;
+  bool gpu_owners_built_ = false;
+  // Node name -> until when (monotonic ms) it may not reconnect.
+  std::map<std::string, int64_t> cooldown_;
 };
 
 }  // namespace gpupool::server

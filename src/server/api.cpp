@@ -192,7 +192,8 @@ Api::Api(net::EventLoop& loop, Pool& pool, Auth& auth, const Clock& clock, ApiOp
       options_(std::move(options)),
       blobs_(blobs),
       identity_(identity),
-      limiter_(clock, options_.per_token) {}
+      limiter_(clock, options_.per_token),
+      agent_limiter_(clock, options_.per_agent) {}
 
 Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
   std::string header = req.Header("authorization");
@@ -223,17 +224,19 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
     (*respond)(ErrorResponse(who.status()));
     return;
   }
-  // Agents move checkpoints in many requests and are limited by their own
-  // channel; every other token shares its bucket across all its requests.
-  if (who->role != Role::kAgent) {
-    if (int64_t wait_ms = limiter_.Take(who->token_id); wait_ms > 0) {
-      net::HttpResponse r = ErrorResponse(Status::ResourceExhausted(
-          "rate limit: this token made more than " + std::to_string(options_.per_token.burst) +
-          " requests in a burst; retry after the Retry-After header's seconds"));
-      r.headers["retry-after"] = std::to_string((wait_ms + 999) / 1000);
-      (*respond)(std::move(r));
-      return;
-    }
+  // Agents move checkpoints in many requests: they have a bucket of their
+  // own, far larger; every other token shares its bucket across all its
+  // requests.
+  const bool agent = who->role == Role::kAgent;
+  if (int64_t wait_ms = (agent ? agent_limiter_ : limiter_).Take(who->token_id); wait_ms > 0) {
+    const RateLimit& limit = agent ? options_.per_agent : options_.per_token;
+    net::HttpResponse r = ErrorResponse(Status::ResourceExhausted(
+        "rate limit: this token made more than " +
+        std::to_string(static_cast<int64_t>(limit.burst)) +
+        " requests in a burst; retry after the Retry-After header's seconds"));
+    r.headers["retry-after"] = std::to_string((wait_ms + 999) / 1000);
+    (*respond)(std::move(r));
+    return;
   }
   if (blobs_ != nullptr && BlobApi::Serves(req.path)) {
     blobs_->Handle(std::move(req), *who, respond);

@@ -30,6 +30,10 @@ namespace gpupool::server {
 struct ApiOptions {
   // Requests per token (agents excepted): a burst, then this many a second.
   RateLimit per_token{50, 200};
+  // Requests per agent (its node token): far above what moving checkpoints
+  // takes (8 MiB a request), but a bound on what a broken or hostile agent
+  // can make the server do.
+  RateLimit per_agent{2000, 4000};
   // Reverse-proxy single sign-on (off when empty): a request without a
   // token whose peer address is in `proxy_trusted` acts as the user this
   // header names (a member, created on first sight).
@@ -90,6 +94,7 @@ class Api {
   BlobApi* blobs_;
   IdentityApi* identity_;
   RateLimiter limiter_;
+  RateLimiter agent_limiter_;
   uint64_t next_waiter_ = 1;
   std::map<int64_t, std::map<uint64_t, Waiter>> waiters_;  // job id -> waiter id -> waiter
 };

@@ -44,6 +44,7 @@ class ApiTestServer : public ::testing::Test {
   void SetUp() override { Start(Options()); }
   void TearDown() override { Stop(); }
   virtual PoolOptions Options() { return {}; }
+  virtual AgentHubOptions HubOpts() { return {}; }
   virtual ApiOptions ApiOpts() {
     ApiOptions o;
     o.per_token = {};  // no rate limit unless a test asks for one
@@ -86,12 +87,17 @@ class ApiTestServer : public ::testing::Test {
     blobs_ = *BlobService::Open(bo);
     PoolHooks hooks;
     hooks.manifest_stored = [this](const std::string& id) { return blobs_->HasManifest(id); };
+    hooks.outbox_ready = [this](const std::string& node) {
+      if (hub_) hub_->OutboxReady(node);
+    };
     hooks.job_changed = [this](int64_t job) {
       if (api_) api_->JobChanged(job);
       if (gateway_) gateway_->JobChanged(job);
     };
     pool_ = std::make_unique<Pool>(*store_, clock_, pool_options, hooks);
-    blob_api_ = std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{});
+    agent_blobs_ = std::make_unique<AgentBlobScope>(*store_, *blobs_, clock_);
+    blob_api_ = std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{},
+                                          BlobApiAgents{agent_blobs_.get(), auth_.get()});
     identity_ =
         std::make_unique<IdentityApi>(loop_, *auth_, clock_, IdentityApiOptions{},
                                       [this](const std::string& node, const std::string& reason) {
@@ -101,7 +107,9 @@ class ApiTestServer : public ::testing::Test {
     api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, ApiOpts(), blob_api_.get(),
                                  identity_.get());
     // The agent channel and the session gateway, routed as the server does.
-    hub_ = std::make_unique<AgentHub>(loop_, *pool_, *auth_, 60'000);
+    AgentHubOptions hub_options = HubOpts();
+    hub_options.blob_scope = agent_blobs_.get();
+    hub_ = std::make_unique<AgentHub>(loop_, *pool_, *auth_, 60'000, false, hub_options);
     gateway_ = std::make_unique<SessionGateway>(loop_, *pool_, *auth_, *hub_, clock_);
     net::HttpHandlers handlers;
     handlers.on_request = [this](net::HttpRequest req, net::Responder r) {
@@ -138,6 +146,7 @@ class ApiTestServer : public ::testing::Test {
     identity_.reset();
     blob_api_.reset();
     pool_.reset();
+    agent_blobs_.reset();
   }
 
   net::HttpResponse Call(const std::string& method, const std::string& target,
@@ -187,6 +196,7 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<Auth> auth_;
   std::unique_ptr<BlobService> blobs_;
+  std::unique_ptr<AgentBlobScope> agent_blobs_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<BlobApi> blob_api_;
   std::unique_ptr<IdentityApi> identity_;

@@ -71,13 +71,31 @@ void Fail(const BlobApi::Respond& respond, const Status& s) { (*respond)(ErrorRe
 }  // namespace
 
 BlobApi::BlobApi(net::EventLoop& loop, Pool& pool, BlobService& blobs, const Clock& clock,
-                 BlobApiOptions options)
+                 BlobApiOptions options, BlobApiAgents agents)
     : loop_(loop),
       pool_(pool),
       blobs_(blobs),
       clock_(clock),
       options_(options),
+      agents_(agents),
       workers_(options.worker_threads) {}
+
+Result<std::optional<std::set<std::string>>> BlobApi::AgentReadable(const Principal& who) {
+  if (who.role != Role::kAgent) return std::optional<std::set<std::string>>();
+  if (agents_.scope == nullptr) {
+    return Status::PermissionDenied("agents may not read blobs on this server");
+  }
+  GP_ASSIGN_OR_RETURN(auto readable, agents_.scope->Readable(who.subject));
+  return std::optional<std::set<std::string>>(std::move(readable));
+}
+
+void BlobApi::RefuseAgent(const Principal& who, const std::string& peer, const std::string& action,
+                          const std::string& target, const Status& why) {
+  GP_LOG(kWarn) << "refused agent " << who.subject << " (" << action << " " << target
+                << "): " << why.message();
+  if (agents_.audit != nullptr)
+    agents_.audit->Audit("node:" + who.subject, action, target, why.message(), peer, false);
+}
 
 bool BlobApi::Serves(std::string_view path) {
   auto parts = net::SplitPath(path);
@@ -98,12 +116,29 @@ void BlobApi::Handle(net::HttpRequest req, const Principal& who, Respond respond
       return Fail(respond, s);
     if (n == 3 && parts[2] == "missing" && m == "POST") return Missing(shared, respond);
     if (n == 3 && parts[2] == "chunks" && m == "POST") return PutChunks(shared, respond);
-    if (n == 4 && parts[2] == "chunks" && parts[3] == "fetch" && m == "POST")
-      return FetchChunks(shared, respond);
     if (n == 4 && parts[2] == "manifests" && m == "PUT")
       return PutManifest(shared, std::string(parts[3]), respond);
-    if (n == 4 && parts[2] == "manifests" && m == "GET")
-      return GetManifest(std::string(parts[3]), respond);
+    const bool fetch = n == 4 && parts[2] == "chunks" && parts[3] == "fetch" && m == "POST";
+    const bool get = n == 4 && parts[2] == "manifests" && m == "GET";
+    if (fetch || get) {
+      // Agents read only their own node's blobs (agent_blob_scope.h).
+      auto readable = AgentReadable(who);
+      if (!readable.ok()) {
+        RefuseAgent(who, shared->peer, "agent.blob_read", std::string(parts[3]), readable.status());
+        return Fail(respond, readable.status());
+      }
+      if (fetch) return FetchChunks(shared, who, *std::move(readable), respond);
+      std::string id(parts[3]);
+      if (*readable && !(*readable)->count(id)) {
+        Status s = Status::PermissionDenied(
+            "manifest " + id +
+            " belongs to no job running on this node: agents read only their own attempts' "
+            "inputs and checkpoints");
+        RefuseAgent(who, shared->peer, "agent.blob_read", id, s);
+        return Fail(respond, s);
+      }
+      return GetManifest(std::move(id), respond);
+    }
   } else if (parts[1] == "jobs") {
     auto job = ParsePositive(parts[2], "job id");
     if (!job.ok()) return Fail(respond, job.status());
@@ -140,10 +175,19 @@ void BlobApi::PutChunks(Request req, Respond respond) {
   });
 }
 
-void BlobApi::FetchChunks(Request req, Respond respond) {
-  workers_.Submit([this, req, respond] {
+void BlobApi::FetchChunks(Request req, const Principal& who,
+                          std::optional<std::set<std::string>> readable, Respond respond) {
+  workers_.Submit([this, req, who, respond, readable = std::move(readable)] {
     auto ids = ParseChunkList(req->body, options_.max_ids);
     if (!ids.ok()) return Fail(respond, ids.status());
+    if (readable && agents_.scope != nullptr) {
+      if (Status s = agents_.scope->CheckChunks(*readable, *ids); !s.ok()) {
+        // The audit log lives in the store, which the loop owns.
+        loop_.Post(
+            [this, req, who, s] { RefuseAgent(who, req->peer, "agent.blob_read", "chunks", s); });
+        return Fail(respond, s);
+      }
+    }
     auto body = blobs_.FetchChunks(*ids, options_.max_fetch_bytes);
     if (!body.ok()) return Fail(respond, body.status());
     net::HttpResponse r;
@@ -199,9 +243,20 @@ void BlobApi::PostCheckpoint(Request req, const Principal& who, int64_t job, Res
   if (auto a = ParseAttemptId(c.attempt_id); !a.ok()) return Fail(respond, a.status());
   // Only the agent running the attempt (or an admin) registers its checkpoints.
   auto node = pool_.AttemptNodeName(c.attempt_id);
-  if (!node.ok()) return Fail(respond, node.status());
-  if (Status s = Authorize(who, Action::kCheckpointWrite, {*node}); !s.ok())
+  if (!node.ok()) {
+    if (who.role == Role::kAgent)
+      RefuseAgent(who, req->peer, "agent.checkpoint", c.attempt_id, node.status());
+    return Fail(respond, node.status());
+  }
+  if (Status s = Authorize(who, Action::kCheckpointWrite, {*node}); !s.ok()) {
+    if (who.role == Role::kAgent && s.code() == StatusCode::kPermissionDenied) {
+      s = Status::PermissionDenied("attempt " + c.attempt_id + " of job " + std::to_string(job) +
+                                   " does not run on node " + who.subject +
+                                   ": an agent posts checkpoints only for its own attempts");
+      RefuseAgent(who, req->peer, "agent.checkpoint", c.attempt_id, s);
+    }
     return Fail(respond, s);
+  }
   if (!IsSha256Hex(c.manifest)) {
     return Fail(respond, Status::InvalidArgument(
                              "manifest: must be a manifest id (64 lowercase hex digits)"));

@@ -7,10 +7,14 @@
 //   GET /v1/jobs/{job}/checkpoints/{number|latest}
 //   POST /v1/admin/gc
 //
-// Who may call: members and admins everything but the noted exceptions, and
-// the agent join token ("agent-join") exactly these endpoints but gc.
-// Posting a checkpoint takes the join token or an admin; gc an admin;
-// members read the checkpoints of their own jobs only.
+// Who may call (server/authz.cpp): members and admins every blob endpoint;
+// members read the checkpoints of their own jobs only; gc is an admin's.
+// Enrolled agents (their node token) upload blobs freely (content-addressed:
+// storing grants nothing), read only their own node's blobs
+// (agent_blob_scope.h), and post checkpoints only for an attempt placed on
+// their node (for a gang, rank 0's, the rank that uploads) that is its
+// job's live one (fencing, in Pool::AddCheckpoint). Refusals of an agent
+// are written to the audit log. The join token reaches none of these.
 //
 // Threading: Handle() and CollectGarbage() are called on the event loop.
 // Slow work (BlobService) runs on the BlobApi's own WorkerPool, which
@@ -23,12 +27,15 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string_view>
 
 #include "blob/chunk_records.h"
 #include "common/clock.h"
 #include "net/event_loop.h"
 #include "net/http_server.h"
+#include "server/agent_blob_scope.h"
 #include "server/auth.h"
 #include "server/blob_service.h"
 #include "server/pool.h"
@@ -45,12 +52,19 @@ struct BlobApiOptions {
   size_t max_ids = 100'000;                              // per missing/fetch request
 };
 
+// How agents are held to their own node's blobs. Without a scope agents
+// read no blob at all; without `audit` refusals are only logged.
+struct BlobApiAgents {
+  AgentBlobScope* scope = nullptr;
+  Auth* audit = nullptr;
+};
+
 class BlobApi {
  public:
   using Respond = std::shared_ptr<net::Responder>;
 
   BlobApi(net::EventLoop& loop, Pool& pool, BlobService& blobs, const Clock& clock,
-          BlobApiOptions options);
+          BlobApiOptions options, BlobApiAgents agents = {});
 
   // Whether `path` is one of the endpoints above (any method).
   static bool Serves(std::string_view path);
@@ -65,9 +79,17 @@ class BlobApi {
 
   void Missing(Request req, Respond respond);
   void PutChunks(Request req, Respond respond);
-  void FetchChunks(Request req, Respond respond);
+  // `readable`: for an agent, the manifests it may read (and their chunks).
+  void FetchChunks(Request req, const Principal& who, std::optional<std::set<std::string>> readable,
+                   Respond respond);
   void PutManifest(Request req, std::string id, Respond respond);
   void GetManifest(std::string id, Respond respond);
+  // For an agent: the manifests it may read; for anyone else nullopt.
+  // PermissionDenied (audited) when an agent may read nothing at all.
+  Result<std::optional<std::set<std::string>>> AgentReadable(const Principal& who);
+  // Refuses an agent's request, on the loop: logs it, writes the audit log.
+  void RefuseAgent(const Principal& who, const std::string& peer, const std::string& action,
+                   const std::string& target, const Status& why);
   void PostCheckpoint(Request req, const Principal& who, int64_t job, Respond respond);
   void ListCheckpoints(const Principal& who, int64_t job, Respond respond);
   void GetCheckpoint(const Principal& who, int64_t job, std::string_view which, Respond respond);
@@ -80,6 +102,7 @@ class BlobApi {
   BlobService& blobs_;
   const Clock& clock_;
   BlobApiOptions options_;
+  BlobApiAgents agents_;
   // Last member: destroyed (its threads joined) before the rest.
   WorkerPool workers_;
 };

@@ -54,7 +54,7 @@ TEST_F(BlobApiTest, MissingThenUploadThenFetch) {
   EXPECT_EQ(Json(up)["stored"], 3);
   EXPECT_EQ(Json(Call("POST", "/v1/blobs/missing", alice_, IdList(ids)))["missing"], json::array());
 
-  auto fetched = Call("POST", "/v1/blobs/chunks/fetch", agent_, IdList({ids[2], ids[0]}));
+  auto fetched = Call("POST", "/v1/blobs/chunks/fetch", alice_, IdList({ids[2], ids[0]}));
   ASSERT_EQ(fetched.status, 200) << fetched.body;
   EXPECT_EQ(fetched.content_type, blob::kChunkRecordsContentType);
   auto records = blob::DecodeChunkRecords(fetched.body);
@@ -95,7 +95,7 @@ TEST_F(BlobApiTest, CorruptChunkOnFetchIs500AndBecomesMissing) {
   ASSERT_EQ(Upload(u, alice_).status, 201);
   const std::string id = u.frames[0].first;
   ASSERT_TRUE(WriteFileAtomic(blobs_->chunks().PathOf(id), "rot").ok());
-  auto r = Call("POST", "/v1/blobs/chunks/fetch", agent_, IdList({id}));
+  auto r = Call("POST", "/v1/blobs/chunks/fetch", alice_, IdList({id}));
   EXPECT_EQ(r.status, 500);
   EXPECT_EQ(Json(r)["error"]["code"], "DATA_LOSS");
   EXPECT_THAT(ErrorMessage(r), HasSubstr(id));
@@ -118,7 +118,7 @@ TEST_F(BlobApiTest, ManifestPutGetAndErrors) {
   ASSERT_EQ(put.status, 201) << put.body;
   EXPECT_EQ(Json(put), (json{{"id", u.id}, {"bytes", 9}, {"files", 2}, {"chunks", 2}}));
   EXPECT_EQ(Call("PUT", "/v1/blobs/manifests/" + u.id, agent_, u.manifest).status, 200);
-  auto got = Call("GET", "/v1/blobs/manifests/" + u.id, agent_);
+  auto got = Call("GET", "/v1/blobs/manifests/" + u.id, alice_);
   ASSERT_EQ(got.status, 200);
   EXPECT_EQ(got.body, u.manifest);
   EXPECT_EQ(blob::ManifestId(got.body), u.id);

@@ -715,6 +715,9 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   // change the job. Anything else still running there is told to stop.
   bool current = attempt && job && attempt->RunsOn(node_id) && IsLive(attempt->state) &&
                  job->current_attempt == attempt->id;
+  if (attempt && !attempt->RunsOn(node_id)) {
+    GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "a task report (" + r.state + ")"));
+  }
   if (!current) {
     if (r.state == "running" || r.state == "starting")
       return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
@@ -1051,14 +1054,17 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
     } else if (type == proto::kLogs) {
       GP_ASSIGN_OR_RETURN(auto chunk, proto::DecodeLogChunk(body));
       GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(chunk.attempt_id));
-      // Output of attempts the server never made, made elsewhere, or that
-      // it declared lost (stale: their job may run elsewhere now, so what
-      // they print is not the job's) is dropped. An attempt that ended by
-      // its agent's own report may still send lines: an agent back from a
-      // restart reports the end in its hello, then ships the rest.
+      // Output of attempts the server never made or made elsewhere is
+      // refused (and audited); output of an attempt it declared lost
+      // (stale: its job may run elsewhere now, so what it prints is not the
+      // job's) is dropped. An attempt that ended by its agent's own report
+      // may still send lines: an agent back from a restart reports the end
+      // in its hello, then ships the rest.
       const AttemptRank* rank = attempt ? attempt->RankOn(node_id) : nullptr;
       const bool stale = attempt && (rank ? rank->state : attempt->state) == AttemptState::kLost;
-      if (attempt && attempt->RunsOn(node_id) && !stale && !chunk.lines.empty()) {
+      if (attempt && !attempt->RunsOn(node_id)) {
+        GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "output"));
+      } else if (attempt && !stale && !chunk.lines.empty()) {
         std::vector<LogLine> lines;
         lines.reserve(chunk.lines.size());
         for (auto& l : chunk.lines) {
@@ -1091,6 +1097,18 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
     } else if (type == proto::kNodeEvent) {
       GP_ASSIGN_OR_RETURN(auto event, proto::DecodeNodeEvent(body));
       event.node_id = node_id;
+      // A node speaks only for its own attempts.
+      std::vector<std::string> own;
+      for (const std::string& a : event.attempts) {
+        GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
+        if (attempt && !attempt->RunsOn(node_id)) {
+          GP_RETURN_IF_ERROR(
+              RefuseForeign(tx, node_id, *attempt, "a node event (" + event.kind + ")"));
+          continue;
+        }
+        own.push_back(a);
+      }
+      event.attempts = std::move(own);
       GP_ASSIGN_OR_RETURN(event.id, tx.AppendNodeEvent(event));
       GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
       std::string line = "node " + (node ? node->name : node_id) + ": " + event.kind;
@@ -1151,6 +1169,20 @@ Status Pool::LeaveNode(Tx& tx, const std::string& node_id, const std::string& re
   // once its lease has expired (CheckNodes).
   awaiting_expiry_[node_id] = "the node left the pool";
   return Status::Ok();
+}
+
+Status Pool::RefuseForeign(Tx& tx, const std::string& node_id, const Attempt& attempt,
+                           const std::string& what) {
+  GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+  GP_ASSIGN_OR_RETURN(auto owner, tx.GetNode(attempt.node_id));
+  const std::string name = node ? node->name : node_id;
+  const std::string detail = what + " about attempt " + attempt.id + ", which runs on node " +
+                             (owner ? owner->name : attempt.node_id) + ": refused";
+  log_lines_.push_back("node " + name + " sent " + detail);
+  return tx
+      .AppendAudit({0, clock_.NowMs(), "node:" + name, "agent.foreign_attempt", attempt.id, detail,
+                    "", false})
+      .status();
 }
 
 Result<std::string> Pool::AttemptNodeName(const std::string& attempt_id) {

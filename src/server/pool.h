@@ -308,6 +308,10 @@ class Pool {
   // Decayed usage per group now, running attempts included.
   std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, int64_t now) const;
   Status ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r);
+  // Node `node_id` spoke of `attempt`, which runs elsewhere: writes the
+  // refusal to the audit log (the caller ignores what it said).
+  Status RefuseForeign(Tx& tx, const std::string& node_id, const Attempt& attempt,
+                       const std::string& what);
   Status PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
                   const StopOrder& order);
   Status SetAgentSeq(Tx& tx, const std::string& node_id, const std::string& instance, int64_t seq);

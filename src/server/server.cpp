@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/dir_lock.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "net/http_server.h"
@@ -71,6 +72,12 @@ int RunServer(const ServerOptions& options) {
     return 1;
   }
   ::chmod(options.data_dir.c_str(), 0700);
+  // One server per data directory: two would both schedule the same jobs.
+  auto lock = DirLock::Acquire(options.data_dir, "server");
+  if (!lock.ok()) {
+    std::cerr << "gpupool server: " << lock.status().message() << "\n";
+    return 1;
+  }
   auto addr = SplitHostPort(options.listen);
   if (!addr.ok()) {
     std::cerr << "gpupool server: " << addr.status().message() << "\n";
@@ -172,7 +179,9 @@ int RunServer(const ServerOptions& options) {
   }
   BlobApiOptions blob_api_options;
   blob_api_options.gc_grace_ms = options.blob_gc_grace_ms;
-  BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options);
+  // Agents read only their own node's blobs (agent_blob_scope.h).
+  AgentBlobScope agent_blobs(**store, **blobs, clock);
+  BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options, {&agent_blobs, &auth});
   IdentityApiOptions identity_options;
   if (tls) {
     identity_options.ca = tls->ca;
@@ -186,7 +195,10 @@ int RunServer(const ServerOptions& options) {
                          hooks.schedule_needed();
                        });
   Api api(loop, pool, auth, clock, options.api, &blob_api, &identity);
-  AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls);
+  AgentHubOptions hub_options;
+  hub_options.blob_scope = &agent_blobs;
+  AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls,
+               hub_options);
   SessionGateway gateway(loop, pool, auth, hub, clock);
   api_ptr = &api;
   hub_ptr = &hub;

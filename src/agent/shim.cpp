@@ -309,7 +309,14 @@ int RunShim(const ShimOptions& options) {
       stop_reason = "stopped";
       if (auto why = ReadFile(paths.stop_reason()); why.ok() && !why->empty()) {
         stop_reason = "stopped: " + *why;
-      } else if (options.agent_pid != 0 && ::getppid() != options.agent_pid) {
+      } else if (options.agent_pid != 0 &&
+                 (static_cast<pid_t>(si.ssi_pid) == options.agent_pid ||
+                  ::getppid() != options.agent_pid)) {
+        // The agent writes stop.reason before every stop it sends, so a
+        // signal from it without one is the parent-death signal, sent as
+        // the agent dies (while it still has threads, the shim's parent may
+        // still read as the agent's pid: the child moves to another of its
+        // threads first).
         stop_reason = "stopped: its agent exited (the agent runs with --on-exit kill)";
       }
     }

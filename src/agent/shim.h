@@ -46,6 +46,9 @@ struct ShimOptions {
   int gid = -1;
   std::vector<int> gpu_minors;  // of the task's GPUs, where known
   BlobAccess blob;              // inputs, restores and checkpoint uploads
+  // A gang rank in the sandbox's private network: the host ports forwarded
+  // to it (TaskManager chose them; rank 0's master port is the first).
+  exec::PortRange gang_ports;
 };
 
 // Returns the shim's exit code (0 when the result was recorded).

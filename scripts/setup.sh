@@ -15,6 +15,8 @@ PACKAGES=(
   procps ca-certificates
   curl jq                       # the benchmark scripts (bench/*.sh)
   bubblewrap skopeo umoci busybox-static
+  passt                         # pasta: each sandboxed job's own network (exec/private_network.h)
+  iproute2                      # `ip netns`: the network tests' machines (tests/integration/machines.py)
   libhowardhinnant-date-dev tzdata
   libzstd-dev
   libsodium-dev                 # argon2id password hashes

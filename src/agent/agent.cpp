@@ -391,8 +391,9 @@ class Agent {
                                          std::to_string(start.gang->nodes)
                                    : "");
       // Rank 0 of a torch gang: the master is chosen here, before Start
-      // keeps it with the task, and reported at once: the server starts the
-      // other ranks with it.
+      // keeps it with the task, and reported at once (in the sandbox's
+      // private network: once the job listens on it, see TaskState): the
+      // server starts the other ranks with it.
       bool choose_master = NeedsMaster(start) && !held;
       Status s = tasks_.ChooseMaster(start, AdvertiseAddr());
       if (s.ok()) s = tasks_.Start(start, GpuMinors(start.gpu_uuids));
@@ -520,6 +521,15 @@ class Agent {
   // sees the job finish.
   void PollTasks() {
     tasks_.Poll();
+    // Rank 0 masters that listen now: the server starts the other ranks.
+    for (const std::string& id : tasks_.TakeAnnouncedMasters()) {
+      auto it = tasks_.tasks().find(id);
+      if (it == tasks_.tasks().end() || tasks_.Ended(it->second)) continue;
+      proto::TaskReport r = tasks_.Report(it->second);
+      GP_LOG(kInfo) << id << ": the gang's master listens at " << r.master_addr << " port "
+                    << r.master_port;
+      Push(proto::kTaskStatus, proto::Encode(r));
+    }
     for (const auto& [id, t] : tasks_.tasks()) {
       if (final_seq_.count(id)) continue;
       if (!ShipOutput(id)) continue;  // back-pressure: the rest waits in the file

@@ -18,7 +18,15 @@ using nlohmann::json;
 
 constexpr const char* kTopFields[] = {"executors", "sandbox", "images", "docker",        "podman",
                                       "limits",    "policy",  "owner",  "advertise_addr"};
-constexpr const char* kSandboxFields[] = {"uids", "host_paths", "devices_dir", "bwrap", "ldconfig"};
+constexpr const char* kSandboxFields[] = {"uids",
+                                          "host_paths",
+                                          "devices_dir",
+                                          "bwrap",
+                                          "ldconfig",
+                                          "pasta",
+                                          "blocked_networks",
+                                          "gang_ports",
+                                          "gang_ports_per_rank"};
 constexpr const char* kImagesFields[] = {"cache_dir", "cache_size", "skopeo", "umoci"};
 constexpr const char* kEngineFields[] = {"command", "gpus", "extra_args"};
 constexpr const char* kLimitsFields[] = {"cgroup", "pids", "memory", "cpus", "disk", "memory_poll"};
@@ -70,6 +78,28 @@ Status ParseUids(const json& v, exec::ExecConfig& c) {
   }
   c.first_uid = static_cast<int>(first);
   c.uid_count = static_cast<int>(last - first + 1);
+  return Status::Ok();
+}
+
+// "61000-61999": the host ports gang ranks are reached on.
+Status ParseGangPorts(const json& v, exec::SandboxOptions& o) {
+  const std::string path = "sandbox.gang_ports";
+  std::string text = v.is_string() ? v.get<std::string>() : "";
+  size_t dash = text.find('-');
+  int64_t first = -1, last = -1;
+  auto num = [](std::string_view s, int64_t& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size();
+  };
+  if (dash == std::string::npos || !num(std::string_view(text).substr(0, dash), first) ||
+      !num(std::string_view(text).substr(dash + 1), last) || first < 1024 || last < first ||
+      last > 65535) {
+    return FieldError(path,
+                      "must be a port range FIRST-LAST within 1024-65535 such as "
+                      "\"61000-61999\", got " +
+                          DescribeValue(v));
+  }
+  o.gang_ports = {static_cast<int>(first), static_cast<int>(last - first + 1)};
   return Status::Ok();
 }
 
@@ -198,6 +228,36 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
     }
     if (const json* f = FieldOrNull(*v, "ldconfig")) {
       GP_ASSIGN_OR_RETURN(c.sandbox.ldconfig, NonEmptyString(*f, "sandbox.ldconfig"));
+    }
+    if (const json* f = FieldOrNull(*v, "pasta")) {
+      GP_ASSIGN_OR_RETURN(c.sandbox.pasta, NonEmptyString(*f, "sandbox.pasta"));
+    }
+    if (const json* f = FieldOrNull(*v, "blocked_networks")) {
+      GP_ASSIGN_OR_RETURN(auto list, TextList(*f, "sandbox.blocked_networks"));
+      c.sandbox.blocked_networks.clear();
+      for (size_t i = 0; i < list.size(); ++i) {
+        auto p = exec::ParseIpPrefix(list[i]);
+        if (!p.ok()) {
+          return FieldError("sandbox.blocked_networks[" + std::to_string(i) + "]",
+                            p.status().message());
+        }
+        c.sandbox.blocked_networks.push_back(*p);
+      }
+    }
+    if (const json* f = FieldOrNull(*v, "gang_ports")) {
+      GP_RETURN_IF_ERROR(ParseGangPorts(*f, c.sandbox));
+    }
+    if (const json* f = FieldOrNull(*v, "gang_ports_per_rank")) {
+      if (!f->is_number_integer() || f->get<int64_t>() < 2 || f->get<int64_t>() > 4096) {
+        return FieldError("sandbox.gang_ports_per_rank",
+                          "must be an integer from 2 to 4096, got " + DescribeValue(*f));
+      }
+      c.sandbox.gang_ports_per_rank = f->get<int>();
+    }
+    if (c.sandbox.gang_ports_per_rank > c.sandbox.gang_ports.count) {
+      return FieldError("sandbox.gang_ports",
+                        "holds fewer ports than one rank takes (gang_ports_per_rank " +
+                            std::to_string(c.sandbox.gang_ports_per_rank) + ")");
     }
   }
   if (const json* v = FieldOrNull(j, "images")) {

@@ -10,6 +10,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+std::string FormatIpPrefixes(const std::vector<exec::IpPrefix>& list) {
+  std::string out;
+  for (const auto& p : list) out += (out.empty() ? "" : " ") + exec::FormatIpPrefix(p);
+  return out;
+}
+
 std::string Error(std::string_view text) {
   auto c = ParseAgentConfig(text, "/data");
   return c.ok() ? "(accepted)" : c.status().message();
@@ -27,6 +33,11 @@ TEST(AgentConfig, Defaults) {
   EXPECT_EQ(c->exec.podman.engine, "podman");
   EXPECT_EQ(c->exec.first_uid, 190000);
   EXPECT_EQ(c->exec.uid_count, 1000);
+  EXPECT_EQ(c->exec.sandbox.pasta, "pasta");
+  EXPECT_EQ(c->exec.sandbox.blocked_networks.size(), 2u);
+  EXPECT_EQ(FormatIpPrefixes(c->exec.sandbox.blocked_networks), "169.254.0.0/16 fd00:ec2::254/128");
+  EXPECT_EQ(c->exec.sandbox.gang_ports, (exec::PortRange{61000, 1000}));
+  EXPECT_EQ(c->exec.sandbox.gang_ports_per_rank, 50);
 }
 
 TEST(AgentConfig, EveryField) {
@@ -38,6 +49,10 @@ sandbox:
   devices_dir: /tmp/fakedev
   bwrap: /usr/bin/bwrap
   ldconfig: /tmp/ldconfig.sh
+  pasta: /usr/bin/pasta
+  blocked_networks: [10.1.2.3, 192.168.7.0/24, "fe80::1:2/64"]
+  gang_ports: 40000-40099
+  gang_ports_per_rank: 20
 images: {cache_dir: /cache, cache_size: 2GiB, skopeo: /usr/bin/skopeo, umoci: /usr/bin/umoci}
 docker: {command: /usr/bin/docker, gpus: gpus, extra_args: [--runtime=nvidia]}
 podman: {gpus: cdi}
@@ -52,6 +67,11 @@ limits: {cgroup: none, pids: 64, memory: 4GiB, cpus: 1.5, disk: 10GiB, memory_po
   EXPECT_EQ(e.sandbox.host_paths, (std::vector<std::string>{"/usr", "/etc", "/opt/conda"}));
   EXPECT_EQ(e.sandbox.devices_dir, "/tmp/fakedev");
   EXPECT_EQ(e.sandbox.ldconfig, "/tmp/ldconfig.sh");
+  EXPECT_EQ(e.sandbox.pasta, "/usr/bin/pasta");
+  // Host bits are cleared: the kernel wants a prefix.
+  EXPECT_EQ(FormatIpPrefixes(e.sandbox.blocked_networks), "10.1.2.3/32 192.168.7.0/24 fe80::/64");
+  EXPECT_EQ(e.sandbox.gang_ports, (exec::PortRange{40000, 100}));
+  EXPECT_EQ(e.sandbox.gang_ports_per_rank, 20);
   EXPECT_EQ(e.images.dir, "/cache");
   EXPECT_EQ(e.images.max_bytes, int64_t{2} << 30);
   EXPECT_EQ(e.docker.engine, "/usr/bin/docker");
@@ -78,6 +98,19 @@ TEST(AgentConfig, RejectsWithThePath) {
   EXPECT_THAT(Error("sandbox: {host_paths: [usr]}"),
               HasSubstr("sandbox.host_paths[0] (line 1): must be an absolute path"));
   EXPECT_THAT(Error("images: {cache_size: lots}"), HasSubstr("images.cache_size (line 1):"));
+  EXPECT_THAT(Error("sandbox: {blocked_networks: [10.0.0.0/33]}"),
+              HasSubstr("sandbox.blocked_networks[0] (line 1): \"10.0.0.0/33\": the prefix length "
+                        "must be 0 to 32"));
+  EXPECT_THAT(Error("sandbox: {blocked_networks: [metadata.internal]}"),
+              HasSubstr("sandbox.blocked_networks[0] (line 1): \"metadata.internal\" is not an "
+                        "IPv4 or IPv6 address"));
+  EXPECT_THAT(Error("sandbox: {gang_ports: 80-90}"),
+              HasSubstr("sandbox.gang_ports (line 1): must be a port range FIRST-LAST within "
+                        "1024-65535"));
+  EXPECT_THAT(Error("sandbox: {gang_ports: 40000-40009}"),
+              HasSubstr("holds fewer ports than one rank takes (gang_ports_per_rank 50)"));
+  EXPECT_THAT(Error("sandbox: {gang_ports_per_rank: 1}"),
+              HasSubstr("sandbox.gang_ports_per_rank (line 1): must be an integer from 2"));
   EXPECT_THAT(Error("docker: {gpus: all}"), HasSubstr("docker.gpus (line 1): must be cdi or gpus"));
   EXPECT_THAT(Error("limits: {pids: 0}"),
               HasSubstr("limits.pids (line 1): must be a whole number from 1"));

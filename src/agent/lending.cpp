@@ -32,6 +32,7 @@ NodeLending Lender::Update(int64_t now_ms, const std::vector<GpuInfo>& gpus,
   l.allow_groups = policy_.allow_groups;
   l.deny_groups = policy_.deny_groups;
   l.max_runtime_ms = policy_.max_runtime_ms;
+  l.host_network = policy_.allow_host_network;
   WindowState window = EvaluateWindows(policy_, now_ms);
   l.next_change_ms = window.next_change_ms.value_or(0);
   l.mode = mode_ == "lending" && !window.open ? "closed" : mode_;

@@ -55,6 +55,25 @@ TEST(Lender, UsersAndGroupsOutsideTheAllowedSetAreRefused) {
   EXPECT_THAT(Check(l, rival, now), HasSubstr("it does not lend to group \"rivals\""));
 }
 
+TEST(Lender, TheHostNetworkOnlyWhereThePolicyAllowsIt) {
+  int64_t now = Utc(2026, 11, 25, 12, 0);
+  LendingRequest host = Request();
+  host.host_network = true;
+  Lender closed(Policy("fractional: true"));
+  EXPECT_EQ(Check(closed, Request(), now), "ok");
+  EXPECT_THAT(Check(closed, host, now),
+              HasSubstr("refused by the provider's policy: it does not allow network: host"));
+  host.gpu_uuids.clear();  // as the server checks it, without GPUs
+  EXPECT_THAT(Check(closed, host, now), HasSubstr("allow_host_network is off"));
+  Lender open(Policy("allow_host_network: true"));
+  EXPECT_EQ(Check(open, host, now), "ok");
+  // The server learns it from the lending the agent reports.
+  NodeLending l = open.Update(now, Gpus(), {}, {}, {});
+  auto back = NodeLendingFromJson(NodeLendingToJson(l), "lending");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->host_network);
+}
+
 TEST(Lender, RuntimeWindowsGpusSharesAndMemory) {
   int64_t noon = At("Europe/Berlin", 2026, 11, 25, 12, 0);
   int64_t night = At("Europe/Berlin", 2026, 11, 25, 22, 0);

@@ -17,9 +17,9 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::minutes;
 
-constexpr const char* kPolicyFields[] = {"gpus",    "gpu_memory",  "fractional",
-                                         "windows", "idle_only",   "users",
-                                         "groups",  "max_runtime", "reclaim_grace"};
+constexpr const char* kPolicyFields[] = {
+    "gpus",  "gpu_memory", "fractional",  "windows",       "idle_only",
+    "users", "groups",     "max_runtime", "reclaim_grace", "allow_host_network"};
 constexpr const char* kWindowsFields[] = {"timezone", "weekly"};
 constexpr const char* kWeeklyFields[] = {"days", "from", "to"};
 constexpr const char* kIdleFields[] = {"max_utilization", "for"};
@@ -201,6 +201,13 @@ Result<ProviderPolicy> ParseProviderPolicy(const json& j) {
     }
     p.fractional = f->get<bool>();
   }
+  if (const json* f = FieldOrNull(j, "allow_host_network")) {
+    if (!f->is_boolean()) {
+      return FieldError("policy.allow_host_network",
+                        "must be true or false, got " + DescribeValue(*f));
+    }
+    p.allow_host_network = f->get<bool>();
+  }
   if (const json* f = FieldOrNull(j, "windows")) GP_RETURN_IF_ERROR(ParseWindows(*f, p));
   if (const json* f = FieldOrNull(j, "idle_only")) {
     if (!f->is_object()) {
@@ -267,6 +274,7 @@ nlohmann::json PolicyToJson(const ProviderPolicy& p) {
   j["groups"] = {{"allow", p.allow_groups}, {"deny", p.deny_groups}};
   j["max_runtime"] = p.max_runtime_ms > 0 ? json(FormatDurationMs(p.max_runtime_ms)) : json("any");
   j["reclaim_grace"] = FormatDurationMs(p.reclaim_grace_ms);
+  j["allow_host_network"] = p.allow_host_network;
   return j;
 }
 

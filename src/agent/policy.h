@@ -17,6 +17,8 @@
 //     groups: {allow: [vision], deny: []}
 //     max_runtime: 24h             # a job must say it ends within this
 //     reclaim_grace: 60s           # SIGTERM to SIGKILL when taking a GPU back
+//     allow_host_network: false    # jobs may ask for `network: host` (the
+//                                  # machine's own network, its loopback too)
 //
 // A weekly entry that ends at or before its start ("19:00" to "08:00")
 // runs past midnight into the next day. Local times are the zone's wall
@@ -63,6 +65,7 @@ struct ProviderPolicy {
   std::set<std::string> allow_groups, deny_groups;
   int64_t max_runtime_ms = 0;  // 0: any
   int64_t reclaim_grace_ms = 30'000;
+  bool allow_host_network = false;  // jobs may ask for `network: host`
   friend bool operator==(const ProviderPolicy&, const ProviderPolicy&) = default;
 };
 

@@ -129,7 +129,10 @@ users: {allow: [alice, bob], deny: [mallory]}
 groups: {deny: [rivals]}
 max_runtime: 24h
 reclaim_grace: 90s
+allow_host_network: true
 )");
+  EXPECT_TRUE(p.allow_host_network);
+  EXPECT_FALSE(Policy("fractional: true").allow_host_network);  // off unless said
   EXPECT_EQ(p.gpus, (std::vector<std::string>{"0", "GPU-aaaa"}));
   EXPECT_EQ(p.gpu_memory_percent, 50);
   EXPECT_FALSE(p.fractional);
@@ -167,6 +170,8 @@ TEST(PolicyParse, ErrorsNameTheField) {
   EXPECT_THAT(PolicyError("max_runtime: forever"), HasSubstr("policy.max_runtime"));
   EXPECT_THAT(PolicyError("gpus: []"), HasSubstr("policy.gpus: must name at least one GPU"));
   EXPECT_THAT(PolicyError("lend: all"), HasSubstr("policy.lend: unknown field"));
+  EXPECT_THAT(PolicyError("allow_host_network: sometimes"),
+              HasSubstr("policy.allow_host_network: must be true or false"));
 }
 
 // ---- idle-only lending -----------------------------------------------------------

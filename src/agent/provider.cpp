@@ -99,7 +99,8 @@ Status Provider::Admit(const proto::StartTask& start) {
                       start.spec.max_runtime_ms,
                       start.gpu_uuids,
                       start.gpu_milli > 0 ? start.gpu_milli : 1000,
-                      start.gpu_memory_mib};
+                      start.gpu_memory_mib,
+                      start.spec.network == NetworkMode::kHost};
   Status ok = LendingAdmits(lending_, want, gpus_);
   if (!ok.ok()) SendLending(true);
   return ok;

@@ -239,6 +239,7 @@ exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths) 
   c.image = task.spec.image;
   c.network = task.spec.network;
   c.host_network = task.gang.has_value();
+  c.gang_ports = o.gang_ports;
   c.gpu_uuids = task.gpu_uuids;
   c.gpu_minors = o.gpu_minors;
   c.limits = TaskLimits(task.spec, o.exec_config->defaults);
@@ -407,9 +408,13 @@ int RunShim(const ShimOptions& options) {
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   ::close(exec_pipe[1]);
-  executor->Started(pid);
-
   TaskResult result;
+  if (Status s = executor->Started(pid); !s.ok()) {
+    // The job never ran (the sandbox held it back): nothing of it may.
+    result.failed = true;
+    result.reason = "cannot start: " + s.message();
+    executor->Stop(SIGKILL);
+  }
   int failure[2] = {0, 0};
   if (::read(exec_pipe[0], failure, sizeof failure) == sizeof failure) {
     result.failed = true;

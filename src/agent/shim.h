@@ -51,6 +51,9 @@ struct ShimOptions {
   // to SIGTERM in the shim); 0 otherwise. A stop that finds the shim's
   // parent changed says so in the job's reason.
   int agent_pid = 0;
+  // A gang rank in the sandbox's private network: the host ports forwarded
+  // to it (TaskManager chose them; rank 0's master port is the first).
+  exec::PortRange gang_ports;
 };
 
 // Returns the shim's exit code (0 when the result was recorded).

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "common/log.h"
 
@@ -49,13 +50,25 @@ exec::ContainerOptions ContainerFrom(const json& j) {
   return c;
 }
 
+json PortsJson(const exec::PortRange& p) { return {{"first", p.first}, {"count", p.count}}; }
+
+exec::PortRange PortsFrom(const json& j) {
+  return {j.at("first").get<int>(), j.at("count").get<int>()};
+}
+
 json ExecConfigJson(const exec::ExecConfig& c) {
+  std::vector<std::string> blocked;
+  for (const exec::IpPrefix& p : c.sandbox.blocked_networks) blocked.push_back(FormatIpPrefix(p));
   return {{"executors", c.executors},
           {"sandbox",
            {{"bwrap", c.sandbox.bwrap},
             {"host_paths", c.sandbox.host_paths},
             {"devices_dir", c.sandbox.devices_dir},
-            {"ldconfig", c.sandbox.ldconfig}}},
+            {"ldconfig", c.sandbox.ldconfig},
+            {"pasta", c.sandbox.pasta},
+            {"blocked_networks", blocked},
+            {"gang_ports", PortsJson(c.sandbox.gang_ports)},
+            {"gang_ports_per_rank", c.sandbox.gang_ports_per_rank}}},
           {"images",
            {{"dir", c.images.dir},
             {"max_bytes", c.images.max_bytes},
@@ -79,6 +92,15 @@ exec::ExecConfig ExecConfigFrom(const json& j) {
   c.sandbox.host_paths = s.at("host_paths").get<std::vector<std::string>>();
   c.sandbox.devices_dir = s.at("devices_dir").get<std::string>();
   c.sandbox.ldconfig = s.at("ldconfig").get<std::string>();
+  c.sandbox.pasta = s.at("pasta").get<std::string>();
+  c.sandbox.blocked_networks.clear();
+  for (const auto& text : s.at("blocked_networks").get<std::vector<std::string>>()) {
+    auto prefix = exec::ParseIpPrefix(text);
+    if (!prefix.ok()) throw std::invalid_argument("blocked_networks: " + prefix.status().message());
+    c.sandbox.blocked_networks.push_back(*prefix);
+  }
+  c.sandbox.gang_ports = PortsFrom(s.at("gang_ports"));
+  c.sandbox.gang_ports_per_rank = s.at("gang_ports_per_rank").get<int>();
   const json& i = j.at("images");
   c.images.dir = i.at("dir").get<std::string>();
   c.images.max_bytes = i.at("max_bytes").get<int64_t>();
@@ -210,6 +232,7 @@ Result<std::string> EncodeShimOptions(const ShimOptions& o) {
             {"gpu_minors", o.gpu_minors},
             {"blob", BlobJson(o.blob)},
             {"agent_pid", o.agent_pid},
+            {"gang_ports", PortsJson(o.gang_ports)},
             {"log_level", CurrentLogLevel()}};
   return j.dump();
 }
@@ -231,9 +254,12 @@ Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view t
     o.gpu_minors = j.at("gpu_minors").get<std::vector<int>>();
     o.blob = BlobFrom(j.at("blob"));
     o.agent_pid = j.at("agent_pid").get<int>();
+    o.gang_ports = PortsFrom(j.at("gang_ports"));
     LogLevel level;
     if (ParseLogLevel(j.at("log_level").get<std::string>(), &level)) SetLogLevel(level);
   } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("shim options: ") + e.what());
+  } catch (const std::invalid_argument& e) {
     return Status::InvalidArgument(std::string("shim options: ") + e.what());
   }
   return out;

@@ -34,6 +34,10 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   exec::ExecConfig config;
   config.executors = {"sandbox", "process"};
   config.sandbox.host_paths = {"/usr", "/opt/cuda"};
+  config.sandbox.pasta = "/usr/local/bin/pasta";
+  config.sandbox.blocked_networks = {*exec::ParseIpPrefix("10.9.0.0/16")};
+  config.sandbox.gang_ports = {40000, 500};
+  config.sandbox.gang_ports_per_rank = 25;
   config.images.dir = "/var/lib/gpupool/images";
   config.images.max_bytes = 123;
   config.docker.extra_args = {"--security-opt", "no-new-privileges"};
@@ -68,6 +72,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   o.blob.cache_bytes = 99;
   o.blob.staging_dir = "/data/staging";
   o.agent_pid = 4242;
+  o.gang_ports = {40025, 25};
 
   auto text = EncodeShimOptions(o);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
@@ -83,6 +88,11 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   EXPECT_EQ(b.blob.tls.client_cert_file, "/data/node.crt");
   EXPECT_EQ(b.blob.staging_dir, "/data/staging");
   EXPECT_EQ(b.agent_pid, 4242);
+  EXPECT_EQ(b.gang_ports, o.gang_ports);
+  EXPECT_EQ(b.exec_config->sandbox.pasta, "/usr/local/bin/pasta");
+  EXPECT_EQ(b.exec_config->sandbox.blocked_networks, config.sandbox.blocked_networks);
+  EXPECT_EQ(b.exec_config->sandbox.gang_ports, config.sandbox.gang_ports);
+  EXPECT_EQ(b.exec_config->sandbox.gang_ports_per_rank, 25);
   ASSERT_EQ(b.exec_config, &(*back)->exec_config);
   EXPECT_EQ(b.exec_config->executors, config.executors);
   EXPECT_EQ(b.exec_config->sandbox.host_paths, config.sandbox.host_paths);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/nsfs.h>
 #include <pty.h>
 #include <sched.h>
 #include <signal.h>
@@ -323,6 +324,13 @@ Result<pid_t> FindJobProcess(pid_t shim_pid) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFindJobMs);
   while (true) {
     std::vector<pid_t> top = exec::Children(shim_pid);
+    // pasta and a gang rank's port forwarder, the sandbox's network
+    // (exec/private_network.h), are the shim's children too.
+    std::erase_if(top, [](pid_t c) {
+      std::string comm = Comm(c);
+      return comm.starts_with("pasta") || comm.starts_with("passt") ||
+             comm.starts_with("gpupool-ports");
+    });
     if (!top.empty()) {
       pid_t p = top.front();
       // A sandbox: the executor's child (bubblewrap) has the namespace's
@@ -459,13 +467,25 @@ Result<int> SocketInNetns(pid_t pid, int domain, int type) {
     if (fd < 0) return Status::Internal(std::string("socket: ") + std::strerror(errno));
     return fd;
   }
-  // A forked child enters the namespace (its user namespace first, which
-  // grants the right to) and hands the socket back: sockets keep the
-  // namespace they were made in. No thread: see the header.
+  // A forked child enters the namespace (the user namespace that owns it
+  // first, which grants the right to: in a sandbox that is bubblewrap's
+  // outer one, not the job's nested one) and hands the socket back:
+  // sockets keep the namespace they were made in. No thread: see the header.
   std::string proc = "/proc/" + std::to_string(pid);
-  int user_fd =
-      SameNs(pid, "user") ? -1 : ::open((proc + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC);
   int net_fd = ::open((proc + "/ns/net").c_str(), O_RDONLY | O_CLOEXEC);
+  int user_fd = -1;
+  if (net_fd >= 0 && ::geteuid() != 0) {  // root may enter any network namespace
+    user_fd = ::ioctl(net_fd, NS_GET_USERNS);
+    struct stat theirs, ours;
+    if (user_fd >= 0) {
+      ::fcntl(user_fd, F_SETFD, FD_CLOEXEC);
+      if (::fstat(user_fd, &theirs) == 0 && ::stat("/proc/self/ns/user", &ours) == 0 &&
+          theirs.st_ino == ours.st_ino && theirs.st_dev == ours.st_dev) {
+        ::close(user_fd);
+        user_fd = -1;
+      }
+    }
+  }
   int pair[2];
   if (net_fd < 0 || ::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != 0) {
     Status s = Status::FailedPrecondition("cannot reach the session's network: " +

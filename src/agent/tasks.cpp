@@ -15,11 +15,14 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
+#include <utility>
 
 #include "agent/shim.h"
 #include "agent/shim_launch.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "exec/process_tree.h"
 #include "model/job.h"
 
 namespace gpupool::agent {
@@ -109,6 +112,14 @@ bool NeedsMaster(const proto::StartTask& task) {
          task.gang->master_port == 0;
 }
 
+namespace {
+// Rank 0 of a torch gang whose master port is chosen.
+bool NeedsMasterPort(const proto::StartTask& task) {
+  return task.gang && task.gang->rank == 0 && task.gang->mode == Distributed::kTorch &&
+         task.gang->master_port != 0;
+}
+}  // namespace
+
 TaskManager::TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
                          std::function<void()> on_wake)
     : options_(std::move(options)), loop_(loop), clock_(clock), on_wake_(std::move(on_wake)) {}
@@ -189,6 +200,11 @@ Status TaskManager::Recover() {
         t.has_image = j.value("image", false);
         t.uid = j.value("uid", -1);
         if (j.contains("gang")) t.gang = GangFromJson(j["gang"]);
+        if (auto p = j.find("gang_ports"); p != j.end() && p->is_array() && p->size() == 2 &&
+                                           (*p)[0].is_number_integer() &&
+                                           (*p)[1].is_number_integer()) {
+          t.gang_ports = {(*p)[0].get<int>(), (*p)[1].get<int>()};
+        }
         if (j.contains("gpus") && j["gpus"].is_array()) {
           for (const auto& g : j["gpus"]) {
             if (g.is_string()) t.gpu_uuids.push_back(g.get<std::string>());
@@ -251,6 +267,12 @@ Status TaskManager::ChooseMaster(proto::StartTask& task, const std::string& addr
     return Status::Ok();
   }
   if (addr.empty()) return Status::FailedPrecondition("this agent knows no address to advertise");
+  if (ForwardsGangPorts(task)) {
+    GP_ASSIGN_OR_RETURN(exec::PortRange block, FreePortBlock());
+    task.gang->master_addr = addr;
+    task.gang->master_port = block.first;
+    return Status::Ok();
+  }
   std::set<int> taken;
   for (const auto& [id, t] : tasks_) {
     if (!Ended(t) && t.gang && t.gang->master_port != 0) taken.insert(t.gang->master_port);
@@ -263,6 +285,61 @@ Status TaskManager::ChooseMaster(proto::StartTask& task, const std::string& addr
     return Status::Ok();
   }
   return Status::ResourceExhausted("found no free TCP port for the gang's master");
+}
+
+bool TaskManager::ForwardsGangPorts(const proto::StartTask& task) const {
+  if (!task.gang || task.spec.network != NetworkMode::kPrivate || options_.exec_env == nullptr)
+    return false;
+  return exec::ChooseExecutor(task.spec.executor, !task.spec.image.empty(), *options_.exec_env) ==
+         "sandbox";
+}
+
+namespace {
+
+// Whether nothing on this machine listens on or holds TCP `port`.
+bool PortFree(int port) {
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int off = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    int err = errno;
+    ::close(fd);
+    if (ok || err == EADDRINUSE) return ok;
+  }
+  fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // no IPv6 here
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+Result<exec::PortRange> TaskManager::FreePortBlock() const {
+  const exec::SandboxOptions& o = options_.exec_config->sandbox;
+  std::set<int> taken;
+  for (const auto& [id, t] : tasks_) {
+    if (!Ended(t) && !t.gang_ports.empty()) taken.insert(t.gang_ports.first);
+  }
+  int per = std::max(o.gang_ports_per_rank, 1);
+  for (int first = o.gang_ports.first; first + per - 1 <= o.gang_ports.last(); first += per) {
+    if (taken.count(first)) continue;
+    bool free = true;
+    for (int p = first; p < first + per && free; ++p) free = PortFree(p);
+    if (free) return exec::PortRange{first, per};
+  }
+  return Status::ResourceExhausted(
+      "no free block of " + std::to_string(per) + " ports is left in the gang port range " +
+      std::to_string(o.gang_ports.first) + "-" + std::to_string(o.gang_ports.last()));
 }
 
 Status TaskManager::WriteLease(const TaskState& t) const {
@@ -298,6 +375,7 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
   t.executor = task.spec.executor;
   t.gpu_uuids = task.gpu_uuids;
   t.gang = task.gang;
+  t.started_ms = clock_.NowMs();
   std::error_code ec;
   fs::create_directories(t.paths.work_dir(), ec);
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
@@ -316,7 +394,17 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                          {"image", t.has_image},
                          {"uid", t.uid},
                          {"gpus", t.gpu_uuids}};
+  if (ForwardsGangPorts(task)) {
+    if (NeedsMasterPort(task)) {
+      // Rank 0: ChooseMaster took a block and made its first the master port.
+      t.gang_ports = {task.gang->master_port, options_.exec_config->sandbox.gang_ports_per_rank};
+      t.master_hidden = true;
+    } else {
+      GP_ASSIGN_OR_RETURN(t.gang_ports, FreePortBlock());
+    }
+  }
   if (t.gang) exec["gang"] = GangToJson(*t.gang);
+  if (!t.gang_ports.empty()) exec["gang_ports"] = {t.gang_ports.first, t.gang_ports.count};
   GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.exec_json(), exec.dump() + "\n"));
   // No task runs without a lease (when the server grants them).
   if (lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease(t));
@@ -333,7 +421,8 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                    t.uid,
                    gpu_minors,
                    options_.blob,
-                   options_.stop_with_agent ? static_cast<int>(::getpid()) : 0};
+                   options_.stop_with_agent ? static_cast<int>(::getpid()) : 0,
+                   t.gang_ports};
   // Never a bare fork: the agent has threads (agent/shim_launch.h).
   auto spawned = SpawnShim(shim, options_.data_dir, status[1]);
   if (!spawned.ok()) {
@@ -419,8 +508,55 @@ void TaskManager::StopAll(const std::string& reason) {
   for (auto& [id, t] : tasks_) Stop(id, reason);
 }
 
+namespace {
+
+// How long rank 0's master stays unannounced when its job never listens on
+// the master port (one that rendezvouses its own way).
+constexpr int64_t kMasterListenWaitMs = 60'000;
+
+// Whether /proc/PID/net/tcp or tcp6 (a process's network namespace) has a
+// socket listening on `port`.
+bool ListensOn(pid_t pid, int port) {
+  char want[8];
+  std::snprintf(want, sizeof want, ":%04X", port);
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::istringstream in(ReadFile("/proc/" + std::to_string(pid) + table).value_or(""));
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state;
+      if (!(f >> sl >> local >> remote >> state)) continue;
+      if (state == "0A" && local.ends_with(want)) return true;  // 0A: LISTEN
+    }
+  }
+  return false;
+}
+
+// Whether the job of the sandbox under `shim` listens on `port` in its
+// network namespace: bubblewrap's init (the shim's grandchild) is in it.
+bool SandboxListensOn(pid_t shim, int port) {
+  for (pid_t child : exec::Children(shim)) {
+    for (pid_t init : exec::Children(child)) {
+      if (ListensOn(init, port)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> TaskManager::TakeAnnouncedMasters() {
+  return std::exchange(announced_masters_, {});
+}
+
 void TaskManager::Poll() {
   for (auto& [id, t] : tasks_) {
+    if (t.master_hidden && (Ended(t) || clock_.NowMs() - t.started_ms > kMasterListenWaitMs ||
+                            (t.started && SandboxListensOn(t.shim_pid, t.gang->master_port)))) {
+      t.master_hidden = false;
+      announced_masters_.push_back(id);
+    }
     if (t.result || t.shim_gone) continue;
     // Our own shims report through their pipes; shims recovered after an
     // agent restart are not our children and are checked through /proc.
@@ -497,7 +633,7 @@ proto::TaskReport TaskManager::Report(const TaskState& t) const {
   }
   // Repeated in every report, so that the server learns it again from a
   // restarted agent.
-  if (t.gang && t.gang->rank == 0 && t.gang->master_port != 0) {
+  if (t.gang && t.gang->rank == 0 && t.gang->master_port != 0 && !t.master_hidden) {
     r.master_addr = t.gang->master_addr;
     r.master_port = t.gang->master_port;
   }

@@ -55,6 +55,15 @@ struct TaskState {
   // A rank of a multi-node job: its place, and for rank 0 of a torch gang
   // the master its agent chose (kept in exec.json).
   std::optional<proto::GangRank> gang;
+  // A rank in the sandbox's private network: the host ports forwarded to it
+  // (kept in exec.json; taken until the task ends).
+  exec::PortRange gang_ports;
+  // Rank 0 in the sandbox's private network: its reports leave the master
+  // out until the job listens on the master port (see Poll), since pasta
+  // accepts a forwarded connection before the job does and resets it when
+  // nothing listens inside: the other ranks must not try before.
+  bool master_hidden = false;
+  int64_t started_ms = 0;  // when Start ran (this agent's clock)
 };
 
 // Rank 0 of a torch gang whose start order leaves the master to its agent.
@@ -83,9 +92,11 @@ class TaskManager {
   Status Recover();
   // For a task that NeedsMaster: fills task.gang's master with `addr` and a
   // TCP port free on this machine that no live task here was given, so
-  // that Start keeps them with the task. A task already held keeps the
-  // master it has (a resent order picks no new port). Other tasks are left
-  // alone.
+  // that Start keeps them with the task. A rank in the sandbox's private
+  // network gets a block of the configured gang ports (exec_config.h), and
+  // the master port is its first; Start gives the other ranks theirs. A
+  // task already held keeps the master it has (a resent order picks no new
+  // port). Other tasks are left alone.
   Status ChooseMaster(proto::StartTask& task, const std::string& addr) const;
   // `gpu_minors`: the device minor numbers of the task's GPUs, where known.
   Status Start(const proto::StartTask& task, const std::vector<int>& gpu_minors);
@@ -106,8 +117,11 @@ class TaskManager {
   void StopToRequeue(const std::string& attempt_id, const std::string& reason, int64_t grace_ms);
   void StopAll(const std::string& reason);
 
-  // Notices shims that exited (and reaps them).
+  // Notices shims that exited (and reaps them), and rank 0 masters that
+  // listen now (or were waited for long enough): their ids are in
+  // TakeAnnouncedMasters until taken.
   void Poll();
+  std::vector<std::string> TakeAnnouncedMasters();
 
   // Reads complete records from the task's read offset, at most about
   // `max_bytes`, and advances the offset past them. Returns the job's output
@@ -151,6 +165,11 @@ class TaskManager {
   void Watch(TaskState& t);
   // The lowest account of the configured range no running task holds, or -1.
   int FreeUid() const;
+  // Whether the task is a gang rank in the sandbox's private network.
+  bool ForwardsGangPorts(const proto::StartTask& task) const;
+  // The first block of gang ports no live task holds and this machine has
+  // free, or ResourceExhausted.
+  Result<exec::PortRange> FreePortBlock() const;
   // Removes what a task whose shim is gone may have left (a cgroup, a container).
   void CleanUpAfterLostShim(const TaskState& t);
   // Applies a 'p', 'x' or 'r' record to the task.
@@ -164,6 +183,7 @@ class TaskManager {
   std::map<std::string, TaskState> tasks_;
   int64_t lease_ms_ = 0;
   int64_t lease_sent_ms_ = -1;  // the newest answered renewal request; -1: none yet
+  std::vector<std::string> announced_masters_;
 };
 
 }  // namespace gpupool::agent

@@ -339,7 +339,7 @@ TEST_F(TunnelTest, TcpReachesTheSandboxsOwnLoopback) {
   proto::StartTask t = Task("26.1", "sandbox",
                             "echo hi >/work/index.html; cd /work && exec /usr/bin/python3 -m "
                             "http.server 18765 --bind 127.0.0.1");
-  t.spec.network = false;
+  t.spec.network = NetworkMode::kNone;
   StartTask(t);
   TunnelTarget target;
   target.attempt_id = "26.1";

@@ -101,6 +101,7 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f, const json& extra) {
   if (f.max_restarts >= 0) j["max_restarts"] = f.max_restarts;
   if (!f.distributed.empty()) j["distributed"] = f.distributed;
   if (f.no_network) j["network"] = false;
+  if (f.host_network) j["network"] = "host";
   for (const std::string& kv : f.env) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {

@@ -35,6 +35,7 @@ struct SubmitFlags {
   std::string distributed;  // torch or none; empty: not given
   std::string workdir;      // upload this directory as the job's inputs; overrides the spec's
   bool no_network = false;
+  bool host_network = false;  // network: host (where the provider allows it)
   std::vector<std::string> gpu_models;
   std::vector<std::string> env;  // KEY=VALUE
   bool wait = false;

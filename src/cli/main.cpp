@@ -252,7 +252,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100));
   submit->add_option("--distributed", sf.distributed,
                      "torch (default: rendezvous variables for DDP) or none (replicas)");
-  submit->add_flag("--no-network", sf.no_network, "the job gets no network");
+  auto* no_net = submit->add_flag("--no-network", sf.no_network, "the job gets no network");
+  submit
+      ->add_flag("--host-network", sf.host_network,
+                 "the job shares the machine's network (only where the provider allows it)")
+      ->excludes(no_net);
   submit->add_flag("--wait", sf.wait, "wait for the job and exit with its exit code");
   submit->add_flag("-f,--follow", sf.follow, "stream the job's output while waiting");
   submit->add_option("--workdir", sf.workdir,

@@ -100,9 +100,9 @@ Result<std::vector<std::string>> ContainerRunCommand(const ContainerOptions& o,
     argv.insert(argv.end(), {"--user", user});
   }
   argv.insert(argv.end(), {"--cap-drop", "ALL", "--security-opt", "no-new-privileges"});
-  if (!task.network) {
+  if (task.network == NetworkMode::kNone) {
     argv.insert(argv.end(), {"--network", "none"});
-  } else if (task.host_network) {
+  } else if (task.host_network || task.network == NetworkMode::kHost) {
     argv.insert(argv.end(), {"--network", "host"});
   }
 

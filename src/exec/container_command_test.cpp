@@ -36,7 +36,7 @@ TaskContext Task() {
            "CUDA_VISIBLE_DEVICES=GPU-aaa,GPU-bbb",
            "GPUPOOL_JOB_ID=12"};
   t.image = "docker://nvcr.io/nvidia/pytorch:24.01-py3";
-  t.network = true;
+  t.network = NetworkMode::kPrivate;
   t.gpu_uuids = {"GPU-aaa", "GPU-bbb"};
   t.gpu_minors = {0, 1};
   t.limits = Limits{34359738368, 1500, 4096, 0};
@@ -136,7 +136,7 @@ TEST(ContainerRunCommandTest, PodmanWithGpusFlagNamesEachGpu) {
 
 TEST(ContainerRunCommandTest, NoNetworkNoLimitsNoUserNoGpus) {
   TaskContext t = Task();
-  t.network = false;
+  t.network = NetworkMode::kNone;
   t.limits = Limits{};
   t.uid = -1;
   t.gid = -1;
@@ -163,7 +163,7 @@ TEST(ContainerRunCommandTest, AMultiNodeRankSharesTheHostNetwork) {
   auto net = std::find(argv.begin(), argv.end(), "--network");
   ASSERT_NE(net, argv.end());
   EXPECT_EQ(*(net + 1), "host");
-  t.network = false;  // no network wins (a spec validator refuses the pair anyway)
+  t.network = NetworkMode::kNone;  // no network wins (a spec validator refuses the pair anyway)
   argv = RunArgv(ContainerOptions{}, t);
   EXPECT_EQ(*(std::find(argv.begin(), argv.end(), "--network") + 1), "none");
 }

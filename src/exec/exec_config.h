@@ -11,6 +11,7 @@
 #include "exec/container_command.h"
 #include "exec/executor.h"
 #include "exec/image_cache.h"
+#include "exec/private_network.h"
 
 namespace gpupool::exec {
 
@@ -24,8 +25,23 @@ struct SandboxOptions {
                                          "/lib32", "/lib64", "/libx32", "/etc"};
   std::string devices_dir = "/dev";         // where the GPU device nodes are
   std::string ldconfig = "/sbin/ldconfig";  // lists the driver libraries bound into images
+  // The jobs' own network (exec/private_network.h): pasta, the
+  // destinations no job reaches besides this machine's own addresses
+  // (link-local, where cloud metadata services answer, and AWS's IPv6
+  // metadata address), and the host ports the ranks of multi-node jobs are
+  // reached on: each rank takes a block of `gang_ports_per_rank`.
+  std::string pasta = "pasta";
+  std::vector<IpPrefix> blocked_networks = DefaultBlockedNetworks();
+  PortRange gang_ports{61000, 1000};
+  int gang_ports_per_rank = 50;
+
+  static std::vector<IpPrefix> DefaultBlockedNetworks() {
+    return {*ParseIpPrefix("169.254.0.0/16"), *ParseIpPrefix("fd00:ec2::254/128")};
+  }
 };
 
+// Shims get this config (and ExecEnvironment) as JSON: a new field must be
+// added to agent/shim_launch.cpp's codec and its round-trip test too.
 struct ExecConfig {
   // Allowed executors, the first being the default for jobs that name none.
   // "process" (no isolation) is allowed only when listed.

@@ -9,7 +9,9 @@
 //             argv, environment, working directory, and what the child does
 //             to itself before exec (join a cgroup, set rlimits, drop to an
 //             unprivileged uid).
-//   Started   told the child's pid once it runs.
+//   Started   told the child's pid once it runs; finishes what needs the
+//             child (the sandbox's network) before the job itself runs.
+//             An error: the job must not run (the shim kills it).
 //   Usage     what the job's processes use now.
 //   Stop      a signal to every process of the job.
 //   ExitReason why the job ended when the executor or a limit ended it.
@@ -33,6 +35,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "exec/private_network.h"
+#include "model/job.h"
 
 namespace gpupool::exec {
 
@@ -70,11 +74,16 @@ struct TaskContext {
   // GPUPOOL_CHECKPOINT_DIR).
   std::vector<std::string> env;
   std::string image;  // "" (the host system) or a reference: docker://..., oci-archive:...
-  bool network = true;
+  // The spec's network: private (the default), none, or the host's.
+  NetworkMode network = NetworkMode::kPrivate;
   // A rank of a multi-node job: the ranks reach each other at the node's
   // own addresses (rank 0's port was chosen free on the host), so a
   // container shares the host's network instead of an engine bridge.
   bool host_network = false;
+  // A rank of a multi-node job in the sandbox's private network: the ports
+  // of this machine forwarded to it (exec/private_network.h); rank 0's
+  // master port is the first.
+  PortRange gang_ports;
   std::vector<std::string> gpu_uuids;
   // The assigned GPUs' device minor numbers (/dev/nvidia<minor>), as far as
   // known (simulated GPUs have none). The control devices are added by the
@@ -140,7 +149,10 @@ class Executor {
 
   virtual Status Prepare(const TaskContext& task, const ProgressFn& progress) = 0;
   virtual Result<LaunchPlan> Start(const TaskContext& task) = 0;
-  virtual void Started(pid_t pid) { (void)pid; }
+  virtual Status Started(pid_t pid) {
+    (void)pid;
+    return Status::Ok();
+  }
   virtual Usage GetUsage() = 0;
   virtual void Stop(int sig) = 0;
   // True when the kernel enforces the memory limit (a cgroup); otherwise

@@ -35,6 +35,13 @@ ExecEnvironment ProbeExecEnvironment(const ExecConfig& config, int probe_uid, in
     if (name == "sandbox") {
       Status s = ProbeSandbox(config.sandbox, probe_uid, probe_gid);
       if (!s.ok()) why = s.message();
+      // Jobs get their own network through pasta: without it the sandbox
+      // would have to share the machine's (its services on 127.0.0.1).
+      if (why.empty() && !Runnable(config.sandbox.pasta)) {
+        why = config.sandbox.pasta +
+              " is not installed (Debian's package passt): the sandbox gives each job its own "
+              "network with it";
+      }
     } else if (name == "docker" || name == "podman") {
       const ContainerOptions& o = name == "docker" ? config.docker : config.podman;
       if (!Runnable(o.engine)) {

@@ -26,7 +26,10 @@ class LocalExecutor : public Executor {
   LocalExecutor(const ExecConfig& config, const CgroupTree* cgroups);
 
   Status Prepare(const TaskContext& task, const ProgressFn& progress) override;
-  void Started(pid_t pid) override { child_ = pid; }
+  Status Started(pid_t pid) override {
+    child_ = pid;
+    return Status::Ok();
+  }
   Usage GetUsage() override;
   void Stop(int sig) override;
   bool EnforcesMemory() const override { return cgroup_.has_value(); }

@@ -39,6 +39,8 @@ SandboxExecutor::SandboxExecutor(const ExecConfig& config, const CgroupTree* cgr
                                  std::unique_ptr<ImageCache> images)
     : LocalExecutor(config, cgroups), images_(std::move(images)) {}
 
+SandboxExecutor::~SandboxExecutor() { CloseNetworkFds(); }
+
 Status SandboxExecutor::Prepare(const TaskContext& task, const ProgressFn& progress) {
   if (!task.image.empty()) {
     if (images_ == nullptr) {
@@ -64,6 +66,8 @@ class BwrapArgs {
   void Add(std::initializer_list<std::string> args) {
     plan_.argv.insert(plan_.argv.end(), args.begin(), args.end());
   }
+  // A descriptor bubblewrap inherits under the same number.
+  void KeepFd(int fd) { plan_.keep_fds.push_back(fd); }
   // The path bubblewrap binds `source` from.
   std::string Reachable(const std::string& source, const std::string& name) {
     if (!stage_) return source;
@@ -188,10 +192,10 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
   if (bwrap.empty()) {
     return Status::FailedPrecondition("cannot find bubblewrap (" + config_.sandbox.bwrap + ")");
   }
-  args.Add({bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname",
-            "gpupool-" + std::to_string(task.job_id)});
-  if (!task.network) args.Add({"--unshare-net"});
+  args.Add({bwrap, "--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+            "--hostname", "gpupool-" + std::to_string(task.job_id)});
+  GP_RETURN_IF_ERROR(AddNetwork(args, task));
   // The system, read-only, entry by entry on the (later read-only) tmpfs root.
   GP_ASSIGN_OR_RETURN(std::vector<std::string> base_env, AddSystem(args));
   args.Add({"--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
@@ -203,6 +207,17 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
                                      "GPUPOOL_CHECKPOINT_DIR=" + CheckpointDirIn(kSandboxWorkDir)}),
       task.env);
   GP_RETURN_IF_ERROR(AddDriverFiles(args, task, env));
+  if (net_plan_ && !net_plan_->forward.empty()) {
+    // A gang rank: gloo and NCCL must bind and advertise the address the
+    // other ranks reach (the namespace's copy of this machine's), not the
+    // loopback their host-name lookup falls back to.
+    std::string ifname = DefaultRouteInterface();
+    for (const char* key : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
+      if (!ifname.empty() && !EnvValue(task.env, key)) {
+        env.push_back(std::string(key) + "=" + ifname);
+      }
+    }
+  }
   args.Add({"--bind", args.Reachable(task.work_dir, "work"), kSandboxWorkDir});
   std::string cwd = kSandboxWorkDir;
   if (image_ && !image_->config().working_dir.empty()) cwd = image_->config().working_dir;
@@ -214,7 +229,97 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
   return plan;
 }
 
+Status SandboxExecutor::AddNetwork(BwrapArgs& args, const TaskContext& task) {
+  CloseNetworkFds();
+  net_plan_.reset();
+  if (task.network == NetworkMode::kHost) return Status::Ok();
+  args.Add({"--unshare-net"});
+  // A machine with no default route has nothing to connect the job to:
+  // the job gets its loopback alone, as with network: false.
+  if (task.network == NetworkMode::kNone || !HostDefaultRoutes().any()) return Status::Ok();
+  int info[2], block[2];
+  if (::pipe2(info, O_CLOEXEC) != 0) return Status::Internal("pipe failed");
+  if (::pipe2(block, O_CLOEXEC) != 0) {
+    ::close(info[0]);
+    ::close(info[1]);
+    return Status::Internal("pipe failed");
+  }
+  info_fd_ = info[0];
+  child_info_fd_ = info[1];
+  child_block_fd_ = block[0];
+  block_fd_ = block[1];
+  args.Add(
+      {"--info-fd", std::to_string(child_info_fd_), "--block-fd", std::to_string(child_block_fd_)});
+  args.KeepFd(child_info_fd_);
+  args.KeepFd(child_block_fd_);
+  PrivateNetworkPlan plan;
+  plan.pasta = config_.sandbox.pasta;
+  plan.blocked = config_.sandbox.blocked_networks;
+  plan.forward = task.gang_ports;
+  plan.uid = task.uid;
+  plan.gid = task.gid;
+  if (cgroup_) plan.cgroup_procs = cgroup_->procs_file();
+  plan.log_path = task.task_dir.empty() ? "" : task.task_dir + "/pasta.log";
+  net_plan_ = std::move(plan);
+  return Status::Ok();
+}
+
+Status SandboxExecutor::Started(pid_t pid) {
+  GP_RETURN_IF_ERROR(LocalExecutor::Started(pid));
+  if (!net_plan_) return Status::Ok();
+  // Only bubblewrap may hold the child's ends: its exit must close them.
+  for (int* fd : {&child_info_fd_, &child_block_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  Status s = ConnectNetwork();
+  if (s.ok()) {
+    // The job may run now (bubblewrap reads one byte).
+    if (::write(block_fd_, "1", 1) != 1) s = Status::Internal("cannot release the sandbox");
+  }
+  CloseNetworkFds();
+  return s;
+}
+
+Status SandboxExecutor::ConnectNetwork() {
+  // bubblewrap writes {"child-pid": N, ...} once it made the namespaces;
+  // end of file first: it failed before (its own message says why).
+  std::string info;
+  char buf[512];
+  while (info.find('}') == std::string::npos) {
+    pollfd p{info_fd_, POLLIN, 0};
+    if (::poll(&p, 1, 30'000) <= 0) {
+      return Status::Unavailable("bubblewrap did not set the sandbox up within 30 s");
+    }
+    ssize_t n = ::read(info_fd_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Ok();
+    info.append(buf, static_cast<size_t>(n));
+  }
+  size_t key = info.find("\"child-pid\"");
+  size_t colon = key == std::string::npos ? key : info.find(':', key);
+  long child = colon == std::string::npos ? 0 : std::strtol(info.c_str() + colon + 1, nullptr, 10);
+  if (child <= 0) return Status::Internal("bubblewrap's info has no child pid: " + info);
+  std::string ns = "/proc/" + std::to_string(child) + "/ns/net";
+  int netns = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+  if (netns < 0) return Status::Internal("cannot open " + ns + ": " + std::strerror(errno));
+  auto net = PrivateNetwork::Attach(netns, *net_plan_);
+  ::close(netns);
+  if (!net.ok()) return net.status();
+  net_.emplace(*std::move(net));
+  return Status::Ok();
+}
+
+void SandboxExecutor::CloseNetworkFds() {
+  for (int* fd : {&info_fd_, &block_fd_, &child_info_fd_, &child_block_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
 void SandboxExecutor::Cleanup() {
+  net_.reset();  // pasta goes with the job
+  CloseNetworkFds();
   LocalExecutor::Cleanup();
   image_.reset();  // the root may be evicted once no job uses it
 }
@@ -236,7 +341,11 @@ std::vector<pid_t> SandboxExecutor::Spared() const {
   // once instead of asking the job to stop. (Its init in the new pid
   // namespace ignores a signal it has no handler for anyway; spared too, so
   // the tree walk does not depend on that.)
+  // pasta too: the job's network must outlive a checkpoint signal.
   std::vector<pid_t> spared;
+  if (net_) {
+    for (pid_t p : net_->helper_pids()) spared.push_back(p);
+  }
   if (child_ <= 0) return spared;
   spared.push_back(child_);
   for (pid_t p : Children(child_)) spared.push_back(p);
@@ -257,6 +366,7 @@ Status ProbeSandbox(const SandboxOptions& options, int uid, int gid) {
   LaunchPlan plan;
   plan.argv = {options.bwrap,
                "--unshare-user",
+               "--disable-userns",
                "--unshare-pid",
                "--unshare-ipc",
                "--ro-bind",

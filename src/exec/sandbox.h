@@ -12,10 +12,15 @@
 //   /sys         read-only
 //   /gpupool/driver  for an image job with GPUs: the host's NVIDIA
 //                user-space libraries and tools (LD_LIBRARY_PATH, PATH)
-// and new pid, ipc, uts, cgroup (and, with network: false, network)
-// namespaces. It runs as the task's unprivileged account, dies with its
-// shim, and can see nothing of the provider's home directories, the agent's
-// data dir or other jobs. A root agent stages what bubblewrap binds from
+// and new user, pid, ipc, uts, cgroup and network namespaces; it cannot
+// make user namespaces of its own (bubblewrap's --disable-userns), and
+// no_new_privs holds (setuid binaries do not raise it). Its network: by
+// default its own, connected outward by pasta (exec/private_network.h),
+// with no route to this machine's services or other jobs; with `network:
+// false` only a loopback; with `network: host` (where the provider's policy
+// allows it) the machine's. It runs as the task's unprivileged account,
+// dies with its shim, and can see nothing of the provider's home
+// directories, the agent's data dir or other jobs. A root agent stages what bubblewrap binds from
 // outside the host's system paths (the work directory, the image root, the
 // GPU device nodes, the driver files) under a private /run first
 // (LaunchPlan::stage_binds), so the task's account needs no access to the
@@ -44,10 +49,14 @@ class SandboxExecutor final : public LocalExecutor {
   // `images` may be null: image jobs then fail with a clear reason.
   SandboxExecutor(const ExecConfig& config, const CgroupTree* cgroups,
                   std::unique_ptr<ImageCache> images);
+  ~SandboxExecutor() override;
 
   std::string_view name() const override { return "sandbox"; }
   Status Prepare(const TaskContext& task, const ProgressFn& progress) override;
   Result<LaunchPlan> Start(const TaskContext& task) override;
+  // For a private network: connects bubblewrap's network namespace while
+  // bubblewrap holds the job back (--block-fd), then lets it run.
+  Status Started(pid_t pid) override;
   void Cleanup() override;
   std::string ExitReason(int wait_status, std::string_view last_stderr_line) override;
 
@@ -63,9 +72,19 @@ class SandboxExecutor final : public LocalExecutor {
   Status AddDriverFiles(BwrapArgs& args, const TaskContext& task,
                         std::vector<std::string>& env) const;
   Result<std::vector<std::string>> Command(const TaskContext& task) const;
+  Status AddNetwork(BwrapArgs& args, const TaskContext& task);
+  Status ConnectNetwork();
+  void CloseNetworkFds();
 
   std::unique_ptr<ImageCache> images_;
   std::optional<ImageLease> image_;
+  // A private network: bubblewrap tells its child's pid on info_fd_ and
+  // waits on block_fd_ (ours are the other ends; the child's ends are
+  // closed in Started).
+  std::optional<PrivateNetworkPlan> net_plan_;
+  int info_fd_ = -1, block_fd_ = -1;
+  int child_info_fd_ = -1, child_block_fd_ = -1;
+  std::optional<PrivateNetwork> net_;
 };
 
 // Whether bubblewrap runs here as `uid`/`gid` (-1: as this process): a

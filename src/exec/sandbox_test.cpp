@@ -9,8 +9,11 @@
 // directory (Restage) and otherwise run the plan as it is.
 #include "exec/sandbox.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,7 +136,10 @@ Outcome RunJob(Executor& executor, const TaskContext& task) {
   TempDir stage(0755);
   Restage(*plan, stage.path());
   RunningPlan run(*plan);
-  executor.Started(run.pid());
+  if (Status s = executor.Started(run.pid()); !s.ok()) {
+    o.error = s.ToString();
+    executor.Stop(SIGKILL);
+  }
   if (run.launch_failed()) {
     o.error = DescribeLaunchFailure(*plan, run.failure_step(), run.failure_errno());
   }
@@ -206,8 +212,9 @@ TEST_F(SandboxTest, HostJobBindsHostPathsReadOnlyAndRunsInWork) {
   SCOPED_TRACE(Join(a));
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a[0], "/usr/bin/bwrap");
-  for (const char* flag : {"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                           "--die-with-parent", "--new-session"}) {
+  for (const char* flag :
+       {"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+        "--unshare-net", "--die-with-parent", "--new-session"}) {
     EXPECT_THAT(a, Contains(flag));
   }
   EXPECT_TRUE(HasSeq(a, {"--hostname", "gpupool-7"}));
@@ -215,8 +222,7 @@ TEST_F(SandboxTest, HostJobBindsHostPathsReadOnlyAndRunsInWork) {
   EXPECT_TRUE(HasSeq(a, {"--symlink", "usr/bin", "/bin"}));  // Debian's merged /usr
   EXPECT_TRUE(HasSeq(a, {"--ro-bind", "/etc", "/etc"}));
   EXPECT_FALSE(Mentions(a, "/no/such/path"));
-  EXPECT_FALSE(Mentions(a, "/lib64"));  // only the configured paths
-  EXPECT_THAT(a, Not(Contains("--unshare-net")));
+  EXPECT_FALSE(Mentions(a, "/lib64"));          // only the configured paths
   EXPECT_THAT(a, Not(Contains("--dev-bind")));  // no GPUs, no devices
   EXPECT_TRUE(HasSeq(a, {"--bind", work_dir_, "/work"}));
   EXPECT_TRUE(HasSeq(a, {"--chdir", "/work", "--remount-ro", "/", "--"}));
@@ -230,12 +236,28 @@ TEST_F(SandboxTest, HostJobBindsHostPathsReadOnlyAndRunsInWork) {
   EXPECT_THAT(plan.rlimits, Contains(Rlimit{RLIMIT_CORE, 0}));
 }
 
-TEST_F(SandboxTest, NetworkIsUnsharedOnlyWhenTheJobHasNone) {
+TEST_F(SandboxTest, OnlyTheHostNetworkSharesTheHostsNamespace) {
   SandboxExecutor executor(config_, nullptr, nullptr);
   TaskContext task = HostTask({"true"});
+  task.network = NetworkMode::kHost;
   EXPECT_THAT(MustStart(executor, task).argv, Not(Contains("--unshare-net")));
-  task.network = false;
-  EXPECT_THAT(MustStart(executor, task).argv, Contains("--unshare-net"));
+  task.network = NetworkMode::kNone;
+  LaunchPlan none = MustStart(executor, task);
+  EXPECT_THAT(none.argv, Contains("--unshare-net"));
+  EXPECT_THAT(none.argv, Not(Contains("--block-fd")));
+  executor.Cleanup();
+  // The default: its own namespace, held back until pasta connected it.
+  task.network = NetworkMode::kPrivate;
+  LaunchPlan own = MustStart(executor, task);
+  EXPECT_THAT(own.argv, Contains("--unshare-net"));
+  if (HostDefaultRoutes().any()) {
+    EXPECT_THAT(own.argv, Contains("--block-fd"));
+    EXPECT_THAT(own.argv, Contains("--info-fd"));
+    EXPECT_EQ(own.keep_fds.size(), 2u);
+  }
+  executor.Cleanup();
+  // Nested user namespaces are refused in every mode.
+  EXPECT_THAT(own.argv, Contains("--disable-userns"));
 }
 
 TEST_F(SandboxTest, OnlyTheAssignedGpusDeviceNodesAndTheControlDevice) {
@@ -409,14 +431,45 @@ TEST_F(SandboxTest, NoNetworkLeavesOnlyLoopback) {
   TaskContext task = ShellTask("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
   task.uid = kTaskUid;
   task.gid = kTaskGid;
-  task.network = false;
+  task.network = NetworkMode::kNone;
   Outcome none = RunJob(executor, task);
   ASSERT_TRUE(none.exited_with(0)) << none.error << none.err;
   EXPECT_THAT(Lines(none.out), ElementsAre("lo"));
-  task.network = true;  // the host's interfaces: more than loopback
+  task.network = NetworkMode::kHost;  // the host's interfaces: more than loopback
   Outcome host = RunJob(executor, task);
   ASSERT_TRUE(host.exited_with(0)) << host.error << host.err;
   EXPECT_GT(Lines(host.out).size(), 1u) << host.out;
+}
+
+TEST_F(SandboxTest, TheDefaultNetworkIsTheJobsOwnAndPastaEndsWithIt) {
+  ASSERT_TRUE(HostDefaultRoutes().any()) << "this test needs a machine with a default route";
+  // A server on this machine's loopback: the job must not reach it.
+  int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(server, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(server, 4), 0);
+  ASSERT_EQ(::getsockname(server, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  std::string port = std::to_string(ntohs(a.sin_port));
+  SandboxExecutor executor(config_, nullptr, nullptr);
+  TaskContext task = ShellTask(
+      "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort; "
+      "/usr/bin/python3 -c \"import socket\ntry:\n socket.create_connection(('127.0.0.1', " +
+      port + "), timeout=3); print('reached')\nexcept OSError as e: print('refused', e.errno)\"");
+  task.uid = kTaskUid;
+  task.gid = kTaskGid;
+  Outcome o = RunJob(executor, task);
+  ::close(server);
+  ASSERT_TRUE(o.exited_with(0)) << o.error << o.err;
+  std::vector<std::string> lines = Lines(o.out);
+  ASSERT_EQ(lines.size(), 3u) << o.out;
+  // Its loopback and one interface (pasta's copy of the machine's).
+  EXPECT_TRUE((lines[0] == "lo") != (lines[1] == "lo")) << o.out;
+  EXPECT_EQ(lines[2], "refused " + std::to_string(ECONNREFUSED)) << o.out;
+  // Nothing of the job is left, pasta included.
+  EXPECT_THAT(Descendants(::getpid()), IsEmpty());
 }
 
 TEST_F(SandboxTest, TheProcessExecutorIsolatesNothing) {
@@ -446,7 +499,7 @@ class StopTest : public SandboxTest {
     LaunchPlan plan = MustStart(executor_, task);
     Restage(plan, stage_.path());
     auto run = std::make_unique<RunningPlan>(plan);
-    executor_.Started(run->pid());
+    EXPECT_TRUE(executor_.Started(run->pid()).ok());
     EXPECT_TRUE(run->WaitForStdout("ready\n")) << run->err();
     return run;
   }
@@ -486,13 +539,16 @@ TEST_F(SandboxTest, StopWithSigkillEndsEverything) {
   TaskContext task = ShellTask("trap '' TERM; echo ready; while :; do sleep 0.05; done");
   LaunchPlan plan = MustStart(executor, task);
   RunningPlan run(plan);
-  executor.Started(run.pid());
+  ASSERT_TRUE(executor.Started(run.pid()).ok());
   ASSERT_TRUE(run.WaitForStdout("ready\n")) << run.err();
   executor.Stop(SIGKILL);
   ASSERT_TRUE(run.Finish(5'000));
   EXPECT_TRUE(WIFSIGNALED(run.wait_status()) && WTERMSIG(run.wait_status()) == SIGKILL);
-  EXPECT_THAT(Descendants(::getpid()), IsEmpty());
-  executor.Cleanup();
+  executor.Cleanup();  // reaps pasta, which the SIGKILL ended too
+  std::vector<pid_t> left = Descendants(::getpid());
+  std::string comms;
+  for (pid_t p : left) comms += ReadFile("/proc/" + std::to_string(p) + "/stat").value_or("?");
+  EXPECT_THAT(left, IsEmpty()) << comms;
 }
 
 TEST_F(SandboxTest, AProgramMissingInsideIsACannotStart) {

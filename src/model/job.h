@@ -54,6 +54,16 @@ enum class Distributed : int8_t { kTorch = 0, kNone = 1 };
 std::string_view DistributedName(Distributed d);  // "torch", "none"
 Result<Distributed> ParseDistributed(std::string_view name);
 
+// What network a job gets (the spec's `network`):
+//  private: its own network namespace with outbound connectivity through
+//           the agent's user-mode network; no route to the machine's own
+//           services (its loopback, its addresses) or to other jobs. The
+//           default (`network: true`).
+//  none:    only a loopback of its own (`network: false`).
+//  host:    the machine's network as it is (`network: host`), only where
+//           the provider's policy allows it (allow_host_network).
+enum class NetworkMode : int8_t { kPrivate = 0, kNone = 1, kHost = 2 };
+
 // An interactive session (gpupool session start): a job that waits for its
 // user, who reaches it through tunnels (connect, exec, shell) and, for
 // Jupyter, the server's proxy.
@@ -83,7 +93,7 @@ struct JobSpec {
                                      // and one is required without an image
   std::string image;                 // "" = the host system; see model/image_ref.h
   std::string executor;              // "" = the node's default; one of kExecutorNames
-  bool network = true;               // false: the job gets no network
+  NetworkMode network = NetworkMode::kPrivate;
   std::map<std::string, std::string> env;
   Resources resources;
   int64_t max_runtime_ms = 0;  // 0 = no limit

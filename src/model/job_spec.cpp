@@ -720,10 +720,13 @@ Result<JobSpec> JobSpecFromJson(const json& j, const SpecLimits& limits) {
     GP_ASSIGN_OR_RETURN(spec.executor, StringField(*v, "executor"));
   }
   if (const json* v = Field(j, "network")) {
-    if (!v->is_boolean()) {
-      return FieldError("network", "must be true or false, got " + DescribeValue(*v));
+    if (v->is_boolean()) {
+      spec.network = v->get<bool>() ? NetworkMode::kPrivate : NetworkMode::kNone;
+    } else if (v->is_string() && v->get<std::string>() == "host") {
+      spec.network = NetworkMode::kHost;
+    } else {
+      return FieldError("network", "must be true, false or \"host\", got " + DescribeValue(*v));
     }
-    spec.network = v->get<bool>();
   }
   if (const json* v = Field(j, "resources")) GP_RETURN_IF_ERROR(ParseResources(*v, spec.resources));
   if (const json* v = Field(j, "max_runtime")) {
@@ -933,7 +936,7 @@ Status ValidateJobSpec(const JobSpec& spec, const SpecLimits& limits) {
     return FieldError("max_restarts", "must be from 0 to " + std::to_string(kMaxRestarts) +
                                           ", got " + std::to_string(spec.max_restarts));
   }
-  if (r.nodes > 1 && !spec.network) {
+  if (r.nodes > 1 && spec.network == NetworkMode::kNone) {
     return FieldError("network",
                       "a multi-node job needs the network: its ranks talk to each other");
   }
@@ -1023,7 +1026,8 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (!spec.env.empty()) j["env"] = spec.env;
   if (!spec.image.empty()) j["image"] = spec.image;
   if (!spec.executor.empty()) j["executor"] = spec.executor;
-  if (!spec.network) j["network"] = false;
+  if (spec.network == NetworkMode::kNone) j["network"] = false;
+  if (spec.network == NetworkMode::kHost) j["network"] = "host";
   const Resources& r = spec.resources;
   json res = json::object();
   // A share is written as a fraction (0.5), which reads back exactly.

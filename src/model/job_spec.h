@@ -15,7 +15,10 @@
 //          docker-archive:PATH or oci:DIR[:TAG] (model/image_ref.h)
 //   executor: sandbox | process | docker | podman   (default: the node's)
 //           process cannot run an image; docker and podman need one
-//   network: boolean; false: the job gets no network (default true)
+//   network: true (default): a network of its own with outbound
+//           connectivity, no route to the machine's own services or other
+//           jobs; false: no network, only a loopback of its own; "host":
+//           the machine's network, where the provider's policy allows it
 //   env: {NAME: string}   names match [A-Za-z_][A-Za-z0-9_]*; values are strings,
 //                         numbers or booleans (converted to text)
 //   resources:

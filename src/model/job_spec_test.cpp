@@ -526,7 +526,9 @@ const BadSpec kBadSpecs[] = {
     {"image: oci:/srv/l\nexecutor: process",
      "executor (line 2): the process executor cannot run an image"},
     {"run: a\nexecutor: docker", "image: the docker executor needs an image (image: docker://...)"},
-    {"run: a\nnetwork: no-thanks", "network (line 2): must be true or false, got \"no-thanks\""},
+    {"run: a\nnetwork: no-thanks",
+     "network (line 2): must be true, false or \"host\", got \"no-thanks\""},
+    {"run: a\nnetwork: 1", "network (line 2): must be true, false or \"host\", got 1"},
     {"run: a\nresources: {disk: 10}", "resources.disk (line 2): must be a size with a unit"},
     {"run: a\nresources: {disk: 2000TiB}", "resources.disk (line 2): must be at most"},
     {"run: ''", "run (line 1): must not be empty"},
@@ -1103,8 +1105,10 @@ TEST(JobSpecRoundTrip, EveryField) {
   s.max_runtime_ms = int64_t{365} * 86'400'000;
   s.image = "docker://ghcr.io/lab/train:1.2";
   s.executor = "podman";
-  s.network = false;
+  s.network = NetworkMode::kNone;
   s.resources.disk_mib = 50 * 1024;
+  ExpectRoundTrip(s);
+  s.network = NetworkMode::kHost;
   ExpectRoundTrip(s);
 }
 
@@ -1115,7 +1119,7 @@ TEST(JobSpecFromJson, ImageJobsMayLeaveOutTheCommand) {
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->image, "oci:/srv/layout:v1");
   EXPECT_EQ(spec->executor, "sandbox");
-  EXPECT_FALSE(spec->network);
+  EXPECT_EQ(spec->network, NetworkMode::kNone);
   EXPECT_EQ(spec->resources.disk_mib, 20 * 1024);
   EXPECT_TRUE(spec->run.empty());
   EXPECT_TRUE(spec->command.empty());
@@ -1124,7 +1128,14 @@ TEST(JobSpecFromJson, ImageJobsMayLeaveOutTheCommand) {
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->image, "");
   EXPECT_EQ(plain->executor, "");
-  EXPECT_TRUE(plain->network);
+  EXPECT_EQ(plain->network, NetworkMode::kPrivate);
+  auto yes = ParseJobSpec("run: echo hi\nnetwork: true");
+  ASSERT_TRUE(yes.ok());
+  EXPECT_EQ(yes->network, NetworkMode::kPrivate);
+  auto host = ParseJobSpec("run: echo hi\nnetwork: host");
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EXPECT_EQ(host->network, NetworkMode::kHost);
+  EXPECT_EQ(JobSpecToJson(*host)["network"], "host");
 }
 
 TEST(JobSpecRoundTrip, Memories) {

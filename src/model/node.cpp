@@ -55,6 +55,7 @@ nlohmann::json NodeLendingToJson(const NodeLending& l) {
           {"allow_groups", l.allow_groups},
           {"deny_groups", l.deny_groups},
           {"max_runtime_ms", l.max_runtime_ms},
+          {"host_network", l.host_network},
           {"next_change_ms", l.next_change_ms}};
 }
 
@@ -80,6 +81,7 @@ Result<NodeLending> NodeLendingFromJson(const nlohmann::json& j, const std::stri
   l.allow_groups = set("allow_groups");
   l.deny_groups = set("deny_groups");
   l.max_runtime_ms = r.IntIn("max_runtime_ms", 0, kMaxMs, false);
+  l.host_network = r.Bool("host_network", false, false);
   l.next_change_ms = r.IntIn("next_change_ms", 0, kMaxMs, false);
   if (r.ok() && l.mode != "lending" && l.mode != "paused" && l.mode != "leaving" &&
       l.mode != "closed") {
@@ -120,6 +122,9 @@ Status LendingAdmits(const NodeLending& lending, const LendingRequest& request,
                   (request.max_runtime_ms == 0
                        ? " (the job gives none)"
                        : " (the job asks " + FormatDurationMs(request.max_runtime_ms) + ")"));
+  }
+  if (request.host_network && !lending.host_network) {
+    return refuse("it does not allow network: host (its policy's allow_host_network is off)");
   }
   bool share = request.gpu_milli > 0 && request.gpu_milli < 1000;
   if (share && !lending.fractional) {

@@ -58,6 +58,7 @@ struct NodeLending {
   std::set<std::string> allow_users, deny_users;
   std::set<std::string> allow_groups, deny_groups;
   int64_t max_runtime_ms = 0;  // 0: any; else a job must say it ends within this
+  bool host_network = false;   // jobs may ask for `network: host`
   int64_t next_change_ms = 0;  // when the windows next open or close; 0: never
   friend bool operator==(const NodeLending&, const NodeLending&) = default;
 };
@@ -92,12 +93,14 @@ struct LendingRequest {
   std::vector<std::string> gpu_uuids;
   int32_t gpu_milli = 1000;    // per GPU; < 1000 is a share
   int64_t gpu_memory_mib = 0;  // per GPU, for a share
+  bool host_network = false;   // the job asks for `network: host`
 };
 
 // Why `lending` refuses `request` (FailedPrecondition "refused by the
 // provider's policy: ..."), or OK. `gpus` are the node's GPUs; a GPU of
 // which only part of the memory is lent takes shares only. With no GPUs in
-// the request only the mode, users, groups, runtime and shares are checked.
+// the request only the mode, users, groups, runtime, shares and the
+// network are checked.
 Status LendingAdmits(const NodeLending& lending, const LendingRequest& request,
                      const std::vector<GpuInfo>& gpus);
 

@@ -1363,6 +1363,9 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
   // Ready nodes whose lending admits only some jobs (users, groups, runtime,
   // whole GPUs only); every pending job is checked against these alone.
   std::vector<const Node*> restricted;
+  // Ready nodes whose policy refuses `network: host`: checked only for the
+  // jobs that ask for it.
+  std::vector<const Node*> no_host_network;
   for (const Node& n : view.nodes) {
     const NodeLending* lending = n.lending ? &*n.lending : nullptr;
     sched::NodeView v;
@@ -1400,6 +1403,8 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
          !lending->allow_groups.empty() || !lending->deny_groups.empty() ||
          lending->max_runtime_ms > 0)) {
       restricted.push_back(&n);
+    } else if (v.ready && lending != nullptr && !lending->host_network) {
+      no_host_network.push_back(&n);
     }
     v.cpu_milli_total = v.cpu_milli_free = n.cpu_milli;
     v.memory_mib_total = v.memory_mib_free = n.memory_mib;
@@ -1469,11 +1474,16 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
     who.group = j.spec.group;
     who.max_runtime_ms = j.spec.max_runtime_ms;
     who.gpu_milli = share ? q.gpu_milli : 1000;
-    for (const Node* n : restricted) {
+    who.host_network = j.spec.network == NetworkMode::kHost;
+    auto check = [&](const Node* n) {
       Status admits = LendingAdmits(*n->lending, who, {});
-      if (admits.ok()) continue;
+      if (admits.ok()) return;
       q.excluded_nodes.push_back(n->id);
       why.emplace_back(n->name, admits.message());
+    };
+    for (const Node* n : restricted) check(n);
+    if (who.host_network) {
+      for (const Node* n : no_host_network) check(n);
     }
     if (auto r = refused_.find(j.id); r != refused_.end()) {
       for (const auto& [node_id, until] : r->second) {

@@ -51,20 +51,26 @@ class Pool:
         self.logs = []
 
     # ---- processes ----
-    def _spawn(self, args, name, env=None):
+    def _spawn(self, args, name, env=None, netns=None):
         log = open(self.dir / f"{name}.log", "ab")
         self.logs.append(log)
         full_env = dict(os.environ)
         full_env.update(env or {})
-        return subprocess.Popen([GPUPOOL] + args, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                start_new_session=True)
+        # In a network namespace (tests/integration/machines.py): `ip netns
+        # exec` execs the program, so the process is still ours to signal.
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        return subprocess.Popen(prefix + [GPUPOOL] + args, stdout=log, stderr=subprocess.STDOUT,
+                                env=full_env, start_new_session=True)
 
-    def start_server(self, extra=()):
+    def start_server(self, extra=(), host="127.0.0.1"):
+        """`host`: the address the server listens on (and its certificate names)."""
         url_file = os.path.join(self.server_dir, "server.url")
         if os.path.exists(url_file):
             os.remove(url_file)
+        if host != "127.0.0.1":
+            extra = ["--tls-san", host, *extra]
         self.server = self._spawn(["server", "--data-dir", self.server_dir, "--listen",
-                                   f"127.0.0.1:{self.port}", "--log-level", "debug", *extra], "server")
+                                   f"{host}:{self.port}", "--log-level", "debug", *extra], "server")
         wait_for(lambda: os.path.exists(url_file) and open(url_file).read().strip(), what="server.url")
         self.url = open(url_file).read().strip()
         self.port = int(self.url.rsplit(":", 1)[1])
@@ -96,14 +102,15 @@ class Pool:
     def agent_dir(self, name):
         return str(self.dir / f"agent-{name}")
 
-    def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=(), data_dir=None):
-        """gpus=None: no --simulate-gpus, so the agent uses NVML."""
+    def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=(), data_dir=None, netns=None):
+        """gpus=None: no --simulate-gpus, so the agent uses NVML. `netns`: the
+        network namespace of the "machine" it runs on (machines.py)."""
         data = data_dir or self.agent_dir(name)
         args = ["agent", "--server", self.url, "--join-token", self.join_token(), "--data-dir", data,
                 "--name", name, "--log-level", "debug", "--kill-grace-ms", "2000", *extra]
         if gpus:
             args += ["--simulate-gpus", gpus]
-        self.agents[name] = self._spawn(args, f"agent-{name}", env)
+        self.agents[name] = self._spawn(args, f"agent-{name}", env, netns)
         return self.agents[name]
 
     def kill_agent(self, name, sig=signal.SIGKILL):

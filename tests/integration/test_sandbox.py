@@ -145,12 +145,17 @@ def test_only_the_assigned_gpu_device_nodes_are_visible(pool, tmp_path):
     assert lines == ["0"], lines
 
 
-def test_network_false_gets_no_network(pool):
-    start(pool)
+def test_the_machines_loopback_is_reachable_only_with_the_host_network(pool, tmp_path):
+    """The pool's server listens on this machine's 127.0.0.1: only a job with
+    `network: host` (the provider allows it here) reaches it. (What the
+    default network reaches and not: test_network.py.)"""
+    start(pool, "policy: {allow_host_network: true}\n", tmp_path)
     probe = ("python3 -c \"import socket,sys; s=socket.socket(); s.settimeout(3); "
              f"s.connect(('127.0.0.1', {pool.port})); print('connected')\" 2>&1 | tail -1")
-    job, lines = run(pool, {"run": probe})
+    job, lines = run(pool, {"run": probe, "network": "host"})
     assert lines == ["connected"], lines
+    job, lines = run(pool, {"run": probe})
+    assert lines != ["connected"] and any("refused" in l for l in lines), lines
     job, lines = run(pool, {"run": probe, "network": False})
     assert lines != ["connected"] and any("Network is unreachable" in l or "refused" in l for l in lines), lines
 

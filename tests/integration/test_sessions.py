@@ -203,15 +203,16 @@ def test_session_connect_forwards_a_declared_port_only(pool):
             "cd www && (setsid nohup python3 -m http.server 8123 >/dev/null 2>&1 &)")
     assert r.returncode == 0, r.stderr
     digest = r.stdout.split()[0].decode()
-    # The sandbox shares the host's network: wait for the server directly,
-    # so that no forwarded connection is refused while it starts.
+    # The session has a network of its own: wait for the server from inside
+    # it, so that no forwarded connection is refused while it starts.
     def listening():
-        try:
-            socket.create_connection(("127.0.0.1", 8123), timeout=1).close()
-            return True
-        except OSError:
-            return False
-    wait_for(listening, timeout=20, interval=0.1, what="the web server to listen")
+        r = run(pool, "exec", str(job_id), "-T", "--", "python3", "-c",
+                "import socket; socket.create_connection(('127.0.0.1', 8123), timeout=1).close()")
+        return r.returncode == 0
+    wait_for(listening, timeout=30, interval=0.2, what="the web server to listen")
+    # ... and only there: its port is not one of the provider's machine.
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", 8123), timeout=1).close()
     p, port = forward(pool, job_id, "0:8123")
     try:
         def get(path):

@@ -3,9 +3,17 @@
 //
 //   POST /v1/blobs/missing            POST /v1/blobs/chunks
 //   POST /v1/blobs/chunks/fetch       PUT|GET /v1/blobs/manifests/{id}
-//   POST|GET /v1/jobs/{job}/checkpoints
+//   POST|GET|DELETE /v1/jobs/{job}/checkpoints
 //   GET /v1/jobs/{job}/checkpoints/{number|latest}
+//   DELETE /v1/jobs/{job}/checkpoints/{number}
 //   POST /v1/admin/gc
+//
+// Storage quotas (server/storage_quotas.h), when given: uploads of chunks
+// and manifests are admitted against the uploader's quota before anything
+// is stored; an agent names the attempt it uploads a checkpoint for
+// (`?attempt=JOB.N`, an attempt placed on its own node) and is charged to
+// that job's owner and group. Deleting the checkpoints of a finished job is
+// its owner's (or a lab member's where the lab shares jobs, or an admin's).
 //
 // Who may call: members and admins everything but the noted exceptions, and
 // the agent join token ("agent-join") exactly these endpoints but gc.
@@ -32,6 +40,7 @@
 #include "server/auth.h"
 #include "server/blob_service.h"
 #include "server/pool.h"
+#include "server/storage_quotas.h"
 #include "server/worker_pool.h"
 
 namespace gpupool::server {
@@ -49,8 +58,9 @@ class BlobApi {
  public:
   using Respond = std::shared_ptr<net::Responder>;
 
+  // `quotas` may be null (no storage quotas).
   BlobApi(net::EventLoop& loop, Pool& pool, BlobService& blobs, const Clock& clock,
-          BlobApiOptions options);
+          BlobApiOptions options, StorageQuotas* quotas = nullptr);
 
   // Whether `path` is one of the endpoints above (any method).
   static bool Serves(std::string_view path);
@@ -60,13 +70,21 @@ class BlobApi {
   // the walk runs on a worker, `done` is called on the loop.
   void CollectGarbage(std::function<void(Result<GcStats>)> done);
 
+  // Reads a stored manifest's summary on a worker; `done` runs on the loop.
+  void DescribeManifest(const std::string& id, std::function<void(Result<ManifestSummary>)> done);
+
  private:
   using Request = std::shared_ptr<const net::HttpRequest>;
 
   void Missing(Request req, Respond respond);
-  void PutChunks(Request req, Respond respond);
+  void PutChunks(Request req, const Principal& who, Respond respond);
   void FetchChunks(Request req, Respond respond);
-  void PutManifest(Request req, std::string id, Respond respond);
+  void PutManifest(Request req, const Principal& who, std::string id, Respond respond);
+  void DeleteCheckpoints(const Principal& who, int64_t job, std::string_view which,
+                         Respond respond);
+  // Who an upload by `who` is charged to, and what it may add (no quotas:
+  // an empty allowance).
+  Result<UploadAllowance> AllowanceFor(const net::HttpRequest& req, const Principal& who);
   void GetManifest(std::string id, Respond respond);
   void PostCheckpoint(Request req, const Principal& who, int64_t job, Respond respond);
   void ListCheckpoints(const Principal& who, int64_t job, Respond respond);
@@ -80,6 +98,7 @@ class BlobApi {
   BlobService& blobs_;
   const Clock& clock_;
   BlobApiOptions options_;
+  StorageQuotas* quotas_;
   // Last member: destroyed (its threads joined) before the rest.
   WorkerPool workers_;
 };

@@ -55,6 +55,7 @@ void BackupApi::Handle(const net::HttpRequest& req, const Principal& who,
   if (Status s = Authorize(who, Action::kAdminister); !s.ok()) {
     return (*respond)(ErrorResponse(s));
   }
+  Expire(0);
   auto parts = net::SplitPath(req.path);
   const std::string& m = req.method;
   if (parts.size() == 3 && m == "POST") return Create(req, who, respond);

@@ -13,11 +13,13 @@
 // online backup API from a connection of its own on a worker thread
 // (store/sqlite_files.h): one consistent snapshot of everything committed,
 // while the event loop goes on serving and writing. It is kept in
-// DATA_DIR/backups/ (0700) until the client deletes it or for `keep_ms`
-// after it was made; one backup is made at a time (a second request while
-// one runs is FailedPrecondition) and at most `max_kept` are kept (the
-// oldest goes). Downloading in ranges keeps the server's memory bounded
-// whatever the database's size, and lets the client resume.
+// DATA_DIR/backups/ (0700) until the client deletes it, or until the first
+// backup request `keep_ms` after it was made, and never across a restart
+// (the directory is emptied at start); one backup is made at a time (a
+// second request while one runs is FailedPrecondition) and at most
+// `max_kept` are kept (the oldest goes). Downloading in ranges keeps the
+// server's memory bounded whatever the database's size, and lets the
+// client resume.
 //
 // Threading: Serves/Handle on the event loop; the copy and the reads on
 // the module's own worker; the bookkeeping under mu_.

@@ -1,4 +1,5 @@
-// A test fixture serving the whole REST API (Api, BlobApi, IdentityApi) on
+// A test fixture serving the whole REST API (Api, BlobApi, IdentityApi, and
+// the QuotaApi and BackupApi modules with storage quotas) on
 // a real HTTP server and event loop thread, over a real SQLite store and
 // blob directory, with a cast of principals: the admin, two members (alice
 // and bob), a provider (pat), an enrolled agent (node "a") and the join
@@ -18,12 +19,15 @@
 #include "net/http_server.h"
 #include "server/agent_hub.h"
 #include "server/api.h"
+#include "server/backup_api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
 #include "server/blob_testing.h"
 #include "server/identity_api.h"
 #include "server/pool.h"
+#include "server/quota_api.h"
 #include "server/session_gateway.h"
+#include "server/storage_quotas.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -44,6 +48,7 @@ class ApiTestServer : public ::testing::Test {
   void SetUp() override { Start(Options()); }
   void TearDown() override { Stop(); }
   virtual PoolOptions Options() { return {}; }
+  virtual StorageQuotasOptions QuotaOpts() { return {}; }
   virtual ApiOptions ApiOpts() {
     ApiOptions o;
     o.per_token = {};  // no rate limit unless a test asks for one
@@ -84,14 +89,20 @@ class ApiTestServer : public ::testing::Test {
     bo.dir = dir_.path() + "/blobs";
     bo.fsync = false;
     blobs_ = *BlobService::Open(bo);
+    quotas_ = std::make_unique<StorageQuotas>(*store_, clock_, QuotaOpts());
     PoolHooks hooks;
     hooks.manifest_stored = [this](const std::string& id) { return blobs_->HasManifest(id); };
+    hooks.within_quota = [this](Tx& tx, const std::string& owner, const std::string& group,
+                                std::string_view what, const std::function<Status()>& change) {
+      return quotas_->Guard(tx, owner, group, what, change);
+    };
     hooks.job_changed = [this](int64_t job) {
       if (api_) api_->JobChanged(job);
       if (gateway_) gateway_->JobChanged(job);
     };
     pool_ = std::make_unique<Pool>(*store_, clock_, pool_options, hooks);
-    blob_api_ = std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{});
+    blob_api_ =
+        std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{}, quotas_.get());
     identity_ =
         std::make_unique<IdentityApi>(loop_, *auth_, clock_, IdentityApiOptions{},
                                       [this](const std::string& node, const std::string& reason) {
@@ -100,6 +111,13 @@ class ApiTestServer : public ::testing::Test {
                                       });
     api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, ApiOpts(), blob_api_.get(),
                                  identity_.get());
+    quota_api_ = std::make_unique<QuotaApi>(*auth_, *quotas_);
+    api_->AddModule(quota_api_.get());
+    BackupApiOptions backups;
+    backups.db_path = dir_.path() + "/state.db";
+    backups.backup_dir = dir_.path() + "/backups";
+    backup_api_ = std::make_unique<BackupApi>(*auth_, clock_, backups);
+    api_->AddModule(backup_api_.get());
     // The agent channel and the session gateway, routed as the server does.
     hub_ = std::make_unique<AgentHub>(loop_, *pool_, *auth_, 60'000);
     gateway_ = std::make_unique<SessionGateway>(loop_, *pool_, *auth_, *hub_, clock_);
@@ -135,9 +153,12 @@ class ApiTestServer : public ::testing::Test {
     gateway_.reset();
     hub_.reset();
     api_.reset();
+    backup_api_.reset();
+    quota_api_.reset();
     identity_.reset();
     blob_api_.reset();
     pool_.reset();
+    quotas_.reset();
   }
 
   net::HttpResponse Call(const std::string& method, const std::string& target,
@@ -187,8 +208,11 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<Auth> auth_;
   std::unique_ptr<BlobService> blobs_;
+  std::unique_ptr<StorageQuotas> quotas_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<BlobApi> blob_api_;
+  std::unique_ptr<QuotaApi> quota_api_;
+  std::unique_ptr<BackupApi> backup_api_;
   std::unique_ptr<IdentityApi> identity_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<AgentHub> hub_;

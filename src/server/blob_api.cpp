@@ -138,9 +138,11 @@ Result<UploadAllowance> BlobApi::AllowanceFor(const net::HttpRequest& req, const
   // names, which must run on its own node.
   auto it = req.query.find("attempt");
   if (it == req.query.end() || it->second.empty()) {
-    return Status::InvalidArgument(
+    UploadAllowance none;
+    none.refuse_new = Status::InvalidArgument(
         "query parameter attempt: an agent names the attempt it uploads a checkpoint for "
         "(?attempt=JOB.N)");
+    return none;
   }
   GP_ASSIGN_OR_RETURN(auto ids, ParseAttemptId(it->second));
   GP_ASSIGN_OR_RETURN(std::string node, pool_.AttemptNodeName(it->second));

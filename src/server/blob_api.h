@@ -11,9 +11,9 @@
 // Storage quotas (server/storage_quotas.h), when given: uploads of chunks
 // and manifests are admitted against the uploader's quota before anything
 // is stored; an agent names the attempt it uploads a checkpoint for
-// (`?attempt=JOB.N`, an attempt placed on its own node) and is charged to
-// that job's owner and group. Deleting the checkpoints of a finished job is
-// its owner's (or a lab member's where the lab shares jobs, or an admin's).
+// (`?attempt=JOB.N`, an attempt placed on its own node; without it, it may
+// store nothing new) and is charged to that job's owner and group. Deleting the checkpoints of a
+// finished job is its owner's (or a lab member's where the lab shares jobs, or an admin's).
 //
 // Who may call: members and admins everything but the noted exceptions, and
 // the agent join token ("agent-join") exactly these endpoints but gc.

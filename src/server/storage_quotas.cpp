@@ -88,7 +88,9 @@ Result<UploadAllowance> StorageQuotas::Allowance(const std::string& user,
 }
 
 Status StorageQuotas::Admit(const UploadAllowance& allowance, int64_t new_bytes) {
-  if (allowance.rooms.empty() || new_bytes <= 0) return Status::Ok();
+  if (new_bytes <= 0) return Status::Ok();
+  if (!allowance.refuse_new.ok()) return allowance.refuse_new;
+  if (allowance.rooms.empty()) return Status::Ok();
   const int64_t now = clock_.NowMs();
   std::lock_guard lock(mu_);
   for (const UploadAllowance::Room& r : allowance.rooms) {

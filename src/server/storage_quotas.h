@@ -76,6 +76,9 @@ struct UploadAllowance {
     bool is_default = false;
   };
   std::vector<Room> rooms;  // only holders that have a limit
+  // Set: any new bytes are refused with this (an agent that did not say
+  // whose checkpoint it uploads); what is stored already passes.
+  Status refuse_new;
 };
 
 class StorageQuotas {

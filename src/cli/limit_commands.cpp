@@ -35,12 +35,12 @@ int CmdQuotas(const GlobalFlags& g) {
     std::cout << r->dump(2) << "\n";
     return 0;
   }
-  Table t({"KIND", "NAME", "STORED", "UPLOADING", "QUOTA", "USE"});
+  Table t({"KIND", "NAME", "STORED", "TRANSIENT", "QUOTA", "USE"});
   for (const json& q : (*r)["quotas"]) {
     std::string use = "-";
     if (q.contains("limit_bytes") && q["limit_bytes"].is_number_integer()) {
       int64_t limit = q["limit_bytes"].get<int64_t>();
-      int64_t held = Int(q, "used_bytes") + Int(q, "uploading_bytes");
+      int64_t held = Int(q, "used_bytes") + Int(q, "transient_bytes");
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.0f%%",
                     limit > 0 ? 100.0 * static_cast<double>(held) / static_cast<double>(limit)
@@ -48,7 +48,7 @@ int CmdQuotas(const GlobalFlags& g) {
       use = buf;
     }
     t.Add({Str(q, "kind"), Str(q, "name"), FormatBytes(Int(q, "used_bytes")),
-           FormatBytes(Int(q, "uploading_bytes")), LimitText(q), use});
+           FormatBytes(Int(q, "transient_bytes")), LimitText(q), use});
   }
   t.Print(std::cout);
   return 0;

@@ -260,12 +260,13 @@ TEST_F(LimitsTest, UploadsInFlightCountUntilNamedOrAged) {
   ASSERT_EQ(second.code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(second.message(),
               HasSubstr("this upload needs 600 B more, but user alice stores 0 B (+600 B "
-                        "uploaded, not yet in a job) of the 1000 B it may (set by an admin"));
-  EXPECT_EQ(quotas_->Standing({StorageHolderKind::kUser, "alice"})->uploading, 600);
+                        "uploaded and not in a job yet, or freed and not collected yet) of the "
+                        "1000 B it may (set by an admin"));
+  EXPECT_EQ(quotas_->Standing({StorageHolderKind::kUser, "alice"})->transient, 600);
   // Named by a job, the bytes are stored, no longer in flight.
   manifests_ = {ManifestId('a')};
   ASSERT_TRUE(pool_->Submit(Spec(ManifestId('a')), "alice", 600).ok());
-  EXPECT_EQ(quotas_->Standing({StorageHolderKind::kUser, "alice"})->uploading, 0);
+  EXPECT_EQ(quotas_->Standing({StorageHolderKind::kUser, "alice"})->transient, 0);
   allowance = quotas_->Allowance("alice", "");
   EXPECT_TRUE(quotas_->Admit(*allowance, 300).ok());
   EXPECT_EQ(quotas_->Admit(*allowance, 300).code(), StatusCode::kResourceExhausted);
@@ -277,6 +278,45 @@ TEST_F(LimitsTest, UploadsInFlightCountUntilNamedOrAged) {
   ASSERT_TRUE(bob.ok());
   EXPECT_TRUE(bob->rooms.empty());
   EXPECT_TRUE(quotas_->Admit(*bob, int64_t{1} << 50).ok());
+}
+
+TEST_F(LimitsTest, UploadSubmitCancelInALoopCannotPassTheQuotaOnDisk) {
+  StorageQuotasOptions q;
+  q.default_user_bytes = 1000;
+  q.upload_window_ms = 60'000;
+  Use(PoolOptions{}, q);
+  manifests_ = {ManifestId('a'), ManifestId('b'), ManifestId('c')};
+  auto allowance = quotas_->Allowance("alice", "");
+  ASSERT_TRUE(quotas_->Admit(*allowance, 600).ok());
+  ASSERT_TRUE(pool_->Submit(Spec(ManifestId('a')), "alice", 600).ok());
+  ASSERT_TRUE(pool_->Cancel(1).ok());
+  EXPECT_EQ(Used(StorageHolderKind::kUser, "alice"), 0);
+  // Her stored total is 0, but the cancelled job's inputs are on disk until
+  // collected: a new upload must fit beside them.
+  allowance = quotas_->Allowance("alice", "");
+  auto again = quotas_->Admit(*allowance, 600);
+  ASSERT_EQ(again.code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(again.message(), HasSubstr("stores 0 B (+600 B uploaded"));
+  EXPECT_EQ(quotas_->Standing({StorageHolderKind::kUser, "alice"})->transient, 600);
+  EXPECT_TRUE(quotas_->Admit(*allowance, 400).ok());
+  // Checkpoints replaced by retention count the same way.
+  clock_.AdvanceMs(61'000);
+  PoolOptions keep_one;
+  keep_one.checkpoint_keep = 1;
+  Use(keep_one, q);
+  ASSERT_TRUE(pool_->Submit(Spec(), "alice").ok());
+  Run(2);
+  allowance = quotas_->Allowance("alice", "");
+  ASSERT_TRUE(quotas_->Admit(*allowance, 500).ok());
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(2, 'b', 500)).ok());
+  allowance = quotas_->Allowance("alice", "");
+  ASSERT_TRUE(quotas_->Admit(*allowance, 500).ok());          // 500 stored + 500 new
+  ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(2, 'c', 500)).ok());  // replaces b
+  EXPECT_EQ(Used(StorageHolderKind::kUser, "alice"), 500);
+  allowance = quotas_->Allowance("alice", "");
+  EXPECT_EQ(quotas_->Admit(*allowance, 500).code(), StatusCode::kResourceExhausted);
+  clock_.AdvanceMs(61'000);  // b's chunks are collected by now
+  EXPECT_TRUE(quotas_->Admit(*allowance, 500).ok());
 }
 
 TEST_F(LimitsTest, ListShowsHoldersThatStoreUploadOrHaveAQuota) {

@@ -17,7 +17,7 @@ json StandingToJson(const StorageStanding& s) {
   return {{"kind", StorageHolderKindName(s.holder.kind)},
           {"name", s.holder.name},
           {"used_bytes", s.used},
-          {"uploading_bytes", s.uploading},
+          {"transient_bytes", s.transient},
           {"limit_bytes", s.limit ? json(*s.limit) : json(nullptr)},
           {"limit_is_default", s.limit_is_default}};
 }

@@ -15,9 +15,13 @@ std::string LimitSource(const StorageHolder& h, bool is_default) {
 }
 
 Status Exceeded(std::string_view what, const StorageHolder& h, int64_t limit, bool is_default,
-                int64_t used, int64_t uploading, int64_t adding) {
+                int64_t used, int64_t transient, int64_t adding) {
   std::string held = FormatBytes(used);
-  if (uploading > 0) held += " (+" + FormatBytes(uploading) + " uploaded, not yet in a job)";
+  if (transient > 0) {
+    held += " (+" + FormatBytes(transient) +
+            " uploaded and not in a job yet, or freed and not "
+            "collected yet)";
+  }
   return Status::ResourceExhausted(
       "storage quota exceeded: " + std::string(what) + " needs " + FormatBytes(adding) +
       " more, but " + DescribeHolder(h) + " stores " + held + " of the " + FormatBytes(limit) +
@@ -53,19 +57,23 @@ Status StorageQuotas::Guard(Tx& tx, const std::string& owner, const std::string&
     before[i] = u.bytes;
   }
   GP_RETURN_IF_ERROR(change());
-  int64_t added[2] = {0, 0};
+  int64_t after[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
-    GP_ASSIGN_OR_RETURN(StorageUsage after, tx.StorageUsed(holders[i]));
-    if (after.bytes <= before[i]) continue;
-    added[i] = after.bytes - before[i];
+    GP_ASSIGN_OR_RETURN(StorageUsage u, tx.StorageUsed(holders[i]));
+    after[i] = u.bytes;
+    if (after[i] <= before[i]) continue;
     GP_ASSIGN_OR_RETURN(Limit limit, LimitOf(tx, holders[i]));
-    if (limit.bytes && after.bytes > *limit.bytes) {
-      return Exceeded(what, holders[i], *limit.bytes, limit.is_default, before[i], 0, added[i]);
+    if (limit.bytes && after[i] > *limit.bytes) {
+      return Exceeded(what, holders[i], *limit.bytes, limit.is_default, before[i], 0,
+                      after[i] - before[i]);
     }
   }
-  // Now stored: no longer in flight.
   for (int i = 0; i < 2; ++i) {
-    if (added[i] > 0) DropFromBacklog(holders[i], added[i]);
+    // Drops before this change (another transaction's) join the transient
+    // bytes; what this change added left them; what it removed joins them.
+    SawUsage(holders[i], before[i]);
+    if (after[i] > before[i]) Stored(holders[i], after[i] - before[i]);
+    SawUsage(holders[i], after[i]);
   }
   return Status::Ok();
 }
@@ -84,6 +92,7 @@ Result<UploadAllowance> StorageQuotas::Allowance(const std::string& user,
     }
     return Status::Ok();
   }));
+  for (const UploadAllowance::Room& r : out.rooms) SawUsage(r.holder, r.used);
   return out;
 }
 
@@ -94,50 +103,52 @@ Status StorageQuotas::Admit(const UploadAllowance& allowance, int64_t new_bytes)
   const int64_t now = clock_.NowMs();
   std::lock_guard lock(mu_);
   for (const UploadAllowance::Room& r : allowance.rooms) {
-    auto& entries = backlog_[r.holder];
-    Prune(entries, now);
-    int64_t backlog = 0;
-    for (const auto& e : entries) backlog += e.second;
-    if (r.used + backlog + new_bytes > r.limit) {
-      return Exceeded("this upload", r.holder, r.limit, r.is_default, r.used, backlog, new_bytes);
+    int64_t transient = Live(transient_[r.holder], now);
+    if (r.used + transient + new_bytes > r.limit) {
+      return Exceeded("this upload", r.holder, r.limit, r.is_default, r.used, transient, new_bytes);
     }
   }
   for (const UploadAllowance::Room& r : allowance.rooms) {
-    backlog_[r.holder].emplace_back(now, new_bytes);
+    transient_[r.holder].entries.emplace_back(now, new_bytes);
   }
   return Status::Ok();
 }
 
-void StorageQuotas::Prune(std::deque<std::pair<int64_t, int64_t>>& entries, int64_t now) const {
-  while (!entries.empty() && entries.front().first + options_.upload_window_ms < now) {
-    entries.pop_front();
+int64_t StorageQuotas::Live(Transient& t, int64_t now) const {
+  while (!t.entries.empty() && t.entries.front().first + options_.upload_window_ms < now) {
+    t.entries.pop_front();
   }
-}
-
-int64_t StorageQuotas::Backlog(const StorageHolder& holder) {
-  std::lock_guard lock(mu_);
-  auto it = backlog_.find(holder);
-  if (it == backlog_.end()) return 0;
-  Prune(it->second, clock_.NowMs());
   int64_t sum = 0;
-  for (const auto& e : it->second) sum += e.second;
-  if (it->second.empty()) backlog_.erase(it);
+  for (const auto& e : t.entries) sum += e.second;
   return sum;
 }
 
-void StorageQuotas::DropFromBacklog(const StorageHolder& holder, int64_t bytes) {
+void StorageQuotas::SawUsage(const StorageHolder& holder, int64_t used) {
   std::lock_guard lock(mu_);
-  auto it = backlog_.find(holder);
-  if (it == backlog_.end()) return;
+  Transient& t = transient_[holder];
+  if (t.last_used && used < *t.last_used) {
+    t.entries.emplace_back(clock_.NowMs(), *t.last_used - used);
+  }
+  t.last_used = used;
+}
+
+int64_t StorageQuotas::TransientBytes(const StorageHolder& holder) {
+  std::lock_guard lock(mu_);
+  auto it = transient_.find(holder);
+  if (it == transient_.end()) return 0;
+  return Live(it->second, clock_.NowMs());
+}
+
+void StorageQuotas::Stored(const StorageHolder& holder, int64_t bytes) {
+  std::lock_guard lock(mu_);
+  auto& entries = transient_[holder].entries;
   // The newest uploads are the likeliest to be what was just named.
-  auto& entries = it->second;
   while (bytes > 0 && !entries.empty()) {
     int64_t take = std::min(bytes, entries.back().second);
     entries.back().second -= take;
     bytes -= take;
     if (entries.back().second == 0) entries.pop_back();
   }
-  if (entries.empty()) backlog_.erase(it);
 }
 
 Status StorageQuotas::Set(const StorageHolder& holder, std::optional<int64_t> bytes) {
@@ -160,7 +171,7 @@ Result<StorageStanding> StorageQuotas::Standing(const StorageHolder& holder) {
     s.limit_is_default = limit.is_default;
     return Status::Ok();
   }));
-  s.uploading = Backlog(holder);
+  s.transient = TransientBytes(holder);
   return s;
 }
 
@@ -175,7 +186,10 @@ Result<std::vector<StorageStanding>> StorageQuotas::List() {
   }));
   {
     std::lock_guard lock(mu_);
-    for (const auto& [h, entries] : backlog_) holders.insert(h);
+    const int64_t now = clock_.NowMs();
+    for (auto& [h, t] : transient_) {
+      if (Live(t, now) > 0) holders.insert(h);
+    }
   }
   std::vector<StorageStanding> out;
   for (const StorageHolder& h : holders) {

@@ -20,20 +20,27 @@
 //   user's or the group's usage above its limit; the caller's transaction
 //   then rolls back, so nothing is stored. A change that does not raise a
 //   holder's usage passes, even over a quota lowered since.
-// - Uploads are stored before a job or checkpoint names them. Each
-//   holder's backlog is the logical bytes of new chunks (and manifests) it
-//   uploaded within the last `upload_window_ms` (the blob GC grace: what no
-//   job names for longer is collected). An upload is refused, nothing of it
-//   stored, when usage + backlog + its new bytes would pass the limit.
+// - Uploads are stored before a job or checkpoint names them, and what a
+//   holder stops naming stays on disk until garbage collection. Each
+//   holder's transient bytes are those on disk because of it that its
+//   usage does not count, within the last `upload_window_ms` (the blob GC
+//   grace, after which unnamed blobs are collected): new chunks (and
+//   manifests) it uploaded, in logical bytes; and what its usage dropped by
+//   (a job that ended or was cancelled, checkpoints deleted or replaced by
+//   retention), seen at its next upload or Guard. An upload is refused,
+//   nothing of it stored, when usage + transient + its new bytes would pass
+//   the limit, so cycling (upload, submit, cancel, upload again) cannot put
+//   more than the quota on disk within a grace period.
 //   A user's uploads are charged to the user; an agent's checkpoint uploads
 //   name their attempt and are charged to its job's owner and group. When a
-//   change passes Guard, what it added to a holder's usage leaves that
-//   holder's backlog (the bytes are now counted as stored).
-//   The backlog lives in memory: a restarted server starts it empty.
+//   change passes Guard, what it added to a holder's usage leaves the
+//   transient bytes (it is counted as stored now); what it removed joins
+//   them. The transient bytes live in memory: a restarted server starts
+//   with none.
 //
-// Threading: Guard, UploadAllowance and the admin calls run on the event
-// loop (they use the Store); Admit may run on any thread (the backlog has
-// its own mutex).
+// Threading: Guard, Allowance, Standing, List and Set run on the event
+// loop (they use the Store); Admit may run on any thread (the transient
+// bytes have their own mutex).
 #pragma once
 
 #include <cstdint>
@@ -62,7 +69,7 @@ struct StorageQuotasOptions {
 struct StorageStanding {
   StorageHolder holder;
   int64_t used = 0;               // stored (usage)
-  int64_t uploading = 0;          // backlog: uploaded, not yet named by a job
+  int64_t transient = 0;          // uploaded or freed within the window, not in `used`
   std::optional<int64_t> limit;   // none = unlimited
   bool limit_is_default = false;  // the server's default, not set for this holder
 };
@@ -94,7 +101,7 @@ class StorageQuotas {
   // not empty). Reads the store: loop thread.
   Result<UploadAllowance> Allowance(const std::string& user, const std::string& group);
   // Refuses `new_bytes` beyond any room (ResourceExhausted naming the
-  // limit), else adds them to the holders' backlogs. Any thread.
+  // limit), else adds them to the holders' transient bytes. Any thread.
   Status Admit(const UploadAllowance& allowance, int64_t new_bytes);
 
   // ---- administration (loop thread)
@@ -109,17 +116,27 @@ class StorageQuotas {
     std::optional<int64_t> bytes;
     bool is_default = false;
   };
+  // Per holder: transient entries (when, bytes), oldest first, and the
+  // usage last seen (to notice drops that happened in other transactions).
+  struct Transient {
+    std::deque<std::pair<int64_t, int64_t>> entries;
+    std::optional<int64_t> last_used;
+  };
   Result<Limit> LimitOf(Tx& tx, const StorageHolder& holder) const;
-  int64_t Backlog(const StorageHolder& holder);  // takes mu_
-  void DropFromBacklog(const StorageHolder& holder, int64_t bytes);
-  void Prune(std::deque<std::pair<int64_t, int64_t>>& entries, int64_t now) const;
+  // Records that `holder`'s usage is `used` now: a drop since the last
+  // time joins its transient bytes. Takes mu_.
+  void SawUsage(const StorageHolder& holder, int64_t used);
+  int64_t TransientBytes(const StorageHolder& holder);  // takes mu_
+  // Moves `bytes` from the holder's transient bytes into its usage.
+  void Stored(const StorageHolder& holder, int64_t bytes);
+  // Sum of the entries still inside the window (drops the older ones).
+  int64_t Live(Transient& t, int64_t now) const;
 
   Store& store_;
   const Clock& clock_;
   StorageQuotasOptions options_;
-  std::mutex mu_;  // guards backlog_
-  // Holder -> (when, bytes) of recent uploads not yet named, oldest first.
-  std::map<StorageHolder, std::deque<std::pair<int64_t, int64_t>>> backlog_;
+  std::mutex mu_;                                 // guards transient_
+  std::map<StorageHolder, Transient> transient_;  // holders with something in the window
 };
 
 // "user alice" / "group vision".

@@ -188,6 +188,28 @@ def test_storage_quota_bounds_a_users_uploads_and_inputs_across_jobs(pool, tmp_p
     assert "quota.set" in audit
 
 
+def test_upload_submit_cancel_in_a_loop_cannot_pass_the_quota_on_disk(pool, tmp_path):
+    pool.start_server(extra=("--user-storage-quota", "1MiB"))
+    mallory = add_user(pool, "mallory")
+    write_random(tmp_path / "a" / "data.bin", 700 << 10)
+    r = submit_workdir(pool, mallory, tmp_path / "a")
+    assert r.returncode == 0, r.stderr
+    job = int(r.stdout.strip().splitlines()[-1])
+    assert pool.api("POST", f"/v1/jobs/{job}/cancel", token=mallory)[0] == 200
+    # Nothing is stored in her name any more, but the cancelled job's inputs
+    # stay on disk until garbage collection: they still count for uploads.
+    me = pool.api("GET", "/v1/quotas/users/mallory", token=mallory)[1]
+    assert me["used_bytes"] == 0, me
+    before = blob_files(pool)
+    write_random(tmp_path / "b" / "data.bin", 700 << 10)
+    r = submit_workdir(pool, mallory, tmp_path / "b")
+    assert r.returncode != 0 and "storage quota exceeded" in r.stderr, r.stderr
+    assert "freed and not collected yet" in r.stderr, r.stderr
+    assert blob_files(pool) == before
+    me = pool.api("GET", "/v1/quotas/users/mallory", token=mallory)[1]
+    assert me["transient_bytes"] >= 700 << 10, me
+
+
 def test_a_group_quota_bounds_its_members_together(pool, tmp_path):
     pool.start_server()
     alice, bob = add_user(pool, "alice"), add_user(pool, "bob")

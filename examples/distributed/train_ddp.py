@@ -64,9 +64,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
+
+def parse_signal(name: str) -> signal.Signals | None:
+    if name.lower() == "none":
+        return None
+    name = name.upper()
+    return signal.Signals[name if name.startswith("SIG") else "SIG" + name]
+
+
+# Checkpoint requests are counted from the first moment: the pool may ask
+# while torch is still being imported (seconds on a busy machine), and an
+# uncaught SIGUSR1 would end the job.
+REQUESTS = [0]
+_SIGNAL = parse_signal(os.environ.get("GPUPOOL_CHECKPOINT_SIGNAL", "SIGUSR1"))
+if _SIGNAL is not None:
+    signal.signal(_SIGNAL, lambda signum, frame: REQUESTS.__setitem__(0, REQUESTS[0] + 1))
+
+import torch  # noqa: E402  (after the handler, on purpose)
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 COMMITTED = re.compile(r"ckpt-(0|[1-9][0-9]*)")
 STAGING_PREFIX = ".staging-"
@@ -179,13 +195,6 @@ def read_state(path: Path) -> dict[str, Any]:
     return torch.load(path / "state.pt")
 
 
-def parse_signal(name: str) -> signal.Signals | None:
-    if name.lower() == "none":
-        return None
-    name = name.upper()
-    return signal.Signals[name if name.startswith("SIG") else "SIG" + name]
-
-
 # ---- the run ------------------------------------------------------------------
 
 def init_group(timeout_s: float) -> tuple[int, int]:
@@ -233,11 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     in_pool = bool(os.environ.get("GPUPOOL_CHECKPOINT_DIR"))
     directory = Path(os.environ.get("GPUPOOL_CHECKPOINT_DIR") or args.checkpoint_dir).absolute()
     directory.mkdir(parents=True, exist_ok=True)
-    requests = [0]
-    sig = parse_signal(os.environ.get("GPUPOOL_CHECKPOINT_SIGNAL", "SIGUSR1"))
-    if sig is not None:
-        # Install before anything slow, so an early request is not fatal.
-        signal.signal(sig, lambda signum, frame: requests.__setitem__(0, requests[0] + 1))
+    requests = REQUESTS  # counted since the start (above)
 
     rank, world = init_group(args.timeout)
     log(f"rank {rank} of {world}, master {os.environ.get('MASTER_ADDR', '-')}:"

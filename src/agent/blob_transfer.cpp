@@ -143,7 +143,9 @@ UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::strin
   auto registered = std::make_shared<std::unordered_set<blob::ChunkId>>();
   return [access, job_id, attempt_id, registered](const std::string& dir,
                                                   const Commit& c) -> Result<UploadResult> {
-    blob::HttpChunkStore remote(RemoteStoreOptions(access));
+    blob::HttpChunkStoreOptions remote_options = RemoteStoreOptions(access);
+    remote_options.for_attempt = attempt_id;  // charged to the job's storage quota
+    blob::HttpChunkStore remote(std::move(remote_options));
     blob::StoreTreeOptions options;
     // The tree a restored attempt finds: the checkpoint directory holding
     // only this commit.

@@ -39,6 +39,11 @@ json IdList(const std::vector<ChunkId>& ids, size_t begin, size_t end) {
 
 HttpChunkStore::HttpChunkStore(HttpChunkStoreOptions options) : options_(std::move(options)) {}
 
+std::string HttpChunkStore::UploadQuery() const {
+  if (options_.for_attempt.empty()) return "";
+  return "?attempt=" + net::UrlEncode(options_.for_attempt);
+}
+
 Result<HttpChunkStore::Answer> HttpChunkStore::Call(const std::string& method,
                                                     const std::string& target, std::string body,
                                                     const std::string& content_type) {
@@ -82,9 +87,9 @@ Status HttpChunkStore::Put(const ChunkId& id, std::string_view compressed) {
 }
 
 Status HttpChunkStore::UploadBody(std::string body, size_t frame_bytes) {
-  GP_RETURN_IF_ERROR(
-      Call("POST", "/v1/blobs/chunks", std::move(body), std::string(kChunkRecordsContentType))
-          .status());
+  GP_RETURN_IF_ERROR(Call("POST", "/v1/blobs/chunks" + UploadQuery(), std::move(body),
+                          std::string(kChunkRecordsContentType))
+                         .status());
   int64_t sent = bytes_sent_ += static_cast<int64_t>(frame_bytes);
   if (options_.on_upload) options_.on_upload(sent);
   return Status::Ok();
@@ -209,7 +214,7 @@ Result<std::vector<ChunkId>> HttpChunkStore::List() {
 
 Result<StoredManifest> HttpChunkStore::PutManifest(const std::string& encoded) {
   ChunkId id = ManifestId(encoded);
-  const std::string target = "/v1/blobs/manifests/" + id;
+  const std::string target = "/v1/blobs/manifests/" + id + UploadQuery();
   GP_ASSIGN_OR_RETURN(Answer a, Call("PUT", target, encoded, kJson));
   GP_ASSIGN_OR_RETURN(json j, ParseJson(a.body, "PUT " + target));
   StoredManifest m;

@@ -52,6 +52,10 @@ struct HttpChunkStoreOptions {
   // Called after each upload request with the frame bytes sent so far by
   // this store (all calls together); on the calling thread.
   std::function<void(int64_t bytes_sent)> on_upload;
+  // An agent uploading a checkpoint names its attempt ("57.1"): the server
+  // charges the upload to that job's storage quota (?attempt= on chunk and
+  // manifest uploads). Empty for users, who are charged themselves.
+  std::string for_attempt;
 };
 
 // What the server says of a manifest it stored.
@@ -104,6 +108,8 @@ class HttpChunkStore : public ChunkStore {
     std::string content_type;
     std::string body;
   };
+  // "?attempt=..." for uploads when options_.for_attempt is set; "" else.
+  std::string UploadQuery() const;
   // One request; a non-2xx answer becomes the server's error.
   Result<Answer> Call(const std::string& method, const std::string& target, std::string body,
                       const std::string& content_type);

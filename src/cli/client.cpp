@@ -150,12 +150,20 @@ Result<json> ApiClient::Get(const std::string& target, int64_t timeout_ms) {
   return Call("GET", target, "", timeout_ms);
 }
 
-Result<json> ApiClient::Post(const std::string& target, const json& body) {
-  return Call("POST", target, body.dump(), 30'000);
+Result<json> ApiClient::Post(const std::string& target, const json& body, int64_t timeout_ms) {
+  return Call("POST", target, body.dump(), timeout_ms);
 }
 
-Result<json> ApiClient::Call(const std::string& method, const std::string& target,
-                             const std::string& body, int64_t timeout_ms) {
+Result<json> ApiClient::Put(const std::string& target, const json& body) {
+  return Call("PUT", target, body.dump(), 30'000);
+}
+
+Result<json> ApiClient::Delete(const std::string& target) {
+  return Call("DELETE", target, "", 30'000);
+}
+
+Result<net::HttpResponse> ApiClient::Send(const std::string& method, const std::string& target,
+                                          const std::string& body, int64_t timeout_ms) {
   net::HttpCall call;
   call.base_url = e_.server;
   call.method = method;
@@ -165,11 +173,8 @@ Result<json> ApiClient::Call(const std::string& method, const std::string& targe
   call.tls = e_.tls;
   if (!e_.token.empty()) call.headers["Authorization"] = "Bearer " + e_.token;
   GP_ASSIGN_OR_RETURN(net::HttpResponse r, net::Fetch(call));
+  if (r.status >= 200 && r.status < 300) return r;
   json j = json::parse(r.body, nullptr, false);
-  if (r.status >= 200 && r.status < 300) {
-    if (j.is_discarded()) return Status::Internal("the server sent invalid JSON");
-    return j;
-  }
   std::string message = "HTTP " + std::to_string(r.status);
   if (j.is_object() && j.contains("error") && j["error"].is_object() &&
       j["error"].contains("message")) {
@@ -182,6 +187,7 @@ Result<json> ApiClient::Call(const std::string& method, const std::string& targe
       return Status::Unauthenticated(message + " (check --token or GPUPOOL_TOKEN)");
     case 403:
       return Status::PermissionDenied(message);
+    case 413:
     case 429:
       return Status::ResourceExhausted(message);
     case 404:
@@ -193,6 +199,19 @@ Result<json> ApiClient::Call(const std::string& method, const std::string& targe
     default:
       return Status::Internal(message);
   }
+}
+
+Result<std::string> ApiClient::GetBytes(const std::string& target, int64_t timeout_ms) {
+  GP_ASSIGN_OR_RETURN(net::HttpResponse r, Send("GET", target, "", timeout_ms));
+  return std::move(r.body);
+}
+
+Result<json> ApiClient::Call(const std::string& method, const std::string& target,
+                             const std::string& body, int64_t timeout_ms) {
+  GP_ASSIGN_OR_RETURN(net::HttpResponse r, Send(method, target, body, timeout_ms));
+  json j = json::parse(r.body, nullptr, false);
+  if (j.is_discarded()) return Status::Internal("the server sent invalid JSON");
+  return j;
 }
 
 }  // namespace gpupool::cli

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "net/http.h"
 #include "net/tls.h"
 
 namespace gpupool::cli {
@@ -47,12 +48,19 @@ class ApiClient {
   // Returns the parsed JSON body of a 2xx answer; otherwise an error with the
   // server's message (HTTP 400 -> InvalidArgument, 404 -> NotFound, ...).
   Result<nlohmann::json> Get(const std::string& target, int64_t timeout_ms = 30'000);
-  Result<nlohmann::json> Post(const std::string& target, const nlohmann::json& body);
+  Result<nlohmann::json> Post(const std::string& target, const nlohmann::json& body,
+                              int64_t timeout_ms = 30'000);
+  Result<nlohmann::json> Put(const std::string& target, const nlohmann::json& body);
+  Result<nlohmann::json> Delete(const std::string& target);
+  // The raw body of a 2xx answer (a backup's bytes), errors as Call's.
+  Result<std::string> GetBytes(const std::string& target, int64_t timeout_ms = 120'000);
   const Endpoint& endpoint() const { return e_; }
 
  private:
   Result<nlohmann::json> Call(const std::string& method, const std::string& target,
                               const std::string& body, int64_t timeout_ms);
+  Result<net::HttpResponse> Send(const std::string& method, const std::string& target,
+                                 const std::string& body, int64_t timeout_ms);
   Endpoint e_;
 };
 

@@ -12,6 +12,8 @@
 #include "cli/commands.h"
 #include "cli/dev.h"
 #include "cli/identity_commands.h"
+#include "cli/limit_commands.h"
+#include "cli/server_flags.h"
 #include "cli/session_commands.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -140,6 +142,7 @@ int main(int argc, char** argv) {
                   "blob GC keeps unreachable blobs younger than this (default 1h)");
   server_duration("--blob-gc-interval", so.blob_gc_interval_ms,
                   "run blob garbage collection this often (default 1h)");
+  cli::AddServerLimitFlags(*server_cmd, so);
 
   // agent
   agent::AgentOptions ao;
@@ -389,6 +392,8 @@ int main(int argc, char** argv) {
   add_global(gc);
   cli::IdentityFlags idf;
   cli::AddIdentityCommands(app, *admin, g, idf);
+  cli::LimitFlags lf;
+  cli::AddLimitCommands(app, *admin, *checkpoint, g, lf);
 
   // sim openb: the FGD paper's experiment on the openb trace (docs/evaluation.md)
   auto* sim_cmd = app.add_subcommand("sim", "simulate the scheduler on a trace");
@@ -487,6 +492,7 @@ int main(int argc, char** argv) {
 
   if (server_cmd->parsed()) return server::RunServer(so);
   if (idf.run) return idf.run();
+  if (lf.run) return lf.run();
   for (CLI::App* c : agent_controls) {
     if (!c->parsed()) continue;
     // `gpupool agent --data-dir D status` works too.

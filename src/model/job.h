@@ -151,6 +151,11 @@ struct Job {
   // provider took the GPU back or refused the start): goes before
   // the other pending jobs of its class. Cleared when it is placed again.
   bool front = false;
+  // The logical size of spec.inputs (the files' total bytes), as the blob
+  // store said at submission; charged to the owner's and the group's
+  // storage quota while the job is not terminal. 0 without inputs (and for
+  // jobs stored before it was recorded).
+  int64_t input_bytes = 0;
 
   friend bool operator==(const Job&, const Job&) = default;
 };

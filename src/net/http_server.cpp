@@ -22,6 +22,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -149,18 +150,16 @@ void AcceptLoop::OnAccept(beast::error_code ec, tcp::socket socket) {
 }
 
 HttpResponse ErrorResponse(int status, std::string_view message) {
+  // The body every gpupool error has (server/http_errors.h), so clients read
+  // the code and message of answers made here too.
+  std::string_view code = status == 400                    ? "INVALID_ARGUMENT"
+                          : status == 413 || status == 431 ? "RESOURCE_EXHAUSTED"
+                          : status == 503                  ? "UNAVAILABLE"
+                                                           : "INTERNAL";
   HttpResponse r;
   r.status = status;
-  r.body = "{\"error\":\"";
-  for (char c : message) {
-    if (c == '"' || c == '\\') {
-      r.body.push_back('\\');
-      r.body.push_back(c);
-    } else if (static_cast<unsigned char>(c) >= 0x20) {
-      r.body.push_back(c);
-    }
-  }
-  r.body += "\"}";
+  r.body = nlohmann::json{{"error", {{"code", code}, {"message", message}}}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
   return r;
 }
 
@@ -360,8 +359,12 @@ class HttpSession : public internal::Session,
     if (state_ != State::kReading) return;
     if (core_->closed) return Close();
     if (ec == http::error::body_limit) {
-      return SendErrorAndClose(
-          413, "request body exceeds " + std::to_string(core_->options.max_body_bytes) + " bytes");
+      std::string setting = core_->options.max_body_setting.empty()
+                                ? ""
+                                : " (" + core_->options.max_body_setting + ")";
+      return SendErrorAndClose(413, "request body exceeds " +
+                                        std::to_string(core_->options.max_body_bytes) +
+                                        " bytes, the server's limit" + setting);
     }
     if (ec == http::error::header_limit) return SendErrorAndClose(431, "request header too large");
     if (ec && ec != http::error::end_of_stream && ec != http::error::partial_message &&

@@ -33,8 +33,11 @@
 // handshake), its body within body_timeout_ms after the header; a client
 // that is too slow is disconnected. Between requests a keep-alive
 // connection may stay idle for idle_timeout_ms. Headers are limited to
-// 16 KiB (larger: 431). Slow clients never delay others: all I/O is
-// asynchronous on the loop thread.
+// 16 KiB (larger: 431), bodies to max_body_bytes (larger: 413, before the
+// handler sees anything; a Content-Length above it is refused before the
+// body is read). Answers made here have gpupool's JSON error body
+// ({"error": {"code", "message"}}). Slow clients never delay others: all
+// I/O is asynchronous on the loop thread.
 #pragma once
 
 #include <cstdint>
@@ -140,6 +143,9 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0 = pick a free port
   size_t max_body_bytes = 16 << 20;
+  // Named in the 413 answer to a larger body ("--max-request-body"), so the
+  // client learns what to ask the operator for; may be empty.
+  std::string max_body_setting;
   int64_t idle_timeout_ms = 120'000;   // close idle keep-alive connections
   std::optional<TlsServerConfig> tls;  // nullopt: plain HTTP
   int64_t header_timeout_ms = 10'000;  // a request header must arrive in full within this

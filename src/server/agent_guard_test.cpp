@@ -11,6 +11,7 @@
 #include <chrono>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "proto/channel.h"
 #include "proto/messages.h"
@@ -243,15 +244,21 @@ TEST_F(AgentGuardTest, AgentsReadAndPostOnlyTheirOwnNodesBlobs) {
   EXPECT_THAT(ErrorMessage(manifest), HasSubstr("belongs to no job running on this node"));
   EXPECT_EQ(Call("POST", "/v1/blobs/chunks/fetch", agent_, fetch_body).status, 403);
 
-  // b checkpoints; a posts a checkpoint of its own for b's attempt.
+  // b checkpoints; a cannot upload for b's attempt, and posts a checkpoint
+  // for it of a tree a member uploaded.
   testing::Upload ckpt = testing::MakeUpload({"step 100"});
   testing::Upload forged = testing::MakeUpload({"forged weights"});
-  for (const auto& [u, token] : {std::pair{ckpt, b_token_}, std::pair{forged, agent_}}) {
-    ASSERT_EQ(Call("POST", "/v1/blobs/chunks", token, u.Records(),
+  auto a_upload = Call("POST", "/v1/blobs/chunks?attempt=1.1", agent_, forged.Records(),
+                       std::string(blob::kChunkRecordsContentType));
+  EXPECT_EQ(a_upload.status, 403) << a_upload.body;
+  EXPECT_THAT(ErrorMessage(a_upload), HasSubstr("runs on another node"));
+  for (const auto& [u, token, query] : {std::tuple{ckpt, b_token_, std::string("?attempt=1.1")},
+                                        std::tuple{forged, alice_, std::string()}}) {
+    ASSERT_EQ(Call("POST", "/v1/blobs/chunks" + query, token, u.Records(),
                    std::string(blob::kChunkRecordsContentType))
                   .status,
               200);
-    ASSERT_EQ(Call("PUT", "/v1/blobs/manifests/" + u.id, token, u.manifest).status, 201);
+    ASSERT_EQ(Call("PUT", "/v1/blobs/manifests/" + u.id + query, token, u.manifest).status, 201);
   }
   EXPECT_EQ(PostCheckpoint(1, "1.1", ckpt.id, b_token_).status, 201);
   auto post = PostCheckpoint(1, "1.1", forged.id, agent_);
@@ -265,6 +272,7 @@ TEST_F(AgentGuardTest, AgentsReadAndPostOnlyTheirOwnNodesBlobs) {
   EXPECT_EQ(Call("GET", "/v1/blobs/manifests/" + ckpt.id, agent_).status, 403);
 
   EXPECT_EQ(Refusals("a", "agent.blob_read").size(), 3u);
+  EXPECT_EQ(Refusals("a", "agent.upload").size(), 1u);
   auto posted = Refusals("a", "agent.checkpoint");
   ASSERT_EQ(posted.size(), 1u);
   EXPECT_EQ(posted[0]["target"], "1.1");

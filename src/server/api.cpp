@@ -246,6 +246,9 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
     identity_->Handle(req, *who, respond);
     return;
   }
+  for (ApiModule* module : modules_) {
+    if (module->Serves(req.method, req.path)) return module->Handle(req, *who, respond);
+  }
   Route(req, *who, respond);
 }
 
@@ -312,9 +315,24 @@ void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond r
       spec->session->jupyter_token.empty()) {
     spec->session->jupyter_token = RandomHex(24);
   }
-  auto job = pool_.Submit(*spec, who.subject);
-  if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
-  (*respond)(JsonResponse(201, JobToJson(*job, std::nullopt)));
+  auto submit = [this, respond, owner = who.subject](const JobSpec& spec, int64_t input_bytes) {
+    auto job = pool_.Submit(spec, owner, input_bytes);
+    if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
+    (*respond)(JsonResponse(201, JobToJson(*job, std::nullopt)));
+  };
+  if (spec->inputs.empty() || blobs_ == nullptr || !IsSha256Hex(spec->inputs)) {
+    return submit(*spec, 0);
+  }
+  // The inputs' size counts toward storage quotas; reading it is file I/O.
+  const std::string inputs = spec->inputs;
+  blobs_->DescribeManifest(
+      inputs, [submit, respond, spec = *std::move(spec)](Result<ManifestSummary> summary) {
+        // A manifest that is not stored is refused by the pool, naming it.
+        if (!summary.ok() && summary.status().code() != StatusCode::kNotFound) {
+          return (*respond)(ErrorResponse(summary.status().WithContext("inputs")));
+        }
+        submit(spec, summary.ok() ? summary->bytes : 0);
+      });
 }
 
 Result<JobDetail> Api::VisibleJob(const Principal& who, int64_t id, Action action) {

@@ -15,10 +15,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "common/clock.h"
 #include "net/event_loop.h"
 #include "net/http_server.h"
+#include "server/api_module.h"
 #include "server/auth.h"
 #include "server/blob_api.h"
 #include "server/identity_api.h"
@@ -49,6 +51,10 @@ class Api {
   ~Api();
 
   void Handle(net::HttpRequest req, net::Responder respond);
+
+  // Adds an area of endpoints (server/api_module.h), consulted after the
+  // blob and identity endpoints. The module must outlive the Api.
+  void AddModule(ApiModule* module) { modules_.push_back(module); }
 
   // Pool hook: wakes long polls waiting on this job.
   void JobChanged(int64_t job_id);
@@ -95,6 +101,7 @@ class Api {
   IdentityApi* identity_;
   RateLimiter limiter_;
   RateLimiter agent_limiter_;
+  std::vector<ApiModule*> modules_;
   uint64_t next_waiter_ = 1;
   std::map<int64_t, std::map<uint64_t, Waiter>> waiters_;  // job id -> waiter id -> waiter
 };

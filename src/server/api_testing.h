@@ -1,4 +1,5 @@
-// A test fixture serving the whole REST API (Api, BlobApi, IdentityApi) on
+// A test fixture serving the whole REST API (Api, BlobApi, IdentityApi, and
+// the QuotaApi and BackupApi modules with storage quotas) on
 // a real HTTP server and event loop thread, over a real SQLite store and
 // blob directory, with a cast of principals: the admin, two members (alice
 // and bob), a provider (pat), an enrolled agent (node "a") and the join
@@ -18,12 +19,15 @@
 #include "net/http_server.h"
 #include "server/agent_hub.h"
 #include "server/api.h"
+#include "server/backup_api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
 #include "server/blob_testing.h"
 #include "server/identity_api.h"
 #include "server/pool.h"
+#include "server/quota_api.h"
 #include "server/session_gateway.h"
+#include "server/storage_quotas.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -45,6 +49,7 @@ class ApiTestServer : public ::testing::Test {
   void TearDown() override { Stop(); }
   virtual PoolOptions Options() { return {}; }
   virtual AgentHubOptions HubOpts() { return {}; }
+  virtual StorageQuotasOptions QuotaOpts() { return {}; }
   virtual ApiOptions ApiOpts() {
     ApiOptions o;
     o.per_token = {};  // no rate limit unless a test asks for one
@@ -85,10 +90,15 @@ class ApiTestServer : public ::testing::Test {
     bo.dir = dir_.path() + "/blobs";
     bo.fsync = false;
     blobs_ = *BlobService::Open(bo);
+    quotas_ = std::make_unique<StorageQuotas>(*store_, clock_, QuotaOpts());
     PoolHooks hooks;
     hooks.manifest_stored = [this](const std::string& id) { return blobs_->HasManifest(id); };
     hooks.outbox_ready = [this](const std::string& node) {
       if (hub_) hub_->OutboxReady(node);
+    };
+    hooks.within_quota = [this](Tx& tx, const std::string& owner, const std::string& group,
+                                std::string_view what, const std::function<Status()>& change) {
+      return quotas_->Guard(tx, owner, group, what, change);
     };
     hooks.job_changed = [this](int64_t job) {
       if (api_) api_->JobChanged(job);
@@ -96,8 +106,9 @@ class ApiTestServer : public ::testing::Test {
     };
     pool_ = std::make_unique<Pool>(*store_, clock_, pool_options, hooks);
     agent_blobs_ = std::make_unique<AgentBlobScope>(*store_, *blobs_, clock_);
-    blob_api_ = std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{},
-                                          BlobApiAgents{agent_blobs_.get(), auth_.get()});
+    blob_api_ =
+        std::make_unique<BlobApi>(loop_, *pool_, *blobs_, clock_, BlobApiOptions{},
+                                  BlobApiAgents{agent_blobs_.get(), auth_.get()}, quotas_.get());
     identity_ =
         std::make_unique<IdentityApi>(loop_, *auth_, clock_, IdentityApiOptions{},
                                       [this](const std::string& node, const std::string& reason) {
@@ -106,6 +117,13 @@ class ApiTestServer : public ::testing::Test {
                                       });
     api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, ApiOpts(), blob_api_.get(),
                                  identity_.get());
+    quota_api_ = std::make_unique<QuotaApi>(*auth_, *quotas_);
+    api_->AddModule(quota_api_.get());
+    BackupApiOptions backups;
+    backups.db_path = dir_.path() + "/state.db";
+    backups.backup_dir = dir_.path() + "/backups";
+    backup_api_ = std::make_unique<BackupApi>(*auth_, clock_, backups);
+    api_->AddModule(backup_api_.get());
     // The agent channel and the session gateway, routed as the server does.
     AgentHubOptions hub_options = HubOpts();
     hub_options.blob_scope = agent_blobs_.get();
@@ -143,10 +161,13 @@ class ApiTestServer : public ::testing::Test {
     gateway_.reset();
     hub_.reset();
     api_.reset();
+    backup_api_.reset();
+    quota_api_.reset();
     identity_.reset();
     blob_api_.reset();
     pool_.reset();
     agent_blobs_.reset();
+    quotas_.reset();
   }
 
   net::HttpResponse Call(const std::string& method, const std::string& target,
@@ -197,8 +218,11 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<Auth> auth_;
   std::unique_ptr<BlobService> blobs_;
   std::unique_ptr<AgentBlobScope> agent_blobs_;
+  std::unique_ptr<StorageQuotas> quotas_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<BlobApi> blob_api_;
+  std::unique_ptr<QuotaApi> quota_api_;
+  std::unique_ptr<BackupApi> backup_api_;
   std::unique_ptr<IdentityApi> identity_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<AgentHub> hub_;

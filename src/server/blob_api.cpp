@@ -71,13 +71,14 @@ void Fail(const BlobApi::Respond& respond, const Status& s) { (*respond)(ErrorRe
 }  // namespace
 
 BlobApi::BlobApi(net::EventLoop& loop, Pool& pool, BlobService& blobs, const Clock& clock,
-                 BlobApiOptions options, BlobApiAgents agents)
+                 BlobApiOptions options, BlobApiAgents agents, StorageQuotas* quotas)
     : loop_(loop),
       pool_(pool),
       blobs_(blobs),
       clock_(clock),
       options_(options),
       agents_(agents),
+      quotas_(quotas),
       workers_(options.worker_threads) {}
 
 Result<std::optional<std::set<std::string>>> BlobApi::AgentReadable(const Principal& who) {
@@ -115,9 +116,9 @@ void BlobApi::Handle(net::HttpRequest req, const Principal& who, Respond respond
     if (Status s = Authorize(who, write ? Action::kBlobWrite : Action::kBlobRead); !s.ok())
       return Fail(respond, s);
     if (n == 3 && parts[2] == "missing" && m == "POST") return Missing(shared, respond);
-    if (n == 3 && parts[2] == "chunks" && m == "POST") return PutChunks(shared, respond);
+    if (n == 3 && parts[2] == "chunks" && m == "POST") return PutChunks(shared, who, respond);
     if (n == 4 && parts[2] == "manifests" && m == "PUT")
-      return PutManifest(shared, std::string(parts[3]), respond);
+      return PutManifest(shared, who, std::string(parts[3]), respond);
     const bool fetch = n == 4 && parts[2] == "chunks" && parts[3] == "fetch" && m == "POST";
     const bool get = n == 4 && parts[2] == "manifests" && m == "GET";
     if (fetch || get) {
@@ -145,6 +146,8 @@ void BlobApi::Handle(net::HttpRequest req, const Principal& who, Respond respond
     if (n == 4 && m == "POST") return PostCheckpoint(shared, who, *job, respond);
     if (n == 4 && m == "GET") return ListCheckpoints(who, *job, respond);
     if (n == 5 && m == "GET") return GetCheckpoint(who, *job, parts[4], respond);
+    if (n == 4 && m == "DELETE") return DeleteCheckpoints(who, *job, "all", respond);
+    if (n == 5 && m == "DELETE") return DeleteCheckpoints(who, *job, parts[4], respond);
   } else if (parts[1] == "admin" && m == "POST") {
     return AdminGc(who, respond);
   }
@@ -163,13 +166,52 @@ void BlobApi::Missing(Request req, Respond respond) {
   });
 }
 
-void BlobApi::PutChunks(Request req, Respond respond) {
+Result<UploadAllowance> BlobApi::AllowanceFor(const net::HttpRequest& req, const Principal& who) {
+  auto allowance = AllowanceOf(req, who);
+  if (!allowance.ok() && who.role == Role::kAgent &&
+      allowance.status().code() == StatusCode::kPermissionDenied) {
+    // An agent uploading for another node's attempt: refused and audited.
+    auto it = req.query.find("attempt");
+    RefuseAgent(who, req.peer, "agent.upload", it == req.query.end() ? "" : it->second,
+                allowance.status());
+  }
+  return allowance;
+}
+
+Result<UploadAllowance> BlobApi::AllowanceOf(const net::HttpRequest& req, const Principal& who) {
+  if (quotas_ == nullptr) return UploadAllowance{};
+  if (who.role != Role::kAgent) return quotas_->Allowance(who.subject, "");
+  // An agent uploads checkpoints: charged to the job of the attempt it
+  // names, which must run on its own node.
+  auto it = req.query.find("attempt");
+  if (it == req.query.end() || it->second.empty()) {
+    UploadAllowance none;
+    none.refuse_new = Status::InvalidArgument(
+        "query parameter attempt: an agent names the attempt it uploads a checkpoint for "
+        "(?attempt=JOB.N)");
+    return none;
+  }
+  GP_ASSIGN_OR_RETURN(auto ids, ParseAttemptId(it->second));
+  GP_ASSIGN_OR_RETURN(std::string node, pool_.AttemptNodeName(it->second));
+  if (node != who.subject) {
+    return Status::PermissionDenied("node " + who.subject + " may not upload for attempt " +
+                                    it->second + ", which runs on another node");
+  }
+  GP_ASSIGN_OR_RETURN(JobDetail d, pool_.GetJob(ids.first));
+  return quotas_->Allowance(d.job.owner, d.job.spec.group);
+}
+
+void BlobApi::PutChunks(Request req, const Principal& who, Respond respond) {
   if (!IsRecordsBody(*req)) {
     return Fail(respond, Status::InvalidArgument("Content-Type must be " +
                                                  std::string(blob::kChunkRecordsContentType)));
   }
-  workers_.Submit([this, req, respond] {
-    auto stored = blobs_.PutChunks(req->body);
+  auto allowance = AllowanceFor(*req, who);
+  if (!allowance.ok()) return Fail(respond, allowance.status());
+  workers_.Submit([this, req, respond, allowance = *std::move(allowance)] {
+    auto stored = blobs_.PutChunks(req->body, [&](int64_t bytes) {
+      return quotas_ == nullptr ? Status::Ok() : quotas_->Admit(allowance, bytes);
+    });
     if (!stored.ok()) return Fail(respond, stored.status());
     (*respond)(JsonResponse(200, {{"stored", *stored}}));
   });
@@ -199,9 +241,13 @@ void BlobApi::FetchChunks(Request req, const Principal& who,
 
 // ---------------------------------------------------------------- manifests
 
-void BlobApi::PutManifest(Request req, std::string id, Respond respond) {
-  workers_.Submit([this, req, id, respond] {
-    auto summary = blobs_.PutManifest(id, req->body);
+void BlobApi::PutManifest(Request req, const Principal& who, std::string id, Respond respond) {
+  auto allowance = AllowanceFor(*req, who);
+  if (!allowance.ok()) return Fail(respond, allowance.status());
+  workers_.Submit([this, req, id, respond, allowance = *std::move(allowance)] {
+    auto summary = blobs_.PutManifest(id, req->body, [&](int64_t bytes) {
+      return quotas_ == nullptr ? Status::Ok() : quotas_->Admit(allowance, bytes);
+    });
     if (!summary.ok()) return Fail(respond, summary.status());
     (*respond)(JsonResponse(summary->created ? 201 : 200, {{"id", summary->id},
                                                            {"bytes", summary->bytes},
@@ -306,6 +352,32 @@ void BlobApi::GetCheckpoint(const Principal& who, int64_t job, std::string_view 
   (*respond)(JsonResponse(200, CheckpointToJson(*c)));
 }
 
+void BlobApi::DeleteCheckpoints(const Principal& who, int64_t job, std::string_view which,
+                                Respond respond) {
+  int64_t number = 0;  // all
+  if (which != "all") {
+    auto n = ParsePositive(which, "checkpoint number");
+    if (!n.ok()) return Fail(respond, n.status());
+    number = *n;
+  }
+  // Deleting is the owner's, like cancelling.
+  auto d = pool_.GetJob(job);
+  if (!d.ok()) return Fail(respond, d.status());
+  Resource object{d->job.owner, d->job.spec.group};
+  if (Decide(who, Action::kJobRead, object) == Decision::kNotYours)
+    return Fail(respond, Status::NotFound("job " + std::to_string(job) + " does not exist"));
+  if (Status s = Authorize(who, Action::kJobCancel, object); !s.ok()) return Fail(respond, s);
+  auto deleted = pool_.DeleteCheckpoints(job, number);
+  if (!deleted.ok()) return Fail(respond, deleted.status());
+  json arr = json::array();
+  int64_t bytes = 0;
+  for (const Checkpoint& c : *deleted) {
+    arr.push_back(CheckpointToJson(c));
+    bytes += c.bytes;
+  }
+  (*respond)(JsonResponse(200, {{"deleted", arr}, {"bytes", bytes}}));
+}
+
 // ----------------------------------------------------- garbage collection
 
 void BlobApi::AdminGc(const Principal& who, Respond respond) {
@@ -313,6 +385,14 @@ void BlobApi::AdminGc(const Principal& who, Respond respond) {
   CollectGarbage([respond](Result<GcStats> stats) {
     if (!stats.ok()) return Fail(respond, stats.status());
     (*respond)(JsonResponse(200, GcStatsToJson(*stats)));
+  });
+}
+
+void BlobApi::DescribeManifest(const std::string& id,
+                               std::function<void(Result<ManifestSummary>)> done) {
+  workers_.Submit([this, id, done = std::move(done)] {
+    auto summary = blobs_.DescribeManifest(id);
+    loop_.Post([done, summary = std::move(summary)] { done(summary); });
   });
 }
 

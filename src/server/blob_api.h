@@ -3,8 +3,9 @@
 //
 //   POST /v1/blobs/missing            POST /v1/blobs/chunks
 //   POST /v1/blobs/chunks/fetch       PUT|GET /v1/blobs/manifests/{id}
-//   POST|GET /v1/jobs/{job}/checkpoints
+//   POST|GET|DELETE /v1/jobs/{job}/checkpoints
 //   GET /v1/jobs/{job}/checkpoints/{number|latest}
+//   DELETE /v1/jobs/{job}/checkpoints/{number}
 //   POST /v1/admin/gc
 //
 // Who may call (server/authz.cpp): members and admins every blob endpoint;
@@ -15,6 +16,14 @@
 // their node (for a gang, rank 0's, the rank that uploads) that is its
 // job's live one (fencing, in Pool::AddCheckpoint). Refusals of an agent
 // are written to the audit log. The join token reaches none of these.
+//
+// Storage quotas (server/storage_quotas.h), when given: uploads of chunks
+// and manifests are admitted against the uploader's quota before anything
+// is stored; an agent names the attempt it uploads a checkpoint for
+// (`?attempt=JOB.N`, an attempt placed on its own node; without it, it may
+// store nothing new) and is charged to that job's owner and group.
+// Deleting the checkpoints of a finished job is its owner's (or a lab
+// member's where the lab shares jobs, or an admin's).
 //
 // Threading: Handle() and CollectGarbage() are called on the event loop.
 // Slow work (BlobService) runs on the BlobApi's own WorkerPool, which
@@ -39,6 +48,7 @@
 #include "server/auth.h"
 #include "server/blob_service.h"
 #include "server/pool.h"
+#include "server/storage_quotas.h"
 #include "server/worker_pool.h"
 
 namespace gpupool::server {
@@ -63,8 +73,9 @@ class BlobApi {
  public:
   using Respond = std::shared_ptr<net::Responder>;
 
+  // `quotas` may be null (no storage quotas).
   BlobApi(net::EventLoop& loop, Pool& pool, BlobService& blobs, const Clock& clock,
-          BlobApiOptions options, BlobApiAgents agents = {});
+          BlobApiOptions options, BlobApiAgents agents = {}, StorageQuotas* quotas = nullptr);
 
   // Whether `path` is one of the endpoints above (any method).
   static bool Serves(std::string_view path);
@@ -74,15 +85,25 @@ class BlobApi {
   // the walk runs on a worker, `done` is called on the loop.
   void CollectGarbage(std::function<void(Result<GcStats>)> done);
 
+  // Reads a stored manifest's summary on a worker; `done` runs on the loop.
+  void DescribeManifest(const std::string& id, std::function<void(Result<ManifestSummary>)> done);
+
  private:
   using Request = std::shared_ptr<const net::HttpRequest>;
 
   void Missing(Request req, Respond respond);
-  void PutChunks(Request req, Respond respond);
+  void PutChunks(Request req, const Principal& who, Respond respond);
   // `readable`: for an agent, the manifests it may read (and their chunks).
   void FetchChunks(Request req, const Principal& who, std::optional<std::set<std::string>> readable,
                    Respond respond);
-  void PutManifest(Request req, std::string id, Respond respond);
+  void PutManifest(Request req, const Principal& who, std::string id, Respond respond);
+  void DeleteCheckpoints(const Principal& who, int64_t job, std::string_view which,
+                         Respond respond);
+  // Who an upload by `who` is charged to, and what it may add (no quotas:
+  // an empty allowance).
+  // An agent's refusal (an attempt of another node) is audited.
+  Result<UploadAllowance> AllowanceFor(const net::HttpRequest& req, const Principal& who);
+  Result<UploadAllowance> AllowanceOf(const net::HttpRequest& req, const Principal& who);
   void GetManifest(std::string id, Respond respond);
   // For an agent: the manifests it may read; for anyone else nullopt.
   // PermissionDenied (audited) when an agent may read nothing at all.
@@ -103,6 +124,7 @@ class BlobApi {
   const Clock& clock_;
   BlobApiOptions options_;
   BlobApiAgents agents_;
+  StorageQuotas* quotas_;
   // Last member: destroyed (its threads joined) before the rest.
   WorkerPool workers_;
 };

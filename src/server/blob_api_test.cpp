@@ -30,11 +30,13 @@ constexpr int64_t kHourMs = 3'600'000;
 
 class BlobApiTest : public ApiTestServer {
  protected:
+  // Agents upload for attempt 1.1 (job 1, placed on their node a).
   net::HttpResponse Upload(const testing::Upload& u, const std::string& token) {
-    auto chunks = Call("POST", "/v1/blobs/chunks", token, u.Records(),
+    std::string query = token == agent_ ? "?attempt=1.1" : "";
+    auto chunks = Call("POST", "/v1/blobs/chunks" + query, token, u.Records(),
                        std::string(blob::kChunkRecordsContentType));
     EXPECT_EQ(chunks.status, 200) << chunks.body;
-    return Call("PUT", "/v1/blobs/manifests/" + u.id, token, u.manifest);
+    return Call("PUT", "/v1/blobs/manifests/" + u.id + query, token, u.manifest);
   }
   static std::string IdList(const std::vector<std::string>& ids) {
     return json{{"chunks", ids}}.dump();
@@ -272,6 +274,32 @@ TEST_F(BlobApiKeepTwoTest, RetentionThroughTheApi) {
   ASSERT_EQ(list.size(), 2u);
   EXPECT_EQ(list[0]["number"], 2);
   EXPECT_EQ(list[1]["number"], 3);
+}
+
+}  // namespace
+}  // namespace gpupool::server
+
+namespace gpupool::server {
+namespace {
+
+// Agents are charged for the attempt they name, which must be on their node.
+TEST_F(BlobApiTest, AnAgentUploadsForAnAttemptOfItsOwnNodeAndIsChargedToItsJob) {
+  PlaceJob();  // job 1 of alice, attempt 1.1 on node a
+  testing::Upload u = MakeUpload({"checkpoint bytes"});
+  const std::string type(blob::kChunkRecordsContentType);
+  auto anonymous = Call("POST", "/v1/blobs/chunks", agent_, u.Records(), type);
+  EXPECT_EQ(anonymous.status, 400);
+  EXPECT_THAT(ErrorMessage(anonymous), HasSubstr("?attempt=JOB.N"));
+  EXPECT_EQ(Call("POST", "/v1/blobs/chunks?attempt=9.1", agent_, u.Records(), type).status, 404);
+  // Alice's quota bounds what her job's checkpoints upload.
+  ASSERT_EQ(Call("PUT", "/v1/quotas/users/alice", admin_, R"({"bytes":4})").status, 200);
+  auto over = Call("POST", "/v1/blobs/chunks?attempt=1.1", agent_, u.Records(), type);
+  EXPECT_EQ(over.status, 429) << over.body;
+  EXPECT_THAT(ErrorMessage(over), HasSubstr("user alice stores 0 B of the 4 B it may"));
+  auto missing = Call("POST", "/v1/blobs/missing", agent_, IdList(u.ChunkIds()));
+  EXPECT_EQ(Json(missing)["missing"].size(), 1u);  // nothing stored
+  ASSERT_EQ(Call("DELETE", "/v1/quotas/users/alice", admin_).status, 200);
+  EXPECT_EQ(Upload(u, agent_).status, 201);
 }
 
 }  // namespace

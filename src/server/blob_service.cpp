@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <utility>
 
 #include "blob/chunk_records.h"
@@ -94,14 +95,26 @@ Result<std::vector<blob::ChunkId>> BlobService::Missing(const std::vector<blob::
   return chunks_->MissingTouchingTheRest(ids);
 }
 
-Result<int64_t> BlobService::PutChunks(std::string_view body) {
+Result<int64_t> BlobService::PutChunks(std::string_view body, const Admit& admit) {
   GP_ASSIGN_OR_RETURN(auto records, blob::DecodeChunkRecords(body));
+  std::map<blob::ChunkId, int64_t> sizes;
   for (size_t i = 0; i < records.size(); ++i) {
     const auto& [id, frame] = records[i];
     // A frame that fails verification is the sender's fault (400).
-    if (Status s = blob::OpenChunk(id, frame).status(); !s.ok()) {
-      return Status::InvalidArgument(s.message()).WithContext(blob::ChunkRecordName(i, id));
+    auto bytes = blob::OpenChunk(id, frame);
+    if (!bytes.ok()) {
+      return Status::InvalidArgument(bytes.status().message())
+          .WithContext(blob::ChunkRecordName(i, id));
     }
+    sizes[id] = static_cast<int64_t>(bytes->size());
+  }
+  if (admit) {
+    std::vector<blob::ChunkId> ids;
+    for (const auto& [id, size] : sizes) ids.push_back(id);
+    GP_ASSIGN_OR_RETURN(auto missing, chunks_->Missing(ids));
+    int64_t new_bytes = 0;
+    for (const blob::ChunkId& id : missing) new_bytes += sizes[id];
+    if (new_bytes > 0) GP_RETURN_IF_ERROR(admit(new_bytes));
   }
   // A disk failure is ours, and keeps its code.
   GP_RETURN_IF_ERROR(chunks_->PutVerified(records));
@@ -137,7 +150,8 @@ bool BlobService::HasManifest(const std::string& id) const {
   return ::access(ManifestPath(id).c_str(), F_OK) == 0;
 }
 
-Result<ManifestSummary> BlobService::PutManifest(const std::string& id, std::string_view text) {
+Result<ManifestSummary> BlobService::PutManifest(const std::string& id, std::string_view text,
+                                                 const Admit& admit) {
   GP_RETURN_IF_ERROR(CheckBlobId(id, "manifest"));
   if (std::string actual = blob::ManifestId(text); actual != id) {
     return Status::InvalidArgument("the manifest's text hashes to " + actual + ", not " + id);
@@ -153,6 +167,7 @@ Result<ManifestSummary> BlobService::PutManifest(const std::string& id, std::str
     TouchFile(ManifestPath(id));
     return summary;
   }
+  if (admit) GP_RETURN_IF_ERROR(admit(static_cast<int64_t>(text.size())));
   GP_RETURN_IF_ERROR(WriteManifest(id, text));
   summary.created = true;
   return summary;

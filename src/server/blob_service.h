@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -63,11 +64,17 @@ class BlobService {
   // Which of `ids` are not stored, in the order given; refreshes the age of
   // the others. InvalidArgument naming a malformed id.
   Result<std::vector<blob::ChunkId>> Missing(const std::vector<blob::ChunkId>& ids);
+  // What a store call is about to add: the logical bytes (decompressed) of
+  // the chunks not stored yet, or the text of a new manifest (not called
+  // when nothing is new). An error refuses the call before anything is
+  // written (storage quotas).
+  using Admit = std::function<Status(int64_t new_bytes)>;
+
   // Stores the chunks of a records body (blob/chunk_records.h) and returns
   // how many records it held. InvalidArgument naming the record for a
-  // malformed record or a frame that fails verification; the records
-  // before it are stored.
-  Result<int64_t> PutChunks(std::string_view body);
+  // malformed record or a frame that fails verification; nothing is stored
+  // then, nor when `admit` refuses the new chunks' bytes.
+  Result<int64_t> PutChunks(std::string_view body, const Admit& admit = {});
   // A records body with the chunks `ids` in order: a prefix of the list
   // that stops before the record that would take it past `max_bytes` (at
   // least one record). NotFound naming the first id that is not stored
@@ -78,7 +85,9 @@ class BlobService {
   // Checks and stores a manifest; see the guarantees above. InvalidArgument
   // when the text does not hash to `id` or does not decode;
   // FailedPrecondition "N chunks are missing, e.g. <id>".
-  Result<ManifestSummary> PutManifest(const std::string& id, std::string_view text);
+  // A manifest not stored yet is first offered to `admit` (its text size).
+  Result<ManifestSummary> PutManifest(const std::string& id, std::string_view text,
+                                      const Admit& admit = {});
   // The manifest's text exactly as stored; NotFound if absent.
   Result<std::string> GetManifest(const std::string& id);
   // Reads and decodes a stored manifest; NotFound if absent.

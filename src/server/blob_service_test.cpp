@@ -262,3 +262,40 @@ TEST_F(BlobServiceTest, GcStopsAtAKeptManifestThatDoesNotDecode) {
 
 }  // namespace
 }  // namespace gpupool::server
+
+namespace gpupool::server {
+namespace {
+
+TEST_F(BlobServiceTest, AdmissionSeesOnlyNewBytesAndARefusalStoresNothing) {
+  Upload first = MakeUpload({"alpha-alpha", "beta"});
+  ASSERT_TRUE(blobs_->PutChunks(blob::EncodeChunkRecords({first.frames[0]})).ok());
+  // Both chunks sent again: only the one not stored is new (its
+  // decompressed size).
+  std::vector<int64_t> offered;
+  auto refuse = [&](int64_t bytes) {
+    offered.push_back(bytes);
+    return Status::ResourceExhausted("over quota");
+  };
+  auto refused = blobs_->PutChunks(first.Records(), refuse);
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(offered, std::vector<int64_t>{4});  // "beta"
+  auto missing = blobs_->Missing(first.ChunkIds());
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(*missing, std::vector<std::string>{first.ChunkIds()[1]});
+  // A manifest not stored yet is offered too; refused, it is not written.
+  ASSERT_TRUE(blobs_->PutChunks(first.Records()).ok());
+  auto m = blobs_->PutManifest(first.id, first.manifest, refuse);
+  EXPECT_EQ(m.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(offered.back(), static_cast<int64_t>(first.manifest.size()));
+  EXPECT_FALSE(blobs_->HasManifest(first.id));
+  // Admitted, both are stored; stored already, nothing is offered.
+  ASSERT_TRUE(
+      blobs_->PutManifest(first.id, first.manifest, [](int64_t) { return Status::Ok(); }).ok());
+  offered.clear();
+  ASSERT_TRUE(blobs_->PutChunks(first.Records(), refuse).ok());
+  ASSERT_TRUE(blobs_->PutManifest(first.id, first.manifest, refuse).ok());
+  EXPECT_TRUE(offered.empty());
+}
+
+}  // namespace
+}  // namespace gpupool::server

@@ -78,7 +78,7 @@ IdentityApi::IdentityApi(net::EventLoop& loop, Auth& auth, const Clock& clock,
       clock_(clock),
       options_(std::move(options)),
       on_revoked_(std::move(on_revoked)),
-      login_limiter_(clock, options_.login_per_peer) {}
+      login_throttle_(clock, options_.login_limits) {}
 
 bool IdentityApi::IsLogin(std::string_view method, std::string_view path) {
   return method == "POST" && path == "/v1/login";
@@ -206,12 +206,6 @@ void IdentityApi::Whoami(const Principal& who, Respond respond) {
 }
 
 void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
-  if (int64_t wait = login_limiter_.Take(PeerHost(req.peer)); wait > 0) {
-    net::HttpResponse r = ErrorResponse(
-        Status::ResourceExhausted("too many login attempts from this address; try again later"));
-    r.headers["retry-after"] = std::to_string((wait + 999) / 1000);
-    return (*respond)(std::move(r));
-  }
   auto body = ParseJsonObject(req.body, "request body");
   if (!body.ok()) return Fail(respond, body.status());
   JsonReader r(*body, "");
@@ -221,6 +215,15 @@ void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
   auto ttl = ReadTtl(r, options_.login_token_ttl_ms);
   if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
   if (!ttl.ok()) return Fail(respond, ttl.status());
+  // Counted as a failure until the password proves right.
+  const std::string address = PeerHost(req.peer);
+  // Refusals are not audited: they check nothing, and writing a row for
+  // each would let a flood of them grow the database.
+  if (auto refused = login_throttle_.Begin(address, user)) {
+    net::HttpResponse out = ErrorResponse(refused->status);
+    out.headers["retry-after"] = std::to_string((refused->retry_after_ms + 999) / 1000);
+    return (*respond)(std::move(out));
+  }
   auto record = auth_.GetUser(user);
   if (!record.ok()) return Fail(respond, record.status());
   // Unknown, disabled and password-less users are checked against a dummy
@@ -238,6 +241,7 @@ void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
             auth_.Audit(user, "login", user, "wrong user name or password", peer, false);
             return Fail(respond, Status::Unauthenticated("wrong user name or password"));
           }
+          login_throttle_.Succeeded(PeerHost(peer), user);
           auto role = ParseUserRole((*current)->role);
           if (!role.ok()) return Fail(respond, role.status());
           auto token = auth_.CreateToken(user, *role, name, kAllScopes, ttl_ms);

@@ -17,7 +17,7 @@
 #include "net/http_server.h"
 #include "net/pki.h"
 #include "server/auth.h"
-#include "server/rate_limiter.h"
+#include "server/login_throttle.h"
 #include "server/worker_pool.h"
 
 namespace gpupool::server {
@@ -28,7 +28,7 @@ struct IdentityApiOptions {
   // certificate, not its expiry, is what revokes it, and agents have no
   // renewal to miss.
   int64_t agent_cert_days = 3650;
-  RateLimit login_per_peer{1.0, 10};  // password attempts per client address
+  LoginLimits login_limits;  // failed password logins per address and per user
   // The pool CA (TLS on): enrollment signs agents' client certificates with it.
   std::optional<net::PemPair> ca;
   std::string ca_fingerprint;
@@ -75,7 +75,7 @@ class IdentityApi {
   const Clock& clock_;
   IdentityApiOptions options_;
   RevokedHook on_revoked_;
-  RateLimiter login_limiter_;
+  LoginThrottle login_throttle_;
   WorkerPool hasher_{1};
 };
 

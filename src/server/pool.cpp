@@ -223,7 +223,7 @@ Status Pool::CheckInputs(const JobSpec& spec) const {
   return Status::Ok();
 }
 
-Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner) {
+Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner, int64_t input_bytes) {
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec));
   GP_RETURN_IF_ERROR(sched::ValidateRequest(RequestFor(spec)).WithContext("resources"));
   GP_RETURN_IF_ERROR(CheckInputs(spec));
@@ -233,9 +233,26 @@ Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner) {
   job.state = JobState::kPending;
   job.reason = "waiting for the scheduler";
   job.created_ms = job.updated_ms = clock_.NowMs();
+  job.input_bytes = spec.inputs.empty() ? 0 : input_bytes;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(job.id, tx.InsertJob(job));
-    return Status::Ok();
+    if (int64_t max = options_.max_pending_jobs_per_user; max > 0) {
+      JobQuery q;
+      q.owner = owner;
+      q.states = {JobState::kPending};
+      GP_ASSIGN_OR_RETURN(int64_t pending, tx.CountJobs(q));
+      if (pending >= max) {
+        return Status::ResourceExhausted(
+            "user " + owner + " has " + std::to_string(pending) +
+            " pending jobs, the limit (--max-pending-jobs-per-user); wait for some to start "
+            "or cancel some");
+      }
+    }
+    auto insert = [&]() -> Status {
+      GP_ASSIGN_OR_RETURN(job.id, tx.InsertJob(job));
+      return Status::Ok();
+    };
+    if (job.input_bytes == 0 || !hooks_.within_quota) return insert();
+    return hooks_.within_quota(tx, owner, spec.group, "the inputs of this job", insert);
   }));
   touched_jobs_.insert(job.id);
   want_schedule_ = true;
@@ -431,11 +448,21 @@ Result<CheckpointAdded> Pool::AddCheckpoint(const CheckpointRequest& r) {
     c.created_ms = now;
     c.bytes = r.bytes;
     c.files = r.files;
-    GP_ASSIGN_OR_RETURN(out.checkpoint, tx.AddCheckpoint(c));
+    // Retention frees what the oldest kept checkpoint held before the new
+    // one is measured against the quotas.
+    auto add = [&]() -> Status {
+      GP_ASSIGN_OR_RETURN(out.checkpoint, tx.AddCheckpoint(c));
+      return ApplyRetention(tx, r.job_id);
+    };
+    if (hooks_.within_quota) {
+      GP_RETURN_IF_ERROR(hooks_.within_quota(tx, job->owner, job->spec.group,
+                                             "checkpoint of attempt " + r.attempt_id, add));
+    } else {
+      GP_RETURN_IF_ERROR(add());
+    }
     out.created = true;
     attempt.last_checkpoint_ms = now;  // lost work counts from here (LostWorkMs)
     GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
-    GP_RETURN_IF_ERROR(ApplyRetention(tx, r.job_id));
     if (!job->spec.checkpoint || !job->spec.checkpoint->standby) return Status::Ok();
     // A leaving attempt's last checkpoint goes straight into its next start
     // order, which restores it over what is staged: staging it too would
@@ -467,6 +494,42 @@ Result<std::vector<Checkpoint>> Pool::ListCheckpoints(int64_t job_id) {
     return Status::Ok();
   }));
   return out;
+}
+
+Result<std::vector<Checkpoint>> Pool::DeleteCheckpoints(int64_t job_id, int64_t number) {
+  std::vector<Checkpoint> deleted;
+  Status s = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(job_id));
+    if (!job) return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+    if (!IsTerminal(job->state)) {
+      return Status::FailedPrecondition(
+          "job " + std::to_string(job_id) + " is " + std::string(JobStateName(job->state)) +
+          ": it keeps its newest checkpoints while it may run; delete them once it has finished "
+          "(or cancel it)");
+    }
+    GP_ASSIGN_OR_RETURN(auto all, tx.ListCheckpoints(job_id));
+    for (const Checkpoint& c : all) {
+      if (number != 0 && c.number != number) continue;
+      GP_RETURN_IF_ERROR(tx.DeleteCheckpoint(job_id, c.number));
+      deleted.push_back(c);
+    }
+    if (number != 0 && deleted.empty()) {
+      return Status::NotFound("job " + std::to_string(job_id) + " has no checkpoint " +
+                              std::to_string(number));
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    Discard();
+    return s;
+  }
+  if (!deleted.empty()) {
+    touched_jobs_.insert(job_id);
+    log_lines_.push_back("job " + std::to_string(job_id) + ": " + std::to_string(deleted.size()) +
+                         " checkpoints deleted by their user");
+  }
+  Notify();
+  return deleted;
 }
 
 Result<Checkpoint> Pool::GetCheckpoint(int64_t job_id, int64_t number) {

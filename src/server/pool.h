@@ -51,6 +51,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -87,6 +88,9 @@ struct PoolOptions {
   // Checkpoints kept per job (--checkpoint-keep); accepting a new one
   // deletes the oldest beyond this many. Values below 1 count as 1.
   int32_t checkpoint_keep = 3;
+  // Jobs one user may have pending at once (--max-pending-jobs-per-user);
+  // a submission beyond it is refused with ResourceExhausted. 0 = no limit.
+  int64_t max_pending_jobs_per_user = 10'000;
 };
 
 struct PoolHooks {
@@ -99,6 +103,13 @@ struct PoolHooks {
   // checkpoint). Called on the loop; must be cheap. Unset: the pool has no
   // blob store and refuses both.
   std::function<bool(const std::string& id)> manifest_stored;
+  // Storage quotas (server/storage_quotas.h, StorageQuotas::Guard): runs
+  // `change` in `tx` and refuses it when it took `owner`'s or `group`'s
+  // stored bytes past their quota. Called for a submission with inputs and
+  // for a new checkpoint (with its retention). Unset: no quotas.
+  std::function<Status(Tx& tx, const std::string& owner, const std::string& group,
+                       std::string_view what, const std::function<Status()>& change)>
+      within_quota;
 };
 
 // A checkpoint an attempt uploaded (POST /v1/jobs/{job}/checkpoints).
@@ -180,7 +191,11 @@ class Pool {
   Status Recover();
 
   // ---- user side ----
-  Result<Job> Submit(const JobSpec& spec, const std::string& owner);
+  // `input_bytes`: the size of spec.inputs (its manifest's files), charged
+  // to the owner's and the group's storage quota while the job runs.
+  // ResourceExhausted when the owner has max_pending_jobs_per_user pending
+  // jobs, or the inputs do not fit a quota; nothing is stored then.
+  Result<Job> Submit(const JobSpec& spec, const std::string& owner, int64_t input_bytes = 0);
   Result<JobDetail> GetJob(int64_t id);
   Result<std::vector<Job>> ListJobs(const JobQuery& q);
   Result<Job> Cancel(int64_t id);
@@ -213,6 +228,12 @@ class Pool {
   Result<CheckpointAdded> AddCheckpoint(const CheckpointRequest& r);
   // Oldest first; NotFound for an unknown job.
   Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id);
+  // Deletes checkpoint `number` of a finished job, or all of them when
+  // `number` is 0, and returns what was deleted (their bytes then no longer
+  // count toward quotas; blob garbage collection frees the space).
+  // NotFound for an unknown job or checkpoint; FailedPrecondition while the
+  // job has not finished (retention manages a live job's checkpoints).
+  Result<std::vector<Checkpoint>> DeleteCheckpoints(int64_t job_id, int64_t number);
   // The name of the node attempt `attempt_id` was placed on (NotFound when
   // there is no such attempt).
   Result<std::string> AttemptNodeName(const std::string& attempt_id);

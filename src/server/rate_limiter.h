@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/status.h"
 
 namespace gpupool::server {
 
@@ -18,6 +20,13 @@ struct RateLimit {
   double burst = 0;
 };
 
+// "50/s", "1/m,10", "100/h,500": a rate per second, minute or hour and an
+// optional burst (default: 4 seconds', minutes' or hours' worth, at least 1).
+// "0/s" is no limit. InvalidArgument saying the expected form.
+Result<RateLimit> ParseRateLimit(std::string_view text);
+// "1 a second, bursts of 10" for messages.
+std::string DescribeRateLimit(const RateLimit& limit);
+
 class RateLimiter {
  public:
   RateLimiter(const Clock& clock, RateLimit limit) : clock_(clock), limit_(limit) {}
@@ -25,6 +34,9 @@ class RateLimiter {
   // Takes one request from `key`'s bucket: 0 when it may proceed, else how
   // many milliseconds until it may (for Retry-After).
   int64_t Take(const std::string& key);
+  // Puts one request back into `key`'s bucket (never above the burst): a
+  // request that turned out not to count.
+  void Give(const std::string& key);
 
   size_t tracked_keys() const { return buckets_.size(); }
 

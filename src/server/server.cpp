@@ -16,9 +16,11 @@
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/auth.h"
+#include "server/backup_api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
 #include "server/identity_api.h"
+#include "server/quota_api.h"
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
 #include "server/session_gateway.h"
@@ -43,6 +45,24 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen
   if (port < 0 || port > 65535)
     return Status::InvalidArgument("--listen: invalid port in \"" + listen + "\"");
   return std::make_pair(host, static_cast<uint16_t>(port));
+}
+
+// The state database, checked first (PRAGMA quick_check) and migrated.
+// A damaged one is refused with how to restore it.
+Result<std::unique_ptr<SqliteStore>> OpenState(const ServerOptions& options) {
+  const std::string path = options.data_dir + "/state.db";
+  SqliteOptions sqlite_opts;
+  sqlite_opts.fsync_every_commit = options.fsync;
+  sqlite_opts.check_integrity = true;
+  auto store = SqliteStore::Open(path, sqlite_opts);
+  if (store.ok() || store.status().code() != StatusCode::kDataLoss) return store;
+  return Status::DataLoss(
+      store.status().message() +
+      "\nThe server will not run on a damaged database. Restore the latest backup "
+      "(docs/operator-guide.md#backup-and-restore):\n  gpupool admin restore --data-dir " +
+      options.data_dir +
+      " BACKUP.db\n(the damaged file is kept beside it as state.db.before-restore-*), then start "
+      "the server again.");
 }
 
 }  // namespace
@@ -83,11 +103,9 @@ int RunServer(const ServerOptions& options) {
     std::cerr << "gpupool server: " << addr.status().message() << "\n";
     return 2;
   }
-  SqliteOptions sqlite_opts;
-  sqlite_opts.fsync_every_commit = options.fsync;
-  auto store = SqliteStore::Open(options.data_dir + "/state.db", sqlite_opts);
+  auto store = OpenState(options);
   if (!store.ok()) {
-    std::cerr << "gpupool server: " << store.status().ToString() << "\n";
+    std::cerr << "gpupool server: " << store.status().message() << "\n";
     return 1;
   }
   std::optional<ServerTls> tls;
@@ -171,6 +189,13 @@ int RunServer(const ServerOptions& options) {
     }
   };
   hooks.manifest_stored = [&](const std::string& id) { return (*blobs)->HasManifest(id); };
+  StorageQuotasOptions quota_options = options.storage;
+  quota_options.upload_window_ms = options.blob_gc_grace_ms;
+  StorageQuotas quotas(**store, clock, quota_options);
+  hooks.within_quota = [&](Tx& tx, const std::string& owner, const std::string& group,
+                           std::string_view what, const std::function<Status()>& change) {
+    return quotas.Guard(tx, owner, group, what, change);
+  };
   Pool pool(**store, clock, pool_options, hooks);
   pool_ptr = &pool;
   if (Status s = pool.Recover(); !s.ok()) {
@@ -181,8 +206,9 @@ int RunServer(const ServerOptions& options) {
   blob_api_options.gc_grace_ms = options.blob_gc_grace_ms;
   // Agents read only their own node's blobs (agent_blob_scope.h).
   AgentBlobScope agent_blobs(**store, **blobs, clock);
-  BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options, {&agent_blobs, &auth});
+  BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options, {&agent_blobs, &auth}, &quotas);
   IdentityApiOptions identity_options;
+  identity_options.login_limits = options.login_limits;
   if (tls) {
     identity_options.ca = tls->ca;
     identity_options.ca_fingerprint = tls->ca_fingerprint;
@@ -195,6 +221,13 @@ int RunServer(const ServerOptions& options) {
                          hooks.schedule_needed();
                        });
   Api api(loop, pool, auth, clock, options.api, &blob_api, &identity);
+  QuotaApi quota_api(auth, quotas);
+  api.AddModule(&quota_api);
+  BackupApiOptions backup_options;
+  backup_options.db_path = options.data_dir + "/state.db";
+  backup_options.backup_dir = options.data_dir + "/backups";
+  BackupApi backup_api(auth, clock, backup_options);
+  api.AddModule(&backup_api);
   AgentHubOptions hub_options;
   hub_options.blob_scope = &agent_blobs;
   AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls,
@@ -224,6 +257,8 @@ int RunServer(const ServerOptions& options) {
     return hub.Upgrade(req);
   };
   net::HttpServerOptions http_opts;
+  http_opts.max_body_bytes = std::max(options.max_request_body, kMinRequestBody);
+  http_opts.max_body_setting = "--max-request-body";
   http_opts.host = addr->first;
   http_opts.port = addr->second;
   if (tls) http_opts.tls = tls->config;

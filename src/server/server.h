@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "server/api.h"
+#include "server/login_throttle.h"
 #include "server/pool.h"
+#include "server/storage_quotas.h"
 
 namespace gpupool::server {
 
@@ -35,7 +37,18 @@ struct ServerOptions {
   // Agents must present the client certificate issued at enrollment.
   bool agent_mtls = true;
   ApiOptions api;  // rate limits, reverse-proxy single sign-on
+
+  // The server's own limits (docs/operator-guide.md#limits). Pending jobs
+  // per user: pool.max_pending_jobs_per_user.
+  size_t max_request_body = 16 << 20;  // --max-request-body (at least kMinRequestBody)
+  LoginLimits login_limits;            // --login-failures-per-address, -per-user
+  // --user-storage-quota, --group-storage-quota (the upload window is the
+  // blob GC grace).
+  StorageQuotasOptions storage;
 };
+
+// Chunk uploads send up to 8 MiB of records in one request.
+inline constexpr size_t kMinRequestBody = 9 << 20;
 
 // Returns the process exit code.
 int RunServer(const ServerOptions& options);

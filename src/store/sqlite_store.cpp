@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "model/job_spec.h"
+#include "store/sqlite_files.h"
 
 namespace gpupool {
 namespace {
@@ -254,12 +255,128 @@ ALTER TABLE logs_v6 RENAME TO logs;
 CREATE INDEX logs_job_cursor ON logs(job_id, cursor);
 )sql";
 
-struct Migration {
-  int version;
-  const char* sql;
-};
-constexpr Migration kMigrations[] = {
-    {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3}, {4, kSchemaV4}, {5, kSchemaV5}, {6, kSchemaV6},
+// Version 8: limits. Jobs record their inputs' size (Job::input_bytes); a
+// user's pending jobs are counted by (owner, state); operators' storage
+// quotas; and storage_refs, what each user and group stores (Tx::
+// StorageUsed): per distinct manifest its bytes and how many references
+// (inputs of jobs not terminal, kept checkpoints) name it. The triggers
+// keep storage_refs exact whichever statement changes jobs or checkpoints.
+// Existing checkpoints are counted; the inputs of jobs submitted before
+// this version count 0 bytes (their size was not recorded).
+constexpr const char* kSchemaV8 = R"sql(
+ALTER TABLE jobs ADD COLUMN input_bytes INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX jobs_owner_state ON jobs(owner, state);
+
+CREATE TABLE storage_quotas (
+  kind   TEXT NOT NULL,
+  name   TEXT NOT NULL,
+  bytes  INTEGER NOT NULL,
+  set_ms INTEGER NOT NULL,
+  PRIMARY KEY (kind, name)
+) WITHOUT ROWID;
+
+CREATE TABLE storage_refs (
+  kind     TEXT NOT NULL,
+  name     TEXT NOT NULL,
+  manifest TEXT NOT NULL,
+  bytes    INTEGER NOT NULL,
+  refs     INTEGER NOT NULL,
+  PRIMARY KEY (kind, name, manifest)
+) WITHOUT ROWID;
+
+INSERT INTO storage_refs (kind, name, manifest, bytes, refs)
+  SELECT 'user', j.owner, c.manifest, MAX(c.bytes), COUNT(*)
+  FROM checkpoints c JOIN jobs j ON j.id = c.job_id GROUP BY j.owner, c.manifest;
+INSERT INTO storage_refs (kind, name, manifest, bytes, refs)
+  SELECT 'group', COALESCE(json_extract(j.spec, '$.group'), 'default'), c.manifest,
+         MAX(c.bytes), COUNT(*)
+  FROM checkpoints c JOIN jobs j ON j.id = c.job_id
+  GROUP BY COALESCE(json_extract(j.spec, '$.group'), 'default'), c.manifest;
+INSERT INTO storage_refs (kind, name, manifest, bytes, refs)
+  SELECT 'user', owner, json_extract(spec, '$.inputs'), 0, COUNT(*) FROM jobs
+  WHERE COALESCE(json_extract(spec, '$.inputs'), '') <> ''
+    AND state NOT IN ('succeeded', 'failed', 'cancelled')
+  GROUP BY owner, json_extract(spec, '$.inputs')
+  ON CONFLICT (kind, name, manifest) DO UPDATE SET refs = refs + excluded.refs;
+INSERT INTO storage_refs (kind, name, manifest, bytes, refs)
+  SELECT 'group', COALESCE(json_extract(spec, '$.group'), 'default'),
+         json_extract(spec, '$.inputs'), 0, COUNT(*) FROM jobs
+  WHERE COALESCE(json_extract(spec, '$.inputs'), '') <> ''
+    AND state NOT IN ('succeeded', 'failed', 'cancelled')
+  GROUP BY COALESCE(json_extract(spec, '$.group'), 'default'), json_extract(spec, '$.inputs')
+  ON CONFLICT (kind, name, manifest) DO UPDATE SET refs = refs + excluded.refs;
+
+-- A job's inputs count while it is not terminal.
+CREATE TRIGGER storage_inputs_insert AFTER INSERT ON jobs
+WHEN COALESCE(json_extract(NEW.spec, '$.inputs'), '') <> ''
+  AND NEW.state NOT IN ('succeeded', 'failed', 'cancelled')
+BEGIN
+  INSERT INTO storage_refs (kind, name, manifest, bytes, refs) VALUES
+    ('user', NEW.owner, json_extract(NEW.spec, '$.inputs'), NEW.input_bytes, 1),
+    ('group', COALESCE(json_extract(NEW.spec, '$.group'), 'default'),
+     json_extract(NEW.spec, '$.inputs'), NEW.input_bytes, 1)
+  ON CONFLICT (kind, name, manifest)
+    DO UPDATE SET refs = refs + 1, bytes = MAX(bytes, excluded.bytes);
+END;
+
+CREATE TRIGGER storage_inputs_end AFTER UPDATE OF state ON jobs
+WHEN COALESCE(json_extract(OLD.spec, '$.inputs'), '') <> ''
+  AND OLD.state NOT IN ('succeeded', 'failed', 'cancelled')
+  AND NEW.state IN ('succeeded', 'failed', 'cancelled')
+BEGIN
+  UPDATE storage_refs SET refs = refs - 1
+    WHERE kind = 'user' AND name = OLD.owner AND manifest = json_extract(OLD.spec, '$.inputs');
+  UPDATE storage_refs SET refs = refs - 1
+    WHERE kind = 'group' AND name = COALESCE(json_extract(OLD.spec, '$.group'), 'default')
+      AND manifest = json_extract(OLD.spec, '$.inputs');
+  DELETE FROM storage_refs
+    WHERE kind = 'user' AND name = OLD.owner AND manifest = json_extract(OLD.spec, '$.inputs')
+      AND refs <= 0;
+  DELETE FROM storage_refs
+    WHERE kind = 'group' AND name = COALESCE(json_extract(OLD.spec, '$.group'), 'default')
+      AND manifest = json_extract(OLD.spec, '$.inputs') AND refs <= 0;
+END;
+
+-- Kept checkpoints count, also after their job ended.
+CREATE TRIGGER storage_checkpoint_insert AFTER INSERT ON checkpoints
+BEGIN
+  INSERT INTO storage_refs (kind, name, manifest, bytes, refs)
+    SELECT 'user', owner, NEW.manifest, NEW.bytes, 1 FROM jobs WHERE id = NEW.job_id
+  ON CONFLICT (kind, name, manifest)
+    DO UPDATE SET refs = refs + 1, bytes = MAX(bytes, excluded.bytes);
+  INSERT INTO storage_refs (kind, name, manifest, bytes, refs)
+    SELECT 'group', COALESCE(json_extract(spec, '$.group'), 'default'), NEW.manifest, NEW.bytes, 1
+    FROM jobs WHERE id = NEW.job_id
+  ON CONFLICT (kind, name, manifest)
+    DO UPDATE SET refs = refs + 1, bytes = MAX(bytes, excluded.bytes);
+END;
+
+CREATE TRIGGER storage_checkpoint_delete AFTER DELETE ON checkpoints
+BEGIN
+  UPDATE storage_refs SET refs = refs - 1
+    WHERE kind = 'user' AND manifest = OLD.manifest
+      AND name = (SELECT owner FROM jobs WHERE id = OLD.job_id);
+  UPDATE storage_refs SET refs = refs - 1
+    WHERE kind = 'group' AND manifest = OLD.manifest
+      AND name = (SELECT COALESCE(json_extract(spec, '$.group'), 'default') FROM jobs
+                  WHERE id = OLD.job_id);
+  DELETE FROM storage_refs
+    WHERE kind = 'user' AND manifest = OLD.manifest AND refs <= 0
+      AND name = (SELECT owner FROM jobs WHERE id = OLD.job_id);
+  DELETE FROM storage_refs
+    WHERE kind = 'group' AND manifest = OLD.manifest AND refs <= 0
+      AND name = (SELECT COALESCE(json_extract(spec, '$.group'), 'default') FROM jobs
+                  WHERE id = OLD.job_id);
+END;
+)sql";
+
+// Version 7 is reserved (log chunks, another branch); until it lands it
+// changes nothing.
+constexpr const char* kSchemaV7Reserved = "";
+
+constexpr SchemaMigration kMigrations[] = {
+    {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3},         {4, kSchemaV4},
+    {5, kSchemaV5}, {6, kSchemaV6}, {7, kSchemaV7Reserved}, {8, kSchemaV8},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");
@@ -282,6 +399,7 @@ Status SqliteError(sqlite3* db, int rc, std::string_view what) {
                     (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   int primary = rc & 0xff;
   if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) return Status::Unavailable(msg);
+  if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) return Status::DataLoss(msg);
   return Status::Internal(msg);
 }
 
@@ -462,6 +580,7 @@ struct SqliteStore::Impl {
     sqlite3_free(err);
     int primary = rc & 0xff;
     if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) return Status::Unavailable(msg);
+    if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) return Status::DataLoss(msg);
     return Status::Internal(msg);
   }
 
@@ -472,30 +591,65 @@ struct SqliteStore::Impl {
     return q.Text(0);
   }
 
-  Status Migrate() {
+  // Brings the schema to the last version of `migrations`, all steps in one
+  // transaction (see the header's contract).
+  Status Migrate(std::span<const SchemaMigration> migrations, const std::string& path,
+                 bool backup_first) {
+    for (size_t i = 0; i < migrations.size(); ++i) {
+      if (migrations[i].version != static_cast<int>(i) + 1) {
+        return Status::Internal("schema migrations must be versions 1.." +
+                                std::to_string(migrations.size()) + " in order");
+      }
+    }
+    const int target = static_cast<int>(migrations.size());
     GP_ASSIGN_OR_RETURN(std::string v, PragmaText("PRAGMA user_version"));
-    int current = std::stoi(v);
-    if (current > SqliteStore::kSchemaVersion) {
+    const int current = std::stoi(v);
+    if (current > target) {
       return Status::FailedPrecondition("database schema version " + std::to_string(current) +
                                         " is newer than this binary supports (" +
-                                        std::to_string(SqliteStore::kSchemaVersion) +
-                                        "); upgrade gpupool");
+                                        std::to_string(target) + "); upgrade gpupool");
     }
-    for (const Migration& m : kMigrations) {
+    if (current == target) return Status::Ok();
+    if (backup_first && current > 0) {
+      std::string aside = path + ".schema-v" + std::to_string(current) + ".bak";
+      auto copied = BackupSqliteConnection(db.get(), aside);
+      if (!copied.ok()) {
+        return copied.status().WithContext("copying the database aside to " + aside +
+                                           " before migrating it (nothing was migrated)");
+      }
+    }
+    GP_RETURN_IF_ERROR(ExecScript("BEGIN IMMEDIATE", "migrating the schema"));
+    Status st;
+    for (const SchemaMigration& m : migrations) {
       if (m.version <= current) continue;
-      std::string what = "migrating schema to version " + std::to_string(m.version);
-      GP_RETURN_IF_ERROR(ExecScript("BEGIN IMMEDIATE", what));
-      Status st = ExecScript(m.sql, what);
-      if (st.ok()) {
-        st = ExecScript(("PRAGMA user_version = " + std::to_string(m.version)).c_str(), what);
-      }
-      if (st.ok()) st = ExecScript("COMMIT", what);
-      if (!st.ok()) {
-        (void)RollbackIfActive();
-        return st;
-      }
+      st = ExecScript(m.sql, "migrating the schema to version " + std::to_string(m.version));
+      if (!st.ok()) break;
+    }
+    if (st.ok()) {
+      st = ExecScript(("PRAGMA user_version = " + std::to_string(target)).c_str(),
+                      "migrating the schema");
+    }
+    if (st.ok()) st = ExecScript("COMMIT", "migrating the schema");
+    if (!st.ok()) {
+      (void)RollbackIfActive();
+      return Status(st.code(), st.message() + " (the database is left at version " +
+                                   std::to_string(current) + ", unchanged)");
     }
     return Status::Ok();
+  }
+
+  // PRAGMA quick_check; DataLoss listing what it found.
+  Status QuickCheck(const std::string& path) {
+    GP_ASSIGN_OR_RETURN(Query q, Prepare("PRAGMA quick_check(10)"));
+    std::string problems;
+    while (true) {
+      GP_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      std::string line = q.Text(0);
+      if (line != "ok") problems += "\n  " + line;
+    }
+    if (problems.empty()) return Status::Ok();
+    return Status::DataLoss(path + " is damaged (PRAGMA quick_check):" + problems);
   }
 };
 
@@ -503,7 +657,7 @@ namespace {
 
 constexpr std::string_view kJobColumns =
     "id, owner, state, reason, exit_code, attempts, current_attempt, created_ms, updated_ms, "
-    "started_ms, finished_ms, spec, last_preempted_ms, front, restarts";
+    "started_ms, finished_ms, spec, last_preempted_ms, front, restarts, input_bytes";
 
 Result<Job> ReadJob(const Query& q) {
   Job job;
@@ -537,6 +691,7 @@ Result<Job> ReadJob(const Query& q) {
   if (!q.IsNull(12)) job.last_preempted_ms = q.Int(12);
   job.front = q.Int(13) != 0;
   job.restarts = static_cast<int32_t>(q.Int(14));
+  job.input_bytes = q.Int(15);
   return job;
 }
 
@@ -702,6 +857,21 @@ Result<AgentCredential> ReadAgentCredential(const Query& q) {
                          q.Text(4), q.Int(5),  q.Int(6) != 0, q.Int(7)};
 }
 
+Result<StorageHolderKind> ReadHolderKind(const std::string& text, std::string_view table) {
+  auto kind = ParseStorageHolderKind(text);
+  if (!kind.ok()) return Status::Internal(std::string(table) + ": " + kind.status().message());
+  return *kind;
+}
+
+Result<StorageQuota> ReadStorageQuota(const Query& q) {
+  StorageQuota out;
+  GP_ASSIGN_OR_RETURN(out.holder.kind, ReadHolderKind(q.Text(0), "storage_quotas"));
+  out.holder.name = q.Text(1);
+  out.bytes = q.Int(2);
+  out.set_ms = q.Int(3);
+  return out;
+}
+
 Result<NodeEvent> ReadNodeEvent(const Query& q) {
   NodeEvent e;
   e.id = q.Int(0);
@@ -755,9 +925,9 @@ class SqliteTx : public Tx {
         Query q, impl_.Prepare("INSERT INTO jobs (owner, name, state, reason, exit_code, "
                                "attempts, current_attempt, created_ms, updated_ms, "
                                "started_ms, finished_ms, spec, last_preempted_ms, front, "
-                               "restarts) "
+                               "restarts, input_bytes) "
                                "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?14, "
-                               "?15, ?16)"));
+                               "?15, ?16, ?17)"));
     BindJob(q, job);
     GP_RETURN_IF_ERROR(q.Run());
     return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_.db.get()));
@@ -770,7 +940,7 @@ class SqliteTx : public Tx {
                                                "updated_ms = ?9, started_ms = ?10, "
                                                "finished_ms = ?11, spec = ?12, "
                                                "last_preempted_ms = ?14, front = ?15, "
-                                               "restarts = ?16 "
+                                               "restarts = ?16, input_bytes = ?17 "
                                                "WHERE id = ?13"));
     BindJob(q, job);
     q.Bind(13, job.id);
@@ -793,36 +963,25 @@ class SqliteTx : public Tx {
     if (jq.limit <= 0) return std::vector<Job>();
     // The SQL text varies only with the shape of the query (owner or not, the
     // number of states, the order), so the variants stay few and cached.
-    std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1";
     int next = 2;
-    if (jq.owner) {
-      sql += " AND (owner = ?" + std::to_string(next++);
-      for (size_t i = 0; i < jq.or_groups.size(); ++i) {
-        sql +=
-            (i == 0 ? " OR json_extract(spec, '$.group') IN (?" : ", ?") + std::to_string(next++);
-      }
-      sql += jq.or_groups.empty() ? ")" : "))";
-    }
-    if (!jq.states.empty()) {
-      sql += " AND state IN (";
-      for (size_t i = 0; i < jq.states.size(); ++i) {
-        if (i > 0) sql += ", ";
-        sql += "?" + std::to_string(next++);
-      }
-      sql += ")";
-    }
+    std::string sql =
+        "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1" + JobFilter(jq, next);
     sql += jq.newest_first ? " ORDER BY id DESC" : " ORDER BY id";
     sql += " LIMIT ?" + std::to_string(next);
     GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
-    int i = 1;
-    q.Bind(i++, jq.after_id);
-    if (jq.owner) {
-      q.Bind(i++, *jq.owner);
-      for (const std::string& g : jq.or_groups) q.Bind(i++, g);
-    }
-    for (JobState s : jq.states) q.Bind(i++, JobStateName(s));
+    q.Bind(1, jq.after_id);
+    int i = BindJobFilter(q, jq, 2);
     q.Bind(i, static_cast<int64_t>(jq.limit));
     return ReadAll<Job>(q, ReadJob);
+  }
+
+  Result<int64_t> CountJobs(const JobQuery& jq) override {
+    int next = 1;
+    std::string sql = "SELECT count(*) FROM jobs WHERE 1" + JobFilter(jq, next);
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare(sql));
+    BindJobFilter(q, jq, 1);
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    return row ? q.Int(0) : 0;
   }
 
   // ---- attempts
@@ -1347,6 +1506,68 @@ class SqliteTx : public Tx {
     return ReadStrings(q);
   }
 
+  // ---- storage accounting and quotas
+
+  Result<StorageUsage> StorageUsed(const StorageHolder& h) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT coalesce(sum(bytes), 0), count(*) FROM "
+                                               "storage_refs WHERE kind = ?1 AND name = ?2"));
+    q.Bind(1, StorageHolderKindName(h.kind)).Bind(2, h.name);
+    StorageUsage u;
+    u.holder = h;
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (row) {
+      u.bytes = q.Int(0);
+      u.manifests = q.Int(1);
+    }
+    return u;
+  }
+
+  Result<std::vector<StorageUsage>> ListStorageUsage() override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT kind, name, sum(bytes), count(*) FROM "
+                                               "storage_refs GROUP BY kind, name "
+                                               "ORDER BY kind DESC, name"));
+    std::vector<StorageUsage> out;
+    while (true) {
+      GP_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      StorageUsage u;
+      GP_ASSIGN_OR_RETURN(u.holder.kind, ReadHolderKind(q.Text(0), "storage_refs"));
+      u.holder.name = q.Text(1);
+      u.bytes = q.Int(2);
+      u.manifests = q.Int(3);
+      out.push_back(std::move(u));
+    }
+    return out;
+  }
+
+  Status PutStorageQuota(const StorageQuota& quota) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT OR REPLACE INTO storage_quotas (kind, "
+                                               "name, bytes, set_ms) VALUES (?1, ?2, ?3, ?4)"));
+    q.Bind(1, StorageHolderKindName(quota.holder.kind)).Bind(2, quota.holder.name);
+    q.Bind(3, quota.bytes).Bind(4, quota.set_ms);
+    return q.Run();
+  }
+
+  Status DeleteStorageQuota(const StorageHolder& h) override {
+    GP_ASSIGN_OR_RETURN(Query q,
+                        impl_.Prepare("DELETE FROM storage_quotas WHERE kind = ?1 AND name = ?2"));
+    q.Bind(1, StorageHolderKindName(h.kind)).Bind(2, h.name);
+    return q.Run();
+  }
+
+  Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& h) override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT kind, name, bytes, set_ms FROM "
+                                               "storage_quotas WHERE kind = ?1 AND name = ?2"));
+    q.Bind(1, StorageHolderKindName(h.kind)).Bind(2, h.name);
+    return ReadOne<StorageQuota>(q, ReadStorageQuota);
+  }
+
+  Result<std::vector<StorageQuota>> ListStorageQuotas() override {
+    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT kind, name, bytes, set_ms FROM "
+                                               "storage_quotas ORDER BY kind DESC, name"));
+    return ReadAll<StorageQuota>(q, ReadStorageQuota);
+  }
+
  private:
   Result<int64_t> NextCheckpointNumber(int64_t job_id) {
     GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("INSERT INTO checkpoint_seq (job_id, last_number) "
@@ -1375,6 +1596,38 @@ class SqliteTx : public Tx {
 
   // Binds parameters 1..12, 14 and 15 of the INSERT and UPDATE statements
   // (13 is the id in UPDATE).
+  // The WHERE conditions of a JobQuery (owner, groups, states) after a
+  // first condition, numbering parameters from `next` (advanced past them).
+  static std::string JobFilter(const JobQuery& jq, int& next) {
+    std::string sql;
+    if (jq.owner) {
+      sql += " AND (owner = ?" + std::to_string(next++);
+      for (size_t i = 0; i < jq.or_groups.size(); ++i) {
+        sql +=
+            (i == 0 ? " OR json_extract(spec, '$.group') IN (?" : ", ?") + std::to_string(next++);
+      }
+      sql += jq.or_groups.empty() ? ")" : "))";
+    }
+    if (!jq.states.empty()) {
+      sql += " AND state IN (";
+      for (size_t i = 0; i < jq.states.size(); ++i) {
+        if (i > 0) sql += ", ";
+        sql += "?" + std::to_string(next++);
+      }
+      sql += ")";
+    }
+    return sql;
+  }
+  // Binds JobFilter's parameters from `i`; returns the next index.
+  static int BindJobFilter(Query& q, const JobQuery& jq, int i) {
+    if (jq.owner) {
+      q.Bind(i++, *jq.owner);
+      for (const std::string& g : jq.or_groups) q.Bind(i++, g);
+    }
+    for (JobState s : jq.states) q.Bind(i++, JobStateName(s));
+    return i;
+  }
+
   static void BindJob(Query& q, const Job& job) {
     if (job.last_preempted_ms) {
       q.Bind(14, *job.last_preempted_ms);
@@ -1383,6 +1636,7 @@ class SqliteTx : public Tx {
     }
     q.Bind(15, int64_t{job.front ? 1 : 0});
     q.Bind(16, static_cast<int64_t>(job.restarts));
+    q.Bind(17, job.input_bytes);
     q.Bind(1, job.owner)
         .Bind(2, job.spec.name)
         .Bind(3, JobStateName(job.state))
@@ -1403,6 +1657,8 @@ class SqliteTx : public Tx {
 }  // namespace
 
 // ---------------------------------------------------------------------------
+
+std::span<const SchemaMigration> SqliteStore::Migrations() { return kMigrations; }
 
 SqliteStore::SqliteStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SqliteStore::~SqliteStore() = default;
@@ -1433,6 +1689,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
   sqlite3_busy_timeout(raw, options.busy_timeout_ms);
 
   std::string what = "configuring " + path;
+  if (options.check_integrity) GP_RETURN_IF_ERROR(impl->QuickCheck(path));
   if (!in_memory) {
     GP_ASSIGN_OR_RETURN(std::string mode, impl->PragmaText("PRAGMA journal_mode = WAL"));
     if (mode != "wal") {
@@ -1447,7 +1704,9 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path,
   GP_RETURN_IF_ERROR(impl->ExecScript("PRAGMA temp_store = MEMORY", what));
   // Truncate the WAL back to 64 MiB after a checkpoint following a burst.
   GP_RETURN_IF_ERROR(impl->ExecScript("PRAGMA journal_size_limit = 67108864", what));
-  GP_RETURN_IF_ERROR(impl->Migrate().WithContext(path));
+  GP_RETURN_IF_ERROR(impl->Migrate(options.migrations.empty() ? Migrations() : options.migrations,
+                                   path, options.backup_before_migrating && !in_memory)
+                         .WithContext(path));
   return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(impl)));
 }
 

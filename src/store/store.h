@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -33,6 +34,38 @@ struct JobQuery {
   int64_t after_id = 0;                // id > after_id (paging)
   int32_t limit = 1000;                // at most this many, by ascending id
   bool newest_first = false;           // order by descending id instead
+};
+
+// Who stored bytes are charged to, and whose quota bounds them: a user (a
+// job's owner) or a group (a job's spec.group).
+enum class StorageHolderKind { kUser, kGroup };
+std::string_view StorageHolderKindName(StorageHolderKind k);  // "user", "group"
+// InvalidArgument for anything but "user" and "group".
+Result<StorageHolderKind> ParseStorageHolderKind(std::string_view name);
+
+struct StorageHolder {
+  StorageHolderKind kind = StorageHolderKind::kUser;
+  std::string name;
+  friend bool operator==(const StorageHolder&, const StorageHolder&) = default;
+  friend auto operator<=>(const StorageHolder&, const StorageHolder&) = default;
+};
+
+// What a user or group stores in the blob store, as the store counts it
+// (see Tx::StorageUsed): logical bytes of the distinct manifests it names.
+struct StorageUsage {
+  StorageHolder holder;
+  int64_t bytes = 0;
+  int64_t manifests = 0;  // distinct manifests counted
+  friend bool operator==(const StorageUsage&, const StorageUsage&) = default;
+};
+
+// An operator's storage quota for one user or group (overrides the
+// server's default for its kind).
+struct StorageQuota {
+  StorageHolder holder;
+  int64_t bytes = 0;
+  int64_t set_ms = 0;
+  friend bool operator==(const StorageQuota&, const StorageQuota&) = default;
 };
 
 struct AttemptQuery {
@@ -161,6 +194,8 @@ class Tx {
   virtual Status UpdateJob(const Job& job) = 0;  // NotFound if absent
   virtual Result<std::optional<Job>> GetJob(int64_t id) = 0;
   virtual Result<std::vector<Job>> ListJobs(const JobQuery& q) = 0;
+  // How many jobs ListJobs would return without after_id and limit.
+  virtual Result<int64_t> CountJobs(const JobQuery& q) = 0;
 
   // Attempts: insert or replace by id.
   virtual Status PutAttempt(const Attempt& a) = 0;
@@ -250,6 +285,24 @@ class Tx {
   // terminal; both sorted.
   virtual Result<std::vector<std::string>> ListCheckpointManifests() = 0;
   virtual Result<std::vector<std::string>> ListActiveJobInputs() = 0;
+
+  // Storage accounting for quotas, kept by the store itself with every
+  // change of jobs and checkpoints, whichever call makes it. A holder
+  // stores the distinct manifests named by (a) the `inputs` of its jobs
+  // that are not terminal, counted at Job::input_bytes, and (b) every
+  // checkpoint of its jobs that is kept, counted at Checkpoint::bytes; the
+  // user is the job's owner, the group its spec.group. A manifest named
+  // several times by one holder counts once (at the largest size given).
+  virtual Result<StorageUsage> StorageUsed(const StorageHolder& holder) = 0;
+  // Every holder that stores something: users, then groups, each by name.
+  virtual Result<std::vector<StorageUsage>> ListStorageUsage() = 0;
+
+  // Storage quotas: insert or replace by holder; delete (absent is no
+  // error); by holder; all: users, then groups, each by name.
+  virtual Status PutStorageQuota(const StorageQuota& q) = 0;
+  virtual Status DeleteStorageQuota(const StorageHolder& holder) = 0;
+  virtual Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& holder) = 0;
+  virtual Result<std::vector<StorageQuota>> ListStorageQuotas() = 0;
 };
 
 class Store {

@@ -266,6 +266,15 @@ Status PrepareJupyterSession(const proto::StartTask& task, const TaskPaths& path
   return Status::Ok();
 }
 
+// What an upload left out because the job changed it while it was read.
+std::string SkippedNote(const blob::TreeStats& s) {
+  if (s.skipped == 0) return "";
+  std::string note =
+      "; left out " + std::to_string(s.skipped) + " entries that changed while being read:";
+  for (const std::string& e : s.skipped_examples) note += " " + e;
+  return note;
+}
+
 }  // namespace
 
 int RunShim(const ShimOptions& options) {
@@ -459,7 +468,9 @@ int RunShim(const ShimOptions& options) {
   } else if (task.spec.checkpoint) {
     if (auto c = NewestCommit(checkpoint_dir)) newest_commit = c->number;
     uploader = std::make_unique<CheckpointUploader>(
-        checkpoint_dir, HttpUploadFn(options.blob, task.job_id, task.attempt_id));
+        checkpoint_dir,
+        HttpUploadFn(options.blob, task.job_id, task.attempt_id,
+                     TaskTree{options.task_dir, FsIdentity{options.uid, options.gid}}));
     // A commit is a rename into the directory: noticed at once, with the
     // periodic scan as the fallback (a full inotify table, a replaced dir).
     commit_watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -483,7 +494,8 @@ int RunShim(const ShimOptions& options) {
         const blob::TreeStats& s = o.result->stats;
         event("checkpoint " + o.commit.name + " uploaded as checkpoint " +
               std::to_string(o.result->checkpoint) + ": " + FormatBytes(s.uploaded_bytes) +
-              " sent for " + FormatBytes(s.bytes) + " in " + std::to_string(o.took_ms) + " ms");
+              " sent for " + FormatBytes(s.bytes) + " in " + std::to_string(o.took_ms) + " ms" +
+              SkippedNote(s));
       } else {
         event("checkpoint " + o.commit.name + " was not uploaded: " + o.result.status().message());
       }

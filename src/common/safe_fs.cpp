@@ -308,6 +308,35 @@ Result<UniqueFd> OpenOrMakeDirPath(const std::string& path, mode_t mode) {
   return fd;
 }
 
+Result<std::string> ReadFileBeneath(int dir_fd, std::string_view rel, size_t max_bytes) {
+  GP_RETURN_IF_ERROR(CheckBeneathPath(rel));
+  if (rel.empty()) return Status::InvalidArgument("no file given");
+  size_t slash = rel.rfind('/');
+  std::string name(slash == std::string_view::npos ? rel : rel.substr(slash + 1));
+  GP_ASSIGN_OR_RETURN(
+      UniqueFd dir, OpenDirBeneath(dir_fd, slash == std::string_view::npos ? std::string_view()
+                                                                           : rel.substr(0, slash)));
+  UniqueFd fd(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return OpenError(errno, std::string(rel));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Status::FailedPrecondition(std::string(rel) + " is not a regular file");
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Internal("cannot read " + std::string(rel) + ": " + ErrnoText(errno));
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      return Status::InvalidArgument(std::string(rel) + " holds more than " +
+                                     std::to_string(max_bytes) + " bytes");
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
 namespace {
 
 Status ChownBelow(int dir_fd, int uid, int gid, int depth) {

@@ -145,6 +145,11 @@ Result<UniqueFd> MakeDirAt(int dir_fd, const std::string& name, mode_t mode, boo
 // "/", "." and paths ending in ".." are opened as they are.
 Result<UniqueFd> OpenOrMakeDirPath(const std::string& path, mode_t mode);
 
+// The regular file `rel` beneath `dir_fd` (OpenDirBeneath for its
+// directory, O_NOFOLLOW for itself), at most `max_bytes` of it
+// (InvalidArgument when it holds more).
+Result<std::string> ReadFileBeneath(int dir_fd, std::string_view rel, size_t max_bytes);
+
 // Gives `dir_fd` and everything under it to uid:gid (fchownat with
 // AT_SYMLINK_NOFOLLOW, through directory descriptors: no symlink is
 // followed, symlinks themselves change owner).

@@ -585,7 +585,9 @@ std::string ImageScriptPath() {
 class SandboxImageTest : public SandboxTest {
  protected:
   static void SetUpTestSuite() {
-    images_base_ = MakeTempDir(0700);
+    // Readable by the task's account, which pulls the image (as a
+    // provider's local images must be).
+    images_base_ = MakeTempDir(0755);
     ASSERT_FALSE(images_base_.empty());
     Result<CommandResult> r = RunCommand({"sh", ImageScriptPath(), images_base_ + "/image"});
     ASSERT_TRUE(r.ok()) << r.status().ToString();

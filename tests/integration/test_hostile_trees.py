@@ -259,3 +259,63 @@ def test_a_workdir_swapped_while_the_cli_uploads_it_never_uploads_elsewhere(pool
     # The only refusal: the walk saw sub/ as the symlink itself, and said so.
     for e in errors:
         assert "a link to" in e, e
+
+
+def test_a_session_cannot_point_its_jupyter_socket_at_a_host_socket(pool, tmp_path):
+    """The agent connects to a Jupyter session's socket in the job's work
+    directory, which the job owns: a job that makes it a symlink to a socket
+    of the host's (a container engine's, say) must not be connected to it
+    by the root agent."""
+    import socket
+    import urllib.parse
+    import http.client
+    hidden = tmp_path / "host-service"
+    hidden.mkdir(mode=0o700)
+    path = str(hidden / "svc.sock")
+    marker = "HOST-SERVICE-" + secrets.token_hex(8)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    os.chmod(path, 0o600)
+    server.listen(8)
+    server.settimeout(0.2)
+    accepted = []
+    stop = threading.Event()
+
+    def serve():
+        body = marker.encode()
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(1)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                         % (len(body), body))
+            conn.close()
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        pool.start_server()
+        pool.start_agent("a")
+        pool.wait_nodes_ready(1)
+        run = (f'ln -s {path} "$GPUPOOL_JUPYTER_SOCKET" && echo linked; '
+               f'ls -l "$GPUPOOL_JUPYTER_SOCKET"; exec sleep 300')
+        job_id = pool.submit({"name": "jupyter-link", "session": {"kind": "jupyter"}, "run": run})
+        pool.wait_state(job_id, "running")
+        wait_for(lambda: "linked" in pool.logs_text(job_id), what="the job's symlink")
+        u = urllib.parse.urlsplit(pool.url)
+        conn = http.client.HTTPSConnection(u.hostname, u.port, context=pool.ssl, timeout=60)
+        conn.request("GET", f"/v1/sessions/{job_id}/proxy/api/status",
+                     headers={"Authorization": "Bearer " + pool.token})
+        r = conn.getresponse()
+        body = r.read().decode(errors="replace")
+        conn.close()
+        assert marker not in body, (r.status, body)
+        assert accepted == [], "the agent connected to the host's socket"
+        assert r.status >= 400, (r.status, body)
+        pool.cli("cancel", str(job_id), check=True)
+    finally:
+        stop.set()
+        t.join()
+        server.close()

@@ -143,8 +143,8 @@ def test_a_job_swapping_its_checkpoints_for_links_never_ships_a_host_byte(pool, 
             assert secret.read_text().startswith("decoy "), (c, secret)
 
 
-def symlink_chain_to(target, work_depth):
-    """Manifest entries that make `.checkpoints` a symlink to the absolute
+def symlink_chain_to(target, work_depth, name=".checkpoints"):
+    """Manifest entries that make `name` a symlink to the absolute
     directory `target`, each link of the chain "inside the tree" on its own
     (as the manifest rules check it), the chain as a whole climbing out of a
     work directory `work_depth` levels below /."""
@@ -153,7 +153,7 @@ def symlink_chain_to(target, work_depth):
                {"path": "u1", "type": "symlink", "target": "d/l/.."}]  # -> work/..
     for i in range(2, work_depth + 2):
         entries.append({"path": f"u{i}", "type": "symlink", "target": f"u{i - 1}/.."})
-    entries.append({"path": ".checkpoints", "type": "symlink",
+    entries.append({"path": name, "type": "symlink",
                     "target": f"u{work_depth + 1}/" + str(target).lstrip("/")})
     return {"version": 1, "entries": entries}
 
@@ -319,3 +319,25 @@ def test_a_session_cannot_point_its_jupyter_socket_at_a_host_socket(pool, tmp_pa
         stop.set()
         t.join()
         server.close()
+
+
+def test_inputs_cannot_have_the_shim_give_a_host_directory_to_a_session(pool, tmp_path):
+    """A Jupyter session's socket directory is made (and given to the task)
+    in the work directory after the inputs are restored: inputs that put a
+    symlink there must not make the root shim chmod and chown its target."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    os.chmod(victim, 0o755)
+    pool.start_server()
+    pool.start_agent("a")
+    pool.wait_nodes_ready(1)
+    work_depth = len(pathlib.Path(pool.agent_dir("a"), "tasks", "1.1", "work").parts) - 1
+    inputs = put_manifest(pool, symlink_chain_to(victim, work_depth, ".gpupool-jupyter"))
+    job_id = pool.submit({"name": "give", "inputs": inputs, "session": {"kind": "jupyter"},
+                          "run": "sleep 300"})
+    # Running means the shim made the directory; failed, that it refused.
+    job = pool.wait_state(job_id, {"running", "failed"}, timeout=60)
+    st = os.stat(victim)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o755), "the shim changed it"
+    assert job["state"] == "failed", job
+    assert ".gpupool-jupyter is a symlink or not a directory" in job["reason"], job["reason"]

@@ -10,6 +10,7 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -193,34 +194,36 @@ class TreeWalk {
   // The entries of directory `dir_fd`, which is `rel` in the tree.
   Status StoreDir(int dir_fd, const std::string& rel, int depth) {
     if (depth > kMaxDepth) return Status::InvalidArgument(rel + ": the tree is too deep");
-    GP_ASSIGN_OR_RETURN(std::vector<std::string> names, As([&] { return ListDir(dir_fd); }));
-    for (const std::string& name : names) {
-      std::string path = (rel.empty() ? "" : rel + "/") + name;
-      auto listed = As([&] { return StatEntry(dir_fd, name); });
-      if (!listed.ok()) {
-        GP_RETURN_IF_ERROR(SkipOrFail(path, listed.status()));
+    GP_ASSIGN_OR_RETURN(std::vector<Listed> listing, List(dir_fd));
+    for (size_t i = 0; i < listing.size(); ++i) {
+      Listed& l = listing[i];
+      std::string path = (rel.empty() ? "" : rel + "/") + l.name;
+      if (!l.st.ok()) {
+        GP_RETURN_IF_ERROR(SkipOrFail(path, l.st.status()));
         continue;
       }
-      const struct stat& st = *listed;
+      const struct stat& st = *l.st;
       bool is_dir = S_ISDIR(st.st_mode);
       if (options_.ignore && options_.ignore(path, is_dir)) continue;
       ManifestEntry entry;
       entry.path = path;
       entry.mode = st.st_mode & 0777;
       if (S_ISLNK(st.st_mode)) {
-        auto target = As([&] { return ReadLinkAt(dir_fd, name); });
-        if (!target.ok()) {
-          GP_RETURN_IF_ERROR(SkipOrFail(path, target.status()));
+        if (!l.target.ok()) {
+          GP_RETURN_IF_ERROR(SkipOrFail(path, l.target.status()));
           continue;
         }
         entry.type = EntryType::kSymlink;
         entry.mode = 0;
-        entry.target = *std::move(target);
+        entry.target = *std::move(l.target);
         m_.entries.push_back(std::move(entry));
         continue;
       }
       if (!is_dir && !S_ISREG(st.st_mode)) continue;  // sockets, devices, fifos
-      auto opened = As([&] { return OpenEntry(dir_fd, name, st); });
+      if (!is_dir && !l.opened) GP_RETURN_IF_ERROR(OpenFiles(dir_fd, rel, listing, i));
+      Result<UniqueFd> opened =
+          is_dir ? As([&] { return OpenEntry(dir_fd, l.name, st); }) : std::move(*l.opened);
+      l.opened.reset();
       if (!opened.ok()) {
         GP_RETURN_IF_ERROR(SkipOrFail(path, opened.status()));
         continue;
@@ -249,7 +252,56 @@ class TreeWalk {
   }
 
  private:
+  // One entry of a directory as listed: its lstat, a symlink's target, a
+  // regular file's descriptor once opened.
+  struct Listed {
+    std::string name;
+    Result<struct stat> st = Status::Internal("not listed");
+    Result<std::string> target = std::string();
+    std::optional<Result<UniqueFd>> opened;
+  };
+
+  // Opens the regular files of `listing` from `from` on, up to kOpenBatch
+  // of them, with one switch of identity (a switch costs about ten system
+  // calls; a tree of many small files would spend most of its time there).
+  // Ignored entries are skipped; the batch ends at the next directory;
+  // descriptors are closed as each file is read.
+  Status OpenFiles(int dir_fd, const std::string& rel, std::vector<Listed>& listing, size_t from) {
+    GP_ASSIGN_OR_RETURN(ScopedFsIdentity id, ScopedFsIdentity::Assume(options_.read_as));
+    size_t batch = 0;
+    for (size_t i = from; i < listing.size() && batch < kOpenBatch; ++i) {
+      Listed& l = listing[i];
+      // No descriptor is held while the walk is in a subdirectory.
+      if (l.st.ok() && S_ISDIR(l.st->st_mode)) break;
+      if (!l.st.ok() || !S_ISREG(l.st->st_mode) || l.opened) continue;
+      if (options_.ignore && options_.ignore((rel.empty() ? "" : rel + "/") + l.name, false)) {
+        continue;
+      }
+      l.opened = OpenEntry(dir_fd, l.name, *l.st);
+      ++batch;
+    }
+    return Status::Ok();
+  }
+
+  // The entries of `dir_fd`, sorted, each looked at once, all as
+  // options_.read_as (one switch of identity for the directory).
+  Result<std::vector<Listed>> List(int dir_fd) {
+    GP_ASSIGN_OR_RETURN(ScopedFsIdentity id, ScopedFsIdentity::Assume(options_.read_as));
+    GP_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir_fd));
+    std::vector<Listed> out;
+    out.reserve(names.size());
+    for (std::string& name : names) {
+      Listed l;
+      l.st = StatEntry(dir_fd, name);
+      if (l.st.ok() && S_ISLNK(l.st->st_mode)) l.target = ReadLinkAt(dir_fd, name);
+      l.name = std::move(name);
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+
   static constexpr int kMaxDepth = 2048;  // manifests hold paths of up to 4096 bytes
+  static constexpr size_t kOpenBatch = 64;
   static constexpr size_t kSkippedExamples = 5;
 
   // An entry that changed between its listing and its opening (the other

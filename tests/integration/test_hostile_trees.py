@@ -129,6 +129,10 @@ def test_a_job_swapping_its_checkpoints_for_links_never_ships_a_host_byte(pool, 
     assert status == 200, body
     stored = body["checkpoints"]
     assert len(stored) >= 5, (len(stored), [l for l in lines if "checkpoint" in l][-20:])
+    left_out = sum("left out" in l for l in lines)
+    refused = sum("was not uploaded" in l for l in lines)
+    print(f"{commits} commits, {flips} flips: {len(stored)} checkpoints stored, {left_out} of them "
+          f"with entries left out, {refused} uploads refused")
 
     # Not one chunk of the host's secret reached the server, whether or not
     # its manifest was accepted...

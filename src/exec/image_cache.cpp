@@ -367,10 +367,9 @@ Status CompleteBundle(const ImageRef& ref, const PulledImage& image, const std::
   auto cache_error = [&](const Status& s) {
     return Status(s.code(), Prefix(ref) + "cache: " + s.message());
   };
-  // The account's no more: root's, and no setuid or setgid bit left.
-  if (as.set()) {
-    if (Status s = SealRoot(bundle); !s.ok()) return cache_error(s);
-  }
+  // The account's no more: root's, and no setuid or setgid bit left (an
+  // agent that is not root pulled as itself: the bits go all the same).
+  if (Status s = SealRoot(bundle, as.set()); !s.ok()) return cache_error(s);
   // Measured once more, whole: the watch looks only every so often.
   const int64_t bytes = DiskUsage(bundle);
   if (max_bytes > 0 && bytes > max_bytes) return TooLargeUnpacked(ref, max_bytes);

@@ -194,9 +194,11 @@ TEST_F(HostileImageTest, ALocalImageTheAccountCannotReadIsRefused) {
   ASSERT_FALSE(lease.ok());
   EXPECT_THAT(lease.status().message(), HasSubstr("Permission denied"));
   ExpectNothingLeft();
-  // As the agent itself (no account), it would have been read.
+  // As the agent itself (no account), it would have been read; the image's
+  // setuid bits are cleared on that path too (the files are the agent's).
   auto as_agent = cache.Acquire(Ref("oci:" + hidden + "/layout:test"), {});
   EXPECT_TRUE(as_agent.ok()) << as_agent.status().ToString();
+  EXPECT_THAT(Find(dir_, S_ISUID | S_ISGID, {S_IFCHR, S_IFBLK}), ::testing::IsEmpty());
 }
 
 TEST(ImageToolsTest, ToolsRunAsTheAccountWithoutPrivilegesInTheirOwnDirectory) {

@@ -47,28 +47,33 @@ int64_t DiskUsageAt(int parent_fd, const char* name, std::set<std::pair<dev_t, i
   return total;
 }
 
-Status SealBelow(int dir_fd, const std::string& where, int depth) {
+// Clears the setuid and setgid bits of `name` in `dir_fd` (never through a
+// symlink: fchmodat with AT_SYMLINK_NOFOLLOW).
+Status ClearSetId(int dir_fd, const std::string& name, const struct stat& st,
+                  const std::string& path) {
+  if ((st.st_mode & (S_ISUID | S_ISGID)) == 0) return Status::Ok();
+  if (::fchmodat(dir_fd, name.c_str(), st.st_mode & 01777, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Status::Internal("cannot chmod " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Status SealBelow(int dir_fd, const std::string& where, bool to_root, int depth) {
   if (depth > 4096) return Status::Internal(where + ": the tree is too deep");
   GP_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir_fd));
   for (const std::string& name : names) {
     const std::string path = where + "/" + name;
-    if (::fchownat(dir_fd, name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (to_root && ::fchownat(dir_fd, name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0) {
       return Status::Internal("cannot give " + path + " to root: " + std::strerror(errno));
     }
     GP_ASSIGN_OR_RETURN(struct stat st, StatEntry(dir_fd, name));
+    if (S_ISLNK(st.st_mode)) continue;
+    // A chown by root clears them from files already (Linux does for any
+    // caller); say so explicitly rather than rely on it.
+    GP_RETURN_IF_ERROR(ClearSetId(dir_fd, name, st, path));
     if (S_ISDIR(st.st_mode)) {
       GP_ASSIGN_OR_RETURN(UniqueFd sub, OpenEntry(dir_fd, name, st));
-      if ((st.st_mode & (S_ISUID | S_ISGID)) != 0 && ::fchmod(sub.get(), st.st_mode & 01777) != 0) {
-        return Status::Internal("cannot chmod " + path + ": " + std::strerror(errno));
-      }
-      GP_RETURN_IF_ERROR(SealBelow(sub.get(), path, depth + 1));
-    } else if (S_ISREG(st.st_mode) && (st.st_mode & (S_ISUID | S_ISGID)) != 0) {
-      // The chown cleared them already (Linux does for any caller); say so
-      // explicitly rather than rely on it.
-      GP_ASSIGN_OR_RETURN(UniqueFd f, OpenEntry(dir_fd, name, st));
-      if (::fchmod(f.get(), st.st_mode & 01777) != 0) {
-        return Status::Internal("cannot chmod " + path + ": " + std::strerror(errno));
-      }
+      GP_RETURN_IF_ERROR(SealBelow(sub.get(), path, to_root, depth + 1));
     }
   }
   return Status::Ok();
@@ -172,15 +177,15 @@ Status NotRun(const ImageRef& ref, const std::string& what, const Status& s) {
   return Status(StatusCode::kFailedPrecondition, ImagePrefix(ref) + what + ": " + s.message());
 }
 
-Status SealRoot(const std::string& root) {
+Status SealRoot(const std::string& root, bool to_root) {
   UniqueFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.valid()) return Status::Internal("cannot open " + root + ": " + std::strerror(errno));
-  if (::fchown(fd.get(), 0, 0) != 0) {
+  if (to_root && ::fchown(fd.get(), 0, 0) != 0) {
     int e = errno;
     if (e == EPERM) return Status::PermissionDenied("cannot give " + root + " to root");
     return Status::Internal("cannot give " + root + " to root: " + std::strerror(e));
   }
-  return SealBelow(fd.get(), root, 0);
+  return SealBelow(fd.get(), root, to_root, 0);
 }
 
 }  // namespace gpupool::exec

@@ -20,6 +20,7 @@
 //   setgid bit cleared: the unpacking account can no longer change a
 //   published root, and no file of an image can raise anyone's privileges
 //   on the host, where the cache's roots are reachable (DIR/roots is 0711).
+//   An agent that is not root clears the bits (the files are its own).
 //
 // Thread-safety: free functions are reentrant; a SizeWatch belongs to one
 // RunCommand call.
@@ -107,8 +108,9 @@ Status ToolFailure(const ImageRef& ref, const std::string& what, const std::stri
 // FailedPrecondition.
 Status NotRun(const ImageRef& ref, const std::string& what, const Status& s);
 
-// Gives `root` and everything under it to root:root and clears the setuid
-// and setgid bits of its files. Needs root (PermissionDenied otherwise).
-Status SealRoot(const std::string& root);
+// Clears the setuid and setgid bits of everything under `root` and, with
+// `to_root`, gives it all to root:root first (which needs root:
+// PermissionDenied otherwise). No symlink is followed.
+Status SealRoot(const std::string& root, bool to_root);
 
 }  // namespace gpupool::exec

@@ -28,11 +28,8 @@ using ::testing::HasSubstr;
 
 constexpr int kTaskUid = 190611;  // a task account of the default range
 
-std::string RepoPath(const std::string& rel) {
-  fs::path here = fs::path(__FILE__);
-  if (here.is_relative()) here = fs::current_path() / here;
-  return (here.parent_path().parent_path().parent_path() / rel).string();
-}
+// In the source tree (GPUPOOL_SOURCE_DIR: src/exec/CMakeLists.txt).
+std::string RepoPath(const std::string& rel) { return std::string(GPUPOOL_SOURCE_DIR) + "/" + rel; }
 
 void BuildHostile(const std::string& out, const std::string& kind, int mib = 0) {
   std::vector<std::string> argv = {"/usr/bin/python3",

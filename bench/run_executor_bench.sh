@@ -71,6 +71,8 @@ start_latency() {
 
 image_latency() {
   local i r out first=() cached=() sand=()
+  # A root agent pulls as the task's account, which must read the images.
+  chmod 755 "$tmp"
   for i in $(seq "$images"); do
     "$here/../tests/images/make_test_image.sh" "$tmp/img$i" "BENCH_IMAGE=$i" >/dev/null
   done

@@ -18,7 +18,7 @@ elif [ "${1:-}" = "--fuzz" ]; then
   args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUPOOL_FUZZ=ON)
   export CC=clang CXX=clang++
   # Only the targets and the libraries they link, not the whole tree.
-  targets=(fuzz_job_spec fuzz_api_json fuzz_agent_proto fuzz_manifest)
+  targets=(fuzz_job_spec fuzz_api_json fuzz_agent_proto fuzz_manifest fuzz_oci_image)
   shift
 fi
 cmake -S . -B "$dir" -G Ninja "${args[@]}" > /dev/null

@@ -118,6 +118,8 @@ class Agent {
       if (!config.ok()) return Status::InvalidArgument(config.status().message());
       config_ = *std::move(config);
     }
+    if (options_.max_image_bytes > 0)
+      config_.exec.images.max_image_bytes = options_.max_image_bytes;
     if (options_.advertise_addr.empty()) options_.advertise_addr = config_.advertise_addr;
     TunnelEndpoint::Options tunnels;
     tunnels.docker = config_.exec.docker.engine;

@@ -39,6 +39,9 @@ struct AgentOptions {
   // The local chunk cache (DATA_DIR/chunk-cache) for job inputs and
   // restored checkpoints: least recently used chunks go beyond this size.
   int64_t chunk_cache_bytes = int64_t{10} << 30;
+  // Each container image, compressed and unpacked (--max-image-size); 0:
+  // the config file's images.max_image_size (default 20 GiB).
+  int64_t max_image_bytes = 0;
 };
 
 // `--label KEY=VALUE` flags as a map. Keys are 1-128 characters of

@@ -27,7 +27,8 @@ constexpr const char* kSandboxFields[] = {"uids",
                                           "blocked_networks",
                                           "gang_ports",
                                           "gang_ports_per_rank"};
-constexpr const char* kImagesFields[] = {"cache_dir", "cache_size", "skopeo", "umoci"};
+constexpr const char* kImagesFields[] = {"cache_dir", "cache_size", "max_image_size", "skopeo",
+                                         "umoci"};
 constexpr const char* kEngineFields[] = {"command", "gpus", "extra_args"};
 constexpr const char* kLimitsFields[] = {"cgroup", "pids", "memory", "cpus", "disk", "memory_poll"};
 constexpr int64_t kMaxPids = 4'194'304;  // the kernel's pid_max ceiling
@@ -269,6 +270,11 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
     }
     if (const json* f = FieldOrNull(*v, "cache_size")) {
       GP_ASSIGN_OR_RETURN(c.images.max_bytes, Bytes(*f, "images.cache_size"));
+    }
+    if (const json* f = FieldOrNull(*v, "max_image_size")) {
+      GP_ASSIGN_OR_RETURN(c.images.max_image_bytes, Bytes(*f, "images.max_image_size"));
+      if (c.images.max_image_bytes <= 0)
+        return FieldError("images.max_image_size", "must be more than 0");
     }
     if (const json* f = FieldOrNull(*v, "skopeo")) {
       GP_ASSIGN_OR_RETURN(c.images.skopeo, NonEmptyString(*f, "images.skopeo"));

@@ -26,6 +26,7 @@ TEST(AgentConfig, Defaults) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->exec.executors, std::vector<std::string>{"sandbox"});
   EXPECT_EQ(c->exec.images.dir, "/var/lib/agent/images");
+  EXPECT_EQ(c->exec.images.max_image_bytes, int64_t{20} << 30);
   EXPECT_EQ(c->exec.cgroup, "auto");
   EXPECT_EQ(c->exec.defaults.pids, 4096);
   EXPECT_EQ(c->exec.defaults.memory_bytes, 0);
@@ -53,7 +54,8 @@ sandbox:
   blocked_networks: [10.1.2.3, 192.168.7.0/24, "fe80::1:2/64"]
   gang_ports: 40000-40099
   gang_ports_per_rank: 20
-images: {cache_dir: /cache, cache_size: 2GiB, skopeo: /usr/bin/skopeo, umoci: /usr/bin/umoci}
+images: {cache_dir: /cache, cache_size: 2GiB, max_image_size: 5GiB, skopeo: /usr/bin/skopeo,
+         umoci: /usr/bin/umoci}
 docker: {command: /usr/bin/docker, gpus: gpus, extra_args: [--runtime=nvidia]}
 podman: {gpus: cdi}
 limits: {cgroup: none, pids: 64, memory: 4GiB, cpus: 1.5, disk: 10GiB, memory_poll: 50ms}
@@ -74,6 +76,7 @@ limits: {cgroup: none, pids: 64, memory: 4GiB, cpus: 1.5, disk: 10GiB, memory_po
   EXPECT_EQ(e.sandbox.gang_ports_per_rank, 20);
   EXPECT_EQ(e.images.dir, "/cache");
   EXPECT_EQ(e.images.max_bytes, int64_t{2} << 30);
+  EXPECT_EQ(e.images.max_image_bytes, int64_t{5} << 30);
   EXPECT_EQ(e.docker.engine, "/usr/bin/docker");
   EXPECT_EQ(e.docker.gpu_mode, "gpus");
   EXPECT_EQ(e.docker.extra_args, std::vector<std::string>{"--runtime=nvidia"});
@@ -111,6 +114,8 @@ TEST(AgentConfig, RejectsWithThePath) {
               HasSubstr("holds fewer ports than one rank takes (gang_ports_per_rank 50)"));
   EXPECT_THAT(Error("sandbox: {gang_ports_per_rank: 1}"),
               HasSubstr("sandbox.gang_ports_per_rank (line 1): must be an integer from 2"));
+  EXPECT_THAT(Error("images: {max_image_size: -1}"), HasSubstr("images.max_image_size (line 1):"));
+  EXPECT_THAT(Error("images: {max_image_size: 0B}"), HasSubstr("images.max_image_size (line 1):"));
   EXPECT_THAT(Error("docker: {gpus: all}"), HasSubstr("docker.gpus (line 1): must be cdi or gpus"));
   EXPECT_THAT(Error("limits: {pids: 0}"),
               HasSubstr("limits.pids (line 1): must be a whole number from 1"));

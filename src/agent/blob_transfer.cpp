@@ -1,6 +1,10 @@
 #include "agent/blob_transfer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <memory>
@@ -13,6 +17,7 @@
 #include "blob/http_chunk_store.h"
 #include "blob/manifest.h"
 #include "blob/tree.h"
+#include "common/safe_fs.h"
 #include "common/units.h"
 #include "exec/executor.h"
 #include "net/http.h"
@@ -24,22 +29,13 @@ using nlohmann::json;
 
 namespace {
 
-// Gives everything under `dir` (and `dir` itself) to `uid`.
+// Gives `dir` and everything under it to `uid`, through directory
+// descriptors: a symlink in the tree changes owner itself, nothing it
+// points to does.
 Status GiveTo(const std::string& dir, int uid) {
-  auto give = [uid](const fs::path& p) {
-    if (::lchown(p.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(uid)) != 0) {
-      return Status::Internal("cannot give " + p.string() + " to uid " + std::to_string(uid));
-    }
-    return Status::Ok();
-  };
-  GP_RETURN_IF_ERROR(give(dir));
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    GP_RETURN_IF_ERROR(give(it->path()));
-  }
-  if (ec) return Status::Internal("cannot walk " + dir + ": " + ec.message());
-  return Status::Ok();
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return Status::Internal("cannot open " + dir + ": " + std::strerror(errno));
+  return ChownTree(fd.get(), uid, uid).WithContext("giving " + dir + " to the job");
 }
 
 // The agent's chunk cache in front of the server. `keep`: keep copies of
@@ -91,6 +87,22 @@ Status RestoreCheckpoint(const proto::StartTask& task, const std::string& checkp
   return Status::Ok();
 }
 
+// The checkpoint directory is the agent's to fill (and, with a restore,
+// to write into as root): inputs may hold it only as an empty directory,
+// never as a symlink or a file, and nothing under it.
+Status CheckInputsLeaveCheckpointsAlone(const blob::Manifest& inputs) {
+  const std::string name(exec::kCheckpointDirName);
+  for (const blob::ManifestEntry& e : inputs.entries) {
+    bool is_it = e.path == name && e.type != blob::EntryType::kDir;
+    if (is_it || e.path.starts_with(name + "/")) {
+      return Status::FailedPrecondition("the job's inputs hold " + e.path + ", but " + name +
+                                        " is reserved for its checkpoints (an empty directory "
+                                        "or nothing)");
+    }
+  }
+  return Status::Ok();
+}
+
 // The job's inputs into `work_dir`, then its checkpoint into `checkpoint_dir`.
 Status FetchTrees(const proto::StartTask& task, const std::string& work_dir,
                   const std::string& checkpoint_dir, const BlobAccess& access,
@@ -98,15 +110,11 @@ Status FetchTrees(const proto::StartTask& task, const std::string& work_dir,
   blob::HttpChunkStore remote(RemoteStoreOptions(access));
   if (!task.spec.inputs.empty()) {
     GP_ASSIGN_OR_RETURN(blob::Manifest m, remote.GetManifest(task.spec.inputs));
+    GP_RETURN_IF_ERROR(CheckInputsLeaveCheckpointsAlone(m));
     event("restoring the job's inputs (" + FormatBytes(m.TotalBytes()) + ")");
     GP_ASSIGN_OR_RETURN(auto cache, OpenCache(access, remote, /*keep=*/true));
     GP_RETURN_IF_ERROR(
         blob::RestoreTree(m, *cache, work_dir).WithContext("cannot restore the job's inputs"));
-  }
-  if (fs::exists(checkpoint_dir) && !fs::is_empty(checkpoint_dir)) {
-    return Status::FailedPrecondition("the job's inputs hold a " +
-                                      std::string(exec::kCheckpointDirName) +
-                                      " directory, which is reserved for its checkpoints");
   }
   if (task.restore_manifest.empty()) return Status::Ok();
   return RestoreCheckpoint(task, checkpoint_dir, access, remote, event);
@@ -129,24 +137,26 @@ Status MaterializeWorkDir(const proto::StartTask& task, const std::string& work_
   if (!task.spec.inputs.empty() || !task.restore_manifest.empty()) {
     GP_RETURN_IF_ERROR(FetchTrees(task, work_dir, checkpoint_dir, access, event));
   }
-  // The job's to write into, whether or not a checkpoint was restored.
-  std::error_code ec;
-  fs::create_directories(checkpoint_dir, ec);
-  if (ec) return Status::Internal("cannot create " + checkpoint_dir + ": " + ec.message());
+  // The job's to write into, whether or not a checkpoint was restored
+  // (never through a symlink of the inputs').
+  GP_RETURN_IF_ERROR(OpenOrMakeDirPath(checkpoint_dir, 0755).status());
   return uid >= 0 ? GiveTo(work_dir, uid) : Status::Ok();
 }
 
-UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::string& attempt_id) {
+UploadFn HttpUploadFn(const BlobAccess& access, int64_t job_id, const std::string& attempt_id,
+                      const TaskTree& tree) {
   // The chunks of the last checkpoint this attempt registered: stored on
   // the server (retention keeps it), so the next upload does not ask about
   // them. Uploads run one at a time (CheckpointUploader).
   auto registered = std::make_shared<std::unordered_set<blob::ChunkId>>();
-  return [access, job_id, attempt_id, registered](const std::string& dir,
-                                                  const Commit& c) -> Result<UploadResult> {
+  return [access, job_id, attempt_id, registered, tree](const std::string& dir,
+                                                        const Commit& c) -> Result<UploadResult> {
     blob::HttpChunkStoreOptions remote_options = RemoteStoreOptions(access);
     remote_options.for_attempt = attempt_id;  // charged to the job's storage quota
     blob::HttpChunkStore remote(std::move(remote_options));
     blob::StoreTreeOptions options;
+    options.beneath = tree.beneath;
+    options.read_as = tree.read_as;
     // The tree a restored attempt finds: the checkpoint directory holding
     // only this commit.
     options.ignore = [&c](const std::string& path, bool) {

@@ -27,6 +27,7 @@
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/json_reader.h"
+#include "common/safe_fs.h"
 #include "common/units.h"
 #include "exec/executor.h"
 #include "exec/launch.h"
@@ -256,16 +257,36 @@ Status PrepareJupyterSession(const proto::StartTask& task, const TaskPaths& path
                              const ShimOptions& o, std::string_view executor,
                              exec::TaskContext& ctx) {
   if (!task.spec.session || task.spec.session->kind != SessionKind::kJupyter) return Status::Ok();
-  std::string dir = paths.work_dir() + "/" + kJupyterSocketDir;
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    return Status::Internal("cannot create " + dir + ": " + std::strerror(errno));
-  if (::chmod(dir.c_str(), 0700) != 0)
-    return Status::Internal("cannot set the mode of " + dir + ": " + std::strerror(errno));
-  if (o.uid >= 0 && ::chown(dir.c_str(), static_cast<uid_t>(o.uid), static_cast<gid_t>(o.gid)) != 0)
-    return Status::Internal("cannot give " + dir + " to uid " + std::to_string(o.uid));
+  // The work directory holds the job's inputs already: a symlink of theirs
+  // under this name is refused, never followed (a chmod or chown through it
+  // would change a host file as root).
+  UniqueFd work(::open(paths.work_dir().c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!work.valid()) {
+    return Status::Internal("cannot open " + paths.work_dir() + ": " + std::strerror(errno));
+  }
+  auto made = MakeDirAt(work.get(), kJupyterSocketDir, 0700, /*exist_ok=*/true);
+  if (!made.ok()) return made.status().WithContext("the Jupyter socket's directory");
+  if (::fchmod(made->get(), 0700) != 0) {
+    return Status::Internal(std::string("cannot set the mode of ") + kJupyterSocketDir + ": " +
+                            std::strerror(errno));
+  }
+  if (o.uid >= 0 &&
+      ::fchown(made->get(), static_cast<uid_t>(o.uid), static_cast<gid_t>(o.gid)) != 0) {
+    return Status::Internal(std::string("cannot give ") + kJupyterSocketDir + " to uid " +
+                            std::to_string(o.uid));
+  }
   ctx.env.push_back("GPUPOOL_JUPYTER_SOCKET=" + JupyterSocketInJob(executor, paths.work_dir()));
   ctx.env.push_back("JUPYTER_TOKEN=" + task.spec.session->jupyter_token);
   return Status::Ok();
+}
+
+// What an upload left out because the job changed it while it was read.
+std::string SkippedNote(const blob::TreeStats& s) {
+  if (s.skipped == 0) return "";
+  std::string note =
+      "; left out " + std::to_string(s.skipped) + " entries that changed while being read:";
+  for (const std::string& e : s.skipped_examples) note += " " + e;
+  return note;
 }
 
 }  // namespace
@@ -473,7 +494,9 @@ int RunShim(const ShimOptions& options) {
   } else if (task.spec.checkpoint) {
     if (auto c = NewestCommit(checkpoint_dir)) newest_commit = c->number;
     uploader = std::make_unique<CheckpointUploader>(
-        checkpoint_dir, HttpUploadFn(options.blob, task.job_id, task.attempt_id));
+        checkpoint_dir,
+        HttpUploadFn(options.blob, task.job_id, task.attempt_id,
+                     TaskTree{options.task_dir, FsIdentity{options.uid, options.gid}}));
     // A commit is a rename into the directory: noticed at once, with the
     // periodic scan as the fallback (a full inotify table, a replaced dir).
     commit_watch = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -496,7 +519,8 @@ int RunShim(const ShimOptions& options) {
         const blob::TreeStats& s = o.result->stats;
         event("checkpoint " + o.commit.name + " uploaded as checkpoint " +
               std::to_string(o.result->checkpoint) + ": " + FormatBytes(s.uploaded_bytes) +
-              " sent for " + FormatBytes(s.bytes) + " in " + std::to_string(o.took_ms) + " ms");
+              " sent for " + FormatBytes(s.bytes) + " in " + std::to_string(o.took_ms) + " ms" +
+              SkippedNote(s));
       } else {
         event("checkpoint " + o.commit.name + " was not uploaded: " + o.result.status().message());
       }

@@ -72,6 +72,7 @@ json ExecConfigJson(const exec::ExecConfig& c) {
           {"images",
            {{"dir", c.images.dir},
             {"max_bytes", c.images.max_bytes},
+            {"max_image_bytes", c.images.max_image_bytes},
             {"skopeo", c.images.skopeo},
             {"umoci", c.images.umoci},
             {"command_timeout_ms", c.images.command_timeout_ms}}},
@@ -104,6 +105,7 @@ exec::ExecConfig ExecConfigFrom(const json& j) {
   const json& i = j.at("images");
   c.images.dir = i.at("dir").get<std::string>();
   c.images.max_bytes = i.at("max_bytes").get<int64_t>();
+  c.images.max_image_bytes = i.at("max_image_bytes").get<int64_t>();
   c.images.skopeo = i.at("skopeo").get<std::string>();
   c.images.umoci = i.at("umoci").get<std::string>();
   c.images.command_timeout_ms = i.at("command_timeout_ms").get<int64_t>();

@@ -40,6 +40,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   config.sandbox.gang_ports_per_rank = 25;
   config.images.dir = "/var/lib/gpupool/images";
   config.images.max_bytes = 123;
+  config.images.max_image_bytes = 456;
   config.docker.extra_args = {"--security-opt", "no-new-privileges"};
   config.cgroup = "/sys/fs/cgroup/gpupool";
   config.first_uid = 300000;
@@ -97,6 +98,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   EXPECT_EQ(b.exec_config->executors, config.executors);
   EXPECT_EQ(b.exec_config->sandbox.host_paths, config.sandbox.host_paths);
   EXPECT_EQ(b.exec_config->images.max_bytes, 123);
+  EXPECT_EQ(b.exec_config->images.max_image_bytes, 456);
   EXPECT_EQ(b.exec_config->docker, config.docker);
   EXPECT_EQ(b.exec_config->defaults, config.defaults);
   EXPECT_EQ(b.exec_config->first_uid, 300000);

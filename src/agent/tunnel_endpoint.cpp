@@ -17,6 +17,7 @@
 
 #include "agent/task_exec.h"
 #include "common/log.h"
+#include "common/safe_fs.h"
 #include "proto/exec_stream.h"
 #include "proto/tunnel_target.h"
 
@@ -218,17 +219,26 @@ void TunnelEndpoint::StartTcp(Stream& s, int port) {
 }
 
 void TunnelEndpoint::StartJupyter(Stream& s, const TaskState& t) {
-  // The path may exceed sun_path: connect through a descriptor of the directory.
+  // The path may exceed sun_path: connect through a descriptor of the
+  // directory. The job owns the directory and what is in it: it is opened
+  // without following a symlink, and the connect is made as the task's
+  // account, so a socket name the job pointed at one of the host's (the
+  // container engine's, say) is refused by the kernel, not reached as root.
   std::string dir = t.paths.work_dir() + "/" + kJupyterSocketDir;
-  int dirfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int dirfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dirfd < 0) return Finish(s, "this session runs no Jupyter server");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/%s", dirfd,
                 kJupyterSocketName);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int rc = fd < 0 ? -1 : ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int rc = -1;
   int err = errno;
+  if (fd >= 0) {
+    auto as = ScopedFsIdentity::Assume(FsIdentity{t.uid, t.uid});
+    rc = as.ok() ? ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) : -1;
+    err = as.ok() ? errno : EPERM;
+  }
   ::close(dirfd);
   if (fd < 0) return Finish(s, "cannot reach the Jupyter server: " + Errno(err));
   if (rc != 0 && err != EINPROGRESS && err != EAGAIN) {

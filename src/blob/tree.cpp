@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,13 +9,12 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <thread>
-#include <unordered_map>
 #include <vector>
+
+#include "common/safe_fs.h"
 
 namespace gpupool::blob {
 namespace fs = std::filesystem;
@@ -143,32 +141,32 @@ class Uploader {
   Status failed_;                          // the first batch's error; guarded by mu_
 };
 
-Status ChunkFile(const fs::path& path, ManifestEntry& entry, const StoreTreeOptions& options,
+// Cuts the regular file open as `fd` into chunks, reading at most `size`
+// bytes (what its listing said), so a file that grows while it is read
+// cannot keep the reader busy for ever.
+Status ChunkFile(int fd, int64_t size, ManifestEntry& entry, const StoreTreeOptions& options,
                  Uploader& up, TreeStats& stats) {
   const ChunkerOptions& chunker = options.chunker;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return Errno("cannot read " + path.string());
   std::string buf;
   size_t start = 0;  // of the unchunked bytes in buf
+  int64_t left = size;
   bool eof = false;
-  Status status;
-  while (status.ok()) {
+  while (true) {
     // Keep at least max_size bytes ahead of the cut, unless the file ends.
     if (!eof && buf.size() - start < chunker.max_size) {
       buf.erase(0, start);
       start = 0;
       size_t have = buf.size();
-      buf.resize(have + 4 * chunker.max_size);
-      ssize_t n = ::read(fd, buf.data() + have, buf.size() - have);
+      size_t want = static_cast<size_t>(std::min<int64_t>(left, 4 * chunker.max_size));
+      buf.resize(have + want);
+      ssize_t n = want == 0 ? 0 : ::read(fd, buf.data() + have, want);
       if (n < 0 && errno == EINTR) {
         buf.resize(have);
         continue;
       }
-      if (n < 0) {
-        status = Errno("cannot read " + path.string());
-        break;
-      }
+      if (n < 0) return Errno("cannot read " + entry.path);
       buf.resize(have + static_cast<size_t>(n));
+      left -= n;
       eof = n == 0;
       continue;
     }
@@ -179,279 +177,195 @@ Status ChunkFile(const fs::path& path, ManifestEntry& entry, const StoreTreeOpti
     entry.chunks.push_back({"", static_cast<int64_t>(len)});
     entry.size += static_cast<int64_t>(len);
     ++stats.chunks;
-    status = up.Add(buf.substr(start, len));
+    GP_RETURN_IF_ERROR(up.Add(buf.substr(start, len)));
     start += len;
     if (options.on_scanned) options.on_scanned(stats.bytes + entry.size);
-  }
-  ::close(fd);
-  return status;
-}
-
-Status StoreDir(const fs::path& root, const std::string& rel, const StoreTreeOptions& options,
-                Manifest& m, Uploader& up, TreeStats& stats) {
-  std::error_code ec;
-  std::vector<fs::directory_entry> children;
-  for (const auto& e : fs::directory_iterator(root / rel, ec)) children.push_back(e);
-  if (ec) return Status::Internal("cannot list " + (root / rel).string() + ": " + ec.message());
-  // A stable order, so that the same tree gives the same manifest.
-  std::sort(children.begin(), children.end(),
-            [](const auto& a, const auto& b) { return a.path().filename() < b.path().filename(); });
-  for (const auto& child : children) {
-    std::string path = (rel.empty() ? "" : rel + "/") + child.path().filename().string();
-    struct stat st;
-    if (::lstat(child.path().c_str(), &st) != 0)
-      return Errno("cannot stat " + child.path().string());
-    bool is_dir = S_ISDIR(st.st_mode);
-    if (options.ignore && options.ignore(path, is_dir)) continue;
-    ManifestEntry entry;
-    entry.path = path;
-    entry.mode = st.st_mode & 0777;
-    if (is_dir) {
-      entry.type = EntryType::kDir;
-      m.entries.push_back(std::move(entry));
-      GP_RETURN_IF_ERROR(StoreDir(root, path, options, m, up, stats));
-    } else if (S_ISLNK(st.st_mode)) {
-      entry.type = EntryType::kSymlink;
-      entry.mode = 0;
-      entry.target = fs::read_symlink(child.path(), ec).string();
-      if (ec) return Status::Internal("cannot read the link " + path + ": " + ec.message());
-      m.entries.push_back(std::move(entry));
-    } else if (S_ISREG(st.st_mode)) {
-      entry.type = EntryType::kFile;
-      GP_RETURN_IF_ERROR(ChunkFile(child.path(), entry, options, up, stats));
-      ++stats.files;
-      stats.bytes += entry.size;
-      m.entries.push_back(std::move(entry));
-    }
   }
   return Status::Ok();
 }
 
-// How one file of a manifest is written: from scratch, or over a file of
-// the base tree that already holds some of its chunks at their offsets.
-struct FilePlan {
-  const ManifestEntry* entry = nullptr;
-  fs::path base;                 // the base file to take over; empty: none
-  std::vector<size_t> needed;    // indices into entry->chunks, ascending
-  std::vector<int64_t> offsets;  // of each of entry->chunks
-};
-
-// Chooses, for each file, the base file that holds the most of its bytes in
-// place (the same chunk at the same offset), each base file for one file at
-// most, and lists the chunks still to be written.
-std::vector<FilePlan> PlanFiles(const std::vector<const ManifestEntry*>& files,
-                                const RestoreBase* base) {
-  // (chunk id, offset) -> the base files holding that chunk there.
-  std::unordered_map<std::string, std::vector<size_t>> in_place;
-  std::vector<const ManifestEntry*> base_files;
-  if (base != nullptr) {
-    for (const ManifestEntry& b : base->manifest.entries) {
-      if (b.type != EntryType::kFile) continue;
-      // Only a base file that is there as the base manifest says.
-      struct stat st;
-      fs::path p = fs::path(base->dir) / b.path;
-      if (::lstat(p.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != b.size) continue;
-      int64_t at = 0;
-      for (const ChunkRef& c : b.chunks) {
-        in_place[c.id + ":" + std::to_string(at)].push_back(base_files.size());
-        at += c.size;
-      }
-      base_files.push_back(&b);
-    }
-  }
-  std::vector<bool> taken(base_files.size(), false);
-  std::vector<FilePlan> plans;
-  for (const ManifestEntry* f : files) {
-    FilePlan plan;
-    plan.entry = f;
-    int64_t at = 0;
-    for (const ChunkRef& c : f->chunks) {
-      plan.offsets.push_back(at);
-      at += c.size;
-    }
-    std::map<size_t, int64_t> reusable;  // base file -> bytes it holds in place
-    for (size_t i = 0; i < f->chunks.size(); ++i) {
-      auto it = in_place.find(f->chunks[i].id + ":" + std::to_string(plan.offsets[i]));
-      if (it == in_place.end()) continue;
-      for (size_t b : it->second) {
-        if (!taken[b]) reusable[b] += f->chunks[i].size;
-      }
-    }
-    std::optional<size_t> best;
-    for (const auto& [b, bytes] : reusable) {
-      if (!best || bytes > reusable[*best]) best = b;
-    }
-    std::set<std::string> held;  // "id:offset" the chosen base file holds
-    if (best) {
-      taken[*best] = true;
-      plan.base = fs::path(base->dir) / base_files[*best]->path;
-      int64_t b_at = 0;
-      for (const ChunkRef& c : base_files[*best]->chunks) {
-        held.insert(c.id + ":" + std::to_string(b_at));
-        b_at += c.size;
-      }
-    }
-    for (size_t i = 0; i < f->chunks.size(); ++i) {
-      if (!held.count(f->chunks[i].id + ":" + std::to_string(plan.offsets[i]))) {
-        plan.needed.push_back(i);
-      }
-    }
-    plans.push_back(std::move(plan));
-  }
-  return plans;
-}
-
-// Writes the planned files as their needed chunks arrive, in plan order.
-// Chunks that follow each other in a file are gathered and written with one
-// pwritev per ~4 MiB, since small writes cost ext4 far more per byte than
-// large ones.
-class FileWriter {
+// One walk of StoreTree: every directory is read through its descriptor,
+// every entry opened relative to its parent's, as `options.read_as`.
+class TreeWalk {
  public:
-  FileWriter(const fs::path& dest, const std::vector<FilePlan>& plans)
-      : dest_(dest), plans_(plans) {}
-  ~FileWriter() { Abandon(); }
+  TreeWalk(const StoreTreeOptions& options, Manifest& m, Uploader& up, TreeStats& stats)
+      : options_(options), m_(m), up_(up), stats_(stats) {}
 
-  // The next needed chunk, in plan order.
-  Status Add(VerifiedChunk c) {
-    GP_RETURN_IF_ERROR(OpenThrough());
-    if (file_ == plans_.size()) return Status::Internal("more chunks than the manifest's files");
-    const FilePlan& plan = plans_[file_];
-    const ManifestEntry& e = *plan.entry;
-    const size_t index = plan.needed[next_];
-    const ChunkRef& ref = e.chunks[index];
-    if (c.id != ref.id) return Status::Internal(e.path + ": chunk out of order");
-    if (static_cast<int64_t>(c.bytes.size()) != ref.size) {
-      return Status::DataLoss(e.path + ": chunk " + c.id.substr(0, 12) + " has " +
-                              std::to_string(c.bytes.size()) + " bytes, the manifest says " +
-                              std::to_string(ref.size));
+  // The entries of directory `dir_fd`, which is `rel` in the tree.
+  Status StoreDir(int dir_fd, const std::string& rel, int depth) {
+    if (depth > kMaxDepth) return Status::InvalidArgument(rel + ": the tree is too deep");
+    GP_ASSIGN_OR_RETURN(std::vector<Listed> listing, List(dir_fd));
+    for (size_t i = 0; i < listing.size(); ++i) {
+      Listed& l = listing[i];
+      std::string path = (rel.empty() ? "" : rel + "/") + l.name;
+      if (!l.st.ok()) {
+        GP_RETURN_IF_ERROR(SkipOrFail(path, l.st.status()));
+        continue;
+      }
+      const struct stat& st = *l.st;
+      bool is_dir = S_ISDIR(st.st_mode);
+      if (options_.ignore && options_.ignore(path, is_dir)) continue;
+      ManifestEntry entry;
+      entry.path = path;
+      entry.mode = st.st_mode & 0777;
+      if (S_ISLNK(st.st_mode)) {
+        if (!l.target.ok()) {
+          GP_RETURN_IF_ERROR(SkipOrFail(path, l.target.status()));
+          continue;
+        }
+        entry.type = EntryType::kSymlink;
+        entry.mode = 0;
+        entry.target = *std::move(l.target);
+        m_.entries.push_back(std::move(entry));
+        continue;
+      }
+      if (!is_dir && !S_ISREG(st.st_mode)) continue;  // sockets, devices, fifos
+      if (!is_dir && !l.opened) GP_RETURN_IF_ERROR(OpenFiles(dir_fd, rel, listing, i));
+      Result<UniqueFd> opened =
+          is_dir ? As([&] { return OpenEntry(dir_fd, l.name, st); }) : std::move(*l.opened);
+      l.opened.reset();
+      if (!opened.ok()) {
+        GP_RETURN_IF_ERROR(SkipOrFail(path, opened.status()));
+        continue;
+      }
+      if (is_dir) {
+        entry.type = EntryType::kDir;
+        m_.entries.push_back(std::move(entry));
+        GP_RETURN_IF_ERROR(StoreDir(opened->get(), path, depth + 1));
+      } else {
+        entry.type = EntryType::kFile;
+        GP_RETURN_IF_ERROR(ChunkFile(opened->get(), st.st_size, entry, options_, up_, stats_));
+        ++stats_.files;
+        stats_.bytes += entry.size;
+        m_.entries.push_back(std::move(entry));
+      }
     }
-    const int64_t offset = plan.offsets[index];
-    if (!pending_.empty() && offset != run_end_) GP_RETURN_IF_ERROR(Flush());
-    if (pending_.empty()) run_start_ = offset;
-    run_end_ = offset + ref.size;
-    pending_bytes_ += c.bytes.size();
-    pending_.push_back(std::move(c.bytes));
-    if (++next_ < plan.needed.size()) {
-      bool full = pending_bytes_ >= kWriteBytes || pending_.size() >= kWriteChunks;
-      return full ? Flush() : Status::Ok();
-    }
-    GP_RETURN_IF_ERROR(Flush());
-    return Close();
+    return Status::Ok();
   }
 
-  // The file the next chunk is for.
-  std::string current() const { return file_ < plans_.size() ? plans_[file_].entry->path : ""; }
-
-  // After the last chunk: the files that need none (empty, or all in place).
-  Status Finish() {
-    GP_RETURN_IF_ERROR(OpenThrough());
-    if (file_ != plans_.size()) return Status::Internal("fewer chunks than the manifest's files");
-    return Status::Ok();
+  // Runs `f` (a file-system call) as options_.read_as.
+  template <typename F>
+  auto As(F&& f) -> decltype(f()) {
+    auto id = ScopedFsIdentity::Assume(options_.read_as);
+    if (!id.ok()) return id.status();
+    return f();
   }
 
  private:
-  static constexpr size_t kWriteBytes = 4 << 20;
-  static constexpr size_t kWriteChunks = 512;  // well under IOV_MAX
+  // One entry of a directory as listed: its lstat, a symlink's target, a
+  // regular file's descriptor once opened.
+  struct Listed {
+    std::string name;
+    Result<struct stat> st = Status::Internal("not listed");
+    Result<std::string> target = std::string();
+    std::optional<Result<UniqueFd>> opened;
+  };
 
-  // Opens the current file, and completes the ones that need no chunk on
-  // the way.
-  Status OpenThrough() {
-    while (fd_ < 0 && file_ < plans_.size()) {
-      const FilePlan& plan = plans_[file_];
-      tmp_ = dest_ / plan.entry->path;
-      tmp_ += ".gpupool-partial";
-      if (plan.base.empty()) {
-        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd_ < 0) return Errno("cannot create " + tmp_.string());
-      } else {
-        if (::rename(plan.base.c_str(), tmp_.c_str()) != 0) {
-          return Errno("cannot take " + plan.base.string() + " over");
-        }
-        fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (fd_ < 0) return Errno("cannot open " + tmp_.string());
-        if (::ftruncate(fd_, plan.entry->size) != 0) return Errno("cannot size " + tmp_.string());
+  // Opens the regular files of `listing` from `from` on, up to kOpenBatch
+  // of them, with one switch of identity (a switch costs about ten system
+  // calls; a tree of many small files would spend most of its time there).
+  // Ignored entries are skipped; the batch ends at the next directory;
+  // descriptors are closed as each file is read.
+  Status OpenFiles(int dir_fd, const std::string& rel, std::vector<Listed>& listing, size_t from) {
+    GP_ASSIGN_OR_RETURN(ScopedFsIdentity id, ScopedFsIdentity::Assume(options_.read_as));
+    size_t batch = 0;
+    for (size_t i = from; i < listing.size() && batch < kOpenBatch; ++i) {
+      Listed& l = listing[i];
+      // No descriptor is held while the walk is in a subdirectory.
+      if (l.st.ok() && S_ISDIR(l.st->st_mode)) break;
+      if (!l.st.ok() || !S_ISREG(l.st->st_mode) || l.opened) continue;
+      if (options_.ignore && options_.ignore((rel.empty() ? "" : rel + "/") + l.name, false)) {
+        continue;
       }
-      next_ = 0;
-      if (!plan.needed.empty()) break;
-      GP_RETURN_IF_ERROR(Close());
+      l.opened = OpenEntry(dir_fd, l.name, *l.st);
+      ++batch;
     }
     return Status::Ok();
   }
 
-  Status Flush() {
-    std::vector<iovec> iov;
-    iov.reserve(pending_.size());
-    for (std::string& b : pending_) iov.push_back({b.data(), b.size()});
-    size_t at = 0;  // first iovec not fully written
-    off_t offset = run_start_;
-    while (at < iov.size()) {
-      ssize_t n = ::pwritev(fd_, iov.data() + at, static_cast<int>(iov.size() - at), offset);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return Errno("cannot write " + plans_[file_].entry->path);
-      offset += n;
-      for (auto left = static_cast<size_t>(n); left > 0;) {
-        size_t step = std::min(left, iov[at].iov_len);
-        iov[at].iov_base = static_cast<char*>(iov[at].iov_base) + step;
-        iov[at].iov_len -= step;
-        left -= step;
-        if (iov[at].iov_len == 0) ++at;
-      }
+  // The entries of `dir_fd`, sorted, each looked at once, all as
+  // options_.read_as (one switch of identity for the directory).
+  Result<std::vector<Listed>> List(int dir_fd) {
+    GP_ASSIGN_OR_RETURN(ScopedFsIdentity id, ScopedFsIdentity::Assume(options_.read_as));
+    GP_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDir(dir_fd));
+    std::vector<Listed> out;
+    out.reserve(names.size());
+    for (std::string& name : names) {
+      Listed l;
+      l.st = StatEntry(dir_fd, name);
+      if (l.st.ok() && S_ISLNK(l.st->st_mode)) l.target = ReadLinkAt(dir_fd, name);
+      l.name = std::move(name);
+      out.push_back(std::move(l));
     }
-    pending_.clear();
-    pending_bytes_ = 0;
+    return out;
+  }
+
+  static constexpr int kMaxDepth = 2048;  // manifests hold paths of up to 4096 bytes
+  static constexpr size_t kOpenBatch = 64;
+  static constexpr size_t kSkippedExamples = 5;
+
+  // An entry that changed between its listing and its opening (the other
+  // party is changing the tree) is left out and counted; anything else
+  // (an entry the reader may not read, an I/O error) fails the walk.
+  Status SkipOrFail(const std::string& path, const Status& why) {
+    if (why.code() != StatusCode::kFailedPrecondition && why.code() != StatusCode::kNotFound) {
+      return Status(why.code(), path + ": " + why.message());
+    }
+    ++stats_.skipped;
+    if (stats_.skipped_examples.size() < kSkippedExamples) {
+      stats_.skipped_examples.push_back(path + " (" +
+                                        (why.code() == StatusCode::kNotFound
+                                             ? std::string("removed while being read")
+                                             : std::string("changed while being read")) +
+                                        ")");
+    }
     return Status::Ok();
   }
 
-  // The current file, complete: its mode, then its final name.
-  Status Close() {
-    const ManifestEntry& e = *plans_[file_].entry;
-    Status s;
-    if (::fchmod(fd_, e.mode) != 0) s = Errno("chmod " + e.path);
-    ::close(fd_);
-    fd_ = -1;
-    if (s.ok() && ::rename(tmp_.c_str(), (dest_ / e.path).c_str()) != 0) {
-      s = Errno("rename " + e.path);
-    }
-    if (!s.ok()) ::unlink(tmp_.c_str());
-    ++file_;
-    return s;
-  }
-
-  // Nothing half-written is left under a file's final name, nor beside it.
-  void Abandon() {
-    if (fd_ < 0) return;
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
-    fd_ = -1;
-  }
-
-  const fs::path dest_;
-  const std::vector<FilePlan>& plans_;
-  size_t file_ = 0;  // the plan being written
-  size_t next_ = 0;  // its next needed chunk (index into needed)
-  int fd_ = -1;
-  fs::path tmp_;
-  std::vector<std::string> pending_;  // bytes of a run of chunks not written yet
-  size_t pending_bytes_ = 0;
-  int64_t run_start_ = 0;  // file offsets of that run
-  int64_t run_end_ = 0;
+  const StoreTreeOptions& options_;
+  Manifest& m_;
+  Uploader& up_;
+  TreeStats& stats_;
 };
+
+// The directory StoreTree walks: `dir` by its path, or beneath
+// options.beneath with no symlink followed.
+Result<UniqueFd> OpenTreeRoot(const std::string& dir, const StoreTreeOptions& options) {
+  if (options.beneath.empty()) {
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd.valid()) return Status::InvalidArgument(dir + " is not a directory");
+    return fd;
+  }
+  std::string rel = fs::path(dir)
+                        .lexically_normal()
+                        .lexically_relative(fs::path(options.beneath).lexically_normal())
+                        .string();
+  if (rel == ".") rel.clear();
+  if (rel.starts_with("..") || fs::path(rel).is_absolute()) {
+    return Status::InvalidArgument(dir + " does not lie under " + options.beneath);
+  }
+  UniqueFd top(::open(options.beneath.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!top.valid()) return Status::InvalidArgument(options.beneath + " is not a directory");
+  auto fd = OpenDirBeneath(top.get(), rel);
+  if (!fd.ok() && fd.status().code() == StatusCode::kFailedPrecondition) {
+    return Status::FailedPrecondition(dir + " is not a directory (a symlink on the way?)");
+  }
+  return fd;
+}
 
 }  // namespace
 
 Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
                            const StoreTreeOptions& options, TreeStats* stats) {
   GP_RETURN_IF_ERROR(ValidateChunkerOptions(options.chunker));
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument(dir + " is not a directory");
-  }
+  GP_ASSIGN_OR_RETURN(UniqueFd root, OpenTreeRoot(dir, options));
   TreeStats local;
   TreeStats& s = stats != nullptr ? *stats : local;
   s = {};
   Uploader up(store, options.zstd_level, options.known_stored, s);
   Manifest m;
-  GP_RETURN_IF_ERROR(StoreDir(fs::path(dir), "", options, m, up, s));
+  TreeWalk walk(options, m, up, s);
+  GP_RETURN_IF_ERROR(walk.StoreDir(root.get(), "", 0));
   GP_ASSIGN_OR_RETURN(std::vector<ChunkId> ids, up.Finish());
   // The chunks were added file by file in manifest order.
   size_t next = 0;
@@ -463,67 +377,6 @@ Result<Manifest> StoreTree(const std::string& dir, ChunkStore& store,
   }
   if (next != ids.size()) return Status::Internal("more chunk ids than chunks");
   return m;
-}
-
-Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::string& dest,
-                   const RestoreBase* base, RestoreStats* stats) {
-  std::error_code ec;
-  if (fs::exists(dest, ec) && !fs::is_empty(dest, ec)) {
-    return Status::FailedPrecondition(dest + " is not empty");
-  }
-  fs::create_directories(dest, ec);
-  if (ec) return Status::Internal("cannot create " + dest + ": " + ec.message());
-  // The manifest's own rules (decoded or built in memory): relative paths
-  // under listed directories, symlinks that stay inside.
-  GP_RETURN_IF_ERROR(ValidateManifest(manifest));
-  std::vector<const ManifestEntry*> dirs, files;
-  for (const ManifestEntry& e : manifest.entries) {
-    if (e.type == EntryType::kDir) {
-      if (::mkdir((fs::path(dest) / e.path).c_str(), 0700) != 0) {
-        return Errno("cannot create " + e.path);
-      }
-      dirs.push_back(&e);
-    } else if (e.type == EntryType::kFile) {
-      files.push_back(&e);
-    }
-  }
-  const std::vector<FilePlan> plans = PlanFiles(files, base);
-  std::vector<ChunkId> ids;
-  RestoreStats local;
-  RestoreStats& st = stats != nullptr ? *stats : local;
-  st = {};
-  for (const FilePlan& p : plans) {
-    ++st.files;
-    st.bytes += p.entry->size;
-    st.reused_bytes += p.entry->size;
-    for (size_t i : p.needed) {
-      ids.push_back(p.entry->chunks[i].id);
-      st.reused_bytes -= p.entry->chunks[i].size;
-    }
-  }
-  st.read_chunks = static_cast<int64_t>(ids.size());
-  FileWriter writer(dest, plans);
-  Status written;  // the writer's own errors name their file
-  Status read = store.ReadChunks(ids, [&](VerifiedChunk c) {
-    written = writer.Add(std::move(c));
-    return written;
-  });
-  if (!written.ok()) return written;
-  if (!read.ok()) return read.WithContext(writer.current());
-  GP_RETURN_IF_ERROR(writer.Finish());
-  for (const ManifestEntry& e : manifest.entries) {
-    if (e.type != EntryType::kSymlink) continue;
-    if (::symlink(e.target.c_str(), (fs::path(dest) / e.path).c_str()) != 0) {
-      return Errno("cannot link " + e.path);
-    }
-  }
-  // Directories get their modes last, so a read-only one could still be filled.
-  for (const ManifestEntry* d : dirs) {
-    if (::chmod((fs::path(dest) / d->path).c_str(), d->mode) != 0) {
-      return Errno("cannot chmod " + d->path);
-    }
-  }
-  return Status::Ok();
 }
 
 }  // namespace gpupool::blob

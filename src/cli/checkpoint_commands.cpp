@@ -43,7 +43,11 @@ Status Download(const Endpoint& e, const std::string& manifest_id, const std::st
   o.tls = e.tls;
   blob::HttpChunkStore store(o);
   GP_ASSIGN_OR_RETURN(blob::Manifest m, store.GetManifest(manifest_id));
-  return blob::RestoreTree(m, store, dir);
+  // The user's own path: a symlink they name is theirs to follow (the
+  // restore itself never follows one).
+  std::error_code ec;
+  fs::path real = fs::weakly_canonical(dir, ec);
+  return blob::RestoreTree(m, store, ec ? dir : real.string());
 }
 
 }  // namespace

@@ -184,6 +184,10 @@ int main(int argc, char** argv) {
       ->add_option("--chunk-cache", chunk_cache,
                    "size of the local cache of job inputs and checkpoints")
       ->capture_default_str();
+  std::string max_image_size;
+  agent_cmd->add_option("--max-image-size", max_image_size,
+                        "largest container image pulled, compressed and unpacked (default: the "
+                        "config's images.max_image_size, 20GiB)");
   // The provider's local commands, over the running agent's control socket.
   cli::AgentControlFlags ac;
   ac.data_dir = ao.data_dir;
@@ -528,6 +532,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     ao.chunk_cache_bytes = *cache_bytes;
+    if (!max_image_size.empty()) {
+      auto image_bytes = ParseBytes(max_image_size);
+      if (!image_bytes.ok() || *image_bytes <= 0) {
+        std::cerr << "gpupool agent: --max-image-size: "
+                  << (image_bytes.ok() ? "must be more than 0" : image_bytes.status().message())
+                  << "\n";
+        return 2;
+      }
+      ao.max_image_bytes = *image_bytes;
+    }
     return agent::RunAgent(ao);
   }
   if (dev_cmd->parsed()) return cli::RunDev(dev);

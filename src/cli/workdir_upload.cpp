@@ -54,6 +54,13 @@ int64_t TotalBytes(const std::string& dir, const blob::IgnoreRules& rules) {
 Status CheckUploadable(const blob::Manifest& m, const std::string& encoded) {
   const std::string reserved = std::string(exec::kCheckpointDirName) + "/";
   for (const blob::ManifestEntry& e : m.entries) {
+    if (e.path == exec::kCheckpointDirName && e.type != blob::EntryType::kDir) {
+      return Status::InvalidArgument(std::string(exec::kCheckpointDirName) +
+                                     " is reserved for the job's checkpoints and must be an "
+                                     "empty directory, not a file or a link: remove it or add it "
+                                     "to " +
+                                     blob::kIgnoreFileName);
+    }
     if (e.path.rfind(reserved, 0) == 0) {
       return Status::InvalidArgument(
           std::string(exec::kCheckpointDirName) +
@@ -160,7 +167,10 @@ std::string UploadSummary(const WorkdirUpload& u) {
   return "uploaded " + FormatBytes(u.stats.uploaded_bytes) + " of " + FormatBytes(u.stats.bytes) +
          " (" + std::to_string(u.stats.new_chunks) + " new chunk" +
          (u.stats.new_chunks == 1 ? "" : "s") + " of " + std::to_string(u.unique_chunks) + ") in " +
-         secs;
+         secs +
+         (u.stats.skipped > 0 ? "; left out " + std::to_string(u.stats.skipped) +
+                                    " entries that changed while being read"
+                              : "");
 }
 
 }  // namespace gpupool::cli

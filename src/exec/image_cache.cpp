@@ -20,8 +20,11 @@
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/safe_fs.h"
 #include "common/units.h"
+#include "exec/image_tools.h"
 #include "exec/subprocess.h"
+#include "model/oci_image.h"
 
 namespace gpupool::exec {
 namespace {
@@ -34,31 +37,6 @@ constexpr char kPullTag[] = "gpupool";
 constexpr char kSha256[] = "sha256:";
 
 std::string ErrnoText(int e) { return std::strerror(e); }
-
-// A descriptor closed on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~UniqueFd() { Reset(); }
-  int get() const { return fd_; }
-  int Release() { return std::exchange(fd_, -1); }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // flock(2), retried on EINTR. Returns 0 or the errno (EWOULDBLOCK: busy).
 int Flock(int fd, int op) {
@@ -128,17 +106,41 @@ class WorkDir {
   UniqueFd fd_;
 };
 
-// Creates and locks tmp/<prefix>XXXXXX. Call with the global lock held, so
-// no cleaner sees it between mkdtemp and flock.
-Result<WorkDir> MakeWorkDir(const std::string& tmp_dir, const std::string& prefix) {
+// Gives `dir` (just made, 0700) to `as`, if set.
+Status GiveDir(int fd, const std::string& dir, const FsIdentity& as) {
+  if (!as.set()) return Status::Ok();
+  int gid = as.gid >= 0 ? as.gid : as.uid;
+  if (::fchown(fd, static_cast<uid_t>(as.uid), static_cast<gid_t>(gid)) != 0) {
+    return Status::Internal("cannot give " + dir + " to uid " + std::to_string(as.uid) + ": " +
+                            ErrnoText(errno));
+  }
+  return Status::Ok();
+}
+
+// Makes directory `dir` (0700) for `as`.
+Status MakeDirFor(const std::string& dir, const FsIdentity& as) {
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    return Status::Internal("cannot create " + dir + ": " + ErrnoText(errno));
+  }
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return Status::Internal("cannot open " + dir + ": " + ErrnoText(errno));
+  return GiveDir(fd.get(), dir, as);
+}
+
+// Creates and locks tmp/<prefix>XXXXXX, `as`'s. Call with the global lock
+// held, so no cleaner sees it between mkdtemp and flock.
+Result<WorkDir> MakeWorkDir(const std::string& tmp_dir, const std::string& prefix,
+                            const FsIdentity& as = {}) {
   std::string tmpl = tmp_dir + "/" + prefix + "XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) {
     return Status::Internal("cannot create a directory in " + tmp_dir + ": " + ErrnoText(errno));
   }
   UniqueFd fd(::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0 || Flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+  Status given = fd.valid() ? GiveDir(fd.get(), tmpl, as) : Status::Ok();
+  if (fd.get() < 0 || !given.ok() || Flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     int e = errno;
     RemoveTree(tmpl);
+    if (!given.ok()) return given;
     return Status::Internal("cannot lock " + tmpl + ": " + ErrnoText(e));
   }
   return WorkDir(tmpl, std::move(fd));
@@ -164,94 +166,26 @@ std::vector<WorkDir> ClaimStaleWork(const std::string& tmp_dir) {
   return stale;
 }
 
-// Bytes the tree at `path` takes on disk (allocated blocks, like du; hard
-// links counted once). Unreadable directories count as themselves only.
-int64_t DiskUsage(int parent_fd, const char* name, std::set<std::pair<dev_t, ino_t>>& seen) {
-  struct stat st {};
-  if (::fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
-  if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !seen.insert({st.st_dev, st.st_ino}).second) {
-    return 0;
-  }
-  int64_t total = static_cast<int64_t>(st.st_blocks) * 512;
-  if (!S_ISDIR(st.st_mode)) return total;
-  int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return total;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return total;
-  }
-  while (dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-    total += DiskUsage(fd, e->d_name, seen);
-  }
-  ::closedir(d);
-  return total;
-}
-
-int64_t DiskUsage(const std::string& path) {
-  std::set<std::pair<dev_t, ino_t>> seen;
-  return DiskUsage(AT_FDCWD, path.c_str(), seen);
-}
-
 bool IsHexDigest(std::string_view hex) {
   return hex.size() == 64 && std::all_of(hex.begin(), hex.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
          });
 }
 
-// "sha256:<64 hex>" -> the hex; "" if the digest has another form.
-std::string HexOf(std::string_view digest) {
-  std::string_view prefix = kSha256;
-  if (!digest.starts_with(prefix) || !IsHexDigest(digest.substr(prefix.size()))) return "";
-  return std::string(digest.substr(prefix.size()));
-}
+std::string HexOf(std::string_view digest) { return DigestHex(digest); }
 
 // "sha256:0123456789ab" for messages.
 std::string ShortDigest(const std::string& digest) { return digest.substr(0, 7 + 12); }
 
-std::string Prefix(const ImageRef& ref) { return "image " + ref.text + ": "; }
+std::string Prefix(const ImageRef& ref) { return ImagePrefix(ref); }
 
-// ---- image config ---------------------------------------------------------
+// ---- image documents ------------------------------------------------------
 
-Status ReadStringList(const json& obj, const char* key, std::vector<std::string>& out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return Status::Ok();
-  if (!it->is_array()) return Status::InvalidArgument(std::string(key) + " is not a list");
-  for (const json& v : *it) {
-    if (!v.is_string()) return Status::InvalidArgument(std::string(key) + " has a non-string");
-    out.push_back(v.get<std::string>());
-  }
-  return Status::Ok();
-}
-
-Status ReadString(const json& obj, const char* key, std::string& out) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return Status::Ok();
-  if (!it->is_string()) return Status::InvalidArgument(std::string(key) + " is not a string");
-  out = it->get<std::string>();
-  return Status::Ok();
-}
-
-// The OCI config's "config" object (Env, WorkingDir, Entrypoint, Cmd, User).
-Result<ImageConfig> ConfigFromOci(const json& config) {
-  ImageConfig c;
-  if (config.is_null()) return c;
-  if (!config.is_object()) return Status::InvalidArgument("config is not an object");
-  GP_RETURN_IF_ERROR(ReadStringList(config, "Env", c.env));
-  GP_RETURN_IF_ERROR(ReadString(config, "WorkingDir", c.working_dir));
-  GP_RETURN_IF_ERROR(ReadStringList(config, "Entrypoint", c.entrypoint));
-  GP_RETURN_IF_ERROR(ReadStringList(config, "Cmd", c.cmd));
-  GP_RETURN_IF_ERROR(ReadString(config, "User", c.user));
-  return c;
-}
-
-json ConfigToOci(const ImageConfig& c) {
-  return json{{"Env", c.env},
-              {"WorkingDir", c.working_dir},
-              {"Entrypoint", c.entrypoint},
-              {"Cmd", c.cmd},
-              {"User", c.user}};
+// Reads `path` as `as` (the pull's account: what it wrote is only read
+// with its permissions).
+Result<std::string> ReadAs(const FsIdentity& as, const std::string& path) {
+  GP_ASSIGN_OR_RETURN(ScopedFsIdentity id, ScopedFsIdentity::Assume(as));
+  return ReadFile(path);
 }
 
 Result<json> ReadJson(const std::string& path) {
@@ -266,48 +200,36 @@ struct PulledImage {
   ImageConfig config;
 };
 
-// index.json -> the manifest tagged `tag` -> its config blob.
-Result<PulledImage> ReadLayout(const std::string& layout, const std::string& tag) {
-  GP_ASSIGN_OR_RETURN(json index, ReadJson(layout + "/index.json"));
-  const json* desc = nullptr;
-  if (index.contains("manifests") && index["manifests"].is_array()) {
-    for (const json& m : index["manifests"]) {
-      if (m.is_object() && m.contains("annotations") && m["annotations"].is_object() &&
-          m["annotations"].value("org.opencontainers.image.ref.name", "") == tag) {
-        desc = &m;
-      }
-    }
-  }
-  if (desc == nullptr) return Status::InvalidArgument("the copied layout has no manifest");
+// index.json -> the manifest tagged `tag` -> its config blob, in the pull's
+// directory `work_dir`, read as `as` (what the tools wrote, only with their
+// account's permissions) through descriptors.
+Result<PulledImage> ReadLayout(const std::string& work_dir, const std::string& tag,
+                               const FsIdentity& as) {
+  UniqueFd work(::open(work_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!work.valid()) return Status::Internal("cannot open " + work_dir + ": " + ErrnoText(errno));
+  auto read = [&](const std::string& rel) -> Result<std::string> {
+    GP_ASSIGN_OR_RETURN(ScopedFsIdentity id, ScopedFsIdentity::Assume(as));
+    return ReadFileBeneath(work.get(), rel, kMaxImageJsonBytes);
+  };
+  GP_ASSIGN_OR_RETURN(std::string index, read("layout/index.json"));
+  auto tagged = TaggedManifestDigest(index, tag);
+  if (!tagged.ok()) return Status::InvalidArgument("the copied layout has no manifest");
   PulledImage image;
-  image.digest = desc->value("digest", "");
+  image.digest = *tagged;
   std::string hex = HexOf(image.digest);
   if (hex.empty()) return Status::InvalidArgument("unsupported digest \"" + image.digest + "\"");
-  GP_ASSIGN_OR_RETURN(json manifest, ReadJson(layout + "/blobs/sha256/" + hex));
-  if (!manifest.contains("config") || !manifest["config"].is_object()) {
+  GP_ASSIGN_OR_RETURN(std::string manifest_text, read("layout/blobs/sha256/" + hex));
+  GP_ASSIGN_OR_RETURN(ImageManifestInfo manifest, ParseImageManifest(manifest_text));
+  if (manifest.is_index || manifest.config_digest.empty()) {
     return Status::InvalidArgument("the manifest has no config (is it an image index?)");
   }
-  std::string config_hex = HexOf(manifest["config"].value("digest", ""));
+  std::string config_hex = HexOf(manifest.config_digest);
   if (config_hex.empty()) return Status::InvalidArgument("the manifest's config digest is invalid");
-  GP_ASSIGN_OR_RETURN(json config, ReadJson(layout + "/blobs/sha256/" + config_hex));
-  if (!config.is_object()) return Status::InvalidArgument("the image config is not an object");
-  Result<ImageConfig> parsed = ConfigFromOci(config.contains("config") ? config["config"] : json());
+  GP_ASSIGN_OR_RETURN(std::string config, read("layout/blobs/sha256/" + config_hex));
+  Result<ImageConfig> parsed = ParseImageConfig(config);
   if (!parsed.ok()) return parsed.status().WithContext("image config");
   image.config = *std::move(parsed);
   return image;
-}
-
-// Layers in a manifest printed by `skopeo inspect --raw`; -1 when it is an
-// index (or unreadable).
-int CountLayers(const std::string& raw) {
-  json j = json::parse(raw, nullptr, false);
-  if (j.is_object() && j.contains("layers") && j["layers"].is_array()) {
-    return static_cast<int>(j["layers"].size());
-  }
-  if (j.is_object() && j.contains("fsLayers") && j["fsLayers"].is_array()) {  // schema 1
-    return static_cast<int>(j["fsLayers"].size());
-  }
-  return -1;
 }
 
 // ---- ref keys -------------------------------------------------------------
@@ -318,12 +240,24 @@ std::string StatKey(const struct stat& st) {
          "|ino=" + std::to_string(st.st_ino);
 }
 
+// stat(2) as `as`.
+int StatAs(const FsIdentity& as, const std::string& path, struct stat* st) {
+  auto id = ScopedFsIdentity::Assume(as);
+  if (!id.ok()) {
+    errno = EPERM;
+    return -1;
+  }
+  return ::stat(path.c_str(), st);
+}
+
 // The key a ref is cached under (see the header), or why it cannot be used.
-Result<std::string> RefKey(const ImageRef& ref) {
+// A local image is looked at as `as`, who will read it: a job cannot name
+// a file its account could not read.
+Result<std::string> RefKey(const ImageRef& ref, const FsIdentity& as) {
   if (!ref.local()) return "docker|" + ref.text;
   const std::string prefix = Prefix(ref);
   struct stat st {};
-  if (::stat(ref.location.c_str(), &st) != 0) {
+  if (StatAs(as, ref.location, &st) != 0) {
     int e = errno;
     if (e == ENOENT || e == ENOTDIR) {
       return Status::NotFound(prefix + "not found: " + ref.location + " does not exist");
@@ -341,70 +275,23 @@ Result<std::string> RefKey(const ImageRef& ref) {
     return Status::InvalidArgument(prefix + ref.location + " is not a directory");
   }
   std::string index_path = ref.location + "/index.json";
-  if (::stat(index_path.c_str(), &st) != 0) {
+  if (StatAs(as, index_path, &st) != 0) {
     return Status::NotFound(prefix + "not found: " + ref.location +
                             " is not an OCI layout (no index.json)");
   }
   if (!ref.tag.empty()) {
-    Result<json> index = ReadJson(index_path);
-    if (!index.ok()) {
-      return Status::InvalidArgument(prefix + "cannot read " + index_path + ": " +
-                                     index.status().message());
-    }
-    bool found = false;
-    if (index->contains("manifests") && (*index)["manifests"].is_array()) {
-      for (const json& m : (*index)["manifests"]) {
-        found =
-            found || (m.is_object() && m.contains("annotations") && m["annotations"].is_object() &&
-                      m["annotations"].value("org.opencontainers.image.ref.name", "") == ref.tag);
-      }
-    }
-    if (!found) {
+    Result<std::string> index = ReadAs(as, index_path);
+    Result<std::string> tagged =
+        index.ok() ? TaggedManifestDigest(*index, ref.tag) : Result<std::string>(index.status());
+    if (tagged.status().code() == StatusCode::kNotFound && index.ok()) {
       return Status::NotFound(prefix + "not found: no tag \"" + ref.tag + "\" in " + ref.location);
+    }
+    if (!tagged.ok()) {
+      return Status::InvalidArgument(prefix + "cannot read " + index_path + ": " +
+                                     tagged.status().message());
     }
   }
   return ref.text + StatKey(st);
-}
-
-// ---- tool errors ----------------------------------------------------------
-
-// skopeo repeats the image name ("initializing source oci-archive:/x.tar::
-// ..."); the message already names it.
-std::string SimplifySkopeoError(std::string line, const ImageRef& ref) {
-  for (const std::string& lead :
-       {"Error parsing image name \"" + ref.text + "\": ",
-        "initializing source " + ref.text + ":: ", "initializing source " + ref.text + ": "}) {
-    if (line.starts_with(lead)) return line.substr(lead.size());
-  }
-  return line;
-}
-
-Status ToolFailure(const ImageRef& ref, const std::string& what, const std::string& tool,
-                   const CommandResult& r, int64_t timeout_ms) {
-  const std::string prefix = Prefix(ref);
-  if (r.timed_out) {
-    return Status::DeadlineExceeded(prefix + what + ": " + tool + " timed out after " +
-                                    FormatDurationMs(timeout_ms));
-  }
-  if (r.cancelled) return Status::Unavailable(prefix + what + ": stopped");
-  std::string line = SimplifySkopeoError(LastErrorLine(r.stderr_tail), ref);
-  if (line.empty()) {
-    line = r.signal != 0 ? tool + " was killed by signal " + std::to_string(r.signal)
-                         : tool + " exited with status " + std::to_string(r.exit_code);
-  }
-  if (!ref.local()) {
-    if (line.find("manifest unknown") != std::string::npos ||
-        line.find("name unknown") != std::string::npos) {
-      return Status::NotFound(prefix + "not found: " + line);
-    }
-    return Status::Unavailable(prefix + what + ": " + line);
-  }
-  return Status::InvalidArgument(prefix + what + ": " + line);
-}
-
-// RunCommand's own failure (the tool could not be started).
-Status NotRun(const ImageRef& ref, const std::string& what, const Status& s) {
-  return Status(StatusCode::kFailedPrecondition, Prefix(ref) + what + ": " + s.message());
 }
 
 Status MakeDir(const std::string& path, mode_t at_least) {
@@ -419,6 +306,91 @@ Status MakeDir(const std::string& path, mode_t at_least) {
       ::chmod(path.c_str(), (st.st_mode & 07777) | at_least) != 0) {
     return Status::Internal("cannot chmod " + path + ": " + ErrnoText(errno));
   }
+  return Status::Ok();
+}
+
+Status TooLargeUnpacked(const ImageRef& ref, int64_t limit) {
+  return Status::ResourceExhausted(
+      Prefix(ref) + "unpacked, it takes more than this node's limit of " + FormatBytes(limit) +
+      " per image (max-image-size); unpacking was stopped");
+}
+
+// What the image's manifest declares (`skopeo inspect`), run through `tool`.
+Result<ImageManifestInfo> Inspect(const ImageRef& ref, const ImageCacheOptions& options,
+                                  const PullTools& tools, const std::function<bool()>& cancelled) {
+  const int64_t timeout = options.command_timeout_ms;
+  // What skopeo prints, bounded: a registry may send anything.
+  auto run = [&](std::vector<std::string> argv, std::string& out) -> Status {
+    bool too_long = false;
+    Result<CommandResult> r = tools.Run(
+        std::move(argv),
+        [&](std::string_view line) {
+          if (out.size() + line.size() + 1 > kMaxImageJsonBytes) {
+            too_long = true;
+            return;
+          }
+          out.append(line);
+          out += '\n';
+        },
+        timeout, cancelled);
+    if (!r.ok()) return NotRun(ref, "cannot pull", r.status());
+    if (!r->ok()) return ToolFailure(ref, "cannot pull", "skopeo", *r, timeout);
+    if (too_long) {
+      return Status::InvalidArgument(Prefix(ref) + "cannot pull: its manifest is larger than " +
+                                     FormatBytes(kMaxImageJsonBytes));
+    }
+    return Status::Ok();
+  };
+  std::string raw;
+  GP_RETURN_IF_ERROR(run({options.skopeo, "inspect", "--raw", ref.text}, raw));
+  auto info = ParseImageManifest(raw);
+  if (!info.ok()) {
+    return Status::InvalidArgument(Prefix(ref) + "cannot pull: " + info.status().message());
+  }
+  if (!info->is_index && info->bytes) return info;
+  // An index (multi-platform), or a schema 1 manifest without sizes: ask
+  // for the image skopeo will copy for this platform.
+  std::string full;
+  GP_RETURN_IF_ERROR(run({options.skopeo, "inspect", ref.text}, full));
+  auto summary = ParseSkopeoInspect(full);
+  if (!summary.ok()) {
+    return Status::InvalidArgument(Prefix(ref) + "cannot pull: " + summary.status().message());
+  }
+  if (!summary->bytes && info->layers >= 0) summary->layers = info->layers;
+  return summary;
+}
+
+// Completes an unpacked bundle: sealed, measured, metadata, permissions,
+// and "ready" last.
+Status CompleteBundle(const ImageRef& ref, const PulledImage& image, const std::string& bundle,
+                      const FsIdentity& as, int64_t max_bytes, int64_t now_ms) {
+  auto cache_error = [&](const Status& s) {
+    return Status(s.code(), Prefix(ref) + "cache: " + s.message());
+  };
+  // The account's no more: root's, and no setuid or setgid bit left (an
+  // agent that is not root pulled as itself: the bits go all the same).
+  if (Status s = SealRoot(bundle, as.set()); !s.ok()) return cache_error(s);
+  // Measured once more, whole: the watch looks only every so often.
+  const int64_t bytes = DiskUsage(bundle);
+  if (max_bytes > 0 && bytes > max_bytes) return TooLargeUnpacked(ref, max_bytes);
+  std::error_code ec;
+  for (fs::directory_iterator it(bundle, ec), end; !ec && it != end; it.increment(ec)) {
+    // umoci's record for `umoci repack`, as large as the file list.
+    if (it->path().extension() == ".mtree") fs::remove(it->path(), ec);
+  }
+  if (::chmod(bundle.c_str(), 0711) != 0 || ::chmod((bundle + "/rootfs").c_str(), 0755) != 0) {
+    return cache_error(Status::Internal("cannot chmod " + bundle + ": " + ErrnoText(errno)));
+  }
+  json meta = {
+      {"digest", image.digest}, {"ref", ref.text}, {"config", ImageConfigToJson(image.config)}};
+  WriteOptions readable;
+  readable.mode = 0644;
+  Status s = WriteFileAtomic(bundle + "/image-config.json", meta.dump(2) + "\n", readable);
+  if (s.ok()) s = WriteFileAtomic(bundle + "/lock", "", readable);
+  if (s.ok()) s = WriteFileAtomic(bundle + "/last_used", std::to_string(now_ms) + "\n");
+  if (s.ok()) s = WriteFileAtomic(bundle + "/size", std::to_string(bytes) + "\n");
+  if (s.ok()) s = WriteFileAtomic(bundle + "/ready", "");
+  if (!s.ok()) return cache_error(s);
   return Status::Ok();
 }
 
@@ -479,7 +451,10 @@ Status ImageCache::EnsureLayout() const {
   if (options_.dir.empty()) return Status::InvalidArgument("image cache: no directory configured");
   GP_RETURN_IF_ERROR(MakeDir(options_.dir, 0711));
   GP_RETURN_IF_ERROR(MakeDir(options_.dir + "/roots", 0711));
-  for (const char* sub : {"/tmp", "/refs", "/pulls"}) {
+  // tmp/ is crossed (not listed) by the accounts pulls run as, each into
+  // its own directory.
+  GP_RETURN_IF_ERROR(MakeDir(options_.dir + "/tmp", 0711));
+  for (const char* sub : {"/refs", "/pulls"}) {
     GP_RETURN_IF_ERROR(MakeDir(options_.dir + sub, 0700));
   }
   return Status::Ok();
@@ -500,7 +475,7 @@ std::optional<ImageLease> ImageCache::LeaseRoot(const std::string& hex, bool cac
   if (Flock(fd.get(), LOCK_SH | LOCK_NB) != 0) return std::nullopt;
   Result<json> meta = ReadJson(root + "/image-config.json");
   if (!meta.ok() || !meta->is_object()) return std::nullopt;
-  Result<ImageConfig> config = ConfigFromOci(meta->value("config", json()));
+  Result<ImageConfig> config = ImageConfigFromJson(meta->value("config", json()), "config");
   if (!config.ok()) return std::nullopt;
   Result<std::string> size = ReadFileTrimmed(root + "/size");
   Status touched = WriteFileAtomic(root + "/last_used", std::to_string(Now()) + "\n");
@@ -529,7 +504,8 @@ std::optional<ImageLease> ImageCache::LookupLocked(const std::string& key_hash) 
 }
 
 Result<ImageLease> ImageCache::Acquire(const ImageRef& ref, const ProgressFn& progress,
-                                       const std::function<bool()>& cancelled) {
+                                       const std::function<bool()>& cancelled,
+                                       const FsIdentity& as) {
   const std::string prefix = Prefix(ref);
   auto report = [&](const std::string& event) {
     if (progress) progress(event);
@@ -538,7 +514,7 @@ Result<ImageLease> ImageCache::Acquire(const ImageRef& ref, const ProgressFn& pr
     return Status(s.code(), prefix + "cache: " + s.message());
   };
   if (Status s = EnsureLayout(); !s.ok()) return cache_error(s);
-  GP_ASSIGN_OR_RETURN(std::string key, RefKey(ref));
+  GP_ASSIGN_OR_RETURN(std::string key, RefKey(ref, as));
   const std::string key_hash = Sha256Hex(key);
 
   auto lookup = [&]() -> Result<std::optional<ImageLease>> {
@@ -579,7 +555,7 @@ Result<ImageLease> ImageCache::Acquire(const ImageRef& ref, const ProgressFn& pr
   GP_ASSIGN_OR_RETURN(found, lookup());  // pulled while this process waited?
   if (found) return cached(*std::move(found));
 
-  GP_ASSIGN_OR_RETURN(ImageLease lease, Pull(ref, key, key_hash, progress, cancelled));
+  GP_ASSIGN_OR_RETURN(ImageLease lease, Pull(ref, key, key_hash, progress, cancelled, as));
   if (Status s = Evict(); !s.ok()) GP_LOG(kWarn) << "image cache: " << s.message();
   report("image ready (" + ShortDigest(lease.digest()) + ", " + FormatBytes(lease.bytes()) + ")");
   return lease;
@@ -587,7 +563,7 @@ Result<ImageLease> ImageCache::Acquire(const ImageRef& ref, const ProgressFn& pr
 
 Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
                                     const std::string& key_hash, const ProgressFn& progress,
-                                    const std::function<bool()>& cancelled) {
+                                    const std::function<bool()>& cancelled, const FsIdentity& as) {
   const std::string prefix = Prefix(ref);
   auto report = [&](const std::string& event) {
     if (progress) progress(event);
@@ -597,8 +573,10 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
   };
   const std::string tmp_dir = options_.dir + "/tmp";
   const int64_t timeout = options_.command_timeout_ms;
+  const int64_t limit = options_.max_image_bytes;
 
-  // A work directory of our own; leftovers of crashed pulls go.
+  // A work directory of our own (the pull's account's); leftovers of
+  // crashed pulls go.
   WorkDir work;
   {
     std::vector<WorkDir> stale;
@@ -606,49 +584,27 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
     if (!lock.ok()) return cache_error(lock.status());
     UniqueFd global(*lock);
     stale = ClaimStaleWork(tmp_dir);
-    Result<WorkDir> made = MakeWorkDir(tmp_dir, "pull-");
+    Result<WorkDir> made = MakeWorkDir(tmp_dir, "pull-", as);
     if (!made.ok()) return cache_error(made.status());
     work = *std::move(made);
     global.Reset();
   }  // the stale trees are removed here, without the global lock
+  // The tools see the work directory as tools.dir().
+  const PullTools tools(as, work.path());
 
   report("pulling image " + ref.text);
-  const std::string skopeo_tmp = work.path() + "/skopeo-tmp";
-  const std::string layout = work.path() + "/layout";
-  if (::mkdir(skopeo_tmp.c_str(), 0700) != 0) {
-    return cache_error(Status::Internal("cannot create " + skopeo_tmp + ": " + ErrnoText(errno)));
-  }
+  if (Status s = MakeDirFor(work.path() + "/skopeo-tmp", as); !s.ok()) return cache_error(s);
+  const std::string skopeo_tmp = tools.dir() + "/skopeo-tmp";
+  const std::string layout = tools.dir() + "/layout";
 
-  // How many layers, for "N/M layers".
-  int layers = -1;
-  {
-    std::string raw;
-    Result<CommandResult> r = RunCommand(
-        {options_.skopeo, "--tmpdir", skopeo_tmp, "inspect", "--raw", ref.text},
-        [&](std::string_view line) {
-          raw.append(line);
-          raw += '\n';
-        },
-        timeout, cancelled);
-    if (!r.ok()) return NotRun(ref, "cannot pull", r.status());
-    if (!r->ok()) return ToolFailure(ref, "cannot pull", "skopeo", *r, timeout);
-    layers = CountLayers(raw);
-    if (layers < 0) {
-      // An index (multi-platform): ask for the platform skopeo will copy.
-      std::string full;
-      r = RunCommand(
-          {options_.skopeo, "--tmpdir", skopeo_tmp, "inspect", ref.text},
-          [&](std::string_view line) {
-            full.append(line);
-            full += '\n';
-          },
-          timeout, cancelled);
-      json j = r.ok() && r->ok() ? json::parse(full, nullptr, false) : json();
-      if (j.is_object() && j.contains("Layers") && j["Layers"].is_array()) {
-        layers = static_cast<int>(j["Layers"].size());
-      }
-    }
+  // How many layers, for "N/M layers", and how large, for the limit.
+  GP_ASSIGN_OR_RETURN(ImageManifestInfo declared, Inspect(ref, options_, tools, cancelled));
+  if (declared.bytes && limit > 0 && *declared.bytes > limit) {
+    return Status::ResourceExhausted(prefix + "its layers take " + FormatBytes(*declared.bytes) +
+                                     " compressed, more than this node's limit of " +
+                                     FormatBytes(limit) + " per image (max-image-size)");
   }
+  const int layers = declared.layers;
 
   std::set<std::string> blobs;
   auto on_copy_line = [&](std::string_view line) {
@@ -665,12 +621,18 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
   if (!ref.local()) copy.insert(copy.end(), {"--retry-times", "3"});
   copy.insert(copy.end(), {ref.text, "oci:" + layout + ":" + kPullTag});
   {
-    Result<CommandResult> r = RunCommand(copy, on_copy_line, timeout, cancelled);
+    SizeWatch watch(work.path(), limit, cancelled);
+    Result<CommandResult> r = tools.Run(copy, on_copy_line, timeout, std::ref(watch));
     if (!r.ok()) return NotRun(ref, "cannot pull", r.status());
+    if (watch.over() > 0) {
+      return Status::ResourceExhausted(prefix + "the download passed this node's limit of " +
+                                       FormatBytes(limit) +
+                                       " per image (max-image-size) and was stopped");
+    }
     if (!r->ok()) return ToolFailure(ref, "cannot pull", "skopeo", *r, timeout);
   }
 
-  Result<PulledImage> image = ReadLayout(layout, kPullTag);
+  Result<PulledImage> image = ReadLayout(work.path(), kPullTag, as);
   if (!image.ok()) {
     return Status::InvalidArgument(prefix + "cannot read the image: " + image.status().message());
   }
@@ -704,35 +666,15 @@ Result<ImageLease> ImageCache::Pull(const ImageRef& ref, const std::string& key,
   report("unpacking image");
   const std::string bundle = work.path() + "/bundle";
   {
-    Result<CommandResult> r = RunCommand(
-        {options_.umoci, "unpack", "--rootless", "--image", layout + ":" + kPullTag, bundle}, {},
-        timeout, cancelled);
+    SizeWatch watch(bundle, limit, cancelled);
+    Result<CommandResult> r = tools.Run({options_.umoci, "unpack", "--rootless", "--image",
+                                         layout + ":" + kPullTag, tools.dir() + "/bundle"},
+                                        {}, timeout, std::ref(watch));
     if (!r.ok()) return NotRun(ref, "cannot unpack", r.status());
+    if (watch.over() > 0) return TooLargeUnpacked(ref, limit);
     if (!r->ok()) return ToolFailure(ref, "cannot unpack", "umoci", *r, timeout);
   }
-
-  // Complete the bundle: metadata, permissions, size, and "ready" last.
-  {
-    std::error_code ec;
-    for (fs::directory_iterator it(bundle, ec), end; !ec && it != end; it.increment(ec)) {
-      // umoci's record for `umoci repack`, as large as the file list.
-      if (it->path().extension() == ".mtree") fs::remove(it->path(), ec);
-    }
-    if (::chmod(bundle.c_str(), 0711) != 0 || ::chmod((bundle + "/rootfs").c_str(), 0755) != 0) {
-      return cache_error(Status::Internal("cannot chmod " + bundle + ": " + ErrnoText(errno)));
-    }
-    json meta = {
-        {"digest", image->digest}, {"ref", ref.text}, {"config", ConfigToOci(image->config)}};
-    WriteOptions readable;
-    readable.mode = 0644;
-    Status s = WriteFileAtomic(bundle + "/image-config.json", meta.dump(2) + "\n", readable);
-    if (s.ok()) s = WriteFileAtomic(bundle + "/lock", "", readable);
-    if (s.ok()) s = WriteFileAtomic(bundle + "/last_used", std::to_string(Now()) + "\n");
-    if (s.ok()) s = WriteFileAtomic(bundle + "/size", std::to_string(DiskUsage(bundle)) + "\n");
-    if (s.ok()) s = WriteFileAtomic(bundle + "/ready", "");
-    if (!s.ok()) return cache_error(s);
-  }
-
+  GP_RETURN_IF_ERROR(CompleteBundle(ref, *image, bundle, as, limit, Now()));
   GP_ASSIGN_OR_RETURN(std::optional<ImageLease> lease, publish(bundle));
   if (!lease) {
     return cache_error(Status::Internal("the root of " + image->digest + " vanished"));

@@ -6,6 +6,25 @@
 // later job that names the same image. The total size of the roots is kept
 // under a limit by evicting the least recently used roots that no job holds.
 //
+// Images are untrusted: their layers and configs come from anyone's
+// registry. A root agent therefore pulls as the task's own account
+// (Acquire's `as`; exec/image_tools.h): skopeo and umoci run as that uid
+// with no capabilities and no_new_privs, a local image is read only if that
+// account may read it, and what they wrote is read back with its
+// permissions. Once unpacked, the root is sealed (root:root, no setuid or
+// setgid bit) before it is published, so a layer can plant nothing that
+// raises anyone's privileges on the host. The image document parsers are
+// model/oci_image.h (bounded, fuzzed).
+//
+// Size: max_image_bytes bounds each image. The layers' sizes the manifest
+// declares are checked before anything is copied; while skopeo copies and
+// umoci unpacks, the bytes they wrote are measured (every half second or
+// so) and the tool is stopped once they pass the limit (a layer that
+// decompresses to far more than its size: a compression bomb); the
+// unpacked root is measured once more, whole, before it is published. The
+// job's error names the limit (ResourceExhausted, "... more than this
+// node's limit of 20 GiB per image (max-image-size)").
+//
 // Who calls it: each task's shim (one process per task) builds its own
 // ImageCache on the same directory, and the agent may too (List, Evict).
 // Processes coordinate only through the directory, with flock(2):
@@ -32,7 +51,9 @@
 //                             deleted), each held by its owner with an
 //                             exclusive flock on the directory; entries no
 //                             one holds are leftovers of a crash and are
-//                             removed by the next pull.
+//                             removed by the next pull. tmp/ is 0711; a
+//                             pull's directory (0700) belongs to the
+//                             account it runs as.
 //
 // A root is built inside tmp/ and published with one rename(2), so a crash
 // never leaves a half root in roots/. Eviction renames a root back into
@@ -59,25 +80,24 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/safe_fs.h"
 #include "common/status.h"
 #include "exec/executor.h"
 #include "model/image_ref.h"
+#include "model/oci_image.h"
 
 namespace gpupool::exec {
 
-// From the image's OCI config (its "config" object).
-struct ImageConfig {
-  std::vector<std::string> env;  // "KEY=VALUE"
-  std::string working_dir;       // "" = not set
-  std::vector<std::string> entrypoint;
-  std::vector<std::string> cmd;
-  std::string user;  // "" = not set
-  friend bool operator==(const ImageConfig&, const ImageConfig&) = default;
-};
+// From the image's OCI config (its "config" object): model/oci_image.h.
+using ::gpupool::ImageConfig;
+
+inline constexpr int64_t kDefaultMaxImageBytes = int64_t{20} << 30;
 
 struct ImageCacheOptions {
   std::string dir;                        // e.g. DATA_DIR/images; created if missing
   int64_t max_bytes = int64_t{20} << 30;  // LRU limit on the unpacked roots
+  // Each image: compressed as downloaded, and unpacked (0 = no limit).
+  int64_t max_image_bytes = kDefaultMaxImageBytes;
   std::string skopeo = "skopeo";
   std::string umoci = "umoci";
   // Each skopeo or umoci run is killed after this long (0 = never).
@@ -140,11 +160,18 @@ class ImageCache {
   //   DeadlineExceeded  "image ...: cannot pull: skopeo timed out after 2h"
   //   FailedPrecondition "image ...: cannot pull: cannot run skopeo: No such file or directory"
   //   Internal          "image ...: cache: <what failed in DIR>"
+  //   ResourceExhausted "image ...: its layers take 30 GiB compressed, more than
+  //                     this node's limit of 20 GiB per image (max-image-size)"
+  //                     (also "the download passed ..." and "unpacked, it takes
+  //                     more than ...")
   // On any error nothing of the attempt is left in the cache.
   // `cancelled`, when set, is asked while skopeo and umoci run: once it
   // says true they are killed and Acquire fails ("... stopped").
+  // `as`, when set, is the account the pull runs and reads as (the task's);
+  // unset: the agent's own (an agent that is not root).
   Result<ImageLease> Acquire(const ImageRef& ref, const ProgressFn& progress,
-                             const std::function<bool()>& cancelled = {});
+                             const std::function<bool()>& cancelled = {},
+                             const FsIdentity& as = {});
 
   // Removes least recently used roots that no lease holds until the total
   // is at most max_bytes (roots in use may keep it above). Also drops refs
@@ -174,7 +201,8 @@ class ImageCache {
   std::vector<Entry> ScanLocked(bool check_in_use) const;
   // With the ref's pull lock held: copy, unpack, publish.
   Result<ImageLease> Pull(const ImageRef& ref, const std::string& key, const std::string& key_hash,
-                          const ProgressFn& progress, const std::function<bool()>& cancelled);
+                          const ProgressFn& progress, const std::function<bool()>& cancelled,
+                          const FsIdentity& as);
 
   int64_t Now() const;  // ms, from options_.clock or real_clock_
 

@@ -34,12 +34,10 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The script, found from this file's path: src/exec/ -> tests/images/.
+// The script, in the source tree (GPUPOOL_SOURCE_DIR: src/exec/CMakeLists.txt;
+// __FILE__ may be relative to a directory the test does not run in).
 std::string ScriptPath() {
-  fs::path here = fs::path(__FILE__);
-  if (here.is_relative()) here = fs::current_path() / here;
-  return (here.parent_path().parent_path().parent_path() / "tests/images/make_test_image.sh")
-      .string();
+  return std::string(GPUPOOL_SOURCE_DIR) + "/tests/images/make_test_image.sh";
 }
 
 void BuildImage(const std::string& out_dir, const std::vector<std::string>& extra_env) {

@@ -50,7 +50,9 @@ Status SandboxExecutor::Prepare(const TaskContext& task, const ProgressFn& progr
     }
     auto ref = ParseImageRef(task.image);
     if (!ref.ok()) return ref.status();
-    GP_ASSIGN_OR_RETURN(auto lease, images_->Acquire(*ref, progress, task.stop_requested));
+    // Pulled and unpacked as the task's own account (a root agent's).
+    GP_ASSIGN_OR_RETURN(auto lease, images_->Acquire(*ref, progress, task.stop_requested,
+                                                     FsIdentity{task.uid, task.gid}));
     image_.emplace(std::move(lease));
   }
   return LocalExecutor::Prepare(task, progress);

@@ -630,18 +630,18 @@ TEST_F(SandboxTest, ExitReasonReadsBubblewrapsLastLineOnlyForItsExitCode1) {
 
 // --- Image jobs -------------------------------------------------------------
 
-// The script, found from this file's path: src/exec/ -> tests/images/.
+// The script, in the source tree (GPUPOOL_SOURCE_DIR: src/exec/CMakeLists.txt;
+// __FILE__ may be relative to a directory the test does not run in).
 std::string ImageScriptPath() {
-  fs::path here = fs::path(__FILE__);
-  if (here.is_relative()) here = fs::current_path() / here;
-  return (here.parent_path().parent_path().parent_path() / "tests/images/make_test_image.sh")
-      .string();
+  return std::string(GPUPOOL_SOURCE_DIR) + "/tests/images/make_test_image.sh";
 }
 
 class SandboxImageTest : public SandboxTest {
  protected:
   static void SetUpTestSuite() {
-    images_base_ = MakeTempDir(0700);
+    // Readable by the task's account, which pulls the image (as a
+    // provider's local images must be).
+    images_base_ = MakeTempDir(0755);
     ASSERT_FALSE(images_base_.empty());
     Result<CommandResult> r = RunCommand({"sh", ImageScriptPath(), images_base_ + "/image"});
     ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+
+#include "exec/launch.h"
 
 extern char** environ;
 
@@ -81,53 +84,13 @@ bool ReadSome(Stream& s, const std::function<void(std::string_view)>& on_line) {
 
 }  // namespace
 
-Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                 const std::function<void(std::string_view)>& on_stdout_line,
-                                 int64_t timeout_ms, const std::function<bool()>& cancelled) {
-  if (argv.empty() || argv[0].empty()) {
-    return Status::InvalidArgument("cannot run a command: no program given");
-  }
-  const std::string& program = argv[0];
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-    return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
-  }
-  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
-  }
-  Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
+namespace {
 
-  posix_spawn_file_actions_t actions;
-  posix_spawnattr_t attr;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawnattr_init(&attr);
-  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, out_w.get(), 1);
-  ::posix_spawn_file_actions_adddup2(&actions, err_w.get(), 2);
-  ::posix_spawn_file_actions_addclosefrom_np(&actions, 3);  // close_range(3, ~0U, 0)
-  sigset_t empty, all;
-  sigemptyset(&empty);
-  sigfillset(&all);
-  ::posix_spawnattr_setsigmask(&attr, &empty);
-  ::posix_spawnattr_setsigdefault(&attr, &all);
-  ::posix_spawnattr_setpgroup(&attr, 0);
-  ::posix_spawnattr_setflags(
-      &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-
-  std::vector<char*> cargv;
-  cargv.reserve(argv.size() + 1);
-  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, program.c_str(), &actions, &attr, cargv.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::posix_spawnattr_destroy(&attr);
-  if (rc != 0) return Status::Internal("cannot run " + program + ": " + std::strerror(rc));
-  out_w.Reset();
-  err_w.Reset();
-
+// Reads the child's pipes until it exits (or is killed for the timeout or
+// `cancelled`), then reaps it.
+CommandResult Collect(pid_t pid, Fd& out_r, Fd& err_r,
+                      const std::function<void(std::string_view)>& on_stdout_line,
+                      int64_t timeout_ms, const std::function<bool()>& cancelled) {
   ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
   ::fcntl(err_r.get(), F_SETFL, O_NONBLOCK);
   // A pidfd makes the child's exit a poll event; without one (old kernels)
@@ -198,6 +161,111 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   }
   if (err.buf.size() > kStderrTailBytes) err.buf.erase(0, err.buf.size() - kStderrTailBytes);
   result.stderr_tail = Trim(err.buf);
+  return result;
+}
+
+}  // namespace
+
+Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                 const std::function<void(std::string_view)>& on_stdout_line,
+                                 int64_t timeout_ms, const std::function<bool()>& cancelled) {
+  if (argv.empty() || argv[0].empty()) {
+    return Status::InvalidArgument("cannot run a command: no program given");
+  }
+  const std::string& program = argv[0];
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
+  }
+  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
+  }
+  Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawnattr_init(&attr);
+  ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, out_w.get(), 1);
+  ::posix_spawn_file_actions_adddup2(&actions, err_w.get(), 2);
+  ::posix_spawn_file_actions_addclosefrom_np(&actions, 3);  // close_range(3, ~0U, 0)
+  sigset_t empty, all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  ::posix_spawnattr_setsigmask(&attr, &empty);
+  ::posix_spawnattr_setsigdefault(&attr, &all);
+  ::posix_spawnattr_setpgroup(&attr, 0);
+  ::posix_spawnattr_setflags(
+      &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+
+  std::vector<char*> cargv;
+  cargv.reserve(argv.size() + 1);
+  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, program.c_str(), &actions, &attr, cargv.data(), environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status::Internal("cannot run " + program + ": " + std::strerror(rc));
+  out_w.Reset();
+  err_w.Reset();
+
+  return Collect(pid, out_r, err_r, on_stdout_line, timeout_ms, cancelled);
+}
+
+Result<CommandResult> RunPlan(const LaunchPlan& plan,
+                              const std::function<void(std::string_view)>& on_stdout_line,
+                              int64_t timeout_ms, const std::function<bool()>& cancelled) {
+  if (plan.argv.empty() || plan.argv[0].empty()) {
+    return Status::InvalidArgument("cannot run a command: no program given");
+  }
+  const std::string& program = plan.argv[0];
+  int out_pipe[2], err_pipe[2], exec_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
+  }
+  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
+  }
+  Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) {
+    return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
+  }
+  Fd exec_r(exec_pipe[0]), exec_w(exec_pipe[1]);
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::Internal("cannot run " + program + ": fork: " + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    sigset_t empty;
+    sigemptyset(&empty);
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(out_w.get(), 1) < 0 ||
+        ::dup2(err_w.get(), 2) < 0) {
+      _exit(127);
+    }
+    // A helper never gains privileges by exec (setuid files, file caps).
+    ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    ExecPlan(plan, exec_w.get());
+  }
+  ::setpgid(pid, pid);  // also here, so the group exists before a kill
+  out_w.Reset();
+  err_w.Reset();
+  exec_w.Reset();
+  CommandResult result = Collect(pid, out_r, err_r, on_stdout_line, timeout_ms, cancelled);
+  int failure[2] = {0, 0};
+  if (::read(exec_r.get(), failure, sizeof failure) == sizeof failure) {
+    if (static_cast<LaunchStep>(failure[0]) == LaunchStep::kExec) {
+      return Status::Internal("cannot run " + program + ": " + std::strerror(failure[1]));
+    }
+    return Status::Internal("cannot run " + program + ": " +
+                            DescribeLaunchFailure(plan, failure[0], failure[1]));
+  }
   return result;
 }
 

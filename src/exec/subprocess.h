@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "exec/executor.h"
 
 namespace gpupool::exec {
 
@@ -48,6 +49,18 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                  const std::function<void(std::string_view)>& on_stdout_line = {},
                                  int64_t timeout_ms = 0,
                                  const std::function<bool()>& cancelled = {});
+
+// RunCommand for a LaunchPlan (exec/launch.h): forks, and the child sets up
+// what the plan says (a private mount namespace with its stage binds, the
+// account, the environment, the directory) and execs, with no_new_privs
+// set. The pipes, process group, timeout and cancelling work as for
+// RunCommand. A plan that cannot be carried out (a mount, the account,
+// exec) is a Status error: "cannot run skopeo: No such file or directory".
+// The caller's process forks: call it where a fork is safe (no other
+// thread holds a lock the child's setup needs).
+Result<CommandResult> RunPlan(const LaunchPlan& plan,
+                              const std::function<void(std::string_view)>& on_stdout_line = {},
+                              int64_t timeout_ms = 0, const std::function<bool()>& cancelled = {});
 
 // The most useful line of a tool's stderr for a user: the last non-empty
 // line, with logrus framing (`time="..." level=fatal msg="..."`) and umoci's

@@ -174,6 +174,32 @@ TEST(RunCommandTest, ChildSeesOnlyStandardDescriptorsAndDevNullInput) {
   EXPECT_EQ(std::count(fds.begin(), fds.end(), "77"), 0);
 }
 
+TEST(RunPlanTest, RunsThePlanWithPipesAndSaysWhatCouldNotBeDone) {
+  LaunchPlan plan;
+  plan.argv = {"sh", "-c", "echo out; echo err >&2; pwd; echo $ONLY; exit 3"};
+  plan.env = {"PATH=/usr/bin:/bin", "ONLY=this"};
+  plan.cwd = "/tmp";
+  std::vector<std::string> lines;
+  auto r = RunPlan(plan, [&](std::string_view l) { lines.emplace_back(l); });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->stderr_tail, "err");
+  EXPECT_EQ(lines, (std::vector<std::string>{"out", "/tmp", "this"}));
+  // It never gains privileges by exec.
+  plan.argv = {"grep", "NoNewPrivs", "/proc/self/status"};
+  lines.clear();
+  r = RunPlan(plan, [&](std::string_view l) { lines.emplace_back(l); });
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(lines, (std::vector<std::string>{"NoNewPrivs:\t1"}));
+  // What could not be done is an error, as RunCommand's.
+  plan.argv = {"no-such-program-gpupool"};
+  EXPECT_EQ(RunPlan(plan).status().message(),
+            "cannot run no-such-program-gpupool: No such file or directory");
+  plan.argv = {"true"};
+  plan.cwd = "/no/such/dir";
+  EXPECT_NE(RunPlan(plan).status().message().find("cannot run true: "), std::string::npos);
+}
+
 TEST(LastErrorLineTest, PicksTheMessage) {
   EXPECT_EQ(LastErrorLine(""), "");
   EXPECT_EQ(LastErrorLine("\n  \n"), "");

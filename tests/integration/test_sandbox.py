@@ -49,11 +49,28 @@ def output(pool, job_id):
     return [l["text"] for l in page["lines"] if l["stream"] != "event"]
 
 
+def readable_dir(prefix):
+    """A directory under /tmp that task accounts can read: a root agent pulls
+    images (and runs the tools named in its config) as the task's account,
+    and pytest's own tmp dirs are root's alone."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(d, 0o755)
+    return d
+
+
 @pytest.fixture(scope="module")
-def image_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("images")
+def image_dir():
+    out = readable_dir("gpupool-test-images-")
     subprocess.run([str(MAKE_IMAGE), str(out)], check=True, capture_output=True, timeout=120)
-    return out
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_tmp():
+    d = readable_dir("gpupool-test-shared-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 # ---- isolation ---------------------------------------------------------------
@@ -187,8 +204,9 @@ def test_image_job_honours_env_workdir_and_is_cached(pool, tmp_path, image_dir):
     assert lines == ["via-entrypoint hello-from-image"], lines
 
 
-def test_broken_images_fail_with_a_clear_reason(pool, tmp_path):
+def test_broken_images_fail_with_a_clear_reason(pool, shared_tmp):
     start(pool)
+    tmp_path = shared_tmp
     garbage = tmp_path / "garbage.tar"
     garbage.write_bytes(b"this is not an image" * 100)
     job, _ = run(pool, {"image": f"oci-archive:{garbage}", "run": "true"})
@@ -198,9 +216,9 @@ def test_broken_images_fail_with_a_clear_reason(pool, tmp_path):
     assert job["state"] == "failed" and "missing.tar" in job["reason"], job
 
 
-def test_cancelling_a_job_stops_its_image_pull(pool, tmp_path):
+def test_cancelling_a_job_stops_its_image_pull(pool, tmp_path, shared_tmp):
     # A registry that never answers: the provider's skopeo is a script that hangs.
-    skopeo = tmp_path / "slow-skopeo"
+    skopeo = shared_tmp / "slow-skopeo"
     skopeo.write_text("#!/bin/sh\nexec sleep 317\n")
     skopeo.chmod(0o755)
     start(pool, f"images: {{skopeo: {skopeo}}}\n", tmp_path)

@@ -48,7 +48,7 @@ struct SqliteOptions {
 class SqliteStore : public Store {
  public:
   // The schema version this binary writes; see the migrations in the .cpp.
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
 
   // `path` is the database file, e.g. "<data-dir>/state.db"; ":memory:" opens
   // a private in-memory database (no WAL, nothing survives; for tests).

@@ -388,6 +388,9 @@ class Agent {
       // Rank 0 of a torch gang: the master is chosen here, before Start
       // keeps it with the task, and reported at once: the server starts the
       // other ranks with it.
+      // The output the task may leave: the server's limit, or less by the
+      // provider's policy (the shim enforces it, agent/output_log.h).
+      if (!held) start.max_output_bytes = provider_.OutputLimit(start.max_output_bytes);
       bool choose_master = NeedsMaster(start) && !held;
       Status s = tasks_.ChooseMaster(start, AdvertiseAddr());
       if (s.ok()) s = tasks_.Start(start, GpuMinors(start.gpu_uuids));

@@ -129,6 +129,7 @@ users: {allow: [alice, bob], deny: [mallory]}
 groups: {deny: [rivals]}
 max_runtime: 24h
 reclaim_grace: 90s
+max_job_output: 100MiB
 )");
   EXPECT_EQ(p.gpus, (std::vector<std::string>{"0", "GPU-aaaa"}));
   EXPECT_EQ(p.gpu_memory_percent, 50);
@@ -140,7 +141,10 @@ reclaim_grace: 90s
   EXPECT_EQ(p.deny_groups, std::set<std::string>{"rivals"});
   EXPECT_EQ(p.max_runtime_ms, 24 * 3'600'000);
   EXPECT_EQ(p.reclaim_grace_ms, 90'000);
+  EXPECT_EQ(p.max_job_output_bytes, 100 << 20);
+  EXPECT_EQ(PolicyToJson(p)["max_job_output"], "100 MiB");
   EXPECT_EQ(Policy("gpu_memory: 20GiB").gpu_memory_mib, 20 * 1024);
+  EXPECT_EQ(Policy("gpu_memory: 20GiB").max_job_output_bytes, 0);  // the server's
 }
 
 TEST(PolicyParse, ErrorsNameTheField) {
@@ -165,6 +169,10 @@ TEST(PolicyParse, ErrorsNameTheField) {
   EXPECT_THAT(PolicyError("users: {permit: [alice]}"),
               HasSubstr("policy.users.permit: unknown field"));
   EXPECT_THAT(PolicyError("max_runtime: forever"), HasSubstr("policy.max_runtime"));
+  EXPECT_THAT(PolicyError("max_job_output: lots"), HasSubstr("policy.max_job_output"));
+  EXPECT_THAT(PolicyError("max_job_output: 0MiB"),
+              HasSubstr("policy.max_job_output: must be more than 0"));
+  EXPECT_THAT(PolicyError("max_job_output: 5"), HasSubstr("policy.max_job_output: must be a size"));
   EXPECT_THAT(PolicyError("gpus: []"), HasSubstr("policy.gpus: must name at least one GPU"));
   EXPECT_THAT(PolicyError("lend: all"), HasSubstr("policy.lend: unknown field"));
 }

@@ -110,6 +110,7 @@ Result<json> ApiClient::Call(const std::string& method, const std::string& targe
     case 429:
       return Status::ResourceExhausted(message);
     case 404:
+    case 410:  // gone for good (a job's logs that retention removed)
       return Status::NotFound(message);
     case 409:
       return Status::FailedPrecondition(message);

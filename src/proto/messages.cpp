@@ -343,6 +343,7 @@ std::string Encode(const StartTask& m) {
             {"gpu_uuids", m.gpu_uuids}};
   if (m.gpu_milli != 0) j["gpu_milli"] = m.gpu_milli;
   if (m.gpu_memory_mib != 0) j["gpu_memory_mib"] = m.gpu_memory_mib;
+  if (m.max_output_bytes != 0) j["max_output_bytes"] = m.max_output_bytes;
   if (!m.restore_manifest.empty()) {
     j["restore"] = {{"checkpoint", m.restore_checkpoint}, {"manifest", m.restore_manifest}};
   }
@@ -366,6 +367,7 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
     m->gpu_uuids = r.StrList("gpu_uuids", false, kMaxGpus);
     m->gpu_milli = static_cast<int32_t>(r.IntIn("gpu_milli", 0, 1000, false));
     m->gpu_memory_mib = r.IntIn("gpu_memory_mib", 0, kMaxMib, false);
+    m->max_output_bytes = r.IntIn("max_output_bytes", 0, INT64_MAX, false);
     if (const json* restore = r.Raw("restore", false); restore && !restore->is_object()) {
       r.Fail("restore", "must be an object");
     } else if (restore) {

@@ -179,6 +179,10 @@ struct StartTask {
   std::string restore_manifest;
   // Set for a rank of a multi-node job; only rank 0 uploads checkpoints.
   std::optional<GangRank> gang;
+  // The server's output limit per attempt rank (--max-job-output); the
+  // agent may lower it (its provider's policy). 0 from an older server: the
+  // agent's default (model/job_output.h).
+  int64_t max_output_bytes = 0;
   friend bool operator==(const StartTask&, const StartTask&) = default;
 };
 

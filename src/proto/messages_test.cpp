@@ -138,9 +138,18 @@ TEST(MessagesTest, StartStopWelcomeRoundTrip) {
   s.spec.resources.gpus = 2;
   s.spec.max_runtime_ms = 60000;
   s.gpu_uuids = {"GPU-1", "GPU-2"};
+  s.max_output_bytes = int64_t{1} << 30;
   auto ds = DecodeStartTask(Encode(s));
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(*ds, s);
+  // From a server older than the output limit: none (the agent's default).
+  s.max_output_bytes = 0;
+  EXPECT_EQ(*DecodeStartTask(Encode(s)), s);
+  EXPECT_THAT(DecodeStartTask(R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x"},)"
+                              R"("max_output_bytes":-1})")
+                  .status()
+                  .message(),
+              HasSubstr("body.max_output_bytes: must be from 0"));
 
   StopTask st{"3.2", "cancelled"};
   EXPECT_EQ(*DecodeStopTask(Encode(st)), st);

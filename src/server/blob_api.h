@@ -5,7 +5,7 @@
 //   POST /v1/blobs/chunks/fetch       PUT|GET /v1/blobs/manifests/{id}
 //   POST|GET /v1/jobs/{job}/checkpoints
 //   GET /v1/jobs/{job}/checkpoints/{number|latest}
-//   POST /v1/admin/gc
+//   POST /v1/admin/gc                 (blobs, and log retention: options.collect_logs)
 //
 // Who may call: members and admins everything but the noted exceptions, and
 // the agent join token ("agent-join") exactly these endpoints but gc.
@@ -31,6 +31,7 @@
 #include "net/http_server.h"
 #include "server/auth.h"
 #include "server/blob_service.h"
+#include "server/job_logs.h"
 #include "server/pool.h"
 #include "server/worker_pool.h"
 
@@ -43,6 +44,9 @@ struct BlobApiOptions {
   int64_t gc_grace_ms = 3'600'000;
   size_t max_fetch_bytes = blob::kMaxChunkRecordsBytes;  // per fetch response
   size_t max_ids = 100'000;                              // per missing/fetch request
+  // POST /v1/admin/gc also applies log retention through this (the
+  // server's LogGc, server/job_logs.h); unset: blobs only.
+  std::function<void(std::function<void(Result<LogGcStats>)>)> collect_logs;
 };
 
 class BlobApi {

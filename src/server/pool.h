@@ -60,6 +60,7 @@
 #include "model/node.h"
 #include "proto/messages.h"
 #include "sched/scheduler.h"
+#include "server/job_logs.h"
 #include "store/store.h"
 
 namespace gpupool::server {
@@ -80,6 +81,9 @@ struct PoolOptions {
   // Checkpoints kept per job (--checkpoint-keep); accepting a new one
   // deletes the oldest beyond this many. Values below 1 count as 1.
   int32_t checkpoint_keep = 3;
+  // The output limit (sent with every start order), log retention and the
+  // log budget (server/job_logs.h).
+  LogOptions logs;
 };
 
 struct PoolHooks {
@@ -139,6 +143,7 @@ struct JobDetail {
   Job job;
   std::vector<Attempt> attempts;
   std::optional<QueueInfo> queue;  // pending jobs the last pass ordered
+  JobOutput output;                // what it printed (server/job_logs.h)
 };
 
 // One pending job in scheduler order (GET /v1/queue).
@@ -182,7 +187,8 @@ class Pool {
   // is first stopped like a preemption (its checkpoint signal, its newest
   // checkpoint uploaded) and is cancelled once its attempt has left.
   Result<Job> StopForGood(int64_t id, const std::string& reason, bool checkpoint_first);
-  Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
+  // A page of the job's log, or that retention removed it.
+  Result<LogPage> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();
   // The provider event log: events of `node` (an id or a name; "" = every
   // node) of `kind` ("" = any), with id > after_id, ascending, at most

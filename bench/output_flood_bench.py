@@ -69,8 +69,8 @@ def one_run():
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
         pool = Pool(Path(d))
         try:
-            pool.start_server(extra=("--max-job-output", LIMIT, "--log-level", "info"))
-            pool.start_agent("a", extra=("--log-level", "info"))
+            pool.start_server(extra=("--max-job-output", LIMIT), log_level="info")
+            pool.start_agent("a", log_level="info")
             pool.wait_nodes_ready(1)
             subprocess.run([GPUPOOL, "admin", "user", "add", "bob"], env=pool.cli_env(), check=True,
                            capture_output=True, stdin=subprocess.DEVNULL, timeout=60)

@@ -330,6 +330,7 @@ class Agent {
     welcomed_ = true;
     backoff_ms_ = 0;
     node_id_ = w.node_id;
+    compact_logs_ = w.log_records;
     GP_LOG(kInfo) << "connected to " << options_.server_url << " as node " << options_.name << " ("
                   << node_id_ << ")";
     if (!resumed_logs_) {
@@ -555,6 +556,7 @@ class Agent {
       }
       proto::LogChunk chunk;
       chunk.attempt_id = id;
+      chunk.compact = compact_logs_;
       for (auto& r : records)
         chunk.lines.push_back({r.offset, std::move(r.stream), r.ts_ms, std::move(r.text)});
       Push(proto::kLogs, proto::Encode(chunk));
@@ -641,6 +643,7 @@ class Agent {
   uint64_t generation_ = 0;
   bool welcomed_ = false;
   bool resumed_logs_ = false;
+  bool compact_logs_ = false;  // the server takes compact logs messages (proto::LogChunk)
   bool shutting_down_ = false;
   bool ack_scheduled_ = false;
   bool poll_posted_ = false;

@@ -76,6 +76,9 @@ class OutputBudget {
   bool reached_;
 };
 
+// Whether `text` is well-formed UTF-8 throughout.
+bool IsValidUtf8(std::string_view text);
+
 // `text` with every byte that is not part of well-formed UTF-8 replaced by
 // U+FFFD, so that what is stored and shipped as JSON is what was counted.
 std::string ValidUtf8(std::string_view text);

@@ -82,6 +82,11 @@ TEST(ValidUtf8, KeepsWellFormedTextAndReplacesEveryBadByte) {
   EXPECT_EQ(ValidUtf8("\xF4\x90\x80\x80").size(), 12u);
   EXPECT_EQ(ValidUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(ValidUtf8(std::string("\0x", 2)), std::string("\0x", 2));
+  EXPECT_TRUE(IsValidUtf8(good));
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_FALSE(IsValidUtf8("a\xFF"));
+  EXPECT_FALSE(IsValidUtf8("\xE2\x82"));
+  EXPECT_TRUE(IsValidUtf8(ValidUtf8("\xED\xA0\x80 \xC0")));
 }
 
 TEST(Utf8CutPoint, NeverSplitsACharacter) {

@@ -125,9 +125,18 @@ struct LogChunkLine {
   friend bool operator==(const LogChunkLine&, const LogChunkLine&) = default;
 };
 
+// Encoded as {"attempt_id", "lines": [{"offset", "stream", "ts_ms",
+// "text"}, ...]}, or, with `compact` (to servers whose welcome says
+// log_records), as {"attempt_id", "offsets": [...], "records": ["...", ...]}:
+// the lines' offsets, and the lines as text records "<k> <ts_ms> <text>\n"
+// (k: o stdout, e stderr, v event), one per offset, in strings of whole
+// records of at most 60 KiB, which costs a server a fraction of the time to
+// decode. Lines a record cannot carry (a newline or invalid UTF-8 in the
+// text) make Encode fall back to the first form. Decoding accepts both.
 struct LogChunk {
   std::string attempt_id;
   std::vector<LogChunkLine> lines;
+  bool compact = false;
   friend bool operator==(const LogChunk&, const LogChunk&) = default;
 };
 
@@ -145,6 +154,9 @@ struct Welcome {
   // lost later (node_lost_after), may restart the gang elsewhere without two
   // copies of a rank alive. 0 = no lease (older servers).
   int64_t gang_lease_ms = 0;
+  // The server decodes compact logs messages (LogChunk::compact); false
+  // from older servers.
+  bool log_records = false;
   friend bool operator==(const Welcome&, const Welcome&) = default;
 };
 

@@ -939,6 +939,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
   // Gang ranks of an agent cut off from the server stop themselves well
   // before the server declares the node lost and restarts the gang.
   welcome.gang_lease_ms = options_.node_lost_after_ms / 2;
+  welcome.log_records = true;  // compact logs messages are welcome (proto::LogChunk)
   int64_t now = clock_.NowMs();
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto existing, tx.GetNodeByName(hello.node_name));

@@ -84,9 +84,12 @@ Status AddToJob(SqliteConn& conn, int64_t job_id, int64_t lines, int64_t bytes, 
 
 using StreamKey = std::pair<std::string, int32_t>;
 
+// Smaller chunks are stored packed only: compressing gains little there.
+constexpr int64_t kMinCompressBytes = 1024;
+
 // Packs one job's lines into chunks: each line goes on in its attempt
-// rank's newest chunk while that one has room (never a sealed one), else a
-// new chunk starts. Updates the lines' LogStreams (lines, bytes,
+// rank's newest chunk while that one has room (a full one is never
+// appended to again), else a new chunk starts. Updates the lines' LogStreams (lines, bytes,
 // stored_bytes, last_offset) and counts what it added for the job.
 class ChunkWriter {
  public:
@@ -101,8 +104,8 @@ class ChunkWriter {
       c.rank = l.rank;
       c.first_cursor = cursor;
       c.stream = &stream;
-      // After a chunk of it was sealed here, the rank's newest is that one.
-      if (!sealed_.count(key)) GP_RETURN_IF_ERROR(Reopen(c));
+      // After a chunk of it was filled here, the rank's newest is that one.
+      if (!full_.count(key)) GP_RETURN_IF_ERROR(Reopen(c));
       it = open_.emplace(key, std::move(c)).first;
     }
     Chunk& c = it->second;
@@ -116,7 +119,7 @@ class ChunkWriter {
     bytes_ += cost;
     if (static_cast<int64_t>(c.packed.size()) >= kLogChunkBytes) {
       GP_RETURN_IF_ERROR(Flush(c));
-      sealed_.insert(key);
+      full_.insert(key);
       open_.erase(it);
     }
     return Status::Ok();
@@ -146,31 +149,33 @@ class ChunkWriter {
     LogStream* stream = nullptr;
   };
 
-  // Continues the rank's newest chunk, when it is not sealed.
+  // Continues the rank's newest chunk, when it is not full.
   Status Reopen(Chunk& c) {
     GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT id, first_cursor, last_cursor, "
-                                               "last_offset, last_ts_ms, lines, zstd, data "
-                                               "FROM log_chunks WHERE attempt_id = ?1 AND "
-                                               "rank = ?2 ORDER BY last_cursor DESC LIMIT 1"));
+                                               "last_offset, last_ts_ms, lines, raw_bytes, "
+                                               "zstd, data FROM log_chunks WHERE attempt_id = ?1 "
+                                               "AND rank = ?2 ORDER BY last_cursor DESC LIMIT 1"));
     q.Bind(1, c.attempt_id).Bind(2, static_cast<int64_t>(c.rank));
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row || q.Int(6) != 0) return Status::Ok();
-    std::string data = q.Blob(7);
-    if (static_cast<int64_t>(data.size()) >= kLogChunkBytes) return Status::Ok();
+    if (!row || q.Int(6) >= kLogChunkBytes) return Status::Ok();
+    std::string data = q.Blob(8);
+    c.stored_before = static_cast<int64_t>(data.size());
+    if (q.Int(7) != 0) {
+      GP_ASSIGN_OR_RETURN(data, DecompressLogChunk(data, static_cast<size_t>(q.Int(6))));
+    }
     c.id = q.Int(0);
     c.first_cursor = q.Int(1);
     c.last = {q.Int(2), q.Int(3), q.Int(4)};
     c.lines = q.Int(5);
-    c.stored_before = static_cast<int64_t>(data.size());
     c.packed = std::move(data);
     return Status::Ok();
   }
 
   Status Flush(Chunk& c) {
-    // A full chunk is sealed: compressed, never appended to again.
+    // Compressed unless it is small or zstd does not shrink it (junk).
     std::string compressed;
     bool zstd = false;
-    if (static_cast<int64_t>(c.packed.size()) >= kLogChunkBytes) {
+    if (static_cast<int64_t>(c.packed.size()) >= kMinCompressBytes) {
       compressed = CompressLogChunk(c.packed);
       zstd = !compressed.empty() && compressed.size() < c.packed.size();
     }
@@ -207,7 +212,7 @@ class ChunkWriter {
   SqliteConn& conn_;
   int64_t job_id_;
   std::map<StreamKey, Chunk> open_;  // being filled, per attempt rank
-  std::set<StreamKey> sealed_;       // ranks whose newest chunk was sealed here
+  std::set<StreamKey> full_;         // ranks whose newest chunk was filled here
   int64_t lines_ = 0, bytes_ = 0, stored_ = 0;
 };
 

@@ -4,10 +4,11 @@
 //
 // Tables (schema version 7, kLogSchemaV7):
 //   log_chunks   runs of one attempt rank's lines, packed (store/log_chunk.h),
-//                at most about kLogChunkBytes each; a full chunk is sealed
-//                and stored zstd-compressed, a rank's newest one stays
-//                packed so its next lines are appended to it. The chunks of
-//                a job's ranks overlap in cursors; a read merges them.
+//                at most about kLogChunkBytes each, zstd-compressed (unless
+//                small or incompressible); a rank's newest chunk, until it
+//                is full, is unpacked and rewritten with the next lines. The
+//                chunks of a job's ranks overlap in cursors; a read merges
+//                them.
 //   log_streams  per attempt rank: last offset taken, lines, bytes
 //                (LogLineCost), stored bytes, the output limit's marker
 //   log_jobs     per job: the totals, when the job ended (filled in by

@@ -119,8 +119,8 @@ TEST(SqliteLogsTest, AFloodIsStoredInFewCompressedChunks) {
               static_cast<long long>(chunks), static_cast<long long>(stored));
   EXPECT_LT(chunks, kLines / 1000);
   EXPECT_LT(stored, int64_t{kLines} * LogLineCost("y") / 20);
-  // Every sealed chunk is compressed; at most the newest is not.
-  EXPECT_LE(Count(raw, "SELECT COUNT(*) FROM log_chunks WHERE zstd = 0"), 1);
+  // Every chunk is compressed, the newest too (it is appended to all the same).
+  EXPECT_EQ(Count(raw, "SELECT COUNT(*) FROM log_chunks WHERE zstd = 0"), 0);
   EXPECT_EQ(Count(raw, "SELECT MAX(raw_bytes) < 2 * " + std::to_string(kLogChunkBytes) +
                            " FROM log_chunks"),
             1);
@@ -139,6 +139,42 @@ TEST(SqliteLogsTest, AFloodIsStoredInFewCompressedChunks) {
   EXPECT_EQ(stream.last_offset, int64_t{kLines - 1} * 20);
   ASSERT_EQ(tail.size(), 2u);
   EXPECT_EQ(tail[1].offset, int64_t{kLines - 1} * 20);
+}
+
+TEST(SqliteLogsTest, ASlowJobsLinesGoOnInOneCompressedChunk) {
+  TempDir dir;
+  auto store = MustOpen(dir.db());
+  ASSERT_NE(store, nullptr);
+  int64_t job_id = 0;
+  ASSERT_TRUE(Tx(*store, [&](gpupool::Tx& tx) -> Status {
+                GP_ASSIGN_OR_RETURN(job_id, tx.InsertJob(RunningJob()));
+                return Status::Ok();
+              }).ok());
+  // A line a message, as a job that prints now and then is shipped.
+  std::vector<std::string> want;
+  for (int i = 0; i < 500; ++i) {
+    want.push_back("epoch " + std::to_string(i) + " loss 0." + std::to_string(1000 - i) +
+                   std::string(60, '.'));
+    ASSERT_TRUE(Tx(*store, [&](gpupool::Tx& tx) {
+                  return tx.AppendLogs(job_id, {Line("1.1", i * 100, want.back())});
+                }).ok());
+  }
+  RawDb raw(dir.db());
+  EXPECT_EQ(Count(raw, "SELECT COUNT(*) FROM log_chunks"), 1);
+  EXPECT_EQ(Count(raw, "SELECT zstd FROM log_chunks"), 1);
+  EXPECT_LT(Count(raw, "SELECT length(data) FROM log_chunks"),
+            Count(raw, "SELECT raw_bytes FROM log_chunks") / 3);
+  std::vector<LogLine> got;
+  LogStream stream;
+  ASSERT_TRUE(Tx(*store, [&](gpupool::Tx& tx) -> Status {
+                GP_ASSIGN_OR_RETURN(got, tx.ReadLogs(job_id, 0, 1000));
+                GP_ASSIGN_OR_RETURN(auto s, tx.GetLogStream("1.1", 0));
+                if (s) stream = *s;
+                return Status::Ok();
+              }).ok());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].text, want[i]) << i;
+  EXPECT_EQ(stream.stored_bytes, Count(raw, "SELECT length(data) FROM log_chunks"));
 }
 
 TEST(SqliteLogsTest, RemovedLogsAreFreedInBoundedSteps) {

@@ -32,7 +32,8 @@ bool AllAscii(std::string_view s) {
 
 void OutputLog::Add(char stream, const char* data, size_t n, int64_t now_ms) {
   if (budget_.reached()) {  // past the limit: drained, not looked at
-    if (now_ms >= drain_window_ms_ + 1000) {
+    // A new second; or the wall clock went back: start one now.
+    if (now_ms >= drain_window_ms_ + 1000 || now_ms < drain_window_ms_) {
       drain_window_ms_ = now_ms;
       drained_ = 0;
     }
@@ -111,7 +112,8 @@ void OutputLog::Line(char stream, std::string_view text, int64_t now_ms) {
 
 int64_t OutputLog::DrainPauseMs(int64_t now_ms) const {
   if (!budget_.reached() || drained_ < kDrainBytesPerSecond) return 0;
-  return std::max<int64_t>(0, drain_window_ms_ + 1000 - now_ms);
+  // At most a second, whatever the wall clock did.
+  return std::clamp<int64_t>(drain_window_ms_ + 1000 - now_ms, 0, 1000);
 }
 
 bool OutputLog::Flush() {

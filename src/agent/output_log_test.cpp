@@ -160,6 +160,12 @@ TEST_F(OutputLogTest, PastTheLimitThePipesAreDrainedAtABoundedRate) {
   EXPECT_EQ(log.DrainPauseMs(1100), 0);  // the next second
   log.Add('o', chunk.data(), chunk.size(), 1100);
   EXPECT_EQ(log.DrainPauseMs(1100), 0);
+  // The wall clock jumps back an hour: the pipes are never left unread
+  // longer than a second.
+  while (log.DrainPauseMs(1100) == 0) log.Add('o', chunk.data(), chunk.size(), 1100);
+  EXPECT_EQ(log.DrainPauseMs(1100 - 3'600'000), 1000);
+  log.Add('o', chunk.data(), chunk.size(), 1100 - 3'600'000);  // a new window starts
+  EXPECT_EQ(log.DrainPauseMs(1100 - 3'600'000), 0);
 }
 
 TEST_F(OutputLogTest, EventsPassTheLimitOnlyWithinTheirAllowance) {

@@ -337,6 +337,7 @@ class Agent {
     welcomed_ = true;
     backoff_ms_ = 0;
     node_id_ = w.node_id;
+    compact_logs_ = w.log_records;
     GP_LOG(kInfo) << "connected to " << options_.server_url << " as node " << options_.name << " ("
                   << node_id_ << ")";
     if (!resumed_logs_) {
@@ -392,6 +393,9 @@ class Agent {
                     << (start.gang ? " as rank " + std::to_string(start.gang->rank) + " of " +
                                          std::to_string(start.gang->nodes)
                                    : "");
+      // The output the task may leave: the server's limit, or less by the
+      // provider's policy (the shim enforces it, agent/output_log.h).
+      if (!held) start.max_output_bytes = provider_.OutputLimit(start.max_output_bytes);
       // Rank 0 of a torch gang: the master is chosen here, before Start
       // keeps it with the task, and reported at once (in the sandbox's
       // private network: once the job listens on it, see TaskState): the
@@ -567,6 +571,7 @@ class Agent {
       }
       proto::LogChunk chunk;
       chunk.attempt_id = id;
+      chunk.compact = compact_logs_;
       for (auto& r : records)
         chunk.lines.push_back({r.offset, std::move(r.stream), r.ts_ms, std::move(r.text)});
       Push(proto::kLogs, proto::Encode(chunk));
@@ -653,6 +658,7 @@ class Agent {
   uint64_t generation_ = 0;
   bool welcomed_ = false;
   bool resumed_logs_ = false;
+  bool compact_logs_ = false;  // the server takes compact logs messages (proto::LogChunk)
   bool shutting_down_ = false;
   bool ack_scheduled_ = false;
   bool poll_posted_ = false;

@@ -19,7 +19,8 @@ using std::chrono::minutes;
 
 constexpr const char* kPolicyFields[] = {
     "gpus",  "gpu_memory", "fractional",  "windows",       "idle_only",
-    "users", "groups",     "max_runtime", "reclaim_grace", "allow_host_network"};
+    "users", "groups",     "max_runtime", "reclaim_grace", "allow_host_network",
+    "max_job_output"};
 constexpr const char* kWindowsFields[] = {"timezone", "weekly"};
 constexpr const char* kWeeklyFields[] = {"days", "from", "to"};
 constexpr const char* kIdleFields[] = {"max_utilization", "for"};
@@ -241,6 +242,16 @@ Result<ProviderPolicy> ParseProviderPolicy(const json& j) {
     GP_ASSIGN_OR_RETURN(p.reclaim_grace_ms,
                         Duration(*f, "policy.reclaim_grace", int64_t{3600} * 1000));
   }
+  if (const json* f = FieldOrNull(j, "max_job_output")) {
+    if (!f->is_string()) {
+      return FieldError("policy.max_job_output",
+                        "must be a size such as \"100MiB\", got " + DescribeValue(*f));
+    }
+    auto bytes = ParseBytes(f->get_ref<const std::string&>());
+    if (!bytes.ok()) return bytes.status().WithContext("policy.max_job_output");
+    if (*bytes <= 0) return FieldError("policy.max_job_output", "must be more than 0");
+    p.max_job_output_bytes = *bytes;
+  }
   return p;
 }
 
@@ -275,6 +286,8 @@ nlohmann::json PolicyToJson(const ProviderPolicy& p) {
   j["max_runtime"] = p.max_runtime_ms > 0 ? json(FormatDurationMs(p.max_runtime_ms)) : json("any");
   j["reclaim_grace"] = FormatDurationMs(p.reclaim_grace_ms);
   j["allow_host_network"] = p.allow_host_network;
+  j["max_job_output"] =
+      p.max_job_output_bytes > 0 ? json(FormatBytes(p.max_job_output_bytes)) : json("the server's");
   return j;
 }
 

@@ -19,6 +19,7 @@
 //     reclaim_grace: 60s           # SIGTERM to SIGKILL when taking a GPU back
 //     allow_host_network: false    # jobs may ask for `network: host` (the
 //                                  # machine's own network, its loopback too)
+//     max_job_output: 100MiB       # lowers the server's output limit per task
 //
 // A weekly entry that ends at or before its start ("19:00" to "08:00")
 // runs past midnight into the next day. Local times are the zone's wall
@@ -66,6 +67,9 @@ struct ProviderPolicy {
   int64_t max_runtime_ms = 0;  // 0: any
   int64_t reclaim_grace_ms = 30'000;
   bool allow_host_network = false;  // jobs may ask for `network: host`
+  // The output a task may leave here (model/job_output.h); lowers the
+  // server's limit, never raises it. 0: the server's.
+  int64_t max_job_output_bytes = 0;
   friend bool operator==(const ProviderPolicy&, const ProviderPolicy&) = default;
 };
 

@@ -130,6 +130,7 @@ groups: {deny: [rivals]}
 max_runtime: 24h
 reclaim_grace: 90s
 allow_host_network: true
+max_job_output: 100MiB
 )");
   EXPECT_TRUE(p.allow_host_network);
   EXPECT_FALSE(Policy("fractional: true").allow_host_network);  // off unless said
@@ -143,7 +144,10 @@ allow_host_network: true
   EXPECT_EQ(p.deny_groups, std::set<std::string>{"rivals"});
   EXPECT_EQ(p.max_runtime_ms, 24 * 3'600'000);
   EXPECT_EQ(p.reclaim_grace_ms, 90'000);
+  EXPECT_EQ(p.max_job_output_bytes, 100 << 20);
+  EXPECT_EQ(PolicyToJson(p)["max_job_output"], "100 MiB");
   EXPECT_EQ(Policy("gpu_memory: 20GiB").gpu_memory_mib, 20 * 1024);
+  EXPECT_EQ(Policy("gpu_memory: 20GiB").max_job_output_bytes, 0);  // the server's
 }
 
 TEST(PolicyParse, ErrorsNameTheField) {
@@ -168,6 +172,10 @@ TEST(PolicyParse, ErrorsNameTheField) {
   EXPECT_THAT(PolicyError("users: {permit: [alice]}"),
               HasSubstr("policy.users.permit: unknown field"));
   EXPECT_THAT(PolicyError("max_runtime: forever"), HasSubstr("policy.max_runtime"));
+  EXPECT_THAT(PolicyError("max_job_output: lots"), HasSubstr("policy.max_job_output"));
+  EXPECT_THAT(PolicyError("max_job_output: 0MiB"),
+              HasSubstr("policy.max_job_output: must be more than 0"));
+  EXPECT_THAT(PolicyError("max_job_output: 5"), HasSubstr("policy.max_job_output: must be a size"));
   EXPECT_THAT(PolicyError("gpus: []"), HasSubstr("policy.gpus: must name at least one GPU"));
   EXPECT_THAT(PolicyError("lend: all"), HasSubstr("policy.lend: unknown field"));
   EXPECT_THAT(PolicyError("allow_host_network: sometimes"),

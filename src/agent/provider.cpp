@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "exec/process_tree.h"
+#include "model/job_output.h"
 #include "model/yaml.h"
 
 namespace gpupool::agent {
@@ -104,6 +105,10 @@ Status Provider::Admit(const proto::StartTask& start) {
   Status ok = LendingAdmits(lending_, want, gpus_);
   if (!ok.ok()) SendLending(true);
   return ok;
+}
+
+int64_t Provider::OutputLimit(int64_t server_bytes) const {
+  return EffectiveOutputLimit(server_bytes, lender_.policy().max_job_output_bytes);
 }
 
 void Provider::Acked(int64_t seq) {

@@ -73,6 +73,9 @@ class Provider {
   // Why the policy refuses this start order now, or OK. A refusal also
   // resends the lending, so that the server does not place it here again.
   Status Admit(const proto::StartTask& start);
+  // The output limit of a task the server started with `server_bytes`: the
+  // policy's max_job_output may lower it (model/job_output.h).
+  int64_t OutputLimit(int64_t server_bytes) const;
 
   // The agent noticed tasks ending: answers reclaims and a leave waiting
   // for them.

@@ -22,6 +22,7 @@
 
 #include "agent/checkpoint_sync.h"
 #include "agent/lease_watch.h"
+#include "agent/output_log.h"
 #include "agent/task_exec.h"
 #include "agent/task_files.h"
 #include "common/clock.h"
@@ -33,6 +34,7 @@
 #include "exec/launch.h"
 #include "exec/limits.h"
 #include "exec/process_tree.h"
+#include "model/job_output.h"
 #include "proto/messages.h"
 
 namespace gpupool::agent {
@@ -63,52 +65,6 @@ bool WriteAll(int fd, std::string_view data) {
   }
   return true;
 }
-
-// Splits a stream into lines and appends each as a record to output.log.
-class LineSink {
- public:
-  LineSink(int log_fd, char stream) : log_fd_(log_fd), stream_(stream) {}
-  void Add(const char* data, size_t n, int64_t now_ms) {
-    buf_.append(data, n);
-    size_t start = 0;
-    while (true) {
-      size_t nl = buf_.find('\n', start);
-      if (nl == std::string::npos) {
-        if (buf_.size() - start >= kMaxLineBytes) {  // an endless line: cut it
-          Emit(std::string_view(buf_).substr(start, kMaxLineBytes), now_ms);
-          start += kMaxLineBytes;
-          continue;
-        }
-        break;
-      }
-      std::string_view line(buf_.data() + start, nl - start);
-      while (line.size() > kMaxLineBytes) {
-        Emit(line.substr(0, kMaxLineBytes), now_ms);
-        line.remove_prefix(kMaxLineBytes);
-      }
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      Emit(line, now_ms);
-      start = nl + 1;
-    }
-    buf_.erase(0, start);
-  }
-  void Finish(int64_t now_ms) {
-    if (!buf_.empty()) Emit(buf_, now_ms);
-    buf_.clear();
-  }
-  const std::string& last_line() const { return last_line_; }
-
- private:
-  void Emit(std::string_view line, int64_t now_ms) {
-    // One write per record: O_APPEND keeps records whole.
-    WriteAll(log_fd_, EncodeRecord(stream_, now_ms, line));
-    if (stream_ == 'e') last_line_.assign(line.substr(0, 512));
-  }
-  int log_fd_;
-  char stream_;
-  std::string buf_;
-  std::string last_line_;  // of stderr: may explain a failure to start
-};
 
 // The grace the agent asked for when it stopped the task, or `fallback`.
 int64_t StopGraceMs(const TaskPaths& paths, int64_t fallback) {
@@ -302,13 +258,14 @@ int RunShim(const ShimOptions& options) {
                  std::strerror(errno));
     return 1;
   }
+  // Everything goes to output.log through `out`, within the task's output
+  // limit (agent/output_log.h).
+  OutputLog out(log_fd, EffectiveOutputLimit(task.max_output_bytes, 0));
   auto record_result = [&](const TaskResult& r) {
-    bool ok = WriteAll(log_fd, EncodeRecord('r', clock.NowMs(), EncodeResult(r)));
+    bool ok = out.Record('r', clock.NowMs(), EncodeResult(r));
     return ok && ::fsync(log_fd) == 0;
   };
-  auto event = [&](const std::string& text) {
-    (void)WriteAll(log_fd, EncodeRecord('v', clock.NowMs(), text));
-  };
+  auto event = [&](const std::string& text) { out.Event(text, clock.NowMs()); };
 
   sigset_t mask, old_mask;
   sigemptyset(&mask);
@@ -445,15 +402,14 @@ int RunShim(const ShimOptions& options) {
   {
     pid_t self = ::getpid();
     ShimPids pids{self, ProcessStartTime(self).value_or(0), pid};
-    (void)WriteAll(log_fd, EncodeRecord('p', clock.NowMs(), EncodePids(pids)));
+    (void)out.Record('p', clock.NowMs(), EncodePids(pids));
     std::string started = "started " + std::to_string(pid) + "\n";
     (void)WriteAll(STDOUT_FILENO, started);  // the agent may be gone: ignore errors
   }
 
-  LineSink out_sink(log_fd, 'o'), err_sink(log_fd, 'e');
   if (result.failed) {
     std::string msg = "gpupool: " + result.reason + "\n";
-    err_sink.Add(msg.data(), msg.size(), clock.NowMs());
+    out.Add('e', msg.data(), msg.size(), clock.NowMs());
   }
   const exec::Limits& limits = ctx.limits;
   // Every timer below is on the monotonic clock (a stepped wall clock must
@@ -577,12 +533,15 @@ int RunShim(const ShimOptions& options) {
     }
     if (next_disk_check && !exited && now >= next_disk_check) {
       int64_t before = clock.MonoMs();
-      int64_t used = exec::DirectoryBytes(paths.work_dir(), limits.disk_bytes + 1);
+      // The job's output, kept here until the server has it, counts too.
+      struct stat log_stat {};
+      int64_t output = ::fstat(log_fd, &log_stat) == 0 ? log_stat.st_size : 0;
+      int64_t work = exec::DirectoryBytes(paths.work_dir(), limits.disk_bytes + 1);
       // Counting a large tree costs; keep it to about 1% of the time.
       next_disk_check = now + std::max<int64_t>(kDiskCheckMs, 100 * (clock.MonoMs() - before));
-      if (used > limits.disk_bytes) {
+      if (work + output > limits.disk_bytes) {
         std::string why = exec::DiskLimitReason(limits.disk_bytes);
-        event(why);
+        event(why + ": " + FormatBytes(work) + " in it, " + FormatBytes(output) + " of output");
         stop_job(why, true, options.kill_grace_ms);
       }
     }
@@ -647,8 +606,11 @@ int RunShim(const ShimOptions& options) {
     if (watch_memory && !exited) {
       wake = std::min(wake, std::max<int64_t>(next_memory_check - now, 0));
     }
-    pollfd fds[4] = {{out_open ? out_pipe[0] : -1, POLLIN, 0},
-                     {err_open ? err_pipe[0] : -1, POLLIN, 0},
+    // Past the output limit the pipes are drained at a bounded rate.
+    const int64_t drain_pause = out.DrainPauseMs(now);
+    if (drain_pause > 0) wake = std::min(wake, drain_pause);
+    pollfd fds[4] = {{out_open && drain_pause == 0 ? out_pipe[0] : -1, POLLIN, 0},
+                     {err_open && drain_pause == 0 ? err_pipe[0] : -1, POLLIN, 0},
                      {sig_fd, POLLIN, 0},
                      {commit_watch, POLLIN, 0}};
     int n = ::poll(fds, 4, static_cast<int>(wake));
@@ -658,11 +620,11 @@ int RunShim(const ShimOptions& options) {
     for (int i = 0; i < 2; ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
-      LineSink& sink = i == 0 ? out_sink : err_sink;
+      const char stream = i == 0 ? 'o' : 'e';
       if (r > 0) {
-        sink.Add(buf, static_cast<size_t>(r), wall_now);
+        out.Add(stream, buf, static_cast<size_t>(r), wall_now);
       } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        sink.Finish(wall_now);
+        out.Finish(stream, wall_now);
         (i == 0 ? out_open : err_open) = false;
       }
     }
@@ -689,8 +651,8 @@ int RunShim(const ShimOptions& options) {
     }
   }
   if (commit_watch >= 0) ::close(commit_watch);
-  out_sink.Finish(clock.NowMs());
-  err_sink.Finish(clock.NowMs());
+  out.Finish('o', clock.NowMs());
+  out.Finish('e', clock.NowMs());
   if (!exited) {
     executor->Stop(SIGKILL);
     ::waitpid(pid, &wstatus, 0);
@@ -702,14 +664,14 @@ int RunShim(const ShimOptions& options) {
     result.exit_code = 128 + result.signal;
   }
   if (result.reason.empty()) {
-    result.reason = executor->ExitReason(wstatus, err_sink.last_line());
+    result.reason = executor->ExitReason(wstatus, out.last_stderr_line());
     // A limit the kernel enforced (a cgroup's OOM kill, the file size limit).
     result.failed = result.reason.starts_with("exceeded") || result.reason.starts_with("cannot");
   }
   executor->Cleanup();
   ReapEverything(clock);
   // Its GPUs are free now, whatever the shim still has to do.
-  (void)WriteAll(log_fd, EncodeRecord('x', clock.NowMs(), ""));
+  (void)out.Record('x', clock.NowMs(), "");
   (void)WriteAll(STDOUT_FILENO, "exited\n");  // wakes the agent, if it is there
   // A job that goes back to the queue resumes from its newest checkpoint:
   // ship it before the result tells the agent (and the server) it ended.

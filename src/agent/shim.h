@@ -1,8 +1,10 @@
 // The shim: one small process per task, forked from the agent (see
 // TaskManager::Start) into a new session. It runs the job through its
 // executor (exec/executor.h: prepare, start, stop, cleanup), writes the
-// job's output and the task's events to TASK_DIR/output.log, enforces
-// max_runtime and the memory and disk limits the kernel does not, and
+// job's output and the task's events to TASK_DIR/output.log within the
+// task's output limit (agent/output_log.h: StartTask::max_output_bytes, as
+// the agent lowered it), enforces max_runtime and the memory and disk
+// limits the kernel does not (output.log counts toward the disk limit), and
 // appends the result record when the job ends (the format is in
 // agent/task_files.h). It is a child subreaper: every process the job
 // makes stays under it, so a stop reaches them all. Because the shim, not

@@ -126,6 +126,15 @@ int CmdAdminGc(const GlobalFlags& g) {
   std::cout << "removed " << Int(*r, "manifests_removed") << " manifests and "
             << Int(*r, "chunks_removed") << " chunks (" << FormatBytes(Int(*r, "bytes_freed"))
             << " freed); " << Int(*r, "chunks_kept") << " chunks kept\n";
+  if (r->contains("logs") && (*r)["logs"].is_object()) {
+    const json& l = (*r)["logs"];
+    std::cout << "removed the logs of " << Int(l, "jobs_removed") << " jobs ("
+              << Int(l, "by_retention") << " ended longer ago than the log retention, "
+              << Int(l, "by_budget") << " over the log budget; "
+              << FormatBytes(Int(l, "bytes_removed")) << " freed); the logs of "
+              << Int(l, "jobs_kept") << " jobs kept (" << FormatBytes(Int(l, "bytes_kept"))
+              << ")\n";
+  }
   return 0;
 }
 

@@ -191,6 +191,7 @@ Result<net::HttpResponse> ApiClient::Send(const std::string& method, const std::
     case 429:
       return Status::ResourceExhausted(message);
     case 404:
+    case 410:  // gone for good (a job's logs that retention removed)
       return Status::NotFound(message);
     case 409:
       return Status::FailedPrecondition(message);

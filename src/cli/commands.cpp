@@ -139,6 +139,26 @@ Result<bool> PrintLogs(ApiClient& api, int64_t id, int64_t* cursor, const std::s
   return page.value("complete", false);
 }
 
+// What the job printed: its size, each attempt rank whose output limit was
+// reached (the event it got), or that retention removed it.
+void AddOutputRows(Table& kv, const json& output, bool ranks) {
+  if (!output.is_object() || !output.contains("lines")) return;  // an older server
+  std::string size =
+      std::to_string(Int(output, "lines")) + " lines, " + FormatBytes(Int(output, "bytes"));
+  const json& removed = output.value("removed", json());
+  if (removed.is_object()) {
+    kv.Add({"Output:", size + ", removed " + FormatTimestampMs(Int(removed, "removed_ms")) + ": " +
+                           Str(removed, "reason")});
+    return;
+  }
+  kv.Add({"Output:", size});
+  for (const auto& l : output.value("limit_reached", json::array())) {
+    std::string where = "attempt " + Str(l, "attempt_id");
+    if (ranks) where += " rank " + std::to_string(Int(l, "rank"));
+    kv.Add({"", Str(l, "event") + " (" + where + ", " + FormatTimestampMs(Int(l, "ts_ms")) + ")"});
+  }
+}
+
 }  // namespace
 
 std::string Ago(int64_t ms) {
@@ -298,6 +318,7 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
                           ")"});
   }
   kv.Add({"Command:", spec.contains("run") ? Str(spec, "run") : spec["command"].dump()});
+  AddOutputRows(kv, j.value("output", json::object()), nodes > 1);
   if (spec.contains("max_runtime")) kv.Add({"Max runtime:", Str(spec, "max_runtime")});
   if (spec.contains("max_restarts")) {
     kv.Add({"Restarts:", std::to_string(Int(j, "restarts")) + " of " +
@@ -346,15 +367,12 @@ int CmdLogs(const GlobalFlags& g, const std::string& id_text, bool follow, int r
   if (!api.ok()) return ReportError(api.status());
   int64_t cursor = 0;
   while (true) {
+    int64_t before = cursor;
     auto complete = PrintLogs(*api, *id, &cursor, follow ? "30s" : "", rank);
     if (!complete.ok()) return ReportError(complete.status());
     if (*complete) return 0;
-    if (!follow) {
-      // Without -f, print what is there now: keep paging while pages are full.
-      auto more = PrintLogs(*api, *id, &cursor, "", rank);
-      if (!more.ok()) return ReportError(more.status());
-      return 0;
-    }
+    // Without -f, print what is there now: page until nothing new comes.
+    if (!follow && cursor == before) return 0;
   }
 }
 

@@ -143,6 +143,23 @@ int main(int argc, char** argv) {
   server_duration("--blob-gc-interval", so.blob_gc_interval_ms,
                   "run blob garbage collection this often (default 1h)");
   cli::AddServerLimitFlags(*server_cmd, so);
+  auto server_bytes = [server_cmd](const char* name, int64_t& bytes, const char* help) {
+    server_cmd->add_option_function<std::string>(
+        name,
+        [name, &bytes](const std::string& v) {
+          auto parsed = ParseBytes(v);
+          if (!parsed.ok() || *parsed <= 0)
+            throw CLI::ValidationError(name, "expected a size such as 512MiB or 1GiB");
+          bytes = *parsed;
+        },
+        help);
+  };
+  server_bytes("--max-job-output", so.pool.logs.max_job_output_bytes,
+               "output kept per job (per attempt and rank); the rest is dropped (default 1GiB)");
+  server_duration("--log-retention", so.pool.logs.retention_ms,
+                  "keep a job's logs this long after it ended (default 30d)");
+  server_bytes("--log-budget", so.pool.logs.budget_bytes,
+               "logs kept for all jobs; beyond it the longest-ended jobs' logs go (default 20GiB)");
 
   // agent
   agent::AgentOptions ao;
@@ -392,7 +409,8 @@ int main(int argc, char** argv) {
   bool rotate_join = false;
   join->add_flag("--rotate", rotate_join,
                  "replace it first: the old one stops enrolling agents (enrolled ones go on)");
-  auto* gc = admin->add_subcommand("gc", "collect unreachable blobs (manifests, chunks) now");
+  auto* gc = admin->add_subcommand(
+      "gc", "collect unreachable blobs (manifests, chunks) and apply log retention now");
   add_global(gc);
   cli::IdentityFlags idf;
   cli::AddIdentityCommands(app, *admin, g, idf);

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/ids.h"
 #include "common/json_reader.h"
+#include "model/job_output.h"
 #include "model/job_spec.h"
 
 namespace gpupool::proto {
@@ -276,7 +279,100 @@ Result<TaskReport> DecodeTaskReport(std::string_view body) {
   return t;
 }
 
+namespace {
+
+char RecordKind(const std::string& stream) {
+  return stream == "stdout" ? 'o' : stream == "stderr" ? 'e' : stream == "event" ? 'v' : '\0';
+}
+
+// Records go in strings of at most this many bytes (a peer's JSON strings
+// are limited to 64 KiB: JsonLimits).
+constexpr size_t kMaxRecordsString = 60 * 1024;
+
+// The compact form of `m`, or nullopt when a line cannot be a record.
+std::optional<std::string> EncodeCompact(const LogChunk& m) {
+  json offsets = json::array();
+  json pieces = json::array();
+  std::string piece, record;
+  for (const auto& l : m.lines) {
+    char kind = RecordKind(l.stream);
+    if (kind == '\0' || l.text.find('\n') != std::string::npos || !IsValidUtf8(l.text)) {
+      return std::nullopt;
+    }
+    record.clear();
+    record += kind;
+    record += ' ';
+    record += std::to_string(l.ts_ms);
+    record += ' ';
+    record += l.text;
+    record += '\n';
+    if (record.size() > kMaxRecordsString) return std::nullopt;
+    if (piece.size() + record.size() > kMaxRecordsString) {
+      pieces.push_back(std::move(piece));
+      piece.clear();
+    }
+    piece += record;
+    offsets.push_back(l.offset);
+  }
+  if (!piece.empty()) pieces.push_back(std::move(piece));
+  return json{{"attempt_id", m.attempt_id}, {"offsets", std::move(offsets)}, {"records", pieces}}
+      .dump();
+}
+
+// The lines of a compact logs message: `records`, the strings of its
+// records list, hold one record per offset. An error names what is wrong.
+Status DecodeRecords(const std::vector<int64_t>& offsets, const json& records,
+                     std::vector<LogChunkLine>& lines) {
+  size_t piece = 0, pos = 0;
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    std::string where = "body.records: record " + std::to_string(i + 1);
+    while (piece < records.size() && pos == records[piece].get_ref<const std::string&>().size()) {
+      ++piece;
+      pos = 0;
+    }
+    if (piece == records.size()) return Status::InvalidArgument(where + ": missing");
+    std::string_view text = records[piece].get_ref<const std::string&>();
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) {
+      return Status::InvalidArgument(where + ": does not end with a newline");
+    }
+    std::string_view rec = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    size_t sp = rec.size() >= 4 && rec[1] == ' ' ? rec.find(' ', 2) : std::string_view::npos;
+    int64_t ts = 0;
+    auto [end, ec] = sp == std::string_view::npos
+                         ? std::from_chars_result{nullptr, std::errc::invalid_argument}
+                         : std::from_chars(rec.data() + 2, rec.data() + sp, ts);
+    const char* stream = rec.empty()     ? nullptr
+                         : rec[0] == 'o' ? "stdout"
+                         : rec[0] == 'e' ? "stderr"
+                         : rec[0] == 'v' ? "event"
+                                         : nullptr;
+    if (stream == nullptr || ec != std::errc() || end != rec.data() + sp || ts < 0 ||
+        ts > kMaxTimeMs) {
+      return Status::InvalidArgument(where + ": expected \"<o|e|v> <ts_ms> <text>\"");
+    }
+    if (offsets[i] < 0 || offsets[i] > kMaxLogOffset) {
+      return Status::InvalidArgument("body.offsets[" + std::to_string(i) + "]: out of range");
+    }
+    lines.push_back({offsets[i], stream, ts, std::string(rec.substr(sp + 1))});
+  }
+  while (piece < records.size() && pos == records[piece].get_ref<const std::string&>().size()) {
+    ++piece;
+    pos = 0;
+  }
+  if (piece != records.size()) {
+    return Status::InvalidArgument("body.records: more records than offsets");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 std::string Encode(const LogChunk& m) {
+  if (m.compact) {
+    if (auto compact = EncodeCompact(m)) return *compact;
+  }
   json lines = json::array();
   for (const auto& l : m.lines) {
     lines.push_back(
@@ -290,16 +386,42 @@ std::string Encode(const LogChunk& m) {
 Result<LogChunk> DecodeLogChunk(std::string_view body) {
   return DecodeBody<LogChunk>(body, [](JsonReader& r, LogChunk* m) {
     m->attempt_id = r.Str("attempt_id");
-    r.Each("lines", true, kMaxLogLines, [&](const json& l, const std::string& path) {
-      JsonReader lr(l, path);
-      LogChunkLine line{lr.IntIn("offset", 0, kMaxLogOffset), lr.Str("stream"),
-                        lr.IntIn("ts_ms", 0, kMaxTimeMs, false), lr.Str("text")};
-      if (lr.ok() && line.stream != "stdout" && line.stream != "stderr" && line.stream != "event") {
-        lr.Fail("stream", "must be stdout, stderr or event");
+    if (const json* records = r.Raw("records", false)) {
+      m->compact = true;
+      const json* offsets = r.Raw("offsets");
+      if (!r.ok()) return r.status();
+      if (!records->is_array() || !std::all_of(records->begin(), records->end(),
+                                               [](const json& p) { return p.is_string(); })) {
+        r.Fail("records", "must be a list of strings");
       }
-      m->lines.push_back(std::move(line));
-      return lr.Finish(false);
-    });
+      if (r.ok() && (!offsets->is_array() || offsets->size() > kMaxLogLines)) {
+        r.Fail("offsets", "must be a list of at most " + std::to_string(kMaxLogLines) + " offsets");
+      }
+      std::vector<int64_t> at;
+      for (size_t i = 0; r.ok() && i < offsets->size(); ++i) {
+        if (!(*offsets)[i].is_number_integer()) {
+          r.Fail("offsets", "must be whole numbers");
+        } else {
+          at.push_back((*offsets)[i].get<int64_t>());
+        }
+      }
+      if (r.ok()) {
+        Status s = DecodeRecords(at, *records, m->lines);
+        if (!s.ok()) return s;
+      }
+    } else {
+      r.Each("lines", true, kMaxLogLines, [&](const json& l, const std::string& path) {
+        JsonReader lr(l, path);
+        LogChunkLine line{lr.IntIn("offset", 0, kMaxLogOffset), lr.Str("stream"),
+                          lr.IntIn("ts_ms", 0, kMaxTimeMs, false), lr.Str("text")};
+        if (lr.ok() && line.stream != "stdout" && line.stream != "stderr" &&
+            line.stream != "event") {
+          lr.Fail("stream", "must be stdout, stderr or event");
+        }
+        m->lines.push_back(std::move(line));
+        return lr.Finish(false);
+      });
+    }
     if (r.ok()) {
       auto id = ParseAttemptId(m->attempt_id);
       if (!id.ok()) r.Fail("attempt_id", id.status().message());
@@ -313,7 +435,8 @@ std::string Encode(const Welcome& m) {
               {"last_agent_seq", m.last_agent_seq},
               {"heartbeat_ms", m.heartbeat_ms},
               {"log_offsets", m.log_offsets},
-              {"attempt_lease_ms", m.attempt_lease_ms}}
+              {"attempt_lease_ms", m.attempt_lease_ms},
+              {"log_records", m.log_records}}
       .dump();
 }
 
@@ -324,6 +447,7 @@ Result<Welcome> DecodeWelcome(std::string_view body) {
     m->heartbeat_ms = r.IntIn("heartbeat_ms", 1, kMaxHeartbeatMs, false, 5000);
     m->log_offsets = r.IntMap("log_offsets", false, kMaxLogOffsets);
     m->attempt_lease_ms = r.IntIn("attempt_lease_ms", 0, kMaxHeartbeatMs * 100, false);
+    m->log_records = r.Bool("log_records", false, false);
     for (const auto& [attempt, offset] : m->log_offsets) {
       if (r.ok() && (offset < -1 || offset > kMaxLogOffset)) {
         r.Fail("log_offsets", "the offset of " + attempt + " must be from -1 to " +
@@ -343,6 +467,7 @@ std::string Encode(const StartTask& m) {
             {"gpu_uuids", m.gpu_uuids}};
   if (m.gpu_milli != 0) j["gpu_milli"] = m.gpu_milli;
   if (m.gpu_memory_mib != 0) j["gpu_memory_mib"] = m.gpu_memory_mib;
+  if (m.max_output_bytes != 0) j["max_output_bytes"] = m.max_output_bytes;
   if (!m.restore_manifest.empty()) {
     j["restore"] = {{"checkpoint", m.restore_checkpoint}, {"manifest", m.restore_manifest}};
   }
@@ -366,6 +491,7 @@ Result<StartTask> DecodeStartTask(std::string_view body) {
     m->gpu_uuids = r.StrList("gpu_uuids", false, kMaxGpus);
     m->gpu_milli = static_cast<int32_t>(r.IntIn("gpu_milli", 0, 1000, false));
     m->gpu_memory_mib = r.IntIn("gpu_memory_mib", 0, kMaxMib, false);
+    m->max_output_bytes = r.IntIn("max_output_bytes", 0, INT64_MAX, false);
     if (const json* restore = r.Raw("restore", false); restore && !restore->is_object()) {
       r.Fail("restore", "must be an object");
     } else if (restore) {

@@ -125,9 +125,18 @@ struct LogChunkLine {
   friend bool operator==(const LogChunkLine&, const LogChunkLine&) = default;
 };
 
+// Encoded as {"attempt_id", "lines": [{"offset", "stream", "ts_ms",
+// "text"}, ...]}, or, with `compact` (to servers whose welcome says
+// log_records), as {"attempt_id", "offsets": [...], "records": ["...", ...]}:
+// the lines' offsets, and the lines as text records "<k> <ts_ms> <text>\n"
+// (k: o stdout, e stderr, v event), one per offset, in strings of whole
+// records of at most 60 KiB, which costs a server a fraction of the time to
+// decode. Lines a record cannot carry (a newline or invalid UTF-8 in the
+// text) make Encode fall back to the first form. Decoding accepts both.
 struct LogChunk {
   std::string attempt_id;
   std::vector<LogChunkLine> lines;
+  bool compact = false;
   friend bool operator==(const LogChunk&, const LogChunk&) = default;
 };
 
@@ -157,6 +166,9 @@ struct Welcome {
   // that the server may start the job elsewhere without two copies alive.
   // 0 = no leases (older servers).
   int64_t attempt_lease_ms = 0;
+  // The server decodes compact logs messages (LogChunk::compact); false
+  // from older servers.
+  bool log_records = false;
   friend bool operator==(const Welcome&, const Welcome&) = default;
 };
 
@@ -191,6 +203,10 @@ struct StartTask {
   std::string restore_manifest;
   // Set for a rank of a multi-node job; only rank 0 uploads checkpoints.
   std::optional<GangRank> gang;
+  // The server's output limit per attempt rank (--max-job-output); the
+  // agent may lower it (its provider's policy). 0 from an older server: the
+  // agent's default (model/job_output.h).
+  int64_t max_output_bytes = 0;
   friend bool operator==(const StartTask&, const StartTask&) = default;
 };
 

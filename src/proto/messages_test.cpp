@@ -9,6 +9,7 @@ namespace gpupool::proto {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(MessagesTest, EnvelopeRoundTrip) {
   Envelope e{1, 7, 3, "logs", "{\"x\":1}"};
@@ -120,6 +121,64 @@ TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
       HasSubstr("body.lines[0].stream: must be stdout, stderr or event"));
 }
 
+TEST(MessagesTest, CompactLogsRoundTripAndFallBackWhereARecordCannotCarryALine) {
+  LogChunk c{"9.1",
+             {{0, "stdout", 5, "hello"},
+              {6, "stderr", 1'700'000'000'000, "w\xC3\xB6rld \"quoted\" \t tab"},
+              {30, "event", 7, "pulling image 1/3 layers"},
+              {40, "stdout", 8, ""}},
+             true};
+  std::string body = Encode(c);
+  EXPECT_THAT(body, HasSubstr("\"records\""));
+  EXPECT_THAT(body, Not(HasSubstr("\"lines\"")));
+  auto dc = DecodeLogChunk(body);
+  ASSERT_TRUE(dc.ok()) << dc.status().ToString();
+  EXPECT_EQ(*dc, c);
+  // A newline or invalid UTF-8 in a line: the whole message goes as lines.
+  for (const std::string& text : {std::string("two\nlines"), std::string("bad \xff byte")}) {
+    LogChunk odd{"9.1", {{0, "stdout", 5, "fine"}, {5, "stdout", 6, text}}, true};
+    std::string b = Encode(odd);
+    EXPECT_THAT(b, HasSubstr("\"lines\""));
+    auto d = DecodeLogChunk(b);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_FALSE(d->compact);
+    EXPECT_EQ(d->lines.size(), 2u);
+  }
+  // What a peer may not send.
+  auto bad = [](const std::string& body) { return DecodeLogChunk(body).status().message(); };
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[0,5],"records":["o 1 a\n"]})"),
+              HasSubstr("body.records: record 2: missing"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[0],"records":["o 1 a\n","o 2 b\n"]})"),
+              HasSubstr("more records than offsets"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[0],"records":["x 1 a\n"]})"),
+              HasSubstr("body.records: record 1: expected"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[0],"records":["o -1 a\n"]})"),
+              HasSubstr("body.records: record 1: expected"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[0],"records":["o1 a\n"]})"),
+              HasSubstr("body.records: record 1: expected"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[-1],"records":["o 1 a\n"]})"),
+              HasSubstr("body.offsets[0]: out of range"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":["0"],"records":["o 1 a\n"]})"),
+              HasSubstr("body.offsets: must be whole numbers"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","records":["o 1 a\n"]})"), HasSubstr("body.offsets"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[0],"records":"o 1 a\n"})"),
+              HasSubstr("body.records: must be a list of strings"));
+  EXPECT_THAT(bad(R"({"attempt_id":"9.1","offsets":[0],"records":["o 1 a"]})"),
+              HasSubstr("body.records: record 1: does not end with a newline"));
+  // Records may be split anywhere between them, across several strings.
+  auto split = DecodeLogChunk(R"({"attempt_id":"9.1","offsets":[0,3,9],)"
+                              R"("records":["","o 1 a\no 2 b\n","","e 3 c\n",""]})");
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  ASSERT_EQ(split->lines.size(), 3u);
+  EXPECT_EQ(split->lines[2], (LogChunkLine{9, "stderr", 3, "c"}));
+  // A message larger than one string holds: split, and back whole.
+  LogChunk big{"9.1", {}, true};
+  for (int i = 0; i < 3000; ++i) big.lines.push_back({i * 100, "stdout", i, std::string(80, 'z')});
+  auto back = DecodeLogChunk(Encode(big));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, big);
+}
+
 TEST(MessagesTest, InvalidUtf8InLogsIsReplacedNotFatal) {
   LogChunk c{"9.1", {{0, "stdout", 5, std::string("bad \xff byte")}}};
   auto dc = DecodeLogChunk(Encode(c));
@@ -138,15 +197,28 @@ TEST(MessagesTest, StartStopWelcomeRoundTrip) {
   s.spec.resources.gpus = 2;
   s.spec.max_runtime_ms = 60000;
   s.gpu_uuids = {"GPU-1", "GPU-2"};
+  s.max_output_bytes = int64_t{1} << 30;
   auto ds = DecodeStartTask(Encode(s));
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(*ds, s);
+  // From a server older than the output limit: none (the agent's default).
+  s.max_output_bytes = 0;
+  EXPECT_EQ(*DecodeStartTask(Encode(s)), s);
+  EXPECT_THAT(DecodeStartTask(R"({"attempt_id":"1.1","job_id":1,"spec":{"run":"x"},)"
+                              R"("max_output_bytes":-1})")
+                  .status()
+                  .message(),
+              HasSubstr("body.max_output_bytes: must be from 0"));
 
   StopTask st{"3.2", "cancelled"};
   EXPECT_EQ(*DecodeStopTask(Encode(st)), st);
 
   Welcome w{"n-1", 9, 5000, {{"3.2", 120}}};
   EXPECT_EQ(*DecodeWelcome(Encode(w)), w);
+  w.log_records = true;
+  EXPECT_EQ(*DecodeWelcome(Encode(w)), w);
+  // From a server older than compact logs: none.
+  EXPECT_FALSE(DecodeWelcome(R"({"node_id":"n","last_agent_seq":0})")->log_records);
   EXPECT_THAT(
       DecodeWelcome(R"({"node_id":"n","last_agent_seq":0,"heartbeat_ms":0})").status().message(),
       HasSubstr("heartbeat_ms: must be from 1 to 3600000, got 0"));

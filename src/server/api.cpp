@@ -49,6 +49,31 @@ json JobToJson(const Job& j, const std::optional<QueueInfo>& queue) {
   return out;
 }
 
+json RemovalToJson(const LogRemoval& r) {
+  return {{"removed_ms", r.removed_ms},
+          {"reason", r.reason},
+          {"lines", r.lines},
+          {"bytes", r.bytes},
+          {"stored_bytes", r.stored_bytes}};
+}
+
+// What the job printed (server/job_logs.h): its size, the attempt ranks
+// whose output limit was reached (the event each got), and its removal.
+json OutputToJson(const JobOutput& o) {
+  json limited = json::array();
+  for (const LogStream& s : o.limited) {
+    limited.push_back({{"attempt_id", s.attempt_id},
+                       {"rank", s.rank},
+                       {"ts_ms", s.limit_reached_ms},
+                       {"event", s.limit_event}});
+  }
+  return {{"lines", o.lines},
+          {"bytes", o.bytes},
+          {"stored_bytes", o.stored_bytes},
+          {"limit_reached", std::move(limited)},
+          {"removed", o.removed ? RemovalToJson(*o.removed) : json(nullptr)}};
+}
+
 json AttemptToJson(const Attempt& a) {
   json out = {{"id", a.id},
               {"job_id", a.job_id},
@@ -373,6 +398,7 @@ void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, 
     }
     out["attempt_list"] = attempts;
     out["lost_work_ms"] = lost;
+    out["output"] = OutputToJson(d->output);
     (*respond)(JsonResponse(200, out));
     return true;
   });
@@ -464,11 +490,18 @@ void Api::JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id,
     // Read the state before the lines: a job that was finished before the
     // read has all its lines stored (agents send output before the exit).
     bool finished = IsTerminal(d->job.state);
-    auto lines = pool_.ReadLogs(id, cursor, max);
-    if (!lines.ok()) {
-      (*respond)(ErrorResponse(lines.status()));
+    auto page = pool_.ReadLogs(id, cursor, max);
+    if (!page.ok()) {
+      (*respond)(ErrorResponse(page.status()));
       return true;
     }
+    if (page->removed) {  // retention removed them: say so, whatever the cursor
+      (*respond)(JsonResponse(
+          410, {{"error", {{"code", "GONE"}, {"message", DescribeRemoval(*page->removed)}}},
+                {"removed", RemovalToJson(*page->removed)}}));
+      return true;
+    }
+    const std::vector<LogLine>* lines = &page->lines;
     if (lines->empty() && !finished && !timed_out) return false;
     json arr = json::array();
     int64_t next = cursor;

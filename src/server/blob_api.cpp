@@ -28,6 +28,13 @@ json GcStatsToJson(const GcStats& s) {
           {"chunks_kept", s.chunks_kept}};
 }
 
+json LogGcStatsToJson(const LogGcStats& s) {
+  return {{"jobs_removed", s.jobs_removed},   {"by_retention", s.by_retention},
+          {"by_budget", s.by_budget},         {"lines_removed", s.lines_removed},
+          {"bytes_removed", s.bytes_removed}, {"chunks_freed", s.chunks_freed},
+          {"jobs_kept", s.kept.jobs},         {"bytes_kept", s.kept.stored_bytes}};
+}
+
 Result<int64_t> ParsePositive(std::string_view text, std::string_view what) {
   int64_t v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -382,9 +389,15 @@ void BlobApi::DeleteCheckpoints(const Principal& who, int64_t job, std::string_v
 
 void BlobApi::AdminGc(const Principal& who, Respond respond) {
   if (Status s = Authorize(who, Action::kAdminister); !s.ok()) return Fail(respond, s);
-  CollectGarbage([respond](Result<GcStats> stats) {
+  CollectGarbage([this, respond](Result<GcStats> stats) {
     if (!stats.ok()) return Fail(respond, stats.status());
-    (*respond)(JsonResponse(200, GcStatsToJson(*stats)));
+    json out = GcStatsToJson(*stats);
+    if (!options_.collect_logs) return (*respond)(JsonResponse(200, out));
+    options_.collect_logs([respond, out](Result<LogGcStats> logs) mutable {
+      if (!logs.ok()) return Fail(respond, logs.status());
+      out["logs"] = LogGcStatsToJson(*logs);
+      (*respond)(JsonResponse(200, out));
+    });
   });
 }
 

@@ -6,7 +6,7 @@
 //   POST|GET|DELETE /v1/jobs/{job}/checkpoints
 //   GET /v1/jobs/{job}/checkpoints/{number|latest}
 //   DELETE /v1/jobs/{job}/checkpoints/{number}
-//   POST /v1/admin/gc
+//   POST /v1/admin/gc                 (blobs, and log retention: options.collect_logs)
 //
 // Who may call (server/authz.cpp): members and admins every blob endpoint;
 // members read the checkpoints of their own jobs only; gc is an admin's.
@@ -47,6 +47,7 @@
 #include "server/agent_blob_scope.h"
 #include "server/auth.h"
 #include "server/blob_service.h"
+#include "server/job_logs.h"
 #include "server/pool.h"
 #include "server/storage_quotas.h"
 #include "server/worker_pool.h"
@@ -60,6 +61,9 @@ struct BlobApiOptions {
   int64_t gc_grace_ms = 3'600'000;
   size_t max_fetch_bytes = blob::kMaxChunkRecordsBytes;  // per fetch response
   size_t max_ids = 100'000;                              // per missing/fetch request
+  // POST /v1/admin/gc also applies log retention through this (the
+  // server's LogGc, server/job_logs.h); unset: blobs only.
+  std::function<void(std::function<void(Result<LogGcStats>)>)> collect_logs;
 };
 
 // How agents are held to their own node's blobs. Without a scope agents

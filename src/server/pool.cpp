@@ -269,6 +269,7 @@ Result<JobDetail> Pool::GetJob(int64_t id) {
     AttemptQuery q;
     q.job_id = id;
     GP_ASSIGN_OR_RETURN(d.attempts, tx.ListAttempts(q));
+    GP_ASSIGN_OR_RETURN(d.output, SummarizeJobOutput(tx, id));
     return Status::Ok();
   }));
   if (d.job.state == JobState::kPending) d.queue = QueueInfoFor(id);
@@ -562,13 +563,13 @@ Result<std::set<std::string>> Pool::ReachableManifests() {
   return out;
 }
 
-Result<std::vector<LogLine>> Pool::ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit) {
-  std::vector<LogLine> lines;
+Result<LogPage> Pool::ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit) {
+  LogPage page;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(lines, tx.ReadLogs(job_id, after_cursor, limit));
+    GP_ASSIGN_OR_RETURN(page, ReadLogPage(tx, job_id, after_cursor, limit));
     return Status::Ok();
   }));
-  return lines;
+  return page;
 }
 
 Result<std::vector<NodeStatus>> Pool::ListNodes() {
@@ -825,6 +826,7 @@ Result<proto::StartTask> Pool::MakeStart(Tx& tx, const Job& job, const Attempt& 
   start.gpu_uuids = rank ? rank->gpu_uuids : a.gpu_uuids;
   start.gpu_milli = a.gpu_milli;
   start.gpu_memory_mib = a.gpu_memory_mib;
+  start.max_output_bytes = options_.logs.max_job_output_bytes;
   if (rank) {
     proto::GangRank g;
     g.rank = rank->rank;
@@ -1011,6 +1013,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
   // The hello renews the agent's leases (node_liveness.h); the welcome says
   // how long each renewal lasts.
   welcome.attempt_lease_ms = options_.attempt_lease_ms;
+  welcome.log_records = true;  // compact logs messages are welcome (proto::LogChunk)
   int64_t now = clock_.NowMs();
   Status s = store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto existing, tx.GetNodeByName(hello.node_name));
@@ -1128,13 +1131,17 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
       if (attempt && !attempt->RunsOn(node_id)) {
         GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "output"));
       } else if (attempt && !stale && !chunk.lines.empty()) {
+        const int32_t rank_no = rank ? rank->rank : 0;
         std::vector<LogLine> lines;
         lines.reserve(chunk.lines.size());
         for (auto& l : chunk.lines) {
-          lines.push_back({chunk.attempt_id, l.offset, l.stream, l.ts_ms, std::move(l.text), 0,
-                           rank ? rank->rank : 0});
+          lines.push_back(
+              {chunk.attempt_id, l.offset, l.stream, l.ts_ms, std::move(l.text), 0, rank_no});
         }
-        GP_RETURN_IF_ERROR(tx.AppendLogs(attempt->job_id, lines));
+        // The output limit holds whatever the agent sends (server/job_logs.h).
+        GP_ASSIGN_OR_RETURN(
+            lines, TakeLogLines(tx, options_.logs, attempt->job_id, chunk.attempt_id, rank_no,
+                                std::move(lines), clock_.NowMs()));
         touched_jobs_.insert(attempt->job_id);
         // While a job starts, its latest event says what it waits for
         // ("pulling image 3/7 layers").

@@ -62,6 +62,7 @@
 #include "proto/messages.h"
 #include "sched/scheduler.h"
 #include "server/node_liveness.h"
+#include "server/job_logs.h"
 #include "store/store.h"
 
 namespace gpupool::server {
@@ -91,6 +92,9 @@ struct PoolOptions {
   // Jobs one user may have pending at once (--max-pending-jobs-per-user);
   // a submission beyond it is refused with ResourceExhausted. 0 = no limit.
   int64_t max_pending_jobs_per_user = 10'000;
+  // The output limit (sent with every start order), log retention and the
+  // log budget (server/job_logs.h).
+  LogOptions logs;
 };
 
 struct PoolHooks {
@@ -157,6 +161,7 @@ struct JobDetail {
   Job job;
   std::vector<Attempt> attempts;
   std::optional<QueueInfo> queue;  // pending jobs the last pass ordered
+  JobOutput output;                // what it printed (server/job_logs.h)
 };
 
 // One pending job in scheduler order (GET /v1/queue).
@@ -204,7 +209,8 @@ class Pool {
   // is first stopped like a preemption (its checkpoint signal, its newest
   // checkpoint uploaded) and is cancelled once its attempt has left.
   Result<Job> StopForGood(int64_t id, const std::string& reason, bool checkpoint_first);
-  Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
+  // A page of the job's log, or that retention removed it.
+  Result<LogPage> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();
   // The provider event log: events of `node` (an id or a name; "" = every
   // node) of `kind` ("" = any), with id > after_id, ascending, at most

@@ -125,7 +125,9 @@ TEST_F(PoolLivenessTest, AStaleAttemptsSuccessOutputAndCheckpointAreRefused) {
   EXPECT_EQ(d.job.state, JobState::kRunning);
   EXPECT_EQ(d.job.current_attempt, "1.2");
   EXPECT_EQ(d.attempts[0].state, AttemptState::kLost);
-  for (const LogLine& l : *pool_->ReadLogs(1, 0, 100)) {
+  auto page = pool_->ReadLogs(1, 0, 100);
+  ASSERT_TRUE(page.ok());
+  for (const LogLine& l : page->lines) {
     EXPECT_NE(l.text, "RESULT from the stale attempt");
   }
   EXPECT_TRUE(pool_->ListCheckpoints(1)->empty());

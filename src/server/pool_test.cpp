@@ -54,7 +54,7 @@ TEST_F(PoolTest, DuplicateAgentMessagesAreAppliedOnce) {
   // The same line under a new seq (agent restart) is deduplicated by offset.
   ASSERT_TRUE(
       pool_->AgentMessage(node.node_id, 2, std::string(proto::kLogs), proto::Encode(c)).ok());
-  EXPECT_EQ(pool_->ReadLogs(1, 0, 100)->size(), 1u);
+  EXPECT_EQ(pool_->ReadLogs(1, 0, 100)->lines.size(), 1u);
 }
 
 TEST_F(PoolTest, FailedExitAndMaxRuntimeFailure) {
@@ -1166,9 +1166,9 @@ TEST_F(GangTest, EachRankKeepsItsOwnLog) {
   }
   auto lines = pool_->ReadLogs(job->id, 0, 100);
   ASSERT_TRUE(lines.ok());
-  ASSERT_EQ(lines->size(), 2u);  // the same offset, once per rank
+  ASSERT_EQ(lines->lines.size(), 2u);  // the same offset, once per rank
   std::map<int32_t, std::string> by_rank;
-  for (const LogLine& l : *lines) by_rank[l.rank] = l.text;
+  for (const LogLine& l : lines->lines) by_rank[l.rank] = l.text;
   EXPECT_EQ(by_rank[0], "hello from 0");
   EXPECT_EQ(by_rank[1], "hello from 1");
   // A reconnecting agent resumes its own rank's log.

@@ -29,6 +29,11 @@
 namespace gpupool::server {
 namespace {
 
+// Log retention runs a minute after the start, then this often (it is cheap
+// when there is nothing to remove; `gpupool admin gc` runs it at once).
+constexpr int64_t kLogGcFirstMs = 60'000;
+constexpr int64_t kLogGcIntervalMs = 10 * 60'000;
+
 Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
@@ -202,8 +207,14 @@ int RunServer(const ServerOptions& options) {
     std::cerr << "gpupool server: " << s.ToString() << "\n";
     return 1;
   }
+  // Log retention (server/job_logs.h): now and then, and with every admin gc.
+  LogCollector log_collector(**store, clock, pool_options.logs);
+  LogGc log_gc(loop, log_collector);
   BlobApiOptions blob_api_options;
   blob_api_options.gc_grace_ms = options.blob_gc_grace_ms;
+  blob_api_options.collect_logs = [&](std::function<void(Result<LogGcStats>)> done) {
+    log_gc.Collect(std::move(done));
+  };
   // Agents read only their own node's blobs (agent_blob_scope.h).
   AgentBlobScope agent_blobs(**store, **blobs, clock);
   BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options, {&agent_blobs, &auth}, &quotas);
@@ -310,9 +321,38 @@ int RunServer(const ServerOptions& options) {
     blob_api.CollectGarbage([&](Result<GcStats> stats) {
       if (!stats.ok()) GP_LOG(kError) << "blob gc failed: " << stats.status().ToString();
       loop.RunAfter(options.blob_gc_interval_ms, gc_tick);
+      std::function<void()> log_gc_tick = [&] {
+        log_gc.Collect([&](Result<LogGcStats> stats) {
+          if (!stats.ok()) {
+            GP_LOG(kError) << "log retention failed: " << stats.status().ToString();
+          } else if (stats->jobs_removed > 0) {
+            GP_LOG(kInfo) << "log retention: removed the logs of " << stats->jobs_removed
+                          << " jobs (" << stats->by_retention << " ended too long ago, "
+                          << stats->by_budget << " over the budget), " << stats->bytes_removed
+                          << " bytes; kept " << stats->kept.stored_bytes << " bytes of "
+                          << stats->kept.jobs << " jobs";
+          }
+          loop.RunAfter(kLogGcIntervalMs, log_gc_tick);
+        });
+      };
+      loop.RunAfter(kLogGcFirstMs, log_gc_tick);
     });
   };
   loop.RunAfter(options.blob_gc_interval_ms, gc_tick);
+  std::function<void()> log_gc_tick = [&] {
+    log_gc.Collect([&](Result<LogGcStats> stats) {
+      if (!stats.ok()) {
+        GP_LOG(kError) << "log retention failed: " << stats.status().ToString();
+      } else if (stats->jobs_removed > 0) {
+        GP_LOG(kInfo) << "log retention: removed the logs of " << stats->jobs_removed << " jobs ("
+                      << stats->by_retention << " ended too long ago, " << stats->by_budget
+                      << " over the budget), " << stats->bytes_removed << " bytes; kept "
+                      << stats->kept.stored_bytes << " bytes of " << stats->kept.jobs << " jobs";
+      }
+      loop.RunAfter(kLogGcIntervalMs, log_gc_tick);
+    });
+  };
+  loop.RunAfter(kLogGcFirstMs, log_gc_tick);
 
   // SIGHUP: read --scheduler-config again (groups, weights, guarantees, ...).
   // A file that does not parse is reported and the config in force stays.

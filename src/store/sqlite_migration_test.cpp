@@ -512,7 +512,7 @@ struct VersionRows {
 const VersionRows kVersions[] = {
     {1, kRowsV1, CheckV1},        {2, kRowsV2, CheckV2}, {3, kRowsV3, CheckV3},
     {4, kRowsV4, CheckV4, UseV4}, {5, kRowsV5, CheckV5}, {6, kRowsV6, CheckV6},
-    {7, nullptr, nullptr},  // reserved (log chunks)
+    {7, nullptr, nullptr},  // log chunks: the v6 lines pass through it (CheckV6)
     {8, kRowsV8, CheckV8},
 };
 static_assert(std::size(kVersions) == SqliteStore::kSchemaVersion,
@@ -666,10 +666,10 @@ TEST(DamagedDatabase, QuickCheckRefusesItAsDataLoss) {
   TempDir dir;
   BuildAt(dir.db(), SqliteStore::kSchemaVersion);
   RawDb(dir.db()).Exec("PRAGMA wal_checkpoint(TRUNCATE)");
-  // The root of the logs table's b-tree (its 3000 rows span many pages).
+  // The root of the jobs table's b-tree.
   int page =
       std::stoi(RawDb(dir.db()).Scalar("SELECT rootpage FROM sqlite_master WHERE name = "
-                                       "'logs'"));
+                                       "'jobs'"));
   Smash(dir.db(), page);
   SqliteOptions o;
   o.check_integrity = true;

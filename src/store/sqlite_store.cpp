@@ -11,6 +11,8 @@
 
 #include "model/job_spec.h"
 #include "store/sqlite_files.h"
+#include "store/sqlite_logs.h"
+#include "store/sqlite_query.h"
 
 namespace gpupool {
 namespace {
@@ -370,102 +372,22 @@ BEGIN
 END;
 )sql";
 
-// Version 7 is reserved (log chunks, another branch); until it lands it
-// changes nothing.
-constexpr const char* kSchemaV7Reserved = "";
+// Version 7 (before version 8 above in history): logs in chunks
+// (store/sqlite_logs.h); the v6 rows are packed into chunks by
+// MigrateLogsToChunks, which then drops the logs table.
 
 constexpr SchemaMigration kMigrations[] = {
-    {1, kSchemaV1}, {2, kSchemaV2}, {3, kSchemaV3},         {4, kSchemaV4},
-    {5, kSchemaV5}, {6, kSchemaV6}, {7, kSchemaV7Reserved}, {8, kSchemaV8},
+    {1, kSchemaV1},
+    {2, kSchemaV2},
+    {3, kSchemaV3},
+    {4, kSchemaV4},
+    {5, kSchemaV5},
+    {6, kSchemaV6},
+    {7, kLogSchemaV7, MigrateLogsToChunks},
+    {8, kSchemaV8},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");
-
-// ---------------------------------------------------------------------------
-// RAII for the C API.
-
-struct DbCloser {
-  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
-
-struct StmtFinalizer {
-  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
-};
-using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
-
-Status SqliteError(sqlite3* db, int rc, std::string_view what) {
-  std::string msg = "sqlite: " + std::string(what) + ": " +
-                    (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-  int primary = rc & 0xff;
-  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) return Status::Unavailable(msg);
-  if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) return Status::DataLoss(msg);
-  return Status::Internal(msg);
-}
-
-// One use of a cached prepared statement: binds, steps, reads columns, and
-// resets the statement when it goes out of scope so the cache can reuse it.
-class Query {
- public:
-  Query(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
-  ~Query() {
-    if (stmt_ == nullptr) return;
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  Query(Query&& o) noexcept
-      : db_(o.db_), stmt_(std::exchange(o.stmt_, nullptr)), bind_rc_(o.bind_rc_) {}
-  Query(const Query&) = delete;
-  Query& operator=(const Query&) = delete;
-  Query& operator=(Query&&) = delete;
-
-  Query& Bind(int i, int64_t v) { return Check(sqlite3_bind_int64(stmt_, i, v)); }
-  Query& Bind(int i, std::string_view v) {
-    // A null data pointer would bind SQL NULL; an empty view must bind ''.
-    const char* data = v.data() != nullptr ? v.data() : "";
-    return Check(sqlite3_bind_text(stmt_, i, data, static_cast<int>(v.size()), SQLITE_TRANSIENT));
-  }
-  Query& Bind(int i, const std::optional<int32_t>& v) {
-    return v ? Bind(i, static_cast<int64_t>(*v)) : BindNull(i);
-  }
-  Query& BindNull(int i) { return Check(sqlite3_bind_null(stmt_, i)); }
-
-  // true: a row is available; false: done.
-  Result<bool> Step() {
-    if (bind_rc_ != SQLITE_OK) return SqliteError(db_, bind_rc_, "bind");
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return SqliteError(db_, rc, sqlite3_sql(stmt_));
-  }
-  // Runs a statement that returns no rows.
-  Status Run() {
-    auto r = Step();
-    return r.ok() ? Status::Ok() : r.status();
-  }
-  int extended_error() const { return sqlite3_extended_errcode(db_); }
-
-  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
-  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
-  std::optional<int32_t> OptInt32(int col) const {
-    if (IsNull(col)) return std::nullopt;
-    return static_cast<int32_t>(sqlite3_column_int64(stmt_, col));
-  }
-  std::string Text(int col) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
-    int n = sqlite3_column_bytes(stmt_, col);
-    return p != nullptr ? std::string(p, static_cast<size_t>(n)) : std::string();
-  }
-
- private:
-  Query& Check(int rc) {
-    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-    return *this;
-  }
-  sqlite3* db_;
-  sqlite3_stmt* stmt_;
-  int bind_rc_ = SQLITE_OK;
-};
 
 // JSON text for a column. Invalid UTF-8 (possible in user-supplied env values
 // or labels) is replaced rather than thrown on.
@@ -536,14 +458,13 @@ struct SqlHash {
 
 // ---------------------------------------------------------------------------
 
-struct SqliteStore::Impl {
+struct SqliteStore::Impl : SqliteConn {
   DbPtr db;
   // Declared after db so statements are finalized before the connection closes.
   std::unordered_map<std::string, StmtPtr, SqlHash, std::equal_to<>> cache;
   bool in_tx = false;
 
-  // A statement for `sql`, prepared once per connection.
-  Result<Query> Prepare(std::string_view sql) {
+  Result<Query> Prepare(std::string_view sql) override {
     auto it = cache.find(sql);
     if (it == cache.end()) {
       sqlite3_stmt* raw = nullptr;
@@ -557,6 +478,8 @@ struct SqliteStore::Impl {
     }
     return Query(db.get(), it->second.get());
   }
+
+  sqlite3* handle() override { return db.get(); }
 
   Status Run(std::string_view sql) {
     GP_ASSIGN_OR_RETURN(Query q, Prepare(sql));
@@ -622,7 +545,9 @@ struct SqliteStore::Impl {
     Status st;
     for (const SchemaMigration& m : migrations) {
       if (m.version <= current) continue;
-      st = ExecScript(m.sql, "migrating the schema to version " + std::to_string(m.version));
+      std::string what = "migrating the schema to version " + std::to_string(m.version);
+      st = ExecScript(m.sql, what);
+      if (st.ok() && m.then != nullptr) st = m.then(*this).WithContext(what);
       if (!st.ok()) break;
     }
     if (st.ok()) {
@@ -912,11 +837,9 @@ Result<std::optional<T>> ReadOne(Query& q, Reader<T> read) {
   return std::optional<T>(std::move(item));
 }
 
-bool IsForeignKeyError(int extended) { return extended == SQLITE_CONSTRAINT_FOREIGNKEY; }
-
 class SqliteTx : public Tx {
  public:
-  explicit SqliteTx(SqliteStore::Impl& impl) : impl_(impl) {}
+  explicit SqliteTx(SqliteStore::Impl& impl) : impl_(impl), logs_(impl) {}
 
   // ---- jobs
 
@@ -1162,59 +1085,38 @@ class SqliteTx : public Tx {
     return ReadAll<NodeEvent>(q, ReadNodeEvent);
   }
 
-  // ---- logs
+  // ---- logs (store/sqlite_logs.h)
 
   Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) override {
-    for (const LogLine& l : lines) {
-      GP_ASSIGN_OR_RETURN(Query q,
-                          impl_.Prepare("INSERT INTO logs (job_id, attempt_id, rank, \"offset\", "
-                                        "stream, ts_ms, text) "
-                                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
-                                        "ON CONFLICT (attempt_id, rank, \"offset\") DO NOTHING"));
-      q.Bind(1, job_id).Bind(2, l.attempt_id).Bind(3, static_cast<int64_t>(l.rank));
-      q.Bind(4, l.offset).Bind(5, l.stream).Bind(6, l.ts_ms).Bind(7, l.text);
-      Status st = q.Run();
-      if (!st.ok()) {
-        if (IsForeignKeyError(q.extended_error())) {
-          return Status::NotFound("log line of attempt " + l.attempt_id + ": job " +
-                                  std::to_string(job_id) + " does not exist");
-        }
-        return st;
-      }
-    }
-    return Status::Ok();
+    return logs_.Append(job_id, lines);
   }
-
   Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor,
                                         int32_t limit) override {
-    std::vector<LogLine> out;
-    if (limit <= 0) return out;
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT cursor, attempt_id, \"offset\", stream, "
-                                               "ts_ms, text, rank FROM logs WHERE job_id = ?1 AND "
-                                               "cursor > ?2 ORDER BY cursor LIMIT ?3"));
-    q.Bind(1, job_id).Bind(2, after_cursor).Bind(3, static_cast<int64_t>(limit));
-    while (true) {
-      GP_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      LogLine l;
-      l.cursor = q.Int(0);
-      l.attempt_id = q.Text(1);
-      l.offset = q.Int(2);
-      l.stream = q.Text(3);
-      l.ts_ms = q.Int(4);
-      l.text = q.Text(5);
-      l.rank = static_cast<int32_t>(q.Int(6));
-      out.push_back(std::move(l));
-    }
-    return out;
+    return logs_.Read(job_id, after_cursor, limit);
   }
-
   Result<int64_t> LastLogOffset(const std::string& attempt_id, int32_t rank) override {
-    GP_ASSIGN_OR_RETURN(Query q, impl_.Prepare("SELECT \"offset\" FROM logs WHERE attempt_id = ?1 "
-                                               "AND rank = ?2 ORDER BY \"offset\" DESC LIMIT 1"));
-    q.Bind(1, attempt_id).Bind(2, static_cast<int64_t>(rank));
-    GP_ASSIGN_OR_RETURN(bool row, q.Step());
-    return row ? q.Int(0) : int64_t{-1};
+    return logs_.LastOffset(attempt_id, rank);
+  }
+  Result<std::optional<LogStream>> GetLogStream(const std::string& attempt_id,
+                                                int32_t rank) override {
+    return logs_.GetStream(attempt_id, rank);
+  }
+  Result<std::vector<LogStream>> ListLogStreams(int64_t job_id) override {
+    return logs_.ListStreams(job_id);
+  }
+  Status SkipLogs(const LogSkip& skip) override { return logs_.Skip(skip); }
+  Result<LogTotals> GetLogTotals() override { return logs_.Totals(); }
+  Result<std::vector<JobLogSize>> ListEndedJobLogs(int32_t limit) override {
+    return logs_.ListEnded(limit);
+  }
+  Status RemoveJobLogs(int64_t job_id, int64_t now_ms, const std::string& reason) override {
+    return logs_.Remove(job_id, now_ms, reason);
+  }
+  Result<std::optional<LogRemoval>> GetLogRemoval(int64_t job_id) override {
+    return logs_.GetRemoval(job_id);
+  }
+  Result<int64_t> DeleteRemovedLogChunks(int64_t max_chunks) override {
+    return logs_.DeleteRemovedChunks(max_chunks);
   }
 
   // ---- outbox
@@ -1652,6 +1554,7 @@ class SqliteTx : public Tx {
   }
 
   SqliteStore::Impl& impl_;
+  SqliteLogs logs_;
 };
 
 }  // namespace

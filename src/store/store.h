@@ -75,8 +75,9 @@ struct AttemptQuery {
 };
 
 // One line of job output. `offset` is the byte offset of the line in the
-// log of the attempt's rank as the agent recorded it; (attempt_id, rank,
-// offset) is unique, so a line sent twice is stored once.
+// log of the attempt's rank as the agent recorded it; an agent ships a
+// rank's lines in offset order, so a line at or below the highest offset
+// already taken for its rank is a resend and is stored once.
 struct LogLine {
   std::string attempt_id;
   int64_t offset = 0;
@@ -87,6 +88,64 @@ struct LogLine {
   int64_t cursor = 0;
   int32_t rank = 0;  // a gang's rank; 0 for a single-node job
   friend bool operator==(const LogLine&, const LogLine&) = default;
+};
+
+// One attempt rank's log as the store keeps it.
+struct LogStream {
+  int64_t job_id = 0;
+  std::string attempt_id;
+  int32_t rank = 0;
+  int64_t last_offset = -1;      // the highest offset taken (stored, or skipped by SkipLogs)
+  int64_t lines = 0;             // lines stored
+  int64_t bytes = 0;             // their LogLineCost (model/job_output.h), summed
+  int64_t stored_bytes = 0;      // what they take in the store (packed, compressed)
+  int64_t limit_reached_ms = 0;  // when its output limit was reached; 0 = not reached
+  std::string limit_event;       // the marker stored then ("output limit of 1 GiB reached: ...")
+  friend bool operator==(const LogStream&, const LogStream&) = default;
+};
+
+// Lines of an attempt rank taken without being stored (an output limit
+// dropped them): SkipLogs moves the rank's last_offset up to `upto_offset`
+// and, when `limit_event` is not empty and the limit was not reached
+// before, records it as reached at `ts_ms`.
+struct LogSkip {
+  int64_t job_id = 0;
+  std::string attempt_id;
+  int32_t rank = 0;
+  int64_t upto_offset = -1;
+  std::string limit_event;
+  int64_t ts_ms = 0;
+};
+
+// Every job's logs the store holds (those not removed).
+struct LogTotals {
+  int64_t jobs = 0;
+  int64_t lines = 0;
+  int64_t bytes = 0;
+  int64_t stored_bytes = 0;
+  friend bool operator==(const LogTotals&, const LogTotals&) = default;
+};
+
+// An ended job whose logs the store holds (ListEndedJobLogs).
+struct JobLogSize {
+  int64_t job_id = 0;
+  int64_t finished_ms = 0;
+  int64_t lines = 0;
+  int64_t bytes = 0;
+  int64_t stored_bytes = 0;
+  friend bool operator==(const JobLogSize&, const JobLogSize&) = default;
+};
+
+// A job whose logs were removed (log retention): when, why, and what they
+// were.
+struct LogRemoval {
+  int64_t job_id = 0;
+  int64_t removed_ms = 0;
+  std::string reason;
+  int64_t lines = 0;
+  int64_t bytes = 0;
+  int64_t stored_bytes = 0;
+  friend bool operator==(const LogRemoval&, const LogRemoval&) = default;
 };
 
 // A message queued for a node's agent (transactional outbox). `seq` is
@@ -217,15 +276,39 @@ class Tx {
   virtual Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id,
                                                         int64_t after_id, int32_t limit) = 0;
 
-  // Logs. Lines whose (attempt_id, offset) is already stored are skipped.
-  // `job_id` is recorded with each line so a job's logs read across attempts.
+  // Logs, kept per attempt rank (LogStream). AppendLogs stores `lines` (of
+  // any attempts and ranks of the job) in their order, each with the next
+  // cursor; a line whose offset is at or below its rank's last_offset is
+  // skipped (a resend), and so is every line of a job whose logs were
+  // removed. NotFound when the job does not exist.
   virtual Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) = 0;
-  // Lines of the job with cursor > after_cursor, by cursor, at most `limit`.
+  // Lines of the job with cursor > after_cursor, by cursor, at most `limit`;
+  // none once the job's logs were removed.
   virtual Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor,
                                                 int32_t limit) = 0;
-  // The highest offset stored for the attempt's rank, or -1 when it has no
-  // lines. An agent resumes shipping at that line (and skips it).
+  // The rank's last_offset, or -1 when nothing was taken for it. An agent
+  // resumes shipping at that line (and skips it).
   virtual Result<int64_t> LastLogOffset(const std::string& attempt_id, int32_t rank) = 0;
+  virtual Result<std::optional<LogStream>> GetLogStream(const std::string& attempt_id,
+                                                        int32_t rank) = 0;
+  // The job's log streams by attempt id, then rank; none once removed.
+  virtual Result<std::vector<LogStream>> ListLogStreams(int64_t job_id) = 0;
+  // See LogSkip. NotFound when the job does not exist; nothing for a job
+  // whose logs were removed.
+  virtual Status SkipLogs(const LogSkip& skip) = 0;
+  virtual Result<LogTotals> GetLogTotals() = 0;
+  // Terminal jobs that still have logs, the longest ended first (by
+  // finished_ms, then id), at most `limit`.
+  virtual Result<std::vector<JobLogSize>> ListEndedJobLogs(int32_t limit) = 0;
+  // Removes the job's logs: they no longer count in GetLogTotals, ReadLogs
+  // and ListLogStreams return nothing, GetLogRemoval says when and why.
+  // Their storage is freed by DeleteRemovedLogChunks, in steps. Removing
+  // them again, or those of a job without logs, changes nothing.
+  virtual Status RemoveJobLogs(int64_t job_id, int64_t now_ms, const std::string& reason) = 0;
+  virtual Result<std::optional<LogRemoval>> GetLogRemoval(int64_t job_id) = 0;
+  // Frees the storage of at most `max_chunks` chunks of removed logs;
+  // returns how many it freed (0: nothing is left to free).
+  virtual Result<int64_t> DeleteRemovedLogChunks(int64_t max_chunks) = 0;
 
   // Outbox. PushOutbox assigns and returns the next seq for the node.
   virtual Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,

@@ -62,7 +62,7 @@ class Pool:
         return subprocess.Popen(prefix + [GPUPOOL] + args, stdout=log, stderr=subprocess.STDOUT,
                                 env=full_env, start_new_session=True)
 
-    def start_server(self, extra=(), host="127.0.0.1"):
+    def start_server(self, extra=(), host="127.0.0.1", log_level="debug"):
         """`host`: the address the server listens on (and its certificate names)."""
         url_file = os.path.join(self.server_dir, "server.url")
         if os.path.exists(url_file):
@@ -70,7 +70,7 @@ class Pool:
         if host != "127.0.0.1":
             extra = ["--tls-san", host, *extra]
         self.server = self._spawn(["server", "--data-dir", self.server_dir, "--listen",
-                                   f"{host}:{self.port}", "--log-level", "debug", *extra], "server")
+                                   f"{host}:{self.port}", "--log-level", log_level, *extra], "server")
         wait_for(lambda: os.path.exists(url_file) and open(url_file).read().strip(), what="server.url")
         self.url = open(url_file).read().strip()
         self.port = int(self.url.rsplit(":", 1)[1])
@@ -102,12 +102,13 @@ class Pool:
     def agent_dir(self, name):
         return str(self.dir / f"agent-{name}")
 
-    def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=(), data_dir=None, netns=None):
+    def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=(), data_dir=None, netns=None,
+                    log_level="debug"):
         """gpus=None: no --simulate-gpus, so the agent uses NVML. `netns`: the
         network namespace of the "machine" it runs on (machines.py)."""
         data = data_dir or self.agent_dir(name)
         args = ["agent", "--server", self.url, "--join-token", self.join_token(), "--data-dir", data,
-                "--name", name, "--log-level", "debug", "--kill-grace-ms", "2000", *extra]
+                "--name", name, "--log-level", log_level, "--kill-grace-ms", "2000", *extra]
         if gpus:
             args += ["--simulate-gpus", gpus]
         self.agents[name] = self._spawn(args, f"agent-{name}", env, netns)

@@ -170,16 +170,17 @@ std::vector<std::string> JobEnvironment(const proto::StartTask& task) {
   return out;
 }
 
-// The spec's requests, else the provider's defaults; pids are the provider's.
-exec::Limits TaskLimits(const JobSpec& spec, const exec::Limits& defaults) {
-  exec::Limits l = defaults;
-  if (spec.resources.memory_mib > 0) l.memory_bytes = spec.resources.memory_mib << 20;
-  if (spec.resources.cpu_milli > 0) l.cpu_milli = spec.resources.cpu_milli;
-  if (spec.resources.disk_mib > 0) l.disk_bytes = spec.resources.disk_mib << 20;
+exec::Limits RequestedLimits(const JobSpec& spec) {
+  exec::Limits l;
+  l.memory_bytes = spec.resources.memory_mib << 20;
+  l.cpu_milli = spec.resources.cpu_milli;
+  l.disk_bytes = spec.resources.disk_mib << 20;
   return l;
 }
 
-exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths) {
+// `notes`: the job's requests lowered to the provider's limits.
+exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths,
+                                  std::vector<std::string>& notes) {
   const proto::StartTask& task = o.task;
   exec::TaskContext c;
   c.attempt_id = task.attempt_id;
@@ -199,7 +200,7 @@ exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths) 
   c.gang_ports = o.gang_ports;
   c.gpu_uuids = task.gpu_uuids;
   c.gpu_minors = o.gpu_minors;
-  c.limits = TaskLimits(task.spec, o.exec_config->defaults);
+  c.limits = exec::TaskLimits(RequestedLimits(task.spec), o.exec_config->defaults, &notes);
   c.uid = o.uid;
   c.gid = o.gid;
   return c;
@@ -288,9 +289,8 @@ int RunShim(const ShimOptions& options) {
       stop_reason = "stopped";
       if (auto why = ReadFile(paths.stop_reason()); why.ok() && !why->empty()) {
         stop_reason = "stopped: " + *why;
-      } else if (options.agent_pid != 0 &&
-                 (static_cast<pid_t>(si.ssi_pid) == options.agent_pid ||
-                  ::getppid() != options.agent_pid)) {
+      } else if (options.agent_pid != 0 && (static_cast<pid_t>(si.ssi_pid) == options.agent_pid ||
+                                            ::getppid() != options.agent_pid)) {
         // The agent writes stop.reason before every stop it sends, so a
         // signal from it without one is the parent-death signal, sent as
         // the agent dies (while it still has threads, the shim's parent may
@@ -319,7 +319,9 @@ int RunShim(const ShimOptions& options) {
   };
 
   std::unique_ptr<exec::Executor> executor;
-  exec::TaskContext ctx = MakeTaskContext(options, paths);
+  std::vector<std::string> limit_notes;
+  exec::TaskContext ctx = MakeTaskContext(options, paths, limit_notes);
+  for (const std::string& note : limit_notes) event(note);
   ctx.stop_requested = [&] { return stop_requested().has_value() || lease_over(); };
   auto fail_early = [&](const std::string& why, bool stopped = false, bool lost = false) {
     event(why);
@@ -606,8 +608,10 @@ int RunShim(const ShimOptions& options) {
     if (watch_memory && !exited) {
       wake = std::min(wake, std::max<int64_t>(next_memory_check - now, 0));
     }
-    // Past the output limit the pipes are drained at a bounded rate.
-    const int64_t drain_pause = out.DrainPauseMs(now);
+    // Past the output limit the pipes are drained at a bounded rate. The
+    // log paces on the times its records carry, the wall clock's (`now` is
+    // monotonic); it never pauses more than a second, whatever the clock does.
+    const int64_t drain_pause = out.DrainPauseMs(clock.NowMs());
     if (drain_pause > 0) wake = std::min(wake, drain_pause);
     pollfd fds[4] = {{out_open && drain_pause == 0 ? out_pipe[0] : -1, POLLIN, 0},
                      {err_open && drain_pause == 0 ? err_pipe[0] : -1, POLLIN, 0},

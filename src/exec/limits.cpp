@@ -81,6 +81,27 @@ bool ApplyRlimits(const std::vector<Rlimit>& rlimits) noexcept {
   return true;
 }
 
+Limits TaskLimits(const Limits& requested, const Limits& provider,
+                  std::vector<std::string>* notes) {
+  Limits l = provider;
+  auto pick = [&](int64_t asked, int64_t& limit, const char* what, auto format) {
+    if (asked <= 0) return;
+    if (limit > 0 && asked > limit) {
+      if (notes != nullptr) {
+        notes->push_back("asked for " + format(asked) + " of " + what +
+                         "; this machine lends at most " + format(limit));
+      }
+      return;
+    }
+    limit = asked;
+  };
+  pick(requested.memory_bytes, l.memory_bytes, "memory", FormatBytes);
+  pick(requested.cpu_milli, l.cpu_milli, "CPU",
+       [](int64_t m) { return FormatMilli(m) + " cores"; });
+  pick(requested.disk_bytes, l.disk_bytes, "disk", FormatBytes);
+  return l;
+}
+
 std::string MemoryLimitReason(int64_t limit_bytes) {
   return "exceeded its memory limit of " + FormatBytes(limit_bytes);
 }

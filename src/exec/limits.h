@@ -31,6 +31,15 @@ namespace gpupool::exec {
 // does not bind root. 0 limits produce no entry; memory never does.
 std::vector<Rlimit> RlimitsFor(const Limits& limits, bool cgroup);
 
+// A task's limits: what its job asks for (`requested`, 0 = nothing), within
+// the provider's (`provider`, 0 = no limit), which are both the limits of
+// jobs that ask for nothing and the most any job gets here: a job cannot
+// raise them. pids are always the provider's. Each request lowered to the
+// provider's limit adds a note for the job's events ("asked for 1 PiB of
+// disk; this machine lends at most 100 GiB").
+Limits TaskLimits(const Limits& requested, const Limits& provider,
+                  std::vector<std::string>* notes = nullptr);
+
 // Child side, between fork and exec: setrlimit (soft = hard) for each.
 // Async-signal-safe. Returns false with errno set on the first failure.
 bool ApplyRlimits(const std::vector<Rlimit>& rlimits) noexcept;

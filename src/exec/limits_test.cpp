@@ -61,6 +61,31 @@ bool BecomeTestUser(const std::vector<Rlimit>& rlimits) {
          ::setresuid(kTestUid, kTestUid, kTestUid) == 0;
 }
 
+// Issue 19: the provider's limits are a ceiling a job's request cannot
+// raise, and the limits of jobs that ask for nothing.
+TEST(TaskLimitsTest, RequestsWithinTheProvidersLimitsNeverAbove) {
+  Limits provider{.memory_bytes = 16LL << 30, .cpu_milli = 4000, .pids = 512, .disk_bytes = 0};
+  std::vector<std::string> notes;
+  Limits asked{.memory_bytes = 8LL << 30, .cpu_milli = 0, .pids = 99999, .disk_bytes = 1LL << 50};
+  Limits l = TaskLimits(asked, provider, &notes);
+  EXPECT_EQ(l.memory_bytes, 8LL << 30);  // below the ceiling: as asked
+  EXPECT_EQ(l.cpu_milli, 4000);          // asked nothing: the provider's
+  EXPECT_EQ(l.pids, 512);                // always the provider's
+  EXPECT_EQ(l.disk_bytes, 1LL << 50);    // no ceiling: as asked
+  EXPECT_TRUE(notes.empty());
+
+  provider.disk_bytes = 100LL << 30;
+  asked.memory_bytes = 64LL << 30;
+  asked.cpu_milli = 64000;
+  l = TaskLimits(asked, provider, &notes);
+  EXPECT_EQ(l.memory_bytes, 16LL << 30);
+  EXPECT_EQ(l.cpu_milli, 4000);
+  EXPECT_EQ(l.disk_bytes, 100LL << 30);
+  EXPECT_THAT(notes, ElementsAre("asked for 64 GiB of memory; this machine lends at most 16 GiB",
+                                 "asked for 64 cores of CPU; this machine lends at most 4 cores",
+                                 "asked for 1 PiB of disk; this machine lends at most 100 GiB"));
+}
+
 TEST(ApplyRlimitsTest, NprocStopsAForkLoop) {
   ASSERT_EQ(::getuid(), 0u) << "needs root, to become an unprivileged account";
   int fds[2];

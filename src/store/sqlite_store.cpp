@@ -568,8 +568,15 @@ struct SqliteStore::Impl : SqliteConn {
     GP_ASSIGN_OR_RETURN(Query q, Prepare("PRAGMA quick_check(10)"));
     std::string problems;
     while (true) {
-      GP_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
+      auto row = q.Step();
+      // Damage bad enough stops the check itself (SQLITE_CORRUPT): the same
+      // verdict.
+      if (!row.ok() && row.status().code() == StatusCode::kDataLoss) {
+        return Status::DataLoss(path +
+                                " is damaged (PRAGMA quick_check): " + row.status().message());
+      }
+      if (!row.ok()) return row.status();
+      if (!*row) break;
       std::string line = q.Text(0);
       if (line != "ok") problems += "\n  " + line;
     }

@@ -1,6 +1,23 @@
+import os
+
 import pytest
 
-from pool import Pool
+from pool import Pool, check_sanitizer_reports
+
+
+@pytest.fixture(autouse=True)
+def sanitizer_reports(tmp_path_factory, monkeypatch):
+    """Every process a test starts (servers, agents, shims, the CLI, `gpupool
+    dev` and what it starts) writes any sanitizer report to a file of its own
+    here, whatever becomes of its output; a report fails the test. In a build
+    without sanitizers the options are ignored and nothing is written."""
+    reports = tmp_path_factory.mktemp("sanitizer")
+    os.chmod(reports, 0o1777)  # processes that run as another account write here too
+    for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        options = os.environ.get(var, "")
+        monkeypatch.setenv(var, f"{options}{':' if options else ''}log_path={reports}/report")
+    yield
+    check_sanitizer_reports(reports, "report.*")
 
 
 @pytest.fixture

@@ -19,9 +19,10 @@ FAKE_NVML_DIR = os.environ.get("FAKE_NVML_DIR", "")
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
-def check_sanitizer_reports(directory):
-    """In a sanitizer build every process logs here; any report fails the test."""
-    for path in directory.glob("*.log"):
+def check_sanitizer_reports(directory, pattern="*.log"):
+    """Fails on a sanitizer report in any file of `directory` named by
+    `pattern` (processes' logs; the reports of conftest's log_path)."""
+    for path in sorted(directory.glob(pattern)):
         text = path.read_text(errors="replace")
         for marker in SANITIZER_MARKERS:
             if marker in text:
@@ -172,6 +173,13 @@ class Pool:
         states = {states} if isinstance(states, str) else set(states)
         return wait_for(lambda: (lambda j: j if j["state"] in states else None)(self.job(job_id)),
                         timeout=timeout, what=f"job {job_id} to reach {states}")
+
+    def wait_considered(self, job_id, timeout=30.0):
+        """The job once the scheduler has looked at it: placed, or pending with
+        the reason it waits. Await this, not a sleep, before asserting that a
+        job did not start."""
+        return wait_for(lambda: (lambda j: j if j["state"] != "pending" or j["reason"] else None)(
+            self.job(job_id)), timeout=timeout, what=f"the scheduler to consider job {job_id}")
 
     def wait_finished(self, job_id, timeout=30.0):
         return self.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout)

@@ -128,8 +128,8 @@ def test_a_damaged_database_is_refused_with_how_to_restore_it(pool, tmp_path):
     db_path = os.path.join(pool.server_dir, "state.db")
     assert not os.path.exists(db_path + "-wal") or os.path.getsize(db_path + "-wal") == 0
 
-    # A page of the logs table goes bad (a disk error, a bad copy).
-    page, size = root_page(db_path, "logs")
+    # A page of the job logs goes bad (a disk error, a bad copy).
+    page, size = root_page(db_path, "log_chunks")
     with open(db_path, "r+b") as f:
         f.seek((page - 1) * size)
         f.write(b"\xa5" * size)

@@ -210,7 +210,8 @@ def test_checkpoint_uploaded_by_the_agent_downloads(pool, tmp_path):
 def test_admin_gc_prints_what_it_removed(pool):
     pool.start_server()
     r = pool.cli("admin", "gc", check=True)
-    assert re.fullmatch(r"removed \d+ manifests and \d+ chunks \(.+ freed\); \d+ chunks kept\n",
+    assert re.fullmatch(r"removed \d+ manifests and \d+ chunks \(.+ freed\); \d+ chunks kept\n"
+                        r"removed the logs of \d+ jobs \(.*\); the logs of \d+ jobs kept \(.+\)\n",
                         r.stdout), r.stdout
     counts = json.loads(pool.cli("admin", "gc", "-o", "json", check=True).stdout)
-    assert {"manifests_removed", "chunks_removed", "bytes_freed", "chunks_kept"} <= set(counts)
+    assert {"manifests_removed", "chunks_removed", "bytes_freed", "chunks_kept", "logs"} <= set(counts)

@@ -1,7 +1,6 @@
 """End-to-end job tests: a real server and real agents on loopback."""
 import os
 import subprocess
-import time
 
 from pool import wait_for
 
@@ -85,7 +84,7 @@ def test_cancel_kills_the_whole_process_group(pool, tmp_path):
         except ProcessLookupError:
             return True
         return open(f"/proc/{child}/stat").read().split()[2] == "Z"
-    wait_for(gone, timeout=15, what="the job's background child to be killed")
+    wait_for(gone, timeout=60, what="the job's background child to be killed")
     attempt = wait_for(lambda: (lambda a: a if a["state"] == "cancelled" else None)(
         pool.job(job_id)["attempt_list"][0]), what="attempt cancelled")
     assert attempt["state"] == "cancelled"
@@ -93,12 +92,12 @@ def test_cancel_kills_the_whole_process_group(pool, tmp_path):
 
 def test_max_runtime_is_enforced(pool):
     start(pool)
-    t0 = time.time()
-    job_id = pool.submit({"run": "echo begin; sleep 60", "max_runtime": "1s"})
-    job = pool.wait_finished(job_id, timeout=20)
+    # Unbounded, it would run 10 minutes: ending within the deadline is
+    # the limit at work.
+    job_id = pool.submit({"run": "echo begin; sleep 600", "max_runtime": "1s"})
+    job = pool.wait_finished(job_id, timeout=120)
     assert job["state"] == "failed"
     assert "exceeded max_runtime of 1s" in job["reason"]
-    assert time.time() - t0 < 10
     assert pool.logs_text(job_id) == ["begin"]
 
 

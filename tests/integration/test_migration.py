@@ -188,7 +188,8 @@ def test_a_job_survives_kill_9_of_its_agent(pool, tmp_path):
     # shim stopped the job; an agent restart on a reports it, and nothing of
     # it changes the job.
     start_with(pool, tmp_path, "a")
-    time.sleep(2)
+    wait_for(lambda: json.loads(agent_cmd(pool, "a", "status", "--json").stdout)["tasks"] == [],
+             what="the restarted agent to have reported and dropped the stale task")
     again = pool.job(job_id)
     assert again["state"] == "succeeded" and len(again["attempt_list"]) == len(job["attempt_list"])
     assert subprocess.run(["pgrep", "-f", f"counter.py --steps {steps}"]).returncode != 0, \
@@ -206,7 +207,6 @@ def test_a_migration_survives_a_server_restart(pool, tmp_path):
     # upload waits for the server, and so does the vacated report.
     r = agent_cmd(pool, "a", "reclaim", timeout=60)
     assert r.returncode == 0, r.stderr
-    time.sleep(1)
     pool.start_server()
     job = pool.wait_state(job_id, "pending", timeout=60)
     assert job["attempt_list"][0]["state"] == "vacated", job
@@ -233,7 +233,9 @@ def test_a_preempted_job_checkpoints_and_resumes(pool, tmp_path):
     start_two(pool, tmp_path)
     job_id = submit_counter(pool, steps, every=1000)  # checkpoints only when asked
     pool.wait_state(job_id, "running")
-    time.sleep(2)
+    # Its checkpoint handler is in place once it says where it starts.
+    wait_for(lambda: any("counter: start at step 0" in l for l in pool.logs_text(job_id)),
+             what="the counter to start")
     # An interactive job needs the only GPU: the counter is preempted. It is
     # asked for a checkpoint first, and that checkpoint is its restore point.
     urgent = pool.submit({"name": "urgent", "run": "sleep 1", "priority": "interactive",

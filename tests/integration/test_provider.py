@@ -97,24 +97,21 @@ def test_graceful_reclaim_requeues_and_the_job_finishes_elsewhere(pool, tmp_path
     wait_for(lambda: node(pool, "a")["status"] == "available", what="a available again")
 
 
-def test_reclaim_now_frees_the_gpu_within_a_second(pool, tmp_path):
+def test_reclaim_now_frees_the_gpu_without_waiting_for_the_grace(pool, tmp_path):
     pool.start_server()
-    start_with(pool, tmp_path, "a", "policy: {reclaim_grace: 60s}\n")
+    start_with(pool, tmp_path, "a", "policy: {reclaim_grace: 1h}\n")
     marker = f"stubborn-{os.getpid()}-{time.time_ns()}"
     job_id = pool.submit(stubborn_job("stubborn", marker))
     running_on(pool, job_id, "a")
-    # A graceful reclaim first: the job ignores SIGTERM and has 60 s to go.
+    # A graceful reclaim first: the job ignores SIGTERM and has an hour to go.
     graceful = subprocess.Popen([GPUPOOL, "agent", "reclaim", "--data-dir", pool.agent_dir("a")],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for(lambda: any("vacating" in t for t in json.loads(
         agent_cmd(pool, "a", "status", "--json").stdout)["tasks"]), what="the job vacating")
     # The owner cannot wait: --now hurries it along.
-    t0 = time.monotonic()
     r = agent_cmd(pool, "a", "reclaim", "--now")
-    took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
-    assert took < 1.0, f"reclaim --now took {took:.2f}s"
-    out, err = graceful.communicate(timeout=10)
+    out, err = graceful.communicate(timeout=120)
     assert graceful.returncode == 0 and "vacated 1 tasks" in out, (out, err)
     assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
     job = wait_for(lambda: (lambda j: j if j["attempt_list"][0]["state"] == "vacated" else None)(
@@ -131,11 +128,16 @@ def test_pause_lets_running_work_finish_and_takes_nothing_new(pool, tmp_path):
     assert r.returncode == 0 and "paused" in r.stdout, r.stderr
     wait_for(lambda: node(pool, "a")["status"] == "paused", what="a paused")
     second = pool.submit(polite_job("second", 1))
+    assert pool.wait_considered(second)["state"] == "pending"
     assert pool.wait_finished(first)["state"] == "succeeded"
-    time.sleep(1)
+    # A job submitted once the GPU is free is considered in a pass that
+    # also considers the second: both wait.
+    third = pool.submit(polite_job("third", 1))
+    assert pool.wait_considered(third)["state"] == "pending"
     assert pool.job(second)["state"] == "pending"
     assert agent_cmd(pool, "a", "resume").returncode == 0
     assert pool.wait_finished(second)["state"] == "succeeded"
+    assert pool.wait_finished(third)["state"] == "succeeded"
 
 
 def test_leave_drains_and_deregisters(pool, tmp_path):
@@ -151,8 +153,7 @@ def test_leave_drains_and_deregisters(pool, tmp_path):
     assert pool.agents["a"].wait(timeout=20) == 0
     # A job submitted now waits: nobody is left to run it.
     later = pool.submit(polite_job("later", 1))
-    time.sleep(1)
-    assert pool.job(later)["state"] == "pending"
+    assert pool.wait_considered(later)["state"] == "pending"
 
 
 def test_the_control_socket_refuses_other_users(pool, tmp_path):
@@ -195,8 +196,7 @@ def test_a_bad_policy_is_refused_with_its_line_and_the_old_one_stays(pool, tmp_p
     assert agent_cmd(pool, "a", "policy", str(good)).returncode == 0
     wait_for(lambda: node(pool, "a")["lending"]["allow_users"] == ["alice"], what="new lending")
     job_id = pool.submit(polite_job("admins", 1))  # the admin token's user is not alice
-    time.sleep(1.5)
-    job = pool.job(job_id)
+    job = pool.wait_considered(job_id)
     assert job["state"] == "pending", job
     assert job["attempt_list"] == [], job
 
@@ -263,10 +263,10 @@ def test_an_owner_process_on_a_lent_gpu_reclaims_it(pool, tmp_path):
     gpu["utilization"] = 90
     nvml.write_text(json.dumps({"driver_version": "550.54.15", "cuda_version": 12040,
                                 "devices": [gpu]}))
-    t0 = time.monotonic()
+    # Within the 2 s grace, a sample and reporting; the deadline is generous
+    # for a loaded machine but far below the default grace.
     job = wait_for(lambda: (lambda j: j if j["attempt_list"][0]["state"] == "vacated" else None)(
-        pool.job(job_id)), timeout=15, what="the owner's process to reclaim the GPU")
-    assert time.monotonic() - t0 < 2 + 1 + 3  # grace + a sample + reporting
+        pool.job(job_id)), timeout=60, what="the owner's process to reclaim the GPU")
     assert "its owner runs process 1 on it" in job["attempt_list"][0]["reason"], job
     assert "got SIGTERM" in pool.logs_text(job_id)
     assert node(pool, "a")["status"] == "reclaimed"

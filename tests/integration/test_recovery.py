@@ -1,8 +1,8 @@
 """Crash tests: kill -9 of the server or an agent loses no acknowledged work."""
 import os
+import pathlib
 import signal
 import subprocess
-import time
 
 from pool import wait_for
 
@@ -12,6 +12,17 @@ def lines_of(n):
 
 
 TICKS = "for i in $(seq 1 {n}); do echo tick $i; sleep {delay}; done"
+
+
+def wait_output_grows(pool, agent="a"):
+    """Waits until a task on `agent` writes more output (its TASK_DIR/output.log
+    grows): the job runs on while the server or the agent is down."""
+    tasks = pathlib.Path(pool.agent_dir(agent)) / "tasks"
+
+    def size():
+        return sum(p.stat().st_size for p in tasks.glob("*/output.log"))
+    before = size()
+    wait_for(lambda: size() > before, what=f"more output from the job on {agent}")
 
 
 def test_server_kill9_loses_nothing_and_running_jobs_carry_on(pool):
@@ -26,7 +37,7 @@ def test_server_kill9_loses_nothing_and_running_jobs_carry_on(pool):
     pending = pool.submit({"run": "true", "resources": {"gpus": 8}})  # can never run here
 
     pool.kill_server()
-    time.sleep(0.5)  # the job keeps running and writing output meanwhile
+    wait_output_grows(pool)  # the job keeps running and writing output meanwhile
     pool.start_server()
 
     assert pool.job(done)["state"] == "succeeded"
@@ -46,7 +57,7 @@ def test_agent_kill9_and_restart_finds_its_task_again(pool):
     pool.wait_state(job_id, "running")
     wait_for(lambda: len(pool.logs_text(job_id)) >= 3, what="some output")
     pool.kill_agent("a")
-    time.sleep(0.5)
+    wait_output_grows(pool)  # its shim and job run on
     pool.start_agent("a")
     job = pool.wait_finished(job_id, timeout=40)
     assert job["state"] == "succeeded", job
@@ -102,9 +113,11 @@ def test_dev_restart_with_same_data_dir_keeps_history(tmp_path):
     def start_dev():
         if env_file.exists():
             env_file.unlink()
+        log = open(tmp_path / "dev.log", "ab")  # both starts, kept for a failure's message
         p = subprocess.Popen([GPUPOOL, "dev", "--agents", "1", "--listen", "127.0.0.1:0", "--data-dir", str(data),
                               "--env-file", str(env_file), "--no-config", "--log-level", "warn"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
         wait_for(lambda: env_file.exists() and "GPUPOOL_TOKEN" in env_file.read_text(), what="env file")
         env = dict(os.environ)
         for line in env_file.read_text().splitlines():

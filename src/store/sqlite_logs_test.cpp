@@ -215,161 +215,6 @@ TEST(SqliteLogsTest, RemovedLogsAreFreedInBoundedSteps) {
   EXPECT_EQ(Count(raw, "SELECT COUNT(*) FROM log_chunks"), 0);
 }
 
-// The schema of a version 6 database, as the released migrations 1 to 6
-// left it (read back from sqlite_master).
-constexpr const char* kSchemaV6 = R"sql(
-CREATE TABLE jobs (
-  id              INTEGER PRIMARY KEY AUTOINCREMENT,
-  owner           TEXT NOT NULL,
-  name            TEXT NOT NULL,
-  state           TEXT NOT NULL,
-  reason          TEXT NOT NULL,
-  exit_code       INTEGER,
-  attempts        INTEGER NOT NULL,
-  current_attempt TEXT NOT NULL,
-  created_ms      INTEGER NOT NULL,
-  updated_ms      INTEGER NOT NULL,
-  started_ms      INTEGER NOT NULL,
-  finished_ms     INTEGER NOT NULL,
-  spec            TEXT NOT NULL
-, last_preempted_ms INTEGER, front INTEGER NOT NULL DEFAULT 0, restarts INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX jobs_state_id ON jobs(state, id);
-CREATE INDEX jobs_owner_id ON jobs(owner, id);
-CREATE TABLE attempts (
-  id          TEXT PRIMARY KEY,
-  job_id      INTEGER NOT NULL REFERENCES jobs(id),
-  number      INTEGER NOT NULL,
-  node_id     TEXT NOT NULL,
-  gpu_uuids   TEXT NOT NULL,
-  state       TEXT NOT NULL,
-  exit_code   INTEGER,
-  reason      TEXT NOT NULL,
-  created_ms  INTEGER NOT NULL,
-  started_ms  INTEGER NOT NULL,
-  finished_ms INTEGER NOT NULL
-, gpu_milli INTEGER NOT NULL DEFAULT 0, gpu_memory_mib INTEGER NOT NULL DEFAULT 0, preempt_ms INTEGER NOT NULL DEFAULT 0, preempt_for_job INTEGER NOT NULL DEFAULT 0, last_checkpoint_ms INTEGER NOT NULL DEFAULT 0, gang TEXT NOT NULL DEFAULT '') WITHOUT ROWID;
-CREATE INDEX attempts_job_number ON attempts(job_id, number);
-CREATE INDEX attempts_node_state ON attempts(node_id, state);
-CREATE INDEX attempts_state ON attempts(state);
-CREATE TABLE nodes (
-  id             TEXT PRIMARY KEY,
-  name           TEXT NOT NULL UNIQUE,
-  state          TEXT NOT NULL,
-  gpus           TEXT NOT NULL,
-  cpu_milli      INTEGER NOT NULL,
-  memory_mib     INTEGER NOT NULL,
-  driver_version TEXT NOT NULL,
-  cuda_version   TEXT NOT NULL,
-  agent_version  TEXT NOT NULL,
-  labels         TEXT NOT NULL,
-  registered_ms  INTEGER NOT NULL,
-  last_seen_ms   INTEGER NOT NULL
-, owner_group TEXT NOT NULL DEFAULT '', lending TEXT NOT NULL DEFAULT '') WITHOUT ROWID;
-CREATE TABLE outbox (
-  node_id TEXT NOT NULL,
-  seq     INTEGER NOT NULL,
-  type    TEXT NOT NULL,
-  body    TEXT NOT NULL,
-  PRIMARY KEY (node_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE outbox_seq (
-  node_id  TEXT PRIMARY KEY,
-  last_seq INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE meta (
-  key   TEXT PRIMARY KEY,
-  value TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE tokens (
-  hash       TEXT PRIMARY KEY,
-  subject    TEXT NOT NULL,
-  role       TEXT NOT NULL,
-  created_ms INTEGER NOT NULL,
-  expires_ms INTEGER NOT NULL,
-  revoked    INTEGER NOT NULL
-, name TEXT NOT NULL DEFAULT '', scopes TEXT NOT NULL DEFAULT '*') WITHOUT ROWID;
-CREATE TABLE group_usage (
-  grp      TEXT PRIMARY KEY,
-  milli_ms INTEGER NOT NULL,
-  as_of_ms INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE node_events (
-  id       INTEGER PRIMARY KEY AUTOINCREMENT,
-  node_id  TEXT NOT NULL,
-  ts_ms    INTEGER NOT NULL,
-  kind     TEXT NOT NULL,
-  reason   TEXT NOT NULL,
-  gpus     TEXT NOT NULL,
-  attempts TEXT NOT NULL
-);
-CREATE INDEX node_events_node_id ON node_events(node_id, id);
-CREATE TABLE checkpoints (
-  job_id     INTEGER NOT NULL REFERENCES jobs(id),
-  number     INTEGER NOT NULL,
-  attempt_id TEXT NOT NULL,
-  manifest   TEXT NOT NULL,
-  created_ms INTEGER NOT NULL,
-  bytes      INTEGER NOT NULL,
-  files      INTEGER NOT NULL,
-  PRIMARY KEY (job_id, number)
-) WITHOUT ROWID;
-CREATE TABLE checkpoint_seq (
-  job_id      INTEGER PRIMARY KEY,
-  last_number INTEGER NOT NULL
-);
-CREATE INDEX tokens_subject ON tokens(subject, created_ms);
-CREATE TABLE users (
-  name          TEXT PRIMARY KEY,
-  role          TEXT NOT NULL,
-  password_hash TEXT NOT NULL,
-  disabled      INTEGER NOT NULL,
-  created_ms    INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE user_groups (
-  name        TEXT PRIMARY KEY,
-  members     TEXT NOT NULL,
-  shared_jobs INTEGER NOT NULL,
-  created_ms  INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE audit (
-  id     INTEGER PRIMARY KEY AUTOINCREMENT,
-  ts_ms  INTEGER NOT NULL,
-  actor  TEXT NOT NULL,
-  action TEXT NOT NULL,
-  target TEXT NOT NULL,
-  detail TEXT NOT NULL,
-  peer   TEXT NOT NULL,
-  ok     INTEGER NOT NULL
-);
-CREATE TABLE agent_credentials (
-  node_name        TEXT PRIMARY KEY,
-  token_hash       TEXT NOT NULL,
-  cert_serial      TEXT NOT NULL,
-  cert_fingerprint TEXT NOT NULL,
-  owner            TEXT NOT NULL,
-  enrolled_ms      INTEGER NOT NULL,
-  revoked          INTEGER NOT NULL,
-  revoked_ms       INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE attempt_nodes (
-  node_id    TEXT NOT NULL,
-  attempt_id TEXT NOT NULL REFERENCES attempts(id),
-  PRIMARY KEY (node_id, attempt_id)
-) WITHOUT ROWID;
-CREATE TABLE logs (
-  cursor     INTEGER PRIMARY KEY AUTOINCREMENT,
-  job_id     INTEGER NOT NULL REFERENCES jobs(id),
-  attempt_id TEXT NOT NULL,
-  rank       INTEGER NOT NULL DEFAULT 0,
-  "offset"   INTEGER NOT NULL,
-  stream     TEXT NOT NULL,
-  ts_ms      INTEGER NOT NULL,
-  text       TEXT NOT NULL,
-  UNIQUE (attempt_id, rank, "offset")
-);
-CREATE INDEX logs_job_cursor ON logs(job_id, cursor);
-)sql";
-
 constexpr int kV6Jobs = 40;
 
 struct V6Row {
@@ -387,8 +232,14 @@ struct V6Row {
 // multi-node) and thousands of log rows interleaved between them, as a busy
 // pool writes them. Returns the rows it wrote, by cursor.
 std::vector<V6Row> MakeV6Database(const std::string& path, int rows, bool orphan_row = false) {
+  {  // the schema as the released migrations 1 to 6 leave it
+    SqliteOptions o;
+    o.migrations = SqliteStore::Migrations().first(6);
+    o.backup_before_migrating = false;
+    auto v6 = SqliteStore::Open(path, o);
+    EXPECT_TRUE(v6.ok()) << v6.status().ToString();
+  }
   RawDb raw(path);
-  raw.Exec(kSchemaV6);
   raw.Exec("BEGIN");
   for (int j = 1; j <= kV6Jobs; ++j) {
     const char* state = j % 3 == 0 ? "running" : j % 3 == 1 ? "succeeded" : "failed";
@@ -462,7 +313,6 @@ std::vector<V6Row> MakeV6Database(const std::string& path, int rows, bool orphan
         "VALUES (999, '999.1', 0, 0, 'stdout', 1, 'orphan')");
   }
   raw.Exec("COMMIT");
-  raw.Exec("PRAGMA user_version = 6");
   return out;
 }
 

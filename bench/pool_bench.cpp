@@ -63,6 +63,7 @@ double SteadyMs() {
 struct Common {
   std::string server;
   std::string token;
+  std::string ca_fingerprint;  // the pool CA's pin (GPUPOOL_CA_FINGERPRINT)
   int jobs = 0;
   std::string run;
   int gpus = 0;
@@ -75,6 +76,7 @@ cli::ApiClient MakeApi(const Common& c) {
   cli::Endpoint e;
   e.server = c.server;
   e.token = c.token;
+  e.tls.ca_fingerprint = c.ca_fingerprint;
   return cli::ApiClient(e);
 }
 
@@ -285,6 +287,7 @@ int main(int argc, char** argv) {
   gpupool::bench::Common c;
   if (const char* s = std::getenv("GPUPOOL_SERVER")) c.server = s;
   if (const char* t = std::getenv("GPUPOOL_TOKEN")) c.token = t;
+  if (const char* f = std::getenv("GPUPOOL_CA_FINGERPRINT")) c.ca_fingerprint = f;
   CLI::App app{
       "gpupool-pool-bench: submit-to-running latency and job throughput of a running pool"};
   app.require_subcommand(1);

@@ -27,7 +27,7 @@ for mode in "${modes[@]}"; do
     # sanitizer report or a broken invariant fails the test.
     (cd build-fuzz && GPUPOOL_FUZZ_SECONDS="${GPUPOOL_FUZZ_SECONDS:-30}" \
       ASAN_OPTIONS=halt_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-      ctest -L fuzz --output-on-failure -j "${GPUPOOL_TEST_JOBS:-2}")
+      ctest -L fuzz --output-on-failure -j "$(nproc)")
     continue
   fi
   if [ "$mode" = asan ]; then
@@ -42,5 +42,7 @@ for mode in "${modes[@]}"; do
     scripts/build.sh
     dir=build
   fi
-  (cd "$dir" && ctest --output-on-failure -j "${GPUPOOL_TEST_JOBS:-2}" --timeout 600)
+  # Twice as many tests as CPUs: the end-to-end tests spend much of their
+  # time waiting (leases, grace periods, jobs' sleeps), not computing.
+  (cd "$dir" && ctest --output-on-failure -j "${GPUPOOL_TEST_JOBS:-$(($(nproc) * 2))}" --timeout 600)
 done

@@ -48,7 +48,11 @@ TEST(ChunkReadAheadTest, HoldsAtMostItsLimitAhead) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(pushed.load(), 3);
   ASSERT_TRUE(ahead.Next().ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Taking one makes room for the fourth (awaited, with a generous deadline).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (pushed.load() < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(pushed.load(), 4);
 }
 

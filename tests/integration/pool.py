@@ -200,8 +200,21 @@ class Pool:
         return body["nodes"]
 
     def wait_nodes_ready(self, count, timeout=20.0):
-        return wait_for(lambda: len([n for n in self.nodes() if n["state"] == "ready"]) >= count,
-                        timeout=timeout, what=f"{count} ready nodes")
+        try:
+            return wait_for(lambda: len([n for n in self.nodes() if n["state"] == "ready"]) >= count,
+                            timeout=timeout, what=f"{count} ready nodes")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; nodes: {self.nodes()}\n{self.agent_log_tails()}") from None
+
+    def agent_log_tails(self, lines=15):
+        """The end of every agent's log, for a failure's message."""
+        out = []
+        for name, p in self.agents.items():
+            path = self.dir / f"agent-{name}.log"
+            text = path.read_text(errors="replace") if path.exists() else "(no log)"
+            state = "running" if p.poll() is None else f"exited {p.returncode}"
+            out.append(f"--- agent {name} ({state}):\n" + "\n".join(text.splitlines()[-lines:]))
+        return "\n".join(out)
 
     # ---- helpers for multi-node jobs ----
     def log_records(self, job_id, rank=None):

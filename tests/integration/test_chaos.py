@@ -45,7 +45,11 @@ from test_provider import agent_cmd, start_with
 AGENTS = ["a", "b", "c", "d"]
 STEPS = 150  # 0.1 s each: 15 s of work per job
 LEASE_S = 4
-SERVER = ["--node-lost-after-ms", "3000", "--attempt-lease", f"{LEASE_S}s"]
+# The harness polls every job each round and submits from a thread of its
+# own, all with one token: a long run (bench/run_chaos.sh, 180 jobs) would
+# pass the default per-token rate limit.
+SERVER = ["--node-lost-after-ms", "3000", "--attempt-lease", f"{LEASE_S}s",
+          "--rate-limit", "2000/s,10000"]
 AGENT_ACTIONS = ["reclaim", "reclaim-now", "kill-9", "restart", "cut"]
 ALL_ACTIONS = AGENT_ACTIONS + ["server-kill", "everything"]
 

@@ -263,8 +263,9 @@ def test_an_owner_process_on_a_lent_gpu_reclaims_it(pool, tmp_path):
     gpu["utilization"] = 90
     nvml.write_text(json.dumps({"driver_version": "550.54.15", "cuda_version": 12040,
                                 "devices": [gpu]}))
-    # Within the 2 s grace, a sample and reporting; the deadline is generous
-    # for a loaded machine but far below the default grace.
+    # Taken back once a sample sees the owner's process (the job leaves on
+    # SIGTERM, within the 2 s grace); the deadline is generous for a loaded
+    # machine.
     job = wait_for(lambda: (lambda j: j if j["attempt_list"][0]["state"] == "vacated" else None)(
         pool.job(job_id)), timeout=60, what="the owner's process to reclaim the GPU")
     assert "its owner runs process 1 on it" in job["attempt_list"][0]["reason"], job

@@ -18,8 +18,8 @@ using std::chrono::milliseconds;
 using std::chrono::minutes;
 
 constexpr const char* kPolicyFields[] = {
-    "gpus",  "gpu_memory", "fractional",  "windows",       "idle_only",
-    "users", "groups",     "max_runtime", "reclaim_grace", "allow_host_network",
+    "gpus",          "gpu_memory", "fractional",  "windows",       "idle_only",
+    "users",         "groups",     "max_runtime", "reclaim_grace", "allow_host_network",
     "max_job_output"};
 constexpr const char* kWindowsFields[] = {"timezone", "weekly"};
 constexpr const char* kWeeklyFields[] = {"days", "from", "to"};

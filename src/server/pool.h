@@ -61,8 +61,8 @@
 #include "model/node.h"
 #include "proto/messages.h"
 #include "sched/scheduler.h"
-#include "server/node_liveness.h"
 #include "server/job_logs.h"
+#include "server/node_liveness.h"
 #include "store/store.h"
 
 namespace gpupool::server {

@@ -111,8 +111,9 @@ def test_resubmit_uploads_only_the_changed_chunks(pool, tmp_path):
     again = pool.cli(*args)
     assert summary(again.stderr)["new"] == 0
 
-    assert pool.wait_finished(job1)["state"] == "succeeded"
-    assert pool.wait_finished(job2)["state"] == "succeeded"
+    for job_id in (job1, job2):
+        job = pool.wait_finished(job_id)
+        assert job["state"] == "succeeded", (job, pool.logs_text(job_id), pool.agent_log_tails())
     assert pool.logs_text(job1)[-1] == "lr = 0.1"
     assert pool.logs_text(job2)[-1] == "lr = 0.05"
 

@@ -250,8 +250,10 @@ def test_fork_bomb_is_contained_by_the_pid_limit(pool, tmp_path):
     # Its own uid range: other tests' agents (ctest runs files in parallel)
     # run their tasks from 190000 up.
     start(pool, "limits: {pids: 40}\nsandbox: {uids: 195000-195099}\n", tmp_path)
-    # `exec`: once the bomb holds every allowed process, the shell could not fork a sleep.
-    job_id = pool.submit({"run": "bomb() { bomb | bomb & }; bomb; exec sleep 30", "max_runtime": "4s"})
+    # The job's shell forks once, before the bomb holds every allowed process,
+    # and then becomes the sleep without forking (forking the bomb's pipeline
+    # itself, its second fork could fail and end it early).
+    job_id = pool.submit({"run": "bomb() { bomb | bomb & }; (bomb) & exec sleep 30", "max_runtime": "4s"})
     pool.wait_state(job_id, "running")
 
     def task_processes():

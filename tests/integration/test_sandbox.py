@@ -106,15 +106,20 @@ def test_job_sees_neither_the_providers_files_nor_other_jobs(pool, tmp_path):
 def test_job_cannot_see_host_processes_or_signal_the_agent(pool):
     start(pool)
     agent_pid = pool.agents["box"].pid
-    job, lines = run(pool, {"run": f"ls /proc | grep -c '^[0-9]'; kill -0 {agent_pid}; echo kill=$?; "
-                                   "echo pid=$$; id -u"})
+    job, lines = run(pool, {"run": f"echo procs=$(ls /proc | grep -c '^[0-9]'); kill -0 {agent_pid}; "
+                                   "echo kill=$?; echo pid=$$; echo uid=$(id -u)"})
     assert job["state"] == "succeeded", job
-    nprocs = int(lines[0])
-    assert nprocs <= 5, lines  # bwrap's init, sh, ls, grep: not the host's hundreds
+
+    # Each figure by its name: stdout and stderr lines are ordered as read.
+    def value(name):
+        [v] = [int(l[len(name) + 1:]) for l in lines if l.startswith(name + "=")]
+        return v
+    nprocs = value("procs")
+    assert nprocs <= 5, lines  # bwrap's init, sh, its $(...) subshell, ls, grep: not the host's hundreds
     assert "kill=1" in lines
     assert any("No such process" in l for l in lines), lines
     assert "pid=2" in lines  # its own pid namespace: bwrap's init is 1
-    uid = int(lines[-1])
+    uid = value("uid")
     assert uid >= 190000, "runs as an unprivileged account of the sandbox range"
     # The agent is still alive and well.
     assert pool.agents["box"].poll() is None

@@ -15,61 +15,14 @@
 
 #include "model/job_output.h"
 #include "store/sqlite_store.h"
+#include "store/sqlite_testing.h"
 
 namespace gpupool {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "gpupool-logs-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string db() const { return path_ + "/state.db"; }
-
- private:
-  std::string path_;
-};
-
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) ADD_FAILURE() << sqlite3_errmsg(db_);
-  }
-  ~RawDb() { sqlite3_close(db_); }
-  void Exec(const std::string& sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-      ADD_FAILURE() << sql.substr(0, 200) << ": " << (err ? err : "?");
-      sqlite3_free(err);
-    }
-  }
-  std::string Scalar(const std::string& sql) {
-    sqlite3_stmt* s = nullptr;
-    std::string out;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &s, nullptr) == SQLITE_OK &&
-        sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0) != nullptr) {
-      out = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
-    }
-    sqlite3_finalize(s);
-    return out;
-  }
-  sqlite3* get() { return db_; }
-
- private:
-  sqlite3* db_ = nullptr;
-};
-
-std::unique_ptr<SqliteStore> MustOpen(const std::string& path) {
-  auto s = SqliteStore::Open(path);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
+using sqlite_testing::MustOpen;
+using sqlite_testing::RawDb;
+using sqlite_testing::TempDir;
 
 Status Tx(Store& store, const std::function<Status(gpupool::Tx&)>& fn) {
   return store.Transact(fn);

@@ -25,52 +25,13 @@
 
 #include "store/sqlite_files.h"
 #include "store/sqlite_store.h"
+#include "store/sqlite_testing.h"
 
 namespace gpupool {
 namespace {
 
-// ---- a raw connection, to write old rows and to look behind the store
-
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) ADD_FAILURE() << sqlite3_errmsg(db_);
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  ~RawDb() { sqlite3_close(db_); }
-  void Exec(const std::string& sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-      ADD_FAILURE() << (err ? err : "?") << " in:\n" << sql.substr(0, 400);
-    }
-    sqlite3_free(err);
-  }
-  std::string Scalar(const std::string& sql) {
-    auto rows = Rows(sql);
-    return rows.empty() || rows[0].empty() ? "" : rows[0][0];
-  }
-  std::vector<std::vector<std::string>> Rows(const std::string& sql) {
-    std::vector<std::vector<std::string>> out;
-    sqlite3_stmt* s = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &s, nullptr) != SQLITE_OK) {
-      ADD_FAILURE() << sql << ": " << sqlite3_errmsg(db_);
-      return out;
-    }
-    while (sqlite3_step(s) == SQLITE_ROW) {
-      std::vector<std::string> row;
-      for (int i = 0; i < sqlite3_column_count(s); ++i) {
-        const unsigned char* t = sqlite3_column_text(s, i);
-        row.push_back(t ? reinterpret_cast<const char*>(t) : "NULL");
-      }
-      out.push_back(std::move(row));
-    }
-    sqlite3_finalize(s);
-    return out;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
+using sqlite_testing::RawDb;
+using sqlite_testing::TempDir;
 
 // Everything a database holds, as text: its schema (sqlite_master), every
 // row of every table in rowid or key order, and user_version. Two equal
@@ -104,24 +65,6 @@ std::string FirstDifference(const std::string& got, const std::string& want) {
   auto line = [&](const std::string& s) { return s.substr(start, s.find('\n', start) - start); };
   return "differs at line \"" + line(got) + "\" (expected \"" + line(want) + "\")";
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "gpupool-migrate-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string db() const { return path_ + "/state.db"; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Runs `fn` in one transaction of `store`, failing the test on an error.
 void Read(Store& store, const std::function<void(Tx&)>& fn) {

@@ -1,4 +1,5 @@
 #include "store/sqlite_store.h"
+#include "store/sqlite_testing.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -30,64 +31,9 @@ GPUPOOL_STORE_CONFORMANCE_SUITE(Sqlite, SqliteBackend());
 
 namespace {
 
-// A temporary directory removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = ::testing::TempDir() + "gpupool-sqlite-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string db() const { return path_ + "/state.db"; }
-
- private:
-  std::string path_;
-};
-
-// A raw connection for looking behind the store's back.
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) ADD_FAILURE() << sqlite3_errmsg(db_);
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  ~RawDb() { sqlite3_close(db_); }
-  void Exec(const std::string& sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-      ADD_FAILURE() << sql << ": " << (err ? err : "?");
-    }
-    sqlite3_free(err);
-  }
-  std::string Scalar(const std::string& sql) {
-    sqlite3_stmt* s = nullptr;
-    std::string out;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &s, nullptr) != SQLITE_OK) {
-      ADD_FAILURE() << sql << ": " << sqlite3_errmsg(db_);
-      return out;
-    }
-    if (sqlite3_step(s) == SQLITE_ROW) {
-      const unsigned char* t = sqlite3_column_text(s, 0);
-      out = t ? reinterpret_cast<const char*>(t) : "";
-    }
-    sqlite3_finalize(s);
-    return out;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
-
-std::unique_ptr<SqliteStore> MustOpen(const std::string& path, const SqliteOptions& opt = {}) {
-  auto s = SqliteStore::Open(path, opt);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  return s.ok() ? std::move(s).value() : nullptr;
-}
+using sqlite_testing::MustOpen;
+using sqlite_testing::RawDb;
+using sqlite_testing::TempDir;
 
 Job SimpleJob(const std::string& name) {
   Job j;

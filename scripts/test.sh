@@ -44,5 +44,10 @@ for mode in "${modes[@]}"; do
   fi
   # Twice as many tests as CPUs: the end-to-end tests spend much of their
   # time waiting (leases, grace periods, jobs' sleeps), not computing.
-  (cd "$dir" && ctest --output-on-failure -j "${GPUPOOL_TEST_JOBS:-$(($(nproc) * 2))}" --timeout 600)
+  # On failure the digest of reasons comes last, where a log cut to its
+  # head and tail still shows it.
+  if ! (cd "$dir" && ctest --output-on-failure -j "${GPUPOOL_TEST_JOBS:-$(($(nproc) * 2))}" --timeout 600); then
+    python3 scripts/failure_digest.py "$dir" || true
+    exit 8
+  fi
 done

@@ -19,8 +19,8 @@ REASON = re.compile(
     r"(: Failure$|^\[  FAILED  \] .*\(\d+ ms\)$|^FAILED |^ERROR |^E   |Timeout|Segmentation fault"
     r"|Sanitizer|terminate called|Assertion .* failed|Traceback)")
 DETAILS_AFTER = re.compile(r": Failure$")
-PER_TEST = 24
-WIDTH = 300
+PER_TEST = 10
+WIDTH = 240
 
 
 def reasons(lines):

@@ -69,6 +69,7 @@ json ExecConfigJson(const exec::ExecConfig& c) {
             {"blocked_networks", blocked},
             {"gang_ports", PortsJson(c.sandbox.gang_ports)},
             {"gang_ports_per_rank", c.sandbox.gang_ports_per_rank}}},
+          {"gpu_driver_dir", c.gpu_driver_dir},
           {"images",
            {{"dir", c.images.dir},
             {"max_bytes", c.images.max_bytes},
@@ -102,6 +103,7 @@ exec::ExecConfig ExecConfigFrom(const json& j) {
   }
   c.sandbox.gang_ports = PortsFrom(s.at("gang_ports"));
   c.sandbox.gang_ports_per_rank = s.at("gang_ports_per_rank").get<int>();
+  c.gpu_driver_dir = j.at("gpu_driver_dir").get<std::string>();
   const json& i = j.at("images");
   c.images.dir = i.at("dir").get<std::string>();
   c.images.max_bytes = i.at("max_bytes").get<int64_t>();

@@ -38,6 +38,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   config.sandbox.blocked_networks = {*exec::ParseIpPrefix("10.9.0.0/16")};
   config.sandbox.gang_ports = {40000, 500};
   config.sandbox.gang_ports_per_rank = 25;
+  config.gpu_driver_dir = "/opt/nvidia/driver-550";
   config.images.dir = "/var/lib/gpupool/images";
   config.images.max_bytes = 123;
   config.images.max_image_bytes = 456;
@@ -94,6 +95,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   EXPECT_EQ(b.exec_config->sandbox.blocked_networks, config.sandbox.blocked_networks);
   EXPECT_EQ(b.exec_config->sandbox.gang_ports, config.sandbox.gang_ports);
   EXPECT_EQ(b.exec_config->sandbox.gang_ports_per_rank, 25);
+  EXPECT_EQ(b.exec_config->gpu_driver_dir, "/opt/nvidia/driver-550");
   ASSERT_EQ(b.exec_config, &(*back)->exec_config);
   EXPECT_EQ(b.exec_config->executors, config.executors);
   EXPECT_EQ(b.exec_config->sandbox.host_paths, config.sandbox.host_paths);

@@ -35,6 +35,9 @@
 //               the job: to the UUIDs for docker's --gpus, else "void", so
 //               that a toolkit runtime configured as the default cannot
 //               give an image's NVIDIA_VISIBLE_DEVICES=all every GPU.
+//               The agent's gpu_driver_dir (exec/exec_config.h) does not
+//               apply here: the engine's NVIDIA toolkit injects the host's
+//               driver into the container, and gpupool leaves that alone.
 //   work dir    -v <work_dir>:/work read-write. The working directory is
 //               /work (-w /work) when the task has a command of its own,
 //               as in every other executor; a task that runs the image's

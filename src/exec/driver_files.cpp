@@ -1,10 +1,13 @@
 #include "exec/driver_files.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <set>
 
@@ -207,6 +210,33 @@ Result<DriverFiles> FindDriverFiles(const std::string& ldconfig_cmd, const std::
   DriverFiles files;
   files.libs = ParseLdconfigDriverLibs(output);
   files.bins = FindBins(path);
+  return files;
+}
+
+Result<DriverFiles> DriverFilesInDir(const std::string& dir) {
+  if (dir.empty() || dir.front() != '/') {
+    return Status::InvalidArgument("the GPU driver directory must be an absolute path, got \"" +
+                                   dir + "\"");
+  }
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    return Status::Unavailable("cannot read the GPU driver directory " + dir + ": " +
+                               std::strerror(errno));
+  }
+  DriverFiles files;
+  while (const dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (!IsDriverSoname(name)) continue;
+    std::string path = JoinPath(dir, name);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      files.libs.push_back({std::move(name), std::move(path)});
+    }
+  }
+  ::closedir(d);
+  std::sort(files.libs.begin(), files.libs.end(),
+            [](const DriverFile& a, const DriverFile& b) { return a.name < b.name; });
+  files.bins = FindBins(dir);
   return files;
 }
 

@@ -25,8 +25,13 @@
 // ("libcuda.so") are not bound. The path is the one the cache gives, usually
 // a symlink to the versioned file; binding it binds the file it points to.
 //
+// A provider may name a driver directory instead (ExecConfig::gpu_driver_dir,
+// e.g. an unpacked driver or the test fakes): DriverFilesInDir takes the
+// same libraries and tools from that one directory, and no ldconfig.
+//
 // Pure functions except FindDriverFiles (runs ldconfig, reads PATH
-// directories) and GpuDeviceNodes (looks at dev_dir); all thread-safe.
+// directories), DriverFilesInDir (reads its directory) and GpuDeviceNodes
+// (looks at dev_dir); all thread-safe.
 #pragma once
 
 #include <string>
@@ -86,5 +91,14 @@ struct DriverFiles {
 // started, fails or takes more than 10 s; a host without a driver gives
 // empty lists.
 Result<DriverFiles> FindDriverFiles(const std::string& ldconfig_cmd, const std::string& path);
+
+// The driver files of a driver directory: its entries named like a driver
+// library's soname (as above: "libcuda.so.1", "libnvidia-ml.so.1",
+// "libcuda.so.550.54.15"; not "libcuda.so", not other libraries) that are
+// regular files or symlinks to one, sorted by name, and the tools (as
+// above) that are executable files in it. Each path is dir + "/" + name.
+// InvalidArgument when `dir` is not an absolute path; Unavailable, naming
+// it, when it cannot be read.
+Result<DriverFiles> DriverFilesInDir(const std::string& dir);
 
 }  // namespace gpupool::exec

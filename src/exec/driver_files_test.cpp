@@ -258,5 +258,53 @@ TEST(FindDriverFilesTest, ErrorsWhenLdconfigCannotRun) {
   EXPECT_THAT(failed.status().message(), HasSubstr("Can't open cache file"));
 }
 
+TEST(DriverFilesInDirTest, TheDriversLibrariesAndToolsOfTheDirectory) {
+  TempDir dir;
+  std::string real_ml = dir.Write("libnvidia-ml.so.550.54.15", "ml", fs::perms::owner_read);
+  fs::create_symlink("libnvidia-ml.so.550.54.15", dir.path() + "/libnvidia-ml.so.1");
+  std::string cuda = dir.Write("libcuda.so.1", "cuda", fs::perms::owner_read);
+  fs::create_symlink("libcuda.so.1", dir.path() + "/libcuda.so");         // development link: no
+  fs::create_symlink("gone.so.1", dir.path() + "/libnvidia-cfg.so.1");    // dangling: no
+  dir.Write("libz.so.1", "", fs::perms::owner_read);                      // not the driver's: no
+  dir.Write("libnvidia-glcore.so.550.54.15", "", fs::perms::owner_read);  // graphics: no
+  fs::create_directories(dir.path() + "/libnvidia-nscq.so.2");            // a directory: no
+  std::string smi = dir.Write("nvidia-smi", "#!/bin/sh\n", kExecutable);
+  dir.Write("nvidia-cuda-mps-control", "", fs::perms::owner_read);  // not executable: no
+
+  auto files = DriverFilesInDir(dir.path());
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_EQ(files->libs, (std::vector<DriverFile>{
+                             {"libcuda.so.1", cuda},
+                             {"libnvidia-ml.so.1", dir.path() + "/libnvidia-ml.so.1"},
+                             {"libnvidia-ml.so.550.54.15", real_ml},
+                         }));
+  EXPECT_EQ(files->bins, (std::vector<DriverFile>{{"nvidia-smi", smi}}));
+  // A trailing slash changes nothing.
+  auto again = DriverFilesInDir(dir.path() + "/");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *files);
+}
+
+TEST(DriverFilesInDirTest, AnEmptyDirectoryHasNothing) {
+  TempDir dir;
+  auto files = DriverFilesInDir(dir.path());
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  EXPECT_THAT(files->libs, IsEmpty());
+  EXPECT_THAT(files->bins, IsEmpty());
+}
+
+TEST(DriverFilesInDirTest, AMissingOrRelativeDirectoryIsAnError) {
+  TempDir dir;
+  auto missing = DriverFilesInDir(dir.path() + "/none");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("cannot read the GPU driver directory " + dir.path() + "/none"));
+  auto relative = DriverFilesInDir("driver");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_EQ(relative.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(relative.status().message(), HasSubstr("absolute path"));
+}
+
 }  // namespace
 }  // namespace gpupool::exec

@@ -47,6 +47,15 @@ struct ExecConfig {
   // "process" (no isolation) is allowed only when listed.
   std::vector<std::string> executors = {"sandbox"};
   SandboxOptions sandbox;
+  // The NVIDIA user-space driver libraries to use instead of the system's
+  // (the agent's `gpu_driver_dir` / --gpu-driver-dir; empty: the system's):
+  // a directory holding libnvidia-ml.so.1, libcuda.so.1 and the like. The
+  // agent loads NVML from it, and every job holding GPUs gets its driver
+  // libraries from it (exec/driver_files.h DriverFilesInDir): the sandbox
+  // binds them at /gpupool/driver/lib, with or without an image, and the
+  // process executor puts it first on LD_LIBRARY_PATH. docker and podman
+  // leave it alone: their engine's NVIDIA toolkit injects the host's driver.
+  std::string gpu_driver_dir;
   ImageCacheOptions images;  // images.dir defaults to DATA_DIR/images
   ContainerOptions docker;   // for "docker"; engine "docker"
   ContainerOptions podman;   // for "podman"; engine "podman"

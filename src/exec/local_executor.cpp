@@ -41,6 +41,11 @@ std::vector<std::string> MergeEnv(std::vector<std::string> base,
   return base;
 }
 
+std::vector<std::string> PrependLibraryPath(std::vector<std::string> env, const std::string& dir) {
+  std::string old = EnvValue(env, "LD_LIBRARY_PATH").value_or("");
+  return MergeEnv(std::move(env), {"LD_LIBRARY_PATH=" + dir + (old.empty() ? "" : ":" + old)});
+}
+
 LocalExecutor::LocalExecutor(const ExecConfig& config, const CgroupTree* cgroups)
     : config_(config), cgroups_(cgroups) {}
 
@@ -144,6 +149,9 @@ Result<LaunchPlan> ProcessExecutor::Start(const TaskContext& task) {
                                "GPUPOOL_WORK_DIR=" + task.work_dir,
                                "GPUPOOL_CHECKPOINT_DIR=" + CheckpointDirIn(task.work_dir)}),
       task.env);
+  if (!config_.gpu_driver_dir.empty() && !task.gpu_uuids.empty()) {
+    plan.env = PrependLibraryPath(std::move(plan.env), config_.gpu_driver_dir);
+  }
   plan.cwd = task.work_dir;
   return plan;
 }

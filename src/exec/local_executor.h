@@ -56,6 +56,8 @@ class LocalExecutor : public Executor {
 
 // `process`: the job runs directly, as the task's account, in its work
 // directory. No namespaces: it sees the whole machine. Images are refused.
+// With a gpu_driver_dir, a job holding GPUs has that directory first on its
+// LD_LIBRARY_PATH.
 class ProcessExecutor final : public LocalExecutor {
  public:
   using LocalExecutor::LocalExecutor;
@@ -74,5 +76,9 @@ std::vector<std::string> HostBaseEnv();
 // `base` with `overlay` on top: a later KEY=... replaces an earlier one.
 std::vector<std::string> MergeEnv(std::vector<std::string> base,
                                   const std::vector<std::string>& overlay);
+
+// `env` with `dir` first on its LD_LIBRARY_PATH, the entries it had after:
+// how a job's dlopen("libcuda.so.1") finds the driver gpupool chose first.
+std::vector<std::string> PrependLibraryPath(std::vector<std::string> env, const std::string& dir);
 
 }  // namespace gpupool::exec

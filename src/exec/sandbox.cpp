@@ -148,10 +148,19 @@ Status SandboxExecutor::AddGpuDevices(BwrapArgs& args, const TaskContext& task) 
 
 Status SandboxExecutor::AddDriverFiles(BwrapArgs& args, const TaskContext& task,
                                        std::vector<std::string>& env) const {
-  // An image brings no NVIDIA driver: bind the host's, as the container toolkit does.
-  if (!image_ || task.gpu_uuids.empty()) return Status::Ok();
-  GP_ASSIGN_OR_RETURN(auto files,
-                      FindDriverFiles(config_.sandbox.ldconfig, EnvText(HostBaseEnv(), "PATH")));
+  if (task.gpu_uuids.empty()) return Status::Ok();
+  DriverFiles files;
+  if (!config_.gpu_driver_dir.empty()) {
+    // The provider's driver directory, for every job: the host's own
+    // libraries in /usr must not be the ones found first.
+    GP_ASSIGN_OR_RETURN(files, DriverFilesInDir(config_.gpu_driver_dir));
+  } else if (image_) {
+    // An image brings no NVIDIA driver: bind the host's, as the container toolkit does.
+    GP_ASSIGN_OR_RETURN(files,
+                        FindDriverFiles(config_.sandbox.ldconfig, EnvText(HostBaseEnv(), "PATH")));
+  } else {
+    return Status::Ok();  // a host job finds the host's driver in /usr
+  }
   for (const DriverFile& f : files.libs) {
     args.Add(
         {"--ro-bind", args.Reachable(f.path, "lib-" + f.name), "/gpupool/driver/lib/" + f.name});
@@ -160,10 +169,8 @@ Status SandboxExecutor::AddDriverFiles(BwrapArgs& args, const TaskContext& task,
     args.Add(
         {"--ro-bind", args.Reachable(f.path, "bin-" + f.name), "/gpupool/driver/bin/" + f.name});
   }
-  std::string ld = EnvText(env, "LD_LIBRARY_PATH");
-  env = MergeEnv(std::move(env),
-                 {"LD_LIBRARY_PATH=/gpupool/driver/lib" + (ld.empty() ? "" : ":" + ld),
-                  "PATH=" + EnvText(env, "PATH") + ":/gpupool/driver/bin"});
+  env = PrependLibraryPath(std::move(env), "/gpupool/driver/lib");
+  env = MergeEnv(std::move(env), {"PATH=" + EnvText(env, "PATH") + ":/gpupool/driver/bin"});
   return Status::Ok();
 }
 

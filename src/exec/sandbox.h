@@ -11,7 +11,9 @@
 //   /proc        its own pid namespace: only its processes
 //   /sys         read-only
 //   /gpupool/driver  for an image job with GPUs: the host's NVIDIA
-//                user-space libraries and tools (LD_LIBRARY_PATH, PATH)
+//                user-space libraries and tools (LD_LIBRARY_PATH, PATH);
+//                with a gpu_driver_dir, for every job with GPUs: that
+//                directory's (exec/driver_files.h DriverFilesInDir)
 // and new user, pid, ipc, uts, cgroup and network namespaces; it cannot
 // make user namespaces of its own (bubblewrap's --disable-userns), and
 // no_new_privs holds (setuid binaries do not raise it). Its network: by

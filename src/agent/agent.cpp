@@ -101,10 +101,11 @@ class Agent {
       ::gethostname(host, sizeof host - 1);
       options_.name = host;
     }
+    GP_RETURN_IF_ERROR(LoadConfig());
     if (!options_.simulate_gpus.empty()) {
       GP_ASSIGN_OR_RETURN(gpu_, OpenSimulatedGpus(options_.simulate_gpus, options_.name));
     } else {
-      auto nvml = OpenNvml(options_.nvml_library);
+      auto nvml = OpenNvml(NvmlLibraryPath(options_.nvml_library, config_.exec.gpu_driver_dir));
       if (nvml.ok()) {
         gpu_ = *std::move(nvml);
       } else {
@@ -113,14 +114,6 @@ class Agent {
       }
     }
     GP_LOG(kInfo) << "GPUs: " << gpu_->Describe();
-    if (!options_.config_file.empty()) {
-      auto config = LoadAgentConfig(options_.config_file, options_.data_dir);
-      if (!config.ok()) return Status::InvalidArgument(config.status().message());
-      config_ = *std::move(config);
-    }
-    if (options_.max_image_bytes > 0)
-      config_.exec.images.max_image_bytes = options_.max_image_bytes;
-    if (options_.advertise_addr.empty()) options_.advertise_addr = config_.advertise_addr;
     TunnelEndpoint::Options tunnels;
     tunnels.docker = config_.exec.docker.engine;
     tunnels.podman = config_.exec.podman.engine;
@@ -153,6 +146,20 @@ class Agent {
     instance_ = RandomHex(8);
     LoadState();
     GP_RETURN_IF_ERROR(tasks_.Recover());
+    return Status::Ok();
+  }
+
+  // The config file, with the flags that override it on top.
+  Status LoadConfig() {
+    auto config = ResolveAgentConfig(options_.config_file, options_.data_dir,
+                                     {options_.max_image_bytes, options_.gpu_driver_dir});
+    if (!config.ok()) return Status::InvalidArgument(config.status().message());
+    config_ = *std::move(config);
+    if (options_.advertise_addr.empty()) options_.advertise_addr = config_.advertise_addr;
+    if (!config_.exec.gpu_driver_dir.empty()) {
+      GP_LOG(kInfo) << "NVIDIA driver libraries: " << config_.exec.gpu_driver_dir
+                    << " (for NVML and for every job with GPUs)";
+    }
     return Status::Ok();
   }
 

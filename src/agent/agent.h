@@ -25,8 +25,12 @@ struct AgentOptions {
   std::string config_file;    // the provider's config (agent/agent_config.h); empty = defaults
   std::string name;           // node name; the host name by default
   std::string simulate_gpus;  // e.g. "2xA100:80GiB"; empty = real GPUs through NVML
-  std::string nvml_library;   // empty = $GPUPOOL_NVML_LIBRARY or libnvidia-ml.so.1
-  std::string owner_group;    // the group (lab) that owns this machine (--owner-group)
+  std::string nvml_library;   // empty: see NvmlLibraryPath
+  // The NVIDIA user-space libraries to use instead of the system's
+  // (--gpu-driver-dir; ExecConfig::gpu_driver_dir). Wins over the config
+  // file's gpu_driver_dir. Empty: the file's, else the system's.
+  std::string gpu_driver_dir;
+  std::string owner_group;  // the group (lab) that owns this machine (--owner-group)
   std::map<std::string, std::string> labels;  // node labels jobs can ask for (--label k=v)
   // Where the other nodes of a multi-node job reach this one (--advertise-addr;
   // see CheckAdvertiseAddr). Empty: the config's advertise_addr, else the

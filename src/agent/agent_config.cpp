@@ -1,9 +1,12 @@
 #include "agent/agent_config.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
@@ -16,8 +19,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kTopFields[] = {"executors", "sandbox", "images", "docker",        "podman",
-                                      "limits",    "policy",  "owner",  "advertise_addr"};
+constexpr const char* kTopFields[] = {"executors", "sandbox",       "gpu_driver_dir", "images",
+                                      "docker",    "podman",        "limits",         "policy",
+                                      "owner",     "advertise_addr"};
 constexpr const char* kSandboxFields[] = {"uids",
                                           "host_paths",
                                           "devices_dir",
@@ -261,6 +265,10 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
                             std::to_string(c.sandbox.gang_ports_per_rank) + ")");
     }
   }
+  if (const json* v = FieldOrNull(j, "gpu_driver_dir")) {
+    // Whether it is a directory is checked when the agent starts (CheckGpuDriverDir).
+    GP_ASSIGN_OR_RETURN(c.gpu_driver_dir, AbsolutePath(*v, "gpu_driver_dir"));
+  }
   if (const json* v = FieldOrNull(j, "images")) {
     if (!v->is_object())
       return FieldError("images", "expected a mapping, got " + DescribeValue(*v));
@@ -341,6 +349,24 @@ Status CheckAdvertiseAddr(std::string_view addr) {
   return Status::Ok();
 }
 
+Status CheckGpuDriverDir(const std::string& dir) {
+  struct stat st {};
+  if (dir.empty() || dir.front() != '/') {
+    return Status::InvalidArgument("must be an absolute path, got " + QuoteForError(dir));
+  }
+  if (::stat(dir.c_str(), &st) != 0) {
+    return Status::InvalidArgument("cannot use " + dir + ": " + std::strerror(errno));
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + " is not a directory");
+  return Status::Ok();
+}
+
+std::string NvmlLibraryPath(const std::string& nvml_library, const std::string& gpu_driver_dir) {
+  if (!nvml_library.empty()) return nvml_library;
+  if (gpu_driver_dir.empty()) return "";
+  return gpu_driver_dir + (gpu_driver_dir.back() == '/' ? "" : "/") + "libnvidia-ml.so.1";
+}
+
 Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir) {
   YamlLines lines;
   GP_ASSIGN_OR_RETURN(json j, ParseYamlDocument(text, DocumentOptions("agent config"), &lines));
@@ -369,6 +395,24 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path, const std::string& 
   if (!text.ok()) return text.status().WithContext(path);
   auto config = ParseAgentConfig(*text, data_dir);
   if (!config.ok()) return config.status().WithContext(path);
+  return config;
+}
+
+Result<AgentConfig> ResolveAgentConfig(const std::string& path, const std::string& data_dir,
+                                       const AgentConfigFlags& flags) {
+  AgentConfig config = DefaultAgentConfig(data_dir);
+  if (!path.empty()) {
+    GP_ASSIGN_OR_RETURN(config, LoadAgentConfig(path, data_dir));
+  }
+  if (flags.max_image_bytes > 0) config.exec.images.max_image_bytes = flags.max_image_bytes;
+  std::string& driver_dir = config.exec.gpu_driver_dir;
+  if (!flags.gpu_driver_dir.empty()) driver_dir = flags.gpu_driver_dir;
+  if (!driver_dir.empty()) {
+    if (Status s = CheckGpuDriverDir(driver_dir); !s.ok()) {
+      return s.WithContext(flags.gpu_driver_dir.empty() ? path + ": gpu_driver_dir"
+                                                        : "--gpu-driver-dir");
+    }
+  }
   return config;
 }
 

@@ -9,6 +9,9 @@
 //     devices_dir: /dev
 //     bwrap: bwrap
 //     ldconfig: /sbin/ldconfig
+//   gpu_driver_dir: /opt/nvidia/550  # the NVIDIA libraries (libnvidia-ml.so.1,
+//                                  # libcuda.so.1) instead of the system's, for
+//                                  # NVML and for jobs; --gpu-driver-dir wins
 //   images: {cache_dir: /var/cache/gpupool/images, cache_size: 50GiB,
 //            skopeo: skopeo, umoci: umoci}
 //   docker: {command: docker, gpus: cdi, extra_args: []}   # gpus: cdi | gpus
@@ -29,9 +32,11 @@
 //
 // Parsing is strict like job specs: unknown fields, wrong types and values
 // out of range are InvalidArgument naming the field path. Every field is
-// optional. Pure functions (LoadAgentConfig reads one file).
+// optional. Pure functions (LoadAgentConfig and ResolveAgentConfig read one
+// file, CheckGpuDriverDir and ResolveAgentConfig look at one path).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -52,6 +57,33 @@ struct AgentConfig {
 // an IPv6 address (no brackets, no port), as the job's MASTER_ADDR takes it.
 // InvalidArgument, readable, otherwise.
 Status CheckAdvertiseAddr(std::string_view addr);
+
+// What of the config file `gpupool agent`'s flags override (0 or empty:
+// nothing).
+struct AgentConfigFlags {
+  int64_t max_image_bytes = 0;  // --max-image-size: images.max_image_bytes
+  std::string gpu_driver_dir;   // --gpu-driver-dir: gpu_driver_dir
+};
+
+// The agent's config: the file at `path` (empty: the defaults) with the
+// flags on top, and the GPU driver directory in force checked
+// (CheckGpuDriverDir). Errors name the file, or the flag or field:
+// "--gpu-driver-dir: cannot use /x: No such file or directory",
+// "/etc/gpupool/agent.yaml: gpu_driver_dir: /x is not a directory".
+Result<AgentConfig> ResolveAgentConfig(const std::string& path, const std::string& data_dir,
+                                       const AgentConfigFlags& flags);
+
+// Whether `dir` can be the GPU driver directory (ExecConfig::gpu_driver_dir):
+// an absolute path of an existing directory. InvalidArgument saying why
+// otherwise, for the caller to prefix with the flag or field. Looks at the
+// file system (stat).
+Status CheckGpuDriverDir(const std::string& dir);
+
+// Where the agent loads NVML from: `nvml_library` (--nvml-library) when
+// given, else DIR/libnvidia-ml.so.1 for a GPU driver directory, else ""
+// (OpenNvml then takes $GPUPOOL_NVML_LIBRARY, else the system's
+// libnvidia-ml.so.1).
+std::string NvmlLibraryPath(const std::string& nvml_library, const std::string& gpu_driver_dir);
 
 // `data_dir` fills the defaults that live under it (images.cache_dir).
 Result<AgentConfig> ParseAgentConfig(std::string_view text, const std::string& data_dir);

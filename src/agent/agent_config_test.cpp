@@ -1,7 +1,11 @@
 #include "agent/agent_config.h"
 
+#include <stdlib.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "common/files.h"
 
@@ -54,6 +58,7 @@ sandbox:
   blocked_networks: [10.1.2.3, 192.168.7.0/24, "fe80::1:2/64"]
   gang_ports: 40000-40099
   gang_ports_per_rank: 20
+gpu_driver_dir: /opt/nvidia/550
 images: {cache_dir: /cache, cache_size: 2GiB, max_image_size: 5GiB, skopeo: /usr/bin/skopeo,
          umoci: /usr/bin/umoci}
 docker: {command: /usr/bin/docker, gpus: gpus, extra_args: [--runtime=nvidia]}
@@ -74,6 +79,7 @@ limits: {cgroup: none, pids: 64, memory: 4GiB, cpus: 1.5, disk: 10GiB, memory_po
   EXPECT_EQ(FormatIpPrefixes(e.sandbox.blocked_networks), "10.1.2.3/32 192.168.7.0/24 fe80::/64");
   EXPECT_EQ(e.sandbox.gang_ports, (exec::PortRange{40000, 100}));
   EXPECT_EQ(e.sandbox.gang_ports_per_rank, 20);
+  EXPECT_EQ(e.gpu_driver_dir, "/opt/nvidia/550");
   EXPECT_EQ(e.images.dir, "/cache");
   EXPECT_EQ(e.images.max_bytes, int64_t{2} << 30);
   EXPECT_EQ(e.images.max_image_bytes, int64_t{5} << 30);
@@ -164,6 +170,65 @@ TEST(AgentConfig, AdvertiseAddr) {
   }
   EXPECT_THAT(CheckAdvertiseAddr("[::1]").message(), HasSubstr("no brackets or port"));
   EXPECT_FALSE(CheckAdvertiseAddr(std::string(254, 'a')).ok());
+}
+
+TEST(AgentConfig, GpuDriverDir) {
+  EXPECT_EQ(ParseAgentConfig("{}", "/data")->exec.gpu_driver_dir, "");
+  EXPECT_EQ(ParseAgentConfig("gpu_driver_dir: /opt/nvidia/550", "/data")->exec.gpu_driver_dir,
+            "/opt/nvidia/550");
+  EXPECT_THAT(Error("gpu_driver_dir: nvidia/550"),
+              HasSubstr("gpu_driver_dir (line 1): must be an absolute path"));
+  EXPECT_THAT(Error("gpu_driver_dir: [/a]"), HasSubstr("gpu_driver_dir (line 1)"));
+  EXPECT_THAT(Error("sandbox: {gpu_driver_dir: /a}"), HasSubstr("sandbox.gpu_driver_dir"));
+}
+
+TEST(AgentConfig, CheckGpuDriverDir) {
+  EXPECT_TRUE(CheckGpuDriverDir("/tmp").ok());
+  Status missing = CheckGpuDriverDir("/nonexistent/driver");
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.message(), HasSubstr("cannot use /nonexistent/driver: No such file"));
+  EXPECT_THAT(CheckGpuDriverDir("/dev/null").message(), HasSubstr("/dev/null is not a directory"));
+  EXPECT_THAT(CheckGpuDriverDir("driver").message(), HasSubstr("must be an absolute path"));
+}
+
+TEST(AgentConfig, ResolveAppliesTheFlagsOverTheFile) {
+  char tmpl[] = "/tmp/gpupool-agent-config-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string file = dir + "/agent.yaml";
+  ASSERT_TRUE(WriteFileAtomic(file, "gpu_driver_dir: " + dir + "/gone\n").ok());
+
+  // No file: the defaults, with the flags.
+  auto plain = ResolveAgentConfig("", "/data", {});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->exec.gpu_driver_dir, "");
+  auto flags = ResolveAgentConfig("", "/data", {int64_t{1} << 30, dir});
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  EXPECT_EQ(flags->exec.gpu_driver_dir, dir);
+  EXPECT_EQ(flags->exec.images.max_image_bytes, int64_t{1} << 30);
+  // The file's directory does not exist: named with the file and the field.
+  auto from_file = ResolveAgentConfig(file, "/data", {});
+  ASSERT_FALSE(from_file.ok());
+  EXPECT_EQ(from_file.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(from_file.status().message(),
+              HasSubstr(file + ": gpu_driver_dir: cannot use " + dir + "/gone"));
+  // The flag wins over the file.
+  auto flag_wins = ResolveAgentConfig(file, "/data", {0, dir});
+  ASSERT_TRUE(flag_wins.ok()) << flag_wins.status().ToString();
+  EXPECT_EQ(flag_wins->exec.gpu_driver_dir, dir);
+  // A bad flag is named as the flag.
+  auto bad_flag = ResolveAgentConfig(file, "/data", {0, file});
+  ASSERT_FALSE(bad_flag.ok());
+  EXPECT_EQ(bad_flag.status().message(), "--gpu-driver-dir: " + file + " is not a directory");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AgentConfig, NvmlLibraryPath) {
+  // --nvml-library wins; then the driver directory's; else OpenNvml's own default.
+  EXPECT_EQ(NvmlLibraryPath("/x/libnvidia-ml.so.1", "/opt/nv"), "/x/libnvidia-ml.so.1");
+  EXPECT_EQ(NvmlLibraryPath("", "/opt/nv"), "/opt/nv/libnvidia-ml.so.1");
+  EXPECT_EQ(NvmlLibraryPath("", "/opt/nv/"), "/opt/nv/libnvidia-ml.so.1");
+  EXPECT_EQ(NvmlLibraryPath("", ""), "");
 }
 
 TEST(AgentConfig, PolicyErrorsNameTheLineAndField) {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/agent_config.h"
 #include "cli/client.h"
 #include "common/dir_lock.h"
 #include "common/files.h"
@@ -79,6 +80,12 @@ void Terminate(std::vector<pid_t>& pids, int wait_ms) {
 }  // namespace
 
 int RunDev(const DevOptions& o) {
+  if (!o.gpu_driver_dir.empty()) {
+    if (Status s = agent::CheckGpuDriverDir(o.gpu_driver_dir); !s.ok()) {
+      std::cerr << "gpupool dev: --gpu-driver-dir: " << s.message() << "\n";
+      return 2;
+    }
+  }
   std::string dir = o.data_dir;
   if (dir.empty()) {
     const char* xdg = std::getenv("XDG_DATA_HOME");
@@ -148,6 +155,10 @@ int RunDev(const DevOptions& o) {
       args.push_back("--config");
       args.push_back(o.agent_config);
     }
+    if (!o.gpu_driver_dir.empty()) {
+      args.push_back("--gpu-driver-dir");
+      args.push_back(o.gpu_driver_dir);
+    }
     if (!o.simulate_gpus.empty() && o.simulate_gpus != "none") {
       args.push_back("--simulate-gpus");
       args.push_back(o.simulate_gpus);
@@ -176,6 +187,7 @@ int RunDev(const DevOptions& o) {
             << (o.simulate_gpus.empty() || o.simulate_gpus == "none"
                     ? ""
                     : ", simulated GPUs " + o.simulate_gpus + " each")
+            << (o.gpu_driver_dir.empty() ? "" : ", NVIDIA libraries from " + o.gpu_driver_dir)
             << "\n  data:   " << dir << "\n"
             << (o.write_config
                     ? "  the CLI is configured (" + ConfigPath() + "): try `gpupool nodes`\n"

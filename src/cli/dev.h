@@ -23,6 +23,9 @@ struct DevOptions {
   bool write_config = true;                    // point the CLI's config file at this pool
   std::string log_level = "info";
   std::string agent_config;  // passed to each agent as --config (docs/provider-guide.md)
+  // Passed to each agent as --gpu-driver-dir: an absolute path; checked
+  // before anything starts.
+  std::string gpu_driver_dir;
 };
 
 int RunDev(const DevOptions& options);

@@ -3,10 +3,12 @@
 // the program that does the work.
 #include <CLI/CLI.hpp>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "agent/agent.h"
+#include "agent/agent_config.h"
 #include "agent/shim_launch.h"
 #include "cli/agent_control.h"
 #include "cli/commands.h"
@@ -29,6 +31,14 @@ namespace {
 void UseLogLevel(const std::string& level) {
   LogLevel l;
   if (ParseLogLevel(level, &l)) SetLogLevel(l);
+}
+
+// A path given on the command line, made absolute (the agent's shims and
+// sandboxes do not share its working directory).
+std::string AbsolutePath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
 }
 
 }  // namespace
@@ -182,6 +192,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--simulate-gpus", ao.simulate_gpus,
                         "report GPUs that do not exist, e.g. 2xA100:80GiB,1xT4:16GiB");
   agent_cmd->add_option("--nvml-library", ao.nvml_library, "path of libnvidia-ml.so.1");
+  agent_cmd->add_option("--gpu-driver-dir", ao.gpu_driver_dir,
+                        "take the NVIDIA libraries (libnvidia-ml.so.1, libcuda.so.1) from DIR "
+                        "instead of the system's, for this agent and its jobs");
   std::vector<std::string> agent_labels;
   agent_cmd->add_option("--label", agent_labels,
                         "node label KEY=VALUE jobs can ask for (repeatable)");
@@ -236,8 +249,13 @@ int main(int argc, char** argv) {
   auto* dev_cmd =
       app.add_subcommand("dev", "run a server and local agents (a pool on this machine)");
   dev_cmd->add_option("--agents", dev.agents, "number of agents")->capture_default_str();
-  dev_cmd->add_option("--simulate-gpus", dev.simulate_gpus, "GPUs each agent reports, or none")
+  dev_cmd
+      ->add_option("--simulate-gpus", dev.simulate_gpus,
+                   "GPUs each agent reports, or none (the default is none with --gpu-driver-dir)")
       ->capture_default_str();
+  dev_cmd->add_option("--gpu-driver-dir", dev.gpu_driver_dir,
+                      "the agents' and their jobs' NVIDIA libraries (libnvidia-ml.so.1, "
+                      "libcuda.so.1) from DIR instead of the system's");
   dev_cmd->add_option("--data-dir", dev.data_dir, "where the pool keeps its state");
   dev_cmd->add_option("--listen", dev.listen, "server HOST:PORT (port 0 picks one)")
       ->capture_default_str();
@@ -526,6 +544,14 @@ int main(int argc, char** argv) {
       std::cerr << "gpupool agent: --server is required\n";
       return 2;
     }
+    if (!ao.gpu_driver_dir.empty()) {
+      // Checked before the agent enrolls; the agent checks again at start.
+      ao.gpu_driver_dir = AbsolutePath(ao.gpu_driver_dir);
+      if (Status s = agent::CheckGpuDriverDir(ao.gpu_driver_dir); !s.ok()) {
+        std::cerr << "gpupool agent: --gpu-driver-dir: " << s.message() << "\n";
+        return 2;
+      }
+    }
     if (ao.join_token.empty()) {
       if (const char* t = std::getenv("GPUPOOL_JOIN_TOKEN")) ao.join_token = t;
     }
@@ -562,7 +588,14 @@ int main(int argc, char** argv) {
     }
     return agent::RunAgent(ao);
   }
-  if (dev_cmd->parsed()) return cli::RunDev(dev);
+  if (dev_cmd->parsed()) {
+    if (!dev.gpu_driver_dir.empty()) {
+      dev.gpu_driver_dir = AbsolutePath(dev.gpu_driver_dir);
+      // The agents read their GPUs through the driver's NVML unless told to simulate.
+      if (dev_cmd->get_option("--simulate-gpus")->count() == 0) dev.simulate_gpus = "none";
+    }
+    return cli::RunDev(dev);
+  }
   if (submit->parsed()) {
     sf.command = job_command;
     return cli::CmdSubmit(g, sf);

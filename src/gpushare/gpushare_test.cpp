@@ -1,0 +1,235 @@
+// libgpushare.so in real processes: a probe program (testing/cuda_probe.c)
+// linked against the fake driver (tests/fake_cuda), run with the library
+// preloaded as the sandbox does, allocates by every path a program can
+// take; the task's cap must hold on each, across its processes, and not
+// across tasks.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct ProbeRun {
+  int status = -1;
+  std::string out, err;
+};
+
+class GpushareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpushare-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // One simulated 8 GiB GPU, as the fake NVML and the fake driver read it.
+    Write(dir_ + "/gpus.json",
+          R"J({"devices": [{"name": "NVIDIA A100 (simulated)", "memory_total_mib": 8192,)J"
+          R"J( "uuid": "GPU-11111111-2222-3333-4444-555555555555"}]})J");
+    fs::create_directories(dir_ + "/state");
+    limits_ = Task("a", 1024);
+  }
+  void TearDown() override {
+    for (pid_t p : background_) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+    fs::remove_all(dir_);
+  }
+
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
+
+  // A task's limits file and empty usage ledger, as the agent writes them.
+  std::string Task(const std::string& name, int cap_mib) {
+    std::string usage = dir_ + "/usage-" + name;
+    Write(usage, "");
+    std::string limits = dir_ + "/limits-" + name;
+    Write(limits, "gpushare 1\nmemory_bytes " + std::to_string(cap_mib * (1LL << 20)) + "\nusage " +
+                      usage + "\n");
+    return limits;
+  }
+
+  std::vector<std::string> Env(const std::string& limits, bool preload) const {
+    std::vector<std::string> env = {"FAKE_NVML_CONFIG=" + dir_ + "/gpus.json",
+                                    "FAKE_CUDA_STATE_DIR=" + dir_ + "/state",
+                                    "GPUSHARE_LIMITS=" + limits, "PATH=/usr/bin:/bin"};
+    if (preload) env.push_back("LD_PRELOAD=" GPUSHARE_LIB);
+    return env;
+  }
+
+  pid_t Spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, int out_fd,
+              int err_fd) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+    posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+    std::vector<char*> argv, envp;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    pid_t pid = -1;
+    EXPECT_EQ(posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), envp.data()), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+  }
+
+  ProbeRun Probe(const std::vector<std::string>& args, const std::string& limits,
+                 bool preload = true) {
+    std::vector<std::string> full = {CUDA_PROBE};
+    full.insert(full.end(), args.begin(), args.end());
+    std::string out = dir_ + "/out", err = dir_ + "/err";
+    int o = ::open(out.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    int e = ::open(err.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    pid_t pid = Spawn(full, Env(limits, preload), o, e);
+    ::close(o);
+    ::close(e);
+    ProbeRun r;
+    ::waitpid(pid, &r.status, 0);
+    std::stringstream so, se;
+    so << std::ifstream(out).rdbuf();
+    se << std::ifstream(err).rdbuf();
+    r.out = so.str();
+    r.err = se.str();
+    return r;
+  }
+
+  // A process of task `limits` holding `mib` until the test ends.
+  void Hold(int mib, const std::string& limits) {
+    std::string ready = dir_ + "/held-" + std::to_string(background_.size());
+    int null = ::open("/dev/null", O_WRONLY);
+    background_.push_back(
+        Spawn({CUDA_PROBE, "hold", std::to_string(mib), ready}, Env(limits, true), null, null));
+    ::close(null);
+    for (int i = 0; i < 30000 && !fs::exists(ready); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::stringstream s;
+    s << std::ifstream(ready).rdbuf();
+    ASSERT_EQ(s.str(), "0\n") << "the holder's allocation failed";
+  }
+
+  std::string dir_, limits_;
+  std::vector<pid_t> background_;
+};
+
+TEST_F(GpushareTest, EveryAllocationPathIsHeldToTheCap) {
+  for (const char* path : {"direct", "legacy", "dlsym", "procaddr", "procaddr_v2", "ptsz", "pitch",
+                           "managed", "async", "pool", "create", "array"}) {
+    ProbeRun r = Probe({"fill", path, "64", "2048"}, limits_);
+    ASSERT_EQ(r.status, 0) << path << ": " << r.err;
+    // 2 = CUDA_ERROR_OUT_OF_MEMORY, as on a GPU of 1 GiB.
+    EXPECT_THAT(r.out, HasSubstr("filled 1024 refused 2\n")) << path;
+    EXPECT_THAT(r.out, HasSubstr("freed free 1073741824 total 1073741824")) << path;
+    EXPECT_THAT(r.err, HasSubstr("the task's GPU memory cap is 1073741824 bytes")) << path;
+  }
+}
+
+TEST_F(GpushareTest, WithoutTheLibraryTheSamePathsTakeMore) {
+  // The contrast that shows the probe can pass the cap at all.
+  for (const char* path : {"direct", "procaddr_v2", "create"}) {
+    ProbeRun r = Probe({"fill", path, "64", "2048"}, limits_, /*preload=*/false);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("filled 2048 refused 0\n")) << path;
+  }
+}
+
+TEST_F(GpushareTest, TheTaskSeesAGpuOfItsCap) {
+  ProbeRun r = Probe({"info"}, limits_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "total 1073741824 free 1073741824 devtotal 1073741824\n");
+  // No limits: the whole GPU.
+  // A named file that is not there is an error, not "no limits".
+  r = Probe({"fill", "direct", "64", "2048"}, dir_ + "/no-such-limits");
+  EXPECT_THAT(r.out, HasSubstr("filled 0 refused 2\n"));
+  EXPECT_THAT(r.err, HasSubstr("cannot open"));
+  Write(dir_ + "/uncapped", "gpushare 1\n");
+  r = Probe({"info"}, dir_ + "/uncapped");
+  EXPECT_EQ(r.out, "total 8589934592 free 8589934592 devtotal 8589934592\n");
+}
+
+TEST_F(GpushareTest, AForkedChildSharesItsParentsCap) {
+  ProbeRun r = Probe({"fork-fill", "direct", "64", "2048", "512"}, limits_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("filled 512 refused 2\n"));
+}
+
+TEST_F(GpushareTest, ProcessesOfATaskShareItsCapAndAKilledOneGivesItsShareBack) {
+  Hold(768, limits_);
+  ProbeRun r = Probe({"fill", "direct", "64", "2048"}, limits_);
+  EXPECT_THAT(r.out, HasSubstr("filled 256 refused 2\n"));
+  EXPECT_THAT(r.out, HasSubstr("freed free 268435456 total 1073741824"));
+  // Killed without freeing anything.
+  ::kill(background_.back(), SIGKILL);
+  ::waitpid(background_.back(), nullptr, 0);
+  background_.pop_back();
+  r = Probe({"fill", "direct", "64", "2048"}, limits_);
+  EXPECT_THAT(r.out, HasSubstr("filled 1024 refused 2\n"));
+}
+
+TEST_F(GpushareTest, AnotherTaskHasItsOwnCap) {
+  Hold(768, limits_);
+  std::string other = Task("b", 2048);
+  ProbeRun r = Probe({"fill", "direct", "64", "4096"}, other);
+  EXPECT_THAT(r.out, HasSubstr("filled 2048 refused 2\n"));
+}
+
+TEST_F(GpushareTest, LimitsThatCannotBeReadRefuseEveryAllocation) {
+  Write(dir_ + "/bad", "gpushare 1\nmemory_bytes lots\n");
+  ProbeRun r = Probe({"fill", "direct", "64", "2048"}, dir_ + "/bad");
+  EXPECT_THAT(r.out, HasSubstr("filled 0 refused 2\n"));
+  EXPECT_THAT(r.err, HasSubstr("limits line 2: memory_bytes"));
+  EXPECT_THAT(r.err, HasSubstr("GPU memory allocations are refused"));
+  // A ledger that is not there: refused too, not uncapped.
+  Write(dir_ + "/noledger", "gpushare 1\nmemory_bytes 1048576\nusage " + dir_ + "/gone\n");
+  r = Probe({"fill", "direct", "64", "2048"}, dir_ + "/noledger");
+  EXPECT_THAT(r.out, HasSubstr("filled 0 refused 2\n"));
+  EXPECT_THAT(r.err, HasSubstr("cannot open the usage ledger"));
+}
+
+TEST_F(GpushareTest, ProgramsThatNeverUseCudaAreUntouched) {
+  int null = ::open("/dev/null", O_WRONLY);
+  pid_t p = Spawn({"/bin/sh", "-c", "echo hi | tr h H > /dev/null; exit 7"}, Env(limits_, true),
+                  null, null);
+  ::close(null);
+  int st = 0;
+  ::waitpid(p, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 7);
+}
+
+TEST_F(GpushareTest, TheLibraryNeedsNoNewerGlibcThanItsArchitecturesFirst) {
+  ProbeRun r;
+  std::string out = dir_ + "/symbols";
+  std::string cmd = "objdump -T " GPUSHARE_LIB " > " + out;
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::stringstream s;
+  s << std::ifstream(out).rdbuf();
+  std::string text = s.str();
+  for (size_t at = text.find("GLIBC_2."); at != std::string::npos;
+       at = text.find("GLIBC_2.", at + 1)) {
+    int minor = std::atoi(text.c_str() + at + 8);
+    EXPECT_LE(minor, 17) << text.substr(at, 12);
+  }
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("GLIBCXX")));
+}
+
+}  // namespace

@@ -1,0 +1,207 @@
+/* A job's view of the driver, for libgpushare's tests: allocates GPU memory
+ * by one of the paths a program can take and prints what it got.
+ *
+ *   cuda_probe info                  "total T free F devtotal D" (bytes)
+ *   cuda_probe fill PATH CHUNK_MIB MAX_MIB
+ *       allocates CHUNK_MIB chunks by PATH until refused or MAX_MIB is
+ *       held; prints "filled N" (MiB) and the first refusal's code, then
+ *       frees all and prints "freed" (the ledger's count goes back to 0).
+ *   cuda_probe fork-fill PATH CHUNK_MIB MAX_MIB HOLD_MIB
+ *       holds HOLD_MIB, then a forked child fills and prints its count.
+ *   cuda_probe hold MIB FILE         allocates MIB, writes FILE, sleeps.
+ *
+ * PATH: direct (linked cuMemAlloc_v2), legacy (cuMemAlloc, 32-bit),
+ * dlsym (dlopen + dlsym), procaddr (cuGetProcAddress, CUDA 11.3),
+ * procaddr_v2 (cuGetProcAddress_v2, CUDA 12), ptsz (per-thread stream
+ * cuMemAllocAsync), pitch, managed, async, pool, create (cuMemCreate),
+ * array (cuArray3DCreate_v2). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gpushare/cuda_abi.h"
+
+CUresult cuInit(unsigned int flags);
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize);
+CUresult cuMemAlloc(unsigned int* dptr, unsigned int bytesize);
+CUresult cuMemFree_v2(CUdeviceptr dptr);
+CUresult cuMemFree(unsigned int dptr);
+CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes);
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev);
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t w, size_t h, unsigned e);
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags);
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream stream);
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc);
+CUresult cuArrayDestroy(CUarray array);
+
+#define MIB (1024ULL * 1024ULL)
+
+struct held {
+  int kind; /* 0 devptr, 1 legacy, 2 handle, 3 array */
+  unsigned long long value;
+};
+
+static void* lookup(const char* symbol, const char* how) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW);
+  if (h == NULL) {
+    fprintf(stderr, "dlopen: %s\n", dlerror());
+    exit(3);
+  }
+  if (strcmp(how, "dlsym") == 0) return dlsym(h, symbol);
+  /* The proc-address paths: the getter itself comes from dlsym too, as
+   * cudart does it. */
+  void* pfn = NULL;
+  if (strcmp(how, "procaddr") == 0) {
+    cuGetProcAddress_t get = (cuGetProcAddress_t)dlsym(h, "cuGetProcAddress");
+    if (get == NULL || get(symbol, &pfn, 11030, CU_GET_PROC_ADDRESS_DEFAULT) != CUDA_SUCCESS) {
+      return NULL;
+    }
+  } else {
+    cuGetProcAddress_v2_t get = (cuGetProcAddress_v2_t)dlsym(h, "cuGetProcAddress_v2");
+    CUdriverProcAddressQueryResult status;
+    cuuint64_t flags = strcmp(how, "ptsz") == 0 ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                                : CU_GET_PROC_ADDRESS_DEFAULT;
+    if (get == NULL || get(symbol, &pfn, 12040, flags, &status) != CUDA_SUCCESS) return NULL;
+  }
+  return pfn;
+}
+
+static CUresult alloc_by(const char* path, size_t bytes, struct held* out) {
+  CUdeviceptr p = 0;
+  CUresult r;
+  out->kind = 0;
+  if (strcmp(path, "direct") == 0) {
+    r = cuMemAlloc_v2(&p, bytes);
+  } else if (strcmp(path, "legacy") == 0) {
+    unsigned int q = 0;
+    r = cuMemAlloc(&q, (unsigned int)bytes);
+    out->kind = 1;
+    p = q;
+  } else if (strcmp(path, "dlsym") == 0) {
+    r = ((cuMemAlloc_v2_t)lookup("cuMemAlloc_v2", "dlsym"))(&p, bytes);
+  } else if (strcmp(path, "procaddr") == 0 || strcmp(path, "procaddr_v2") == 0) {
+    r = ((cuMemAlloc_v2_t)lookup("cuMemAlloc", path))(&p, bytes);
+  } else if (strcmp(path, "ptsz") == 0) {
+    r = ((cuMemAllocAsync_t)lookup("cuMemAllocAsync", "ptsz"))(&p, bytes, NULL);
+  } else if (strcmp(path, "pitch") == 0) {
+    size_t pitch = 0;
+    r = cuMemAllocPitch_v2(&p, &pitch, bytes / 1024, 1024, 4);
+  } else if (strcmp(path, "managed") == 0) {
+    r = cuMemAllocManaged(&p, bytes, 1);
+  } else if (strcmp(path, "async") == 0) {
+    r = cuMemAllocAsync(&p, bytes, NULL);
+  } else if (strcmp(path, "pool") == 0) {
+    r = cuMemAllocFromPoolAsync(&p, bytes, NULL, NULL);
+  } else if (strcmp(path, "create") == 0) {
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h = 0;
+    r = cuMemCreate(&h, bytes, &prop, 0);
+    out->kind = 2;
+    p = h;
+  } else if (strcmp(path, "array") == 0) {
+    CUDA_ARRAY3D_DESCRIPTOR d = {bytes / (4 * 256 * 16), 256, 16, CU_AD_FORMAT_FLOAT, 1, 0};
+    CUarray a = NULL;
+    r = cuArray3DCreate_v2(&a, &d);
+    out->kind = 3;
+    p = (unsigned long long)(uintptr_t)a;
+  } else {
+    fprintf(stderr, "unknown path %s\n", path);
+    exit(2);
+  }
+  out->value = p;
+  return r;
+}
+
+static void release(const struct held* h) {
+  switch (h->kind) {
+    case 0:
+      cuMemFree_v2(h->value);
+      break;
+    case 1:
+      cuMemFree((unsigned int)h->value);
+      break;
+    case 2:
+      cuMemRelease(h->value);
+      break;
+    case 3:
+      cuArrayDestroy((CUarray)(uintptr_t)h->value);
+      break;
+  }
+}
+
+static int fill(const char* path, unsigned chunk_mib, unsigned max_mib) {
+  struct held held[4096];
+  unsigned n = 0, mib = 0;
+  CUresult refused = CUDA_SUCCESS;
+  while (mib + chunk_mib <= max_mib && n < 4096) {
+    CUresult r = alloc_by(path, chunk_mib * MIB, &held[n]);
+    if (r != CUDA_SUCCESS) {
+      refused = r;
+      break;
+    }
+    ++n;
+    mib += chunk_mib;
+  }
+  printf("filled %u refused %d\n", mib, refused);
+  for (unsigned i = 0; i < n; ++i) release(&held[i]);
+  size_t free_b = 0, total_b = 0;
+  cuMemGetInfo_v2(&free_b, &total_b);
+  printf("freed free %zu total %zu\n", free_b, total_b);
+  fflush(stdout);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  if (cuInit(0) != CUDA_SUCCESS) {
+    fprintf(stderr, "cuInit failed\n");
+    return 3;
+  }
+  if (strcmp(argv[1], "info") == 0) {
+    size_t free_b = 0, total_b = 0, dev_total = 0;
+    cuMemGetInfo_v2(&free_b, &total_b);
+    cuDeviceTotalMem_v2(&dev_total, 0);
+    printf("total %zu free %zu devtotal %zu\n", total_b, free_b, dev_total);
+    return 0;
+  }
+  if (strcmp(argv[1], "fill") == 0 && argc == 5) {
+    return fill(argv[2], (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]));
+  }
+  if (strcmp(argv[1], "fork-fill") == 0 && argc == 6) {
+    struct held h;
+    if (alloc_by(argv[2], (size_t)atoi(argv[5]) * MIB, &h) != CUDA_SUCCESS) return 4;
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) _exit(fill(argv[2], (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4])));
+    int st = 0;
+    waitpid(child, &st, 0);
+    release(&h);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 5;
+  }
+  if (strcmp(argv[1], "hold") == 0 && argc == 4) {
+    struct held h;
+    CUresult r = alloc_by("direct", (size_t)atoi(argv[2]) * MIB, &h);
+    FILE* f = fopen(argv[3], "w");
+    if (f != NULL) {
+      fprintf(f, "%d\n", r);
+      fclose(f);
+    }
+    pause();
+    return 0;
+  }
+  return 2;
+}

@@ -216,6 +216,23 @@ TEST_F(GpushareTest, ProgramsThatNeverUseCudaAreUntouched) {
   EXPECT_EQ(WEXITSTATUS(st), 7);
 }
 
+// A library that finds the next definition of its own symbol through
+// dlsym(RTLD_NEXT) (as allocators and profilers do) must still get it with
+// our dlsym in front of glibc's.
+TEST_F(GpushareTest, RtldNextStillMeansTheNextAfterTheCaller) {
+  for (bool preload : {false, true}) {
+    std::string out = dir_ + "/next";
+    int o = ::open(out.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    pid_t p = Spawn({NEXT_MAIN}, Env(limits_, preload), o, o);
+    ::close(o);
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    std::stringstream s;
+    s << std::ifstream(out).rdbuf();
+    EXPECT_EQ(s.str(), "12\n") << (preload ? "with" : "without") << " the interposer";
+  }
+}
+
 TEST_F(GpushareTest, TheLibraryNeedsNoNewerGlibcThanItsArchitecturesFirst) {
   ProbeRun r;
   std::string out = dir_ + "/symbols";

@@ -74,7 +74,12 @@ static int ledger_device(CUdevice ordinal) {
 }
 
 static int current_ledger_device(void) {
-  cuCtxGetDevice_t get = (cuCtxGetDevice_t)gs_real_driver("cuCtxGetDevice");
+  static _Atomic(cuCtxGetDevice_t) cached;
+  cuCtxGetDevice_t get = atomic_load(&cached);
+  if (get == NULL) {
+    get = (cuCtxGetDevice_t)gs_real_driver("cuCtxGetDevice");
+    atomic_store(&cached, get);
+  }
   CUdevice dev = 0;
   if (get == NULL || get(&dev) != CUDA_SUCCESS) return -1;
   return ledger_device(dev);

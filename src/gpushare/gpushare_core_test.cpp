@@ -58,7 +58,7 @@ TEST(Limits, ErrorsNameTheLineAndWhatWasWrong) {
   EXPECT_THAT(ParseError("gpushare 1\nswap 1\n"), HasSubstr("line 2: unknown key swap"));
   EXPECT_THAT(ParseError("gpushare 1\nmemory_bytes\n"), HasSubstr("without a value"));
   EXPECT_THAT(ParseError("gpushare 1\nmemory_bytes 5\n"), HasSubstr("needs a usage ledger"));
-  EXPECT_THAT(ParseError(std::string("gpushare 1\nmode str\0ict\n", 26)), HasSubstr("NUL"));
+  EXPECT_THAT(ParseError(std::string("gpushare 1\nmode str\0ict\n", 24)), HasSubstr("NUL"));
 }
 
 class LedgerTest : public ::testing::Test {

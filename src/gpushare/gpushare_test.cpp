@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -72,6 +73,14 @@ class GpushareTest : public ::testing::Test {
                                     "FAKE_CUDA_STATE_DIR=" + dir_ + "/state",
                                     "GPUSHARE_LIMITS=" + limits, "PATH=/usr/bin:/bin"};
     if (preload) env.push_back("LD_PRELOAD=" GPUSHARE_LIB);
+    // In the sanitizer build the probes are instrumented and the library
+    // (never instrumented) is preloaded ahead of the sanitizer's runtime,
+    // which only its link-order check minds.
+    std::string asan = "ASAN_OPTIONS=verify_asan_link_order=0";
+    if (const char* inherited = std::getenv("ASAN_OPTIONS")) asan += std::string(":") + inherited;
+    env.push_back(asan);
+    if (const char* ubsan = std::getenv("UBSAN_OPTIONS"))
+      env.push_back(std::string("UBSAN_OPTIONS=") + ubsan);
     return env;
   }
 

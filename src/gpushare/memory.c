@@ -337,29 +337,21 @@ static void capped_view(int dev, uint64_t* free_bytes, uint64_t* total_bytes) {
   if (*free_bytes > left) *free_bytes = left;
 }
 
-CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
-  FORWARD_OR_FAIL(cuMemGetInfo_v2, free_bytes, total_bytes);
-  CUresult r = real(free_bytes, total_bytes);
-  if (r == CUDA_SUCCESS && free_bytes != NULL && total_bytes != NULL) {
-    uint64_t f = *free_bytes, t = *total_bytes;
-    capped_view(current_ledger_device(), &f, &t);
-    *free_bytes = f;
-    *total_bytes = t;
+/* cuMemGetInfo_v2 (size_t) and the legacy cuMemGetInfo (unsigned int). */
+#define MEM_GET_INFO(name, type)                                          \
+  CUresult name(type* free_bytes, type* total_bytes) {                    \
+    FORWARD_OR_FAIL(name, free_bytes, total_bytes);                       \
+    CUresult r = real(free_bytes, total_bytes);                           \
+    if (r == CUDA_SUCCESS && free_bytes != NULL && total_bytes != NULL) { \
+      uint64_t f = *free_bytes, t = *total_bytes;                         \
+      capped_view(current_ledger_device(), &f, &t);                       \
+      *free_bytes = (type)f;                                              \
+      *total_bytes = (type)t;                                             \
+    }                                                                     \
+    return r;                                                             \
   }
-  return r;
-}
-
-CUresult cuMemGetInfo(unsigned int* free_bytes, unsigned int* total_bytes) {
-  FORWARD_OR_FAIL(cuMemGetInfo, free_bytes, total_bytes);
-  CUresult r = real(free_bytes, total_bytes);
-  if (r == CUDA_SUCCESS && free_bytes != NULL && total_bytes != NULL) {
-    uint64_t f = *free_bytes, t = *total_bytes;
-    capped_view(current_ledger_device(), &f, &t);
-    *free_bytes = (unsigned int)f;
-    *total_bytes = (unsigned int)t;
-  }
-  return r;
-}
+MEM_GET_INFO(cuMemGetInfo_v2, size_t)
+MEM_GET_INFO(cuMemGetInfo, unsigned int)
 
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   FORWARD_OR_FAIL(cuDeviceTotalMem_v2, bytes, dev);

@@ -38,6 +38,9 @@
 //               The agent's gpu_driver_dir (exec/exec_config.h) does not
 //               apply here: the engine's NVIDIA toolkit injects the host's
 //               driver into the container, and gpupool leaves that alone.
+//               Nor is libgpushare.so injected (exec/gpu_share.h): a share
+//               of a GPU run by docker or podman has no memory cap of
+//               gpupool's yet.
 //   work dir    -v <work_dir>:/work read-write. The working directory is
 //               /work (-w /work) when the task has a command of its own,
 //               as in every other executor; a task that runs the image's

@@ -56,6 +56,12 @@ struct ExecConfig {
   // process executor puts it first on LD_LIBRARY_PATH. docker and podman
   // leave it alone: their engine's NVIDIA toolkit injects the host's driver.
   std::string gpu_driver_dir;
+  // libgpushare.so, the CUDA driver interposer that holds a task's GPU
+  // share to its memory cap (exec/gpu_share.h): the agent's
+  // `gpushare_library` / --gpushare-library, else the one built beside the
+  // agent's binary (BIN/../lib/libgpushare.so). A task that needs it fails
+  // to start when it is missing.
+  std::string gpushare_library;
   ImageCacheOptions images;  // images.dir defaults to DATA_DIR/images
   ContainerOptions docker;   // for "docker"; engine "docker"
   ContainerOptions podman;   // for "podman"; engine "podman"

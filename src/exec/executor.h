@@ -30,11 +30,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "exec/gpu_share.h"
 #include "exec/private_network.h"
 #include "model/job.h"
 
@@ -89,6 +91,10 @@ struct TaskContext {
   // known (simulated GPUs have none). The control devices are added by the
   // executor.
   std::vector<int> gpu_minors;
+  // A share of a GPU held to its memory cap by libgpushare.so
+  // (exec/gpu_share.h), set by the agent (agent/task_gpus.h); absent: the
+  // job gets no interposer.
+  std::optional<GpuShare> gpu_share;
   Limits limits;
   // The unprivileged account the job runs as (a root agent gives each task
   // its own); -1: the agent's own.

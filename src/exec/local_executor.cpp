@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "exec/gpu_share.h"
 #include "exec/launch.h"
 #include "exec/limits.h"
 #include "exec/process_tree.h"
@@ -52,6 +53,13 @@ LocalExecutor::LocalExecutor(const ExecConfig& config, const CgroupTree* cgroups
 Status LocalExecutor::Prepare(const TaskContext& task, const ProgressFn& progress) {
   (void)progress;
   limits_ = task.limits;
+  if (task.gpu_share) {
+    // Fail closed: a share must not run without its cap.
+    GP_RETURN_IF_ERROR(CheckGpushareLibrary(config_.gpushare_library));
+    if (task.task_dir.empty()) return Status::Internal("a GPU share needs the task's directory");
+    GP_RETURN_IF_ERROR(WriteGpuShareFiles(task.task_dir, *task.gpu_share, ShareUsagePath(task),
+                                          task.uid, task.gid));
+  }
   if (task.uid >= 0) {
     // The job's account owns its work directory and nothing else.
     if (::chown(task.work_dir.c_str(), static_cast<uid_t>(task.uid),
@@ -66,6 +74,10 @@ Status LocalExecutor::Prepare(const TaskContext& task, const ProgressFn& progres
     cgroup_ = std::move(cg);
   }
   return Status::Ok();
+}
+
+std::string LocalExecutor::ShareUsagePath(const TaskContext& task) const {
+  return GpuShareFilesIn(task.task_dir).usage;
 }
 
 LaunchPlan LocalExecutor::BasePlan(const TaskContext& task) const {
@@ -151,6 +163,14 @@ Result<LaunchPlan> ProcessExecutor::Start(const TaskContext& task) {
       task.env);
   if (!config_.gpu_driver_dir.empty() && !task.gpu_uuids.empty()) {
     plan.env = PrependLibraryPath(std::move(plan.env), config_.gpu_driver_dir);
+  }
+  if (task.gpu_share) {
+    // No isolation here: the job may unset both, so the cap is advisory.
+    std::string preload = EnvValue(plan.env, "LD_PRELOAD").value_or("");
+    plan.env =
+        MergeEnv(std::move(plan.env),
+                 {"LD_PRELOAD=" + config_.gpushare_library + (preload.empty() ? "" : ":" + preload),
+                  "GPUSHARE_LIMITS=" + GpuShareFilesIn(task.task_dir).limits});
   }
   plan.cwd = task.work_dir;
   return plan;

@@ -4,10 +4,11 @@
 //
 // What they share: limits from a per-task cgroup v2 when the agent has a
 // delegated subtree (exec/cgroup.h), else rlimits plus the shim's own
-// memory watch (exec/limits.h); usage and signals over the shim's process
-// tree (the shim is a child subreaper, so every process the job makes stays
-// under it); readable end reasons for limit kills. Used from the shim's one
-// thread.
+// memory watch (exec/limits.h); a GPU share's files (exec/gpu_share.h),
+// written in Prepare, which fails when the interposer is missing; usage and
+// signals over the shim's process tree (the shim is a child subreaper, so
+// every process the job makes stays under it); readable end reasons for
+// limit kills. Used from the shim's one thread.
 #pragma once
 
 #include <optional>
@@ -40,6 +41,9 @@ class LocalExecutor : public Executor {
  protected:
   // The plan's limits and account: cgroup, rlimits, uid and gid.
   LaunchPlan BasePlan(const TaskContext& task) const;
+  // The GPU share's usage ledger as the job sees it (the limits file names
+  // it): the file in the task directory, or where the sandbox binds it.
+  virtual std::string ShareUsagePath(const TaskContext& task) const;
   // Processes of the job's tree that must not get a polite signal (the
   // sandbox's own bubblewrap processes, which would die of it at once).
   virtual std::vector<pid_t> Spared() const { return {}; }
@@ -57,7 +61,9 @@ class LocalExecutor : public Executor {
 // `process`: the job runs directly, as the task's account, in its work
 // directory. No namespaces: it sees the whole machine. Images are refused.
 // With a gpu_driver_dir, a job holding GPUs has that directory first on its
-// LD_LIBRARY_PATH.
+// LD_LIBRARY_PATH. A GPU share gets libgpushare.so first on LD_PRELOAD and
+// GPUSHARE_LIMITS naming its limits file (exec/gpu_share.h): advisory, since
+// nothing stops the job from clearing either.
 class ProcessExecutor final : public LocalExecutor {
  public:
   using LocalExecutor::LocalExecutor;

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "exec/driver_files.h"
+#include "exec/gpu_share.h"
 #include "exec/launch.h"
 #include "exec/process_tree.h"
 
@@ -89,6 +90,42 @@ class BwrapArgs {
       Add({"--ro-bind", bind_from, target});
     }
   }
+  // A system directory as a directory of the tmpfs root holding each of its
+  // entries (SystemEntry) but `skip`, so that the sandbox can put a file of
+  // its own there. A missing directory is made empty; one that is a
+  // symlink (or not a directory) is an error: a file of ours could not be
+  // put in it.
+  Status SystemDirEntries(const std::string& source, const std::string& target,
+                          const std::string& bind_from, const std::string& skip) {
+    struct stat st;
+    if (::lstat(source.c_str(), &st) != 0) {
+      if (errno != ENOENT) {
+        return Status::Internal("cannot read " + source + ": " + std::strerror(errno));
+      }
+      Add({"--dir", target});
+      return Status::Ok();
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return Status::FailedPrecondition("the job's " + target + " is not a directory (" + source +
+                                        ")");
+    }
+    DIR* dir = ::opendir(source.c_str());
+    if (dir == nullptr) {
+      return Status::Internal("cannot read " + source + ": " + std::strerror(errno));
+    }
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(dir)) {
+      std::string name = e->d_name;
+      if (name != "." && name != ".." && name != skip) names.push_back(std::move(name));
+    }
+    ::closedir(dir);
+    std::sort(names.begin(), names.end());
+    Add({"--dir", target});
+    for (const std::string& name : names) {
+      SystemEntry(source + "/" + name, target + "/" + name, bind_from + "/" + name);
+    }
+    return Status::Ok();
+  }
 
  private:
   LaunchPlan& plan_;
@@ -115,17 +152,38 @@ Result<std::vector<std::string>> TopLevelNames(const std::string& root) {
 
 }  // namespace
 
-Result<std::vector<std::string>> SandboxExecutor::AddSystem(BwrapArgs& args) const {
+Result<std::vector<std::string>> SandboxExecutor::AddSystem(BwrapArgs& args,
+                                                            const TaskContext& task) const {
+  // A GPU share brings its own /etc/ld.so.preload (AddGpuShare): /etc is
+  // then bound entry by entry, without the system's ld.so.preload, instead
+  // of as one directory (where the file could not be added).
+  const bool own_etc = task.gpu_share.has_value();
+  bool etc_done = false;
   if (!image_) {
-    for (const std::string& path : config_.sandbox.host_paths) args.SystemEntry(path, path, path);
+    for (const std::string& path : config_.sandbox.host_paths) {
+      if (own_etc && path == "/etc") {
+        GP_RETURN_IF_ERROR(args.SystemDirEntries(path, path, path, "ld.so.preload"));
+        etc_done = true;
+      } else {
+        args.SystemEntry(path, path, path);
+      }
+    }
+    if (own_etc && !etc_done) args.Add({"--dir", "/etc"});
     return HostBaseEnv();
   }
   const std::string& root = image_->rootfs();
   std::string staged_root = args.Reachable(root, "root");
   GP_ASSIGN_OR_RETURN(auto names, TopLevelNames(root));
   for (const std::string& name : names) {
-    args.SystemEntry(root + "/" + name, "/" + name, staged_root + "/" + name);
+    if (own_etc && name == "etc") {
+      GP_RETURN_IF_ERROR(
+          args.SystemDirEntries(root + "/etc", "/etc", staged_root + "/etc", "ld.so.preload"));
+      etc_done = true;
+    } else {
+      args.SystemEntry(root + "/" + name, "/" + name, staged_root + "/" + name);
+    }
   }
+  if (own_etc && !etc_done) args.Add({"--dir", "/etc"});
   std::vector<std::string> env = image_->config().env;
   if (EnvText(env, "PATH").empty()) {
     env.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
@@ -174,6 +232,23 @@ Status SandboxExecutor::AddDriverFiles(BwrapArgs& args, const TaskContext& task,
   return Status::Ok();
 }
 
+Status SandboxExecutor::AddGpuShare(BwrapArgs& args, const TaskContext& task) const {
+  if (!task.gpu_share) return Status::Ok();
+  // Prepare checked the library and wrote the files (exec/gpu_share.h).
+  const GpuShareFiles files = GpuShareFilesIn(task.task_dir);
+  args.Add({"--ro-bind", args.Reachable(config_.gpushare_library, "share-libgpushare.so"),
+            kShareLibraryInJob, "--ro-bind", args.Reachable(files.limits, "share-limits"),
+            kShareLimitsInJob, "--bind", args.Reachable(files.usage, "share-usage"),
+            kShareUsageInJob, "--ro-bind", args.Reachable(files.preload, "share-ld.so.preload"),
+            "/etc/ld.so.preload"});
+  return Status::Ok();
+}
+
+std::string SandboxExecutor::ShareUsagePath(const TaskContext& task) const {
+  (void)task;
+  return kShareUsageInJob;
+}
+
 Result<std::vector<std::string>> SandboxExecutor::Command(const TaskContext& task) const {
   // Like `docker run`: a command replaces the image's CMD and keeps its
   // ENTRYPOINT; a shell `run` replaces both.
@@ -206,7 +281,7 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
             "--hostname", "gpupool-" + std::to_string(task.job_id)});
   GP_RETURN_IF_ERROR(AddNetwork(args, task));
   // The system, read-only, entry by entry on the (later read-only) tmpfs root.
-  GP_ASSIGN_OR_RETURN(std::vector<std::string> base_env, AddSystem(args));
+  GP_ASSIGN_OR_RETURN(std::vector<std::string> base_env, AddSystem(args, task));
   args.Add({"--ro-bind-try", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
             "--tmpfs", "/dev/shm"});
   GP_RETURN_IF_ERROR(AddGpuDevices(args, task));
@@ -216,6 +291,7 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
                                      "GPUPOOL_CHECKPOINT_DIR=" + CheckpointDirIn(kSandboxWorkDir)}),
       task.env);
   GP_RETURN_IF_ERROR(AddDriverFiles(args, task, env));
+  GP_RETURN_IF_ERROR(AddGpuShare(args, task));
   if (net_plan_ && !net_plan_->forward.empty()) {
     // A gang rank: gloo and NCCL must bind and advertise the address the
     // other ranks reach (the namespace's copy of this machine's), not the

@@ -14,6 +14,11 @@
 //                user-space libraries and tools (LD_LIBRARY_PATH, PATH);
 //                with a gpu_driver_dir, for every job with GPUs: that
 //                directory's (exec/driver_files.h DriverFilesInDir)
+//   /gpupool/share  for a share of a GPU: libgpushare.so and the task's
+//                limits read-only, its usage ledger read-write, and the
+//                library in a read-only /etc/ld.so.preload of the sandbox's
+//                own, /etc then being bound entry by entry without the
+//                system's ld.so.preload (exec/gpu_share.h)
 // and new user, pid, ipc, uts, cgroup and network namespaces; it cannot
 // make user namespaces of its own (bubblewrap's --disable-userns), and
 // no_new_privs holds (setuid binaries do not raise it). Its network: by
@@ -65,14 +70,16 @@ class SandboxExecutor final : public LocalExecutor {
  protected:
   std::vector<pid_t> Spared() const override;
   int EndSignal(int wait_status) const override;
+  std::string ShareUsagePath(const TaskContext& task) const override;
 
  private:
   // The steps of Start. AddSystem binds the host's system or the image's
   // root and returns the environment the job starts from.
-  Result<std::vector<std::string>> AddSystem(BwrapArgs& args) const;
+  Result<std::vector<std::string>> AddSystem(BwrapArgs& args, const TaskContext& task) const;
   Status AddGpuDevices(BwrapArgs& args, const TaskContext& task) const;
   Status AddDriverFiles(BwrapArgs& args, const TaskContext& task,
                         std::vector<std::string>& env) const;
+  Status AddGpuShare(BwrapArgs& args, const TaskContext& task) const;
   Result<std::vector<std::string>> Command(const TaskContext& task) const;
   Status AddNetwork(BwrapArgs& args, const TaskContext& task);
   Status ConnectNetwork();

@@ -14,6 +14,7 @@
 #include "agent/enrollment.h"
 #include "agent/provider.h"
 #include "agent/staging.h"
+#include "agent/task_gpus.h"
 #include "agent/tasks.h"
 #include "agent/tunnel_endpoint.h"
 #include "common/clock.h"
@@ -151,14 +152,20 @@ class Agent {
 
   // The config file, with the flags that override it on top.
   Status LoadConfig() {
-    auto config = ResolveAgentConfig(options_.config_file, options_.data_dir,
-                                     {options_.max_image_bytes, options_.gpu_driver_dir});
+    auto config = ResolveAgentConfig(
+        options_.config_file, options_.data_dir,
+        {options_.max_image_bytes, options_.gpu_driver_dir, options_.gpushare_library});
     if (!config.ok()) return Status::InvalidArgument(config.status().message());
     config_ = *std::move(config);
     if (options_.advertise_addr.empty()) options_.advertise_addr = config_.advertise_addr;
     if (!config_.exec.gpu_driver_dir.empty()) {
       GP_LOG(kInfo) << "NVIDIA driver libraries: " << config_.exec.gpu_driver_dir
                     << " (for NVML and for every job with GPUs)";
+    }
+    if (auto sharing = ResolveGpuSharing(config_.exec); sharing.ok()) {
+      GP_LOG(kInfo) << *sharing;
+    } else {
+      GP_LOG(kWarn) << sharing.status().message();
     }
     return Status::Ok();
   }
@@ -185,19 +192,6 @@ class Agent {
                   << (root ? "uids " + std::to_string(c.first_uid) + "-" +
                                  std::to_string(c.first_uid + c.uid_count - 1) + ", one per task"
                            : "this agent's own account");
-  }
-
-  // The task's GPUs' device minor numbers, where NVML told them.
-  // From the GPUs this connection's hello reported (the ones the server
-  // placed on): static facts, so no NVML read per start order.
-  std::vector<int> GpuMinors(const std::vector<std::string>& uuids) const {
-    std::vector<int> minors;
-    for (const std::string& uuid : uuids) {
-      for (const GpuInfo& g : gpus_) {
-        if (g.uuid == uuid && g.minor_number >= 0) minors.push_back(g.minor_number);
-      }
-    }
-    return minors;
   }
 
   void Start() {
@@ -409,7 +403,12 @@ class Agent {
       // server starts the other ranks with it.
       bool choose_master = NeedsMaster(start) && !held;
       Status s = tasks_.ChooseMaster(start, AdvertiseAddr());
-      if (s.ok()) s = tasks_.Start(start, GpuMinors(start.gpu_uuids));
+      // The task's GPUs as this connection's hello reported them (the ones
+      // the server placed on): device minors and a share's memory cap. A
+      // task already held keeps what it started with.
+      auto gpus = held ? Result<TaskGpus>(TaskGpus{}) : TaskGpusFor(start, gpus_);
+      if (s.ok() && !gpus.ok()) s = gpus.status();
+      if (s.ok()) s = tasks_.Start(start, *gpus);
       if (s.ok() && choose_master) {
         proto::TaskReport r = tasks_.Report(tasks_.tasks().at(start.attempt_id));
         r.state = "starting";

@@ -30,6 +30,10 @@ struct AgentOptions {
   // (--gpu-driver-dir; ExecConfig::gpu_driver_dir). Wins over the config
   // file's gpu_driver_dir. Empty: the file's, else the system's.
   std::string gpu_driver_dir;
+  // libgpushare.so, which caps GPU shares (--gpushare-library;
+  // ExecConfig::gpushare_library). Wins over the config file's. Empty: the
+  // file's, else the one beside the binary (DefaultGpushareLibrary).
+  std::string gpushare_library;
   std::string owner_group;  // the group (lab) that owns this machine (--owner-group)
   std::map<std::string, std::string> labels;  // node labels jobs can ask for (--label k=v)
   // Where the other nodes of a multi-node job reach this one (--advertise-addr;

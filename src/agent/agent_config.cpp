@@ -7,21 +7,24 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
 #include "common/units.h"
+#include "exec/gpu_share.h"
 #include "model/job.h"
 #include "model/yaml.h"
 
 namespace gpupool::agent {
 namespace {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kTopFields[] = {"executors", "sandbox",       "gpu_driver_dir", "images",
-                                      "docker",    "podman",        "limits",         "policy",
-                                      "owner",     "advertise_addr"};
+constexpr const char* kTopFields[] = {"executors", "sandbox", "gpu_driver_dir", "gpushare_library",
+                                      "images",    "docker",  "podman",         "limits",
+                                      "policy",    "owner",   "advertise_addr"};
 constexpr const char* kSandboxFields[] = {"uids",
                                           "host_paths",
                                           "devices_dir",
@@ -269,6 +272,10 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
     // Whether it is a directory is checked when the agent starts (CheckGpuDriverDir).
     GP_ASSIGN_OR_RETURN(c.gpu_driver_dir, AbsolutePath(*v, "gpu_driver_dir"));
   }
+  if (const json* v = FieldOrNull(j, "gpushare_library")) {
+    // Whether it is a file is checked when the agent starts (CheckGpushareLibraryPath).
+    GP_ASSIGN_OR_RETURN(c.gpushare_library, AbsolutePath(*v, "gpushare_library"));
+  }
   if (const json* v = FieldOrNull(j, "images")) {
     if (!v->is_object())
       return FieldError("images", "expected a mapping, got " + DescribeValue(*v));
@@ -361,6 +368,41 @@ Status CheckGpuDriverDir(const std::string& dir) {
   return Status::Ok();
 }
 
+Status CheckGpushareLibraryPath(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || path.front() != '/') {
+    return Status::InvalidArgument("must be an absolute path, got " + QuoteForError(path));
+  }
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::InvalidArgument("cannot use " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a file");
+  return Status::Ok();
+}
+
+std::string GpushareLibraryNextTo(const std::string& exe) {
+  fs::path bin_dir = fs::path(exe).parent_path();
+  return (bin_dir.parent_path() / "lib" / "libgpushare.so").lexically_normal().string();
+}
+
+std::string DefaultGpushareLibrary() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) return "";
+  return GpushareLibraryNextTo(exe.string());
+}
+
+Result<std::string> ResolveGpuSharing(exec::ExecConfig& config) {
+  std::string& library = config.gpushare_library;
+  if (library.empty()) library = DefaultGpushareLibrary();
+  if (Status s = exec::CheckGpushareLibrary(library); !s.ok()) {
+    return Status::FailedPrecondition(s.message() +
+                                      "; tasks holding a share of a GPU will fail to start "
+                                      "(--gpushare-library names the library)");
+  }
+  return "GPU sharing: shares of a GPU are held to their memory cap by " + library;
+}
+
 std::string NvmlLibraryPath(const std::string& nvml_library, const std::string& gpu_driver_dir) {
   if (!nvml_library.empty()) return nvml_library;
   if (gpu_driver_dir.empty()) return "";
@@ -411,6 +453,14 @@ Result<AgentConfig> ResolveAgentConfig(const std::string& path, const std::strin
     if (Status s = CheckGpuDriverDir(driver_dir); !s.ok()) {
       return s.WithContext(flags.gpu_driver_dir.empty() ? path + ": gpu_driver_dir"
                                                         : "--gpu-driver-dir");
+    }
+  }
+  std::string& library = config.exec.gpushare_library;
+  if (!flags.gpushare_library.empty()) library = flags.gpushare_library;
+  if (!library.empty()) {
+    if (Status s = CheckGpushareLibraryPath(library); !s.ok()) {
+      return s.WithContext(flags.gpushare_library.empty() ? path + ": gpushare_library"
+                                                          : "--gpushare-library");
     }
   }
   return config;

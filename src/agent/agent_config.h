@@ -12,6 +12,10 @@
 //   gpu_driver_dir: /opt/nvidia/550  # the NVIDIA libraries (libnvidia-ml.so.1,
 //                                  # libcuda.so.1) instead of the system's, for
 //                                  # NVML and for jobs; --gpu-driver-dir wins
+//   gpushare_library: /opt/gpupool/lib/libgpushare.so  # the interposer that
+//                                  # caps GPU shares (exec/gpu_share.h);
+//                                  # default BIN/../lib/libgpushare.so;
+//                                  # --gpushare-library wins
 //   images: {cache_dir: /var/cache/gpupool/images, cache_size: 50GiB,
 //            skopeo: skopeo, umoci: umoci}
 //   docker: {command: docker, gpus: cdi, extra_args: []}   # gpus: cdi | gpus
@@ -33,7 +37,8 @@
 // Parsing is strict like job specs: unknown fields, wrong types and values
 // out of range are InvalidArgument naming the field path. Every field is
 // optional. Pure functions (LoadAgentConfig and ResolveAgentConfig read one
-// file, CheckGpuDriverDir and ResolveAgentConfig look at one path).
+// file, CheckGpuDriverDir, CheckGpushareLibraryPath and ResolveAgentConfig
+// look at one path; DefaultGpushareLibrary reads /proc/self/exe).
 #pragma once
 
 #include <cstdint>
@@ -61,15 +66,19 @@ Status CheckAdvertiseAddr(std::string_view addr);
 // What of the config file `gpupool agent`'s flags override (0 or empty:
 // nothing).
 struct AgentConfigFlags {
-  int64_t max_image_bytes = 0;  // --max-image-size: images.max_image_bytes
-  std::string gpu_driver_dir;   // --gpu-driver-dir: gpu_driver_dir
+  int64_t max_image_bytes = 0;   // --max-image-size: images.max_image_bytes
+  std::string gpu_driver_dir;    // --gpu-driver-dir: gpu_driver_dir
+  std::string gpushare_library;  // --gpushare-library: gpushare_library
 };
 
 // The agent's config: the file at `path` (empty: the defaults) with the
-// flags on top, and the GPU driver directory in force checked
-// (CheckGpuDriverDir). Errors name the file, or the flag or field:
+// flags on top, and the GPU driver directory and the gpushare library in
+// force, where named, checked (CheckGpuDriverDir, CheckGpushareLibraryPath).
+// Errors name the file, or the flag or field:
 // "--gpu-driver-dir: cannot use /x: No such file or directory",
 // "/etc/gpupool/agent.yaml: gpu_driver_dir: /x is not a directory".
+// An unnamed gpushare library stays empty (the agent takes
+// DefaultGpushareLibrary).
 Result<AgentConfig> ResolveAgentConfig(const std::string& path, const std::string& data_dir,
                                        const AgentConfigFlags& flags);
 
@@ -78,6 +87,24 @@ Result<AgentConfig> ResolveAgentConfig(const std::string& path, const std::strin
 // otherwise, for the caller to prefix with the flag or field. Looks at the
 // file system (stat).
 Status CheckGpuDriverDir(const std::string& dir);
+
+// Whether `path` can be the gpushare library (ExecConfig::gpushare_library):
+// an absolute path of an existing regular file. InvalidArgument saying why
+// otherwise, for the caller to prefix with the flag or field.
+Status CheckGpushareLibraryPath(const std::string& path);
+
+// Where the build and an install put libgpushare.so for the gpupool binary
+// at `exe`: beside its bin directory, EXE_DIR/../lib/libgpushare.so
+// ("/opt/gpupool/bin/gpupool" -> "/opt/gpupool/lib/libgpushare.so").
+std::string GpushareLibraryNextTo(const std::string& exe);
+// GpushareLibraryNextTo this process's binary; "" when /proc/self/exe
+// cannot be read.
+std::string DefaultGpushareLibrary();
+// Fills `config.gpushare_library` with DefaultGpushareLibrary() when empty
+// and says, for the agent's start-up log, whether GPU shares can be capped
+// here: the line to log, or FailedPrecondition saying why not and what it
+// means (exec::CheckGpushareLibrary).
+Result<std::string> ResolveGpuSharing(exec::ExecConfig& config);
 
 // Where the agent loads NVML from: `nvml_library` (--nvml-library) when
 // given, else DIR/libnvidia-ml.so.1 for a GPU driver directory, else ""

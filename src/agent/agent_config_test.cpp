@@ -202,7 +202,7 @@ TEST(AgentConfig, ResolveAppliesTheFlagsOverTheFile) {
   auto plain = ResolveAgentConfig("", "/data", {});
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_EQ(plain->exec.gpu_driver_dir, "");
-  auto flags = ResolveAgentConfig("", "/data", {int64_t{1} << 30, dir});
+  auto flags = ResolveAgentConfig("", "/data", {int64_t{1} << 30, dir, ""});
   ASSERT_TRUE(flags.ok()) << flags.status().ToString();
   EXPECT_EQ(flags->exec.gpu_driver_dir, dir);
   EXPECT_EQ(flags->exec.images.max_image_bytes, int64_t{1} << 30);
@@ -213,14 +213,78 @@ TEST(AgentConfig, ResolveAppliesTheFlagsOverTheFile) {
   EXPECT_THAT(from_file.status().message(),
               HasSubstr(file + ": gpu_driver_dir: cannot use " + dir + "/gone"));
   // The flag wins over the file.
-  auto flag_wins = ResolveAgentConfig(file, "/data", {0, dir});
+  auto flag_wins = ResolveAgentConfig(file, "/data", {0, dir, ""});
   ASSERT_TRUE(flag_wins.ok()) << flag_wins.status().ToString();
   EXPECT_EQ(flag_wins->exec.gpu_driver_dir, dir);
   // A bad flag is named as the flag.
-  auto bad_flag = ResolveAgentConfig(file, "/data", {0, file});
+  auto bad_flag = ResolveAgentConfig(file, "/data", {0, file, ""});
   ASSERT_FALSE(bad_flag.ok());
   EXPECT_EQ(bad_flag.status().message(), "--gpu-driver-dir: " + file + " is not a directory");
   std::filesystem::remove_all(dir);
+}
+
+TEST(AgentConfig, GpushareLibrary) {
+  EXPECT_EQ(ParseAgentConfig("{}", "/data")->exec.gpushare_library, "");
+  EXPECT_EQ(ParseAgentConfig("gpushare_library: /opt/gpupool/lib/libgpushare.so", "/data")
+                ->exec.gpushare_library,
+            "/opt/gpupool/lib/libgpushare.so");
+  EXPECT_THAT(Error("gpushare_library: lib/libgpushare.so"),
+              HasSubstr("gpushare_library (line 1): must be an absolute path"));
+
+  char tmpl[] = "/tmp/gpupool-agent-config-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string lib = dir + "/libgpushare.so";
+  const std::string file = dir + "/agent.yaml";
+  ASSERT_TRUE(WriteFileAtomic(lib, "elf").ok());
+  ASSERT_TRUE(WriteFileAtomic(file, "gpushare_library: " + dir + "/gone.so\n").ok());
+  EXPECT_TRUE(CheckGpushareLibraryPath(lib).ok());
+  EXPECT_THAT(CheckGpushareLibraryPath(dir).message(), HasSubstr(dir + " is not a file"));
+  EXPECT_THAT(CheckGpushareLibraryPath("libgpushare.so").message(),
+              HasSubstr("must be an absolute path"));
+  // Unnamed: left to the agent's default. Named in the file: checked, named
+  // with the file and field; the flag wins and is named as the flag.
+  EXPECT_EQ(ResolveAgentConfig("", "/data", {})->exec.gpushare_library, "");
+  auto from_file = ResolveAgentConfig(file, "/data", {});
+  ASSERT_FALSE(from_file.ok());
+  EXPECT_THAT(from_file.status().message(),
+              HasSubstr(file + ": gpushare_library: cannot use " + dir + "/gone.so"));
+  auto flag_wins = ResolveAgentConfig(file, "/data", {0, "", lib});
+  ASSERT_TRUE(flag_wins.ok()) << flag_wins.status().ToString();
+  EXPECT_EQ(flag_wins->exec.gpushare_library, lib);
+  auto bad_flag = ResolveAgentConfig("", "/data", {0, "", dir});
+  ASSERT_FALSE(bad_flag.ok());
+  EXPECT_EQ(bad_flag.status().message(), "--gpushare-library: " + dir + " is not a file");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AgentConfig, GpushareLibraryNextToTheBinary) {
+  EXPECT_EQ(GpushareLibraryNextTo("/opt/gpupool/bin/gpupool"), "/opt/gpupool/lib/libgpushare.so");
+  EXPECT_EQ(GpushareLibraryNextTo("/work/main/build/bin/gpupool"),
+            "/work/main/build/lib/libgpushare.so");
+  EXPECT_EQ(GpushareLibraryNextTo("/usr/bin/gpupool"), "/usr/lib/libgpushare.so");
+  // This test's own binary (build/tests/agent_test): build/lib, where the build puts it.
+  EXPECT_THAT(DefaultGpushareLibrary(), testing::EndsWith("/lib/libgpushare.so"));
+
+  exec::ExecConfig config;
+  (void)ResolveGpuSharing(config);  // an empty one: the default
+  EXPECT_EQ(config.gpushare_library, DefaultGpushareLibrary());
+  config.gpushare_library = "/nonexistent/libgpushare.so";
+  auto missing = ResolveGpuSharing(config);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("GPU sharing is not available on this node: cannot use "
+                        "/nonexistent/libgpushare.so: No such file or directory; tasks holding a "
+                        "share of a GPU will fail to start"));
+  char tmpl[] = "/tmp/gpupool-agent-config-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  config.gpushare_library = std::string(tmpl) + "/libgpushare.so";
+  ASSERT_TRUE(WriteFileAtomic(config.gpushare_library, "elf").ok());
+  auto found = ResolveGpuSharing(config);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(*found, "GPU sharing: shares of a GPU are held to their memory cap by " +
+                        config.gpushare_library);
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST(AgentConfig, NvmlLibraryPath) {

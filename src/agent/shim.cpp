@@ -200,6 +200,7 @@ exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths,
   c.gang_ports = o.gang_ports;
   c.gpu_uuids = task.gpu_uuids;
   c.gpu_minors = o.gpu_minors;
+  c.gpu_share = o.gpu_share;
   c.limits = exec::TaskLimits(RequestedLimits(task.spec), o.exec_config->defaults, &notes);
   c.uid = o.uid;
   c.gid = o.gid;

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "agent/blob_transfer.h"
@@ -56,6 +57,9 @@ struct ShimOptions {
   // A gang rank in the sandbox's private network: the host ports forwarded
   // to it (TaskManager chose them; rank 0's master port is the first).
   exec::PortRange gang_ports;
+  // A share of a GPU: its memory cap, which the executor enforces through
+  // libgpushare.so (agent/task_gpus.h, exec/gpu_share.h).
+  std::optional<exec::GpuShare> gpu_share;
 };
 
 // Returns the shim's exit code (0 when the result was recorded).

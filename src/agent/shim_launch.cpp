@@ -70,6 +70,7 @@ json ExecConfigJson(const exec::ExecConfig& c) {
             {"gang_ports", PortsJson(c.sandbox.gang_ports)},
             {"gang_ports_per_rank", c.sandbox.gang_ports_per_rank}}},
           {"gpu_driver_dir", c.gpu_driver_dir},
+          {"gpushare_library", c.gpushare_library},
           {"images",
            {{"dir", c.images.dir},
             {"max_bytes", c.images.max_bytes},
@@ -104,6 +105,7 @@ exec::ExecConfig ExecConfigFrom(const json& j) {
   c.sandbox.gang_ports = PortsFrom(s.at("gang_ports"));
   c.sandbox.gang_ports_per_rank = s.at("gang_ports_per_rank").get<int>();
   c.gpu_driver_dir = j.at("gpu_driver_dir").get<std::string>();
+  c.gpushare_library = j.at("gpushare_library").get<std::string>();
   const json& i = j.at("images");
   c.images.dir = i.at("dir").get<std::string>();
   c.images.max_bytes = i.at("max_bytes").get<int64_t>();
@@ -237,7 +239,12 @@ Result<std::string> EncodeShimOptions(const ShimOptions& o) {
             {"blob", BlobJson(o.blob)},
             {"agent_pid", o.agent_pid},
             {"gang_ports", PortsJson(o.gang_ports)},
+            {"gpu_share", nullptr},
             {"log_level", CurrentLogLevel()}};
+  if (o.gpu_share) {
+    j["gpu_share"] = {{"memory_bytes", o.gpu_share->memory_bytes},
+                      {"share_milli", o.gpu_share->share_milli}};
+  }
   return j.dump();
 }
 
@@ -259,6 +266,10 @@ Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view t
     o.blob = BlobFrom(j.at("blob"));
     o.agent_pid = j.at("agent_pid").get<int>();
     o.gang_ports = PortsFrom(j.at("gang_ports"));
+    if (const json& s = j.at("gpu_share"); !s.is_null()) {
+      o.gpu_share =
+          exec::GpuShare{s.at("memory_bytes").get<int64_t>(), s.at("share_milli").get<int32_t>()};
+    }
     LogLevel level;
     if (ParseLogLevel(j.at("log_level").get<std::string>(), &level)) SetLogLevel(level);
   } catch (const json::exception& e) {

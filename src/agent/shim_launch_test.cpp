@@ -39,6 +39,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   config.sandbox.gang_ports = {40000, 500};
   config.sandbox.gang_ports_per_rank = 25;
   config.gpu_driver_dir = "/opt/nvidia/driver-550";
+  config.gpushare_library = "/opt/gpupool/lib/libgpushare.so";
   config.images.dir = "/var/lib/gpupool/images";
   config.images.max_bytes = 123;
   config.images.max_image_bytes = 456;
@@ -75,6 +76,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   o.blob.staging_dir = "/data/staging";
   o.agent_pid = 4242;
   o.gang_ports = {40025, 25};
+  o.gpu_share = exec::GpuShare{int64_t{3} << 30, 375};
 
   auto text = EncodeShimOptions(o);
   ASSERT_TRUE(text.ok()) << text.status().ToString();
@@ -91,11 +93,13 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   EXPECT_EQ(b.blob.staging_dir, "/data/staging");
   EXPECT_EQ(b.agent_pid, 4242);
   EXPECT_EQ(b.gang_ports, o.gang_ports);
+  EXPECT_EQ(b.gpu_share, o.gpu_share);
   EXPECT_EQ(b.exec_config->sandbox.pasta, "/usr/local/bin/pasta");
   EXPECT_EQ(b.exec_config->sandbox.blocked_networks, config.sandbox.blocked_networks);
   EXPECT_EQ(b.exec_config->sandbox.gang_ports, config.sandbox.gang_ports);
   EXPECT_EQ(b.exec_config->sandbox.gang_ports_per_rank, 25);
   EXPECT_EQ(b.exec_config->gpu_driver_dir, "/opt/nvidia/driver-550");
+  EXPECT_EQ(b.exec_config->gpushare_library, "/opt/gpupool/lib/libgpushare.so");
   ASSERT_EQ(b.exec_config, &(*back)->exec_config);
   EXPECT_EQ(b.exec_config->executors, config.executors);
   EXPECT_EQ(b.exec_config->sandbox.host_paths, config.sandbox.host_paths);
@@ -109,6 +113,12 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   EXPECT_TRUE(b.exec_env->cgroups->has_cpu());
   EXPECT_EQ(b.exec_env->unavailable, env.unavailable);
   EXPECT_TRUE(b.exec_env->sandbox_images);
+
+  // No share: none comes back.
+  o.gpu_share.reset();
+  auto whole = DecodeShimOptions(*EncodeShimOptions(o));
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ((*whole)->options.gpu_share, std::nullopt);
 
   EXPECT_FALSE(DecodeShimOptions("{").ok());
   EXPECT_THAT(DecodeShimOptions(R"({"task_dir":"x"})").status().message(),

@@ -366,7 +366,7 @@ void TaskManager::RenewLeases(int64_t sent_ms) {
   }
 }
 
-Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& gpu_minors) {
+Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
   if (tasks_.count(task.attempt_id)) return Status::Ok();  // a resent order
   TaskState t;
   t.attempt_id = task.attempt_id;
@@ -419,10 +419,11 @@ Status TaskManager::Start(const proto::StartTask& task, const std::vector<int>& 
                    options_.exec_env,
                    t.uid,
                    t.uid,
-                   gpu_minors,
+                   gpus.minors,
                    options_.blob,
                    options_.stop_with_agent ? static_cast<int>(::getpid()) : 0,
-                   t.gang_ports};
+                   t.gang_ports,
+                   gpus.share};
   // Never a bare fork: the agent has threads (agent/shim_launch.h).
   auto spawned = SpawnShim(shim, options_.data_dir, status[1]);
   if (!spawned.ok()) {

@@ -24,6 +24,7 @@
 
 #include "agent/blob_transfer.h"
 #include "agent/task_files.h"
+#include "agent/task_gpus.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "exec/exec_config.h"
@@ -98,8 +99,9 @@ class TaskManager {
   // task already held keeps the master it has (a resent order picks no new
   // port). Other tasks are left alone.
   Status ChooseMaster(proto::StartTask& task, const std::string& addr) const;
-  // `gpu_minors`: the device minor numbers of the task's GPUs, where known.
-  Status Start(const proto::StartTask& task, const std::vector<int>& gpu_minors);
+  // `gpus`: the task's GPUs on this node (agent/task_gpus.h): their device
+  // minor numbers, where known, and a share's memory cap.
+  Status Start(const proto::StartTask& task, const TaskGpus& gpus);
   // Asks the task's shim to stop the job (SIGTERM to the group, then SIGKILL
   // after `grace_ms`, or the shim's kill_grace_ms when 0, or at once when
   // kKillNow).

@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--gpu-driver-dir", ao.gpu_driver_dir,
                         "take the NVIDIA libraries (libnvidia-ml.so.1, libcuda.so.1) from DIR "
                         "instead of the system's, for this agent and its jobs");
+  agent_cmd->add_option("--gpushare-library", ao.gpushare_library,
+                        "the libgpushare.so that holds GPU shares to their memory cap "
+                        "(default: lib/libgpushare.so beside the binary's bin/)");
   std::vector<std::string> agent_labels;
   agent_cmd->add_option("--label", agent_labels,
                         "node label KEY=VALUE jobs can ask for (repeatable)");
@@ -549,6 +552,13 @@ int main(int argc, char** argv) {
       ao.gpu_driver_dir = AbsolutePath(ao.gpu_driver_dir);
       if (Status s = agent::CheckGpuDriverDir(ao.gpu_driver_dir); !s.ok()) {
         std::cerr << "gpupool agent: --gpu-driver-dir: " << s.message() << "\n";
+        return 2;
+      }
+    }
+    if (!ao.gpushare_library.empty()) {
+      ao.gpushare_library = AbsolutePath(ao.gpushare_library);
+      if (Status s = agent::CheckGpushareLibraryPath(ao.gpushare_library); !s.ok()) {
+        std::cerr << "gpupool agent: --gpushare-library: " << s.message() << "\n";
         return 2;
       }
     }

@@ -14,6 +14,10 @@ import urllib.request
 
 GPUPOOL = os.environ.get("GPUPOOL_BIN", os.path.join(os.path.dirname(__file__), "../../build/bin/gpupool"))
 FAKE_NVML_DIR = os.environ.get("FAKE_NVML_DIR", "")
+# The fake libcuda.so.1 (tests/fake_cuda); by default beside the fake NVML's
+# build directory.
+FAKE_CUDA_DIR = os.environ.get("FAKE_CUDA_DIR") or (
+    os.path.join(os.path.dirname(FAKE_NVML_DIR.rstrip("/")), "fake_cuda") if FAKE_NVML_DIR else "")
 
 
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")

@@ -1,0 +1,199 @@
+"""Memory caps of fractional GPU shares, enforced by libgpushare.so end to end.
+
+The agent runs on a driver directory (--gpu-driver-dir) holding the test
+tree's fake NVML and fake CUDA driver (symlinks to tests/fake_nvml and
+tests/fake_cuda), with one fake GPU of 8 GiB: not --simulate-gpus, since the
+jobs load the driver through /gpupool/driver/lib as they would a real one.
+Each job is a Python script that uses the driver API through ctypes (cuInit,
+cuMemGetInfo_v2, then cuMemAlloc_v2 of 256 MiB until refused). A share's
+processes find libgpushare.so in the sandbox's /etc/ld.so.preload, so they
+see the share's cap as the GPU's memory and are refused
+CUDA_ERROR_OUT_OF_MEMORY (2) past it, across all the job's processes."""
+import glob
+import json
+import os
+
+from pool import FAKE_CUDA_DIR, FAKE_NVML_DIR, wait_for
+
+GPU = "GPU-11111111-2222-3333-4444-555555555555"
+NVML = {
+    "driver_version": "550.54.15",
+    "cuda_version": 12040,
+    "devices": [{"name": "NVIDIA L4", "uuid": GPU, "memory_total_mib": 8192,
+                 "memory_used_mib": 0, "cc": [8, 9]}],
+}
+
+# The job's own driver client. `python3 /work/alloc.py MODE LABEL`:
+#   all      allocate until refused; print what it got
+#   fork     hold 2 GiB, then a forked child allocates until refused
+#   spawn    hold 2 GiB, then a subprocess started with `env -u LD_PRELOAD`
+#            does `all`
+#   hold     `all`, then keep it until /work/release exists
+#   write    try to change the share's files; print each errno
+ALLOC = r"""
+import ctypes, errno, os, subprocess, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+CHUNK = 256 << 20
+MiB = 1 << 20
+
+def init():
+    rc = cuda.cuInit(0)
+    assert rc == 0, "cuInit: %d" % rc
+
+def total_mib():
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    rc = cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
+    assert rc == 0, "cuMemGetInfo_v2: %d" % rc
+    return total.value // MiB
+
+def alloc(limit=None):
+    got, ptrs = 0, []
+    while limit is None or got < limit:
+        p = ctypes.c_uint64()
+        rc = cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(CHUNK))
+        if rc != 0:
+            return got, rc, ptrs
+        ptrs.append(p.value)
+        got += CHUNK
+    return got, 0, ptrs
+
+def report(label):
+    init()
+    total = total_mib()
+    got, rc, ptrs = alloc()
+    print("%s total_mib=%d got_mib=%d rc=%d" % (label, total, got // MiB, rc), flush=True)
+    return ptrs
+
+mode, label = sys.argv[1], sys.argv[2]
+if mode == "all":
+    report(label)
+elif mode == "hold":
+    report(label)
+    deadline = time.time() + 120
+    while not os.path.exists("/work/release") and time.time() < deadline:
+        time.sleep(0.1)
+    print("%s released" % label, flush=True)
+elif mode in ("fork", "spawn"):
+    init()
+    held, rc, _ = alloc(2 << 30)
+    print("%s parent_mib=%d rc=%d" % (label, held // MiB, rc), flush=True)
+    if mode == "fork":
+        pid = os.fork()
+        if pid == 0:
+            report(label + "-child")
+            os._exit(0)
+        os.waitpid(pid, 0)
+    else:
+        subprocess.run(["env", "-u", "LD_PRELOAD", sys.executable, "/work/alloc.py", "all",
+                        label + "-sub"], check=True)
+elif mode == "write":
+    for path in ("/gpupool/share/limits", "/etc/ld.so.preload"):
+        try:
+            open(path, "w").close()
+            print("%s write %s ok" % (label, path))
+        except OSError as e:
+            print("%s write %s errno=%s" % (label, path, errno.errorcode[e.errno]))
+"""
+
+# Every job writes the fake driver's device file and its client into /work
+# first (the sandbox has no /tmp of the host).
+PRELUDE = 'printf "%s" "$NVML_JSON" > nvml.json; printf "%s" "$ALLOC" > alloc.py; '
+JOB_ENV = {"NVML_JSON": json.dumps(NVML), "ALLOC": ALLOC, "FAKE_NVML_CONFIG": "/work/nvml.json",
+           "FAKE_CUDA_STATE_DIR": "/tmp/fake-cuda"}
+
+
+def start_gpu_agent(pool, tmp_path):
+    """An agent whose one GPU (8 GiB) and driver come from a driver directory."""
+    assert FAKE_NVML_DIR and FAKE_CUDA_DIR, "FAKE_NVML_DIR (and FAKE_CUDA_DIR) must name the fakes"
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    os.symlink(os.path.join(FAKE_NVML_DIR, "libnvidia-ml.so.1"), driver / "libnvidia-ml.so.1")
+    os.symlink(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1"), driver / "libcuda.so.1")
+    nvml = tmp_path / "nvml.json"
+    nvml.write_text(json.dumps(NVML))
+    dev = tmp_path / "dev"  # stand-ins for the device nodes the sandbox binds
+    dev.mkdir()
+    for name in ["nvidia0", "nvidiactl", "nvidia-uvm"]:
+        (dev / name).write_text("")
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"sandbox: {{devices_dir: {dev}}}\n")
+    pool.start_server()
+    pool.start_agent("gpu-box", gpus=None, env={"FAKE_NVML_CONFIG": str(nvml)},
+                     extra=["--gpu-driver-dir", str(driver), "--config", str(config)])
+    pool.wait_nodes_ready(1)
+    assert [g["memory_mib"] for g in pool.nodes()[0]["gpus"]] == [8192], pool.nodes()
+
+
+def run_job(pool, run, resources, timeout=90):
+    job_id = pool.submit({"run": PRELUDE + run, "resources": resources, "env": JOB_ENV})
+    job = pool.wait_finished(job_id, timeout=timeout)
+    out = pool.logs_text(job_id)
+    assert job["state"] == "succeeded", (job, out, pool.agent_log_tails())
+    return out
+
+
+def said(out, label):
+    """The line of `out` that starts with `label `."""
+    lines = [line for line in out if line.startswith(label + " ")]
+    assert len(lines) == 1, (label, out)
+    return lines[0][len(label) + 1:]
+
+
+def test_shares_are_held_to_their_memory_cap(pool, tmp_path):
+    start_gpu_agent(pool, tmp_path)
+
+    # (a) Half the GPU: 4 GiB, whatever the driver has.
+    out = run_job(pool, "python3 alloc.py all half; python3 alloc.py write files",
+                  {"gpus": 0.5})
+    assert said(out, "half") == "total_mib=4096 got_mib=4096 rc=2", out
+    # (f) The limits and the preload file are the agent's: read-only to the job.
+    assert "files write /gpupool/share/limits errno=EROFS" in out, out
+    assert "files write /etc/ld.so.preload errno=EROFS" in out, out
+
+    # (b) gpu_memory is the cap.
+    out = run_job(pool, "python3 alloc.py all small", {"gpus": 0.5, "gpu_memory": "1GiB"})
+    assert said(out, "small") == "total_mib=1024 got_mib=1024 rc=2", out
+
+    # (c) One ledger for every process of the task: a process started
+    # without LD_PRELOAD, and one forked while its parent holds 2 GiB.
+    out = run_job(pool, "env -u LD_PRELOAD python3 alloc.py all bare; "
+                        "python3 alloc.py fork forked; python3 alloc.py spawn spawned",
+                  {"gpus": 0.5})
+    assert said(out, "bare") == "total_mib=4096 got_mib=4096 rc=2", out
+    assert said(out, "forked") == "parent_mib=2048 rc=0", out
+    assert said(out, "forked-child") == "total_mib=4096 got_mib=2048 rc=2", out
+    assert said(out, "spawned") == "parent_mib=2048 rc=0", out
+    assert said(out, "spawned-sub") == "total_mib=4096 got_mib=2048 rc=2", out
+
+    # (e) A whole GPU: all 8 GiB, and no interposer at all.
+    out = run_job(pool, "python3 alloc.py all whole; echo gpupool=$(ls /gpupool | tr '\\n' ' '); "
+                        "test -e /etc/ld.so.preload && echo preload=yes; echo done",
+                  {"gpus": 1})
+    assert said(out, "whole") == "total_mib=8192 got_mib=8192 rc=2", out
+    assert "gpupool=driver" in out and "preload=yes" not in out and "done" in out, out
+
+
+def test_two_shares_of_one_gpu_each_get_their_own_cap(pool, tmp_path):
+    start_gpu_agent(pool, tmp_path)
+    # (d) Both run at once on the one GPU, each holding what it got until
+    # both have reported.
+    jobs = [pool.submit({"run": PRELUDE + f"python3 alloc.py hold job{i}",
+                         "resources": {"gpus": 0.5}, "env": JOB_ENV}) for i in (1, 2)]
+    for job_id in jobs:
+        pool.wait_state(job_id, "running", timeout=60)
+
+    def both_hold():
+        outs = [pool.logs_text(job_id) for job_id in jobs]
+        return outs if all(any(" total_mib=" in line for line in out) for out in outs) else None
+    outs = wait_for(both_hold, timeout=60, what="both shares to allocate")
+    assert [pool.job(job_id)["state"] for job_id in jobs] == ["running", "running"]
+    assert said(outs[0], "job1") == "total_mib=4096 got_mib=4096 rc=2", outs
+    assert said(outs[1], "job2") == "total_mib=4096 got_mib=4096 rc=2", outs
+
+    works = glob.glob(os.path.join(pool.agent_dir("gpu-box"), "tasks", "*", "work"))
+    assert len(works) == 2, works
+    for work in works:
+        open(os.path.join(work, "release"), "w").close()
+    for job_id in jobs:
+        job = pool.wait_finished(job_id, timeout=60)
+        assert job["state"] == "succeeded", (job, pool.logs_text(job_id))

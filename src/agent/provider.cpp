@@ -8,6 +8,7 @@
 #include <map>
 
 #include "agent/agent.h"
+#include "agent/gpu_backstop.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -161,9 +162,14 @@ void Provider::Tick(int64_t grace_ms) {
     if (tasks_.HoldsGpus(t) && t.vacate_reason.empty()) running.push_back({id, t.gpu_uuids});
   }
   std::set<int64_t> pool_pids;
-  if (lender_.WantsTelemetry()) {
+  bool capped = false;
+  for (const auto& [id, t] : tasks_.tasks()) capped |= t.gpu_memory_cap > 0 && !t.result;
+  if (lender_.WantsTelemetry() || capped) {
     // A failed read keeps the last sample rather than reclaiming on no evidence.
     if (auto snap = gpu_source_->Read(); snap.ok()) telemetry_ = snap->telemetry;
+  }
+  if (capped) EnforceGpuMemoryCaps();
+  if (lender_.WantsTelemetry()) {
     std::set<std::string> container_gpus;
     for (const auto& [id, t] : tasks_.tasks()) {
       if (!tasks_.HoldsGpus(t) || t.shim_pid <= 0) continue;
@@ -192,6 +198,28 @@ void Provider::Tick(int64_t grace_ms) {
   evaluated_ = true;
   SendLending(false);
   timer_ = loop_.RunAfter(kTickMs, [this] { Tick(); });
+}
+
+// The NVML backstop of shares' memory caps (agent/gpu_backstop.h): a task
+// whose processes hold more than their cap, whatever path they took to it,
+// is stopped, once, with the reason.
+void Provider::EnforceGpuMemoryCaps() {
+  std::vector<CappedTask> capped;
+  for (const auto& [id, t] : tasks_.tasks()) {
+    if (t.gpu_memory_cap <= 0 || t.result || t.shim_pid <= 0 || over_cap_.count(id)) continue;
+    CappedTask c{id, t.gpu_memory_cap, t.gpu_uuids, {}};
+    for (pid_t p : exec::Descendants(t.shim_pid)) c.pids.insert(p);
+    capped.push_back(std::move(c));
+  }
+  for (const CapVerdict& v : TasksOverGpuMemoryCap(capped, telemetry_)) {
+    GP_LOG(kWarn) << "stopping " << v.attempt_id << ": " << v.reason;
+    over_cap_.insert(v.attempt_id);
+    tasks_.Stop(v.attempt_id, v.reason);
+  }
+  // Forget the tasks that are gone.
+  for (auto it = over_cap_.begin(); it != over_cap_.end();) {
+    it = tasks_.tasks().count(*it) ? std::next(it) : over_cap_.erase(it);
+  }
 }
 
 // Sends the lending when it changed since the server last heard it.

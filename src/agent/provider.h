@@ -94,6 +94,7 @@ class Provider {
   std::string PolicySource() const;
   std::string PolicyOverridePath() const { return options_.data_dir + "/policy.yaml"; }
   void Tick(int64_t grace_ms = 0);
+  void EnforceGpuMemoryCaps();
   void SendLending(bool force);
   void RecordReclaims(const NodeLending& before,
                       const std::vector<std::pair<std::string, std::string>>& vacated,
@@ -119,6 +120,7 @@ class Provider {
   std::optional<NodeLending> sent_lending_;  // what the server last heard
   bool evaluated_ = false;                   // lending_ holds a first evaluation
   std::vector<GpuTelemetry> telemetry_;      // the last sample, for idle-only lending
+  std::set<std::string> over_cap_;           // stopped by the GPU memory backstop
   net::EventLoop::TimerId timer_ = 0;
   bool stopped_ = false;
   std::unique_ptr<ControlServer> control_;

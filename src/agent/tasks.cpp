@@ -199,6 +199,9 @@ Status TaskManager::Recover() {
         t.runs_as = j.value("runs_as", "");
         t.has_image = j.value("image", false);
         t.uid = j.value("uid", -1);
+        if (auto c = j.find("gpu_memory_cap"); c != j.end() && c->is_number_integer()) {
+          t.gpu_memory_cap = std::max<int64_t>(c->get<int64_t>(), 0);
+        }
         if (j.contains("gang")) t.gang = GangFromJson(j["gang"]);
         if (auto p = j.find("gang_ports"); p != j.end() && p->is_array() && p->size() == 2 &&
                                            (*p)[0].is_number_integer() &&
@@ -389,11 +392,10 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
       return Status::ResourceExhausted("every account of the sandbox uid range is in use");
     }
   }
-  nlohmann::json exec = {{"executor", t.executor},
-                         {"runs_as", t.runs_as},
-                         {"image", t.has_image},
-                         {"uid", t.uid},
-                         {"gpus", t.gpu_uuids}};
+  if (gpus.share) t.gpu_memory_cap = gpus.share->memory_bytes;
+  nlohmann::json exec = {{"executor", t.executor}, {"runs_as", t.runs_as},
+                         {"image", t.has_image},   {"uid", t.uid},
+                         {"gpus", t.gpu_uuids},    {"gpu_memory_cap", t.gpu_memory_cap}};
   if (ForwardsGangPorts(task)) {
     if (NeedsMasterPort(task)) {
       // Rank 0: ChooseMaster took a block and made its first the master port.

@@ -52,6 +52,9 @@ struct TaskState {
   bool has_image = false;            // the spec names an image
   int uid = -1;                      // the task's own account, or -1
   std::vector<std::string> gpu_uuids;
+  // A share's GPU memory cap per GPU (0: none), for the NVML backstop
+  // (agent/gpu_backstop.h); kept in exec.json.
+  int64_t gpu_memory_cap = 0;
   std::string vacate_reason;  // set when the provider took it back (Vacate)
   // A rank of a multi-node job: its place, and for rank 0 of a torch gang
   // the master its agent chose (kept in exec.json).

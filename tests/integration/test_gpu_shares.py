@@ -197,3 +197,40 @@ def test_two_shares_of_one_gpu_each_get_their_own_cap(pool, tmp_path):
     for job_id in jobs:
         job = pool.wait_finished(job_id, timeout=60)
         assert job["state"] == "succeeded", (job, pool.logs_text(job_id))
+
+
+def job_host_pids(marker):
+    """Host pids of the processes whose command line holds `marker`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def test_a_share_that_goes_around_the_library_is_stopped_by_nvml(pool, tmp_path):
+    """The backstop: whatever the library saw, NVML's figure for the task's
+    processes decides. The fake NVML reports what its device file says, so
+    the test makes NVML see the job's own process holding 6 GiB of a 4 GiB
+    share, as a static binary or a raw ioctl would."""
+    start_gpu_agent(pool, tmp_path)
+    marker = "around-the-library"
+    job_id = pool.submit({"run": PRELUDE + f"echo up; exec sleep 300 # {marker}",
+                          "resources": {"gpus": 0.5}, "env": JOB_ENV})
+    pool.wait_state(job_id, "running", timeout=60)
+    wait_for(lambda: "up" in pool.logs_text(job_id), what="the job to start")
+    pids = wait_for(lambda: job_host_pids(f"sleep 300 # {marker}"), what="the job's process")
+    # (What lies within the cap and each process's context allowance is
+    # left alone: agent/gpu_backstop_test.cpp.)
+    over = dict(NVML, devices=[dict(NVML["devices"][0],
+                                    processes=[{"pid": pids[0], "used_mib": 6144}])])
+    (tmp_path / "nvml.json").write_text(json.dumps(over))
+    job = pool.wait_finished(job_id, timeout=60)
+    assert job["state"] == "failed", job
+    assert "used 6 GiB of GPU memory on " + GPU in job["reason"], job
+    assert "over its cap of 4 GiB" in job["reason"], job

@@ -163,10 +163,15 @@ static void drop_dead_slots(struct ledger_file* f, int self) {
 /* This process's slot, claimed if it has none; -1 if none is free. Under
  * the lock. */
 static int own_slot(struct gpushare_ledger* l, int self) {
+  /* The first use in this process image. A record of this same process
+   * (pid and start time) is then from the image it replaced by exec, whose
+   * device memory went with it: it starts again from nothing. */
+  int fresh = 0;
   if (l->pid != self) {
     l->pid = self;
     l->start_time = gpushare_process_start_time(self);
     l->slot = -1;
+    fresh = 1;
   }
   struct ledger_file* f = l->file;
   if (l->slot >= 0 && f->slots[l->slot].pid == self &&
@@ -176,7 +181,10 @@ static int own_slot(struct gpushare_ledger* l, int self) {
   for (int pass = 0; pass < 2; ++pass) {
     for (int i = 0; i < GPUSHARE_LEDGER_SLOTS; ++i) {
       struct slot* s = &f->slots[i];
-      if (s->pid == self && s->start_time == l->start_time) return l->slot = i;
+      if (s->pid == self && s->start_time == l->start_time) {
+        if (fresh) memset(s->bytes, 0, sizeof s->bytes);
+        return l->slot = i;
+      }
     }
     for (int i = 0; i < GPUSHARE_LEDGER_SLOTS; ++i) {
       struct slot* s = &f->slots[i];

@@ -9,7 +9,8 @@
  * backstop stops a task whose real use passes its cap whatever the ledger
  * says. One process's records do not outlive it: a record whose process is
  * gone (or whose pid now names another process) is dropped, which is how
- * memory is released when a process exits without freeing.
+ * memory is released when a process exits without freeing; a process that
+ * execs another program starts its record again from nothing.
  *
  * Layout (host byte order, fixed size GPUSHARE_LEDGER_BYTES): a header with
  * a lock word (the pid holding it; a dead holder's lock is taken over) and

@@ -61,6 +61,29 @@ TEST(Limits, ErrorsNameTheLineAndWhatWasWrong) {
   EXPECT_THAT(ParseError(std::string("gpushare 1\nmode str\0ict\n", 24)), HasSubstr("NUL"));
 }
 
+TEST(Limits, TheComputeShareFilesGoTogether) {
+  std::string text =
+      "gpushare 1\nshare_milli 250\nwant /gpupool/share/want\n"
+      "grant /gpupool/share/grant\n";
+  gpushare_limits l;
+  char err[256];
+  ASSERT_EQ(gpushare_parse_limits(text.data(), text.size(), &l, err, sizeof err), 0) << err;
+  EXPECT_STREQ(l.want_path, "/gpupool/share/want");
+  EXPECT_STREQ(l.grant_path, "/gpupool/share/grant");
+  std::string bare = "gpushare 1\n";
+  ASSERT_EQ(gpushare_parse_limits(bare.data(), bare.size(), &l, err, sizeof err), 0);
+  EXPECT_STREQ(l.want_path, "");
+  EXPECT_STREQ(l.grant_path, "");
+  EXPECT_THAT(ParseError("gpushare 1\nwant /w\n"), HasSubstr("want and grant go together"));
+  EXPECT_THAT(ParseError("gpushare 1\ngrant /g\n"), HasSubstr("want and grant go together"));
+  EXPECT_THAT(ParseError("gpushare 1\nwant w\ngrant /g\n"),
+              HasSubstr("line 2: want must be an absolute path"));
+  EXPECT_THAT(ParseError("gpushare 1\nwant /w\ngrant g\n"),
+              HasSubstr("line 3: grant must be an absolute path"));
+  EXPECT_THAT(ParseError("gpushare 1\nwant /" + std::string(600, 'x') + "\ngrant /g\n"),
+              HasSubstr("want must be"));
+}
+
 class LedgerTest : public ::testing::Test {
  protected:
   void SetUp() override {

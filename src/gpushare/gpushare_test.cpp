@@ -6,13 +6,18 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -20,6 +25,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "gpushare/share_files.h"
 
 extern char** environ;
 
@@ -256,6 +263,138 @@ TEST_F(GpushareTest, TheLibraryNeedsNoNewerGlibcThanItsArchitecturesFirst) {
     EXPECT_LE(minor, 17) << text.substr(at, 12);
   }
   EXPECT_THAT(text, ::testing::Not(HasSubstr("GLIBCXX")));
+}
+
+// ---- The compute share's gate (launch.c) ------------------------------------
+
+int64_t MonoNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The agent's side of one task's share files, by hand: the test writes the
+// grant and reads the want.
+class ShareGateTest : public GpushareTest {
+ protected:
+  void SetUp() override {
+    GpushareTest::SetUp();
+    want_path_ = dir_ + "/want";
+    grant_path_ = dir_ + "/grant";
+    for (const auto& p : {want_path_, grant_path_}) {
+      int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      ASSERT_EQ(::ftruncate(fd, GPUSHARE_SHARE_FILE_BYTES), 0);
+      void* m =
+          ::mmap(nullptr, GPUSHARE_SHARE_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      ASSERT_NE(m, MAP_FAILED);
+      (p == want_path_ ? want_ : grant_) = static_cast<uint64_t*>(m);
+    }
+    limits_ = dir_ + "/limits-share";
+    Write(limits_,
+          "gpushare 1\nshare_milli 250\nwant " + want_path_ + "\ngrant " + grant_path_ + "\n");
+  }
+  void TearDown() override {
+    StopBeating();
+    ::munmap(want_, GPUSHARE_SHARE_FILE_BYTES);
+    ::munmap(grant_, GPUSHARE_SHARE_FILE_BYTES);
+    GpushareTest::TearDown();
+  }
+
+  void Grant(unsigned state, int64_t until = 0) {
+    __atomic_store_n(&grant_[0], gpushare_grant_pack(state, static_cast<uint64_t>(until)),
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&grant_[1], static_cast<uint64_t>(MonoNs()), __ATOMIC_RELEASE);
+  }
+  int64_t LastActive() const {
+    return static_cast<int64_t>(__atomic_load_n(&want_[0], __ATOMIC_RELAXED));
+  }
+  // Keeps the beat fresh, as a live agent does, and runs `at` (time, grant
+  // change) steps.
+  void Beat(std::vector<std::pair<int64_t, std::function<void()>>> steps) {
+    beating_ = true;
+    beater_ = std::thread([this, steps = std::move(steps)] {
+      size_t next = 0;
+      while (beating_) {
+        if (next < steps.size() && MonoNs() >= steps[next].first) steps[next++].second();
+        __atomic_store_n(&grant_[1], static_cast<uint64_t>(MonoNs()), __ATOMIC_RELEASE);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  void StopBeating() {
+    beating_ = false;
+    if (beater_.joinable()) beater_.join();
+  }
+  // `cuda_probe spin SECONDS START` and its figures.
+  std::map<std::string, double> Spin(double seconds, int64_t start, const std::string& limits) {
+    ProbeRun r = Probe({"spin", std::to_string(seconds), std::to_string(start)}, limits);
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::map<std::string, double> figures;
+    std::istringstream in(r.out);
+    for (std::string k; in >> k;) in >> figures[k];
+    last_err_ = r.err;
+    return figures;
+  }
+
+  std::string want_path_, grant_path_, last_err_;
+  uint64_t* want_ = nullptr;
+  uint64_t* grant_ = nullptr;
+  std::atomic<bool> beating_{false};
+  std::thread beater_;
+};
+
+constexpr int64_t kMs = 1'000'000;
+
+TEST_F(ShareGateTest, LaunchesStampTheWantFileAndAGrantWithoutAgentLetsThemRun) {
+  // Zero-filled: FREE, and no beat. The task runs freely and says it wants.
+  int64_t before = MonoNs();
+  auto f = Spin(0.3, 0, limits_);
+  EXPECT_GE(f["launches"], 50);
+  EXPECT_GE(LastActive(), before);
+  EXPECT_EQ(last_err_, "");
+  // WAIT from an agent that stopped beating a second ago: as good as FREE.
+  __atomic_store_n(&grant_[0], gpushare_grant_pack(GPUSHARE_GRANT_WAIT, 0), __ATOMIC_RELEASE);
+  __atomic_store_n(&grant_[1], static_cast<uint64_t>(MonoNs() - 1100 * kMs), __ATOMIC_RELEASE);
+  f = Spin(0.3, 0, limits_);
+  EXPECT_GE(f["launches"], 50);
+}
+
+TEST_F(ShareGateTest, AWaitHoldsLaunchesBackAndARunLastsUntilItsEnd) {
+  // WAIT until T+300 ms, RUN until T+400 ms, WAIT again, FREE at T+600 ms.
+  const int64_t t = MonoNs() + 200 * kMs;
+  Grant(GPUSHARE_GRANT_WAIT);
+  Beat({{t + 300 * kMs, [&] { Grant(GPUSHARE_GRANT_RUN, t + 400 * kMs); }},
+        {t + 450 * kMs, [&] { Grant(GPUSHARE_GRANT_WAIT); }},
+        {t + 600 * kMs, [&] { Grant(GPUSHARE_GRANT_FREE); }}});
+  auto f = Spin(0.5, t, limits_);
+  StopBeating();
+  // The first kernel ran no sooner than the RUN (+ its 1 ms).
+  EXPECT_GE(f["first_us"], 300'000);
+  // About 100 ms of kernels in the slice: none past its end but what was
+  // queued (a few ms), and a kernel or two after FREE; fewer when the
+  // machine is slow to wake the probe.
+  EXPECT_LE(f["busy"], 110'000);
+  EXPECT_GE(f["busy"], 30'000);
+  // A waiting task counts as wanting: it stamped its want file while held.
+  EXPECT_GE(LastActive(), t + 550 * kMs);
+}
+
+TEST_F(ShareGateTest, WithoutItsGrantFileATaskIsNotHeldAndSaysSo) {
+  Write(limits_, "gpushare 1\nwant " + want_path_ + "\ngrant " + dir_ + "/no-grant\n");
+  auto f = Spin(0.2, 0, limits_);
+  EXPECT_GE(f["launches"], 30);
+  EXPECT_THAT(last_err_, HasSubstr("kernel launches are not held to the compute share"));
+}
+
+TEST_F(ShareGateTest, WithoutItsWantFileATaskIsStillHeldAndCountsAsIdle) {
+  Write(limits_, "gpushare 1\nwant " + dir_ + "/no-want\ngrant " + grant_path_ + "\n");
+  const int64_t t = MonoNs() + 200 * kMs;
+  Grant(GPUSHARE_GRANT_WAIT);
+  Beat({{t + 200 * kMs, [&] { Grant(GPUSHARE_GRANT_FREE); }}});
+  auto f = Spin(0.1, t, limits_);
+  EXPECT_GE(f["first_us"], 200'000);
+  EXPECT_THAT(last_err_, HasSubstr("the task counts as idle"));
 }
 
 }  // namespace

@@ -69,6 +69,9 @@ void* gs_real(enum gs_entry id);
 /* A driver function that is not wrapped (cuCtxGetDevice, cuDeviceGetUuid). */
 void* gs_real_driver(const char* name);
 
+/* Writes "gpupool gpushare: <what>" to the job's stderr (memory.c). */
+void gs_say(const char* what);
+
 /* Our wrapper for the driver's export `name`, or NULL if not wrapped. */
 void* gs_wrapper_by_name(const char* name);
 

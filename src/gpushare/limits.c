@@ -31,6 +31,15 @@ static int key_is(const char* key, size_t key_len, const char* want) {
   return strlen(want) == key_len && memcmp(key, want, key_len) == 0;
 }
 
+/* An absolute path into `out` (GPUSHARE_PATH_MAX bytes). */
+static int parse_path(const char* val, size_t val_len, char* out, int line, const char* what,
+                      char* err, size_t err_len) {
+  if (val_len >= GPUSHARE_PATH_MAX || val[0] != '/') return fail(err, err_len, line, what, "");
+  memcpy(out, val, val_len);
+  out[val_len] = '\0';
+  return 0;
+}
+
 /* One "key value" line (comment and surrounding blanks already removed). */
 static int parse_line(const char* s, size_t n, int line, int* seen_header,
                       struct gpushare_limits* out, char* err, size_t err_len) {
@@ -68,11 +77,14 @@ static int parse_line(const char* s, size_t n, int line, int* seen_header,
       return fail(err, err_len, line, "mode must be work-conserving or strict", "");
     }
   } else if (key_is(s, k, "usage")) {
-    if (val_len >= sizeof out->usage_path || val[0] != '/') {
-      return fail(err, err_len, line, "usage must be an absolute path", "");
-    }
-    memcpy(out->usage_path, val, val_len);
-    out->usage_path[val_len] = '\0';
+    return parse_path(val, val_len, out->usage_path, line, "usage must be an absolute path", err,
+                      err_len);
+  } else if (key_is(s, k, "want")) {
+    return parse_path(val, val_len, out->want_path, line, "want must be an absolute path", err,
+                      err_len);
+  } else if (key_is(s, k, "grant")) {
+    return parse_path(val, val_len, out->grant_path, line, "grant must be an absolute path", err,
+                      err_len);
   } else {
     char key[40];
     size_t kn = k < sizeof key - 1 ? k : sizeof key - 1;
@@ -111,6 +123,9 @@ int gpushare_parse_limits(const char* text, size_t len, struct gpushare_limits* 
   if (!seen_header) return fail(err, err_len, line, "empty: no \"gpushare 1\" line", "");
   if (out->memory_bytes > 0 && out->usage_path[0] == '\0') {
     return fail(err, err_len, line, "a memory cap needs a usage ledger (usage PATH)", "");
+  }
+  if ((out->want_path[0] == '\0') != (out->grant_path[0] == '\0')) {
+    return fail(err, err_len, line, "want and grant go together (the compute share's files)", "");
   }
   return 0;
 }

@@ -14,9 +14,14 @@
  *   share_milli 500                 compute share in thousandths; 1000 = whole
  *   mode work-conserving            or strict
  *   usage /gpupool/share/usage      the task's shared usage ledger
+ *   want /gpupool/share/want        the compute share's files (share_files.h):
+ *   grant /gpupool/share/grant      both or neither; without them kernel
+ *                                   launches are not held back
  *
- * Unknown keys are errors (a newer agent with an older library must not
- * silently lose a limit). Pure: no I/O but gpushare_read_limits. */
+ * share_milli and mode are the agent's inputs to its arbiter (src/share);
+ * the library itself only obeys the grant. Unknown keys are errors (a newer
+ * agent with an older library must not silently lose a limit). Pure: no I/O
+ * but gpushare_read_limits. */
 #ifndef GPUPOOL_GPUSHARE_LIMITS_H_
 #define GPUPOOL_GPUSHARE_LIMITS_H_
 
@@ -37,6 +42,8 @@ struct gpushare_limits {
   uint32_t share_milli;  /* 1..1000 */
   int mode;              /* enum gpushare_mode */
   char usage_path[GPUSHARE_PATH_MAX];
+  char want_path[GPUSHARE_PATH_MAX];  /* "": no compute gating */
+  char grant_path[GPUSHARE_PATH_MAX]; /* set exactly when want_path is */
 };
 
 /* Parses `text` (`len` bytes). 0 on success; -1 with a message naming the

@@ -23,7 +23,7 @@ static struct gpushare_ledger* ledger;
 static _Atomic int ordinal_index[MAX_ORDINALS]; /* ledger index + 1; 0: not looked up */
 static atomic_flag refusal_said = ATOMIC_FLAG_INIT;
 
-static void say(const char* what) {
+void gs_say(const char* what) {
   /* stderr is the job's own log: once per process is enough. */
   char line[700];
   int n = snprintf(line, sizeof line, "gpupool gpushare: %s\n", what);
@@ -37,7 +37,7 @@ static void load_state(void) {
     broken = 1;
     char msg[700];
     snprintf(msg, sizeof msg, "%s; GPU memory allocations are refused", err);
-    say(msg);
+    gs_say(msg);
     return;
   }
   if (r == 0 || limits.memory_bytes == 0) return;
@@ -46,7 +46,7 @@ static void load_state(void) {
     broken = 1;
     char msg[700];
     snprintf(msg, sizeof msg, "%s; GPU memory allocations are refused", err);
-    say(msg);
+    gs_say(msg);
     return;
   }
   capped = 1;
@@ -97,7 +97,7 @@ static CUresult charge(int dev, uint64_t bytes) {
                "an allocation of %llu bytes was refused: the task's GPU memory cap is %llu "
                "bytes per GPU (further refusals are not reported)",
                (unsigned long long)bytes, (unsigned long long)limits.memory_bytes);
-      say(msg);
+      gs_say(msg);
     }
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

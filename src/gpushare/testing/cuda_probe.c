@@ -9,6 +9,13 @@
  *   cuda_probe fork-fill PATH CHUNK_MIB MAX_MIB HOLD_MIB
  *       holds HOLD_MIB, then a forked child fills and prints its count.
  *   cuda_probe hold MIB FILE         allocates MIB, writes FILE, sleeps.
+ *   cuda_probe spin SECONDS [START_NS]
+ *       from START_NS (CLOCK_MONOTONIC; default: now) launches 1000 µs
+ *       kernels (grid 1000) by cuLaunchKernel until SECONDS have passed,
+ *       synchronizing after the first only; prints "first_us F" (from the
+ *       start to the end of the first kernel), "launches N", "wall_us W"
+ *       and "busy B" (the device µs reserved for this process, by the fake
+ *       driver's fakeCudaBusyMicros).
  *
  * PATH: direct (linked cuMemAlloc_v2), legacy (cuMemAlloc, 32-bit),
  * dlsym (dlopen + dlsym), procaddr (cuGetProcAddress, CUDA 11.3),
@@ -21,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpushare/cuda_abi.h"
@@ -43,6 +51,14 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
 CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc);
 CUresult cuArrayDestroy(CUarray array);
+CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev);
+CUresult cuCtxSynchronize(void);
+CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                        CUstream stream, void** params, void** extra);
+/* The fake driver's test hooks (tests/fake_cuda). */
+unsigned long long fakeCudaBusyMicros(const char* uuid, int pid);
+CUresult fakeCudaGetFunction(CUfunction* f);
 
 #define MIB (1024ULL * 1024ULL)
 
@@ -165,6 +181,45 @@ static int fill(const char* path, unsigned chunk_mib, unsigned max_mib) {
   return 0;
 }
 
+static long long monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int spin(double seconds, long long start_ns) {
+  CUfunction f = NULL;
+  CUuuid id;
+  if (fakeCudaGetFunction(&f) != CUDA_SUCCESS || cuDeviceGetUuid(&id, 0) != CUDA_SUCCESS) return 4;
+  const unsigned char* b = (const unsigned char*)id.bytes;
+  char uuid[48];
+  snprintf(uuid, sizeof uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+           b[15]);
+  long long now = monotonic_ns();
+  if (start_ns <= 0) start_ns = now;
+  if (start_ns > now) {
+    struct timespec until = {start_ns / 1000000000LL, start_ns % 1000000000LL};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) != 0) {
+    }
+  }
+  long long end_ns = start_ns + (long long)(seconds * 1e9);
+  if (cuLaunchKernel(f, 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) return 5;
+  cuCtxSynchronize();
+  long long first_ns = monotonic_ns() - start_ns;
+  unsigned long long launches = 1;
+  while (monotonic_ns() < end_ns) {
+    if (cuLaunchKernel(f, 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) return 5;
+    ++launches;
+  }
+  long long wall_ns = monotonic_ns() - start_ns;
+  cuCtxSynchronize();
+  printf("first_us %lld\nlaunches %llu\nwall_us %lld\nbusy %llu\n", first_ns / 1000, launches,
+         wall_ns / 1000, fakeCudaBusyMicros(uuid, (int)getpid()));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   if (cuInit(0) != CUDA_SUCCESS) {
@@ -191,6 +246,9 @@ int main(int argc, char** argv) {
     waitpid(child, &st, 0);
     release(&h);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 5;
+  }
+  if (strcmp(argv[1], "spin") == 0 && (argc == 3 || argc == 4)) {
+    return spin(atof(argv[2]), argc == 4 ? atoll(argv[3]) : 0);
   }
   if (strcmp(argv[1], "hold") == 0 && argc == 4) {
     struct held h;

@@ -11,6 +11,13 @@
 // once (bench/null_cuda.c): against it the difference is the wrappers' own
 // cost, which the fake driver's variation (its state files) would hide.
 //
+// --share adds the compute share's want and grant files to the task's
+// limits (src/gpushare/share_files.h), so that every launch passes the
+// gate, and measures the launch with the grant FREE and with it RUN (a
+// slice that does not end during the run): the gate's cost when nothing
+// holds the launch back. (The limits are read once per process, hence a
+// flag, not another case in the same run.)
+//
 // dlsym on the driver hands out the wrappers (that is the interposer at
 // work); glibc's own dlsym, found by version, the driver's functions.
 //
@@ -19,6 +26,9 @@
 // (tens of microseconds); the capped wrapper adds its ledger's lock and
 // records.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +40,7 @@
 #include <benchmark/benchmark.h>
 
 #include "gpushare/cuda_abi.h"
+#include "gpushare/share_files.h"
 
 namespace {
 
@@ -73,6 +84,58 @@ BENCHMARK_CAPTURE(Launch, through_gpushare, wrapped);
 BENCHMARK_CAPTURE(AllocFree, driver_alone, direct);
 BENCHMARK_CAPTURE(AllocFree, through_gpushare_capped, wrapped);
 
+// With --share: the task's grant, mapped as the agent maps it.
+gpushare_grant_file* grant = nullptr;
+
+int64_t MonoNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void LaunchGranted(benchmark::State& state, unsigned grant_state) {
+  int64_t now = MonoNs();
+  // A slice an hour long: it does not end during the run.
+  uint64_t until = grant_state == GPUSHARE_GRANT_RUN ? now + 3600'000'000'000LL : 0;
+  __atomic_store_n(&grant->grant, gpushare_grant_pack(grant_state, until), __ATOMIC_RELEASE);
+  __atomic_store_n(&grant->beat_ns, static_cast<uint64_t>(now), __ATOMIC_RELEASE);
+  Launch(state, wrapped);
+}
+
+void RegisterShareCases() {
+  benchmark::RegisterBenchmark("Launch/through_gpushare_grant_free", LaunchGranted,
+                               GPUSHARE_GRANT_FREE);
+  benchmark::RegisterBenchmark("Launch/through_gpushare_grant_run", LaunchGranted,
+                               GPUSHARE_GRANT_RUN);
+}
+
+// Makes a zero-filled share file; maps it when `map`.
+gpushare_grant_file* MakeShareFile(const std::string& path, bool map) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || ::ftruncate(fd, GPUSHARE_SHARE_FILE_BYTES) != 0) {
+    std::fprintf(stderr, "gpushare-bench: cannot make %s\n", path.c_str());
+    std::exit(2);
+  }
+  void* p =
+      map ? ::mmap(nullptr, GPUSHARE_SHARE_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+          : nullptr;
+  ::close(fd);
+  if (p == MAP_FAILED) std::exit(2);
+  return static_cast<gpushare_grant_file*>(p);
+}
+
+// --name from argv, removed from it; whether it was there.
+bool TakeSwitch(int& argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == name) {
+      for (int j = i; j + 1 <= argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      return true;
+    }
+  }
+  return false;
+}
+
 // --name PATH from argv, removed from it.
 std::string TakeFlag(int& argc, char** argv, const std::string& name) {
   for (int i = 1; i + 1 < argc; ++i) {
@@ -90,8 +153,10 @@ std::string TakeFlag(int& argc, char** argv, const std::string& name) {
 
 int main(int argc, char** argv) {
   std::string fake = TakeFlag(argc, argv, "--driver");
+  bool share = TakeSwitch(argc, argv, "--share");
   if (fake.empty()) {
-    std::fprintf(stderr, "usage: LD_PRELOAD=libgpushare.so gpupool-gpushare-bench --driver LIB\n");
+    std::fprintf(
+        stderr, "usage: LD_PRELOAD=libgpushare.so gpupool-gpushare-bench --driver LIB [--share]\n");
     return 2;
   }
   // One simulated GPU, a 64 GiB cap and a ledger, in a scratch directory.
@@ -101,8 +166,16 @@ int main(int argc, char** argv) {
   std::ofstream(dir / "gpus.json") << R"({"devices": [{"name": "A100", "memory_total_mib": 81920,)"
                                       R"( "uuid": "GPU-11111111-2222-3333-4444-555555555555"}]})";
   std::ofstream(dir / "usage") << "";
-  std::ofstream(dir / "limits") << "gpushare 1\nmemory_bytes " << (64LL << 30) << "\nusage "
-                                << (dir / "usage").string() << "\n";
+  std::ofstream limits(dir / "limits");
+  limits << "gpushare 1\nmemory_bytes " << (64LL << 30) << "\nusage " << (dir / "usage").string()
+         << "\n";
+  if (share) {
+    MakeShareFile(dir / "want", false);
+    grant = MakeShareFile(dir / "grant", true);
+    limits << "want " << (dir / "want").string() << "\ngrant " << (dir / "grant").string() << "\n";
+    RegisterShareCases();
+  }
+  limits.close();
   ::setenv("FAKE_NVML_CONFIG", (dir / "gpus.json").c_str(), 1);
   ::setenv("FAKE_CUDA_STATE_DIR", (dir / "state").c_str(), 1);
   ::setenv("GPUSHARE_LIMITS", (dir / "limits").c_str(), 1);

@@ -169,6 +169,19 @@ TEST_F(LedgerTest, ProcessesShareTheCapAndADeadOnesShareIsFreed) {
   ::close(p[1]);
 }
 
+// exec replaces the process image (and its device memory) but keeps the
+// pid and start time: the new image's first use starts the record again.
+TEST_F(LedgerTest, ANewImageOfTheSameProcessStartsFromNothing) {
+  int dev = gpushare_ledger_device(ledger_, kGpuA);
+  ASSERT_EQ(gpushare_ledger_charge(ledger_, dev, 800, 1000), 0);
+  char err[256];
+  gpushare_ledger* after_exec = gpushare_ledger_open(path_.c_str(), err, sizeof err);
+  ASSERT_NE(after_exec, nullptr) << err;
+  EXPECT_EQ(gpushare_ledger_charge(after_exec, dev, 900, 1000), 0);
+  EXPECT_EQ(gpushare_ledger_used(after_exec, dev), 900u);
+  gpushare_ledger_close(after_exec);
+}
+
 TEST_F(LedgerTest, ALockHeldByADeadProcessIsTakenOver) {
   // The lock word is the first field: a process killed while holding it.
   pid_t dead = ::fork();

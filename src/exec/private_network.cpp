@@ -138,6 +138,74 @@ int AddProhibitRoute(int nl, const IpPrefix& p, uint32_t seq) {
   }
 }
 
+// Exit codes of WaitForLoopback besides 0 (the loopback is up) and 1 (a
+// failure, written to its err_fd).
+constexpr int kSandboxGone = 2;
+
+// The child that waits for bubblewrap's sandbox child to bring the
+// namespace's loopback up (PrivateNetwork::Attach says why): it enters the
+// user and network namespaces, as ConfigureNamespace does, and looks at
+// lo's flags every millisecond. bubblewrap gives lo its address, then
+// brings it up: up, its setup is done. Exits 0 then, kSandboxGone when
+// `sandbox` is gone first; writes what failed to `err_fd` otherwise.
+[[noreturn]] void WaitForLoopback(int userns_fd, int netns_fd, pid_t sandbox,
+                                  Clock::time_point deadline, int err_fd) {
+  auto fail = [&](const std::string& what) {
+    (void)!::write(err_fd, what.data(), what.size());
+    _exit(1);
+  };
+  if (::setns(userns_fd, CLONE_NEWUSER) != 0) {
+    fail(std::string("cannot enter the job's user namespace: ") + std::strerror(errno));
+  }
+  if (::setns(netns_fd, CLONE_NEWNET) != 0) {
+    fail(std::string("cannot enter the job's network namespace: ") + std::strerror(errno));
+  }
+  // Any socket of the namespace answers for its interfaces.
+  int sock = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) fail(std::string("socket: ") + std::strerror(errno));
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  while (true) {
+    if (::ioctl(sock, SIOCGIFFLAGS, &ifr) != 0) {
+      fail(std::string("cannot read the flags of the job's loopback: ") + std::strerror(errno));
+    }
+    if (ifr.ifr_flags & IFF_UP) _exit(0);
+    if (::kill(sandbox, 0) != 0 && errno == ESRCH) _exit(kSandboxGone);
+    if (Clock::now() >= deadline) fail("bubblewrap did not bring the job's loopback up in time");
+    ::usleep(1000);
+  }
+}
+
+// Runs WaitForLoopback in a child and waits for it (it ends by its deadline).
+Status AwaitLoopback(int userns_fd, int netns_fd, pid_t sandbox, Clock::time_point deadline) {
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return Status::Internal("pipe failed");
+  pid_t helper = ::fork();
+  if (helper < 0) {
+    int e = errno;
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    return Status::Internal(std::string("fork: ") + std::strerror(e));
+  }
+  if (helper == 0) {
+    ::close(err_pipe[0]);
+    WaitForLoopback(userns_fd, netns_fd, sandbox, deadline, err_pipe[1]);
+  }
+  ::close(err_pipe[1]);
+  int st = 0;
+  while (::waitpid(helper, &st, 0) < 0 && errno == EINTR) {
+  }
+  char buf[512];
+  ssize_t n = ::read(err_pipe[0], buf, sizeof buf);
+  ::close(err_pipe[0]);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return Status::Ok();
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kSandboxGone) {
+    return Status::Aborted("the sandbox ended before its loopback was up");
+  }
+  return Status::Unavailable(n > 0 ? std::string(buf, static_cast<size_t>(n))
+                                   : "the helper that waits for the job's loopback failed");
+}
+
 // The child that configures the namespace: it enters the user namespace
 // that owns the job's network (which gives it CAP_NET_ADMIN there) and the
 // network namespace, waits for pasta's interface and routes, then adds
@@ -390,7 +458,8 @@ void PrivateNetwork::Stop() {
   helpers_.clear();
 }
 
-Result<PrivateNetwork> PrivateNetwork::Attach(int netns_fd, const PrivateNetworkPlan& plan) {
+Result<PrivateNetwork> PrivateNetwork::Attach(int netns_fd, pid_t sandbox,
+                                              const PrivateNetworkPlan& plan) {
   std::string pasta = FindProgram(plan.pasta, EnvValue(HostBaseEnv(), "PATH").value_or(""));
   if (pasta.empty()) {
     return Status::FailedPrecondition("cannot find pasta (" + plan.pasta +
@@ -402,6 +471,14 @@ Result<PrivateNetwork> PrivateNetwork::Attach(int netns_fd, const PrivateNetwork
                             std::strerror(errno));
   }
   ::fcntl(userns_fd, F_SETFD, FD_CLOEXEC);
+  // Not before bubblewrap's own setup of the loopback (see the header).
+  if (Status up = AwaitLoopback(userns_fd, netns_fd, sandbox,
+                                Clock::now() + std::chrono::milliseconds(plan.timeout_ms));
+      !up.ok()) {
+    ::close(userns_fd);
+    if (up.code() == StatusCode::kAborted) return up;
+    return Status::Unavailable("cannot give the job its network: " + up.message());
+  }
   int log_fd = plan.log_path.empty()
                    ? -1
                    : ::open(plan.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

@@ -77,9 +77,11 @@ struct PrivateNetworkPlan {
   PortRange forward;              // a gang rank's ports (see above); empty: none
   int uid = -1;                   // pasta's account (the task's); -1: ours
   int gid = -1;
-  std::string cgroup_procs;     // pasta joins this cgroup ("": none)
-  std::string log_path;         // pasta's own messages (appended)
-  int64_t timeout_ms = 20'000;  // for pasta to configure the namespace
+  std::string cgroup_procs;  // pasta joins this cgroup ("": none)
+  std::string log_path;      // pasta's own messages (appended)
+  // For bubblewrap to bring the loopback up, then for pasta to configure
+  // the namespace (each).
+  int64_t timeout_ms = 20'000;
 };
 
 // What the machine's routing says about the default routes a copy of it
@@ -110,7 +112,16 @@ class PrivateNetwork {
   // configured the interface and the routes are in. An error (pasta
   // missing, pasta exited, the namespace not configured in time) says
   // why, with pasta's last message; nothing is left running then.
-  static Result<PrivateNetwork> Attach(int netns_fd, const PrivateNetworkPlan& plan);
+  //
+  // pasta starts only once the namespace's loopback is up. bubblewrap's
+  // child (`sandbox`, the process whose namespace it is) gives lo its
+  // address and brings it up itself, and may do that after bubblewrap
+  // reported its pid; pasta brings lo up first thing, and the kernel then
+  // gives lo 127.0.0.1, so a pasta that came first would make bubblewrap's
+  // own RTM_NEWADDR fail (EEXIST) and the sandbox with it ("loopback:
+  // Failed RTM_NEWADDR"). Aborted: `sandbox` ended before its loopback
+  // was up (bubblewrap failed; its own message says why).
+  static Result<PrivateNetwork> Attach(int netns_fd, pid_t sandbox, const PrivateNetworkPlan& plan);
 
   // pasta, and the port forwarder of a gang rank: processes of the
   // shim's that are not the job's.

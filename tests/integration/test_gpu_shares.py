@@ -267,6 +267,37 @@ print("%s-done launches=%d busy_us=%d" % (label, launches, busy), flush=True)
 """
 
 
+def spin_jobs(pool, tmp_path, shares):
+    """Runs `python3 spin.py LABEL` for each (label, share) in `shares` on the
+    `process` executor, releases them together once all have started, and
+    returns each one's device time in µs."""
+    state = tmp_path / "cuda-state"
+    state.mkdir(exist_ok=True)
+    os.chmod(state, 0o777)
+    env = {"SPIN": SPIN, "GPU_UUID": GPU, "FAKE_NVML_CONFIG": str(tmp_path / "nvml.json"),
+           "FAKE_CUDA_STATE_DIR": str(state)}
+    jobs = [pool.submit({"run": f'printf "%s" "$SPIN" > spin.py; python3 spin.py {label}',
+                         "executor": "process", "resources": {"gpus": share}, "env": env})
+            for label, share in shares]
+    for job_id in jobs:
+        pool.wait_state(job_id, "running", timeout=60)
+    wait_for(lambda: all(any(line.endswith(" started") for line in pool.logs_text(j))
+                         for j in jobs), timeout=60, what="the jobs to start")
+    for job_id in jobs:
+        work = glob.glob(os.path.join(pool.agent_dir("gpu-box"), "tasks", f"{job_id}.*", "work"))
+        assert len(work) == 1, work
+        with open(os.path.join(work[0], "go"), "w"):
+            pass
+    busy = {}
+    for job_id, (label, _) in zip(jobs, shares):
+        job = pool.wait_finished(job_id, timeout=60)
+        out = pool.logs_text(job_id)
+        assert job["state"] == "succeeded", (job, out, pool.agent_log_tails())
+        busy[label] = int(said(out, label + "-done").split("busy_us=")[1])
+    print("busy_us", busy)
+    return busy
+
+
 def test_two_shares_of_one_gpu_split_its_time_by_their_shares(pool, tmp_path):
     """0.25 and 0.75 of the GPU, both busy at once: the device time splits
     1:3. The jobs run on the `process` executor, so that both see the one
@@ -275,31 +306,9 @@ def test_two_shares_of_one_gpu_split_its_time_by_their_shares(pool, tmp_path):
     the same library, files and agent loop as in the sandbox (whose binds of
     want and grant are checked at the end)."""
     start_gpu_agent(pool, tmp_path, "executors: [sandbox, process]\n")
-    state = tmp_path / "cuda-state"
-    state.mkdir()
-    os.chmod(state, 0o777)
-    env = {"SPIN": SPIN, "GPU_UUID": GPU, "FAKE_NVML_CONFIG": str(tmp_path / "nvml.json"),
-           "FAKE_CUDA_STATE_DIR": str(state)}
-    jobs = [pool.submit({"run": f'printf "%s" "$SPIN" > spin.py; python3 spin.py {label}',
-                         "executor": "process", "resources": {"gpus": share}, "env": env})
-            for label, share in (("quarter", 0.25), ("three", 0.75))]
-    for job_id in jobs:
-        pool.wait_state(job_id, "running", timeout=60)
-    wait_for(lambda: all(any(line.endswith(" started") for line in pool.logs_text(j))
-                         for j in jobs), timeout=60, what="both jobs to start")
-    works = glob.glob(os.path.join(pool.agent_dir("gpu-box"), "tasks", "*", "work"))
-    assert len(works) == 2, works
-    for work in works:
-        with open(os.path.join(work, "go"), "w"):
-            pass
-    busy = {}
-    for job_id, label in zip(jobs, ("quarter", "three")):
-        job = pool.wait_finished(job_id, timeout=60)
-        out = pool.logs_text(job_id)
-        assert job["state"] == "succeeded", (job, out, pool.agent_log_tails())
-        busy[label] = int(said(out, label + "-done").split("busy_us=")[1])
+    busy = spin_jobs(pool, tmp_path, [("quarter", 0.25), ("three", 0.75)])
     ratio = busy["three"] / busy["quarter"]
-    print("busy_us", busy, "ratio", ratio)
+    print("ratio", ratio)
     assert 2.7 <= ratio <= 3.3, (busy, ratio)
 
     # In the sandbox, the grant is the agent's and the want the job's.
@@ -311,3 +320,12 @@ def test_two_shares_of_one_gpu_split_its_time_by_their_shares(pool, tmp_path):
     assert "/gpupool/share/want ok" in out, out
     # (root's 0644 file, bound read-only: the permission check answers first)
     assert said(out, "/gpupool/share/grant") in ("Permission denied", "Read-only file system"), out
+
+
+def test_a_strict_share_gets_its_part_even_alone(pool, tmp_path):
+    """sharing_mode: strict: a quarter of the GPU, alone and busy for 4 s,
+    gets about 1 s of device time (work-conserving, it would get all 4)."""
+    start_gpu_agent(pool, tmp_path, "executors: [sandbox, process]\nsharing_mode: strict\n")
+    busy = spin_jobs(pool, tmp_path, [("alone", 0.25)])
+    # (less under a loaded machine: a turn is wall time, whether it launches or not)
+    assert 0.6e6 <= busy["alone"] <= 1.25e6, busy

@@ -16,6 +16,9 @@ fake driver's one device timeline, and the agent's share loop
 import glob
 import json
 import os
+import signal
+import struct
+import time
 
 from pool import FAKE_CUDA_DIR, FAKE_NVML_DIR, wait_for
 
@@ -329,3 +332,39 @@ def test_a_strict_share_gets_its_part_even_alone(pool, tmp_path):
     busy = spin_jobs(pool, tmp_path, [("alone", 0.25)])
     # (less under a loaded machine: a turn is wall time, whether it launches or not)
     assert 0.6e6 <= busy["alone"] <= 1.25e6, busy
+
+
+def grant_beat(path):
+    """The agent's beat in a grant file (gpushare/share_files.h)."""
+    with open(path, "rb") as f:
+        return struct.unpack_from("<QQ", f.read(16))[1]
+
+
+def test_a_restarted_agent_takes_its_shares_back(pool, tmp_path):
+    """The agent writes a share's grant every few ms; stopped, it leaves the
+    beat to go stale (the library then runs the job ungated); restarted, it
+    recovers the task and its share from exec.json and writes again."""
+    start_gpu_agent(pool, tmp_path)
+    job_id = pool.submit({"run": "echo up; while [ ! -e release ]; do sleep 0.1; done",
+                          "resources": {"gpus": 0.5}})
+    pool.wait_state(job_id, "running", timeout=60)
+    wait_for(lambda: "up" in pool.logs_text(job_id), what="the job to start")
+    task = glob.glob(os.path.join(pool.agent_dir("gpu-box"), "tasks", f"{job_id}.*"))[0]
+    grant = os.path.join(task, "gpushare", "grant")
+
+    def beats():
+        first = grant_beat(grant)
+        time.sleep(0.1)
+        return grant_beat(grant) > first
+    wait_for(beats, what="the agent to write the grant")
+    pool.kill_agent("gpu-box", signal.SIGTERM)  # its jobs run on
+    before = grant_beat(grant)
+    time.sleep(0.3)
+    assert grant_beat(grant) == before
+    pool.start_agent("gpu-box", gpus=None, env={"FAKE_NVML_CONFIG": str(tmp_path / "nvml.json")},
+                     extra=["--gpu-driver-dir", str(tmp_path / "driver"),
+                            "--config", str(tmp_path / "agent.yaml")])
+    wait_for(beats, timeout=30, what="the restarted agent to write the grant")
+    open(os.path.join(task, "work", "release"), "w").close()
+    job = pool.wait_finished(job_id, timeout=60)
+    assert job["state"] == "succeeded", (job, pool.logs_text(job_id))

@@ -22,9 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kTopFields[] = {"executors", "sandbox", "gpu_driver_dir", "gpushare_library",
-                                      "images",    "docker",  "podman",         "limits",
-                                      "policy",    "owner",   "advertise_addr"};
+constexpr const char* kTopFields[] = {
+    "executors", "sandbox", "gpu_driver_dir", "gpushare_library", "sharing_mode", "images",
+    "docker",    "podman",  "limits",         "policy",           "owner",        "advertise_addr"};
 constexpr const char* kSandboxFields[] = {"uids",
                                           "host_paths",
                                           "devices_dir",
@@ -275,6 +275,13 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
   if (const json* v = FieldOrNull(j, "gpushare_library")) {
     // Whether it is a file is checked when the agent starts (CheckGpushareLibraryPath).
     GP_ASSIGN_OR_RETURN(c.gpushare_library, AbsolutePath(*v, "gpushare_library"));
+  }
+  if (const json* v = FieldOrNull(j, "sharing_mode")) {
+    if (!v->is_string() || (*v != "strict" && *v != "work-conserving")) {
+      return FieldError("sharing_mode",
+                        "must be strict or work-conserving, got " + DescribeValue(*v));
+    }
+    c.gpu_share_strict = *v == "strict";
   }
   if (const json* v = FieldOrNull(j, "images")) {
     if (!v->is_object())

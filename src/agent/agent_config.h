@@ -16,6 +16,9 @@
 //                                  # caps GPU shares (exec/gpu_share.h);
 //                                  # default BIN/../lib/libgpushare.so;
 //                                  # --gpushare-library wins
+//   sharing_mode: work-conserving  # GPU shares' compute: work-conserving (a
+//                                  # share alone gets the whole GPU) or
+//                                  # strict (never more than its share)
 //   images: {cache_dir: /var/cache/gpupool/images, cache_size: 50GiB,
 //            skopeo: skopeo, umoci: umoci}
 //   docker: {command: docker, gpus: cdi, extra_args: []}   # gpus: cdi | gpus

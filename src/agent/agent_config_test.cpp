@@ -223,6 +223,14 @@ TEST(AgentConfig, ResolveAppliesTheFlagsOverTheFile) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(AgentConfig, SharingMode) {
+  EXPECT_FALSE(ParseAgentConfig("{}", "/data")->exec.gpu_share_strict);
+  EXPECT_TRUE(ParseAgentConfig("sharing_mode: strict", "/data")->exec.gpu_share_strict);
+  EXPECT_FALSE(ParseAgentConfig("sharing_mode: work-conserving", "/data")->exec.gpu_share_strict);
+  EXPECT_THAT(Error("sharing_mode: fair"),
+              HasSubstr("sharing_mode (line 1): must be strict or work-conserving"));
+}
+
 TEST(AgentConfig, GpushareLibrary) {
   EXPECT_EQ(ParseAgentConfig("{}", "/data")->exec.gpushare_library, "");
   EXPECT_EQ(ParseAgentConfig("gpushare_library: /opt/gpupool/lib/libgpushare.so", "/data")

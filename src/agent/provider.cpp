@@ -87,6 +87,7 @@ void Provider::Start() { Tick(); }
 void Provider::Stop() {
   stopped_ = true;
   loop_.Cancel(timer_);
+  shares_.Stop();
   control_.reset();
 }
 
@@ -411,6 +412,7 @@ void Provider::Reclaim(const std::vector<std::string>& uuids, bool at_once, Cont
 // Answers reclaims whose tasks no longer hold their GPUs, and
 // a leave once the node is drained.
 void Provider::TasksChanged() {
+  if (!stopped_) shares_.Sync(ShareTasksOf(tasks_.tasks()));
   int64_t now = clock_.NowMs();
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     for (auto a = it->attempts.begin(); a != it->attempts.end();) {

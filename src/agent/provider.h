@@ -26,6 +26,7 @@
 #include "agent/agent_config.h"
 #include "agent/control_socket.h"
 #include "agent/lending.h"
+#include "agent/share_loop.h"
 #include "agent/tasks.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -121,6 +122,7 @@ class Provider {
   bool evaluated_ = false;                   // lending_ holds a first evaluation
   std::vector<GpuTelemetry> telemetry_;      // the last sample, for idle-only lending
   std::set<std::string> over_cap_;           // stopped by the GPU memory backstop
+  ShareLoop shares_{loop_};                  // compute shares, synced in TasksChanged
   net::EventLoop::TimerId timer_ = 0;
   bool stopped_ = false;
   std::unique_ptr<ControlServer> control_;

@@ -76,7 +76,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   o.blob.staging_dir = "/data/staging";
   o.agent_pid = 4242;
   o.gang_ports = {40025, 25};
-  o.gpu_share = exec::GpuShare{int64_t{3} << 30, 375};
+  o.gpu_share = exec::GpuShare{int64_t{3} << 30, 375, /*strict=*/true};
 
   auto text = EncodeShimOptions(o);
   ASSERT_TRUE(text.ok()) << text.status().ToString();

@@ -202,6 +202,10 @@ Status TaskManager::Recover() {
         if (auto c = j.find("gpu_memory_cap"); c != j.end() && c->is_number_integer()) {
           t.gpu_memory_cap = std::max<int64_t>(c->get<int64_t>(), 0);
         }
+        if (auto m = j.find("gpu_share_milli"); m != j.end() && m->is_number_integer()) {
+          t.gpu_share_milli = static_cast<int32_t>(std::clamp<int64_t>(m->get<int64_t>(), 0, 1000));
+        }
+        t.gpu_share_strict = j.value("gpu_share_mode", "") == "strict";
         if (j.contains("gang")) t.gang = GangFromJson(j["gang"]);
         if (auto p = j.find("gang_ports"); p != j.end() && p->is_array() && p->size() == 2 &&
                                            (*p)[0].is_number_integer() &&
@@ -392,10 +396,22 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
       return Status::ResourceExhausted("every account of the sandbox uid range is in use");
     }
   }
-  if (gpus.share) t.gpu_memory_cap = gpus.share->memory_bytes;
-  nlohmann::json exec = {{"executor", t.executor}, {"runs_as", t.runs_as},
-                         {"image", t.has_image},   {"uid", t.uid},
-                         {"gpus", t.gpu_uuids},    {"gpu_memory_cap", t.gpu_memory_cap}};
+  // A share's compute mode is this node's (the agent config's sharing_mode).
+  std::optional<exec::GpuShare> share = gpus.share;
+  if (share) {
+    share->strict = options_.exec_config->gpu_share_strict;
+    t.gpu_memory_cap = share->memory_bytes;
+    t.gpu_share_milli = share->share_milli;
+    t.gpu_share_strict = share->strict;
+  }
+  nlohmann::json exec = {{"executor", t.executor},
+                         {"runs_as", t.runs_as},
+                         {"image", t.has_image},
+                         {"uid", t.uid},
+                         {"gpus", t.gpu_uuids},
+                         {"gpu_memory_cap", t.gpu_memory_cap},
+                         {"gpu_share_milli", t.gpu_share_milli},
+                         {"gpu_share_mode", t.gpu_share_strict ? "strict" : "work-conserving"}};
   if (ForwardsGangPorts(task)) {
     if (NeedsMasterPort(task)) {
       // Rank 0: ChooseMaster took a block and made its first the master port.
@@ -425,7 +441,7 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
                    options_.blob,
                    options_.stop_with_agent ? static_cast<int>(::getpid()) : 0,
                    t.gang_ports,
-                   gpus.share};
+                   share};
   // Never a bare fork: the agent has threads (agent/shim_launch.h).
   auto spawned = SpawnShim(shim, options_.data_dir, status[1]);
   if (!spawned.ok()) {

@@ -55,6 +55,10 @@ struct TaskState {
   // A share's GPU memory cap per GPU (0: none), for the NVML backstop
   // (agent/gpu_backstop.h); kept in exec.json.
   int64_t gpu_memory_cap = 0;
+  // A share's compute share in thousandths (0: no share) and its mode, for
+  // the agent's share loop (agent/share_loop.h); kept in exec.json.
+  int32_t gpu_share_milli = 0;
+  bool gpu_share_strict = false;
   std::string vacate_reason;  // set when the provider took it back (Vacate)
   // A rank of a multi-node job: its place, and for rank 0 of a torch gang
   // the master its agent chose (kept in exec.json).

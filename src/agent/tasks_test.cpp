@@ -394,6 +394,24 @@ TEST_F(TasksTest, ALeaseThatRunsOutAtOnceStopsTheTaskBeforeOrAsItStarts) {
   }
 }
 
+TEST_F(TasksTest, AShareKeepsItsComputeShareAndModeAcrossARestart) {
+  config_.gpu_share_strict = true;  // the node's sharing_mode: strict
+  proto::StartTask t = Task("36.1", "true");
+  t.gpu_uuids = {"GPU-aaaa"};
+  ASSERT_TRUE(manager_->Start(t, {{}, exec::GpuShare{int64_t{1} << 30, 250}}).ok());
+  const TaskState& task = manager_->tasks().at("36.1");
+  EXPECT_EQ(task.gpu_share_milli, 250);
+  EXPECT_TRUE(task.gpu_share_strict);
+  EXPECT_EQ(task.gpu_memory_cap, int64_t{1} << 30);
+  WaitEnded("36.1");  // (no libgpushare.so here: it fails to start; what is kept stays)
+  auto restarted = MakeManager();
+  ASSERT_TRUE(restarted->Recover().ok());
+  const TaskState& again = restarted->tasks().at("36.1");
+  EXPECT_EQ(again.gpu_share_milli, 250);
+  EXPECT_TRUE(again.gpu_share_strict);
+  EXPECT_EQ(again.gpu_memory_cap, int64_t{1} << 30);
+}
+
 TEST_F(TasksTest, ARestartedAgentRenewsLeasesOnceItKnowsTheLease) {
   manager_->SetLease(2000);
   manager_->RenewLeases(BootTimeMs());

@@ -62,6 +62,10 @@ struct ExecConfig {
   // agent's binary (BIN/../lib/libgpushare.so). A task that needs it fails
   // to start when it is missing.
   std::string gpushare_library;
+  // The compute share's mode for every share started here (the agent's
+  // `sharing_mode`): false, work-conserving (a share alone uses the whole
+  // GPU); true, strict (never more than its share). See share/arbiter.h.
+  bool gpu_share_strict = false;
   ImageCacheOptions images;  // images.dir defaults to DATA_DIR/images
   ContainerOptions docker;   // for "docker"; engine "docker"
   ContainerOptions podman;   // for "podman"; engine "podman"

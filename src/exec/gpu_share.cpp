@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/safe_fs.h"
+#include "gpushare/share_files.h"
 
 namespace gpupool::exec {
 namespace {
@@ -44,13 +45,16 @@ Status WriteNewFile(int dir_fd, const std::string& dir, const char* name, std::s
 
 GpuShareFiles GpuShareFilesIn(const std::string& task_dir) {
   std::string dir = task_dir + "/" + kShareDirName;
-  return {dir, dir + "/limits", dir + "/usage", dir + "/ld.so.preload"};
+  return {dir,           dir + "/limits", dir + "/usage", dir + "/ld.so.preload",
+          dir + "/want", dir + "/grant"};
 }
 
-std::string GpuShareLimitsText(const GpuShare& share, std::string_view usage_path) {
+std::string GpuShareLimitsText(const GpuShare& share, std::string_view dir_in_job) {
+  const std::string dir(dir_in_job);
   return "gpushare 1\nmemory_bytes " + std::to_string(share.memory_bytes) + "\nshare_milli " +
-         std::to_string(share.share_milli) + "\nmode work-conserving\nusage " +
-         std::string(usage_path) + "\n";
+         std::to_string(share.share_milli) + "\nmode " +
+         (share.strict ? "strict" : "work-conserving") + "\nusage " + dir + "/usage\nwant " + dir +
+         "/want\ngrant " + dir + "/grant\n";
 }
 
 std::string GpuSharePreloadText() { return std::string(kShareLibraryInJob) + "\n"; }
@@ -74,7 +78,7 @@ Status CheckGpushareLibrary(const std::string& path) {
 }
 
 Status WriteGpuShareFiles(const std::string& task_dir, const GpuShare& share,
-                          std::string_view usage_in_job, int uid, int gid) {
+                          std::string_view dir_in_job, int uid, int gid) {
   const GpuShareFiles files = GpuShareFilesIn(task_dir);
   UniqueFd task(::open(task_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!task.valid()) return Status::Internal(Errno("cannot open " + task_dir));
@@ -82,9 +86,14 @@ Status WriteGpuShareFiles(const std::string& task_dir, const GpuShare& share,
   if (!dir.ok()) return dir.status().WithContext(files.dir);
   if (::fchmod(dir->get(), 0755) != 0) return Status::Internal(Errno("cannot chmod " + files.dir));
   GP_RETURN_IF_ERROR(WriteNewFile(dir->get(), files.dir, "limits",
-                                  GpuShareLimitsText(share, usage_in_job), 0644, -1, -1));
+                                  GpuShareLimitsText(share, dir_in_job), 0644, -1, -1));
   GP_RETURN_IF_ERROR(
       WriteNewFile(dir->get(), files.dir, "ld.so.preload", GpuSharePreloadText(), 0644, -1, -1));
+  // The compute share's files, zero-filled as gpushare/share_files.h wants:
+  // the agent's share loop reads want and writes grant.
+  const std::string zeros(GPUSHARE_SHARE_FILE_BYTES, '\0');
+  GP_RETURN_IF_ERROR(WriteNewFile(dir->get(), files.dir, "grant", zeros, 0644, -1, -1));
+  GP_RETURN_IF_ERROR(WriteNewFile(dir->get(), files.dir, "want", zeros, 0600, uid, gid));
   // Empty: the library sizes the ledger when it first maps it.
   return WriteNewFile(dir->get(), files.dir, "usage", "", 0600, uid, gid);
 }

@@ -12,12 +12,20 @@
 //                    empty, owned by the task's account, 0600; the library
 //                    sizes it on first use
 //     ld.so.preload  "/gpupool/share/libgpushare.so\n", 0644, the agent's
+//     want           the compute share's want file (gpushare/share_files.h),
+//                    64 zero bytes, owned by the task's account, 0600: the
+//                    library stamps it when the job launches kernels
+//     grant          the compute share's grant file, 64 zero bytes, 0644,
+//                    the agent's: the agent's share loop writes it
+//                    (agent/share_loop.h)
 //
 // and in Start gives them to the job. The sandbox binds them (exec/sandbox.h):
 //
 //   /gpupool/share/libgpushare.so  the library, read-only
 //   /gpupool/share/limits          the limits, read-only
 //   /gpupool/share/usage           the ledger, read-write
+//   /gpupool/share/want            the want file, read-write
+//   /gpupool/share/grant           the grant file, read-only
 //   /etc/ld.so.preload             the preload file, read-only: the dynamic
 //                                  loader maps the library into every
 //                                  dynamically linked process of the job,
@@ -42,6 +50,7 @@ namespace gpupool::exec {
 struct GpuShare {
   int64_t memory_bytes = 0;    // cap per GPU for the whole task (> 0)
   int32_t share_milli = 1000;  // compute share in thousandths; 1000 = whole
+  bool strict = false;         // the compute share's mode: strict, else work-conserving
   friend bool operator==(const GpuShare&, const GpuShare&) = default;
 };
 
@@ -49,6 +58,10 @@ struct GpuShare {
 inline constexpr const char* kShareLibraryInJob = "/gpupool/share/libgpushare.so";
 inline constexpr const char* kShareLimitsInJob = "/gpupool/share/limits";
 inline constexpr const char* kShareUsageInJob = "/gpupool/share/usage";
+inline constexpr const char* kShareWantInJob = "/gpupool/share/want";
+inline constexpr const char* kShareGrantInJob = "/gpupool/share/grant";
+// The directory of the job's share files inside the sandbox.
+inline constexpr const char* kShareDirInJob = "/gpupool/share";
 
 // The task's files (see above) in `task_dir`.
 struct GpuShareFiles {
@@ -56,13 +69,17 @@ struct GpuShareFiles {
   std::string limits;
   std::string usage;
   std::string preload;
+  std::string want;
+  std::string grant;
 };
 GpuShareFiles GpuShareFilesIn(const std::string& task_dir);
 
-// The limits file's text for `share`, naming `usage_path` as the ledger
-// (as the job sees it): "gpushare 1\nmemory_bytes N\nshare_milli M\n
-// mode work-conserving\nusage PATH\n".
-std::string GpuShareLimitsText(const GpuShare& share, std::string_view usage_path);
+// The limits file's text for `share`, naming the ledger and the compute
+// share's files in `dir_in_job` (the directory where the job sees them):
+// "gpushare 1\nmemory_bytes N\nshare_milli M\nmode work-conserving\n
+// usage DIR/usage\nwant DIR/want\ngrant DIR/grant\n" (mode strict for a
+// strict share).
+std::string GpuShareLimitsText(const GpuShare& share, std::string_view dir_in_job);
 
 // The preload file's text: the library as the job sees it, one line.
 std::string GpuSharePreloadText();
@@ -73,11 +90,12 @@ std::string GpuSharePreloadText();
 Status CheckGpushareLibrary(const std::string& path);
 
 // Writes the task's files (replacing any left from before): the limits
-// naming `usage_in_job` as the ledger, the preload file, and an empty
-// ledger given to `uid`/`gid` (uid < 0: left to this process's account).
+// naming the files in `dir_in_job`, the preload file, the grant file, and
+// an empty ledger and a zeroed want file given to `uid`/`gid` (uid < 0:
+// left to this process's account).
 // The directory must be `task_dir`'s own, not the job's: nothing there is
 // followed through a symlink.
 Status WriteGpuShareFiles(const std::string& task_dir, const GpuShare& share,
-                          std::string_view usage_in_job, int uid, int gid);
+                          std::string_view dir_in_job, int uid, int gid);
 
 }  // namespace gpupool::exec

@@ -15,6 +15,7 @@
 #include "common/files.h"
 #include "exec/run_plan_testing.h"
 #include "gpushare/limits.h"
+#include "gpushare/share_files.h"
 
 namespace gpupool::exec {
 namespace {
@@ -32,19 +33,28 @@ struct stat Stat(const std::string& path) {
 }
 
 TEST(GpuShareTest, TheLimitsAreWhatTheLibraryReads) {
-  std::string text = GpuShareLimitsText({4 * kGiB, 500}, kShareUsageInJob);
+  std::string text = GpuShareLimitsText({4 * kGiB, 500}, kShareDirInJob);
   EXPECT_EQ(text,
             "gpushare 1\nmemory_bytes 4294967296\nshare_milli 500\nmode work-conserving\n"
-            "usage /gpupool/share/usage\n");
+            "usage /gpupool/share/usage\nwant /gpupool/share/want\ngrant /gpupool/share/grant\n");
   gpushare_limits parsed{};
   char err[256] = "";
   ASSERT_EQ(gpushare_parse_limits(text.data(), text.size(), &parsed, err, sizeof err), 0) << err;
   EXPECT_EQ(parsed.memory_bytes, uint64_t{4} << 30);
   EXPECT_EQ(parsed.share_milli, 500u);
   EXPECT_EQ(parsed.mode, GPUSHARE_WORK_CONSERVING);
-  EXPECT_STREQ(parsed.usage_path, "/gpupool/share/usage");
+  EXPECT_STREQ(parsed.usage_path, kShareUsageInJob);
+  EXPECT_STREQ(parsed.want_path, kShareWantInJob);
+  EXPECT_STREQ(parsed.grant_path, kShareGrantInJob);
   EXPECT_STREQ(GPUSHARE_LIMITS_PATH, kShareLimitsInJob);  // where the library looks
   EXPECT_EQ(GpuSharePreloadText(), "/gpupool/share/libgpushare.so\n");
+
+  std::string strict = GpuShareLimitsText({kGiB, 250, /*strict=*/true}, "/t/gpushare");
+  ASSERT_EQ(gpushare_parse_limits(strict.data(), strict.size(), &parsed, err, sizeof err), 0)
+      << err;
+  EXPECT_EQ(parsed.mode, GPUSHARE_STRICT);
+  EXPECT_STREQ(parsed.want_path, "/t/gpushare/want");
+  EXPECT_STREQ(parsed.grant_path, "/t/gpushare/grant");
 }
 
 TEST(GpuShareTest, TheTaskFilesBelongToTheAgentButTheLedger) {
@@ -56,8 +66,11 @@ TEST(GpuShareTest, TheTaskFilesBelongToTheAgentButTheLedger) {
   EXPECT_EQ(files.usage, task.path() + "/gpushare/usage");
   EXPECT_EQ(files.preload, task.path() + "/gpushare/ld.so.preload");
 
-  ASSERT_TRUE(WriteGpuShareFiles(task.path(), {kGiB, 250}, kShareUsageInJob, 189703, 189704).ok());
-  EXPECT_EQ(*ReadFile(files.limits), GpuShareLimitsText({kGiB, 250}, kShareUsageInJob));
+  EXPECT_EQ(files.want, task.path() + "/gpushare/want");
+  EXPECT_EQ(files.grant, task.path() + "/gpushare/grant");
+
+  ASSERT_TRUE(WriteGpuShareFiles(task.path(), {kGiB, 250}, kShareDirInJob, 189703, 189704).ok());
+  EXPECT_EQ(*ReadFile(files.limits), GpuShareLimitsText({kGiB, 250}, kShareDirInJob));
   EXPECT_EQ(*ReadFile(files.preload), "/gpupool/share/libgpushare.so\n");
   struct stat dir = Stat(files.dir), limits = Stat(files.limits), preload = Stat(files.preload),
               usage = Stat(files.usage);
@@ -72,6 +85,15 @@ TEST(GpuShareTest, TheTaskFilesBelongToTheAgentButTheLedger) {
   EXPECT_EQ(usage.st_uid, 189703u);
   EXPECT_EQ(usage.st_gid, 189704u);
   EXPECT_EQ(usage.st_size, 0);
+  // The compute share's files: want the task's, grant the agent's, both
+  // zero-filled to their layout's size.
+  struct stat want = Stat(files.want), grant = Stat(files.grant);
+  EXPECT_EQ(want.st_mode & 07777, 0600u);
+  EXPECT_EQ(want.st_uid, 189703u);
+  EXPECT_EQ(grant.st_mode & 07777, 0644u);
+  EXPECT_EQ(grant.st_uid, 0u);
+  EXPECT_EQ(*ReadFile(files.want), std::string(GPUSHARE_SHARE_FILE_BYTES, '\0'));
+  EXPECT_EQ(*ReadFile(files.grant), std::string(GPUSHARE_SHARE_FILE_BYTES, '\0'));
 
   // Written again (a used ledger, a symlink in a file's place): replaced,
   // never followed; the ledger starts empty again.
@@ -79,7 +101,7 @@ TEST(GpuShareTest, TheTaskFilesBelongToTheAgentButTheLedger) {
   fs::remove(files.usage);
   fs::create_symlink(task.path() + "/victim", files.usage);
   ASSERT_TRUE(WriteFileAtomic(files.limits, "old").ok());
-  ASSERT_TRUE(WriteGpuShareFiles(task.path(), {2 * kGiB, 500}, "/x/usage", -1, -1).ok());
+  ASSERT_TRUE(WriteGpuShareFiles(task.path(), {2 * kGiB, 500}, "/x", -1, -1).ok());
   EXPECT_EQ(*ReadFile(task.path() + "/victim"), "keep");
   EXPECT_TRUE(S_ISREG(Stat(files.usage).st_mode));
   EXPECT_EQ(Stat(files.usage).st_size, 0);
@@ -92,7 +114,7 @@ TEST(GpuShareTest, ASymlinkedShareDirectoryIsRefused) {
   TempDir task(0700);
   TempDir elsewhere(0700);
   fs::create_symlink(elsewhere.path(), task.path() + "/gpushare");
-  Status s = WriteGpuShareFiles(task.path(), {kGiB, 500}, kShareUsageInJob, -1, -1);
+  Status s = WriteGpuShareFiles(task.path(), {kGiB, 500}, kShareDirInJob, -1, -1);
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(fs::exists(elsewhere.path() + "/limits"));
   EXPECT_FALSE(WriteGpuShareFiles(task.path() + "/missing", {kGiB, 500}, "", -1, -1).ok());

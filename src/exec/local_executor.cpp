@@ -57,7 +57,7 @@ Status LocalExecutor::Prepare(const TaskContext& task, const ProgressFn& progres
     // Fail closed: a share must not run without its cap.
     GP_RETURN_IF_ERROR(CheckGpushareLibrary(config_.gpushare_library));
     if (task.task_dir.empty()) return Status::Internal("a GPU share needs the task's directory");
-    GP_RETURN_IF_ERROR(WriteGpuShareFiles(task.task_dir, *task.gpu_share, ShareUsagePath(task),
+    GP_RETURN_IF_ERROR(WriteGpuShareFiles(task.task_dir, *task.gpu_share, ShareDirInJob(task),
                                           task.uid, task.gid));
   }
   if (task.uid >= 0) {
@@ -76,8 +76,8 @@ Status LocalExecutor::Prepare(const TaskContext& task, const ProgressFn& progres
   return Status::Ok();
 }
 
-std::string LocalExecutor::ShareUsagePath(const TaskContext& task) const {
-  return GpuShareFilesIn(task.task_dir).usage;
+std::string LocalExecutor::ShareDirInJob(const TaskContext& task) const {
+  return GpuShareFilesIn(task.task_dir).dir;
 }
 
 LaunchPlan LocalExecutor::BasePlan(const TaskContext& task) const {

@@ -41,9 +41,10 @@ class LocalExecutor : public Executor {
  protected:
   // The plan's limits and account: cgroup, rlimits, uid and gid.
   LaunchPlan BasePlan(const TaskContext& task) const;
-  // The GPU share's usage ledger as the job sees it (the limits file names
-  // it): the file in the task directory, or where the sandbox binds it.
-  virtual std::string ShareUsagePath(const TaskContext& task) const;
+  // Where the job sees the GPU share's ledger, want and grant files (the
+  // limits file names them): their directory in the task directory, or
+  // where the sandbox binds them.
+  virtual std::string ShareDirInJob(const TaskContext& task) const;
   // Processes of the job's tree that must not get a polite signal (the
   // sandbox's own bubblewrap processes, which would die of it at once).
   virtual std::vector<pid_t> Spared() const { return {}; }

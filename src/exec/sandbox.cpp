@@ -239,14 +239,15 @@ Status SandboxExecutor::AddGpuShare(BwrapArgs& args, const TaskContext& task) co
   args.Add({"--ro-bind", args.Reachable(config_.gpushare_library, "share-libgpushare.so"),
             kShareLibraryInJob, "--ro-bind", args.Reachable(files.limits, "share-limits"),
             kShareLimitsInJob, "--bind", args.Reachable(files.usage, "share-usage"),
-            kShareUsageInJob, "--ro-bind", args.Reachable(files.preload, "share-ld.so.preload"),
-            "/etc/ld.so.preload"});
+            kShareUsageInJob, "--bind", args.Reachable(files.want, "share-want"), kShareWantInJob,
+            "--ro-bind", args.Reachable(files.grant, "share-grant"), kShareGrantInJob, "--ro-bind",
+            args.Reachable(files.preload, "share-ld.so.preload"), "/etc/ld.so.preload"});
   return Status::Ok();
 }
 
-std::string SandboxExecutor::ShareUsagePath(const TaskContext& task) const {
+std::string SandboxExecutor::ShareDirInJob(const TaskContext& task) const {
   (void)task;
-  return kShareUsageInJob;
+  return kShareDirInJob;
 }
 
 Result<std::vector<std::string>> SandboxExecutor::Command(const TaskContext& task) const {

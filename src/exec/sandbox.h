@@ -70,7 +70,7 @@ class SandboxExecutor final : public LocalExecutor {
  protected:
   std::vector<pid_t> Spared() const override;
   int EndSignal(int wait_status) const override;
-  std::string ShareUsagePath(const TaskContext& task) const override;
+  std::string ShareDirInJob(const TaskContext& task) const override;
 
  private:
   // The steps of Start. AddSystem binds the host's system or the image's

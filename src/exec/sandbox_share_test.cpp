@@ -44,6 +44,10 @@ constexpr const char* kShowShare =
     "(echo x > /gpupool/share/limits) 2>/dev/null; echo write_limits=$?; "
     "(echo x > /etc/ld.so.preload) 2>/dev/null; echo write_preload=$?; "
     "(echo x > /gpupool/share/usage) 2>/dev/null; echo write_usage=$?; "
+    // Opened for writing, nothing written: the want file is the task's, the
+    // grant the agent's.
+    "(: >> /gpupool/share/want) 2>/dev/null; echo write_want=$?; "
+    "(: >> /gpupool/share/grant) 2>/dev/null; echo write_grant=$?; "
     "echo passwd=$(test -f /etc/passwd && echo yes)";
 
 class SandboxShareTest : public SandboxTest {
@@ -69,14 +73,17 @@ TEST_F(SandboxShareTest, AShareGetsTheInterposerInEveryProcess) {
   SCOPED_TRACE(Join(plan.argv));
   const GpuShareFiles files = GpuShareFilesIn(task_dir_);
   EXPECT_TRUE(HasSeq(
-      plan.argv,
-      {"--ro-bind", "/run/share-libgpushare.so", "/gpupool/share/libgpushare.so", "--ro-bind",
-       "/run/share-limits", "/gpupool/share/limits", "--bind", "/run/share-usage",
-       "/gpupool/share/usage", "--ro-bind", "/run/share-ld.so.preload", "/etc/ld.so.preload"}));
+      plan.argv, {"--ro-bind", "/run/share-libgpushare.so", "/gpupool/share/libgpushare.so",
+                  "--ro-bind", "/run/share-limits", "/gpupool/share/limits", "--bind",
+                  "/run/share-usage", "/gpupool/share/usage", "--bind", "/run/share-want",
+                  "/gpupool/share/want", "--ro-bind", "/run/share-grant", "/gpupool/share/grant",
+                  "--ro-bind", "/run/share-ld.so.preload", "/etc/ld.so.preload"}));
   EXPECT_THAT(plan.stage_binds, testing::IsSupersetOf({
                                     LaunchPlan::StageBind{GPUSHARE_LIB, "share-libgpushare.so"},
                                     LaunchPlan::StageBind{files.limits, "share-limits"},
                                     LaunchPlan::StageBind{files.usage, "share-usage"},
+                                    LaunchPlan::StageBind{files.want, "share-want"},
+                                    LaunchPlan::StageBind{files.grant, "share-grant"},
                                     LaunchPlan::StageBind{files.preload, "share-ld.so.preload"},
                                 }));
   // /etc entry by entry on the tmpfs root, not the host's directory.
@@ -93,17 +100,19 @@ TEST_F(SandboxShareTest, AShareGetsTheInterposerInEveryProcess) {
   EXPECT_EQ(Said(o.out, "preload"), "/gpupool/share/libgpushare.so");
   EXPECT_EQ(Said(o.out, "limits"),
             "gpushare 1 memory_bytes 4294967296 share_milli 500 mode work-conserving usage "
-            "/gpupool/share/usage");
-  EXPECT_EQ(Said(o.out, "ls"), "libgpushare.so limits usage");
+            "/gpupool/share/usage want /gpupool/share/want grant /gpupool/share/grant");
+  EXPECT_EQ(Said(o.out, "ls"), "grant libgpushare.so limits usage want");
   EXPECT_EQ(Said(o.out, "usage"), "600:" + std::to_string(kTaskUid) + ":0");
   EXPECT_EQ(Said(o.out, "mapped"), "yes");
   EXPECT_EQ(Said(o.out, "ld_preload"), "");
   EXPECT_NE(Said(o.out, "write_limits"), "0");
   EXPECT_NE(Said(o.out, "write_preload"), "0");
   EXPECT_EQ(Said(o.out, "write_usage"), "0");  // the task's own ledger
+  EXPECT_EQ(Said(o.out, "write_want"), "0");   // its own activity
+  EXPECT_NE(Said(o.out, "write_grant"), "0");  // the agent's
   EXPECT_EQ(Said(o.out, "passwd"), "yes");
   // Outside, the limits are as the agent wrote them.
-  EXPECT_EQ(*ReadFile(files.limits), GpuShareLimitsText({4 * kGiB, 500}, kShareUsageInJob));
+  EXPECT_EQ(*ReadFile(files.limits), GpuShareLimitsText({4 * kGiB, 500}, kShareDirInJob));
 }
 
 TEST_F(SandboxShareTest, WholeGpusGetNothingOfIt) {
@@ -154,7 +163,7 @@ TEST_F(SandboxShareTest, TheProcessExecutorPreloadsThroughTheEnvironment) {
   EXPECT_EQ(Said(o.out, "limits"), files.limits);
   EXPECT_EQ(Said(o.out, "mapped"), "yes");
   // No sandbox: the limits name the ledger where it is.
-  EXPECT_EQ(*ReadFile(files.limits), GpuShareLimitsText({4 * kGiB, 500}, files.usage));
+  EXPECT_EQ(*ReadFile(files.limits), GpuShareLimitsText({4 * kGiB, 500}, files.dir));
 }
 
 // The image's root as the cache unpacked it (one image in this suite).

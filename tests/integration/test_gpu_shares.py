@@ -8,10 +8,17 @@ Each job is a Python script that uses the driver API through ctypes (cuInit,
 cuMemGetInfo_v2, then cuMemAlloc_v2 of 256 MiB until refused). A share's
 processes find libgpushare.so in the sandbox's /etc/ld.so.preload, so they
 see the share's cap as the GPU's memory and are refused
-CUDA_ERROR_OUT_OF_MEMORY (2) past it, across all the job's processes."""
+CUDA_ERROR_OUT_OF_MEMORY (2) past it, across all the job's processes.
+
+The compute share: two shares of the one GPU launch 1000-µs kernels on the
+fake driver's one device timeline, and the agent's share loop
+(agent/share_loop.h) gives each its share of the device time."""
 import glob
 import json
 import os
+import signal
+import struct
+import time
 
 from pool import FAKE_CUDA_DIR, FAKE_NVML_DIR, wait_for
 
@@ -102,8 +109,9 @@ JOB_ENV = {"NVML_JSON": json.dumps(NVML), "ALLOC": ALLOC, "FAKE_NVML_CONFIG": "/
            "FAKE_CUDA_STATE_DIR": "/tmp/fake-cuda"}
 
 
-def start_gpu_agent(pool, tmp_path):
-    """An agent whose one GPU (8 GiB) and driver come from a driver directory."""
+def start_gpu_agent(pool, tmp_path, more_config=""):
+    """An agent whose one GPU (8 GiB) and driver come from a driver directory;
+    `more_config`: more of its config file."""
     assert FAKE_NVML_DIR and FAKE_CUDA_DIR, "FAKE_NVML_DIR (and FAKE_CUDA_DIR) must name the fakes"
     driver = tmp_path / "driver"
     driver.mkdir()
@@ -116,7 +124,7 @@ def start_gpu_agent(pool, tmp_path):
     for name in ["nvidia0", "nvidiactl", "nvidia-uvm"]:
         (dev / name).write_text("")
     config = tmp_path / "agent.yaml"
-    config.write_text(f"sandbox: {{devices_dir: {dev}}}\n")
+    config.write_text(f"sandbox: {{devices_dir: {dev}}}\n" + more_config)
     pool.start_server()
     pool.start_agent("gpu-box", gpus=None, env={"FAKE_NVML_CONFIG": str(nvml)},
                      extra=["--gpu-driver-dir", str(driver), "--config", str(config)])
@@ -234,3 +242,129 @@ def test_a_share_that_goes_around_the_library_is_stopped_by_nvml(pool, tmp_path)
     assert job["state"] == "failed", job
     assert "used 6 GiB of GPU memory on " + GPU in job["reason"], job
     assert "over its cap of 4 GiB" in job["reason"], job
+
+
+# `python3 spin.py LABEL`: says it started, waits for ./go (its work
+# directory's), launches 1000-µs kernels for 4 s, then prints the device time
+# the fake driver gave this process.
+SPIN = r"""
+import ctypes, os, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+label = sys.argv[1]
+assert cuda.cuInit(0) == 0
+f = ctypes.c_void_p()
+assert cuda.fakeCudaGetFunction(ctypes.byref(f)) == 0
+print("%s started" % label, flush=True)
+deadline = time.time() + 120
+while not os.path.exists("go") and time.time() < deadline:
+    time.sleep(0.005)
+launches, end = 0, time.monotonic() + 4
+while time.monotonic() < end:
+    rc = cuda.cuLaunchKernel(f, 1000, 1, 1, 1, 1, 1, 0, None, None, None)
+    assert rc == 0, "cuLaunchKernel: %d" % rc
+    launches += 1
+cuda.cuCtxSynchronize()
+cuda.fakeCudaBusyMicros.restype = ctypes.c_ulonglong
+busy = cuda.fakeCudaBusyMicros(os.environ["GPU_UUID"].encode(), os.getpid())
+print("%s-done launches=%d busy_us=%d" % (label, launches, busy), flush=True)
+"""
+
+
+def spin_jobs(pool, tmp_path, shares):
+    """Runs `python3 spin.py LABEL` for each (label, share) in `shares` on the
+    `process` executor, releases them together once all have started, and
+    returns each one's device time in µs."""
+    state = tmp_path / "cuda-state"
+    state.mkdir(exist_ok=True)
+    os.chmod(state, 0o777)
+    env = {"SPIN": SPIN, "GPU_UUID": GPU, "FAKE_NVML_CONFIG": str(tmp_path / "nvml.json"),
+           "FAKE_CUDA_STATE_DIR": str(state)}
+    jobs = [pool.submit({"run": f'printf "%s" "$SPIN" > spin.py; python3 spin.py {label}',
+                         "executor": "process", "resources": {"gpus": share}, "env": env})
+            for label, share in shares]
+    for job_id in jobs:
+        pool.wait_state(job_id, "running", timeout=60)
+    wait_for(lambda: all(any(line.endswith(" started") for line in pool.logs_text(j))
+                         for j in jobs), timeout=60, what="the jobs to start")
+    for job_id in jobs:
+        work = glob.glob(os.path.join(pool.agent_dir("gpu-box"), "tasks", f"{job_id}.*", "work"))
+        assert len(work) == 1, work
+        with open(os.path.join(work[0], "go"), "w"):
+            pass
+    busy = {}
+    for job_id, (label, _) in zip(jobs, shares):
+        job = pool.wait_finished(job_id, timeout=60)
+        out = pool.logs_text(job_id)
+        assert job["state"] == "succeeded", (job, out, pool.agent_log_tails())
+        busy[label] = int(said(out, label + "-done").split("busy_us=")[1])
+    print("busy_us", busy)
+    return busy
+
+
+def test_two_shares_of_one_gpu_split_its_time_by_their_shares(pool, tmp_path):
+    """0.25 and 0.75 of the GPU, both busy at once: the device time splits
+    1:3. The jobs run on the `process` executor, so that both see the one
+    fake device timeline (a state directory on the host): their gate is the
+    advisory one (LD_PRELOAD and GPUSHARE_LIMITS naming the host's files),
+    the same library, files and agent loop as in the sandbox (whose binds of
+    want and grant are checked at the end)."""
+    start_gpu_agent(pool, tmp_path, "executors: [sandbox, process]\n")
+    busy = spin_jobs(pool, tmp_path, [("quarter", 0.25), ("three", 0.75)])
+    ratio = busy["three"] / busy["quarter"]
+    print("ratio", ratio)
+    assert 2.7 <= ratio <= 3.3, (busy, ratio)
+
+    # In the sandbox, the grant is the agent's and the want the job's.
+    out = run_job(pool, "python3 -c 'import os\n"
+                        "for p in (\"/gpupool/share/want\", \"/gpupool/share/grant\"):\n"
+                        "    try: os.close(os.open(p, os.O_WRONLY)); print(p, \"ok\")\n"
+                        "    except OSError as e: print(p, e.strerror)'",
+                  {"gpus": 0.5})
+    assert "/gpupool/share/want ok" in out, out
+    # (root's 0644 file, bound read-only: the permission check answers first)
+    assert said(out, "/gpupool/share/grant") in ("Permission denied", "Read-only file system"), out
+
+
+def test_a_strict_share_gets_its_part_even_alone(pool, tmp_path):
+    """sharing_mode: strict: a quarter of the GPU, alone and busy for 4 s,
+    gets about 1 s of device time (work-conserving, it would get all 4)."""
+    start_gpu_agent(pool, tmp_path, "executors: [sandbox, process]\nsharing_mode: strict\n")
+    busy = spin_jobs(pool, tmp_path, [("alone", 0.25)])
+    # (less under a loaded machine: a turn is wall time, whether it launches or not)
+    assert 0.6e6 <= busy["alone"] <= 1.25e6, busy
+
+
+def grant_beat(path):
+    """The agent's beat in a grant file (gpushare/share_files.h)."""
+    with open(path, "rb") as f:
+        return struct.unpack_from("<QQ", f.read(16))[1]
+
+
+def test_a_restarted_agent_takes_its_shares_back(pool, tmp_path):
+    """The agent writes a share's grant every few ms; stopped, it leaves the
+    beat to go stale (the library then runs the job ungated); restarted, it
+    recovers the task and its share from exec.json and writes again."""
+    start_gpu_agent(pool, tmp_path)
+    job_id = pool.submit({"run": "echo up; while [ ! -e release ]; do sleep 0.1; done",
+                          "resources": {"gpus": 0.5}})
+    pool.wait_state(job_id, "running", timeout=60)
+    wait_for(lambda: "up" in pool.logs_text(job_id), what="the job to start")
+    task = glob.glob(os.path.join(pool.agent_dir("gpu-box"), "tasks", f"{job_id}.*"))[0]
+    grant = os.path.join(task, "gpushare", "grant")
+
+    def beats():
+        first = grant_beat(grant)
+        time.sleep(0.1)
+        return grant_beat(grant) > first
+    wait_for(beats, what="the agent to write the grant")
+    pool.kill_agent("gpu-box", signal.SIGTERM)  # its jobs run on
+    before = grant_beat(grant)
+    time.sleep(0.3)
+    assert grant_beat(grant) == before
+    pool.start_agent("gpu-box", gpus=None, env={"FAKE_NVML_CONFIG": str(tmp_path / "nvml.json")},
+                     extra=["--gpu-driver-dir", str(tmp_path / "driver"),
+                            "--config", str(tmp_path / "agent.yaml")])
+    wait_for(beats, timeout=30, what="the restarted agent to write the grant")
+    open(os.path.join(task, "work", "release"), "w").close()
+    job = pool.wait_finished(job_id, timeout=60)
+    assert job["state"] == "succeeded", (job, pool.logs_text(job_id))

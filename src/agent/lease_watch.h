@@ -7,6 +7,10 @@
 // the job must be gone by the deadline, whatever the agent does: the shim
 // starts stopping it a stop window before (checkpoint signal first where the
 // job checkpoints, then SIGTERM) and sends SIGKILL at the deadline itself.
+// A job not started yet has nothing to stop: it may start as long as the
+// lease is out of its stop window, and a task that finds it in there (the
+// agent started it while a renewal was late) waits for a renewal until the
+// deadline; only an expired lease means it must not start.
 //
 // Pure: times are the caller's, on CLOCK_BOOTTIME (BootTimeMs). A task
 // without a lease file (the server grants none) is never stopped by this.

@@ -53,6 +53,8 @@ constexpr int64_t kStopAfterCommitGraceMs = 3000;
 constexpr int64_t kFinalUploadMs = 10 * 60'000;
 // How often the attempt's lease file is read for renewals.
 constexpr int64_t kLeaseCheckMs = 1000;
+// ... and while the job waits for a late renewal to start.
+constexpr int64_t kLeaseWaitMs = 20;
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -318,12 +320,18 @@ int RunShim(const ShimOptions& options) {
     if (auto l = read_lease(paths)) lease.Update(*l);
     return lease.MustStop(BootTimeMs());
   };
+  // Before the job runs there is nothing to stop, so its lease only has to
+  // be unexpired: the stop window is there to stop a running job in time.
+  auto lease_expired = [&] {
+    if (!lease_over()) return false;
+    return lease.Expired(BootTimeMs());
+  };
 
   std::unique_ptr<exec::Executor> executor;
   std::vector<std::string> limit_notes;
   exec::TaskContext ctx = MakeTaskContext(options, paths, limit_notes);
   for (const std::string& note : limit_notes) event(note);
-  ctx.stop_requested = [&] { return stop_requested().has_value() || lease_over(); };
+  ctx.stop_requested = [&] { return stop_requested().has_value() || lease_expired(); };
   auto fail_early = [&](const std::string& why, bool stopped = false, bool lost = false) {
     event(why);
     if (executor) executor->Cleanup();
@@ -345,7 +353,7 @@ int RunShim(const ShimOptions& options) {
   if (Status s = MaterializeWorkDir(task, paths.work_dir(), options.uid, options.blob, event);
       !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-    if (lease_over()) return fail_early(lease.Reason() + " (before it started)", false, true);
+    if (lease_expired()) return fail_early(lease.Reason() + " (before it started)", false, true);
     // Not the job's fault when the server is out of reach: "lost" requeues it.
     if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded) {
       event("cannot fetch the job's files: " + s.message());
@@ -359,11 +367,22 @@ int RunShim(const ShimOptions& options) {
   }
   if (Status s = executor->Prepare(ctx, event); !s.ok()) {
     if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-    if (lease_over()) return fail_early(lease.Reason() + " (before it started)", false, true);
+    if (lease_expired()) return fail_early(lease.Reason() + " (before it started)", false, true);
     return fail_early("cannot start: " + s.message());
   }
   if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
-  if (lease_over()) return fail_early(lease.Reason() + " (before it started)", false, true);
+  // A lease already in its stop window (the agent started the task while a
+  // renewal was late: a busy server, a busy machine) would stop the job as
+  // it starts. The job starts once a renewal moves the deadline out of the
+  // window; if none comes before the deadline, the attempt is lost here.
+  if (lease_over()) {
+    event("waiting for the renewal of the attempt's lease before starting the job");
+    while (lease_over() && !lease.Expired(BootTimeMs()) && !stop_requested()) {
+      ::usleep(static_cast<useconds_t>(kLeaseWaitMs * 1000));
+    }
+    if (auto stop = stop_requested()) return fail_early(*stop + " (before it started)", true);
+    if (lease_over()) return fail_early(lease.Reason() + " (before it started)", false, true);
+  }
   auto planned = executor->Start(ctx);
   if (!planned.ok()) return fail_early("cannot start: " + planned.status().message());
   const exec::LaunchPlan& plan = *planned;

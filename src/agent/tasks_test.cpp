@@ -57,10 +57,10 @@ class TasksTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  std::unique_ptr<TaskManager> MakeManager() {
+  std::unique_ptr<TaskManager> MakeManager(int64_t kill_grace_ms = 5000) {
     TaskManager::Options o;
     o.data_dir = dir_ + "/data";
-    o.kill_grace_ms = 5000;
+    o.kill_grace_ms = kill_grace_ms;
     o.exec_config = &config_;
     o.exec_env = &env_;
     o.blob.server_url = blob_url_;
@@ -392,6 +392,41 @@ TEST_F(TasksTest, ALeaseThatRunsOutAtOnceStopsTheTaskBeforeOrAsItStarts) {
   if (task.result->reason.find("before it started") != std::string::npos) {
     for (const auto& r : out) EXPECT_NE(r.text, "ran");
   }
+}
+
+TEST_F(TasksTest, ATaskStartedWhileARenewalIsLateWaitsForItInsteadOfBeingLost) {
+  // The newest answered renewal request is old when the start order comes
+  // (a busy server answers late): the task's lease is already in its stop
+  // window (a third of the lease, at most the kill grace), not expired.
+  manager_ = MakeManager(/*kill_grace_ms=*/60'000);
+  ASSERT_TRUE(manager_->Recover().ok());
+  const int64_t lease = 90'000;  // stop window: 30 s
+  manager_->SetLease(lease);
+  manager_->RenewLeases(BootTimeMs() - lease + 25'000);  // 25 s left
+  ASSERT_TRUE(manager_->Start(Task("37.1", "echo ran"), {}).ok());
+  // The shim waits for the renewal rather than give the attempt up.
+  std::vector<OutputRecord> out;
+  bool waiting = false;
+  const int64_t give_up = clock_.NowMs() + 20'000;
+  while (!waiting && !manager_->tasks().at("37.1").result && clock_.NowMs() < give_up) {
+    for (auto& r : manager_->ReadOutput("37.1", 1 << 20)) {
+      waiting |= r.stream == "event" && r.text.find("waiting for the renewal") != std::string::npos;
+      out.push_back(std::move(r));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(waiting) << Events(out);
+  // The late answer comes: the job runs.
+  manager_->RenewLeases(BootTimeMs());
+  for (auto& r : WaitEnded("37.1")) out.push_back(std::move(r));
+  const TaskState& task = manager_->tasks().at("37.1");
+  ASSERT_TRUE(task.result);
+  EXPECT_FALSE(task.result->lost) << task.result->reason;
+  EXPECT_EQ(manager_->Report(task).state, "exited");
+  EXPECT_EQ(task.result->exit_code, 0);
+  bool ran = false;
+  for (const auto& r : out) ran |= r.stream == "stdout" && r.text == "ran";
+  EXPECT_TRUE(ran);
 }
 
 TEST_F(TasksTest, AShareKeepsItsComputeShareAndModeAcrossARestart) {

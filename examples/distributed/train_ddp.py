@@ -327,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
                 + ("" if commits else " (written by a rank sharing this directory)")
                 + ("" if every else " (requested)"))
 
+    # Trained: a checkpoint signal has nothing left to ask for. Ignored from
+    # here on, since at exit Python puts back the default action of every
+    # signal it handled, which for SIGUSR1 ends the process: the pool's
+    # periodic checkpoint signal, arriving during the teardown, would fail
+    # a job that had finished.
+    if _SIGNAL is not None:
+        signal.signal(_SIGNAL, signal.SIG_IGN)
     median_ms = statistics.median(times) * 1000 if times else 0.0
     log(f"median step time {median_ms:.3f} ms over {len(times)} steps")
     if rank == 0:

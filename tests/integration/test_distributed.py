@@ -20,10 +20,12 @@ directory uploaded as their work directory, as a user would submit them.
 """
 import os
 import re
+import signal
 
 import pytest
 
-from ddp_reference import EXAMPLE_DIR, PYTHON, TRAIN_DDP, assert_same_params, parse_final, reference
+from ddp_reference import (EXAMPLE_DIR, PYTHON, TRAIN_DDP, assert_same_params, output_of, parse_final,
+                           reference, start_ranks)
 from machines import Machines
 from pool import wait_for
 
@@ -156,6 +158,34 @@ def test_two_agent_ddp_training_matches_the_reference_and_logs_per_rank(pool, ma
     assert only1 and not any(l.startswith("[rank") for l in only1), only1[:5]
     assert any(l.startswith("train_ddp: rank 1 of 2") for l in only1)
     assert not any("rank 0 of 2" in l or "GPUPOOL_DDP_FINAL" in l for l in only1)
+
+
+def test_a_checkpoint_signal_during_the_teardown_does_not_end_a_finished_run(tmp_path):
+    """The pool sends the checkpoint signal on a timer, whatever the job is
+    doing, so it may come while a finished rank tears torch down and exits.
+    Python puts back the default action of the signals it handled as it
+    exits (SIGUSR1's ends the process): the script must ignore the signal
+    once it has trained, or a run that printed its result fails (rank 0
+    "killed by signal SIGUSR1" after GPUPOOL_DDP_FINAL). Outside the pool:
+    two plain ranks, signalled without pause from their result on."""
+    procs = start_ranks(["--steps", "20", "--checkpoint-every", "10"], str(tmp_path))
+    try:
+        wait_for(lambda: any("GPUPOOL_DDP_FINAL" in l for l in output_of(str(tmp_path), 0))
+                 or any(p.poll() is not None for p in procs), timeout=120, what="rank 0's result")
+        while any(p.poll() is None for p in procs):
+            for p in procs:
+                try:
+                    os.kill(p.pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+        codes = [p.wait() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes == [0, 0], (codes, output_of(str(tmp_path), 0)[-20:])
+    parse_final(output_of(str(tmp_path), 0))
 
 
 def test_a_job_that_runs_torchrun_itself_rendezvouses_with_the_pools_variables(pool, machines, want):

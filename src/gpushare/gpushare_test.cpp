@@ -135,12 +135,15 @@ class GpushareTest : public ::testing::Test {
     background_.push_back(
         Spawn({CUDA_PROBE, "hold", std::to_string(mib), ready}, Env(limits, true), null, null));
     ::close(null);
-    for (int i = 0; i < 30000 && !fs::exists(ready); ++i) {
+    // The holder writes its answer after creating the file: wait for the line.
+    std::string said;
+    for (int i = 0; i < 30000 && (said.empty() || said.back() != '\n'); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::stringstream s;
+      s << std::ifstream(ready).rdbuf();
+      said = s.str();
     }
-    std::stringstream s;
-    s << std::ifstream(ready).rdbuf();
-    ASSERT_EQ(s.str(), "0\n") << "the holder's allocation failed";
+    ASSERT_EQ(said, "0\n") << "the holder's allocation failed";
   }
 
   std::string dir_, limits_;

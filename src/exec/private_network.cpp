@@ -142,6 +142,25 @@ int AddProhibitRoute(int nl, const IpPrefix& p, uint32_t seq) {
 // failure, written to its err_fd).
 constexpr int kSandboxGone = 2;
 
+// A helper child's failure: what failed to `err_fd`, exit 1.
+[[noreturn]] void FailChild(int err_fd, const std::string& what) {
+  (void)!::write(err_fd, what.data(), what.size());
+  _exit(1);
+}
+
+// Enters the user namespace that owns the job's network (which gives
+// CAP_NET_ADMIN there) and the network namespace, or fails the child.
+void EnterJobNetwork(int userns_fd, int netns_fd, int err_fd) {
+  if (::setns(userns_fd, CLONE_NEWUSER) != 0) {
+    FailChild(err_fd,
+              std::string("cannot enter the job's user namespace: ") + std::strerror(errno));
+  }
+  if (::setns(netns_fd, CLONE_NEWNET) != 0) {
+    FailChild(err_fd,
+              std::string("cannot enter the job's network namespace: ") + std::strerror(errno));
+  }
+}
+
 // The child that waits for bubblewrap's sandbox child to bring the
 // namespace's loopback up (PrivateNetwork::Attach says why): it enters the
 // user and network namespaces, as ConfigureNamespace does, and looks at
@@ -150,16 +169,8 @@ constexpr int kSandboxGone = 2;
 // `sandbox` is gone first; writes what failed to `err_fd` otherwise.
 [[noreturn]] void WaitForLoopback(int userns_fd, int netns_fd, pid_t sandbox,
                                   Clock::time_point deadline, int err_fd) {
-  auto fail = [&](const std::string& what) {
-    (void)!::write(err_fd, what.data(), what.size());
-    _exit(1);
-  };
-  if (::setns(userns_fd, CLONE_NEWUSER) != 0) {
-    fail(std::string("cannot enter the job's user namespace: ") + std::strerror(errno));
-  }
-  if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-    fail(std::string("cannot enter the job's network namespace: ") + std::strerror(errno));
-  }
+  auto fail = [&](const std::string& what) { FailChild(err_fd, what); };
+  EnterJobNetwork(userns_fd, netns_fd, err_fd);
   // Any socket of the namespace answers for its interfaces.
   int sock = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (sock < 0) fail(std::string("socket: ") + std::strerror(errno));
@@ -214,16 +225,8 @@ Status AwaitLoopback(int userns_fd, int netns_fd, pid_t sandbox, Clock::time_poi
 [[noreturn]] void ConfigureNamespace(int userns_fd, int netns_fd, const DefaultRoutes& expect,
                                      const std::vector<IpPrefix>& blocked, PortRange forward,
                                      Clock::time_point deadline, int err_fd) {
-  auto fail = [&](const std::string& what) {
-    (void)!::write(err_fd, what.data(), what.size());
-    _exit(1);
-  };
-  if (::setns(userns_fd, CLONE_NEWUSER) != 0) {
-    fail(std::string("cannot enter the job's user namespace: ") + std::strerror(errno));
-  }
-  if (::setns(netns_fd, CLONE_NEWNET) != 0) {
-    fail(std::string("cannot enter the job's network namespace: ") + std::strerror(errno));
-  }
+  auto fail = [&](const std::string& what) { FailChild(err_fd, what); };
+  EnterJobNetwork(userns_fd, netns_fd, err_fd);
   // pasta adds the IPv4 route, then the IPv6 one. One family may fail to
   // come up (an IPv6 route without a usable address): a second after the
   // first, the job starts with what there is.

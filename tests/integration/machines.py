@@ -45,7 +45,14 @@ class Machines:
                 break
         self.net = f"198.18.{n}"
         self.gateway = f"{self.net}.1"
-        _ip("link", "add", self.bridge, "type", "bridge")
+        # The bridge's MAC address is fixed here: a bridge left to itself takes
+        # the lowest of its ports' addresses, so it changes as machines join.
+        # A machine that learnt the old address for the gateway then sends to
+        # a MAC the host no longer takes as its own, and its packets are
+        # dropped until its ARP entry is probed again (5 s, or up to 45 s
+        # when the entry was fresh): agents' first connections hung.
+        mac = "02:67:70:" + ":".join(f"{random.randint(0, 255):02x}" for _ in range(3))
+        _ip("link", "add", self.bridge, "address", mac, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         route = _ip("route", "get", f"{self.net}.2").stdout

@@ -185,6 +185,17 @@ TEST_F(GpushareTest, TheTaskSeesAGpuOfItsCap) {
   EXPECT_EQ(r.out, "total 8589934592 free 8589934592 devtotal 8589934592\n");
 }
 
+TEST_F(GpushareTest, NvmlShowsTheTaskItsCapAndItsOwnUse) {
+  // The fake NVML's device: 8 GiB; the task holds 256 MiB of its 1 GiB.
+  Hold(256, limits_);
+  ProbeRun r = Probe({"nvml", FAKE_NVML_LIB}, limits_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "nvml total 1073741824 used 268435456 free 805306368\n");
+  r = Probe({"nvml", FAKE_NVML_LIB}, limits_, /*preload=*/false);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "nvml total 8589934592 used 0 free 8589934592\n");
+}
+
 TEST_F(GpushareTest, AForkedChildSharesItsParentsCap) {
   ProbeRun r = Probe({"fork-fill", "direct", "64", "2048", "512"}, limits_);
   ASSERT_EQ(r.status, 0) << r.err;

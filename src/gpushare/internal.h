@@ -69,6 +69,17 @@ void* gs_real(enum gs_entry id);
 /* A driver function that is not wrapped (cuCtxGetDevice, cuDeviceGetUuid). */
 void* gs_real_driver(const char* name);
 
+/* glibc's dlsym, for this library's own lookups (resolve.c). */
+void* gs_real_dlsym(void* handle, const char* name);
+
+/* The task's view of the GPU with this UUID (memory.c): 1 with `*total`
+ * lowered to the cap and `*used` what the task's processes hold, 0 when no
+ * cap applies (both left alone). */
+int gs_memory_view(const unsigned char uuid[16], uint64_t* total, uint64_t* used);
+
+/* Our NVML wrapper for `name`, or NULL (nvml.c). */
+void* gs_nvml_wrapper_by_name(const char* name);
+
 /* Writes "gpupool gpushare: <what>" to the job's stderr (memory.c). */
 void gs_say(const char* what);
 

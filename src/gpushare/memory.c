@@ -337,6 +337,18 @@ static void capped_view(int dev, uint64_t* free_bytes, uint64_t* total_bytes) {
   if (*free_bytes > left) *free_bytes = left;
 }
 
+int gs_memory_view(const unsigned char uuid[16], uint64_t* total, uint64_t* used) {
+  ensure_state();
+  if (!capped) return 0;
+  int dev = gpushare_ledger_device(ledger, uuid);
+  if (dev < 0) return 0;
+  uint64_t free_bytes = *total;
+  capped_view(dev, &free_bytes, total);
+  *used = gpushare_ledger_used(ledger, dev);
+  if (*used > *total) *used = *total;
+  return 1;
+}
+
 /* cuMemGetInfo_v2 (size_t) and the legacy cuMemGetInfo (unsigned int). */
 #define MEM_GET_INFO(name, type)                                          \
   CUresult name(type* free_bytes, type* total_bytes) {                    \

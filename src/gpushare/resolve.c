@@ -61,6 +61,11 @@ static void* driver(void) {
   return h;
 }
 
+void* gs_real_dlsym(void* handle, const char* name) {
+  dlsym_t s = real_dlsym();
+  return s != NULL ? s(handle, name) : NULL;
+}
+
 void* gs_real_driver(const char* name) {
   void* h = driver();
   dlsym_t s = real_dlsym();
@@ -79,7 +84,9 @@ void* gs_real(enum gs_entry id) {
 }
 
 void* gs_wrapper_by_name(const char* name) {
-  if (name == NULL || name[0] != 'c' || name[1] != 'u') return NULL;
+  if (name == NULL) return NULL;
+  if (name[0] == 'n') return gs_nvml_wrapper_by_name(name);
+  if (name[0] != 'c' || name[1] != 'u') return NULL;
   for (int i = 0; i < GS_COUNT; ++i) {
     if (strcmp(entries[i].name, name) == 0) return entries[i].wrapper;
   }
@@ -129,8 +136,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, c
   return r;
 }
 
-/* dlsym: a program that dlopens the driver and looks up an entry point
- * gets the wrapper. Everything else is glibc's answer unchanged; the plain
+/* dlsym: a program that dlopens the driver (or NVML) and looks up an entry
+ * point gets the wrapper. Everything else is glibc's answer unchanged; the plain
  * path is a tail call, so glibc still sees the program's own return address
  * (RTLD_NEXT is relative to the caller).
  *

@@ -37,6 +37,7 @@ NVML = {
 #            does `all`
 #   hold     `all`, then keep it until /work/release exists
 #   write    try to change the share's files; print each errno
+#   nvml     hold 512 MiB, then print what NVML says of the GPU's memory
 ALLOC = r"""
 import ctypes, errno, os, subprocess, sys, time
 cuda = ctypes.CDLL("libcuda.so.1")
@@ -93,6 +94,19 @@ elif mode in ("fork", "spawn"):
     else:
         subprocess.run(["env", "-u", "LD_PRELOAD", sys.executable, "/work/alloc.py", "all",
                         label + "-sub"], check=True)
+elif mode == "nvml":
+    init()
+    held, rc, _ = alloc(512 * MiB)
+    class Memory(ctypes.Structure):
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                    ("used", ctypes.c_ulonglong)]
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    device, memory = ctypes.c_void_p(), Memory()
+    assert nvml.nvmlInit_v2() == 0
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(device)) == 0
+    assert nvml.nvmlDeviceGetMemoryInfo(device, ctypes.byref(memory)) == 0
+    print("%s total_mib=%d used_mib=%d free_mib=%d" % (label, memory.total // MiB,
+          memory.used // MiB, memory.free // MiB), flush=True)
 elif mode == "write":
     for path in ("/gpupool/share/limits", "/etc/ld.so.preload"):
         try:
@@ -158,9 +172,12 @@ def test_shares_are_held_to_their_memory_cap(pool, tmp_path):
     assert "files write /gpupool/share/limits errno=EROFS" in out, out
     assert "files write /etc/ld.so.preload errno=EROFS" in out, out
 
-    # (b) gpu_memory is the cap.
-    out = run_job(pool, "python3 alloc.py all small", {"gpus": 0.5, "gpu_memory": "1GiB"})
+    # (b) gpu_memory is the cap; NVML inside the task (nvidia-smi, pynvml)
+    # shows the same GPU, with only the task's own use.
+    out = run_job(pool, "python3 alloc.py all small; python3 alloc.py nvml seen",
+                  {"gpus": 0.5, "gpu_memory": "1GiB"})
     assert said(out, "small") == "total_mib=1024 got_mib=1024 rc=2", out
+    assert said(out, "seen") == "total_mib=1024 used_mib=512 free_mib=512", out
 
     # (c) One ledger for every process of the task: a process started
     # without LD_PRELOAD, and one forked while its parent holds 2 GiB.

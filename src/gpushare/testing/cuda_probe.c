@@ -17,6 +17,10 @@
  *       and "busy B" (the device µs reserved for this process, by the fake
  *       driver's fakeCudaBusyMicros).
  *
+ *   cuda_probe nvml LIBRARY          dlopens NVML at LIBRARY, looks its
+ *       memory query up by dlsym and prints "nvml total T used U free F"
+ *       (bytes) for device 0.
+ *
  * PATH: direct (linked cuMemAlloc_v2), legacy (cuMemAlloc, 32-bit),
  * dlsym (dlopen + dlsym), procaddr (cuGetProcAddress, CUDA 11.3),
  * procaddr_v2 (cuGetProcAddress_v2, CUDA 12), ptsz (per-thread stream
@@ -220,6 +224,26 @@ static int spin(double seconds, long long start_ns) {
   return 0;
 }
 
+/* What NVML says of device 0's memory, reached as pynvml reaches it. */
+static int nvml_info(const char* library) {
+  struct {
+    unsigned long long total, free, used;
+  } memory;
+  void* h = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) return 6;
+  int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
+  int (*get)(unsigned, void**) =
+      (int (*)(unsigned, void**))dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+  int (*info)(void*, void*) = (int (*)(void*, void*))dlsym(h, "nvmlDeviceGetMemoryInfo");
+  void* device = NULL;
+  if (init == NULL || get == NULL || info == NULL || init() != 0 || get(0, &device) != 0 ||
+      info(device, &memory) != 0) {
+    return 7;
+  }
+  printf("nvml total %llu used %llu free %llu\n", memory.total, memory.used, memory.free);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   if (cuInit(0) != CUDA_SUCCESS) {
@@ -233,6 +257,7 @@ int main(int argc, char** argv) {
     printf("total %zu free %zu devtotal %zu\n", total_b, free_b, dev_total);
     return 0;
   }
+  if (strcmp(argv[1], "nvml") == 0 && argc == 3) return nvml_info(argv[2]);
   if (strcmp(argv[1], "fill") == 0 && argc == 5) {
     return fill(argv[2], (unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]));
   }

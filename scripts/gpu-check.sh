@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks gpupool's GPU sharing on a machine with an NVIDIA GPU and driver,
-# and prints a short report. Needs only a C compiler, Python 3 and PyTorch
-# with CUDA (no CUDA toolkit, no gpupool build): it compiles libgpushare.so
-# from src/gpushare itself.
+# and prints a short report. Needs only a C and C++ compiler, Python 3 and
+# PyTorch with CUDA (no CUDA toolkit, no gpupool build): it compiles
+# libgpushare.so from src/gpushare and the share harness from src/share
+# itself.
 #
 #   scripts/gpu-check.sh [OUT_DIR]
 #
@@ -14,7 +15,11 @@
 #   3. the interposer's overhead: a training step (a small MLP, forward,
 #      backward, optimizer) and a launch-bound loop (many tiny kernels), each
 #      timed with and without the library, medians of 5 runs;
-#   4. compute shares: reported as not built yet.
+#   4. compute shares: two compute-bound matmul loops under the interposer's
+#      launch gate with shares 0.3 and 0.7, the agent's arbiter run by the
+#      test tree's share harness (built here with g++ from src/share), both
+#      saturating at once: their throughput ratio (target 7:3 within ±10%);
+#      then the 0.3 share alone, work-conserving and strict.
 # Exit status: 0 when every check passed, 1 when one failed, 2 when this
 # machine has no usable NVIDIA GPU (nothing is measured then).
 set -uo pipefail
@@ -57,7 +62,8 @@ fail=0
 # -- Build the interposer with the C compiler alone ----------------------------
 cc -std=c11 -O2 -fPIC -fvisibility=hidden -shared -Isrc src/gpushare/limits.c \
   src/gpushare/ledger.c src/gpushare/allocs.c src/gpushare/resolve.c src/gpushare/memory.c \
-  src/gpushare/launch.c -o "$out/libgpushare.so" -ldl -lpthread || { echo "build failed"; exit 1; }
+  src/gpushare/launch.c src/gpushare/nvml.c -o "$out/libgpushare.so" -ldl -lpthread ||
+  { echo "build failed"; exit 1; }
 
 total_mib=$("$PY" -c "import torch; print(torch.cuda.mem_get_info()[1] >> 20)")
 cap_mib=$((total_mib / 2))
@@ -143,7 +149,51 @@ for kind in train launch; do
 done
 
 # -- 4. Compute shares -------------------------------------------------------------
-echo "== compute shares: not built yet (issue 20): nothing measured"
+# The harness plays the agent's part (src/share/testing/share_harness.cpp):
+# it writes each task's want/grant files and limits, runs `PROBE spin
+# SECONDS START_NS` for each under the library, ticks the arbiter every 5 ms
+# and prints a line per task with the probe's "launches" (here: matmuls).
+g++ -std=c++20 -O2 -Isrc src/share/testing/share_harness.cpp src/share/arbiter.cpp \
+  src/share/share_files.cpp src/common/safe_fs.cpp src/common/status.cpp -o "$out/share_harness" ||
+  { echo "share harness build failed"; exit 1; }
+cat >"$out/matmul.py" <<'EOF'
+import sys, time, torch
+seconds, start_ns = float(sys.argv[2]), int(sys.argv[3])
+a = torch.randn(4096, 4096, device="cuda")
+b = torch.randn(4096, 4096, device="cuda")
+(a @ b).sum().item()  # load the kernels before the common start
+while time.monotonic_ns() < start_ns:
+    time.sleep(0.001)
+t0 = time.monotonic()
+n = 0
+while time.monotonic() - t0 < seconds:
+    for _ in range(4):
+        a @ b
+    torch.cuda.synchronize()
+    n += 4
+print(f"launches {n}\nwall_us {int((time.monotonic() - t0) * 1e6)}\nfirst_us 0\nbusy 0")
+EOF
+printf '#!/bin/sh\nexec %s %s "$@"\n' "$(command -v "$PY")" "$out/matmul.py" >"$out/matmul-probe"
+chmod +x "$out/matmul-probe"
+harness() { "$out/share_harness" --probe "$out/matmul-probe" --preload "$out/libgpushare.so" "$@"; }
+launches() { sed -n "s/^task $1 .* launches \([0-9]*\).*/\1/p" "$2"; }
+echo "== compute shares (matmul 4096x4096; the agent's arbiter every 5 ms; 10 s each)"
+if harness --dir "$out/share-free" --task a:1000:wc:0:10 >"$out/share-free.txt" 2>&1 &&
+  harness --dir "$out/share-pair" --task a:300:wc:0:10 --task b:700:wc:0:10 >"$out/share-pair.txt" 2>&1 &&
+  harness --dir "$out/share-alone" --task a:300:wc:0:10 >"$out/share-alone.txt" 2>&1 &&
+  harness --dir "$out/share-strict" --task a:300:strict:0:10 >"$out/share-strict.txt" 2>&1; then
+  awk -v free="$(launches a "$out/share-free.txt")" -v a="$(launches a "$out/share-pair.txt")" \
+    -v b="$(launches b "$out/share-pair.txt")" -v alone="$(launches a "$out/share-alone.txt")" \
+    -v strict="$(launches a "$out/share-strict.txt")" 'BEGIN {
+    ok = a > 0 && b / a >= 7 / 3 * 0.9 && b / a <= 7 / 3 * 1.1
+    printf "0.3 and 0.7 at once: %d and %d matmuls, ratio 1:%.2f (target 1:%.2f, within 10%%): %s\n",
+      a, b, (a > 0 ? b / a : 0), 7 / 3, (ok ? "PASS" : "FAIL")
+    printf "0.3 alone, work-conserving: %d matmuls, %.1f%% of the unshared %d\n", alone, alone / free * 100, free
+    printf "0.3 alone, strict: %d matmuls, %.1f%% of the unshared (its part: 30%%)\n", strict, strict / free * 100
+    exit (ok ? 0 : 1) }' || fail=1
+else
+  echo "compute shares: FAIL: $(cat "$out"/share-*.txt | tr '\n' ';')"; fail=1
+fi
 
 echo "== files in $out"
 exit $fail

@@ -500,6 +500,7 @@ class Agent {
     proto::Heartbeat hb;
     if (auto snap = gpu_->Read(); snap.ok()) hb.telemetry = snap->telemetry;
     hb.running_tasks = tasks_.running();
+    hb.shares = provider_.share_uses();
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHeartbeat),
           proto::Encode(hb)});
     heartbeat_timer_ = loop_.RunAfter(heartbeat_ms_, [this] { Heartbeat(); });

@@ -38,6 +38,11 @@ struct CapVerdict {
   friend bool operator==(const CapVerdict&, const CapVerdict&) = default;
 };
 
+// Each task's cap and what its processes hold on each of its GPUs (-1 when
+// NVML says nothing of that GPU), for the heartbeat's report.
+std::vector<ShareUse> ShareUses(const std::vector<CappedTask>& tasks,
+                                const std::vector<GpuTelemetry>& telemetry);
+
 // The tasks over their cap, each once (its first GPU over), in `tasks`'
 // order. A GPU or a process NVML does not report, or reports without a
 // figure (used_memory_mib < 0), counts nothing.

@@ -48,6 +48,14 @@ TEST(GpuBackstop, OthersProcessesAndMissingFiguresCountNothing) {
   EXPECT_THAT(TasksOverGpuMemoryCap({elsewhere}, telemetry), IsEmpty());
 }
 
+TEST(GpuBackstop, SharesAreReportedWithTheirCapAndTheirOwnProcessesUse) {
+  CappedTask t{"7.1", 4 * kGiB, {"GPU-a", "GPU-z"}, {100, 101}};
+  // GPU-z is not in the sample: its use is not known.
+  auto telemetry = {Gpu("GPU-a", {{100, 1000}, {101, 24}, {300, 50000}, {102, -1}})};
+  std::vector<ShareUse> uses = ShareUses({t}, telemetry);
+  EXPECT_EQ(uses, (std::vector<ShareUse>{{"7.1", "GPU-a", 4096, 1024}, {"7.1", "GPU-z", 4096, -1}}));
+}
+
 TEST(GpuBackstop, OneMibPastTheAllowanceIsOver) {
   CappedTask t{"7.1", 1 * kGiB, {"GPU-a"}, {100}};
   auto at = {Gpu("GPU-a", {{100, 1024 + kGpuContextAllowanceMib}})};

@@ -9,6 +9,7 @@
 
 #include "agent/agent.h"
 #include "agent/gpu_backstop.h"
+#include "agent/task_gpus.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/units.h"
@@ -105,8 +106,31 @@ Status Provider::Admit(const proto::StartTask& start) {
                       start.gpu_memory_mib,
                       start.spec.network == NetworkMode::kHost};
   Status ok = LendingAdmits(lending_, want, gpus_);
+  if (ok.ok()) ok = AdmitShareCap(start);
   if (!ok.ok()) SendLending(true);
   return ok;
+}
+
+// A share's cap must fit beside the caps of the shares already on its GPU
+// (agent/task_gpus.h ShareCapFits).
+Status Provider::AdmitShareCap(const proto::StartTask& start) const {
+  auto task_gpus = TaskGpusFor(start, gpus_);
+  if (!task_gpus.ok() || !task_gpus->share) return Status::Ok();  // the start reports its own error
+  const std::string& uuid = start.gpu_uuids.front();
+  std::vector<int64_t> others;
+  for (const auto& [id, t] : tasks_.tasks()) {
+    if (id == start.attempt_id || t.result || t.gpu_memory_cap <= 0) continue;
+    if (std::find(t.gpu_uuids.begin(), t.gpu_uuids.end(), uuid) != t.gpu_uuids.end()) {
+      others.push_back(t.gpu_memory_cap);
+    }
+  }
+  int64_t lent_mib = 0;
+  if (auto lent = lending_.gpus.find(uuid); lent != lending_.gpus.end()) {
+    lent_mib = lent->second;
+  } else {
+    for (const GpuInfo& g : gpus_) lent_mib = g.uuid == uuid ? g.memory_mib : lent_mib;
+  }
+  return ShareCapFits(uuid, task_gpus->share->memory_bytes, others, lent_mib);
 }
 
 int64_t Provider::OutputLimit(int64_t server_bytes) const {
@@ -169,7 +193,11 @@ void Provider::Tick(int64_t grace_ms) {
     // A failed read keeps the last sample rather than reclaiming on no evidence.
     if (auto snap = gpu_source_->Read(); snap.ok()) telemetry_ = snap->telemetry;
   }
-  if (capped) EnforceGpuMemoryCaps();
+  if (capped) {
+    EnforceGpuMemoryCaps();
+  } else {
+    share_uses_.clear();
+  }
   if (lender_.WantsTelemetry()) {
     std::set<std::string> container_gpus;
     for (const auto& [id, t] : tasks_.tasks()) {
@@ -203,16 +231,19 @@ void Provider::Tick(int64_t grace_ms) {
 
 // The NVML backstop of shares' memory caps (agent/gpu_backstop.h): a task
 // whose processes hold more than their cap, whatever path they took to it,
-// is stopped, once, with the reason.
+// is stopped, once, with the reason. Also what the heartbeat reports of the
+// shares (share_uses).
 void Provider::EnforceGpuMemoryCaps() {
-  std::vector<CappedTask> capped;
+  std::vector<CappedTask> capped, unjudged;
   for (const auto& [id, t] : tasks_.tasks()) {
-    if (t.gpu_memory_cap <= 0 || t.result || t.shim_pid <= 0 || over_cap_.count(id)) continue;
+    if (t.gpu_memory_cap <= 0 || t.result || t.shim_pid <= 0) continue;
     CappedTask c{id, t.gpu_memory_cap, t.gpu_uuids, {}};
     for (pid_t p : exec::Descendants(t.shim_pid)) c.pids.insert(p);
+    if (!over_cap_.count(id)) unjudged.push_back(c);
     capped.push_back(std::move(c));
   }
-  for (const CapVerdict& v : TasksOverGpuMemoryCap(capped, telemetry_)) {
+  share_uses_ = ShareUses(capped, telemetry_);
+  for (const CapVerdict& v : TasksOverGpuMemoryCap(unjudged, telemetry_)) {
     GP_LOG(kWarn) << "stopping " << v.attempt_id << ": " << v.reason;
     over_cap_.insert(v.attempt_id);
     tasks_.Stop(v.attempt_id, v.reason);

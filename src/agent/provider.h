@@ -67,6 +67,10 @@ class Provider {
   void Stop();
 
   // The machine's GPUs, as the agent last reported them.
+  // The GPU shares running here, their caps and what NVML says they hold
+  // (as of the last tick), for the heartbeat.
+  const std::vector<ShareUse>& share_uses() const { return share_uses_; }
+
   void SetGpus(std::vector<GpuInfo> gpus) { gpus_ = std::move(gpus); }
   // What is lent now; the caller puts it in its hello (the server has it then).
   const NodeLending& LendingForHello();
@@ -96,6 +100,7 @@ class Provider {
   std::string PolicyOverridePath() const { return options_.data_dir + "/policy.yaml"; }
   void Tick(int64_t grace_ms = 0);
   void EnforceGpuMemoryCaps();
+  Status AdmitShareCap(const proto::StartTask& start) const;
   void SendLending(bool force);
   void RecordReclaims(const NodeLending& before,
                       const std::vector<std::pair<std::string, std::string>>& vacated,
@@ -122,6 +127,7 @@ class Provider {
   bool evaluated_ = false;                   // lending_ holds a first evaluation
   std::vector<GpuTelemetry> telemetry_;      // the last sample, for idle-only lending
   std::set<std::string> over_cap_;           // stopped by the GPU memory backstop
+  std::vector<ShareUse> share_uses_;         // the shares' caps and use, last tick
   ShareLoop shares_{loop_};                  // compute shares, synced in TasksChanged
   net::EventLoop::TimerId timer_ = 0;
   bool stopped_ = false;

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/units.h"
+
 namespace gpupool::agent {
 namespace {
 
@@ -37,9 +39,8 @@ Result<TaskGpus> TaskGpusFor(const proto::StartTask& task, const std::vector<Gpu
   share.share_milli = milli;
   const int64_t memory_mib =
       task.gpu_memory_mib > 0 ? task.gpu_memory_mib : task.spec.resources.gpu_memory_mib;
-  if (memory_mib > 0) {
-    share.memory_bytes = memory_mib << 20;
-  } else {
+  int64_t gpu_mib = 0;
+  if (memory_mib <= 0) {
     const std::string& uuid = task.gpu_uuids.front();
     const GpuInfo* g = FindGpu(node_gpus, uuid);
     if (g == nullptr) {
@@ -49,10 +50,22 @@ Result<TaskGpus> TaskGpusFor(const proto::StartTask& task, const std::vector<Gpu
       return Status::FailedPrecondition("the memory of the share's GPU " + uuid +
                                         " is not known, so its cap cannot be set");
     }
-    share.memory_bytes = (g->memory_mib << 20) * milli / 1000;
+    gpu_mib = g->memory_mib;
   }
+  share.memory_bytes = ShareMemoryCapBytes(milli, gpu_mib, memory_mib);
   out.share = share;
   return out;
+}
+
+Status ShareCapFits(const std::string& uuid, int64_t cap_bytes, const std::vector<int64_t>& others,
+                    int64_t lent_mib) {
+  int64_t taken = 0;
+  for (int64_t c : others) taken += c;
+  if (taken + cap_bytes <= (lent_mib << 20)) return Status::Ok();
+  return Status::FailedPrecondition(
+      "the share's GPU memory cap of " + FormatBytes(cap_bytes) + " does not fit on GPU " + uuid +
+      ": the caps of the " + std::to_string(others.size()) + " shares there already take " +
+      FormatBytes(taken) + " of the " + FormatMebibytes(lent_mib) + " lent");
 }
 
 }  // namespace gpupool::agent

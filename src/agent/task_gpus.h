@@ -6,15 +6,14 @@
 //
 // The cap rule. A task holds a share when its start order's gpu_milli is
 // 1..999 (from a server that sends none, 0: when its spec asks for a share,
-// gpus 0 and gpu_milli 1..999). A share's cap, per GPU, for all of the
-// task's processes together, is its gpu_memory (the order's
-// gpu_memory_mib, else the spec's) when given, else
-// floor(gpu_milli / 1000 × the GPU's memory). Whole GPUs get no cap and no
+// gpus 0 and gpu_milli 1..999). A share's cap is model/resources.h's
+// ShareMemoryCapBytes of its gpu_memory (the order's gpu_memory_mib, else
+// the spec's) and its GPU's memory. Whole GPUs get no cap and no
 // interposer, with or without gpu_memory: for them gpu_memory is the least
 // memory a GPU must have (model/job_spec.h), not a limit.
 //
-// Lives in the agent, not the model: it reads the start order against this
-// node's own GPU inventory, which only the agent holds. Pure: no I/O, no
+// Lives in the agent: it reads the start order against this node's own GPU
+// inventory, which only the agent holds. Pure: no I/O, no
 // clock; thread-safe.
 #pragma once
 
@@ -40,5 +39,16 @@ struct TaskGpus {
 // a share of other than one GPU is InvalidArgument: a share must never run
 // without its cap.
 Result<TaskGpus> TaskGpusFor(const proto::StartTask& task, const std::vector<GpuInfo>& node_gpus);
+
+// Whether a share capped at `cap_bytes` on GPU `uuid` fits beside the caps
+// of the shares already running there (`others`, bytes): together they must
+// stay within `lent_mib`, what of the GPU is lent. A cap is memory its share
+// may take at any moment; caps that add up past the GPU would let one
+// share's allocation fail for want of memory its neighbour holds. (A share
+// without gpu_memory reserves nothing in the scheduler, which cannot know
+// its GPU's size at submission; this is where its cap is checked.)
+// FailedPrecondition naming the GPU and the figures, or OK.
+Status ShareCapFits(const std::string& uuid, int64_t cap_bytes, const std::vector<int64_t>& others,
+                    int64_t lent_mib);
 
 }  // namespace gpupool::agent

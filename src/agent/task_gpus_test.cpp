@@ -124,5 +124,18 @@ TEST(TaskGpusTest, AShareWhoseCapCannotBeKnownFails) {
   EXPECT_THAT(bad.status().message(), HasSubstr("exactly one GPU"));
 }
 
+TEST(ShareCapFits, CapsMayFillTheLentMemoryButNotPassIt) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_TRUE(ShareCapFits("GPU-a", 4 * kGiB, {4 * kGiB}, 8192).ok());
+  EXPECT_TRUE(ShareCapFits("GPU-a", 8 * kGiB, {}, 8192).ok());
+  Status st = ShareCapFits("GPU-a", 4 * kGiB, {6 * kGiB}, 8192);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(),
+            "the share's GPU memory cap of 4 GiB does not fit on GPU GPU-a: the caps of the 1 "
+            "shares there already take 6 GiB of the 8 GiB lent");
+  // Only what is lent counts.
+  EXPECT_FALSE(ShareCapFits("GPU-a", 3 * kGiB, {2 * kGiB}, 4096).ok());
+}
+
 }  // namespace
 }  // namespace gpupool::agent

@@ -38,6 +38,12 @@ std::string PositionOf(const json& job) {
 // "1.5" GPUs from milli.
 std::string GpuAmount(int64_t milli) { return FormatMilli(milli); }
 
+// A share's GPU memory: "1.5 GiB of 4 GiB cap" (used -1: not known).
+std::string ShareMemoryText(int64_t cap_mib, int64_t used_mib) {
+  return (used_mib >= 0 ? FormatMebibytes(used_mib) + " of " : "") + FormatMebibytes(cap_mib) +
+         " cap";
+}
+
 // `path` made absolute against `base` (itself relative to the current
 // directory; empty: the current directory).
 std::string AbsolutePath(const std::string& path, const fs::path& base) {
@@ -334,7 +340,12 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
       int64_t milli = Int(a, "gpu_milli");
       if (milli > 0 && milli < 1000) {
         gpus += " (" + GpuAmount(milli) + " of it";
-        if (Int(a, "gpu_memory_mib") > 0) gpus += ", " + FormatMebibytes(Int(a, "gpu_memory_mib"));
+        if (a.contains("gpu_memory_cap_mib")) {
+          gpus +=
+              ", " + ShareMemoryText(Int(a, "gpu_memory_cap_mib"), Int(a, "gpu_memory_used_mib"));
+        } else if (Int(a, "gpu_memory_mib") > 0) {
+          gpus += ", " + FormatMebibytes(Int(a, "gpu_memory_mib"));
+        }
         gpus += ")";
       }
       t.Add({Str(a, "id"), Str(a, "node_id"), gpus.empty() ? "-" : gpus, Str(a, "state"),
@@ -443,6 +454,11 @@ int CmdNodes(const GlobalFlags& g) {
       if (jobs.empty()) jobs = Str(gpu, "attempt");  // older servers
       int64_t used = Int(gpu, "used_milli");
       if (used > 0 && used < 1000) jobs += " (" + GpuAmount(used) + " used)";
+      // Each share's memory: what it holds of its cap.
+      for (const auto& s : gpu.value("shares", json::array())) {
+        jobs += "; " + Str(s, "attempt") + ": " +
+                ShareMemoryText(Int(s, "memory_cap_mib"), Int(s, "memory_used_mib"));
+      }
       t.Add({"", lent, name, mem, util, temp, power, jobs.empty() ? "-" : jobs});
     }
   }

@@ -45,4 +45,10 @@ std::string DescribeGpu(const GpuInfo& gpu) {
   return s;
 }
 
+int64_t ShareMemoryCapBytes(int32_t share_milli, int64_t gpu_memory_mib, int64_t asked_mib) {
+  if (share_milli <= 0 || share_milli >= 1000) return 0;
+  if (asked_mib > 0) return asked_mib << 20;
+  return gpu_memory_mib > 0 ? (gpu_memory_mib << 20) * share_milli / 1000 : 0;
+}
+
 }  // namespace gpupool

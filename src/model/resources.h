@@ -57,6 +57,24 @@ struct GpuInfo {
   friend bool operator==(const GpuInfo&, const GpuInfo&) = default;
 };
 
+// The GPU memory cap of a share of `share_milli` thousandths (1..999) of a
+// GPU with `gpu_memory_mib`, for all of the task's processes together:
+// `asked_mib` (the spec's gpu_memory) when given, else floor(share_milli /
+// 1000 × the GPU's memory), in bytes. 0 for whole GPUs (share_milli 0 or
+// 1000 and more): they are not capped. The agent enforces it
+// (agent/task_gpus.h); the server and the CLI show it.
+int64_t ShareMemoryCapBytes(int32_t share_milli, int64_t gpu_memory_mib, int64_t asked_mib);
+
+// A share's cap and what its processes hold on its GPU, as the agent reports
+// it with heartbeats (NVML's per-process counts; -1: not known).
+struct ShareUse {
+  std::string attempt_id;
+  std::string gpu_uuid;
+  int64_t memory_cap_mib = 0;
+  int64_t memory_used_mib = -1;
+  friend bool operator==(const ShareUse&, const ShareUse&) = default;
+};
+
 // A process using a GPU, as NVML reports it.
 struct GpuProcess {
   int64_t pid = 0;

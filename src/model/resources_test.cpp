@@ -65,6 +65,17 @@ TEST(DescribeGpu, NameMemoryAndSimulated) {
   EXPECT_EQ(DescribeGpu(gpu), "Tesla T4 1.5 GiB");
 }
 
+TEST(ShareMemoryCapBytes, AskedMemoryElseTheFractionOfTheGpu) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_EQ(ShareMemoryCapBytes(500, 8192, 0), 4096 * kMiB);
+  EXPECT_EQ(ShareMemoryCapBytes(300, 8192, 0), 8192 * kMiB * 3 / 10);  // floor, in bytes
+  EXPECT_EQ(ShareMemoryCapBytes(300, 8192, 1024), 1024 * kMiB);
+  // Whole GPUs are not capped, nor is a share of a GPU of unknown memory.
+  EXPECT_EQ(ShareMemoryCapBytes(1000, 8192, 0), 0);
+  EXPECT_EQ(ShareMemoryCapBytes(0, 8192, 1024), 0);
+  EXPECT_EQ(ShareMemoryCapBytes(500, 0, 0), 0);
+}
+
 TEST(Resources, DefaultIsNoRequirement) {
   Resources r;
   EXPECT_EQ(r.gpus, 0);

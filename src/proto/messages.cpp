@@ -26,6 +26,7 @@ constexpr size_t kMaxGpus = 256;                     // per node
 constexpr int64_t kMaxGangNodes = 256;               // ranks of a gang
 constexpr size_t kMaxTasks = 65'536;                 // tasks in a hello
 constexpr size_t kMaxProcesses = 65'536;             // processes on one GPU
+constexpr size_t kMaxShares = 65'536;                // GPU shares in a heartbeat
 constexpr size_t kMaxLabels = 1024;                  // node labels
 constexpr size_t kMaxLogLines = 65'536;              // lines in one logs message
 constexpr size_t kMaxLogOffsets = 1'000'000;         // attempts in a welcome
@@ -254,7 +255,14 @@ Result<Hello> DecodeHello(std::string_view body) {
 std::string Encode(const Heartbeat& m) {
   json t = json::array();
   for (const auto& g : m.telemetry) t.push_back(TelemetryToJson(g));
-  return json{{"telemetry", t}, {"running_tasks", m.running_tasks}}.dump();
+  json shares = json::array();
+  for (const ShareUse& s : m.shares) {
+    shares.push_back({{"attempt_id", s.attempt_id},
+                      {"gpu_uuid", s.gpu_uuid},
+                      {"memory_cap_mib", s.memory_cap_mib},
+                      {"memory_used_mib", s.memory_used_mib}});
+  }
+  return json{{"telemetry", t}, {"running_tasks", m.running_tasks}, {"shares", shares}}.dump();
 }
 
 Result<Heartbeat> DecodeHeartbeat(std::string_view body) {
@@ -266,6 +274,17 @@ Result<Heartbeat> DecodeHeartbeat(std::string_view body) {
       return Status::Ok();
     });
     m->running_tasks = static_cast<int32_t>(r.IntIn("running_tasks", 0, kInt32Max, false));
+    // Absent from agents that predate shares' reports.
+    r.Each("shares", false, kMaxShares, [&](const json& s, const std::string& path) {
+      JsonReader sr(s, path);
+      ShareUse use;
+      use.attempt_id = sr.Str("attempt_id");
+      use.gpu_uuid = sr.Str("gpu_uuid");
+      use.memory_cap_mib = sr.IntIn("memory_cap_mib", 0, kMaxMib);
+      use.memory_used_mib = sr.IntIn("memory_used_mib", -1, kMaxMib, false, -1);
+      m->shares.push_back(std::move(use));
+      return sr.Finish(false);
+    });
     return r.status();
   });
 }

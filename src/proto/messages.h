@@ -107,6 +107,7 @@ struct Hello {
 struct Heartbeat {
   std::vector<GpuTelemetry> telemetry;
   int32_t running_tasks = 0;
+  std::vector<ShareUse> shares;  // the GPU shares running here: caps and use
   friend bool operator==(const Heartbeat&, const Heartbeat&) = default;
 };
 

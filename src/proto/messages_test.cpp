@@ -103,6 +103,7 @@ TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
   Heartbeat hb;
   hb.telemetry = {{"GPU-1", 1024, 55, 61, 150000, {{42, 1000}, {43, 24}}}};
   hb.running_tasks = 2;
+  hb.shares = {{"9.1", "GPU-1", 4096, 1000}, {"9.2", "GPU-1", 2048, -1}};
   auto d = DecodeHeartbeat(Encode(hb));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(*d, hb);
@@ -476,6 +477,12 @@ TEST(MessagesTest, LimitsOnNumbersAndCounts) {
   EXPECT_EQ(
       error(DecodeHeartbeat(R"({"telemetry":[{"uuid":"G","utilization_percent":300}]})").status()),
       "body.telemetry[0].utilization_percent: must be from -1 to 100, got 300");
+  EXPECT_EQ(error(DecodeHeartbeat(R"({"shares":[{"attempt_id":"9.1","gpu_uuid":"G",)"
+                                  R"("memory_cap_mib":-5}]})")
+                      .status()),
+            "body.shares[0].memory_cap_mib: must be from 0 to 1099511627776, got -5");
+  // Agents that predate the report send none.
+  EXPECT_TRUE(DecodeHeartbeat(R"({"telemetry":[]})").ok());
 
   nlohmann::json gpus = nlohmann::json::array();
   for (int i = 0; i < 257; ++i) {

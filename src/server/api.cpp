@@ -143,6 +143,14 @@ json NodeToJson(const NodeStatus& s) {
     gj["attempts"] = in_use ? json(used->second) : json::array();
     auto milli = s.gpu_used_milli.find(g.uuid);
     gj["used_milli"] = milli == s.gpu_used_milli.end() ? 0 : milli->second;
+    json shares = json::array();
+    for (const ShareUse& u : s.shares) {
+      if (u.gpu_uuid != g.uuid) continue;
+      shares.push_back({{"attempt", u.attempt_id},
+                        {"memory_cap_mib", u.memory_cap_mib},
+                        {"memory_used_mib", u.memory_used_mib}});
+    }
+    gj["shares"] = std::move(shares);
     for (const GpuTelemetry& t : s.telemetry) {
       if (t.uuid != g.uuid) continue;
       json procs = json::array();
@@ -393,7 +401,13 @@ void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, 
     json attempts = json::array();
     int64_t lost = 0;
     for (const Attempt& a : d->attempts) {
-      attempts.push_back(AttemptToJson(a));
+      json aj = AttemptToJson(a);
+      // A running share: its cap and use, as its agent last reported them.
+      if (auto use = pool_.ShareUseOf(a.node_id, a.id); use && IsLive(a.state)) {
+        aj["gpu_memory_cap_mib"] = use->memory_cap_mib;
+        aj["gpu_memory_used_mib"] = use->memory_used_mib;
+      }
+      attempts.push_back(std::move(aj));
       lost += LostWorkMs(a);
     }
     out["attempt_list"] = attempts;

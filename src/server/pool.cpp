@@ -593,11 +593,17 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
       NodeStatus st;
       auto it = live_.find(n.id);
       st.connected = it != live_.end();
+      st.gpu_attempts = used[n.id];
       if (st.connected) {
         st.telemetry = it->second.telemetry;
         st.running_tasks = it->second.running_tasks;
+        for (const ShareUse& s : it->second.shares) {
+          const auto& on_gpu = st.gpu_attempts[s.gpu_uuid];
+          if (std::find(on_gpu.begin(), on_gpu.end(), s.attempt_id) != on_gpu.end()) {
+            st.shares.push_back(s);
+          }
+        }
       }
-      st.gpu_attempts = used[n.id];
       st.gpu_used_milli = milli[n.id];
       // A lent GPU is free while some of it is: a share may still fit.
       bool free_lent = false;
@@ -1095,7 +1101,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
     Discard();
     return s;
   }
-  live_[welcome.node_id] = LiveNode{hello.agent_instance, {}, 0};
+  live_[welcome.node_id] = LiveNode{hello.agent_instance, {}, 0, {}};
   liveness_.LeaseRequested(welcome.node_id);
   liveness_.Connected(welcome.node_id);
   awaiting_expiry_.erase(welcome.node_id);
@@ -1323,6 +1329,17 @@ void Pool::AgentHeartbeat(const std::string& node_id, const proto::Heartbeat& hb
   if (it == live_.end()) return;
   it->second.telemetry = hb.telemetry;
   it->second.running_tasks = hb.running_tasks;
+  it->second.shares = hb.shares;
+}
+
+std::optional<ShareUse> Pool::ShareUseOf(const std::string& node_id,
+                                         const std::string& attempt_id) const {
+  auto it = live_.find(node_id);
+  if (it == live_.end()) return std::nullopt;
+  for (const ShareUse& s : it->second.shares) {
+    if (s.attempt_id == attempt_id) return s;
+  }
+  return std::nullopt;
 }
 
 void Pool::AgentLeaseRequested(const std::string& node_id) {

@@ -139,6 +139,9 @@ struct NodeStatus {
   // and the GPU milli they hold.
   std::map<std::string, std::vector<std::string>> gpu_attempts;
   std::map<std::string, int32_t> gpu_used_milli;
+  // The shares among those attempts, with their caps and use as the agent
+  // last reported them (reports of other attempts are dropped).
+  std::vector<ShareUse> shares;
   int32_t running_tasks = 0;
   std::string status;  // NodeStatusName: available, busy, paused, reclaimed, ...
 };
@@ -284,11 +287,17 @@ class Pool {
 
   bool connected(const std::string& node_id) const { return live_.count(node_id) > 0; }
 
+  // What the agent of `node_id` last reported of attempt `attempt_id`'s GPU
+  // share (its cap and use); absent when it reported none.
+  std::optional<ShareUse> ShareUseOf(const std::string& node_id,
+                                     const std::string& attempt_id) const;
+
  private:
   struct LiveNode {
     std::string instance;
     std::vector<GpuTelemetry> telemetry;
     int32_t running_tasks = 0;
+    std::vector<ShareUse> shares;
   };
 
   // What a stop order says (kStopAttempt): why, and the SIGTERM-to-SIGKILL

@@ -224,6 +224,31 @@ def test_two_shares_of_one_gpu_each_get_their_own_cap(pool, tmp_path):
         assert job["state"] == "succeeded", (job, pool.logs_text(job_id))
 
 
+def test_a_share_whose_cap_does_not_fit_beside_the_others_is_refused(pool, tmp_path):
+    """A share without gpu_memory reserves nothing in the scheduler (its
+    GPU's size is not known at submission), so caps could add up past the
+    GPU: one share's allocation would then fail for memory its neighbour
+    holds. The agent refuses such a start instead."""
+    start_gpu_agent(pool, tmp_path)
+    big = pool.submit({"run": PRELUDE + "python3 alloc.py hold big", "env": JOB_ENV,
+                       "resources": {"gpus": 0.25, "gpu_memory": "6GiB"}})
+    pool.wait_state(big, "running", timeout=60)
+    # Half the GPU: a 4 GiB cap, of which only 2 GiB are left beside 6.
+    half = pool.submit({"run": "echo ran", "resources": {"gpus": 0.5}})
+
+    def refused():
+        job = pool.job(half)
+        return job if [a for a in job["attempt_list"] if a["state"] == "refused"] else None
+    job = wait_for(refused, timeout=60, what="the share's start to be refused")
+    reason = job["attempt_list"][0]["reason"]
+    assert "the share's GPU memory cap of 4 GiB does not fit on GPU " + GPU in reason, job
+    assert "already take 6 GiB of the 8 GiB lent" in reason, job
+    # Back in the queue, kept off that node for a while; it never ran.
+    assert pool.job(half)["state"] == "pending", pool.job(half)
+    assert "ran" not in pool.logs_text(half)
+    pool.cli("cancel", str(half), check=True)
+
+
 def job_host_pids(marker):
     """Host pids of the processes whose command line holds `marker`."""
     pids = []
@@ -250,8 +275,24 @@ def test_a_share_that_goes_around_the_library_is_stopped_by_nvml(pool, tmp_path)
     pool.wait_state(job_id, "running", timeout=60)
     wait_for(lambda: "up" in pool.logs_text(job_id), what="the job to start")
     pids = wait_for(lambda: job_host_pids(f"sleep 300 # {marker}"), what="the job's process")
-    # (What lies within the cap and each process's context allowance is
-    # left alone: agent/gpu_backstop_test.cpp.)
+    # Within its cap: `gpupool nodes` and `gpupool job` show the share's cap
+    # and what NVML says its processes hold. (What lies within the cap and
+    # each process's context allowance is left alone:
+    # agent/gpu_backstop_test.cpp.)
+    within = dict(NVML, devices=[dict(NVML["devices"][0],
+                                      processes=[{"pid": pids[0], "used_mib": 1024}])])
+    (tmp_path / "nvml.json").write_text(json.dumps(within))
+    attempt = f"{job_id}.1"
+
+    def reported():
+        shares = pool.nodes()[0]["gpus"][0]["shares"]
+        return shares if shares and shares[0]["memory_used_mib"] == 1024 else None
+    shares = wait_for(reported, timeout=60, what="the share's use in a heartbeat")
+    assert shares == [{"attempt": attempt, "memory_cap_mib": 4096, "memory_used_mib": 1024}]
+    listed = pool.cli("job", str(job_id), check=True).stdout
+    assert "0.5 of it, 1 GiB of 4 GiB cap" in listed, listed
+    listed = pool.cli("nodes", check=True).stdout
+    assert f"{attempt}: 1 GiB of 4 GiB cap" in listed, listed
     over = dict(NVML, devices=[dict(NVML["devices"][0],
                                     processes=[{"pid": pids[0], "used_mib": 6144}])])
     (tmp_path / "nvml.json").write_text(json.dumps(over))

@@ -53,7 +53,8 @@ TEST(GpuBackstop, SharesAreReportedWithTheirCapAndTheirOwnProcessesUse) {
   // GPU-z is not in the sample: its use is not known.
   auto telemetry = {Gpu("GPU-a", {{100, 1000}, {101, 24}, {300, 50000}, {102, -1}})};
   std::vector<ShareUse> uses = ShareUses({t}, telemetry);
-  EXPECT_EQ(uses, (std::vector<ShareUse>{{"7.1", "GPU-a", 4096, 1024}, {"7.1", "GPU-z", 4096, -1}}));
+  EXPECT_EQ(uses,
+            (std::vector<ShareUse>{{"7.1", "GPU-a", 4096, 1024}, {"7.1", "GPU-z", 4096, -1}}));
 }
 
 TEST(GpuBackstop, OneMibPastTheAllowanceIsOver) {

@@ -35,7 +35,13 @@ namespace {
 // What failed in the child, written to the error pipe as {step, errno}.
 enum Step : int { kCgroup = 1, kSetns, kRoot, kFork, kCredentials, kExec };
 
+// How long a command waits for the session's job: for the shim to have a
+// process at all, and, once it has one, for the sandbox to make its
+// namespaces and its job to exec the job's command (until then the job
+// has bubblewrap's environment, not its own; a loaded machine can take
+// well over half a second).
 constexpr int64_t kFindJobMs = 500;
+constexpr int64_t kJobExecMs = 10'000;
 
 // The namespaces a command may enter, user first: it grants the
 // capabilities needed to enter the others, which it owns. Mount last, as
@@ -321,7 +327,9 @@ std::string JupyterSocketInJob(std::string_view executor, const std::string& wor
 int ExecFailureCode(const Status& s) { return s.code() == StatusCode::kNotFound ? 127 : 126; }
 
 Result<pid_t> FindJobProcess(pid_t shim_pid) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFindJobMs);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(kFindJobMs);
+  const auto exec_deadline = start + std::chrono::milliseconds(kJobExecMs);
   while (true) {
     std::vector<pid_t> top = exec::Children(shim_pid);
     // pasta and a gang rank's port forwarder, the sandbox's network
@@ -331,7 +339,8 @@ Result<pid_t> FindJobProcess(pid_t shim_pid) {
       return comm.starts_with("pasta") || comm.starts_with("passt") ||
              comm.starts_with("gpupool-ports");
     });
-    if (!top.empty()) {
+    const bool starting = !top.empty();
+    if (starting) {
       pid_t p = top.front();
       // A sandbox: the executor's child (bubblewrap) has the namespace's
       // init as its child, and the job is the init's child.
@@ -345,7 +354,7 @@ Result<pid_t> FindJobProcess(pid_t shim_pid) {
           // moment later: until then its environment and directory are
           // bubblewrap's.
           bool execd = !jobs.empty() && Comm(jobs.front()) != Comm(init);
-          if (execd || (!jobs.empty() && std::chrono::steady_clock::now() >= deadline))
+          if (execd || (!jobs.empty() && std::chrono::steady_clock::now() >= exec_deadline))
             return jobs.front();
         }
         // bubblewrap before it made its namespaces looks like a process
@@ -353,7 +362,7 @@ Result<pid_t> FindJobProcess(pid_t shim_pid) {
         if (!wrapper && !Comm(p).starts_with("bwrap")) return p;
       }
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (std::chrono::steady_clock::now() >= (starting ? exec_deadline : deadline)) {
       return Status::FailedPrecondition("the session runs no process to enter");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -99,8 +99,11 @@ TEST(ComputeShare, AWorkConservingShareAloneHasTheWholeGpu) {
   ExpectAllRan(run, 1);
   std::printf("figure: a 0.25 share alone is busy %.1f%% of its time\n",
               100 * run.tasks["a"].Busy());
-  // Far more than its 0.25 (a strict share alone: the test below).
-  EXPECT_GE(run.tasks["a"].Busy(), 0.60);
+  // Far more than its 0.25, and more than a strict share alone may have
+  // (0.275, the test below). Alone on an idle machine it is busy ~99% of its
+  // time (docs/performance.md); a probe starved of CPU on a loaded one
+  // launches less (0.52 seen under two builds and the suite at once).
+  EXPECT_GE(run.tasks["a"].Busy(), 0.40);
 }
 
 TEST(ComputeShare, AStrictShareAloneGetsItsShare) {

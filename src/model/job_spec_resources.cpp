@@ -34,8 +34,8 @@ constexpr int64_t kMaxPreferWaitSeconds = 7LL * 24 * 3600;
 constexpr int64_t kDefaultPreferWaitMs = 10LL * 60 * 1000;
 constexpr int32_t kMaxNodes = 256;  // ranks of one multi-node job
 constexpr const char* kResourceFields[] = {
-    "gpus",        "gpu_memory", "gpu_models", "cpus", "memory", "min_compute_capability",
-    "node_labels", "prefer",     "disk",       "nodes"};
+    "gpus",        "gpu_memory", "gpu_models", "cpus",  "memory", "min_compute_capability",
+    "node_labels", "prefer",     "disk",       "nodes", "mig"};
 constexpr const char* kPreferFields[] = {"models", "wait"};
 
 Status CheckGpus(int64_t gpus, int64_t gpu_milli) {
@@ -105,6 +105,34 @@ Status ParseGpus(const json& v, Resources& out) {
     out.gpus = static_cast<int32_t>(milli / 1000);
   } else {
     out.gpu_milli = static_cast<int32_t>(milli);
+  }
+  return Status::Ok();
+}
+
+// A MIG request takes one instance whole: no more GPUs, no share, no
+// memory amount (the profile says the memory).
+Status CheckMig(const Resources& r) {
+  if (!r.WantsMig()) return Status::Ok();
+  constexpr std::string_view kPath = "resources.mig";
+  if (r.mig.slices < 1 || r.mig.memory_gb < 1) {
+    return FieldError(kPath, "a MIG profile needs at least 1 slice and 1 GB");
+  }
+  if (r.gpu_milli > 0) {
+    return FieldError(kPath,
+                      "a MIG instance is taken whole; it cannot be combined with a share of a GPU "
+                      "(gpus: " +
+                          FormatMilli(r.gpu_milli) + ")");
+  }
+  if (r.gpus != 1) {
+    return FieldError(kPath,
+                      "asks for exactly one MIG instance per node; it cannot be combined "
+                      "with gpus: " +
+                          std::to_string(r.gpus) + " (leave gpus out or say 1)");
+  }
+  if (r.gpu_memory_mib != 0) {
+    return FieldError(kPath,
+                      "the profile names the instance's memory; it cannot be combined with "
+                      "gpu_memory (ask for a larger profile instead)");
   }
   return Status::Ok();
 }
@@ -234,6 +262,18 @@ Status ParsePrefer(const json& v, Resources& out) {
   return Status::Ok();
 }
 
+// "mig: 3g.40gb": one MIG instance of at least that profile. Without gpus
+// it is one GPU (the instance); gpus may say 1, nothing else.
+Status ParseMig(const json& v, const json* gpus, Resources& out) {
+  constexpr std::string_view kPath = "resources.mig";
+  GP_ASSIGN_OR_RETURN(std::string text, StringField(v, kPath));
+  auto mig = ParseMigProfile(text);
+  if (!mig.ok()) return mig.status().WithContext(kPath);
+  out.mig = *mig;
+  if (gpus == nullptr) out.gpus = 1;
+  return CheckMig(out);
+}
+
 }  // namespace
 
 Status ParseResources(const json& j, Resources& out) {
@@ -274,6 +314,7 @@ Status ParseResources(const json& j, Resources& out) {
   }
   if (const json* v = Field(j, "node_labels")) GP_RETURN_IF_ERROR(ParseNodeLabels(*v, out));
   if (const json* v = Field(j, "prefer")) GP_RETURN_IF_ERROR(ParsePrefer(*v, out));
+  if (const json* v = Field(j, "mig")) GP_RETURN_IF_ERROR(ParseMig(*v, Field(j, "gpus"), out));
   if (const json* v = Field(j, "nodes")) {
     bool whole = v->is_number_integer() &&
                  (v->is_number_unsigned() ? v->get<uint64_t>() <= uint64_t{kMaxNodes}
@@ -289,6 +330,7 @@ Status ParseResources(const json& j, Resources& out) {
 }
 
 Status ValidateResources(const Resources& r) {
+  GP_RETURN_IF_ERROR(CheckMig(r));
   GP_RETURN_IF_ERROR(CheckGpus(r.gpus, r.gpu_milli));
   GP_RETURN_IF_ERROR(CheckMebibytes("resources.gpu_memory", r.gpu_memory_mib, kMaxGpuMemoryMib));
   if (r.gpu_models.size() > kMaxGpuModels) {
@@ -381,6 +423,7 @@ json ResourcesToJson(const Resources& r) {
     res["prefer"] = {{"models", r.preferred_models}, {"wait", ExactDuration(r.prefer_wait_ms)}};
   }
   if (r.nodes != 1) res["nodes"] = r.nodes;
+  if (r.WantsMig()) res["mig"] = FormatMigProfile(r.mig);
   return res;
 }
 

@@ -192,6 +192,36 @@ TEST(MigSchedulingTest, ModelAndComputeCapabilityStillApply) {
   EXPECT_EQ(PlacedOn(Schedule(s), 1), "MIG-1g-a");
 }
 
+TEST(MigSchedulingTest, PreemptionMakesRoomOnlyForARequestTheInstanceMeets) {
+  Snapshot s;
+  s.nodes = {Node("m", {Instance("MIG-1g", 1, 10, 9728)})};
+  s.nodes[0].gpus[0].free_milli = 0;
+  s.nodes[0].gpus[0].free_memory_mib = 0;
+  RunningJob victim;
+  victim.job_id = 100;
+  victim.attempt_id = "100.1";
+  victim.group = "guest";
+  victim.priority = PriorityClass::kOpportunistic;
+  victim.preemptible = true;
+  victim.holdings.push_back({"m", {"MIG-1g"}, 1000, 0, 0, 0});
+  s.running = {victim};
+  // An interactive whole-GPU job could not use the instance: nobody is
+  // preempted for it.
+  PendingJob whole = Job(1);
+  whole.request.gpus = 1;
+  whole.priority = PriorityClass::kInteractive;
+  s.pending = {whole};
+  EXPECT_TRUE(Schedule(s).preemptions.empty());
+  // An interactive MIG job that fits it: the instance is made free for it.
+  PendingJob mig = Mig(2, 1, 10);
+  mig.priority = PriorityClass::kInteractive;
+  s.pending = {mig};
+  Decisions d = Schedule(s);
+  ASSERT_EQ(d.preemptions.size(), 1u);
+  EXPECT_EQ(d.preemptions[0].attempt_id, "100.1");
+  EXPECT_EQ(d.preemptions[0].for_job_id, 2);
+}
+
 TEST(MigSchedulingTest, MalformedMigRequestsAreRefused) {
   Request r;
   r.gpus = 2;

@@ -202,6 +202,7 @@ exec::TaskContext MakeTaskContext(const ShimOptions& o, const TaskPaths& paths,
   c.gang_ports = o.gang_ports;
   c.gpu_uuids = task.gpu_uuids;
   c.gpu_minors = o.gpu_minors;
+  c.gpu_cap_devices = o.gpu_cap_devices;
   c.gpu_share = o.gpu_share;
   c.limits = exec::TaskLimits(RequestedLimits(task.spec), o.exec_config->defaults, &notes);
   c.uid = o.uid;

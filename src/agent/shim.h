@@ -60,6 +60,9 @@ struct ShimOptions {
   // A share of a GPU: its memory cap, which the executor enforces through
   // libgpushare.so (agent/task_gpus.h, exec/gpu_share.h).
   std::optional<exec::GpuShare> gpu_share;
+  // The MIG capability devices of the task's MIG instances, relative to
+  // /dev (exec/driver_files.h); empty for whole GPUs.
+  std::vector<std::string> gpu_cap_devices;
 };
 
 // Returns the shim's exit code (0 when the result was recorded).

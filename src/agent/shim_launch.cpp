@@ -236,6 +236,7 @@ Result<std::string> EncodeShimOptions(const ShimOptions& o) {
             {"uid", o.uid},
             {"gid", o.gid},
             {"gpu_minors", o.gpu_minors},
+            {"gpu_cap_devices", o.gpu_cap_devices},
             {"blob", BlobJson(o.blob)},
             {"agent_pid", o.agent_pid},
             {"gang_ports", PortsJson(o.gang_ports)},
@@ -264,6 +265,7 @@ Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view t
     o.uid = j.at("uid").get<int>();
     o.gid = j.at("gid").get<int>();
     o.gpu_minors = j.at("gpu_minors").get<std::vector<int>>();
+    o.gpu_cap_devices = j.value("gpu_cap_devices", std::vector<std::string>{});
     o.blob = BlobFrom(j.at("blob"));
     o.agent_pid = j.at("agent_pid").get<int>();
     o.gang_ports = PortsFrom(j.at("gang_ports"));

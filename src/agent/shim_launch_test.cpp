@@ -67,6 +67,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   o.uid = 300001;
   o.gid = 300001;
   o.gpu_minors = {0, 3};
+  o.gpu_cap_devices = {"nvidia-caps/nvidia-cap21"};
   o.blob.server_url = "https://pool:8470";
   o.blob.token = "gpn_secret";
   o.blob.tls.ca_fingerprint = "sha256:ab";
@@ -88,6 +89,7 @@ TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   EXPECT_EQ(b.kill_grace_ms, 1234);
   EXPECT_EQ(b.uid, 300001);
   EXPECT_EQ(b.gpu_minors, o.gpu_minors);
+  EXPECT_EQ(b.gpu_cap_devices, o.gpu_cap_devices);
   EXPECT_EQ(b.blob.token, "gpn_secret");
   EXPECT_EQ(b.blob.tls.client_cert_file, "/data/node.crt");
   EXPECT_EQ(b.blob.staging_dir, "/data/staging");

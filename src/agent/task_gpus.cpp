@@ -28,6 +28,9 @@ Result<TaskGpus> TaskGpusFor(const proto::StartTask& task, const std::vector<Gpu
   for (const std::string& uuid : task.gpu_uuids) {
     const GpuInfo* g = FindGpu(node_gpus, uuid);
     if (g != nullptr && g->minor_number >= 0) out.minors.push_back(g->minor_number);
+    if (g != nullptr && g->IsMig() && g->minor_number >= 0) {
+      out.mig.push_back({g->minor_number, g->mig_gpu_instance, g->mig_compute_instance});
+    }
   }
   const int32_t milli = ShareMilli(task);
   if (milli == 0) return out;

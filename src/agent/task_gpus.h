@@ -2,7 +2,8 @@
 // and, for a share of a GPU, the memory cap that libgpushare.so holds the
 // task to (exec/gpu_share.h). The agent calls TaskGpusFor on each start
 // order with the GPUs it reported in its hello, and the shim's executor
-// enforces the result.
+// enforces the result. A MIG instance's minor is its parent GPU's; the
+// instance's ids are listed in `mig`, for its capability devices.
 //
 // The cap rule. A task holds a share when its start order's gpu_milli is
 // 1..999 (from a server that sends none, 0: when its spec asks for a share,
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "exec/driver_files.h"
 #include "exec/gpu_share.h"
 #include "model/resources.h"
 #include "proto/messages.h"
@@ -28,8 +30,9 @@
 namespace gpupool::agent {
 
 struct TaskGpus {
-  std::vector<int> minors;              // /dev/nvidia<minor> of the task's GPUs, where known
-  std::optional<exec::GpuShare> share;  // a share's cap; absent: none
+  std::vector<int> minors;               // /dev/nvidia<minor> of the task's GPUs, where known
+  std::optional<exec::GpuShare> share;   // a share's cap; absent: none
+  std::vector<exec::MigInstance> mig{};  // the task's MIG instances (their capabilities)
   friend bool operator==(const TaskGpus&, const TaskGpus&) = default;
 };
 

@@ -83,6 +83,33 @@ TEST(TaskGpusTest, WholeGpusGetNoCapEvenWithGpuMemory) {
   EXPECT_EQ(*TaskGpusFor(proto::StartTask{}, NodeGpus()), TaskGpus{});
 }
 
+TEST(TaskGpusTest, AMigInstanceUsesItsParentsNodeAndNamesItsInstance) {
+  std::vector<GpuInfo> node = NodeGpus();
+  GpuInfo mig;
+  mig.uuid = "MIG-1";
+  mig.memory_mib = 9728;
+  mig.minor_number = 5;  // the parent's /dev/nvidia5
+  mig.parent_uuid = "GPU-P";
+  mig.mig_profile = "1g.10gb";
+  mig.mig_slices = 1;
+  mig.mig_gpu_instance = 9;
+  mig.mig_compute_instance = 0;
+  node.push_back(mig);
+  proto::StartTask t;
+  t.gpu_uuids = {"MIG-1"};
+  t.gpu_milli = 1000;
+  t.spec.resources.gpus = 1;
+  t.spec.resources.mig = {1, 10};
+  auto gpus = TaskGpusFor(t, node);
+  ASSERT_TRUE(gpus.ok()) << gpus.status().ToString();
+  EXPECT_THAT(gpus->minors, ElementsAre(5));
+  EXPECT_THAT(gpus->mig, ElementsAre(exec::MigInstance{5, 9, 0}));
+  EXPECT_EQ(gpus->share, std::nullopt);  // the hardware holds it, not the interposer
+  // A whole GPU has no instance.
+  t.gpu_uuids = {"GPU-B"};
+  EXPECT_TRUE(TaskGpusFor(t, node)->mig.empty());
+}
+
 TEST(TaskGpusTest, AnOrderWithoutGpuMilliTakesTheSharesFromTheSpec) {
   proto::StartTask t = Share("GPU-A", 250);
   t.gpu_milli = 0;  // a server that sends none

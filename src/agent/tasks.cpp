@@ -22,6 +22,7 @@
 #include "agent/shim_launch.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "exec/driver_files.h"
 #include "exec/process_tree.h"
 #include "model/job.h"
 
@@ -329,6 +330,16 @@ bool PortFree(int port) {
   return ok;
 }
 
+// The capability devices of a task's MIG instances, as this machine's
+// driver lists them (none where it lists none).
+std::vector<std::string> MigCapabilities(const std::vector<exec::MigInstance>& mig) {
+  std::vector<std::string> out;
+  for (const exec::MigInstance& m : mig) {
+    for (std::string& dev : exec::MigCapabilityDevices("/proc", m)) out.push_back(std::move(dev));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<exec::PortRange> TaskManager::FreePortBlock() const {
@@ -441,7 +452,8 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
                    options_.blob,
                    options_.stop_with_agent ? static_cast<int>(::getpid()) : 0,
                    t.gang_ports,
-                   share};
+                   share,
+                   MigCapabilities(gpus.mig)};
   // Never a bare fork: the agent has threads (agent/shim_launch.h).
   auto spawned = SpawnShim(shim, options_.data_dir, status[1]);
   if (!spawned.ok()) {

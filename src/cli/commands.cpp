@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -103,6 +104,7 @@ Result<JobSpec> BuildSpec(const SubmitFlags& f, const json& extra) {
   if (!f.image.empty()) j["image"] = f.image;
   if (!f.executor.empty()) j["executor"] = f.executor;
   if (!f.disk.empty()) r["disk"] = f.disk;
+  if (!f.mig.empty()) r["mig"] = f.mig;
   if (f.nodes > 0) r["nodes"] = f.nodes;
   if (f.max_restarts >= 0) j["max_restarts"] = f.max_restarts;
   if (!f.distributed.empty()) j["distributed"] = f.distributed;
@@ -188,7 +190,32 @@ std::string GpusOf(const json& spec) {
     s += "x" + models;
   }
   if (r.contains("gpu_memory")) s += " (" + r["gpu_memory"].get<std::string>() + ")";
+  if (r.contains("mig") && r["mig"].is_string()) {
+    s += " MIG instance of at least " + r["mig"].get<std::string>();
+  }
   return s;
+}
+
+// The MIG profile of every MIG instance among the attempts' GPUs, by UUID,
+// as the nodes report them now (empty when none is a MIG instance, or the
+// node list cannot be read: the UUIDs alone are still shown).
+std::map<std::string, std::string> MigProfiles(ApiClient& api, const json& attempts) {
+  std::map<std::string, std::string> out;
+  bool any = false;
+  for (const auto& a : attempts) {
+    for (const auto& u : a.value("gpus", json::array())) {
+      any = any || (u.is_string() && u.get<std::string>().starts_with("MIG-"));
+    }
+  }
+  if (!any) return out;
+  auto nodes = api.Get("/v1/nodes");
+  if (!nodes.ok()) return out;
+  for (const auto& n : nodes->value("nodes", json::array())) {
+    for (const auto& gpu : n.value("gpus", json::array())) {
+      if (gpu.value("mig", json()).is_object()) out[Str(gpu, "uuid")] = Str(gpu["mig"], "profile");
+    }
+  }
+  return out;
 }
 
 std::string StateText(const json& job) {
@@ -332,11 +359,16 @@ int CmdJob(const GlobalFlags& g, const std::string& id_text) {
   }
   kv.Print(std::cout);
   if (!j["attempt_list"].empty()) {
+    const std::map<std::string, std::string> mig = MigProfiles(*api, j["attempt_list"]);
     std::cout << "\nAttempts:\n";
     Table t({"ATTEMPT", "NODE", "GPUS", "STATE", "EXIT", "STARTED", "REASON"});
     for (const auto& a : j["attempt_list"]) {
       std::string gpus;
-      for (const auto& u : a["gpus"]) gpus += (gpus.empty() ? "" : ",") + u.get<std::string>();
+      for (const auto& u : a["gpus"]) {
+        const std::string uuid = u.get<std::string>();
+        gpus += (gpus.empty() ? "" : ",") + uuid;
+        if (auto p = mig.find(uuid); p != mig.end()) gpus += " (MIG " + p->second + ")";
+      }
       int64_t milli = Int(a, "gpu_milli");
       if (milli > 0 && milli < 1000) {
         gpus += " (" + GpuAmount(milli) + " of it";
@@ -419,6 +451,7 @@ int CmdNodes(const GlobalFlags& g) {
     t.Add({Str(n, "name"), status, host, "", "", "", "", ""});
     // What the provider lends of each GPU, when it does not lend it all.
     const json lending = n.value("lending", json());
+    std::string mig_parent;  // the GPU whose MIG instances are being listed
     for (const auto& gpu : n["gpus"]) {
       std::string lent;
       if (lending.is_object()) {
@@ -447,6 +480,17 @@ int CmdNodes(const GlobalFlags& g) {
       }
       std::string name = "  " + std::to_string(Int(gpu, "index")) + ": " + Str(gpu, "name") +
                          (gpu.value("simulated", false) ? " (simulated)" : "");
+      if (gpu.value("mig", json()).is_object()) {
+        // A MIG instance: under a row for its GPU, the first time that GPU shows.
+        const json& mig = gpu["mig"];
+        if (Str(mig, "parent_uuid") != mig_parent) {
+          mig_parent = Str(mig, "parent_uuid");
+          t.Add({"", "", name + " in MIG mode (" + mig_parent + ")", "", "", "", "", ""});
+        }
+        name = "    MIG " + Str(mig, "profile") + " " + Str(gpu, "uuid");
+      } else {
+        mig_parent.clear();
+      }
       std::string jobs;
       for (const auto& a : gpu.value("attempts", json::array())) {
         jobs += (jobs.empty() ? "" : ",") + a.get<std::string>();

@@ -30,6 +30,7 @@ struct SubmitFlags {
   std::string image;        // docker://..., oci-archive:/..., ...; empty: not given
   std::string executor;     // sandbox, process, docker, podman; empty: not given
   std::string disk;         // work directory cap; empty: not given
+  std::string mig;          // a MIG profile ("1g.10gb"); empty: not given
   int nodes = 0;            // a multi-node job's nodes; 0: not given
   int max_restarts = -1;    // -1: not given
   std::string distributed;  // torch or none; empty: not given

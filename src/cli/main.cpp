@@ -278,6 +278,7 @@ int main(int argc, char** argv) {
   submit->add_option("--gpus", sf.gpus, "number of GPUs, or a share of one: 0.5 or 500m");
   submit->add_option("--gpu-memory", sf.gpu_memory, "minimum memory per GPU, e.g. 24GiB");
   submit->add_option("--gpu-model", sf.gpu_models, "allowed GPU model (repeatable)");
+  submit->add_option("--mig", sf.mig, "one MIG instance of at least this profile, e.g. 1g.10gb");
   submit->add_option("--cpus", sf.cpus, "CPUs, e.g. 4 or 0.5");
   submit->add_option("--memory", sf.memory, "host memory, e.g. 16GiB");
   submit->add_option("--max-runtime", sf.max_runtime, "kill the job after this long, e.g. 2h");

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <iterator>
 #include <set>
 
@@ -158,6 +160,44 @@ std::vector<std::string> GpuDeviceNodes(const std::string& dev_dir,
     if (Exists(node)) nodes.insert(std::move(node));
   }
   return {nodes.begin(), nodes.end()};
+}
+
+namespace {
+
+// The N of the "DeviceFileMinor: N" line of a capability's access file, or -1.
+int DeviceFileMinor(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  constexpr std::string_view kKey = "DeviceFileMinor:";
+  while (std::getline(in, line)) {
+    if (!line.starts_with(kKey)) continue;
+    std::string_view v = Trim(std::string_view(line).substr(kKey.size()));
+    int n = -1;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n >= (1 << 20)) return -1;
+    return n;
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<std::string> MigCapabilityDevices(const std::string& proc_root,
+                                              const MigInstance& mig) {
+  std::vector<std::string> out;
+  if (mig.minor < 0 || mig.gpu_instance < 0) return out;
+  std::string gi =
+      JoinPath(proc_root, "driver/nvidia/capabilities/gpu" + std::to_string(mig.minor) + "/mig/gi" +
+                              std::to_string(mig.gpu_instance));
+  std::vector<std::string> access = {JoinPath(gi, "access")};
+  if (mig.compute_instance >= 0) {
+    access.push_back(JoinPath(gi, "ci" + std::to_string(mig.compute_instance) + "/access"));
+  }
+  for (const std::string& file : access) {
+    int n = DeviceFileMinor(file);
+    if (n >= 0) out.push_back("nvidia-caps/nvidia-cap" + std::to_string(n));
+  }
+  return out;
 }
 
 std::string_view NativeLdconfigAbi() {

@@ -55,6 +55,25 @@ namespace gpupool::exec {
 // duplicates.
 std::vector<std::string> GpuDeviceNodes(const std::string& dev_dir, const std::vector<int>& minors);
 
+// One MIG instance a job uses: its parent's /dev/nvidia<minor> and NVML's
+// GPU and compute instance ids.
+struct MigInstance {
+  int minor = -1;
+  int gpu_instance = -1;
+  int compute_instance = -1;
+  friend bool operator==(const MigInstance&, const MigInstance&) = default;
+};
+
+// The MIG capability devices a job in `mig` needs, relative to /dev
+// ("nvidia-caps/nvidia-cap21"): the ones the driver names in
+// proc_root/driver/nvidia/capabilities/gpu<minor>/mig/gi<G>/access and
+// .../gi<G>/ci<C>/access ("DeviceFileMinor: 21"), as the NVIDIA container
+// toolkit binds them. Empty when the driver lists none (a driver without
+// MIG capabilities, a machine without NVIDIA's driver, unknown ids). The
+// other instances' capabilities are never among them: holding one would
+// let a job open that instance.
+std::vector<std::string> MigCapabilityDevices(const std::string& proc_root, const MigInstance& mig);
+
 struct DriverFile {
   std::string name;  // "libcuda.so.1", "nvidia-smi"
   std::string path;  // "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/bin/nvidia-smi"

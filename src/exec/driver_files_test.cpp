@@ -182,6 +182,27 @@ TEST(GpuDeviceNodesTest, TheGpusNodesAndTheControlDevicesPresent) {
                           dev.path() + "/nvidiactl"));
 }
 
+TEST(MigCapabilityDevicesTest, TheInstancesOwnAsTheDriverListsThem) {
+  TempDir proc;
+  const std::string gi = "driver/nvidia/capabilities/gpu3/mig/gi2/";
+  const auto r = fs::perms::owner_read;
+  proc.Write(gi + "access", "DeviceFileMinor: 21\nDeviceFileMode: 292\nDeviceFileModify: 1\n", r);
+  proc.Write(gi + "ci0/access", "DeviceFileMinor: 22\nDeviceFileMode: 292\n", r);
+  proc.Write(gi + "ci1/access", "DeviceFileMinor: 23\n", r);
+  proc.Write("driver/nvidia/capabilities/gpu3/mig/gi9/access", "DeviceFileMinor: 90\n", r);
+  EXPECT_THAT(MigCapabilityDevices(proc.path(), {3, 2, 0}),
+              ElementsAre("nvidia-caps/nvidia-cap21", "nvidia-caps/nvidia-cap22"));
+  EXPECT_THAT(MigCapabilityDevices(proc.path(), {3, 2, 1}),
+              ElementsAre("nvidia-caps/nvidia-cap21", "nvidia-caps/nvidia-cap23"));
+  // None listed (another GPU, no driver, unknown ids): nothing.
+  EXPECT_THAT(MigCapabilityDevices(proc.path(), {4, 2, 0}), ElementsAre());
+  EXPECT_THAT(MigCapabilityDevices(proc.path() + "/none", {3, 2, 0}), ElementsAre());
+  EXPECT_THAT(MigCapabilityDevices(proc.path(), {3, -1, -1}), ElementsAre());
+  // What is not a device minor is ignored.
+  proc.Write("driver/nvidia/capabilities/gpu5/mig/gi1/access", "DeviceFileMinor: 1/../x\n", r);
+  EXPECT_THAT(MigCapabilityDevices(proc.path(), {5, 1, -1}), ElementsAre());
+}
+
 TEST(GpuDeviceNodesTest, AnAssignedGpusNodeIsListedEvenWhenMissing) {
   TempDir dev;
   dev.Touch("nvidiactl");

@@ -91,6 +91,9 @@ struct TaskContext {
   // known (simulated GPUs have none). The control devices are added by the
   // executor.
   std::vector<int> gpu_minors;
+  // The MIG capability devices of the task's MIG instances, relative to
+  // /dev ("nvidia-caps/nvidia-cap21"; exec/driver_files.h).
+  std::vector<std::string> gpu_cap_devices;
   // A share of a GPU held to its memory cap by libgpushare.so
   // (exec/gpu_share.h), set by the agent (agent/task_gpus.h); absent: the
   // job gets no interposer.

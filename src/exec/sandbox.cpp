@@ -201,6 +201,20 @@ Status SandboxExecutor::AddGpuDevices(BwrapArgs& args, const TaskContext& task) 
     }
     args.Add({"--dev-bind", args.Reachable(dev, "dev-" + name), "/dev/" + name});
   }
+  // A MIG instance's capabilities: needed to open it, like its GPU's node.
+  for (const std::string& name : task.gpu_cap_devices) {
+    if (name.find("..") != std::string::npos || name.starts_with("/")) {
+      return Status::InvalidArgument("not a device name: " + name);
+    }
+    const std::string dev = config_.sandbox.devices_dir + "/" + name;
+    if (::access(dev.c_str(), F_OK) != 0) {
+      return Status::FailedPrecondition("the MIG instance's capability device " + dev +
+                                        " is missing (is the NVIDIA driver loaded?)");
+    }
+    std::string key = "dev-" + name;
+    std::replace(key.begin(), key.end(), '/', '-');
+    args.Add({"--dev-bind", args.Reachable(dev, key), "/dev/" + name});
+  }
   return Status::Ok();
 }
 

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -120,6 +121,37 @@ TEST_F(SandboxTest, OnlyTheAssignedGpusDeviceNodesAndTheControlDevice) {
   EXPECT_TRUE(HasSeq(plan.argv, {"--dev-bind", dev_dir_ + "/nvidiactl", "/dev/nvidiactl"}));
   EXPECT_FALSE(Mentions(plan.argv, "nvidia0"));
   EXPECT_EQ(std::count(plan.argv.begin(), plan.argv.end(), "--dev-bind"), 2);
+}
+
+TEST_F(SandboxTest, AMigInstancesCapabilityDevicesAreBoundWithItsGpu) {
+  std::filesystem::create_directories(dev_dir_ + "/nvidia-caps");
+  for (const char* cap : {"nvidia-cap21", "nvidia-cap22", "nvidia-cap30"}) {
+    std::ofstream(dev_dir_ + "/nvidia-caps/" + cap) << "";
+  }
+  SandboxExecutor executor(config_, nullptr, nullptr);
+  TaskContext task = HostTask({"true"});
+  task.gpu_minors = {1};
+  task.gpu_cap_devices = {"nvidia-caps/nvidia-cap21", "nvidia-caps/nvidia-cap22"};
+  LaunchPlan plan = MustStart(executor, task);
+  SCOPED_TRACE(Join(plan.argv));
+  EXPECT_TRUE(HasSeq(plan.argv, {"--dev-bind", dev_dir_ + "/nvidia-caps/nvidia-cap21",
+                                 "/dev/nvidia-caps/nvidia-cap21"}));
+  EXPECT_TRUE(HasSeq(plan.argv, {"--dev-bind", dev_dir_ + "/nvidia-caps/nvidia-cap22",
+                                 "/dev/nvidia-caps/nvidia-cap22"}));
+  EXPECT_FALSE(Mentions(plan.argv, "nvidia-cap30"));  // another instance's
+  executor.Cleanup();
+
+  // A capability the driver named but /dev lacks fails the start; a name
+  // that climbs out of the devices directory is refused.
+  task.gpu_cap_devices = {"nvidia-caps/nvidia-cap99"};
+  ASSERT_TRUE(executor.Prepare(task, [](const std::string&) {}).ok());
+  Result<LaunchPlan> missing = executor.Start(task);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("nvidia-cap99 is missing"));
+  executor.Cleanup();
+  task.gpu_cap_devices = {"../etc/shadow"};
+  ASSERT_TRUE(executor.Prepare(task, [](const std::string&) {}).ok());
+  EXPECT_FALSE(executor.Start(task).ok());
 }
 
 TEST_F(SandboxTest, AMissingDeviceNodeFailsTheStartNamingIt) {

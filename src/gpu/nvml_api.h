@@ -45,11 +45,26 @@ struct nvmlProcessInfo_v2_t {
   unsigned int computeInstanceId;    // MIG only; 0xFFFFFFFF otherwise
 };
 
+// Used by nvmlDeviceGetAttributes(_v2): what a MIG device (or a whole GPU)
+// is made of.
+struct nvmlDeviceAttributes_t {
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  unsigned int gpuInstanceSliceCount;
+  unsigned int computeInstanceSliceCount;
+  unsigned long long memorySizeMB;  // MiB
+};
+
 // The x86-64 / aarch64 layouts NVML documents; a mismatch would corrupt memory.
 static_assert(sizeof(nvmlMemory_t) == 24);
 static_assert(sizeof(nvmlUtilization_t) == 8);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16);
 static_assert(sizeof(nvmlProcessInfo_v2_t) == 24);
+static_assert(sizeof(nvmlDeviceAttributes_t) == 40);
 
 // ---- Constants -------------------------------------------------------------
 
@@ -67,6 +82,9 @@ inline constexpr nvmlReturn_t NVML_ERROR_GPU_IS_LOST = 15;
 inline constexpr nvmlReturn_t NVML_ERROR_UNKNOWN = 999;
 
 inline constexpr int NVML_TEMPERATURE_GPU = 0;  // nvmlTemperatureSensors_t
+
+inline constexpr unsigned int NVML_DEVICE_MIG_DISABLE = 0;
+inline constexpr unsigned int NVML_DEVICE_MIG_ENABLE = 1;
 
 // Buffer sizes large enough for every NVML version (the documented minimums
 // are 64/96 for names, 80/96 for UUIDs and 80 for the driver version).
@@ -158,5 +176,44 @@ inline constexpr const char* kSymDeviceGetIndex = "nvmlDeviceGetIndex";
 // NVML_ERROR_NOT_SUPPORTED on platforms without such nodes (Windows).
 using DeviceGetMinorNumberFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* minor_number);
 inline constexpr const char* kSymDeviceGetMinorNumber = "nvmlDeviceGetMinorNumber";
+
+// ---- MIG (all optional: drivers before R450 and GPUs without MIG lack them,
+// or answer NVML_ERROR_NOT_SUPPORTED) ------------------------------------------
+
+// The GPU's MIG mode now and after the next reset (NVML_DEVICE_MIG_*).
+using DeviceGetMigModeFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* current_mode,
+                                            unsigned int* pending_mode);
+inline constexpr const char* kSymDeviceGetMigMode = "nvmlDeviceGetMigMode";
+
+// How many MIG device handles the GPU may have: the bound of the index below.
+using DeviceGetMaxMigDeviceCountFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* count);
+inline constexpr const char* kSymDeviceGetMaxMigDeviceCount = "nvmlDeviceGetMaxMigDeviceCount";
+
+// The MIG device at `index` (0 .. max - 1); NVML_ERROR_NOT_FOUND where no
+// instance exists at that index (the indices may have gaps).
+using DeviceGetMigDeviceHandleByIndexFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int index,
+                                                           nvmlDevice_t* mig_device);
+inline constexpr const char* kSymDeviceGetMigDeviceHandleByIndex =
+    "nvmlDeviceGetMigDeviceHandleByIndex";
+
+using DeviceIsMigDeviceHandleFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* is_mig);
+inline constexpr const char* kSymDeviceIsMigDeviceHandle = "nvmlDeviceIsMigDeviceHandle";
+
+using DeviceGetDeviceHandleFromMigDeviceHandleFn = nvmlReturn_t (*)(nvmlDevice_t mig_device,
+                                                                    nvmlDevice_t* device);
+inline constexpr const char* kSymDeviceGetDeviceHandleFromMigDeviceHandle =
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle";
+
+// A MIG device's GPU instance and compute instance ids.
+using DeviceGetInstanceIdFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* id);
+inline constexpr const char* kSymDeviceGetGpuInstanceId = "nvmlDeviceGetGpuInstanceId";
+inline constexpr const char* kSymDeviceGetComputeInstanceId = "nvmlDeviceGetComputeInstanceId";
+
+// Slice counts, SMs and memory of a MIG device (nvml.h maps the plain name
+// to _v2 since R470; both have this signature).
+using DeviceGetAttributesFn = nvmlReturn_t (*)(nvmlDevice_t device,
+                                               nvmlDeviceAttributes_t* attributes);
+inline constexpr const char* kSymDeviceGetAttributes_v2 = "nvmlDeviceGetAttributes_v2";
+inline constexpr const char* kSymDeviceGetAttributes = "nvmlDeviceGetAttributes";
 
 }  // namespace gpupool::nvml

@@ -7,6 +7,18 @@
 // A device whose static facts (name, UUID, memory) cannot be read is left out
 // of the snapshot with a warning in the log, so that one lost GPU does not
 // hide the others; its neighbours keep their NVML indices.
+//
+// MIG. A GPU whose current MIG mode is enabled is reported as its MIG
+// devices (nvmlDeviceGetMigDeviceHandleByIndex over 0 ..
+// nvmlDeviceGetMaxMigDeviceCount - 1, skipping the NOT_FOUND gaps), each a
+// GpuInfo of its own: its "MIG-..." UUID, its memory, its profile (from the
+// " MIG <profile>" NVML puts at the end of its name, else built from its
+// attributes), its compute slices, its GPU/compute instance ids, and its
+// parent's UUID, model name, index, minor number and compute capability.
+// The parent itself is not reported: its memory and time belong to the
+// instances. A GPU in MIG mode without instances reports nothing (logged).
+// Drivers or GPUs without MIG (missing symbols, NOT_SUPPORTED) report whole
+// GPUs as before.
 
 #include <dlfcn.h>
 
@@ -16,7 +28,9 @@
 #include <initializer_list>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -58,6 +72,12 @@ struct NvmlFunctions {
   DeviceGetComputeRunningProcessesV2Fn processes_v3 = nullptr;
   DeviceGetComputeRunningProcessesV2Fn processes_v2 = nullptr;
   DeviceGetComputeRunningProcessesV1Fn processes_v1 = nullptr;
+  DeviceGetMigModeFn mig_mode = nullptr;
+  DeviceGetMaxMigDeviceCountFn mig_max = nullptr;
+  DeviceGetMigDeviceHandleByIndexFn mig_handle = nullptr;
+  DeviceGetInstanceIdFn mig_gi = nullptr;
+  DeviceGetInstanceIdFn mig_ci = nullptr;
+  DeviceGetAttributesFn attributes = nullptr;
 };
 
 // Closes a dlopen handle unless released.
@@ -130,6 +150,14 @@ Result<NvmlFunctions> Resolve(void* lib, const std::string& path) {
       lib, {kSymDeviceGetComputeRunningProcesses_v2});
   f.processes_v1 =
       FindSymbol<DeviceGetComputeRunningProcessesV1Fn>(lib, {kSymDeviceGetComputeRunningProcesses});
+  f.mig_mode = FindSymbol<DeviceGetMigModeFn>(lib, {kSymDeviceGetMigMode});
+  f.mig_max = FindSymbol<DeviceGetMaxMigDeviceCountFn>(lib, {kSymDeviceGetMaxMigDeviceCount});
+  f.mig_handle =
+      FindSymbol<DeviceGetMigDeviceHandleByIndexFn>(lib, {kSymDeviceGetMigDeviceHandleByIndex});
+  f.mig_gi = FindSymbol<DeviceGetInstanceIdFn>(lib, {kSymDeviceGetGpuInstanceId});
+  f.mig_ci = FindSymbol<DeviceGetInstanceIdFn>(lib, {kSymDeviceGetComputeInstanceId});
+  f.attributes =
+      FindSymbol<DeviceGetAttributesFn>(lib, {kSymDeviceGetAttributes_v2, kSymDeviceGetAttributes});
   return f;
 }
 
@@ -151,6 +179,26 @@ std::string FormatCudaVersion(int version) {
 }
 
 int64_t BytesToMib(unsigned long long bytes) { return static_cast<int64_t>(bytes / kMiB); }
+
+constexpr unsigned int kMaxMigDevices = 64;  // A100/H100 have 7; guards against nonsense
+constexpr unsigned int kMaxInstanceId = 1024;
+
+// A MIG device's profile: what follows " MIG " in its NVML name ("NVIDIA
+// A100-SXM4-80GB MIG 3g.40gb"), else "<slices>g.<GiB rounded up>gb" from
+// its attributes (NVIDIA's nominal sizes are close to, not exactly, that).
+std::string MigProfileText(const std::string& name, const nvmlDeviceAttributes_t* attributes,
+                           int64_t memory_mib) {
+  constexpr std::string_view kMarker = " MIG ";
+  if (size_t at = name.rfind(kMarker); at != std::string::npos) {
+    std::string profile = name.substr(at + kMarker.size());
+    if (MigProfileOf(profile)) return profile;
+  }
+  if (attributes == nullptr || attributes->gpuInstanceSliceCount == 0) return "";
+  Resources::Mig m;
+  m.slices = static_cast<int32_t>(std::min(attributes->gpuInstanceSliceCount, kMaxMigDevices));
+  m.memory_gb = static_cast<int32_t>((std::max<int64_t>(memory_mib, 1) + 1023) / 1024);
+  return FormatMigProfile(m);
+}
 
 struct ProcessList {
   nvmlReturn_t code = NVML_SUCCESS;
@@ -232,13 +280,15 @@ class NvmlSource final : public GpuSource {
       return Status::Unavailable("NVML: nvmlDeviceGetCount failed: " + ErrorText(f, code));
     }
     for (unsigned int i = 0; i < count; ++i) {
-      Result<DeviceReading> reading = ReadDevice(i);
-      if (!reading.ok()) {
-        GP_LOG(kWarn) << "NVML: leaving out GPU " << i << ": " << reading.status().message();
+      Result<std::vector<DeviceReading>> readings = ReadDevice(i);
+      if (!readings.ok()) {
+        GP_LOG(kWarn) << "NVML: leaving out GPU " << i << ": " << readings.status().message();
         continue;
       }
-      snapshot.gpus.push_back(std::move(reading->info));
-      snapshot.telemetry.push_back(std::move(reading->telemetry));
+      for (DeviceReading& reading : *readings) {
+        snapshot.gpus.push_back(std::move(reading.info));
+        snapshot.telemetry.push_back(std::move(reading.telemetry));
+      }
     }
     return snapshot;
   }
@@ -251,7 +301,8 @@ class NvmlSource final : public GpuSource {
   }
 
  private:
-  Result<DeviceReading> ReadDevice(unsigned int position) const {
+  // The GPU at `position`, or its MIG devices when it is in MIG mode.
+  Result<std::vector<DeviceReading>> ReadDevice(unsigned int position) const {
     const NvmlFunctions& f = s_.functions;
     auto failed = [&](const char* what, nvmlReturn_t code) {
       return Status::Unavailable(std::string(what) + " failed: " + ErrorText(f, code));
@@ -313,6 +364,112 @@ class NvmlSource final : public GpuSource {
       t.power_mw = power;
     }
     t.processes = ListProcesses(f, device).processes;
+    if (!MigEnabled(device, r.info)) return std::vector<DeviceReading>{std::move(r)};
+    return ReadMigDevices(device, r.info);
+  }
+
+  // True when the GPU's current MIG mode is on (false for drivers and GPUs
+  // without MIG). A pending change waits for a GPU reset: logged.
+  bool MigEnabled(nvmlDevice_t device, const GpuInfo& gpu) const {
+    const NvmlFunctions& f = s_.functions;
+    if (f.mig_mode == nullptr || f.mig_max == nullptr || f.mig_handle == nullptr) return false;
+    unsigned int current = NVML_DEVICE_MIG_DISABLE;
+    unsigned int pending = NVML_DEVICE_MIG_DISABLE;
+    if (f.mig_mode(device, &current, &pending) != NVML_SUCCESS) return false;
+    if (current != pending) {
+      GP_LOG(kWarn) << "NVML: GPU " << gpu.uuid << " has MIG mode "
+                    << (current == NVML_DEVICE_MIG_ENABLE ? "on" : "off") << ", turning "
+                    << (pending == NVML_DEVICE_MIG_ENABLE ? "on" : "off")
+                    << " at its next reset; reported as it is now";
+    }
+    return current == NVML_DEVICE_MIG_ENABLE;
+  }
+
+  // The MIG devices of a GPU in MIG mode; `parent` is the GPU as read.
+  Result<std::vector<DeviceReading>> ReadMigDevices(nvmlDevice_t device,
+                                                    const GpuInfo& parent) const {
+    const NvmlFunctions& f = s_.functions;
+    unsigned int max = 0;
+    if (nvmlReturn_t code = f.mig_max(device, &max); code != NVML_SUCCESS) {
+      return Status::Unavailable(std::string(kSymDeviceGetMaxMigDeviceCount) +
+                                 " failed: " + ErrorText(f, code));
+    }
+    std::vector<DeviceReading> out;
+    for (unsigned int i = 0; i < std::min(max, kMaxMigDevices); ++i) {
+      nvmlDevice_t mig = nullptr;
+      nvmlReturn_t code = f.mig_handle(device, i, &mig);
+      if (code == NVML_ERROR_NOT_FOUND) continue;  // no instance at this index
+      if (code != NVML_SUCCESS) {
+        GP_LOG(kWarn) << "NVML: leaving out MIG device " << i << " of GPU " << parent.uuid << ": "
+                      << kSymDeviceGetMigDeviceHandleByIndex << " failed: " << ErrorText(f, code);
+        continue;
+      }
+      Result<DeviceReading> reading = ReadMigDevice(mig, parent);
+      if (!reading.ok()) {
+        GP_LOG(kWarn) << "NVML: leaving out MIG device " << i << " of GPU " << parent.uuid << ": "
+                      << reading.status().message();
+        continue;
+      }
+      out.push_back(std::move(*reading));
+    }
+    if (out.empty()) {
+      GP_LOG(kWarn) << "NVML: GPU " << parent.uuid
+                    << " is in MIG mode without MIG instances: nothing of it can be lent "
+                       "(create instances with nvidia-smi mig, or turn MIG mode off)";
+    }
+    return out;
+  }
+
+  Result<DeviceReading> ReadMigDevice(nvmlDevice_t mig, const GpuInfo& parent) const {
+    const NvmlFunctions& f = s_.functions;
+    auto failed = [&](const char* what, nvmlReturn_t code) {
+      return Status::Unavailable(std::string(what) + " failed: " + ErrorText(f, code));
+    };
+    char uuid[kUuidBufferSize] = {};
+    if (nvmlReturn_t code = f.device_uuid(mig, uuid, sizeof uuid); code != NVML_SUCCESS) {
+      return failed(kSymDeviceGetUUID, code);
+    }
+    nvmlMemory_t memory{};
+    if (nvmlReturn_t code = f.device_memory(mig, &memory); code != NVML_SUCCESS) {
+      return failed(kSymDeviceGetMemoryInfo, code);
+    }
+    nvmlDeviceAttributes_t attributes{};
+    const bool have_attributes =
+        f.attributes != nullptr && f.attributes(mig, &attributes) == NVML_SUCCESS;
+    char name[kNameBufferSize] = {};
+    std::string mig_name;
+    if (f.device_name(mig, name, sizeof name) == NVML_SUCCESS) {
+      mig_name = FromBuffer(name, sizeof name);
+    }
+
+    DeviceReading r;
+    r.info = parent;  // index, model name, minor number and compute capability
+    r.info.uuid = FromBuffer(uuid, sizeof uuid);
+    r.info.parent_uuid = parent.uuid;
+    r.info.memory_mib = BytesToMib(memory.total);
+    r.info.mig_profile =
+        MigProfileText(mig_name, have_attributes ? &attributes : nullptr, r.info.memory_mib);
+    std::optional<Resources::Mig> profile = MigProfileOf(r.info.mig_profile);
+    r.info.mig_slices = profile ? profile->slices : 0;
+    if (have_attributes && attributes.computeInstanceSliceCount > 0 &&
+        attributes.computeInstanceSliceCount <= kMaxMigDevices) {
+      r.info.mig_slices = static_cast<int32_t>(attributes.computeInstanceSliceCount);
+    }
+    if (r.info.mig_slices <= 0) {
+      return Status::Unavailable("neither its name (" + mig_name +
+                                 ") nor its attributes say how many compute slices it has");
+    }
+    unsigned int id = 0;
+    if (f.mig_gi != nullptr && f.mig_gi(mig, &id) == NVML_SUCCESS && id <= kMaxInstanceId) {
+      r.info.mig_gpu_instance = static_cast<int32_t>(id);
+    }
+    if (f.mig_ci != nullptr && f.mig_ci(mig, &id) == NVML_SUCCESS && id <= kMaxInstanceId) {
+      r.info.mig_compute_instance = static_cast<int32_t>(id);
+    }
+    GpuTelemetry& t = r.telemetry;  // utilization, temperature, power: not per instance
+    t.uuid = r.info.uuid;
+    t.memory_used_mib = BytesToMib(memory.used);
+    t.processes = ListProcesses(f, mig).processes;
     return r;
   }
 

@@ -421,3 +421,151 @@ TEST_F(NvmlSourceTest, TwoSourcesShareOneLibrary) {
 
 }  // namespace
 }  // namespace gpupool
+
+namespace gpupool {
+namespace {
+
+// An A100 in MIG mode: a 3g.40gb at index 0 and a 1g.10gb at index 2
+// (index 1 free: the fake answers NOT_FOUND there, as NVML does).
+json MigA100() {
+  json gpu = A100();
+  gpu["mig_mode"] = 1;
+  gpu["processes"] = json::array();
+  gpu["mig_devices"] = {{{"index", 0},
+                         {"uuid", "MIG-aaaaaaaa-0000-5000-8000-000000000003"},
+                         {"profile", "3g.40gb"},
+                         {"memory_total_mib", 40192},
+                         {"memory_used_mib", 13},
+                         {"sm_count", 42},
+                         {"gpu_instance_slices", 3},
+                         {"gpu_instance_id", 2},
+                         {"compute_instance_id", 0},
+                         {"processes", {{{"pid", 4242}, {"used_mib", 900}}}}},
+                        {{"index", 2},
+                         {"uuid", "MIG-bbbbbbbb-0000-5000-8000-000000000001"},
+                         {"profile", "1g.10gb"},
+                         {"memory_total_mib", 9728},
+                         {"sm_count", 14},
+                         {"gpu_instance_slices", 1},
+                         {"gpu_instance_id", 9},
+                         {"compute_instance_id", 0}}};
+  return gpu;
+}
+
+TEST_F(NvmlSourceTest, MigGpuIsReportedAsItsInstances) {
+  json config = BaseConfig();
+  config["devices"][0] = MigA100();
+  config["devices"][1]["mig_mode"] = 0;  // MIG-capable, but off: a whole GPU
+  WriteConfig(config);
+  FakeLibrary lib(FakeLib());
+  auto source = Open(FakeLib());
+  ASSERT_NE(source, nullptr);
+  GpuSnapshot s = ReadOk(*source);
+  ASSERT_EQ(s.gpus.size(), 3u);
+  ASSERT_EQ(s.telemetry.size(), 3u);
+  const GpuInfo& big = s.gpus[0];
+  EXPECT_EQ(big.uuid, "MIG-aaaaaaaa-0000-5000-8000-000000000003");
+  EXPECT_EQ(big.parent_uuid, "GPU-1a2b3c4d-0000-1111-2222-333344445555");
+  EXPECT_EQ(big.name, "NVIDIA A100-SXM4-80GB");  // the parent's model, for gpu_models
+  EXPECT_EQ(big.mig_profile, "3g.40gb");
+  EXPECT_EQ(big.mig_slices, 3);
+  EXPECT_EQ(big.memory_mib, 40192);
+  EXPECT_EQ(big.mig_gpu_instance, 2);
+  EXPECT_EQ(big.mig_compute_instance, 0);
+  EXPECT_EQ(big.minor_number, 3);  // the parent's /dev/nvidia3
+  EXPECT_EQ(big.index, 0);
+  EXPECT_EQ(big.cc_major, 8);
+  EXPECT_FALSE(big.simulated);
+  const GpuInfo& small = s.gpus[1];
+  EXPECT_EQ(small.uuid, "MIG-bbbbbbbb-0000-5000-8000-000000000001");
+  EXPECT_EQ(small.mig_profile, "1g.10gb");
+  EXPECT_EQ(small.mig_slices, 1);
+  EXPECT_EQ(small.memory_mib, 9728);
+  EXPECT_EQ(small.mig_gpu_instance, 9);
+  // The T4 with MIG off is a whole GPU.
+  EXPECT_EQ(s.gpus[2].uuid, "GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff");
+  EXPECT_FALSE(s.gpus[2].IsMig());
+  EXPECT_EQ(s.gpus[2].mig_slices, 0);
+  // Telemetry per instance: its memory and processes; no per-instance
+  // utilization, temperature or power in NVML.
+  EXPECT_EQ(s.telemetry[0].uuid, big.uuid);
+  EXPECT_EQ(s.telemetry[0].memory_used_mib, 13);
+  EXPECT_EQ(s.telemetry[0].processes, (std::vector<GpuProcess>{{4242, 900}}));
+  EXPECT_EQ(s.telemetry[0].utilization_percent, -1);
+  EXPECT_EQ(s.telemetry[0].temperature_c, -1);
+  EXPECT_EQ(s.telemetry[1].processes, std::vector<GpuProcess>{});
+  // Every index up to the maximum was asked for.
+  EXPECT_EQ(lib.Calls("nvmlDeviceGetMigDeviceHandleByIndex"), 7);
+}
+
+TEST_F(NvmlSourceTest, MigProfileFromAttributesWhenTheNameHasNone) {
+  json config = BaseConfig();
+  json gpu = MigA100();
+  gpu["mig_devices"][1]["profile"] = "";  // name "NVIDIA A100-SXM4-80GB MIG "
+  gpu["mig_devices"][1]["compute_instance_slices"] = 1;
+  config["devices"] = {gpu};
+  WriteConfig(config);
+  auto source = Open(FakeLib());
+  ASSERT_NE(source, nullptr);
+  GpuSnapshot s = ReadOk(*source);
+  ASSERT_EQ(s.gpus.size(), 2u);
+  EXPECT_EQ(s.gpus[1].mig_profile, "1g.10gb");  // 9728 MiB: 9.5 GiB, rounded up
+  EXPECT_EQ(s.gpus[1].mig_slices, 1);
+}
+
+TEST_F(NvmlSourceTest, MigModeWithoutInstancesReportsNothingOfThatGpu) {
+  json config = BaseConfig();
+  json gpu = MigA100();
+  gpu["mig_devices"] = json::array();
+  config["devices"][0] = gpu;
+  WriteConfig(config);
+  auto source = Open(FakeLib());
+  ASSERT_NE(source, nullptr);
+  GpuSnapshot s = ReadOk(*source);
+  ASSERT_EQ(s.gpus.size(), 1u);
+  EXPECT_EQ(s.gpus[0].name, "Tesla T4");
+}
+
+TEST_F(NvmlSourceTest, MigInstanceThatCannotBeReadIsLeftOut) {
+  json config = BaseConfig();
+  json gpu = MigA100();
+  gpu["mig_devices"][0]["errors"] = {{"nvmlDeviceGetUUID", 15}};  // GPU is lost
+  config["devices"] = {gpu};
+  WriteConfig(config);
+  auto source = Open(FakeLib());
+  ASSERT_NE(source, nullptr);
+  GpuSnapshot s = ReadOk(*source);
+  ASSERT_EQ(s.gpus.size(), 1u);
+  EXPECT_EQ(s.gpus[0].mig_profile, "1g.10gb");
+}
+
+TEST_F(NvmlSourceTest, PendingMigModeIsNotYetMig) {
+  json config = BaseConfig();
+  json gpu = MigA100();
+  gpu["mig_mode"] = 0;
+  gpu["mig_pending"] = 1;  // enabled, waiting for a reset
+  config["devices"] = {gpu};
+  WriteConfig(config);
+  auto source = Open(FakeLib());
+  ASSERT_NE(source, nullptr);
+  GpuSnapshot s = ReadOk(*source);
+  ASSERT_EQ(s.gpus.size(), 1u);
+  EXPECT_EQ(s.gpus[0].uuid, "GPU-1a2b3c4d-0000-1111-2222-333344445555");
+  EXPECT_FALSE(s.gpus[0].IsMig());
+}
+
+TEST_F(NvmlSourceTest, DriverWithoutMigReportsWholeGpus) {
+  json config = BaseConfig();
+  config["devices"][0] = MigA100();
+  WriteConfig(config);
+  // The legacy fake exports no MIG entry points at all.
+  auto source = Open(FakeLib("legacy"));
+  ASSERT_NE(source, nullptr);
+  GpuSnapshot s = ReadOk(*source);
+  ASSERT_EQ(s.gpus.size(), 2u);
+  EXPECT_EQ(s.gpus[0].uuid, "GPU-1a2b3c4d-0000-1111-2222-333344445555");
+  EXPECT_FALSE(s.gpus[0].IsMig());
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -36,6 +36,9 @@
 //     cpus: number ("2", 0.5, "500m"), at most 1024
 //     memory: size, at most 64 TiB
 //     disk: size, at most 1 PiB; what the work directory may hold
+//     mig: a MIG profile "<N>g.<M>gb" ("3g.40gb"): one MIG instance with at
+//           least N compute slices and M GB, taken whole. gpus absent (then 1)
+//           or 1; not with a share or gpu_memory.
 //     nodes: integer 1..256 (default 1); more than 1 asks for that many
 //           distinct nodes at once (a gang, placed all or nothing), each
 //           with all of the above: gpus, cpus, memory... are per node.

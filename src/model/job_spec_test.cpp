@@ -552,7 +552,7 @@ const BadSpec kBadSpecs[] = {
      "session)"},
     {"run: x\nresources: {foo: 1}",
      "resources.foo (line 2): unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
-     "min_compute_capability, node_labels, prefer, disk, nodes)"},
+     "min_compute_capability, node_labels, prefer, disk, nodes, mig)"},
     {"run: x\nresources: {gpu: 1}", "resources.gpu (line 2): unknown field"},
     // name
     {"run: x\nname: [a]", "name (line 2): must be a string, got a list"},
@@ -1183,6 +1183,60 @@ resources: {gpus: 3, gpu_memory: 1.5G, cpus: 0.125, memory: 3Ki, gpu_models: t4}
 max_runtime: 1d1s
 )");
   ExpectRoundTrip(s);
+}
+
+}  // namespace
+}  // namespace gpupool
+
+namespace gpupool {
+namespace {
+
+TEST(ParseJobSpec, MigAsksForOneInstance) {
+  JobSpec s = MustParse("run: x\nresources:\n  mig: 3g.40gb\n");
+  EXPECT_EQ(s.resources.mig.slices, 3);
+  EXPECT_EQ(s.resources.mig.memory_gb, 40);
+  EXPECT_EQ(s.resources.gpus, 1);  // the instance is the job's one GPU
+  EXPECT_TRUE(s.resources.WantsMig());
+  ExpectRoundTrip(s);
+  EXPECT_EQ(JobSpecToJson(s)["resources"]["mig"], "3g.40gb");
+  // gpus: 1 may be said as well.
+  EXPECT_EQ(MustParse("run: x\nresources: {gpus: 1, mig: 3g.40gb}\n").resources, s.resources);
+  EXPECT_FALSE(MustParse("run: x\nresources: {gpus: 1}\n").resources.WantsMig());
+}
+
+TEST(ParseJobSpec, MigProfileIsStrict) {
+  for (const char* bad :
+       {"3g", "3g.40", "3g40gb", "3G.40GB", " 3g.40gb", "3g.40gb ", "0g.10gb", "1g.0gb", "03g.40gb",
+        "65g.10gb", "1g.5000gb", "1g.10gb+me", "2c.3g.20gb", "-1g.10gb", "1.5g.10gb", ""}) {
+    std::string spec = std::string("run: x\nresources:\n  mig: \"") + bad + "\"\n";
+    std::string e = ParseError(spec);
+    EXPECT_THAT(e, HasSubstr("resources.mig")) << bad;
+    EXPECT_THAT(e, HasSubstr("invalid MIG profile")) << bad;
+  }
+  EXPECT_THAT(ParseError("run: x\nresources: {mig: 3}\n"), HasSubstr("must be a string"));
+}
+
+TEST(ParseJobSpec, MigIsNotCombinedWithOtherGpuAmounts) {
+  EXPECT_THAT(ParseError("run: x\nresources: {mig: 3g.40gb, gpus: 2}\n"),
+              HasSubstr("resources.mig (line 2): asks for exactly one MIG instance per node; it "
+                        "cannot be combined with gpus: 2"));
+  EXPECT_THAT(ParseError("run: x\nresources: {mig: 3g.40gb, gpus: 0}\n"),
+              HasSubstr("combined with gpus: 0"));
+  EXPECT_THAT(
+      ParseError("run: x\nresources: {mig: 3g.40gb, gpus: 0.5}\n"),
+      HasSubstr(
+          "resources.mig (line 2): a MIG instance is taken whole; it cannot be combined with a "
+          "share of a GPU (gpus: 0.5)"));
+  EXPECT_THAT(ParseError("run: x\nresources: {mig: 3g.40gb, gpu_memory: 20GiB}\n"),
+              HasSubstr("resources.mig (line 2): the profile names the instance's memory; it "
+                        "cannot be combined with gpu_memory"));
+  // A spec built in code is held to the same.
+  JobSpec s = MustParse("run: x\nresources: {mig: 1g.10gb}\n");
+  s.resources.gpus = 3;
+  EXPECT_THAT(ValidateJobSpec(s).message(), HasSubstr("resources.mig"));
+  s.resources.gpus = 1;
+  s.resources.gpu_memory_mib = 1024;
+  EXPECT_THAT(ValidateJobSpec(s).message(), HasSubstr("gpu_memory"));
 }
 
 }  // namespace

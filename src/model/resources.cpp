@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "common/units.h"
+#include "model/yaml.h"
 
 namespace gpupool {
 namespace {
@@ -18,7 +19,70 @@ bool EqualNoCase(std::string_view a, std::string_view b) {
   return true;
 }
 
+// Reads a decimal number of 1 to 4 digits at the front of `s`, no leading
+// zero; nullopt otherwise.
+std::optional<int32_t> LeadingNumber(std::string_view& s) {
+  size_t n = 0;
+  while (n < s.size() && n < 5 && s[n] >= '0' && s[n] <= '9') ++n;
+  if (n == 0 || n > 4 || (n > 1 && s[0] == '0')) return std::nullopt;
+  int32_t v = 0;
+  for (size_t i = 0; i < n; ++i) v = v * 10 + (s[i] - '0');
+  s.remove_prefix(n);
+  return v;
+}
+
+bool Eat(std::string_view& s, std::string_view what) {
+  if (!s.starts_with(what)) return false;
+  s.remove_prefix(what.size());
+  return true;
+}
+
+constexpr int32_t kMaxMigSlices = 64;
+constexpr int32_t kMaxMigGb = 4096;
+
+// "<N>g.<M>gb" exactly, or nullopt.
+std::optional<Resources::Mig> ExactProfile(std::string_view s) {
+  Resources::Mig m;
+  auto slices = LeadingNumber(s);
+  if (!slices || !Eat(s, "g.")) return std::nullopt;
+  auto gb = LeadingNumber(s);
+  if (!gb || !Eat(s, "gb") || !s.empty()) return std::nullopt;
+  if (*slices < 1 || *slices > kMaxMigSlices || *gb < 1 || *gb > kMaxMigGb) return std::nullopt;
+  m.slices = *slices;
+  m.memory_gb = *gb;
+  return m;
+}
+
 }  // namespace
+
+Result<Resources::Mig> ParseMigProfile(std::string_view text) {
+  if (auto m = ExactProfile(text)) return *m;
+  return Status::InvalidArgument(
+      "invalid MIG profile " + QuoteForError(text) +
+      ": expected <slices>g.<memory>gb such as \"1g.10gb\" or \"3g.40gb\" (slices 1 to " +
+      std::to_string(kMaxMigSlices) + ", memory 1 to " + std::to_string(kMaxMigGb) + " GB)");
+}
+
+std::optional<Resources::Mig> MigProfileOf(std::string_view text) {
+  if (size_t plus = text.find('+'); plus != std::string_view::npos) text = text.substr(0, plus);
+  // A compute instance's profile: "<C>c.<N>g.<M>gb" owns C of the N slices.
+  std::string_view rest = text;
+  if (auto c = LeadingNumber(rest); c && Eat(rest, "c.")) {
+    auto m = ExactProfile(rest);
+    if (!m || *c > m->slices) return std::nullopt;
+    m->slices = *c;
+    return m;
+  }
+  return ExactProfile(text);
+}
+
+std::string FormatMigProfile(const Resources::Mig& mig) {
+  return std::to_string(mig.slices) + "g." + std::to_string(mig.memory_gb) + "gb";
+}
+
+bool MigFits(const Resources::Mig& have, const Resources::Mig& want) {
+  return have.slices >= want.slices && have.memory_gb >= want.memory_gb;
+}
 
 bool GpuModelMatches(std::string_view gpu_name, std::string_view wanted) {
   if (wanted.empty()) return false;
@@ -40,7 +104,9 @@ bool GpuModelMatches(std::string_view gpu_name, std::string_view wanted) {
 }
 
 std::string DescribeGpu(const GpuInfo& gpu) {
-  std::string s = gpu.name + " " + FormatMebibytes(gpu.memory_mib);
+  std::string s = gpu.name;
+  if (gpu.IsMig()) s += " MIG " + gpu.mig_profile;
+  s += " " + FormatMebibytes(gpu.memory_mib);
   if (gpu.simulated) s += " (simulated)";
   return s;
 }

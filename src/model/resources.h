@@ -5,9 +5,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/status.h"
 
 namespace gpupool {
 
@@ -34,7 +37,16 @@ struct Resources {
   // Nodes: more than 1 asks for a gang of this many distinct nodes, each
   // with everything above (the amounts are per node), placed all or nothing.
   int32_t nodes = 1;
+  // One MIG instance of at least this profile (slices and memory both >=),
+  // taken whole; empty (slices 0) = not a MIG request. Only with gpus 0 or
+  // 1, no share and no gpu_memory (model/job_spec_resources.cpp).
+  struct Mig {
+    int32_t slices = 0;     // compute slices: the N of "Ng.Mgb"
+    int32_t memory_gb = 0;  // the M of "Ng.Mgb", NVIDIA's nominal size
+    friend bool operator==(const Mig&, const Mig&) = default;
+  } mig;
 
+  bool WantsMig() const { return mig.slices > 0; }
   // GPU milli per node: 1000 per whole GPU, or the share.
   int64_t GpuMilliPerNode() const { return gpus > 0 ? int64_t{gpus} * 1000 : gpu_milli; }
   // GPU milli in all, over every node.
@@ -53,6 +65,17 @@ struct GpuInfo {
   int32_t cc_minor = 0;
   bool simulated = false;
   int32_t minor_number = -1;  // /dev/nvidia<minor>; -1 when not known (simulated GPUs)
+  // A MIG instance (a slice of a GPU in MIG mode, schedulable on its own):
+  // `uuid` is its own "MIG-..." UUID, `name` its parent's model, memory_mib
+  // its own memory and minor_number its parent's device node. All empty or
+  // 0 for a whole GPU.
+  std::string parent_uuid{};          // the GPU it is a slice of
+  std::string mig_profile{};          // "3g.40gb"
+  int32_t mig_slices = 0;             // compute slices it owns
+  int32_t mig_gpu_instance = -1;      // NVML's GPU instance id; -1 when not known
+  int32_t mig_compute_instance = -1;  // NVML's compute instance id; -1 when not known
+
+  bool IsMig() const { return !parent_uuid.empty(); }
 
   friend bool operator==(const GpuInfo&, const GpuInfo&) = default;
 };
@@ -98,6 +121,20 @@ struct GpuTelemetry {
 // A100-SXM4-80GB"): the whole name, or one of its words split at spaces and
 // dashes, compared without case. "A10" does not match an A100.
 bool GpuModelMatches(std::string_view gpu_name, std::string_view wanted);
+
+// A MIG profile name as NVIDIA writes it: "3g.40gb" (3 compute slices,
+// about 40 GB). ParseMigProfile is strict ("<N>g.<M>gb", N 1..64, M
+// 1..4096, lower case, no spaces); its message says what was wrong.
+// MigProfileOf reads what a driver reports and is lenient: "1g.10gb+me"
+// (a media extension) is 1g.10gb, "2c.3g.20gb" (a compute instance of two
+// slices in a 3g GPU instance) has 2 slices and 20 GB; nullopt when the text
+// holds no profile.
+Result<Resources::Mig> ParseMigProfile(std::string_view text);
+std::optional<Resources::Mig> MigProfileOf(std::string_view text);
+// "3g.40gb".
+std::string FormatMigProfile(const Resources::Mig& mig);
+// True when an instance of profile `have` is at least `want`.
+bool MigFits(const Resources::Mig& have, const Resources::Mig& want);
 
 // "A100 80 GiB (simulated)", "NVIDIA T4 16 GiB".
 std::string DescribeGpu(const GpuInfo& gpu);

@@ -90,3 +90,49 @@ TEST(Resources, DefaultIsNoRequirement) {
 
 }  // namespace
 }  // namespace gpupool
+
+namespace gpupool {
+namespace {
+
+TEST(MigProfile, StrictParse) {
+  auto m = ParseMigProfile("3g.40gb");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->slices, 3);
+  EXPECT_EQ(m->memory_gb, 40);
+  EXPECT_EQ(FormatMigProfile(*m), "3g.40gb");
+  EXPECT_FALSE(ParseMigProfile("3g.40gb+me").ok());
+  EXPECT_FALSE(ParseMigProfile("3g.40GB").ok());
+  EXPECT_FALSE(ParseMigProfile("99999g.1gb").ok());
+}
+
+TEST(MigProfile, WhatDriversReport) {
+  auto me = MigProfileOf("1g.10gb+me");
+  ASSERT_TRUE(me.has_value());
+  EXPECT_EQ(FormatMigProfile(*me), "1g.10gb");
+  auto ci = MigProfileOf("2c.3g.20gb");
+  ASSERT_TRUE(ci.has_value());
+  EXPECT_EQ(ci->slices, 2);
+  EXPECT_EQ(ci->memory_gb, 20);
+  EXPECT_FALSE(MigProfileOf("4c.3g.20gb").has_value());  // more slices than its instance
+  EXPECT_FALSE(MigProfileOf("NVIDIA A100").has_value());
+}
+
+TEST(MigProfile, FitsWhenBothSlicesAndMemoryAreEnough) {
+  Resources::Mig want{3, 40};
+  EXPECT_TRUE(MigFits({3, 40}, want));
+  EXPECT_TRUE(MigFits({7, 80}, want));
+  EXPECT_FALSE(MigFits({4, 20}, want));  // more slices, less memory
+  EXPECT_FALSE(MigFits({2, 80}, want));
+}
+
+TEST(DescribeGpu, MigInstance) {
+  GpuInfo g;
+  g.name = "NVIDIA A100-SXM4-80GB";
+  g.memory_mib = 40192;
+  g.parent_uuid = "GPU-1";
+  g.mig_profile = "3g.40gb";
+  EXPECT_EQ(DescribeGpu(g).rfind("NVIDIA A100-SXM4-80GB MIG 3g.40gb ", 0), 0u) << DescribeGpu(g);
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -41,10 +41,33 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
 json GpuToJson(const GpuInfo& g) {
-  return {{"index", g.index},         {"uuid", g.uuid},
-          {"name", g.name},           {"memory_mib", g.memory_mib},
-          {"cc_major", g.cc_major},   {"cc_minor", g.cc_minor},
-          {"simulated", g.simulated}, {"minor_number", g.minor_number}};
+  json j = {{"index", g.index},         {"uuid", g.uuid},
+            {"name", g.name},           {"memory_mib", g.memory_mib},
+            {"cc_major", g.cc_major},   {"cc_minor", g.cc_minor},
+            {"simulated", g.simulated}, {"minor_number", g.minor_number}};
+  // A MIG instance only: whole GPUs are written as before the fields.
+  if (g.IsMig()) {
+    j["parent_uuid"] = g.parent_uuid;
+    j["mig_profile"] = g.mig_profile;
+    j["mig_slices"] = g.mig_slices;
+    j["mig_gpu_instance"] = g.mig_gpu_instance;
+    j["mig_compute_instance"] = g.mig_compute_instance;
+  }
+  return j;
+}
+
+// The MIG fields of a GPU (absent: a whole GPU, as from older agents).
+void MigFromJson(JsonReader& r, GpuInfo* g) {
+  g->parent_uuid = r.Str("parent_uuid", false);
+  if (g->parent_uuid.empty()) return;
+  g->mig_profile = r.Str("mig_profile");
+  if (r.ok() && !MigProfileOf(g->mig_profile)) {
+    r.Fail("mig_profile", "must be a MIG profile such as \"3g.40gb\"");
+  }
+  g->mig_slices = static_cast<int32_t>(r.IntIn("mig_slices", 1, 64));
+  g->mig_gpu_instance = static_cast<int32_t>(r.IntIn("mig_gpu_instance", -1, 1024, false, -1));
+  g->mig_compute_instance =
+      static_cast<int32_t>(r.IntIn("mig_compute_instance", -1, 1024, false, -1));
 }
 
 Status GpuFromJson(const json& j, const std::string& path, GpuInfo* g) {
@@ -63,6 +86,7 @@ Status GpuFromJson(const json& j, const std::string& path, GpuInfo* g) {
   } else {
     g->minor_number = static_cast<int32_t>(minor_number);
   }
+  MigFromJson(r, g);
   if (r.ok() && g->uuid.empty()) r.Fail("uuid", "must not be empty");
   return r.Finish(false);
 }

@@ -81,6 +81,35 @@ TEST(MessagesTest, HelloGpuMinorNumberIsOptional) {
   EXPECT_THAT(DecodeHello(bad).status().message(), HasSubstr("body.gpus[0].minor_number: must be"));
 }
 
+TEST(MessagesTest, HelloCarriesMigInstances) {
+  Hello h;
+  h.node_name = "lab-a";
+  h.agent_instance = "i-1";
+  GpuInfo mig{0, "MIG-1", "NVIDIA A100-SXM4-80GB", 40192, 8, 0, false, 3};
+  mig.parent_uuid = "GPU-1";
+  mig.mig_profile = "3g.40gb";
+  mig.mig_slices = 3;
+  mig.mig_gpu_instance = 2;
+  mig.mig_compute_instance = 0;
+  h.gpus = {mig, {1, "GPU-2", "NVIDIA T4", 15360, 7, 5, false, 1}};
+  auto d = DecodeHello(Encode(h));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d, h);
+  // A whole GPU is written without the MIG fields, as older agents did.
+  EXPECT_EQ(Encode(h).find("parent_uuid", Encode(h).find("GPU-2")), std::string::npos);
+
+  // A hostile agent's MIG claims are checked like the rest.
+  std::string head =
+      R"({"node_name":"a","agent_instance":"i","last_server_seq":0,"gpus":[{"index":0,"uuid":"M","name":"A100","memory_mib":1,"parent_uuid":"G")";
+  EXPECT_THAT(DecodeHello(head + R"(,"mig_profile":"huge","mig_slices":1}]})").status().message(),
+              HasSubstr("body.gpus[0].mig_profile: must be a MIG profile"));
+  EXPECT_THAT(
+      DecodeHello(head + R"(,"mig_profile":"1g.10gb","mig_slices":100}]})").status().message(),
+      HasSubstr("body.gpus[0].mig_slices"));
+  EXPECT_THAT(DecodeHello(head + R"(,"mig_slices":1}]})").status().message(),
+              HasSubstr("body.gpus[0].mig_profile"));
+}
+
 TEST(MessagesTest, TaskReportValidation) {
   EXPECT_THAT(DecodeTaskReport(R"({"attempt_id":"4.1","state":"weird"})").status().message(),
               HasSubstr("body.state: must be one of"));

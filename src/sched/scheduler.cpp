@@ -12,6 +12,7 @@
 
 #include "common/units.h"
 #include "model/resources.h"
+#include "sched/mig.h"
 #include "sched/policies.h"
 
 namespace gpupool::sched {
@@ -60,6 +61,11 @@ Status ValidateRequest(const Request& r) {
         "gpus, gpu_milli: ask for whole GPUs or a share of one, not both");
   }
   if (r.gpu_memory_mib < 0) return Status::InvalidArgument("gpu_memory_mib: must be >= 0");
+  if (r.mig_slices < 0 || r.mig_memory_gb < 0 || (r.mig_slices > 0 && r.gpus != 1) ||
+      (r.mig_slices == 0 && r.mig_memory_gb != 0)) {
+    return Status::InvalidArgument(
+        "mig_slices, mig_memory_gb: a MIG request is one instance (gpus 1) of >= 1 slice");
+  }
   if (r.min_compute_capability < 0) {
     return Status::InvalidArgument("min_compute_capability: must be >= 0");
   }
@@ -99,7 +105,8 @@ bool Excluded(const Request& r, const std::string& node_id) {
 // Static fit of one GPU (as if idle) for the request: model, memory, cc.
 bool GpuStaticOk(const GpuView& g, const Request& r, const std::vector<std::string>& models) {
   return ModelOk(g.model, models) && g.memory_mib >= r.gpu_memory_mib &&
-         g.compute_capability >= r.min_compute_capability;
+         g.compute_capability >= r.min_compute_capability &&
+         MigOk(g.mig_slices, g.mig_memory_gb, r);
 }
 
 std::string ListText(const std::vector<std::string>& items) {
@@ -144,7 +151,10 @@ std::string DurationText(int64_t ms) {
 // What the job waits for right now, e.g. "waiting for 2 free GPUs of model A100".
 std::string WaitText(const Request& r) {
   std::string per_node;
-  if (r.gpus > 0) {
+  if (r.mig_slices > 0) {
+    per_node =
+        "a free MIG instance of at least " + MigRequestText(r) + GpuConstraintText(r, r.gpu_models);
+  } else if (r.gpus > 0) {
     per_node = std::to_string(r.gpus) + " free GPU" + (r.gpus > 1 ? "s" : "") +
                GpuConstraintText(r, r.gpu_models);
   } else if (r.gpu_milli > 0) {
@@ -217,6 +227,12 @@ std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Reques
   const std::string of_model = r.gpu_models.empty() ? "" : " of model " + ListText(r.gpu_models);
   if (WantsGpu(r)) {
     const int need = r.gpus > 0 ? r.gpus : 1;
+    if (r.mig_slices > 0 && most_full == 0) {
+      return "no node has a MIG instance of at least " + MigRequestText(r) + of_model +
+             (r.min_compute_capability > 0
+                  ? " with compute capability >= " + CcText(r.min_compute_capability)
+                  : "");
+    }
     if (most_model == 0) return "no node has a GPU" + of_model;
     if (r.gpu_memory_mib > 0 && most_model_mem == 0) {
       return "no node has a GPU" + of_model + " with " + FormatMebibytes(r.gpu_memory_mib);
@@ -243,6 +259,10 @@ namespace {
 
 constexpr int32_t kFull = static_cast<int32_t>(kMilliPerGpu);
 constexpr int kMaxPreemptorsPerPass = 16;
+
+// What makes GPUs interchangeable: model, memory, compute capability and
+// MIG profile (slices, GB).
+using ShapeKey = std::tuple<std::string, int64_t, int32_t, int32_t, int32_t>;
 
 // The state of one pass. Resources are tracked twice: `free` is what is
 // really free now (after this pass's placements), `phantom` is the part of it
@@ -355,7 +375,7 @@ class Pass {
 
   Status Build() {
     std::unordered_map<std::string, int> node_index;
-    std::map<std::tuple<std::string, int64_t, int32_t>, int> shape_ids;
+    std::map<ShapeKey, int> shape_ids;
     nodes_.reserve(snap_.nodes.size());
     nodes_.reserve(snap_.nodes.size());
     // Nodes in id order: ties end in node id, whatever the caller's order.
@@ -441,17 +461,22 @@ class Pass {
   }
 
   // The shape id of a GPU; consecutive GPUs are usually of one shape.
-  int ShapeOf(const GpuView& g, std::map<std::tuple<std::string, int64_t, int32_t>, int>& ids) {
+  int ShapeOf(const GpuView& g, std::map<ShapeKey, int>& ids) {
     if (!shapes_.empty()) {
       const Shape& last = shapes_[static_cast<size_t>(last_shape_)];
       if (last.memory_mib == g.memory_mib && last.cc == g.compute_capability &&
+          last.mig_slices == g.mig_slices && last.mig_gb == g.mig_memory_gb &&
           last.model == g.model) {
         return last_shape_;
       }
     }
-    auto [it, inserted] = ids.emplace(std::make_tuple(g.model, g.memory_mib, g.compute_capability),
-                                      static_cast<int>(shapes_.size()));
-    if (inserted) shapes_.push_back({g.model, g.memory_mib, g.compute_capability, Speed(g.model)});
+    auto [it, inserted] = ids.emplace(
+        ShapeKey{g.model, g.memory_mib, g.compute_capability, g.mig_slices, g.mig_memory_gb},
+        static_cast<int>(shapes_.size()));
+    if (inserted) {
+      shapes_.push_back({g.model, g.memory_mib, g.compute_capability, Speed(g.model), g.mig_slices,
+                         g.mig_memory_gb});
+    }
     last_shape_ = it->second;
     return it->second;
   }
@@ -586,7 +611,7 @@ class Pass {
     for (size_t s = 0; s < shapes_.size(); ++s) {
       const Shape& sh = shapes_[s];
       allowed[s] = ModelOk(sh.model, r.gpu_models) && sh.memory_mib >= r.gpu_memory_mib &&
-                   sh.cc >= r.min_compute_capability;
+                   sh.cc >= r.min_compute_capability && MigOk(sh.mig_slices, sh.mig_gb, r);
       preferred[s] =
           allowed[s] && !r.preferred_models.empty() && ModelOk(sh.model, r.preferred_models);
     }
@@ -635,10 +660,21 @@ class Pass {
     auto milli = [&](const GpuS& g) { return actual ? g.free_milli : g.AvailMilli(); };
     auto gmem = [&](const GpuS& g) { return actual ? g.free_mem : g.AvailMem(); };
     if (r.gpus > 0) {
-      for (int g = node.gpu_begin; g < node.gpu_end && static_cast<int>(picked.size()) < r.gpus;
-           ++g) {
+      const bool smallest = r.mig_slices > 0;  // one MIG instance: the smallest that fits
+      for (int g = node.gpu_begin;
+           g < node.gpu_end && (smallest || static_cast<int>(picked.size()) < r.gpus); ++g) {
         const GpuS& gpu = gpus[g - node.gpu_begin];
-        if (allowed[static_cast<size_t>(gpu.shape)] && milli(gpu) == kFull) picked.push_back(g);
+        if (!allowed[static_cast<size_t>(gpu.shape)] || milli(gpu) != kFull) continue;
+        if (smallest && !picked.empty()) {
+          const Shape& a = shapes_[static_cast<size_t>(gpu.shape)];
+          const Shape& b = shapes_[static_cast<size_t>(gpus[picked[0] - node.gpu_begin].shape)];
+          if (!MigSmaller(a.mig_slices, a.mig_gb, a.memory_mib, b.mig_slices, b.mig_gb,
+                          b.memory_mib)) {
+            continue;
+          }
+          picked.clear();
+        }
+        picked.push_back(g);
       }
       if (static_cast<int>(picked.size()) < r.gpus) return std::nullopt;
     } else if (r.gpu_milli > 0) {
@@ -818,6 +854,7 @@ class Pass {
       mix(std::hash<int64_t>()(r.gpu_memory_mib));
       mix(std::hash<int64_t>()(r.cpu_milli * 31 + r.memory_mib));
       mix(static_cast<size_t>(r.min_compute_capability) * 7 + k.flags);
+      mix(static_cast<size_t>(r.mig_slices) * 4099 + static_cast<size_t>(r.mig_memory_gb));
       for (const auto& m : r.gpu_models) mix(std::hash<std::string>()(m));
       for (const auto& m : r.preferred_models) mix(std::hash<std::string>()(m) * 3);
       for (const auto& [a, b] : r.node_labels) mix(std::hash<std::string>()(a + "=" + b));
@@ -834,7 +871,8 @@ class Pass {
              a.min_compute_capability == b.min_compute_capability && a.cpu_milli == b.cpu_milli &&
              a.memory_mib == b.memory_mib && a.gpu_models == b.gpu_models &&
              a.preferred_models == b.preferred_models && a.node_labels == b.node_labels &&
-             a.excluded_nodes == b.excluded_nodes;
+             a.excluded_nodes == b.excluded_nodes && a.mig_slices == b.mig_slices &&
+             a.mig_memory_gb == b.mig_memory_gb;
     }
   };
   using RequestIds = std::unordered_map<RequestKey, size_t, RequestKeyHash, RequestKeyEq>;
@@ -1221,6 +1259,8 @@ class Pass {
     int64_t memory_mib;
     int32_t cc;
     double speed;
+    int32_t mig_slices;  // a MIG instance's profile; 0 for whole GPUs
+    int32_t mig_gb;
   };
 
   const SchedulerConfig& config_;

@@ -69,6 +69,10 @@ struct GpuView {
   // Free now: 1000 and memory_mib when nothing runs on it.
   int32_t free_milli = 1000;
   int64_t free_memory_mib = 0;
+  // A MIG instance: its profile's compute slices and nominal GB ("3g.40gb":
+  // 3 and 40). 0 for a whole GPU. See sched/mig.h for who may use which.
+  int32_t mig_slices = 0;
+  int32_t mig_memory_gb = 0;
 };
 
 struct NodeView {
@@ -103,6 +107,10 @@ struct Request {
   std::map<std::string, std::string> node_labels;  // every one must match the node's
   int64_t cpu_milli = 0;                           // per node
   int64_t memory_mib = 0;                          // per node
+  // One MIG instance of at least this profile per node (with gpus == 1);
+  // 0 = not a MIG request. See sched/mig.h.
+  int32_t mig_slices = 0;
+  int32_t mig_memory_gb = 0;
   // Node ids it must not be placed on (nor make room on by preemption),
   // sorted and unique: e.g. nodes whose provider's policy does not admit the
   // job, or that just refused it.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 namespace gpupool::server {
@@ -85,17 +86,31 @@ Status CheckHelloClaims(const proto::Hello& h, const NodeClaimLimits& limits) {
                    MiB(static_cast<double>(limits.max_memory_mib) * (1 << 20)) + " is believed");
   }
   std::set<std::string> uuids;
-  std::set<int32_t> indexes;
+  // Each index is one physical GPU: a whole GPU's own, or shared by the MIG
+  // instances of one parent (the value: its UUID, or its parent's).
+  std::map<int32_t, std::string> indexes;
   for (size_t i = 0; i < h.gpus.size(); ++i) {
     const GpuInfo& g = h.gpus[i];
     const std::string at = "gpus[" + std::to_string(i) + "]";
     if (!uuids.insert(g.uuid).second) return bad(at + ".uuid", g.uuid + " is listed twice");
-    if (!indexes.insert(g.index).second)
+    const std::string& physical = g.IsMig() ? g.parent_uuid : g.uuid;
+    if (auto [it, fresh] = indexes.emplace(g.index, physical); !fresh && it->second != physical)
       return bad(at + ".index", std::to_string(g.index) + " is listed twice");
+    if (g.IsMig() && g.parent_uuid == g.uuid) {
+      return bad(at + ".parent_uuid", "a MIG instance cannot be its own parent");
+    }
     if (g.memory_mib > limits.max_gpu_memory_mib) {
       return bad(at + ".memory_mib", std::to_string(g.memory_mib) + " MiB on one GPU; at most " +
                                          std::to_string(limits.max_gpu_memory_mib) +
                                          " are believed");
+    }
+  }
+  // A GPU in MIG mode is offered only as its instances, never also whole.
+  for (size_t i = 0; i < h.gpus.size(); ++i) {
+    const GpuInfo& g = h.gpus[i];
+    if (g.IsMig() && uuids.count(g.parent_uuid) > 0) {
+      return bad("gpus[" + std::to_string(i) + "].parent_uuid",
+                 g.parent_uuid + " is listed as a whole GPU as well as in MIG mode");
     }
   }
   return Status::Ok();

@@ -89,6 +89,31 @@ TEST(HelloClaimsTest, ImpossibleClaimsNameTheField) {
   EXPECT_THAT(CheckHelloClaims(h, l).message(), HasSubstr("memory_mib"));
 }
 
+// The instances of one GPU in MIG mode share its index; nothing else may.
+TEST(HelloClaimsTest, MigInstancesShareTheirParentsIndex) {
+  NodeClaimLimits l;
+  proto::Hello h = HelloWith(1);  // GPU-0, index 0: a whole GPU
+  for (int i = 0; i < 3; ++i) {
+    GpuInfo g{1, "MIG-" + std::to_string(i), "A100", 9728, 8, 0, false, 1};
+    g.parent_uuid = "GPU-1";
+    g.mig_profile = "1g.10gb";
+    g.mig_slices = 1;
+    h.gpus.push_back(g);
+  }
+  EXPECT_TRUE(CheckHelloClaims(h, l).ok()) << CheckHelloClaims(h, l).message();
+  proto::Hello other = h;
+  other.gpus[2].parent_uuid = "GPU-7";  // another GPU's instance at index 1
+  EXPECT_THAT(CheckHelloClaims(other, l).message(), HasSubstr("gpus[2].index: 1 is listed twice"));
+  other = h;
+  other.gpus[1].index = 0;  // an instance at the whole GPU's index
+  EXPECT_THAT(CheckHelloClaims(other, l).message(), HasSubstr("gpus[1].index: 0 is listed twice"));
+  other = h;
+  other.gpus[3].parent_uuid = "GPU-0";  // a parent offered whole as well
+  other.gpus[3].index = 0;
+  EXPECT_THAT(CheckHelloClaims(other, l).message(),
+              HasSubstr("GPU-0 is listed as a whole GPU as well as in MIG mode"));
+}
+
 TEST(GpuOwnersTest, AGpuStaysWithItsNode) {
   GpuOwners owners;
   owners.Reset({{"a", {"GPU-a0", "GPU-a1"}}, {"b", {"GPU-b0"}}});

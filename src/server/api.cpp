@@ -135,6 +135,13 @@ json NodeToJson(const NodeStatus& s) {
         {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
         {"simulated", g.simulated},
         {"description", DescribeGpu(g)}};
+    // A MIG instance: its parent GPU and profile; null for a whole GPU.
+    gj["mig"] = g.IsMig() ? json{{"parent_uuid", g.parent_uuid},
+                                 {"profile", g.mig_profile},
+                                 {"slices", g.mig_slices},
+                                 {"gpu_instance", g.mig_gpu_instance},
+                                 {"compute_instance", g.mig_compute_instance}}
+                          : json(nullptr);
     auto used = s.gpu_attempts.find(g.uuid);
     bool in_use = used != s.gpu_attempts.end() && !used->second.empty();
     // "attempt": the first attempt using it (kept for older clients);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <optional>
 
 #include "common/ids.h"
 #include "common/log.h"
@@ -44,6 +45,8 @@ sched::Request RequestFor(const JobSpec& spec) {
   }
   q.cpu_milli = r.cpu_milli;
   q.memory_mib = r.memory_mib;
+  q.mig_slices = r.mig.slices;
+  q.mig_memory_gb = r.mig.memory_gb;
   return q;
 }
 
@@ -1469,6 +1472,12 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
       gv.memory_mib = std::max<int64_t>(g.memory_mib, 0);
       gv.compute_capability = g.cc_major * 10 + g.cc_minor;
       gv.free_milli = 1000;
+      if (g.IsMig()) {  // a MIG instance: only MIG requests that it meets (sched/mig.h)
+        std::optional<Resources::Mig> profile = MigProfileOf(g.mig_profile);
+        if (!profile || g.mig_slices <= 0) continue;  // never from a valid hello
+        gv.mig_slices = g.mig_slices;
+        gv.mig_memory_gb = profile->memory_gb;
+      }
       if (lending != nullptr) {
         auto lent = lending->gpus.find(g.uuid);
         if (lent == lending->gpus.end()) continue;  // not lent now: not offered

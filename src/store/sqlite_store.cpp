@@ -415,6 +415,13 @@ json GpusToJson(const std::vector<GpuInfo>& gpus) {
                  {"cc_minor", g.cc_minor},
                  {"simulated", g.simulated},
                  {"minor_number", g.minor_number}});
+    if (g.IsMig()) {
+      a.back()["parent_uuid"] = g.parent_uuid;
+      a.back()["mig_profile"] = g.mig_profile;
+      a.back()["mig_slices"] = g.mig_slices;
+      a.back()["mig_gpu_instance"] = g.mig_gpu_instance;
+      a.back()["mig_compute_instance"] = g.mig_compute_instance;
+    }
   }
   return a;
 }
@@ -432,6 +439,12 @@ std::vector<GpuInfo> GpusFromJson(const json& a) {
     info.cc_minor = g.at("cc_minor").get<int32_t>();
     info.simulated = g.at("simulated").get<bool>();
     info.minor_number = g.value("minor_number", int32_t{-1});  // absent in older rows
+    // MIG instances only; absent for whole GPUs and in older rows.
+    info.parent_uuid = g.value("parent_uuid", std::string());
+    info.mig_profile = g.value("mig_profile", std::string());
+    info.mig_slices = g.value("mig_slices", int32_t{0});
+    info.mig_gpu_instance = g.value("mig_gpu_instance", int32_t{-1});
+    info.mig_compute_instance = g.value("mig_compute_instance", int32_t{-1});
     gpus.push_back(std::move(info));
   }
   return gpus;

@@ -599,6 +599,14 @@ TEST_P(StoreConformanceTest, NodesPutGetByNameListAndReplace) {
   Node a = MakeNode("n-2", "alpha");
   a.gpus = {GpuInfo{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 8, 0, false, /*minor*/ 4},
             GpuInfo{1, "GPU-SIM-bbb", "NVIDIA T4", 15360, 7, 5, true}};
+  // A MIG instance keeps what it is a slice of.
+  GpuInfo mig{2, "MIG-ccc", "NVIDIA A100-SXM4-80GB", 40192, 8, 0, false, 5};
+  mig.parent_uuid = "GPU-ddd";
+  mig.mig_profile = "3g.40gb";
+  mig.mig_slices = 3;
+  mig.mig_gpu_instance = 2;
+  mig.mig_compute_instance = 0;
+  a.gpus.insert(a.gpus.begin() + 1, mig);
   a.labels = {{"zone", "eu-1"}, {"owner", "lab \"x\""}};
   a.owner_group = "vision";
   Node b = MakeNode("n-1", "beta");

@@ -15,11 +15,31 @@
 //                 "errors": {"nvmlDeviceGetTemperature": 3},
 //                 "processes": [{"pid": 1234, "used_mib": 1000}]}]}
 //
+// MIG: a device with "mig_mode" (0 or 1; absent: the GPU cannot do MIG and
+// the MIG calls answer NVML_ERROR_NOT_SUPPORTED) may list its instances,
+// served at the indices nvmlDeviceGetMigDeviceHandleByIndex takes:
+//
+//   "mig_mode": 1, "mig_pending": 1, "max_mig_devices": 7,   // defaults: mode, 7
+//   "sm_count": 98,
+//   "mig_devices": [{"index": 0,            // default: position; gaps allowed
+//                    "uuid": "MIG-...", "profile": "3g.40gb",
+//                    "memory_total_mib": 40192, "memory_used_mib": 0,
+//                    "sm_count": 42, "gpu_instance_slices": 3,
+//                    "compute_instance_slices": 3,   // default: gpu_instance_slices
+//                    "gpu_instance_id": 2, "compute_instance_id": 0,
+//                    "processes": [...], "errors": {...}}]
+//
+// As real NVML does, a MIG handle's name is its parent's followed by
+// " MIG <profile>", its compute capability is its parent's, and
+// utilization, temperature, power, index and minor number are
+// NVML_ERROR_NOT_SUPPORTED on it. Instances are listed only while
+// "mig_mode" is 1.
+//
 // "missing" makes a function answer NVML_ERROR_FUNCTION_NOT_FOUND; truly
 // absent symbols come from building this file several times with the
 // FAKE_NVML_EXPORT_* switches (see CMakeLists.txt): "full", "v2" (no _v3),
-// "legacy" (plain names only, no compute capability, power, index or minor
-// number) and
+// "legacy" (plain names only, no compute capability, power, index, minor
+// number or MIG) and
 // "broken" (no nvmlDeviceGetUUID).
 //
 // For tests, fakeNvmlCallCount(name) says how often an entry point was
@@ -48,7 +68,7 @@
 #define FAKE_NVML_EXPORT_V2 1  // the _v2 entry points
 #endif
 #ifndef FAKE_NVML_EXPORT_EXTRAS
-#define FAKE_NVML_EXPORT_EXTRAS 1  // compute capability, power, index, minor number
+#define FAKE_NVML_EXPORT_EXTRAS 1  // compute capability, power, index, minor number, MIG
 #endif
 #ifndef FAKE_NVML_EXPORT_UUID
 #define FAKE_NVML_EXPORT_UUID 1
@@ -78,6 +98,19 @@ struct Device {
   unsigned int minor = 0;  // /dev/nvidia<minor>; the device's position unless configured
   std::vector<Process> processes;
   std::map<std::string, int> errors;
+  unsigned int sm_count = 0;
+  // MIG. On a GPU: its mode (-1: not MIG capable) and instances. On an
+  // instance: its profile and ids.
+  int mig_mode = -1;
+  int mig_pending = -1;
+  unsigned int max_mig_devices = 7;
+  std::map<unsigned int, Device> mig_devices;  // by index
+  bool is_mig = false;
+  std::string profile;
+  unsigned int gi_slices = 0;
+  unsigned int ci_slices = 0;
+  unsigned int gi_id = 0;
+  unsigned int ci_id = 0;
 };
 
 struct Config {
@@ -99,6 +132,8 @@ std::map<std::string, int> ReadErrors(const nlohmann::json& j) {
   }
   return errors;
 }
+
+Device ReadDevice(const nlohmann::json& d);
 
 // The configuration, or an NVML error code when there is none.
 std::optional<Config> LoadConfig(nvmlReturn_t* error) {
@@ -124,23 +159,26 @@ std::optional<Config> LoadConfig(nvmlReturn_t* error) {
       c.errors[name.get<std::string>()] = NVML_ERROR_FUNCTION_NOT_FOUND;
     }
     for (const auto& d : j.value("devices", nlohmann::json::array())) {
-      Device dev;
-      dev.name = d.value("name", "");
-      dev.uuid = d.value("uuid", "");
-      dev.total_mib = d.value("memory_total_mib", 0ULL);
-      dev.used_mib = d.value("memory_used_mib", 0ULL);
-      if (d.contains("cc")) {
-        dev.cc_major = d.at("cc").at(0).get<int>();
-        dev.cc_minor = d.at("cc").at(1).get<int>();
-      }
-      dev.utilization = d.value("utilization", 0U);
-      dev.temperature = d.value("temperature", 0U);
-      dev.power_mw = d.value("power_mw", 0U);
+      Device dev = ReadDevice(d);
       dev.minor = d.value("minor", static_cast<unsigned int>(c.devices.size()));
-      for (const auto& p : d.value("processes", nlohmann::json::array())) {
-        dev.processes.push_back({p.value("pid", 0U), p.value("used_mib", -1LL)});
+      dev.mig_mode = d.value("mig_mode", -1);
+      dev.mig_pending = d.value("mig_pending", dev.mig_mode);
+      dev.max_mig_devices = d.value("max_mig_devices", 7U);
+      unsigned int position = 0;
+      for (const auto& m : d.value("mig_devices", nlohmann::json::array())) {
+        Device mig = ReadDevice(m);
+        mig.is_mig = true;
+        mig.profile = m.value("profile", "");
+        mig.gi_slices = m.value("gpu_instance_slices", 0U);
+        mig.ci_slices = m.value("compute_instance_slices", mig.gi_slices);
+        mig.gi_id = m.value("gpu_instance_id", 0U);
+        mig.ci_id = m.value("compute_instance_id", 0U);
+        mig.name = dev.name + " MIG " + mig.profile;
+        mig.cc_major = dev.cc_major;
+        mig.cc_minor = dev.cc_minor;
+        dev.mig_devices[m.value("index", position)] = std::move(mig);
+        ++position;
       }
-      dev.errors = ReadErrors(d);
       c.devices.push_back(std::move(dev));
     }
     return c;
@@ -149,6 +187,28 @@ std::optional<Config> LoadConfig(nvmlReturn_t* error) {
     *error = NVML_ERROR_UNKNOWN;
     return std::nullopt;
   }
+}
+
+// The fields a GPU and a MIG instance share.
+Device ReadDevice(const nlohmann::json& d) {
+  Device dev;
+  dev.name = d.value("name", "");
+  dev.uuid = d.value("uuid", "");
+  dev.total_mib = d.value("memory_total_mib", 0ULL);
+  dev.used_mib = d.value("memory_used_mib", 0ULL);
+  if (d.contains("cc")) {
+    dev.cc_major = d.at("cc").at(0).get<int>();
+    dev.cc_minor = d.at("cc").at(1).get<int>();
+  }
+  dev.utilization = d.value("utilization", 0U);
+  dev.temperature = d.value("temperature", 0U);
+  dev.power_mw = d.value("power_mw", 0U);
+  dev.sm_count = d.value("sm_count", 0U);
+  for (const auto& p : d.value("processes", nlohmann::json::array())) {
+    dev.processes.push_back({p.value("pid", 0U), p.value("used_mib", -1LL)});
+  }
+  dev.errors = ReadErrors(d);
+  return dev;
 }
 
 int ForcedError(const std::map<std::string, int>& errors, const char* function) {
@@ -169,20 +229,49 @@ nvmlReturn_t System(const char* function, Body body) {
   return body(*config);
 }
 
-// Handles are 1-based device positions disguised as pointers.
+// Handles are 1-based device positions disguised as pointers; a MIG
+// device's handle also holds its index + 1 above bit 16.
+constexpr uintptr_t kMigShift = 16;
 nvmlDevice_t HandleFor(unsigned int index) {
   return reinterpret_cast<nvmlDevice_t>(static_cast<uintptr_t>(index) + 1);
+}
+[[maybe_unused]] nvmlDevice_t MigHandleFor(nvmlDevice_t parent, unsigned int mig_index) {
+  return reinterpret_cast<nvmlDevice_t>(reinterpret_cast<uintptr_t>(parent) |
+                                        ((static_cast<uintptr_t>(mig_index) + 1) << kMigShift));
+}
+uintptr_t ParentPosition(nvmlDevice_t handle) {
+  return reinterpret_cast<uintptr_t>(handle) & ((uintptr_t{1} << kMigShift) - 1);
+}
+
+// The device (a GPU or one of its MIG instances) a handle names, or null.
+const Device* Resolve(const Config& config, nvmlDevice_t handle) {
+  uintptr_t position = ParentPosition(handle);
+  uintptr_t mig = reinterpret_cast<uintptr_t>(handle) >> kMigShift;
+  if (position == 0 || position > config.devices.size()) return nullptr;
+  const Device& device = config.devices[position - 1];
+  if (mig == 0) return &device;
+  if (device.mig_mode != 1) return nullptr;
+  auto it = device.mig_devices.find(static_cast<unsigned int>(mig - 1));
+  return it == device.mig_devices.end() ? nullptr : &it->second;
 }
 
 // Runs `body(device)` for a per-device call after the common checks.
 template <typename Body>
 nvmlReturn_t WithDevice(const char* function, nvmlDevice_t handle, Body body) {
   return System(function, [&](const Config& config) -> nvmlReturn_t {
-    uintptr_t position = reinterpret_cast<uintptr_t>(handle);
-    if (position == 0 || position > config.devices.size()) return NVML_ERROR_INVALID_ARGUMENT;
-    const Device& device = config.devices[position - 1];
-    if (int forced = ForcedError(device.errors, function)) return forced;
-    return body(device);
+    const Device* device = Resolve(config, handle);
+    if (device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (int forced = ForcedError(device->errors, function)) return forced;
+    return body(*device);
+  });
+}
+
+// As WithDevice, for what real NVML does not answer on a MIG handle.
+template <typename Body>
+nvmlReturn_t WithWholeDevice(const char* function, nvmlDevice_t handle, Body body) {
+  return WithDevice(function, handle, [&](const Device& d) -> nvmlReturn_t {
+    if (d.is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    return body(d);
   });
 }
 
@@ -374,7 +463,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
 }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
-  return WithDevice(kSymDeviceGetUtilizationRates, device, [&](const Device& d) {
+  return WithWholeDevice(kSymDeviceGetUtilizationRates, device, [&](const Device& d) {
     if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     utilization->gpu = d.utilization;
     utilization->memory = 0;
@@ -383,7 +472,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 }
 
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int* temp) {
-  return WithDevice(kSymDeviceGetTemperature, device, [&](const Device& d) {
+  return WithWholeDevice(kSymDeviceGetTemperature, device, [&](const Device& d) {
     if (temp == nullptr || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
     *temp = d.temperature;
     return NVML_SUCCESS;
@@ -401,7 +490,7 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
 }
 
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
-  return WithDevice(kSymDeviceGetPowerUsage, device, [&](const Device& d) {
+  return WithWholeDevice(kSymDeviceGetPowerUsage, device, [&](const Device& d) {
     if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     *power = d.power_mw;
     return NVML_SUCCESS;
@@ -409,7 +498,7 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
 }
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
-  return WithDevice(kSymDeviceGetIndex, device, [&](const Device&) {
+  return WithWholeDevice(kSymDeviceGetIndex, device, [&](const Device&) {
     if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     *index = static_cast<unsigned int>(reinterpret_cast<uintptr_t>(device) - 1);
     return NVML_SUCCESS;
@@ -417,11 +506,101 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
 }
 
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor_number) {
-  return WithDevice(kSymDeviceGetMinorNumber, device, [&](const Device& d) {
+  return WithWholeDevice(kSymDeviceGetMinorNumber, device, [&](const Device& d) {
     if (minor_number == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     *minor_number = d.minor;
     return NVML_SUCCESS;
   });
+}
+
+// ---- MIG -------------------------------------------------------------------
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current_mode,
+                                  unsigned int* pending_mode) {
+  return WithWholeDevice(kSymDeviceGetMigMode, device, [&](const Device& d) {
+    if (current_mode == nullptr || pending_mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d.mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *current_mode = static_cast<unsigned int>(d.mig_mode);
+    *pending_mode = static_cast<unsigned int>(d.mig_pending < 0 ? d.mig_mode : d.mig_pending);
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
+  return WithWholeDevice(kSymDeviceGetMaxMigDeviceCount, device, [&](const Device& d) {
+    if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d.mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *count = d.max_mig_devices;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                 nvmlDevice_t* mig_device) {
+  return WithWholeDevice(kSymDeviceGetMigDeviceHandleByIndex, device, [&](const Device& d) {
+    if (mig_device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d.mig_mode < 0) return NVML_ERROR_NOT_SUPPORTED;
+    if (d.mig_mode != 1 || index >= d.max_mig_devices) return NVML_ERROR_INVALID_ARGUMENT;
+    if (d.mig_devices.count(index) == 0) return NVML_ERROR_NOT_FOUND;
+    *mig_device = MigHandleFor(device, index);
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int* is_mig) {
+  return WithDevice(kSymDeviceIsMigDeviceHandle, device, [&](const Device& d) {
+    if (is_mig == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *is_mig = d.is_mig ? 1U : 0U;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t mig_device,
+                                                          nvmlDevice_t* device) {
+  return WithDevice(kSymDeviceGetDeviceHandleFromMigDeviceHandle, mig_device, [&](const Device& d) {
+    if (device == nullptr || !d.is_mig) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = HandleFor(static_cast<unsigned int>(ParentPosition(mig_device) - 1));
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id) {
+  return WithDevice(kSymDeviceGetGpuInstanceId, device, [&](const Device& d) {
+    if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d.is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *id = d.gi_id;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id) {
+  return WithDevice(kSymDeviceGetComputeInstanceId, device, [&](const Device& d) {
+    if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!d.is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *id = d.ci_id;
+    return NVML_SUCCESS;
+  });
+}
+
+static nvmlReturn_t Attributes(const char* function, nvmlDevice_t device,
+                               nvmlDeviceAttributes_t* attributes) {
+  return WithDevice(function, device, [&](const Device& d) {
+    if (attributes == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlDeviceAttributes_t a{};
+    a.multiprocessorCount = d.sm_count;
+    a.gpuInstanceSliceCount = d.gi_slices;
+    a.computeInstanceSliceCount = d.ci_slices;
+    a.memorySizeMB = d.total_mib;
+    *attributes = a;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t* attributes) {
+  return Attributes(kSymDeviceGetAttributes, device, attributes);
+}
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t* attributes) {
+  return Attributes(kSymDeviceGetAttributes_v2, device, attributes);
 }
 #endif
 

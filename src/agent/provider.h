@@ -26,6 +26,7 @@
 #include "agent/agent_config.h"
 #include "agent/control_socket.h"
 #include "agent/lending.h"
+#include "agent/mps.h"
 #include "agent/share_loop.h"
 #include "agent/tasks.h"
 #include "common/clock.h"
@@ -60,7 +61,10 @@ class Provider {
 
   // Reads the policy in force and opens the control socket. `source` (the
   // GPUs' telemetry, for idle-only lending) must outlive the Provider.
-  Status Init(std::vector<GpuInfo> gpus, GpuSource* source);
+  // `interposer_usable`: whether libgpushare.so can be injected here
+  // (without it the node lends whole GPUs only). A policy that says
+  // `sharing: mps` on a machine without nvidia-cuda-mps-control is an error.
+  Status Init(std::vector<GpuInfo> gpus, GpuSource* source, bool interposer_usable);
   // Starts the once-a-second evaluation.
   void Start();
   // Stops it and closes the control socket.
@@ -74,6 +78,11 @@ class Provider {
   // Why the policy refuses this start order now, or OK. A refusal also
   // resends the lending, so that the server does not place it here again.
   Status Admit(const proto::StartTask& start);
+  // After Admit, for a share of a GPU on an MPS node (agent/mps.h): makes
+  // sure the GPU's MPS control daemon runs and names its pipe directory in
+  // `gpus.share`; refuses a share of another user than the one whose
+  // shares hold the GPU. Nothing for other tasks and other nodes.
+  Status PrepareShare(const proto::StartTask& start, TaskGpus& gpus);
   // The output limit of a task the server started with `server_bytes`: the
   // policy's max_job_output may lower it (model/job_output.h).
   int64_t OutputLimit(int64_t server_bytes) const;
@@ -96,6 +105,11 @@ class Provider {
   std::string PolicyOverridePath() const { return options_.data_dir + "/policy.yaml"; }
   void Tick(int64_t grace_ms = 0);
   void EnforceGpuMemoryCaps();
+  // MPS (agent/mps.h): starts the daemons' keeper when the policy says
+  // mps; the shares that are its clients now; failures reported.
+  Status EnsureMps();
+  std::vector<MpsClient> MpsClients() const;
+  void CheckMps(int64_t now);
   void SendLending(bool force);
   void RecordReclaims(const NodeLending& before,
                       const std::vector<std::pair<std::string, std::string>>& vacated,
@@ -116,13 +130,14 @@ class Provider {
   GpuSource* gpu_source_ = nullptr;
   Host host_;
   std::vector<GpuInfo> gpus_;
-  Lender lender_{ProviderPolicy{}};
+  Lender lender_{ProviderPolicy{}, false};
   NodeLending lending_;
   std::optional<NodeLending> sent_lending_;  // what the server last heard
   bool evaluated_ = false;                   // lending_ holds a first evaluation
   std::vector<GpuTelemetry> telemetry_;      // the last sample, for idle-only lending
   std::set<std::string> over_cap_;           // stopped by the GPU memory backstop
   ShareLoop shares_{loop_};                  // compute shares, synced in TasksChanged
+  std::unique_ptr<MpsDaemons> mps_;          // set once the policy said sharing: mps
   net::EventLoop::TimerId timer_ = 0;
   bool stopped_ = false;
   std::unique_ptr<ControlServer> control_;

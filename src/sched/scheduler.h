@@ -69,6 +69,12 @@ struct GpuView {
   // Free now: 1000 and memory_mib when nothing runs on it.
   int32_t free_milli = 1000;
   int64_t free_memory_mib = 0;
+  // An MPS GPU (its node shares GPUs through NVIDIA MPS): one MPS server
+  // serves one Linux user at a time, so shares of one pool user only.
+  // `mps_user`: the user whose shares hold it now; empty: none does, and a
+  // share of any user may take it (then only that user's until they leave).
+  bool mps = false;
+  std::string mps_user = {};
 };
 
 struct NodeView {
@@ -93,7 +99,10 @@ struct Request {
   // Whole GPUs: the minimum memory of each GPU. A share: the GPU memory the
   // share takes (and so needs free on its GPU).
   int64_t gpu_memory_mib = 0;
-  int32_t min_compute_capability = 0;   // as GpuView::compute_capability; 0 = any
+  int32_t min_compute_capability = 0;  // as GpuView::compute_capability; 0 = any
+  // Who asks: a share goes on an MPS GPU (GpuView::mps) only when no other
+  // user's shares hold it.
+  std::string user = {};
   std::vector<std::string> gpu_models;  // allowed models; empty = any
   // Preferred models: only these are used until `prefer_wait_ms` after
   // submission, then any allowed model (the fastest that fits first; a gang

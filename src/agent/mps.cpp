@@ -1,8 +1,11 @@
 #include "agent/mps.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +72,93 @@ std::string Join(const std::vector<std::string>& v) {
   return out;
 }
 
+// posix_spawn: stdin from `in`, stdout and stderr to `out`, in a process
+// group of its own, signals at their defaults. Returns errno, or 0.
+int Spawn(const std::string& program, char* const* argv, char* const* env, const std::string& in,
+          const std::string& out, pid_t& pid) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&fa);
+  ::posix_spawnattr_init(&attr);
+  ::posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
+  ::posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ::posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  ::posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  ::posix_spawnattr_setsigmask(&attr, &none);
+  ::posix_spawnattr_setsigdefault(&attr, &all);
+  ::posix_spawnattr_setpgroup(&attr, 0);
+  ::posix_spawnattr_setflags(
+      &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  int err = ::posix_spawn(&pid, program.c_str(), &fa, &attr, argv, env);
+  ::posix_spawn_file_actions_destroy(&fa);
+  ::posix_spawnattr_destroy(&attr);
+  return err;
+}
+
+// As Spawn, but the program runs in a mount namespace of its own whose
+// /dev/shm is `shm_dir` (root only): the MPS server it starts shares its
+// shared memory with the clients whose sandboxes bind the same directory,
+// and with nothing else of the machine. The agent has threads: between
+// fork and exec only system calls. Returns the pid, or -1 with `err`.
+pid_t SpawnWithShm(const std::string& program, char* const* argv, char* const* env,
+                   const std::string& in, const std::string& out, const std::string& shm_dir,
+                   int& err) {
+  const char* prog = program.c_str();
+  const char* in_path = in.c_str();
+  const char* out_path = out.c_str();
+  const char* shm = shm_dir.c_str();
+  int status[2];
+  if (::pipe2(status, O_CLOEXEC) != 0) {
+    err = errno;
+    return -1;
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    err = errno;
+    ::close(status[0]);
+    ::close(status[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    auto fail = [&](int e) {
+      (void)!::write(status[1], &e, sizeof e);
+      ::_exit(127);
+    };
+    ::setpgid(0, 0);
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int fd_in = ::open(in_path, O_RDONLY);
+    int fd_out = ::open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd_in < 0 || fd_out < 0) fail(errno);
+    if (::dup2(fd_in, 0) < 0 || ::dup2(fd_out, 1) < 0 || ::dup2(fd_out, 2) < 0) fail(errno);
+    if (::unshare(CLONE_NEWNS) != 0) fail(errno);
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) fail(errno);
+    if (::mount(shm, "/dev/shm", nullptr, MS_BIND, nullptr) != 0) fail(errno);
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);  // the status pipe closes on exec
+    ::execve(prog, argv, env);
+    fail(errno);
+  }
+  ::close(status[1]);
+  int child_err = 0;
+  ssize_t n;
+  do {
+    n = ::read(status[0], &child_err, sizeof child_err);
+  } while (n < 0 && errno == EINTR);
+  ::close(status[0]);
+  if (n == static_cast<ssize_t>(sizeof child_err)) {
+    ::waitpid(pid, nullptr, 0);
+    err = child_err;
+    return -1;
+  }
+  err = 0;
+  return pid;
+}
+
 }  // namespace
 
 Result<std::string> FindMpsControl(const std::string& configured, const std::string& path_env) {
@@ -99,6 +189,9 @@ std::string MpsDaemons::PipeDir(const std::string& gpu_uuid) const {
 }
 std::string MpsDaemons::LogDir(const std::string& gpu_uuid) const {
   return GpuDir(gpu_uuid) + "/log";
+}
+std::string MpsDaemons::ShmDir(const std::string& gpu_uuid) const {
+  return ::geteuid() == 0 ? GpuDir(gpu_uuid) + "/shm" : "";
 }
 
 std::vector<std::string> MpsDaemons::Running() const {
@@ -136,7 +229,7 @@ void MpsDaemons::Adopt() {
 
 Result<std::string> MpsDaemons::RunControl(const std::string& gpu_uuid,
                                            const std::vector<std::string>& args,
-                                           const std::string& input) {
+                                           const std::string& input, const std::string& shm_dir) {
   const std::string base = GpuDir(gpu_uuid);
   const bool daemon = input.empty();
   const std::string in_path = base + "/control.in";
@@ -164,26 +257,14 @@ Result<std::string> MpsDaemons::RunControl(const std::string& gpu_uuid,
   for (std::string& e : env) cenv.push_back(e.data());
   cenv.push_back(nullptr);
 
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  ::posix_spawn_file_actions_init(&fa);
-  ::posix_spawnattr_init(&attr);
-  ::posix_spawn_file_actions_addopen(&fa, 0, in_path.c_str(), O_RDONLY, 0);
-  ::posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  ::posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  ::posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  ::posix_spawnattr_setsigmask(&attr, &none);
-  ::posix_spawnattr_setsigdefault(&attr, &all);
-  ::posix_spawnattr_setpgroup(&attr, 0);
-  ::posix_spawnattr_setflags(
-      &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   pid_t pid = 0;
-  int err = ::posix_spawn(&pid, options_.control.c_str(), &fa, &attr, cargv.data(), cenv.data());
-  ::posix_spawn_file_actions_destroy(&fa);
-  ::posix_spawnattr_destroy(&attr);
+  int err = 0;
+  if (!shm_dir.empty()) {
+    pid =
+        SpawnWithShm(options_.control, cargv.data(), cenv.data(), in_path, out_path, shm_dir, err);
+  } else {
+    err = Spawn(options_.control, cargv.data(), cenv.data(), in_path, out_path, pid);
+  }
   if (err != 0) {
     return Status::FailedPrecondition("cannot run " + options_.control + ": " + std::strerror(err));
   }
@@ -228,8 +309,15 @@ Status MpsDaemons::Start(const std::string& gpu_uuid) {
   GP_RETURN_IF_ERROR(MakeSharedDir(PipeDir(gpu_uuid)));
   GP_RETURN_IF_ERROR(MakeSharedDir(LogDir(gpu_uuid)));
   GP_RETURN_IF_ERROR(WriteFileAtomic(GpuDir(gpu_uuid) + "/gpu", gpu_uuid + "\n"));
+  const std::string shm = ShmDir(gpu_uuid);
+  if (!shm.empty()) {
+    // Nothing of an earlier daemon's (another user's) shared memory is left.
+    std::error_code ec;
+    fs::remove_all(shm, ec);
+    GP_RETURN_IF_ERROR(MakeSharedDir(shm));
+  }
   ::unlink((PipeDir(gpu_uuid) + "/" + kPidFile).c_str());
-  GP_RETURN_IF_ERROR(RunControl(gpu_uuid, {"-d"}, "").status());
+  GP_RETURN_IF_ERROR(RunControl(gpu_uuid, {"-d"}, "", shm).status());
   // The daemon writes its pid file once it listens.
   const auto give_up =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);

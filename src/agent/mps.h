@@ -10,6 +10,10 @@
 //                         MPS server runs as the client's account and makes
 //                         its own pipes there. Bound into each client's
 //                         sandbox (exec/mps_client.h).
+//   DIR/<hash>/shm        the daemon's /dev/shm (a root agent starts it in
+//                         a mount namespace of its own), bound at each
+//                         client's /dev/shm; 01777, emptied when a daemon
+//                         starts
 //   DIR/<hash>/log        CUDA_MPS_LOG_DIRECTORY (control.log, server.log);
 //                         01777 likewise; never bound into a sandbox
 //   DIR/<hash>/daemon.out, control.out  what the control program printed
@@ -103,6 +107,12 @@ class MpsDaemons {
   std::string PipeDir(const std::string& gpu_uuid) const;
   std::string LogDir(const std::string& gpu_uuid) const;
   std::string GpuDir(const std::string& gpu_uuid) const;
+  // The /dev/shm of the GPU's daemon and of its clients: MPS's shared
+  // memory (cuda.shm.*) lives there, so each client's sandbox binds it over
+  // its private /dev/shm. "" for an agent that is not root (it cannot give
+  // the daemon a mount namespace; the daemon then uses the machine's
+  // /dev/shm, which the sandbox does not show).
+  std::string ShmDir(const std::string& gpu_uuid) const;
 
  private:
   struct Daemon {
@@ -114,8 +124,10 @@ class MpsDaemons {
   void Quit(const std::string& gpu_uuid);
   // Runs the control program for `gpu_uuid` with `input` on its stdin
   // ("" for `-d`); its output.
+  // `shm_dir`: run it in a mount namespace whose /dev/shm is that
+  // directory (SpawnWithShm; root only).
   Result<std::string> RunControl(const std::string& gpu_uuid, const std::vector<std::string>& args,
-                                 const std::string& input);
+                                 const std::string& input, const std::string& shm_dir = "");
   int64_t PidOf(const std::string& gpu_uuid) const;  // from the pid file; 0: none
   void Adopt();                                      // daemons an earlier agent left, once
 

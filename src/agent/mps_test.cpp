@@ -98,6 +98,14 @@ TEST_F(MpsTest, OneDaemonPerGpuStartedOnceAndQuitWhenTheLastShareLeaves) {
   EXPECT_EQ(started[0]["log_dir"], Mps().LogDir(kGpuA));
   EXPECT_EQ(started[0]["visible_devices"], kGpuA);
   EXPECT_THAT(Mps().Running(), ElementsAre(kGpuA));
+  if (::geteuid() == 0) {
+    // The daemon's /dev/shm is the GPU's own directory, not the machine's.
+    ASSERT_EQ(Mps().ShmDir(kGpuA), fs::path(*pipe).parent_path().string() + "/shm");
+    EXPECT_TRUE(fs::exists(Mps().ShmDir(kGpuA) + "/fake-mps-daemon"));
+    EXPECT_FALSE(fs::exists("/dev/shm/fake-mps-daemon"));
+  } else {
+    EXPECT_EQ(Mps().ShmDir(kGpuA), "");
+  }
 
   // Another user's share of the same GPU is refused; another GPU is its own.
   auto bob = Mps().Acquire(kGpuA, "bob", live);

@@ -143,6 +143,7 @@ Status Provider::PrepareShare(const proto::StartTask& start, TaskGpus& gpus) {
   }
   GP_ASSIGN_OR_RETURN(gpus.share->mps_pipe_dir,
                       mps_->Acquire(start.gpu_uuids[0], start.owner, MpsClients()));
+  gpus.share->mps_shm_dir = mps_->ShmDir(start.gpu_uuids[0]);
   return Status::Ok();
 }
 

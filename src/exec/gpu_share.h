@@ -56,6 +56,9 @@ struct GpuShare {
   // variables (exec/mps_client.h); MPS then holds the compute share, not
   // the agent's share loop. Empty: no MPS.
   std::string mps_pipe_dir = {};
+  // Its daemon's /dev/shm (MPS's shared memory), bound over the job's own;
+  // empty: the job keeps a private /dev/shm.
+  std::string mps_shm_dir = {};
   friend bool operator==(const GpuShare&, const GpuShare&) = default;
 };
 

@@ -298,6 +298,10 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
     // An MPS client: the GPU's daemon is reached through its pipe directory.
     args.Add(
         {"--bind", args.Reachable(task.gpu_share->mps_pipe_dir, "mps-pipe"), kMpsPipeDirInJob});
+    // And shares its daemon's /dev/shm, where MPS keeps its shared memory.
+    if (!task.gpu_share->mps_shm_dir.empty()) {
+      args.Add({"--bind", args.Reachable(task.gpu_share->mps_shm_dir, "mps-shm"), "/dev/shm"});
+    }
     env = MergeEnv(std::move(env), MpsClientEnv(*task.gpu_share, kMpsPipeDirInJob));
   }
   if (net_plan_ && !net_plan_->forward.empty()) {

@@ -176,13 +176,18 @@ TEST_F(SandboxShareTest, AnMpsShareReachesItsDaemonsPipeDirectoryWithItsLimits) 
   SandboxExecutor executor(config_, nullptr, nullptr);
   TaskContext task = ShareTask(
       "echo mps=$(env | grep ^CUDA_MPS_ | sort | tr '\\n' ' '); "
-      "echo pipe=$(ls /gpupool/mps | tr '\\n' ' '); "
+      "echo pipe=$(ls /gpupool/mps | tr '\\n' ' '); echo shm=$(ls /dev/shm); "
       "echo preload=$(cat /etc/ld.so.preload)");
-  task.gpu_share = GpuShare{3 * kGiB, 300, false, pipe};
+  const std::string shm = base_.path() + "/mps-shm";
+  fs::create_directories(shm);
+  ::chmod(shm.c_str(), 01777);
+  ASSERT_TRUE(WriteFileAtomic(shm + "/cuda.shm.0", "").ok());
+  task.gpu_share = GpuShare{3 * kGiB, 300, false, pipe, shm};
   LaunchPlan plan = MustStart(executor, task);
   SCOPED_TRACE(Join(plan.argv));
   EXPECT_TRUE(HasSeq(plan.argv, {"--bind", "/run/mps-pipe", "/gpupool/mps"}));
   EXPECT_THAT(plan.stage_binds, testing::Contains(LaunchPlan::StageBind{pipe, "mps-pipe"}));
+  EXPECT_TRUE(HasSeq(plan.argv, {"--bind", "/run/mps-shm", "/dev/shm"}));
   EXPECT_THAT(EnvValues(plan.env, "CUDA_MPS_PIPE_DIRECTORY"), ElementsAre("/gpupool/mps"));
   executor.Cleanup();
 
@@ -193,6 +198,7 @@ TEST_F(SandboxShareTest, AnMpsShareReachesItsDaemonsPipeDirectoryWithItsLimits) 
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3072M "
             "CUDA_MPS_PIPE_DIRECTORY=/gpupool/mps");
   EXPECT_EQ(Said(o.out, "pipe"), "control");
+  EXPECT_EQ(Said(o.out, "shm"), "cuda.shm.0");  // the daemon's /dev/shm
   // The interposer's memory cap holds as well.
   EXPECT_EQ(Said(o.out, "preload"), "/gpupool/share/libgpushare.so");
 
@@ -208,6 +214,7 @@ TEST_F(SandboxShareTest, AnMpsShareReachesItsDaemonsPipeDirectoryWithItsLimits) 
   task = ShareTask("true");
   LaunchPlan plain = MustStart(executor, task);
   EXPECT_FALSE(HasSeq(plain.argv, {"--bind", "/run/mps-pipe", "/gpupool/mps"}));
+  EXPECT_FALSE(HasSeq(plain.argv, {"--bind", "/run/mps-shm", "/dev/shm"}));
   EXPECT_THAT(EnvValues(plain.env, "CUDA_MPS_PIPE_DIRECTORY"), testing::IsEmpty());
   executor.Cleanup();
 }

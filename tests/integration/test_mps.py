@@ -30,7 +30,7 @@ NVML = {
 FAKE_MPS = os.path.join(os.path.dirname(__file__), "..", "fake_mps", "nvidia-cuda-mps-control")
 
 HOLD = ('echo "mps $(env | grep ^CUDA_MPS_ | sort | tr \'\\n\' \' \')"; echo "uid $(id -u)"; '
-        'test -S /gpupool/mps/control && echo "pipe ok"; '
+        'test -S /gpupool/mps/control && echo "pipe ok"; echo "shm $(ls /dev/shm)"; '
         'for i in $(seq 1800); do [ -e release ] && break; sleep 0.1; done; echo released')
 
 
@@ -156,6 +156,12 @@ def test_one_users_shares_share_one_mps_daemon(pool, tmp_path, mps_dir):
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M "
         "CUDA_MPS_PIPE_DIRECTORY=/gpupool/mps ")
     assert wait_said(pool, a1, "pipe") == "ok" and wait_said(pool, a2, "pipe") == "ok"
+    if os.geteuid() == 0:
+        # The daemon's /dev/shm (its own directory, not the machine's) is
+        # the clients' too, for MPS's shared memory.
+        assert wait_said(pool, a1, "shm") == "fake-mps-daemon"
+        assert os.path.exists(os.path.join(gpu_dir, "shm", "fake-mps-daemon"))
+        assert not os.path.exists("/dev/shm/fake-mps-daemon")
     # One MPS server serves one account: alice's tasks there share theirs
     # (a root agent gives every other task an account of its own).
     assert wait_said(pool, a1, "uid") == wait_said(pool, a2, "uid")

@@ -306,17 +306,20 @@ Status MpsDaemons::Start(const std::string& gpu_uuid) {
         " bytes, too long for the Unix sockets MPS makes there; set mps_dir to a shorter "
         "directory");
   }
+  // A fresh pipe directory: the jobs of the GPU's previous user could
+  // write there (it is bound into their sandboxes), the next user's server
+  // must not find anything of theirs.
+  std::error_code ec;
+  fs::remove_all(PipeDir(gpu_uuid), ec);
   GP_RETURN_IF_ERROR(MakeSharedDir(PipeDir(gpu_uuid)));
   GP_RETURN_IF_ERROR(MakeSharedDir(LogDir(gpu_uuid)));
   GP_RETURN_IF_ERROR(WriteFileAtomic(GpuDir(gpu_uuid) + "/gpu", gpu_uuid + "\n"));
   const std::string shm = ShmDir(gpu_uuid);
   if (!shm.empty()) {
     // Nothing of an earlier daemon's (another user's) shared memory is left.
-    std::error_code ec;
     fs::remove_all(shm, ec);
     GP_RETURN_IF_ERROR(MakeSharedDir(shm));
   }
-  ::unlink((PipeDir(gpu_uuid) + "/" + kPidFile).c_str());
   GP_RETURN_IF_ERROR(RunControl(gpu_uuid, {"-d"}, "", shm).status());
   // The daemon writes its pid file once it listens.
   const auto give_up =

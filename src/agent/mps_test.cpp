@@ -151,9 +151,12 @@ TEST_F(MpsTest, AServerThatDiesUnderItsSharesIsReportedOnceAndRestartedAfter) {
   auto more = Mps().Acquire(kGpuA, "alice", live);
   ASSERT_FALSE(more.ok());
   EXPECT_THAT(more.status().message(), HasSubstr("restarts once its shares have ended"));
-  // ...and is quit when they have left, then started afresh.
+  // ...and is quit when they have left, then started afresh, with nothing
+  // left in its pipe directory of what the jobs put there.
+  ASSERT_TRUE(WriteFileAtomic(Mps().PipeDir(kGpuA) + "/left-by-a-job", "x").ok());
   Mps().Release({});
   ASSERT_TRUE(Mps().Acquire(kGpuA, "alice", {}).ok());
+  EXPECT_FALSE(fs::exists(Mps().PipeDir(kGpuA) + "/left-by-a-job"));
   std::vector<std::string> commands = Commands();
   EXPECT_EQ(std::count(commands.begin(), commands.end(), "-d"), 2);
   EXPECT_EQ(std::count(commands.begin(), commands.end(), "quit"), 1);

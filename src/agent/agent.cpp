@@ -619,6 +619,8 @@ class Agent {
   }
 
   void Finish(const std::function<void()>& done) {
+    // MPS daemons no running task uses would outlive the agent.
+    provider_.ReleaseIdleMps();
     loop_.Cancel(poll_timer_);
     loop_.Cancel(heartbeat_timer_);
     loop_.Cancel(lease_ping_timer_);

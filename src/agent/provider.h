@@ -93,6 +93,13 @@ class Provider {
   // The server applied our messages up to `seq`.
   void Acked(int64_t seq);
 
+  // Quits the MPS daemons no running share uses (the agent is exiting;
+  // the daemons of tasks that outlive it stay, and a restarted agent takes
+  // them over).
+  void ReleaseIdleMps() {
+    if (mps_) mps_->Release(MpsClients());
+  }
+
   // A command from this process itself (SIGHUP: reload); the answer is logged.
   void LocalCommand(const std::string& command);
 

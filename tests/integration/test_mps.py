@@ -50,7 +50,7 @@ def mps_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def start_agent(pool, tmp_path, mps_dir, policy, mps_control=None, wait=True):
+def start_agent(pool, tmp_path, mps_dir, policy, mps_control=None, wait=True, extra=()):
     """An agent on the fake GPU whose config says `policy` and names the
     fake MPS control (or `mps_control`)."""
     assert FAKE_NVML_DIR and FAKE_CUDA_DIR, "FAKE_NVML_DIR (and FAKE_CUDA_DIR) must name the fakes"
@@ -73,7 +73,8 @@ def start_agent(pool, tmp_path, mps_dir, policy, mps_control=None, wait=True):
     agent = pool.start_agent("gpu-box", gpus=None,
                              env={"FAKE_NVML_CONFIG": str(nvml),
                                   "FAKE_MPS_RECORD": str(tmp_path / "mps.record")},
-                             extra=["--gpu-driver-dir", str(driver), "--config", str(config)])
+                             extra=["--gpu-driver-dir", str(driver), "--config", str(config),
+                                    *extra])
     if wait:
         pool.wait_nodes_ready(1)
     return agent
@@ -203,6 +204,16 @@ def test_one_users_shares_share_one_mps_daemon(pool, tmp_path, mps_dir):
     wait_for(lambda: commands(tmp_path).count("quit") == 2, timeout=60,
              what="the daemon to be quit when the last share left")
     assert all(r["pipe_dir"] == os.path.join(gpu_dir, "pipe") for r in record(tmp_path))
+
+
+def test_an_agent_that_stops_its_jobs_on_exit_quits_their_daemons(pool, tmp_path, mps_dir):
+    agent = start_agent(pool, tmp_path, mps_dir, "{sharing: mps}", extra=["--on-exit", "kill"])
+    job_id = submit_as(pool, user_token(pool, "alice"), 0.5)
+    pool.wait_state(job_id, "running", timeout=60)
+    assert "quit" not in commands(tmp_path)
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(timeout=60) == 0
+    assert commands(tmp_path)[-1] == "quit", commands(tmp_path)
 
 
 def test_a_node_that_shares_nothing_gets_no_share(pool, tmp_path, mps_dir):

@@ -128,7 +128,7 @@ class Agent {
                     << options_.advertise_addr;
     }
     if (auto snap = gpu_->Read(); snap.ok()) gpus_ = snap->gpus;
-    GP_RETURN_IF_ERROR(provider_.Init(gpus_, gpu_.get()));
+    GP_RETURN_IF_ERROR(provider_.Init(gpus_, gpu_.get(), interposer_usable_));
     ProbeExecutors();
     if (exec_env_.available.empty()) {
       // Taking jobs only to fail each one would black-hole the pool's work.
@@ -152,9 +152,9 @@ class Agent {
 
   // The config file, with the flags that override it on top.
   Status LoadConfig() {
-    auto config = ResolveAgentConfig(
-        options_.config_file, options_.data_dir,
-        {options_.max_image_bytes, options_.gpu_driver_dir, options_.gpushare_library});
+    auto config = ResolveAgentConfig(options_.config_file, options_.data_dir,
+                                     {options_.max_image_bytes, options_.gpu_driver_dir,
+                                      options_.gpushare_library, options_.mps_control});
     if (!config.ok()) return Status::InvalidArgument(config.status().message());
     config_ = *std::move(config);
     if (options_.advertise_addr.empty()) options_.advertise_addr = config_.advertise_addr;
@@ -162,7 +162,9 @@ class Agent {
       GP_LOG(kInfo) << "NVIDIA driver libraries: " << config_.exec.gpu_driver_dir
                     << " (for NVML and for every job with GPUs)";
     }
-    if (auto sharing = ResolveGpuSharing(config_.exec); sharing.ok()) {
+    auto sharing = ResolveGpuSharing(config_.exec);
+    interposer_usable_ = sharing.ok();
+    if (sharing.ok()) {
       GP_LOG(kInfo) << *sharing;
     } else {
       GP_LOG(kWarn) << sharing.status().message();
@@ -408,6 +410,16 @@ class Agent {
       // task already held keeps what it started with.
       auto gpus = held ? Result<TaskGpus>(TaskGpus{}) : TaskGpusFor(start, gpus_);
       if (s.ok() && !gpus.ok()) s = gpus.status();
+      if (s.ok() && !held) {
+        // A share of an MPS GPU: its daemon runs before the task does, and
+        // serves one user at a time (agent/mps.h).
+        if (Status m = provider_.PrepareShare(start, *gpus); !m.ok()) {
+          GP_LOG(kInfo) << "refusing " << start.attempt_id << ": " << m.message();
+          proto::TaskReport r{start.attempt_id, "refused", 0, 0, m.message(), clock_.NowMs()};
+          Push(proto::kTaskStatus, proto::Encode(r));
+          return Status::Ok();
+        }
+      }
       if (s.ok()) s = tasks_.Start(start, *gpus);
       if (s.ok() && choose_master) {
         proto::TaskReport r = tasks_.Report(tasks_.tasks().at(start.attempt_id));
@@ -608,6 +620,8 @@ class Agent {
   }
 
   void Finish(const std::function<void()>& done) {
+    // MPS daemons no running task uses would outlive the agent.
+    provider_.ReleaseIdleMps();
     loop_.Cancel(poll_timer_);
     loop_.Cancel(heartbeat_timer_);
     loop_.Cancel(lease_ping_timer_);
@@ -652,6 +666,7 @@ class Agent {
   RealClock clock_;
   AgentConfig config_;
   exec::ExecEnvironment exec_env_;
+  bool interposer_usable_ = false;  // libgpushare.so can be injected (ResolveGpuSharing)
   TaskManager tasks_;
   std::unique_ptr<GpuSource> gpu_;
   std::vector<GpuInfo> gpus_;  // as last reported in a hello

@@ -34,6 +34,10 @@ struct AgentOptions {
   // ExecConfig::gpushare_library). Wins over the config file's. Empty: the
   // file's, else the one beside the binary (DefaultGpushareLibrary).
   std::string gpushare_library;
+  // nvidia-cuda-mps-control, for `sharing: mps` (--mps-control; the agent
+  // config's mps_control). Wins over the config file's. Empty: the file's,
+  // else the one on the PATH.
+  std::string mps_control;
   std::string owner_group;  // the group (lab) that owns this machine (--owner-group)
   std::map<std::string, std::string> labels;  // node labels jobs can ask for (--label k=v)
   // Where the other nodes of a multi-node job reach this one (--advertise-addr;

@@ -23,8 +23,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kTopFields[] = {
-    "executors", "sandbox", "gpu_driver_dir", "gpushare_library", "sharing_mode", "images",
-    "docker",    "podman",  "limits",         "policy",           "owner",        "advertise_addr"};
+    "executors", "sandbox",        "gpu_driver_dir", "gpushare_library", "sharing_mode",
+    "images",    "docker",         "podman",         "limits",           "policy",
+    "owner",     "advertise_addr", "mps_control",    "mps_dir"};
 constexpr const char* kSandboxFields[] = {"uids",
                                           "host_paths",
                                           "devices_dir",
@@ -320,6 +321,13 @@ Result<AgentConfig> AgentConfigFromJson(const json& j, const std::string& data_d
       GP_ASSIGN_OR_RETURN(config.owner, NonEmptyString(*v, "owner"));
     }
   }
+  if (const json* v = FieldOrNull(j, "mps_control")) {
+    // Whether it runs is checked when a policy asks for MPS (FindMpsControl).
+    GP_ASSIGN_OR_RETURN(config.mps_control, NonEmptyString(*v, "mps_control"));
+  }
+  if (const json* v = FieldOrNull(j, "mps_dir")) {
+    GP_ASSIGN_OR_RETURN(config.mps_dir, AbsolutePath(*v, "mps_dir"));
+  }
   if (const json* v = FieldOrNull(j, "advertise_addr")) {
     GP_ASSIGN_OR_RETURN(config.advertise_addr, NonEmptyString(*v, "advertise_addr"));
     if (Status s = CheckAdvertiseAddr(config.advertise_addr); !s.ok()) {
@@ -462,6 +470,7 @@ Result<AgentConfig> ResolveAgentConfig(const std::string& path, const std::strin
                                                         : "--gpu-driver-dir");
     }
   }
+  if (!flags.mps_control.empty()) config.mps_control = flags.mps_control;
   std::string& library = config.exec.gpushare_library;
   if (!flags.gpushare_library.empty()) library = flags.gpushare_library;
   if (!library.empty()) {

@@ -16,6 +16,11 @@
 //                                  # caps GPU shares (exec/gpu_share.h);
 //                                  # default BIN/../lib/libgpushare.so;
 //                                  # --gpushare-library wins
+//   mps_control: /usr/bin/nvidia-cuda-mps-control  # for policy.sharing: mps
+//                                  # (agent/mps.h); default: on the PATH;
+//                                  # --mps-control wins
+//   mps_dir: /run/gpupool-mps      # the MPS daemons' directories (default
+//                                  # DATA_DIR/mps; keep it short)
 //   sharing_mode: work-conserving  # GPU shares' compute: work-conserving (a
 //                                  # share alone gets the whole GPU) or
 //                                  # strict (never more than its share)
@@ -59,6 +64,12 @@ struct AgentConfig {
   ProviderPolicy policy;
   std::string owner;           // user name or uid; empty: root and the agent's own account only
   std::string advertise_addr;  // empty: the address of the connection to the server
+  // nvidia-cuda-mps-control for `policy.sharing: mps` (agent/mps.h): a path
+  // or a name on the PATH; empty: nvidia-cuda-mps-control on the PATH.
+  std::string mps_control;
+  // Where the MPS daemons' pipe and log directories go (agent/mps.h);
+  // empty: DATA_DIR/mps. Short: MPS's sockets live there.
+  std::string mps_dir;
 };
 
 // An address other nodes reach this one at: a host name, an IPv4 address or
@@ -72,6 +83,7 @@ struct AgentConfigFlags {
   int64_t max_image_bytes = 0;   // --max-image-size: images.max_image_bytes
   std::string gpu_driver_dir;    // --gpu-driver-dir: gpu_driver_dir
   std::string gpushare_library;  // --gpushare-library: gpushare_library
+  std::string mps_control = {};  // --mps-control: mps_control
 };
 
 // The agent's config: the file at `path` (empty: the defaults) with the

@@ -231,6 +231,20 @@ TEST(AgentConfig, SharingMode) {
               HasSubstr("sharing_mode (line 1): must be strict or work-conserving"));
 }
 
+TEST(AgentConfig, MpsControlAndDir) {
+  auto c = ParseAgentConfig("mps_control: /usr/bin/nvidia-cuda-mps-control\nmps_dir: /run/mps\n",
+                            "/data");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->mps_control, "/usr/bin/nvidia-cuda-mps-control");
+  EXPECT_EQ(c->mps_dir, "/run/mps");
+  EXPECT_EQ(ParseAgentConfig("{}", "/data")->mps_dir, "");  // DATA_DIR/mps
+  EXPECT_THAT(Error("mps_dir: run/mps"), HasSubstr("mps_dir (line 1): must be an absolute path"));
+  EXPECT_THAT(Error("mps_control: \"\""), HasSubstr("mps_control"));
+  AgentConfigFlags flags;
+  flags.mps_control = "/opt/mps-control";
+  EXPECT_EQ(ResolveAgentConfig("", "/data", flags)->mps_control, "/opt/mps-control");
+}
+
 TEST(AgentConfig, GpushareLibrary) {
   EXPECT_EQ(ParseAgentConfig("{}", "/data")->exec.gpushare_library, "");
   EXPECT_EQ(ParseAgentConfig("gpushare_library: /opt/gpupool/lib/libgpushare.so", "/data")

@@ -26,7 +26,7 @@ NodeLending Lender::Update(int64_t now_ms, const std::vector<GpuInfo>& gpus,
                            const std::set<int64_t>& pool_pids,
                            const std::vector<RunningTask>& running) {
   NodeLending l;
-  l.fractional = policy_.fractional;
+  l.sharing = sharing();
   l.allow_users = policy_.allow_users;
   l.deny_users = policy_.deny_users;
   l.allow_groups = policy_.allow_groups;

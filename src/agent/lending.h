@@ -26,10 +26,17 @@ namespace gpupool::agent {
 
 class Lender {
  public:
-  explicit Lender(ProviderPolicy policy) : policy_(std::move(policy)), idle_(policy_) {}
+  // `interposer_usable`: whether this agent has a usable libgpushare.so;
+  // without one it lends whole GPUs only, whatever the policy says
+  // (EffectiveSharing).
+  Lender(ProviderPolicy policy, bool interposer_usable)
+      : policy_(std::move(policy)), idle_(policy_), interposer_usable_(interposer_usable) {}
 
   // A new policy; idle-only lending starts observing afresh.
   void SetPolicy(ProviderPolicy policy);
+  void SetInterposerUsable(bool usable) { interposer_usable_ = usable; }
+  // How shares of a GPU are held here now (EffectiveSharing).
+  GpuSharing sharing() const { return EffectiveSharing(policy_, interposer_usable_); }
   const ProviderPolicy& policy() const { return policy_; }
 
   void Pause() { mode_ = mode_ == "leaving" ? mode_ : "paused"; }
@@ -63,6 +70,7 @@ class Lender {
  private:
   ProviderPolicy policy_;
   IdleTracker idle_;
+  bool interposer_usable_ = false;
   std::string mode_ = "lending";
   std::set<std::string> reclaimed_;  // GPU uuids the owner took back
   bool reclaimed_all_ = false;

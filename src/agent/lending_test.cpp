@@ -36,8 +36,32 @@ windows:
     - {days: [mon, tue, wed, thu, fri], from: "19:00", to: "08:00"}
 )";
 
+TEST(Lender, SharesOnlyWhereThePolicyAndTheLibraryAllow) {
+  int64_t now = At("UTC", 2026, 11, 25, 12, 0);
+  LendingRequest share = Request();
+  share.gpu_milli = 300;
+  share.gpu_memory_mib = 1024;
+  Lender mps(Policy("sharing: mps"), true);
+  EXPECT_EQ(mps.Update(now, Gpus(), {}, {}, {}).sharing, GpuSharing::kMps);
+  EXPECT_EQ(Check(mps, share, now), "ok");
+  Lender none(Policy("sharing: none"), true);
+  EXPECT_EQ(none.Update(now, Gpus(), {}, {}, {}).sharing, GpuSharing::kNone);
+  EXPECT_THAT(Check(none, share, now),
+              HasSubstr("it lends whole GPUs only (its policy's sharing is none)"));
+  EXPECT_EQ(Check(none, Request(), now), "ok");  // a whole GPU
+  // No usable libgpushare.so: never an uncapped share, whatever the policy.
+  for (const char* text : {"sharing: interposer", "sharing: mps", "gpus: [0, 1]"}) {
+    Lender bare(Policy(text), false);
+    EXPECT_EQ(bare.Update(now, Gpus(), {}, {}, {}).sharing, GpuSharing::kNone) << text;
+    EXPECT_THAT(Check(bare, share, now), HasSubstr("whole GPUs only")) << text;
+  }
+  Lender later(Policy("sharing: interposer"), false);
+  later.SetInterposerUsable(true);
+  EXPECT_EQ(Check(later, share, now), "ok");
+}
+
 TEST(Lender, UsersAndGroupsOutsideTheAllowedSetAreRefused) {
-  Lender l(Policy("users: {allow: [alice, bob], deny: [bob]}\ngroups: {deny: [rivals]}"));
+  Lender l(Policy("users: {allow: [alice, bob], deny: [bob]}\ngroups: {deny: [rivals]}"), true);
   int64_t now = Utc(2026, 11, 25, 12, 0);
   EXPECT_EQ(Check(l, Request(), now), "ok");
   LendingRequest carol = Request();
@@ -59,13 +83,13 @@ TEST(Lender, TheHostNetworkOnlyWhereThePolicyAllowsIt) {
   int64_t now = Utc(2026, 11, 25, 12, 0);
   LendingRequest host = Request();
   host.host_network = true;
-  Lender closed(Policy("fractional: true"));
+  Lender closed(Policy("fractional: true"), true);
   EXPECT_EQ(Check(closed, Request(), now), "ok");
   EXPECT_THAT(Check(closed, host, now),
               HasSubstr("refused by the provider's policy: it does not allow network: host"));
   host.gpu_uuids.clear();  // as the server checks it, without GPUs
   EXPECT_THAT(Check(closed, host, now), HasSubstr("allow_host_network is off"));
-  Lender open(Policy("allow_host_network: true"));
+  Lender open(Policy("allow_host_network: true"), true);
   EXPECT_EQ(Check(open, host, now), "ok");
   // The server learns it from the lending the agent reports.
   NodeLending l = open.Update(now, Gpus(), {}, {}, {});
@@ -77,7 +101,8 @@ TEST(Lender, TheHostNetworkOnlyWhereThePolicyAllowsIt) {
 TEST(Lender, RuntimeWindowsGpusSharesAndMemory) {
   int64_t noon = At("Europe/Berlin", 2026, 11, 25, 12, 0);
   int64_t night = At("Europe/Berlin", 2026, 11, 25, 22, 0);
-  Lender l(Policy(std::string(kEvenings) + "max_runtime: 8h\ngpus: [1]\nfractional: false\n"));
+  Lender l(Policy(std::string(kEvenings) + "max_runtime: 8h\ngpus: [1]\nfractional: false\n"),
+           true);
   NodeLending day = l.Update(noon, Gpus(), {}, {}, {});
   EXPECT_EQ(day.mode, "closed");
   EXPECT_EQ(day.next_change_ms, At("Europe/Berlin", 2026, 11, 25, 19, 0));
@@ -92,7 +117,7 @@ TEST(Lender, RuntimeWindowsGpusSharesAndMemory) {
   share.gpu_milli = 500;
   EXPECT_THAT(Check(l, share, night), HasSubstr("it lends whole GPUs only"));
 
-  Lender half(Policy("gpu_memory: 50%"));
+  Lender half(Policy("gpu_memory: 50%"), true);
   EXPECT_THAT(Check(half, Request(), noon),
               HasSubstr("it lends only 40 GiB of GPU GPU-aaaa: shares only"));
   LendingRequest small = Request();
@@ -105,7 +130,7 @@ TEST(Lender, RuntimeWindowsGpusSharesAndMemory) {
 }
 
 TEST(Lender, AWindowClosingVacatesEveryLentTask) {
-  Lender l(Policy(std::string(kEvenings) + "reclaim_grace: 20s"));
+  Lender l(Policy(std::string(kEvenings) + "reclaim_grace: 20s"), true);
   std::vector<Lender::RunningTask> running = {{"1.1", {"GPU-aaaa"}}, {"2.1", {}}};
   int64_t late = At("Europe/Berlin", 2026, 11, 26, 7, 59);
   NodeLending before = l.Update(late, Gpus(), {}, {}, running);
@@ -121,7 +146,7 @@ TEST(Lender, AWindowClosingVacatesEveryLentTask) {
 }
 
 TEST(Lender, AnOwnerProcessOnALentGpuReclaimsItWithinOneSample) {
-  Lender l(Policy("idle_only: {max_utilization: 10, for: 2m}"));
+  Lender l(Policy("idle_only: {max_utilization: 10, for: 2m}"), true);
   const int64_t t0 = Utc(2026, 11, 25, 12, 0);
   std::vector<Lender::RunningTask> none;
   l.Update(t0, Gpus(), {Sample("GPU-aaaa", 0), Sample("GPU-bbbb", 0)}, {}, none);
@@ -144,7 +169,7 @@ TEST(Lender, AnOwnerProcessOnALentGpuReclaimsItWithinOneSample) {
 }
 
 TEST(Lender, PauseResumeReclaimAndLeave) {
-  Lender l(ProviderPolicy{});
+  Lender l(ProviderPolicy{}, true);
   const int64_t now = Utc(2026, 11, 25, 12, 0);
   std::vector<Lender::RunningTask> running = {{"1.1", {"GPU-aaaa"}}, {"2.1", {"GPU-bbbb"}}};
   l.Pause();
@@ -177,7 +202,7 @@ TEST(Lender, PauseResumeReclaimAndLeave) {
 }
 
 TEST(Lender, ANewPolicyTakesEffectAtTheNextUpdate) {
-  Lender l(ProviderPolicy{});
+  Lender l(ProviderPolicy{}, true);
   const int64_t now = Utc(2026, 11, 25, 12, 0);
   std::vector<Lender::RunningTask> running = {{"1.1", {"GPU-aaaa"}}};
   EXPECT_TRUE(l.ToVacate(l.Update(now, Gpus(), {}, {}, running), running).empty());

@@ -17,10 +17,18 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 using std::chrono::minutes;
 
-constexpr const char* kPolicyFields[] = {
-    "gpus",          "gpu_memory", "fractional",  "windows",       "idle_only",
-    "users",         "groups",     "max_runtime", "reclaim_grace", "allow_host_network",
-    "max_job_output"};
+constexpr const char* kPolicyFields[] = {"gpus",
+                                         "gpu_memory",
+                                         "fractional",
+                                         "sharing",
+                                         "windows",
+                                         "idle_only",
+                                         "users",
+                                         "groups",
+                                         "max_runtime",
+                                         "reclaim_grace",
+                                         "allow_host_network",
+                                         "max_job_output"};
 constexpr const char* kWindowsFields[] = {"timezone", "weekly"};
 constexpr const char* kWeeklyFields[] = {"days", "from", "to"};
 constexpr const char* kIdleFields[] = {"max_utilization", "for"};
@@ -200,7 +208,20 @@ Result<ProviderPolicy> ParseProviderPolicy(const json& j) {
     if (!f->is_boolean()) {
       return FieldError("policy.fractional", "must be true or false, got " + DescribeValue(*f));
     }
-    p.fractional = f->get<bool>();
+    if (!f->get<bool>()) p.sharing = GpuSharing::kNone;
+  }
+  if (const json* f = FieldOrNull(j, "sharing")) {
+    if (FieldOrNull(j, "fractional") != nullptr) {
+      return FieldError("policy.sharing",
+                        "give sharing or its older spelling fractional, not both");
+    }
+    if (!f->is_string()) {
+      return FieldError("policy.sharing",
+                        "must be none, interposer or mps, got " + DescribeValue(*f));
+    }
+    auto sharing = ParseGpuSharing(f->get_ref<const std::string&>());
+    if (!sharing.ok()) return FieldError("policy.sharing", sharing.status().message());
+    p.sharing = *sharing;
   }
   if (const json* f = FieldOrNull(j, "allow_host_network")) {
     if (!f->is_boolean()) {
@@ -266,7 +287,8 @@ nlohmann::json PolicyToJson(const ProviderPolicy& p) {
   j["gpu_memory"] = p.gpu_memory_percent > 0 ? json(std::to_string(p.gpu_memory_percent) + "%")
                     : p.gpu_memory_mib > 0   ? json(FormatMebibytes(p.gpu_memory_mib))
                                              : json("all");
-  j["fractional"] = p.fractional;
+  j["sharing"] = p.sharing ? json(std::string(GpuSharingName(*p.sharing)))
+                           : json("default (interposer where libgpushare.so is usable)");
   if (p.windows.empty()) {
     j["windows"] = "always";
   } else {
@@ -289,6 +311,11 @@ nlohmann::json PolicyToJson(const ProviderPolicy& p) {
   j["max_job_output"] =
       p.max_job_output_bytes > 0 ? json(FormatBytes(p.max_job_output_bytes)) : json("the server's");
   return j;
+}
+
+GpuSharing EffectiveSharing(const ProviderPolicy& policy, bool interposer_usable) {
+  if (!interposer_usable) return GpuSharing::kNone;
+  return policy.sharing.value_or(GpuSharing::kInterposer);
 }
 
 WindowState EvaluateWindows(const ProviderPolicy& policy, int64_t now_ms) {

@@ -6,7 +6,13 @@
 //   policy:
 //     gpus: [0, GPU-8a3b...]       # lent GPUs by index or UUID (absent: all)
 //     gpu_memory: 40GiB            # lent per GPU, or "50%" (absent: all)
-//     fractional: true             # shares of a GPU may be placed here
+//     sharing: interposer          # shares of a GPU: none (whole GPUs
+//                                  # only), interposer (libgpushare.so) or
+//                                  # mps (NVIDIA MPS, agent/mps.h); absent:
+//                                  # interposer where the agent has the
+//                                  # library (EffectiveSharing)
+//     # fractional: false          # the older spelling: false = sharing:
+//                                  # none, true = the default; not with sharing
 //     windows:                     # absent: always
 //       timezone: Europe/Berlin    # an IANA zone (absent: UTC)
 //       weekly:
@@ -36,6 +42,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/node.h"
 #include "model/resources.h"
 
 namespace gpupool::agent {
@@ -51,10 +58,10 @@ struct WeeklyWindow {
 };
 
 struct ProviderPolicy {
-  std::vector<std::string> gpus;  // indexes ("0") or UUIDs; empty: all
-  int64_t gpu_memory_mib = 0;     // lent per GPU; 0: all (or gpu_memory_percent)
-  int gpu_memory_percent = 0;     // lent per GPU as a share of it; 0: not used
-  bool fractional = true;
+  std::vector<std::string> gpus;      // indexes ("0") or UUIDs; empty: all
+  int64_t gpu_memory_mib = 0;         // lent per GPU; 0: all (or gpu_memory_percent)
+  int gpu_memory_percent = 0;         // lent per GPU as a share of it; 0: not used
+  std::optional<GpuSharing> sharing;  // absent: the default (EffectiveSharing)
   std::string timezone = "UTC";
   std::vector<WeeklyWindow> windows;  // empty: always open
   // Idle-only lending: lent only while no process outside the pool uses the
@@ -80,6 +87,12 @@ Result<ProviderPolicy> ParseProviderPolicy(const nlohmann::json& j);
 
 // The policy as its YAML would say it, for `gpupool agent status`.
 nlohmann::json PolicyToJson(const ProviderPolicy& policy);
+
+// How this node shares GPUs under `policy`: none when the agent has no
+// usable libgpushare.so (`interposer_usable` false: a share must never run
+// without its memory cap), else the policy's sharing, interposer when it
+// names none.
+GpuSharing EffectiveSharing(const ProviderPolicy& policy, bool interposer_usable);
 
 // Whether the windows are open at `now_ms` (ms since the epoch), and when
 // that next changes (ms; nullopt when it never does, e.g. no windows).

@@ -136,7 +136,7 @@ max_job_output: 100MiB
   EXPECT_FALSE(Policy("fractional: true").allow_host_network);  // off unless said
   EXPECT_EQ(p.gpus, (std::vector<std::string>{"0", "GPU-aaaa"}));
   EXPECT_EQ(p.gpu_memory_percent, 50);
-  EXPECT_FALSE(p.fractional);
+  EXPECT_EQ(p.sharing, GpuSharing::kNone);
   EXPECT_EQ(p.idle_max_utilization, 5);
   EXPECT_EQ(p.idle_for_ms, 600'000);
   EXPECT_EQ(p.allow_users, (std::set<std::string>{"alice", "bob"}));
@@ -148,6 +148,29 @@ max_job_output: 100MiB
   EXPECT_EQ(PolicyToJson(p)["max_job_output"], "100 MiB");
   EXPECT_EQ(Policy("gpu_memory: 20GiB").gpu_memory_mib, 20 * 1024);
   EXPECT_EQ(Policy("gpu_memory: 20GiB").max_job_output_bytes, 0);  // the server's
+}
+
+TEST(PolicyParse, SharingAndItsOlderSpelling) {
+  EXPECT_EQ(Policy("sharing: none").sharing, GpuSharing::kNone);
+  EXPECT_EQ(Policy("sharing: interposer").sharing, GpuSharing::kInterposer);
+  EXPECT_EQ(Policy("sharing: mps").sharing, GpuSharing::kMps);
+  EXPECT_EQ(Policy("gpu_memory: 20GiB").sharing, std::nullopt);  // the default
+  // fractional stays: false is none, true the default.
+  EXPECT_EQ(Policy("fractional: false").sharing, GpuSharing::kNone);
+  EXPECT_EQ(Policy("fractional: true").sharing, std::nullopt);
+  EXPECT_THAT(PolicyError("sharing: mig"),
+              HasSubstr("policy.sharing: must be none, interposer or mps, got \"mig\""));
+  EXPECT_THAT(PolicyError("sharing: true"), HasSubstr("policy.sharing: must be none, interposer"));
+  EXPECT_THAT(PolicyError("sharing: mps\nfractional: true"),
+              HasSubstr("policy.sharing: give sharing or its older spelling fractional, not both"));
+  // The policy's sharing holds only where libgpushare.so is usable.
+  for (const char* text : {"sharing: interposer", "sharing: mps", "gpus: [0]"}) {
+    EXPECT_EQ(EffectiveSharing(Policy(text), false), GpuSharing::kNone) << text;
+  }
+  EXPECT_EQ(EffectiveSharing(Policy("gpus: [0]"), true), GpuSharing::kInterposer);
+  EXPECT_EQ(EffectiveSharing(Policy("sharing: mps"), true), GpuSharing::kMps);
+  EXPECT_EQ(EffectiveSharing(Policy("sharing: none"), true), GpuSharing::kNone);
+  EXPECT_EQ(PolicyToJson(Policy("sharing: mps"))["sharing"], "mps");
 }
 
 TEST(PolicyParse, ErrorsNameTheField) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -69,11 +70,15 @@ Provider::Provider(Options options, AgentConfig& config, net::EventLoop& loop, c
 
 Provider::~Provider() { Stop(); }
 
-Status Provider::Init(std::vector<GpuInfo> gpus, GpuSource* source) {
+Status Provider::Init(std::vector<GpuInfo> gpus, GpuSource* source, bool interposer_usable) {
   gpus_ = std::move(gpus);
   gpu_source_ = source;
   GP_ASSIGN_OR_RETURN(ProviderPolicy policy, PolicyInForce());
   lender_.SetPolicy(std::move(policy));
+  lender_.SetInterposerUsable(interposer_usable);
+  GP_LOG(kInfo) << "GPU sharing: " << GpuSharingName(lender_.sharing())
+                << (interposer_usable ? "" : " (no usable libgpushare.so: whole GPUs only)");
+  GP_RETURN_IF_ERROR(EnsureMps());
   GP_ASSIGN_OR_RETURN(std::set<uid_t> uids, ControlUids(config_.owner));
   GP_ASSIGN_OR_RETURN(
       control_, ControlServer::Listen(
@@ -131,6 +136,55 @@ Status Provider::AdmitShareCap(const proto::StartTask& start) const {
     for (const GpuInfo& g : gpus_) lent_mib = g.uuid == uuid ? g.memory_mib : lent_mib;
   }
   return ShareCapFits(uuid, task_gpus->share->memory_bytes, others, lent_mib);
+}
+
+Status Provider::EnsureMps() {
+  // Kept once made: daemons left by an earlier policy are still released.
+  if (mps_ || lender_.sharing() != GpuSharing::kMps) return Status::Ok();
+  const char* path = std::getenv("PATH");
+  GP_ASSIGN_OR_RETURN(std::string control,
+                      FindMpsControl(config_.mps_control, path != nullptr ? path : ""));
+  GP_LOG(kInfo) << "GPU sharing through MPS: " << control;
+  mps_ = std::make_unique<MpsDaemons>(MpsDaemons::Options{
+      control, config_.mps_dir.empty() ? options_.data_dir + "/mps" : config_.mps_dir});
+  return Status::Ok();
+}
+
+std::vector<MpsClient> Provider::MpsClients() const {
+  std::vector<MpsClient> out;
+  for (const auto& [id, t] : tasks_.tasks()) {
+    if (t.mps && tasks_.HoldsGpus(t) && t.gpu_uuids.size() == 1) {
+      out.push_back({id, t.gpu_uuids[0], t.owner});
+    }
+  }
+  return out;
+}
+
+Status Provider::PrepareShare(const proto::StartTask& start, TaskGpus& gpus) {
+  if (!gpus.share || lender_.sharing() != GpuSharing::kMps) return Status::Ok();
+  if (!mps_ || start.gpu_uuids.size() != 1) {
+    return Status::FailedPrecondition("an MPS share needs one GPU and the MPS control program");
+  }
+  GP_ASSIGN_OR_RETURN(gpus.share->mps_pipe_dir,
+                      mps_->Acquire(start.gpu_uuids[0], start.owner, MpsClients()));
+  gpus.share->mps_shm_dir = mps_->ShmDir(start.gpu_uuids[0]);
+  return Status::Ok();
+}
+
+// A failed MPS server (or daemon): said in the agent's log and to each job
+// that used it; the daemon restarts once its shares have left.
+void Provider::CheckMps(int64_t now) {
+  if (!mps_) return;
+  for (const MpsFailure& f : mps_->Check(MpsClients(), now)) {
+    std::string ids;
+    for (const std::string& a : f.attempts) ids += (ids.empty() ? "" : ", ") + a;
+    GP_LOG(kWarn) << "MPS on GPU " << f.gpu_uuid << ": " << f.reason << " (tasks " << ids
+                  << "); it restarts once no share is left on it";
+    for (const std::string& a : f.attempts) {
+      tasks_.AddEvent(a, "MPS failure on GPU " + f.gpu_uuid + ": " + f.reason +
+                             "; this task's CUDA work there may have failed with it");
+    }
+  }
 }
 
 int64_t Provider::OutputLimit(int64_t server_bytes) const {
@@ -198,6 +252,7 @@ void Provider::Tick(int64_t grace_ms) {
   } else {
     share_uses_.clear();
   }
+  CheckMps(now);
   if (lender_.WantsTelemetry()) {
     std::set<std::string> container_gpus;
     for (const auto& [id, t] : tasks_.tasks()) {
@@ -403,7 +458,12 @@ void Provider::OnControl(const ControlPeer& peer, const nlohmann::json& request,
 }
 
 void Provider::ApplyPolicy(ProviderPolicy policy, const std::string& what, ControlReply reply) {
+  ProviderPolicy before = lender_.policy();
   lender_.SetPolicy(std::move(policy));
+  if (Status s = EnsureMps(); !s.ok()) {
+    lender_.SetPolicy(std::move(before));
+    return Reply(reply, false, s.message() + "; the previous policy stays");
+  }
   PushEvent("policy", what);
   Tick();
   Reply(reply, true,
@@ -444,6 +504,8 @@ void Provider::Reclaim(const std::vector<std::string>& uuids, bool at_once, Cont
 // a leave once the node is drained.
 void Provider::TasksChanged() {
   if (!stopped_) shares_.Sync(ShareTasksOf(tasks_.tasks()));
+  // A GPU's MPS daemon stops when its last share has left.
+  if (!stopped_ && mps_) mps_->Release(MpsClients());
   int64_t now = clock_.NowMs();
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     for (auto a = it->attempts.begin(); a != it->attempts.end();) {
@@ -523,6 +585,7 @@ nlohmann::json Provider::StatusJson() const {
                  {"gpus", gpus},
                  {"tasks", tasks},
                  {"lending", NodeLendingToJson(lending_)},
+                 {"mps_daemons", mps_ ? mps_->Running() : std::vector<std::string>{}},
                  {"policy", PolicyToJson(lender_.policy())},
                  {"policy_source", PolicySource()}});
   return status;

@@ -26,6 +26,7 @@
 #include "agent/agent_config.h"
 #include "agent/control_socket.h"
 #include "agent/lending.h"
+#include "agent/mps.h"
 #include "agent/share_loop.h"
 #include "agent/tasks.h"
 #include "common/clock.h"
@@ -60,7 +61,10 @@ class Provider {
 
   // Reads the policy in force and opens the control socket. `source` (the
   // GPUs' telemetry, for idle-only lending) must outlive the Provider.
-  Status Init(std::vector<GpuInfo> gpus, GpuSource* source);
+  // `interposer_usable`: whether libgpushare.so can be injected here
+  // (without it the node lends whole GPUs only). A policy that says
+  // `sharing: mps` on a machine without nvidia-cuda-mps-control is an error.
+  Status Init(std::vector<GpuInfo> gpus, GpuSource* source, bool interposer_usable);
   // Starts the once-a-second evaluation.
   void Start();
   // Stops it and closes the control socket.
@@ -78,6 +82,11 @@ class Provider {
   // Why the policy refuses this start order now, or OK. A refusal also
   // resends the lending, so that the server does not place it here again.
   Status Admit(const proto::StartTask& start);
+  // After Admit, for a share of a GPU on an MPS node (agent/mps.h): makes
+  // sure the GPU's MPS control daemon runs and names its pipe directory in
+  // `gpus.share`; refuses a share of another user than the one whose
+  // shares hold the GPU. Nothing for other tasks and other nodes.
+  Status PrepareShare(const proto::StartTask& start, TaskGpus& gpus);
   // The output limit of a task the server started with `server_bytes`: the
   // policy's max_job_output may lower it (model/job_output.h).
   int64_t OutputLimit(int64_t server_bytes) const;
@@ -87,6 +96,13 @@ class Provider {
   void TasksChanged();
   // The server applied our messages up to `seq`.
   void Acked(int64_t seq);
+
+  // Quits the MPS daemons no running share uses (the agent is exiting;
+  // the daemons of tasks that outlive it stay, and a restarted agent takes
+  // them over).
+  void ReleaseIdleMps() {
+    if (mps_) mps_->Release(MpsClients());
+  }
 
   // A command from this process itself (SIGHUP: reload); the answer is logged.
   void LocalCommand(const std::string& command);
@@ -101,6 +117,11 @@ class Provider {
   void Tick(int64_t grace_ms = 0);
   void EnforceGpuMemoryCaps();
   Status AdmitShareCap(const proto::StartTask& start) const;
+  // MPS (agent/mps.h): starts the daemons' keeper when the policy says
+  // mps; the shares that are its clients now; failures reported.
+  Status EnsureMps();
+  std::vector<MpsClient> MpsClients() const;
+  void CheckMps(int64_t now);
   void SendLending(bool force);
   void RecordReclaims(const NodeLending& before,
                       const std::vector<std::pair<std::string, std::string>>& vacated,
@@ -121,7 +142,7 @@ class Provider {
   GpuSource* gpu_source_ = nullptr;
   Host host_;
   std::vector<GpuInfo> gpus_;
-  Lender lender_{ProviderPolicy{}};
+  Lender lender_{ProviderPolicy{}, false};
   NodeLending lending_;
   std::optional<NodeLending> sent_lending_;  // what the server last heard
   bool evaluated_ = false;                   // lending_ holds a first evaluation
@@ -129,6 +150,7 @@ class Provider {
   std::set<std::string> over_cap_;           // stopped by the GPU memory backstop
   std::vector<ShareUse> share_uses_;         // the shares' caps and use, last tick
   ShareLoop shares_{loop_};                  // compute shares, synced in TasksChanged
+  std::unique_ptr<MpsDaemons> mps_;          // set once the policy said sharing: mps
   net::EventLoop::TimerId timer_ = 0;
   bool stopped_ = false;
   std::unique_ptr<ControlServer> control_;

@@ -245,7 +245,9 @@ Result<std::string> EncodeShimOptions(const ShimOptions& o) {
   if (o.gpu_share) {
     j["gpu_share"] = {{"memory_bytes", o.gpu_share->memory_bytes},
                       {"share_milli", o.gpu_share->share_milli},
-                      {"strict", o.gpu_share->strict}};
+                      {"strict", o.gpu_share->strict},
+                      {"mps_pipe_dir", o.gpu_share->mps_pipe_dir},
+                      {"mps_shm_dir", o.gpu_share->mps_shm_dir}};
   }
   return j.dump();
 }
@@ -270,8 +272,10 @@ Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view t
     o.agent_pid = j.at("agent_pid").get<int>();
     o.gang_ports = PortsFrom(j.at("gang_ports"));
     if (const json& s = j.at("gpu_share"); !s.is_null()) {
-      o.gpu_share = exec::GpuShare{s.at("memory_bytes").get<int64_t>(),
-                                   s.at("share_milli").get<int32_t>(), s.at("strict").get<bool>()};
+      o.gpu_share =
+          exec::GpuShare{s.at("memory_bytes").get<int64_t>(), s.at("share_milli").get<int32_t>(),
+                         s.at("strict").get<bool>(), s.at("mps_pipe_dir").get<std::string>(),
+                         s.at("mps_shm_dir").get<std::string>()};
     }
     LogLevel level;
     if (ParseLogLevel(j.at("log_level").get<std::string>(), &level)) SetLogLevel(level);

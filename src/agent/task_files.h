@@ -3,7 +3,8 @@
 // so an agent restart finds its tasks again:
 //
 //   DATA_DIR/tasks/<attempt id>/
-//     output.log   written only by the shim: one record per line
+//     output.log   written by the shim (and the agent's events, below): one
+//                  record per line
 //     work/        the job's working directory
 //     exec.json    how the agent asked for it to run: the executor and the
 //                  task's account (written before the shim starts; read to
@@ -24,7 +25,9 @@
 //   o / e   a line the job wrote to stdout / stderr (a line longer than
 //           kMaxLineBytes is split into several records)
 //   v       an event of the task's own, shown with the job's output
-//           ("pulling image 3/7 layers", "exceeded its memory limit ...")
+//           ("pulling image 3/7 layers", "exceeded its memory limit ...");
+//           the agent too appends one, as one whole record per write(),
+//           while the task runs (TaskManager::AddEvent: an MPS failure)
 //   p       "<shim pid> <shim start time> <job pid>": the job runs (the job's
 //           pid is also its process group)
 //   x       "" : the job and every process of it are gone (its GPUs are

@@ -207,6 +207,9 @@ Status TaskManager::Recover() {
           t.gpu_share_milli = static_cast<int32_t>(std::clamp<int64_t>(m->get<int64_t>(), 0, 1000));
         }
         t.gpu_share_strict = j.value("gpu_share_mode", "") == "strict";
+        if (auto o = j.find("owner"); o != j.end() && o->is_string())
+          t.owner = o->get<std::string>();
+        if (auto m = j.find("mps"); m != j.end() && m->is_boolean()) t.mps = m->get<bool>();
         if (j.contains("gang")) t.gang = GangFromJson(j["gang"]);
         if (auto p = j.find("gang_ports"); p != j.end() && p->is_array() && p->size() == 2 &&
                                            (*p)[0].is_number_integer() &&
@@ -233,6 +236,28 @@ Status TaskManager::Recover() {
     tasks_[t.attempt_id] = std::move(t);
   }
   return Status::Ok();
+}
+
+int TaskManager::MpsUidOf(const std::string& owner, const std::string& gpu) const {
+  for (const auto& [id, t] : tasks_) {
+    if (Ended(t) || !t.mps || t.uid < 0 || t.owner != owner) continue;
+    if (t.gpu_uuids.size() == 1 && t.gpu_uuids[0] == gpu) return t.uid;
+  }
+  return -1;
+}
+
+void TaskManager::AddEvent(const std::string& attempt_id, const std::string& text) {
+  auto it = tasks_.find(attempt_id);
+  if (it == tasks_.end() || Ended(it->second) || it->second.job_exited) return;
+  std::string line = text.substr(0, kMaxLineBytes);
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  // One write of one whole record: the shim appends its own records to the
+  // same file (O_APPEND), never half of one.
+  const std::string record = EncodeRecord('v', clock_.NowMs(), line);
+  int fd = ::open(it->second.paths.output_log().c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)!::write(fd, record.data(), record.size());
+  ::close(fd);
 }
 
 int TaskManager::FreeUid() const {
@@ -401,19 +426,25 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
   // `process` executor (trusted development only) runs as the agent.
   t.has_image = !task.spec.image.empty();
   t.runs_as = exec::ChooseExecutor(t.executor, t.has_image, *options_.exec_env);
-  if (options_.own_uids && t.runs_as != "process") {
-    t.uid = FreeUid();
-    if (t.uid < 0) {
-      return Status::ResourceExhausted("every account of the sandbox uid range is in use");
-    }
-  }
+  t.owner = task.owner;
   // A share's compute mode is this node's (the agent config's sharing_mode).
   std::optional<exec::GpuShare> share = gpus.share;
   if (share) {
     share->strict = options_.exec_config->gpu_share_strict;
     t.gpu_memory_cap = share->memory_bytes;
-    t.gpu_share_milli = share->share_milli;
+    t.mps = !share->mps_pipe_dir.empty() && t.gpu_uuids.size() == 1;
+    // On an MPS GPU, MPS holds the compute share, not the share loop.
+    t.gpu_share_milli = t.mps ? 0 : share->share_milli;
     t.gpu_share_strict = share->strict;
+  }
+  if (options_.own_uids && t.runs_as != "process") {
+    // One MPS server serves one account: the user's MPS tasks on this GPU
+    // share the account of the first.
+    t.uid = t.mps ? MpsUidOf(t.owner, t.gpu_uuids[0]) : -1;
+    if (t.uid < 0) t.uid = FreeUid();
+    if (t.uid < 0) {
+      return Status::ResourceExhausted("every account of the sandbox uid range is in use");
+    }
   }
   nlohmann::json exec = {{"executor", t.executor},
                          {"runs_as", t.runs_as},
@@ -422,7 +453,9 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
                          {"gpus", t.gpu_uuids},
                          {"gpu_memory_cap", t.gpu_memory_cap},
                          {"gpu_share_milli", t.gpu_share_milli},
-                         {"gpu_share_mode", t.gpu_share_strict ? "strict" : "work-conserving"}};
+                         {"gpu_share_mode", t.gpu_share_strict ? "strict" : "work-conserving"},
+                         {"owner", t.owner},
+                         {"mps", t.mps}};
   if (ForwardsGangPorts(task)) {
     if (NeedsMasterPort(task)) {
       // Rank 0: ChooseMaster took a block and made its first the master port.

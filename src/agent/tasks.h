@@ -59,6 +59,11 @@ struct TaskState {
   // the agent's share loop (agent/share_loop.h); kept in exec.json.
   int32_t gpu_share_milli = 0;
   bool gpu_share_strict = false;
+  // The pool user whose job it is, and whether its share is an MPS client
+  // (agent/mps.h): that user's MPS tasks on one GPU share one account, as
+  // one MPS server serves one account. Kept in exec.json.
+  std::string owner;
+  bool mps = false;
   std::string vacate_reason;  // set when the provider took it back (Vacate)
   // A rank of a multi-node job: its place, and for rank 0 of a torch gang
   // the master its agent chose (kept in exec.json).
@@ -164,6 +169,11 @@ class TaskManager {
   int64_t lease_ms() const { return lease_ms_; }
   void RenewLeases(int64_t sent_ms);
 
+  // An event of the node about a running task (an MPS server that failed
+  // under it), shown with the job's output: one whole 'v' record appended
+  // to output.log (agent/task_files.h). Nothing once the task has ended.
+  void AddEvent(const std::string& attempt_id, const std::string& text);
+
   // Deletes the task and its directory (after the server has its result).
   void Remove(const std::string& attempt_id);
 
@@ -174,6 +184,8 @@ class TaskManager {
   void Watch(TaskState& t);
   // The lowest account of the configured range no running task holds, or -1.
   int FreeUid() const;
+  // The account of a running MPS task of `owner` on `gpu`, or -1.
+  int MpsUidOf(const std::string& owner, const std::string& gpu) const;
   // Whether the task is a gang rank in the sandbox's private network.
   bool ForwardsGangPorts(const proto::StartTask& task) const;
   // The first block of gang ports no live task holds and this machine has

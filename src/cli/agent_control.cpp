@@ -38,6 +38,14 @@ void PrintStatus(const json& s) {
                 : mode == "leaving" ? " (draining, then it deregisters)"
                                     : "")
             << "\n";
+  if (s.contains("lending") && s["lending"].is_object()) {
+    std::string sharing = Str(s["lending"], "sharing");
+    std::cout << "GPU shares: "
+              << (sharing == "none"  ? "none (whole GPUs only)"
+                  : sharing == "mps" ? "through MPS (one user per GPU at a time)"
+                                     : "held by libgpushare.so")
+              << "\n";
+  }
   int64_t next = s.value("next_change_ms", int64_t{0});
   if (next > 0) std::cout << "next window change: " << FormatTimestampMs(next) << "\n";
   if (s.contains("gpus") && !s["gpus"].empty()) {

@@ -198,6 +198,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--gpushare-library", ao.gpushare_library,
                         "the libgpushare.so that holds GPU shares to their memory cap "
                         "(default: lib/libgpushare.so beside the binary's bin/)");
+  agent_cmd->add_option("--mps-control", ao.mps_control,
+                        "NVIDIA's nvidia-cuda-mps-control, for a policy that says sharing: mps "
+                        "(default: the one on the PATH)");
   std::vector<std::string> agent_labels;
   agent_cmd->add_option("--label", agent_labels,
                         "node label KEY=VALUE jobs can ask for (repeatable)");

@@ -51,6 +51,14 @@ struct GpuShare {
   int64_t memory_bytes = 0;    // cap per GPU for the whole task (> 0)
   int32_t share_milli = 1000;  // compute share in thousandths; 1000 = whole
   bool strict = false;         // the compute share's mode: strict, else work-conserving
+  // An MPS GPU (agent/mps.h): its control daemon's pipe directory on this
+  // machine, which the executor gives the job with the MPS client's
+  // variables (exec/mps_client.h); MPS then holds the compute share, not
+  // the agent's share loop. Empty: no MPS.
+  std::string mps_pipe_dir = {};
+  // Its daemon's /dev/shm (MPS's shared memory), bound over the job's own;
+  // empty: the job keeps a private /dev/shm.
+  std::string mps_shm_dir = {};
   friend bool operator==(const GpuShare&, const GpuShare&) = default;
 };
 

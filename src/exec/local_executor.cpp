@@ -11,6 +11,7 @@
 #include "exec/gpu_share.h"
 #include "exec/launch.h"
 #include "exec/limits.h"
+#include "exec/mps_client.h"
 #include "exec/process_tree.h"
 
 namespace gpupool::exec {
@@ -171,6 +172,10 @@ Result<LaunchPlan> ProcessExecutor::Start(const TaskContext& task) {
         MergeEnv(std::move(plan.env),
                  {"LD_PRELOAD=" + config_.gpushare_library + (preload.empty() ? "" : ":" + preload),
                   "GPUSHARE_LIMITS=" + GpuShareFilesIn(task.task_dir).limits});
+    if (!task.gpu_share->mps_pipe_dir.empty()) {
+      plan.env = MergeEnv(std::move(plan.env),
+                          MpsClientEnv(*task.gpu_share, task.gpu_share->mps_pipe_dir));
+    }
   }
   plan.cwd = task.work_dir;
   return plan;

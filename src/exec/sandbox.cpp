@@ -15,6 +15,7 @@
 #include "exec/driver_files.h"
 #include "exec/gpu_share.h"
 #include "exec/launch.h"
+#include "exec/mps_client.h"
 #include "exec/process_tree.h"
 
 namespace gpupool::exec {
@@ -307,6 +308,16 @@ Result<LaunchPlan> SandboxExecutor::Start(const TaskContext& task) {
       task.env);
   GP_RETURN_IF_ERROR(AddDriverFiles(args, task, env));
   GP_RETURN_IF_ERROR(AddGpuShare(args, task));
+  if (task.gpu_share && !task.gpu_share->mps_pipe_dir.empty()) {
+    // An MPS client: the GPU's daemon is reached through its pipe directory.
+    args.Add(
+        {"--bind", args.Reachable(task.gpu_share->mps_pipe_dir, "mps-pipe"), kMpsPipeDirInJob});
+    // And shares its daemon's /dev/shm, where MPS keeps its shared memory.
+    if (!task.gpu_share->mps_shm_dir.empty()) {
+      args.Add({"--bind", args.Reachable(task.gpu_share->mps_shm_dir, "mps-shm"), "/dev/shm"});
+    }
+    env = MergeEnv(std::move(env), MpsClientEnv(*task.gpu_share, kMpsPipeDirInJob));
+  }
   if (net_plan_ && !net_plan_->forward.empty()) {
     // A gang rank: gloo and NCCL must bind and advertise the address the
     // other ranks reach (the namespace's copy of this machine's), not the

@@ -166,6 +166,59 @@ TEST_F(SandboxShareTest, TheProcessExecutorPreloadsThroughTheEnvironment) {
   EXPECT_EQ(*ReadFile(files.limits), GpuShareLimitsText({4 * kGiB, 500}, files.dir));
 }
 
+TEST_F(SandboxShareTest, AnMpsShareReachesItsDaemonsPipeDirectoryWithItsLimits) {
+  // The GPU's MPS pipe directory (agent/mps.h), with a file standing in
+  // for the daemon's control socket.
+  const std::string pipe = base_.path() + "/mps-pipe";
+  fs::create_directories(pipe);
+  ::chmod(pipe.c_str(), 01777);
+  ASSERT_TRUE(WriteFileAtomic(pipe + "/control", "").ok());
+  SandboxExecutor executor(config_, nullptr, nullptr);
+  TaskContext task = ShareTask(
+      "echo mps=$(env | grep ^CUDA_MPS_ | sort | tr '\\n' ' '); "
+      "echo pipe=$(ls /gpupool/mps | tr '\\n' ' '); echo shm=$(ls /dev/shm); "
+      "echo preload=$(cat /etc/ld.so.preload)");
+  const std::string shm = base_.path() + "/mps-shm";
+  fs::create_directories(shm);
+  ::chmod(shm.c_str(), 01777);
+  ASSERT_TRUE(WriteFileAtomic(shm + "/cuda.shm.0", "").ok());
+  task.gpu_share = GpuShare{3 * kGiB, 300, false, pipe, shm};
+  LaunchPlan plan = MustStart(executor, task);
+  SCOPED_TRACE(Join(plan.argv));
+  EXPECT_TRUE(HasSeq(plan.argv, {"--bind", "/run/mps-pipe", "/gpupool/mps"}));
+  EXPECT_THAT(plan.stage_binds, testing::Contains(LaunchPlan::StageBind{pipe, "mps-pipe"}));
+  EXPECT_TRUE(HasSeq(plan.argv, {"--bind", "/run/mps-shm", "/dev/shm"}));
+  EXPECT_THAT(EnvValues(plan.env, "CUDA_MPS_PIPE_DIRECTORY"), ElementsAre("/gpupool/mps"));
+  executor.Cleanup();
+
+  Outcome o = RunJob(executor, task);
+  ASSERT_EQ(o.error, "");
+  ASSERT_TRUE(o.exited_with(0)) << o.err;
+  EXPECT_EQ(Said(o.out, "mps"),
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3072M "
+            "CUDA_MPS_PIPE_DIRECTORY=/gpupool/mps");
+  EXPECT_EQ(Said(o.out, "pipe"), "control");
+  EXPECT_EQ(Said(o.out, "shm"), "cuda.shm.0");  // the daemon's /dev/shm
+  // The interposer's memory cap holds as well.
+  EXPECT_EQ(Said(o.out, "preload"), "/gpupool/share/libgpushare.so");
+
+  // The process executor names the directory where it is.
+  ProcessExecutor process(config_, nullptr);
+  task.uid = task.gid = -1;
+  task.argv = {"/bin/sh", "-c", "echo pipe=$CUDA_MPS_PIPE_DIRECTORY"};
+  Outcome p = RunJob(process, task);
+  ASSERT_TRUE(p.exited_with(0)) << p.error << p.err;
+  EXPECT_EQ(Said(p.out, "pipe"), pipe);
+
+  // Without a pipe directory: no MPS variables, no bind.
+  task = ShareTask("true");
+  LaunchPlan plain = MustStart(executor, task);
+  EXPECT_FALSE(HasSeq(plain.argv, {"--bind", "/run/mps-pipe", "/gpupool/mps"}));
+  EXPECT_FALSE(HasSeq(plain.argv, {"--bind", "/run/mps-shm", "/dev/shm"}));
+  EXPECT_THAT(EnvValues(plain.env, "CUDA_MPS_PIPE_DIRECTORY"), testing::IsEmpty());
+  executor.Cleanup();
+}
+
 // The image's root as the cache unpacked it (one image in this suite).
 std::string ImageRootIn(const std::string& cache) {
   for (const auto& e : fs::directory_iterator(cache + "/roots")) {

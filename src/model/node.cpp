@@ -30,6 +30,26 @@ Result<NodeState> ParseNodeState(std::string_view name) {
   return Status::InvalidArgument("unknown node state \"" + std::string(name) + "\"");
 }
 
+std::string_view GpuSharingName(GpuSharing s) {
+  switch (s) {
+    case GpuSharing::kNone:
+      return "none";
+    case GpuSharing::kInterposer:
+      return "interposer";
+    case GpuSharing::kMps:
+      return "mps";
+  }
+  return "none";
+}
+
+Result<GpuSharing> ParseGpuSharing(std::string_view name) {
+  if (name == "none") return GpuSharing::kNone;
+  if (name == "interposer") return GpuSharing::kInterposer;
+  if (name == "mps") return GpuSharing::kMps;
+  return Status::InvalidArgument("must be none, interposer or mps, got " +
+                                 QuoteForError(std::string(name)));
+}
+
 namespace {
 
 std::string Join(const std::set<std::string>& s) {
@@ -49,7 +69,8 @@ nlohmann::json NodeLendingToJson(const NodeLending& l) {
   return {{"mode", l.mode},
           {"gpus", l.gpus},
           {"not_lent", l.not_lent},
-          {"fractional", l.fractional},
+          {"sharing", GpuSharingName(l.sharing)},
+          {"fractional", l.sharing != GpuSharing::kNone},
           {"allow_users", l.allow_users},
           {"deny_users", l.deny_users},
           {"allow_groups", l.allow_groups},
@@ -71,7 +92,18 @@ Result<NodeLending> NodeLendingFromJson(const nlohmann::json& j, const std::stri
   l.mode = r.Str("mode");
   l.gpus = r.IntMap("gpus", false, kMaxGpus);
   l.not_lent = r.StrMap("not_lent", false, kMaxGpus);
-  l.fractional = r.Bool("fractional", false, true);
+  // "sharing" wins; an older record has only "fractional".
+  const bool fractional = r.Bool("fractional", false, true);
+  const std::string sharing = r.Str("sharing", false);
+  if (!sharing.empty()) {
+    if (auto parsed = ParseGpuSharing(sharing); parsed.ok()) {
+      l.sharing = *parsed;
+    } else {
+      r.Fail("sharing", parsed.status().message());
+    }
+  } else {
+    l.sharing = fractional ? GpuSharing::kInterposer : GpuSharing::kNone;
+  }
   auto set = [&](const char* key) {
     auto v = r.StrList(key, false, kMaxNames);
     return std::set<std::string>(v.begin(), v.end());
@@ -127,8 +159,8 @@ Status LendingAdmits(const NodeLending& lending, const LendingRequest& request,
     return refuse("it does not allow network: host (its policy's allow_host_network is off)");
   }
   bool share = request.gpu_milli > 0 && request.gpu_milli < 1000;
-  if (share && !lending.fractional) {
-    return refuse("it lends whole GPUs only");
+  if (share && lending.sharing == GpuSharing::kNone) {
+    return refuse("it lends whole GPUs only (its policy's sharing is none)");
   }
   for (const std::string& uuid : request.gpu_uuids) {
     auto gpu =

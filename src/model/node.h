@@ -38,6 +38,16 @@ inline std::string ExecutorLabel(std::string_view executor) {
   return "gpupool/executor." + std::string(executor);
 }
 
+// How a node shares a GPU between tasks that hold a share of it (the
+// provider's `policy.sharing`, agent/policy.h): not at all (whole GPUs
+// only); through libgpushare.so (src/gpushare: memory cap and compute
+// share); or through NVIDIA MPS with the interposer's memory cap on top
+// (agent/mps.h; one pool user per GPU at a time).
+enum class GpuSharing { kNone, kInterposer, kMps };
+std::string_view GpuSharingName(GpuSharing s);  // "none", "interposer", "mps"
+// InvalidArgument naming the three for anything else.
+Result<GpuSharing> ParseGpuSharing(std::string_view name);
+
 // What a provider lends right now, as its agent reports it (in its hello
 // and whenever it changes) from the provider's policy (agent/policy.h), the
 // time of day, the owner's own GPU use and the owner's commands. The server
@@ -54,7 +64,11 @@ struct NodeLending {
   // availability windows", "its owner runs process 4242 on it", "reclaimed
   // by the owner", "busy (utilization 80% > 10%)").
   std::map<std::string, std::string> not_lent;
-  bool fractional = true;  // shares of a GPU may be placed
+  // How shares of a GPU are held here; kNone: whole GPUs only. On the wire
+  // and in the store as "sharing"; records from before it have only
+  // "fractional" (true: interposer), which is still written beside it for
+  // servers that predate it.
+  GpuSharing sharing = GpuSharing::kInterposer;
   std::set<std::string> allow_users, deny_users;
   std::set<std::string> allow_groups, deny_groups;
   int64_t max_runtime_ms = 0;  // 0: any; else a job must say it ends within this

@@ -379,12 +379,37 @@ TEST(MessagesTest, StartTaskWithBadSpecNamesTheSpecField) {
   EXPECT_THAT(DecodeStartTask(body).status().message(), HasSubstr("body.spec: resources.gpus"));
 }
 
+TEST(MessagesTest, LendingSharingAndTheRecordsFromBeforeIt) {
+  NodeLending mps;
+  mps.sharing = GpuSharing::kMps;
+  nlohmann::json j = NodeLendingToJson(mps);
+  EXPECT_EQ(j["sharing"], "mps");
+  EXPECT_EQ(j["fractional"], true);  // for servers that predate sharing
+  EXPECT_EQ(NodeLendingFromJson(j, "lending")->sharing, GpuSharing::kMps);
+  // An older record: fractional alone.
+  j.erase("sharing");
+  EXPECT_EQ(NodeLendingFromJson(j, "lending")->sharing, GpuSharing::kInterposer);
+  j["fractional"] = false;
+  EXPECT_EQ(NodeLendingFromJson(j, "lending")->sharing, GpuSharing::kNone);
+  j.erase("fractional");
+  EXPECT_EQ(NodeLendingFromJson(j, "lending")->sharing, GpuSharing::kInterposer);
+  j["sharing"] = "everything";
+  auto bad = NodeLendingFromJson(j, "lending");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("lending.sharing"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("must be none, interposer or mps"), std::string::npos)
+      << bad.status().message();
+  j["sharing"] = 3;
+  EXPECT_FALSE(NodeLendingFromJson(j, "lending").ok());
+}
+
 TEST(MessagesTest, LendingEventsAndLeaveRoundTrip) {
   NodeLending l;
   l.mode = "paused";
   l.gpus = {{"GPU-a", 40960}};
   l.not_lent = {{"GPU-b", "its owner runs process 42 on it"}};
-  l.fractional = false;
+  l.sharing = GpuSharing::kNone;
   l.allow_users = {"alice"};
   l.deny_groups = {"robotics"};
   l.max_runtime_ms = 3'600'000;

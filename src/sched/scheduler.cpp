@@ -340,6 +340,8 @@ class Pass {
     int64_t phantom_mem = 0;
     int shape = 0;
     bool claimed = false;        // promised to a reservation's future
+    bool mps = false;            // GpuView::mps
+    int mps_user = -1;           // users_ index of the user whose shares hold it; -1: none
     int32_t indexed_milli = -1;  // key in partial_ while indexed, -1 when not
     int32_t AvailMilli() const { return free_milli - phantom_milli; }
     int64_t AvailMem() const { return free_mem - phantom_mem; }
@@ -405,6 +407,8 @@ class Pass {
         s.free_milli = g.free_milli;
         s.free_mem = g.free_memory_mib;
         s.shape = ShapeOf(g, shape_ids);
+        s.mps = g.mps;
+        if (g.mps && !g.mps_user.empty()) s.mps_user = InternUser(g.mps_user);
         gpus_.push_back(s);
         if (gpus_.back().shape != gpus_[static_cast<size_t>(n.gpu_begin)].shape) n.mixed = true;
       }
@@ -658,6 +662,9 @@ class Pass {
     if (cpu < r.cpu_milli || mem < r.memory_mib) return std::nullopt;
     std::vector<int> picked;
     auto milli = [&](const GpuS& g) { return actual ? g.free_milli : g.AvailMilli(); };
+    // An MPS GPU another user's shares hold is not this share's.
+    const int user = r.gpu_milli > 0 ? UserIndex(r.user) : -1;
+    auto mps_ok = [&](const GpuS& g) { return !g.mps || g.mps_user < 0 || g.mps_user == user; };
     auto gmem = [&](const GpuS& g) { return actual ? g.free_mem : g.AvailMem(); };
     if (r.gpus > 0) {
       const bool smallest = r.mig_slices > 0;  // one MIG instance: the smallest that fits
@@ -684,7 +691,7 @@ class Pass {
         const GpuS& gpu = gpus[g - node.gpu_begin];
         const int32_t m = milli(gpu);
         if (allowed[static_cast<size_t>(gpu.shape)] && m >= r.gpu_milli &&
-            gmem(gpu) >= r.gpu_memory_mib && m < best_milli) {
+            gmem(gpu) >= r.gpu_memory_mib && m < best_milli && mps_ok(gpu)) {
           best = g;
           best_milli = m;
         }
@@ -814,6 +821,7 @@ class Pass {
       take(milli, free_milli, gpu.phantom_milli);
       gpu.free_milli = static_cast<int32_t>(free_milli);
       take(mem, gpu.free_mem, gpu.phantom_mem);
+      if (gpu.mps && r.gpus == 0) gpu.mps_user = InternUser(r.user);
     }
     Index(n);
   }
@@ -1061,6 +1069,7 @@ class Pass {
         gpu.free_milli = std::min(kFull, gpu.free_milli + e.holding->gpu_milli);
         gpu.free_mem = std::min(
             cap, gpu.free_mem + (e.holding->gpu_milli >= kFull ? cap : e.holding->gpu_memory_mib));
+        if (gpu.free_milli == kFull) gpu.mps_user = -1;
       }
       check(e.node);
       at = std::max(e.at, snap_.now_ms + 1);
@@ -1248,6 +1257,7 @@ class Pass {
           gpu.free_milli = std::min(kFull, gpu.free_milli + h.gpu_milli);
           gpu.free_mem =
               std::min(cap, gpu.free_mem + (h.gpu_milli >= kFull ? cap : h.gpu_memory_mib));
+          if (gpu.free_milli == kFull) gpu.mps_user = -1;
         }
       }
     }
@@ -1284,6 +1294,16 @@ class Pass {
   std::unordered_map<int64_t, const PendingJob*> pending_by_id_;
   std::map<int, std::vector<size_t>> running_on_node_;
   std::map<std::string, int64_t> allocated_;
+  // Users whose shares hold MPS GPUs (GpuS::mps_user), interned.
+  std::map<std::string, int, std::less<>> user_index_;
+  int InternUser(const std::string& user) {
+    return user_index_.emplace(user, static_cast<int>(user_index_.size())).first->second;
+  }
+  // -2 (no GPU's) for a user not interned.
+  int UserIndex(const std::string& user) const {
+    auto it = user_index_.find(user);
+    return it == user_index_.end() ? -2 : it->second;
+  }
   std::map<std::string, GroupState> group_state_;
   std::vector<TaskType> workload_;
   std::vector<double> frag_before_;  // per node, NaN when stale

@@ -73,6 +73,12 @@ struct GpuView {
   // 3 and 40). 0 for a whole GPU. See sched/mig.h for who may use which.
   int32_t mig_slices = 0;
   int32_t mig_memory_gb = 0;
+  // An MPS GPU (its node shares GPUs through NVIDIA MPS): one MPS server
+  // serves one Linux user at a time, so shares of one pool user only.
+  // `mps_user`: the user whose shares hold it now; empty: none does, and a
+  // share of any user may take it (then only that user's until they leave).
+  bool mps = false;
+  std::string mps_user = {};
 };
 
 struct NodeView {
@@ -97,7 +103,10 @@ struct Request {
   // Whole GPUs: the minimum memory of each GPU. A share: the GPU memory the
   // share takes (and so needs free on its GPU).
   int64_t gpu_memory_mib = 0;
-  int32_t min_compute_capability = 0;   // as GpuView::compute_capability; 0 = any
+  int32_t min_compute_capability = 0;  // as GpuView::compute_capability; 0 = any
+  // Who asks: a share goes on an MPS GPU (GpuView::mps) only when no other
+  // user's shares hold it.
+  std::string user = {};
   std::vector<std::string> gpu_models;  // allowed models; empty = any
   // Preferred models: only these are used until `prefer_wait_ms` after
   // submission, then any allowed model (the fastest that fits first; a gang

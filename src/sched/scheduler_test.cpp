@@ -109,6 +109,58 @@ TEST(SchedulerTest, PlacementScoreIsPluggable) {
   EXPECT_FALSE(ParsePlacementScore("fgd").ok());
 }
 
+PendingJob ShareOf(int64_t id, int milli, const std::string& user) {
+  PendingJob j = Share(id, milli, 1000);
+  j.request.user = user;
+  return j;
+}
+
+TEST(SchedulerTest, AnMpsGpuTakesTheSharesOfOneUserOnly) {
+  // One MPS GPU: alice's two shares stack on it in one pass; bob's, though
+  // it fits in milli and memory, waits.
+  Snapshot s;
+  s.nodes = {MakeNode("a", 1, "NVIDIA T4", 16384, 75)};
+  s.nodes[0].gpus[0].mps = true;
+  s.pending = {ShareOf(1, 300, "alice"), ShareOf(2, 200, "bob"), ShareOf(3, 500, "alice")};
+  Decisions d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 2u);
+  EXPECT_EQ(d.placements[0].job_id, 1);
+  EXPECT_EQ(d.placements[1].job_id, 3);
+  ASSERT_EQ(d.waiting.size(), 1u);
+  EXPECT_EQ(d.waiting[0].job_id, 2);
+
+  // The same without MPS: bob's share goes on the GPU too.
+  s.nodes[0].gpus[0].mps = false;
+  EXPECT_EQ(Schedule(s).placements.size(), 3u);
+
+  // A GPU held by bob's running share (the server says so in mps_user)
+  // refuses alice, and a second MPS GPU on the node takes her instead.
+  s.nodes = {MakeNode("a", 2, "NVIDIA T4", 16384, 75)};
+  for (GpuView& g : s.nodes[0].gpus) g.mps = true;
+  s.nodes[0].gpus[0].mps_user = "bob";
+  s.nodes[0].gpus[0].free_milli = 700;
+  s.nodes[0].gpus[0].free_memory_mib = 15384;
+  s.pending = {ShareOf(4, 300, "alice"), ShareOf(5, 300, "bob")};
+  d = Schedule(s);
+  ASSERT_EQ(d.placements.size(), 2u);
+  std::map<int64_t, std::string> gpu;
+  for (const Placement& p : d.placements) gpu[p.job_id] = p.nodes[0].gpu_uuids.at(0);
+  EXPECT_EQ(gpu[4], "a-g1");
+  EXPECT_EQ(gpu[5], "a-g0");  // bob's stacks on his own (the fuller GPU)
+
+  // With only bob's GPU, alice waits (not forever: bob's share may end).
+  s.nodes = {MakeNode("a", 1, "NVIDIA T4", 16384, 75)};
+  s.nodes[0].gpus[0].mps = true;
+  s.nodes[0].gpus[0].mps_user = "bob";
+  s.nodes[0].gpus[0].free_milli = 700;
+  s.nodes[0].gpus[0].free_memory_mib = 15384;
+  s.pending = {ShareOf(6, 300, "alice")};
+  d = Schedule(s);
+  EXPECT_TRUE(d.placements.empty());
+  ASSERT_EQ(d.waiting.size(), 1u);
+  EXPECT_FALSE(d.waiting[0].unsatisfiable);
+}
+
 TEST(SchedulerTest, SharesStackOnOneGpuWithinMilliAndMemory) {
   Snapshot s;
   s.nodes = {MakeNode("a", 1, "NVIDIA T4", 16384, 75)};

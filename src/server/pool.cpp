@@ -1492,12 +1492,15 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
         }
       }
       gv.free_memory_mib = gv.memory_mib;
+      // One MPS server serves one user at a time: the scheduler co-locates
+      // one user's shares only (mps_user is filled from the holdings below).
+      gv.mps = lending != nullptr && lending->sharing == GpuSharing::kMps;
       v.gpus.push_back(std::move(gv));
     }
     if (v.ready && lending != nullptr &&
-        (!lending->fractional || !lending->allow_users.empty() || !lending->deny_users.empty() ||
-         !lending->allow_groups.empty() || !lending->deny_groups.empty() ||
-         lending->max_runtime_ms > 0)) {
+        (lending->sharing == GpuSharing::kNone || !lending->allow_users.empty() ||
+         !lending->deny_users.empty() || !lending->allow_groups.empty() ||
+         !lending->deny_groups.empty() || lending->max_runtime_ms > 0)) {
       restricted.push_back(&n);
     } else if (v.ready && lending != nullptr && !lending->host_network) {
       no_host_network.push_back(&n);
@@ -1532,6 +1535,7 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
         g->free_milli = std::max(0, g->free_milli - h.gpu_milli);
         g->free_memory_mib =
             share ? std::max<int64_t>(0, g->free_memory_mib - h.gpu_memory_mib) : 0;
+        if (g->mps && share && job != nullptr) g->mps_user = job->owner;
         h.gpu_uuids.push_back(uuid);
       }
       if (job != nullptr) {
@@ -1609,6 +1613,7 @@ Pool::PassInput Pool::MakeSnapshot(const PoolView& view, int64_t now) const {
     p.priority = ClassOf(j.spec.priority);
     p.submit_ms = j.created_ms;
     p.request = RequestFor(j.spec);
+    p.request.user = j.owner;
     p.runtime_limit_ms = j.spec.max_runtime_ms;
     p.front = j.front;
     if (Status st = sched::ValidateRequest(p.request); !st.ok()) {

@@ -595,7 +595,7 @@ TEST_F(PoolTest, AGpuLentInPartTakesSharesOnly) {
 TEST_F(PoolTest, WholeGpuOnlyNodesTakeNoShares) {
   proto::Hello h = MakeHello("a", 1);
   h.lending = LendsAll(h);
-  h.lending->fractional = false;
+  h.lending->sharing = GpuSharing::kNone;
   (void)*pool_->AgentHello(h);
   JobSpec share = Spec(0);
   share.resources.gpu_milli = 500;
@@ -605,7 +605,35 @@ TEST_F(PoolTest, WholeGpuOnlyNodesTakeNoShares) {
   EXPECT_EQ(pool_->GetJob(2)->job.state, JobState::kScheduled);
   auto one = *pool_->GetJob(1);
   EXPECT_EQ(one.job.state, JobState::kPending);
-  EXPECT_THAT(one.job.reason, HasSubstr("whole GPUs only"));
+  EXPECT_THAT(one.job.reason, HasSubstr("whole GPUs only (its policy's sharing is none)"));
+}
+
+TEST_F(PoolTest, AnMpsGpuHoldsTheSharesOfOneUserAtATime) {
+  proto::Hello h = MakeHello("a", 2);
+  h.lending = LendsAll(h);
+  h.lending->sharing = GpuSharing::kMps;
+  auto a = *pool_->AgentHello(h);
+  JobSpec share = Spec(0);
+  share.resources.gpu_milli = 300;
+  ASSERT_TRUE(pool_->Submit(share, "alice").ok());  // 1
+  EXPECT_EQ(*pool_->Schedule(), 1);
+  // Across passes: bob's share goes on the other GPU, not on alice's.
+  ASSERT_TRUE(pool_->Submit(share, "bob").ok());    // 2
+  ASSERT_TRUE(pool_->Submit(share, "alice").ok());  // 3
+  EXPECT_EQ(*pool_->Schedule(), 2);
+  std::map<int64_t, std::string> gpu;
+  for (const proto::StartTask& s : Starts(a.node_id)) gpu[s.job_id] = s.gpu_uuids.at(0);
+  ASSERT_EQ(gpu.size(), 3u);
+  EXPECT_EQ(gpu[3], gpu[1]);  // alice's stack
+  EXPECT_NE(gpu[2], gpu[1]);
+  // Both GPUs are held now, by one user each: carol's share waits.
+  ASSERT_TRUE(pool_->Submit(share, "carol").ok());  // 4
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_EQ(pool_->GetJob(4)->job.state, JobState::kPending);
+  // The same on a node that shares through the interposer: carol fits.
+  h.lending->sharing = GpuSharing::kInterposer;
+  ASSERT_TRUE(SendLending(a.node_id, 1, *h.lending).ok());
+  EXPECT_EQ(*pool_->Schedule(), 1);
 }
 
 TEST_F(PoolTest, AllowedUsersAndMaxRuntimeKeepOtherJobsAway) {

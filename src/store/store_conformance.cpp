@@ -672,7 +672,7 @@ TEST_P(StoreConformanceTest, NodeLendingAndLeftStateRoundTrip) {
   lending.mode = "paused";
   lending.gpus = {{"GPU-aaa", 40960}};
   lending.not_lent = {{"GPU-bbb", "its owner runs process 4242 on it"}};
-  lending.fractional = false;
+  lending.sharing = GpuSharing::kNone;
   lending.allow_users = {"alice", "bob"};
   lending.deny_users = {"mallory"};
   lending.allow_groups = {"vision"};

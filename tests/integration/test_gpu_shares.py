@@ -20,7 +20,8 @@ import signal
 import struct
 import time
 
-from pool import FAKE_CUDA_DIR, FAKE_NVML_DIR, wait_for
+from fake_gpus import fake_driver
+from pool import wait_for
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
 NVML = {
@@ -126,19 +127,9 @@ JOB_ENV = {"NVML_JSON": json.dumps(NVML), "ALLOC": ALLOC, "FAKE_NVML_CONFIG": "/
 def start_gpu_agent(pool, tmp_path, more_config=""):
     """An agent whose one GPU (8 GiB) and driver come from a driver directory;
     `more_config`: more of its config file."""
-    assert FAKE_NVML_DIR and FAKE_CUDA_DIR, "FAKE_NVML_DIR (and FAKE_CUDA_DIR) must name the fakes"
-    driver = tmp_path / "driver"
-    driver.mkdir()
-    os.symlink(os.path.join(FAKE_NVML_DIR, "libnvidia-ml.so.1"), driver / "libnvidia-ml.so.1")
-    os.symlink(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1"), driver / "libcuda.so.1")
-    nvml = tmp_path / "nvml.json"
-    nvml.write_text(json.dumps(NVML))
-    dev = tmp_path / "dev"  # stand-ins for the device nodes the sandbox binds
-    dev.mkdir()
-    for name in ["nvidia0", "nvidiactl", "nvidia-uvm"]:
-        (dev / name).write_text("")
+    driver, nvml, sandbox = fake_driver(tmp_path, NVML)
     config = tmp_path / "agent.yaml"
-    config.write_text(f"sandbox: {{devices_dir: {dev}}}\n" + more_config)
+    config.write_text(sandbox + more_config)
     pool.start_server()
     pool.start_agent("gpu-box", gpus=None, env={"FAKE_NVML_CONFIG": str(nvml)},
                      extra=["--gpu-driver-dir", str(driver), "--config", str(config)])

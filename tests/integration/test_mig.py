@@ -7,10 +7,9 @@ node, and a request larger than every instance waits with a reason.
 The fake NVML (tests/fake_nvml) is loaded through --gpu-driver-dir, as in
 test_gpu_driver_dir.py; its devices say they are simulated only through
 their UUIDs here, as real NVML would report them."""
-import json
-import os
 
-from pool import FAKE_NVML_DIR, wait_for
+from fake_gpus import fake_driver
+from pool import wait_for
 
 A100 = "GPU-11111111-2222-3333-4444-555555555555"
 T4 = "GPU-66666666-7777-8888-9999-000000000000"
@@ -41,18 +40,9 @@ SHOW = 'echo "cvd=$CUDA_VISIBLE_DEVICES"; echo "devs=$(ls /dev | grep nvidia | t
 
 
 def start(pool, tmp_path):
-    assert FAKE_NVML_DIR, "FAKE_NVML_DIR must name the fake NVML build directory"
-    driver = tmp_path / "driver"
-    driver.mkdir()
-    os.symlink(os.path.join(FAKE_NVML_DIR, "libnvidia-ml.so.1"), driver / "libnvidia-ml.so.1")
-    nvml = tmp_path / "nvml.json"
-    nvml.write_text(json.dumps(CONFIG))
-    dev = tmp_path / "dev"  # stand-ins for the device nodes the sandbox binds
-    dev.mkdir()
-    for name in ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"]:
-        (dev / name).write_text("")
+    driver, nvml, sandbox = fake_driver(tmp_path, CONFIG, cuda=False, minors=(0, 1))
     config = tmp_path / "agent.yaml"
-    config.write_text(f"sandbox: {{devices_dir: {dev}}}\n")
+    config.write_text(sandbox)
     pool.start_server()
     pool.start_agent("mig-box", gpus=None, env={"FAKE_NVML_CONFIG": str(nvml)},
                      extra=["--gpu-driver-dir", str(driver), "--config", str(config)])

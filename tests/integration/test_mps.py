@@ -18,7 +18,8 @@ import tempfile
 
 import pytest
 
-from pool import FAKE_CUDA_DIR, FAKE_NVML_DIR, GPUPOOL, wait_for
+from fake_gpus import fake_driver
+from pool import GPUPOOL, wait_for
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
 NVML = {
@@ -53,19 +54,9 @@ def mps_dir():
 def start_agent(pool, tmp_path, mps_dir, policy, mps_control=None, wait=True, extra=()):
     """An agent on the fake GPU whose config says `policy` and names the
     fake MPS control (or `mps_control`)."""
-    assert FAKE_NVML_DIR and FAKE_CUDA_DIR, "FAKE_NVML_DIR (and FAKE_CUDA_DIR) must name the fakes"
-    driver = tmp_path / "driver"
-    driver.mkdir()
-    os.symlink(os.path.join(FAKE_NVML_DIR, "libnvidia-ml.so.1"), driver / "libnvidia-ml.so.1")
-    os.symlink(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1"), driver / "libcuda.so.1")
-    nvml = tmp_path / "nvml.json"
-    nvml.write_text(json.dumps(NVML))
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    for name in ["nvidia0", "nvidiactl", "nvidia-uvm"]:
-        (dev / name).write_text("")
+    driver, nvml, sandbox = fake_driver(tmp_path, NVML)
     config = tmp_path / "agent.yaml"
-    config.write_text(f"sandbox: {{devices_dir: {dev}}}\n"
+    config.write_text(sandbox +
                       f"mps_control: {mps_control or os.path.abspath(FAKE_MPS)}\n"
                       f"mps_dir: {mps_dir}\n"
                       f"policy: {policy}\n")

@@ -80,17 +80,23 @@ static int task_view(nvmlDevice_t device, uint64_t* total, uint64_t* used) {
   return gs_memory_view(uuid, total, used);
 }
 
+/* Puts the task's view into NVML's answer for `device`: 1 when a cap applies. */
+static int apply_view(nvmlDevice_t device, unsigned long long* total, unsigned long long* free,
+                      unsigned long long* used) {
+  uint64_t t = *total, u = 0;
+  if (!task_view(device, &t, &u)) return 0;
+  *total = t;
+  *used = u;
+  *free = t - u;
+  return 1;
+}
+
 GPUSHARE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   nvmlDeviceGetMemoryInfo_t real = (nvmlDeviceGetMemoryInfo_t)real_nvml("nvmlDeviceGetMemoryInfo");
   if (real == NULL) return NVML_ERROR_UNINITIALIZED;
   nvmlReturn_t r = real(device, memory);
-  uint64_t total, used;
-  if (r != NVML_SUCCESS || memory == NULL) return r;
-  total = memory->total;
-  if (task_view(device, &total, &used)) {
-    memory->total = total;
-    memory->used = used;
-    memory->free = total - used;
+  if (r == NVML_SUCCESS && memory != NULL) {
+    apply_view(device, &memory->total, &memory->free, &memory->used);
   }
   return r;
 }
@@ -101,15 +107,10 @@ GPUSHARE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
       (nvmlDeviceGetMemoryInfo_v2_t)real_nvml("nvmlDeviceGetMemoryInfo_v2");
   if (real == NULL) return NVML_ERROR_UNINITIALIZED;
   nvmlReturn_t r = real(device, memory);
-  uint64_t total, used;
-  if (r != NVML_SUCCESS || memory == NULL) return r;
-  total = memory->total;
-  if (task_view(device, &total, &used)) {
-    /* The driver's reserve is the card's, not the task's: none here. */
-    memory->total = total;
+  /* The driver's reserve is the card's, not the task's: none here. */
+  if (r == NVML_SUCCESS && memory != NULL &&
+      apply_view(device, &memory->total, &memory->free, &memory->used)) {
     memory->reserved = 0;
-    memory->used = used;
-    memory->free = total - used;
   }
   return r;
 }

@@ -177,6 +177,15 @@ int main(int argc, char** argv) {
     std::vector<std::string> env = {
         "FAKE_NVML_CONFIG=" + o.dir + "/gpus.json", "FAKE_CUDA_STATE_DIR=" + o.dir + "/state",
         "GPUSHARE_LIMITS=" + p + ".limits", "LD_PRELOAD=" + o.preload, "PATH=/usr/bin:/bin"};
+    // In the sanitizer build the probe is instrumented and the library is
+    // not; preloaded ahead of the sanitizer's runtime, only its link-order
+    // check minds.
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    env.push_back(std::string("ASAN_OPTIONS=verify_asan_link_order=0") +
+                  (asan != nullptr && *asan != '\0' ? std::string(":") + asan : ""));
+    if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) {
+      env.push_back(std::string("UBSAN_OPTIONS=") + ubsan);
+    }
     pids.push_back(Spawn({o.probe, "spin", std::to_string(t.seconds), std::to_string(start)}, env,
                          p + ".out", p + ".err"));
     exits.push_back(-1);

@@ -181,9 +181,13 @@ class Pool:
     def wait_considered(self, job_id, timeout=30.0):
         """The job once the scheduler has looked at it: placed, or pending with
         the reason it waits. Await this, not a sleep, before asserting that a
-        job did not start."""
-        return wait_for(lambda: (lambda j: j if j["state"] != "pending" or j["reason"] else None)(
-            self.job(job_id)), timeout=timeout, what=f"the scheduler to consider job {job_id}")
+        job did not start. (A job the scheduler has not looked at yet is
+        pending "waiting for the scheduler", the server's reason at submission.)"""
+        def considered(j):
+            waiting = j["state"] == "pending" and j["reason"] in ("", "waiting for the scheduler")
+            return None if waiting else j
+        return wait_for(lambda: considered(self.job(job_id)), timeout=timeout,
+                        what=f"the scheduler to consider job {job_id}")
 
     def wait_finished(self, job_id, timeout=30.0):
         return self.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout)

@@ -378,6 +378,14 @@ class Agent {
     provider_.Acked(seq);
   }
 
+  // Tells the server this node will not run `start`, and why.
+  Status Refuse(const proto::StartTask& start, const Status& why) {
+    GP_LOG(kInfo) << "refusing " << start.attempt_id << ": " << why.message();
+    proto::TaskReport r{start.attempt_id, "refused", 0, 0, why.message(), clock_.NowMs()};
+    Push(proto::kTaskStatus, proto::Encode(r));
+    return Status::Ok();
+  }
+
   Status ApplyOrder(const proto::Envelope& env) {
     if (env.type == proto::kStart) {
       GP_ASSIGN_OR_RETURN(auto start, proto::DecodeStartTask(env.body));
@@ -385,12 +393,7 @@ class Agent {
       bool held = tasks_.tasks().count(start.attempt_id) > 0;
       if (!held) {
         // The policy is enforced here whatever the server thought.
-        if (Status ok = provider_.Admit(start); !ok.ok()) {
-          GP_LOG(kInfo) << "refusing " << start.attempt_id << ": " << ok.message();
-          proto::TaskReport r{start.attempt_id, "refused", 0, 0, ok.message(), clock_.NowMs()};
-          Push(proto::kTaskStatus, proto::Encode(r));
-          return Status::Ok();
-        }
+        if (Status ok = provider_.Admit(start); !ok.ok()) return Refuse(start, ok);
       }
       GP_LOG(kInfo) << "starting " << start.attempt_id << " (" << start.spec.name << ")"
                     << (start.gang ? " as rank " + std::to_string(start.gang->rank) + " of " +
@@ -411,14 +414,10 @@ class Agent {
       auto gpus = held ? Result<TaskGpus>(TaskGpus{}) : TaskGpusFor(start, gpus_);
       if (s.ok() && !gpus.ok()) s = gpus.status();
       if (s.ok() && !held) {
-        // A share of an MPS GPU: its daemon runs before the task does, and
-        // serves one user at a time (agent/mps.h).
-        if (Status m = provider_.PrepareShare(start, *gpus); !m.ok()) {
-          GP_LOG(kInfo) << "refusing " << start.attempt_id << ": " << m.message();
-          proto::TaskReport r{start.attempt_id, "refused", 0, 0, m.message(), clock_.NowMs()};
-          Push(proto::kTaskStatus, proto::Encode(r));
-          return Status::Ok();
-        }
+        // A share: its cap must fit beside its neighbours'; on an MPS GPU
+        // its daemon runs before the task does, and serves one user at a
+        // time (agent/mps.h).
+        if (Status m = provider_.PrepareShare(start, *gpus); !m.ok()) return Refuse(start, m);
       }
       if (s.ok()) s = tasks_.Start(start, *gpus);
       if (s.ok() && choose_master) {

@@ -111,16 +111,13 @@ Status Provider::Admit(const proto::StartTask& start) {
                       start.gpu_memory_mib,
                       start.spec.network == NetworkMode::kHost};
   Status ok = LendingAdmits(lending_, want, gpus_);
-  if (ok.ok()) ok = AdmitShareCap(start);
   if (!ok.ok()) SendLending(true);
   return ok;
 }
 
 // A share's cap must fit beside the caps of the shares already on its GPU
 // (agent/task_gpus.h ShareCapFits).
-Status Provider::AdmitShareCap(const proto::StartTask& start) const {
-  auto task_gpus = TaskGpusFor(start, gpus_);
-  if (!task_gpus.ok() || !task_gpus->share) return Status::Ok();  // the start reports its own error
+Status Provider::AdmitShareCap(const proto::StartTask& start, const exec::GpuShare& share) const {
   const std::string& uuid = start.gpu_uuids.front();
   std::vector<int64_t> others;
   for (const auto& [id, t] : tasks_.tasks()) {
@@ -132,10 +129,12 @@ Status Provider::AdmitShareCap(const proto::StartTask& start) const {
   int64_t lent_mib = 0;
   if (auto lent = lending_.gpus.find(uuid); lent != lending_.gpus.end()) {
     lent_mib = lent->second;
-  } else {
-    for (const GpuInfo& g : gpus_) lent_mib = g.uuid == uuid ? g.memory_mib : lent_mib;
+  } else if (auto g = std::find_if(gpus_.begin(), gpus_.end(),
+                                   [&](const GpuInfo& x) { return x.uuid == uuid; });
+             g != gpus_.end()) {
+    lent_mib = g->memory_mib;
   }
-  return ShareCapFits(uuid, task_gpus->share->memory_bytes, others, lent_mib);
+  return ShareCapFits(uuid, share.memory_bytes, others, lent_mib);
 }
 
 Status Provider::EnsureMps() {
@@ -161,7 +160,9 @@ std::vector<MpsClient> Provider::MpsClients() const {
 }
 
 Status Provider::PrepareShare(const proto::StartTask& start, TaskGpus& gpus) {
-  if (!gpus.share || lender_.sharing() != GpuSharing::kMps) return Status::Ok();
+  if (!gpus.share) return Status::Ok();
+  GP_RETURN_IF_ERROR(AdmitShareCap(start, *gpus.share));
+  if (lender_.sharing() != GpuSharing::kMps) return Status::Ok();
   if (!mps_ || start.gpu_uuids.size() != 1) {
     return Status::FailedPrecondition("an MPS share needs one GPU and the MPS control program");
   }

@@ -82,10 +82,12 @@ class Provider {
   // Why the policy refuses this start order now, or OK. A refusal also
   // resends the lending, so that the server does not place it here again.
   Status Admit(const proto::StartTask& start);
-  // After Admit, for a share of a GPU on an MPS node (agent/mps.h): makes
-  // sure the GPU's MPS control daemon runs and names its pipe directory in
-  // `gpus.share`; refuses a share of another user than the one whose
-  // shares hold the GPU. Nothing for other tasks and other nodes.
+  // After Admit, for a share of a GPU: refuses one whose memory cap does not
+  // fit beside the caps already on its GPU (agent/task_gpus.h
+  // ShareCapFits). On an MPS node (agent/mps.h) it also makes sure the
+  // GPU's MPS control daemon runs and names its pipe directory in
+  // `gpus.share`, and refuses a share of another user than the one whose
+  // shares hold the GPU. Nothing for other tasks.
   Status PrepareShare(const proto::StartTask& start, TaskGpus& gpus);
   // The output limit of a task the server started with `server_bytes`: the
   // policy's max_job_output may lower it (model/job_output.h).
@@ -116,7 +118,7 @@ class Provider {
   std::string PolicyOverridePath() const { return options_.data_dir + "/policy.yaml"; }
   void Tick(int64_t grace_ms = 0);
   void EnforceGpuMemoryCaps();
-  Status AdmitShareCap(const proto::StartTask& start) const;
+  Status AdmitShareCap(const proto::StartTask& start, const exec::GpuShare& share) const;
   // MPS (agent/mps.h): starts the daemons' keeper when the policy says
   // mps; the shares that are its clients now; failures reported.
   Status EnsureMps();

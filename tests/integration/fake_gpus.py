@@ -7,6 +7,15 @@ import os
 
 from pool import FAKE_CUDA_DIR, FAKE_NVML_DIR
 
+# One 8 GiB GPU: the machine of the share and MPS tests.
+GPU = "GPU-11111111-2222-3333-4444-555555555555"
+NVML = {
+    "driver_version": "550.54.15",
+    "cuda_version": 12040,
+    "devices": [{"name": "NVIDIA L4", "uuid": GPU, "memory_total_mib": 8192,
+                 "memory_used_mib": 0, "cc": [8, 9]}],
+}
+
 
 def fake_driver(tmp_path, nvml, cuda=True, minors=(0,)):
     """Writes the driver directory (the fake NVML; with `cuda`, the fake

@@ -20,16 +20,9 @@ import signal
 import struct
 import time
 
-from fake_gpus import fake_driver
+from fake_gpus import GPU, NVML, fake_driver
 from pool import wait_for
 
-GPU = "GPU-11111111-2222-3333-4444-555555555555"
-NVML = {
-    "driver_version": "550.54.15",
-    "cuda_version": 12040,
-    "devices": [{"name": "NVIDIA L4", "uuid": GPU, "memory_total_mib": 8192,
-                 "memory_used_mib": 0, "cc": [8, 9]}],
-}
 
 # The job's own driver client. `python3 /work/alloc.py MODE LABEL`:
 #   all      allocate until refused; print what it got

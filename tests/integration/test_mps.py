@@ -18,16 +18,9 @@ import tempfile
 
 import pytest
 
-from fake_gpus import fake_driver
+from fake_gpus import GPU, NVML, fake_driver
 from pool import GPUPOOL, wait_for
 
-GPU = "GPU-11111111-2222-3333-4444-555555555555"
-NVML = {
-    "driver_version": "550.54.15",
-    "cuda_version": 12040,
-    "devices": [{"name": "NVIDIA L4", "uuid": GPU, "memory_total_mib": 8192,
-                 "memory_used_mib": 0, "cc": [8, 9]}],
-}
 FAKE_MPS = os.path.join(os.path.dirname(__file__), "..", "fake_mps", "nvidia-cuda-mps-control")
 
 HOLD = ('echo "mps $(env | grep ^CUDA_MPS_ | sort | tr \'\\n\' \' \')"; echo "uid $(id -u)"; '

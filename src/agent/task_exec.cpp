@@ -38,10 +38,14 @@ enum Step : int { kCgroup = 1, kSetns, kRoot, kFork, kCredentials, kExec };
 // How long a command waits for the session's job: for the shim to have a
 // process at all, and, once it has one, for the sandbox to make its
 // namespaces and its job to exec the job's command (until then the job
-// has bubblewrap's environment, not its own; a loaded machine can take
-// well over half a second).
+// is bubblewrap, in bubblewrap's directory; a loaded machine can take well
+// over half a second). And how long it waits for the job's environment to
+// be readable: /proc/PID/environ reads empty while the process execs (a
+// job's `sh -c` execs its last command at once), and a job's environment
+// is never empty (the executors always set PATH and HOME).
 constexpr int64_t kFindJobMs = 500;
 constexpr int64_t kJobExecMs = 10'000;
+constexpr int64_t kJobEnvironMs = 2'000;
 
 // The namespaces a command may enter, user first: it grants the
 // capabilities needed to enter the others, which it owns. Mount last, as
@@ -264,6 +268,11 @@ Result<Plan> PlanFor(const ExecTask& task, const ExecCommand& command) {
   std::string proc = "/proc/" + std::to_string(job);
   plan.argv = command.argv;
   plan.env = ReadEnviron(job);
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kJobEnvironMs);
+       plan.env.empty() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    plan.env = ReadEnviron(job);
+  }
   if (command.tty && !command.term.empty()) {
     std::erase_if(plan.env, [](const std::string& e) { return e.starts_with("TERM="); });
     plan.env.push_back("TERM=" + command.term);

@@ -749,7 +749,6 @@ TEST_F(ServerTest, FetchTimesOut) {
   StartServer(std::move(h));
   auto call = Call("GET", "/never");
   call.timeout_ms = 200;
-  auto start = std::chrono::steady_clock::now();
   auto res = Fetch(call);
   ASSERT_FALSE(res.ok());
   EXPECT_EQ(res.status().code(), StatusCode::kDeadlineExceeded);
@@ -1162,8 +1161,9 @@ TEST_F(WsTest, ClientIdleTimeoutClosesASilentServerOnly) {
     client->conn_->Send("still here");
   });
   ASSERT_TRUE(client->WaitMessages());
-  // Freeze the server's loop until the client gives up on it.
-  loop_.Post([&] { client->WaitClosed(); });
+  // Freeze the server's loop until the client gives up on it. The task holds
+  // its own reference: it may still be waking when the test's ends.
+  loop_.Post([client] { client->WaitClosed(); });
   ASSERT_TRUE(client->WaitClosed());
   EXPECT_EQ(client->close_reason, "timed out");
   client_loop.Stop();

@@ -63,6 +63,7 @@
 #include "sched/scheduler.h"
 #include "server/job_logs.h"
 #include "server/node_liveness.h"
+#include "server/pass_input.h"
 #include "store/store.h"
 
 namespace gpupool::server {
@@ -308,23 +309,6 @@ class Pool {
     int64_t grace_ms = 0;
     bool requeue = false;  // the job goes back to the queue (proto::StopTask::requeue)
   };
-  // The scheduler's input, and what the pass tells waiting jobs besides.
-  struct PassInput {
-    sched::Snapshot snapshot;
-    // Pending jobs whose request the scheduler would reject, with the reason.
-    std::map<int64_t, std::string> skipped;
-    // Why jobs are kept off nodes ("alpha (refused by the provider's ...)").
-    std::map<int64_t, std::string> exclusions;
-  };
-  // What one pass reads from the store.
-  struct PoolView {
-    std::vector<Job> pending;
-    std::vector<Job> live_jobs;  // scheduled or running
-    std::vector<Attempt> live_attempts;
-    std::vector<Node> nodes;
-    std::vector<GroupUsage> usage;
-  };
-
   // `job` is leaving `leaving_node` and will be requeued (its provider
   // reclaims the GPU, or it is preempted), or may leave it (a new
   // checkpoint of a job with checkpoint.standby): orders the node the
@@ -339,10 +323,8 @@ class Pool {
   // Charges `group` for `gpu_milli` held over [from_ms, to_ms].
   Status ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, int64_t from_ms,
                      int64_t to_ms);
-  Result<PoolView> ReadView(Tx& tx, bool with_pending);
-  PassInput MakeSnapshot(const PoolView& view, int64_t now) const;
-  // Decayed usage per group now, running attempts included.
-  std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, int64_t now) const;
+  // What BuildPassInput needs besides the store's view, as of `now`.
+  PassContext PassContextAt(int64_t now) const;
   Status ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r);
   // Node `node_id` spoke of `attempt`, which runs elsewhere: writes the
   // refusal to the audit log (the caller ignores what it said).

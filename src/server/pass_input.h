@@ -1,0 +1,67 @@
+// The scheduler's input for one pass, built from what the store holds, which
+// agents are connected and what the providers lend (their nodes' lending as
+// the agents report it), so that the scheduler proposes only what the agents
+// would accept (LendingAdmits): a node that does not lend now is not ready,
+// GPUs not lent are left out, a job its policy refuses (user, group, runtime,
+// shares, host network) excludes the node, and so does a node that refused
+// the job lately. Running attempts are charged to their groups' fair-share
+// usage for their time so far, without being written.
+//
+// Contract: BuildPassInput is pure (its result depends on its arguments
+// only) and never fails: a pending job whose stored request the scheduler
+// would reject is left out and listed in `skipped` with the reason, so one
+// bad record cannot stop every other job from being scheduled. ReadPoolView
+// reads, in one transaction, everything a pass needs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/job.h"
+#include "model/node.h"
+#include "sched/scheduler.h"
+#include "store/store.h"
+
+namespace gpupool::server {
+
+// What one pass reads from the store.
+struct PoolView {
+  std::vector<Job> pending;
+  std::vector<Job> live_jobs;  // scheduled or running
+  std::vector<Attempt> live_attempts;
+  std::vector<Node> nodes;
+  std::vector<GroupUsage> usage;
+};
+
+// Reads the view; without `with_pending`, the pending jobs are left out.
+Result<PoolView> ReadPoolView(Tx& tx, bool with_pending);
+
+// What BuildPassInput needs besides the view.
+struct PassContext {
+  int64_t now_ms = 0;
+  int64_t half_life_ms = 0;  // fair-share usage decay (SchedulerConfig)
+  // Whether the agent of a node is connected now.
+  std::function<bool(const std::string& node_id)> connected;
+  // Job -> node id -> until when the job avoids the node (it refused it).
+  const std::map<int64_t, std::map<std::string, int64_t>>* refused = nullptr;
+};
+
+// The scheduler's input, and what the pass tells waiting jobs besides.
+struct PassInput {
+  sched::Snapshot snapshot;
+  // Pending jobs whose request the scheduler would reject, with the reason.
+  std::map<int64_t, std::string> skipped;
+  // Why jobs are kept off nodes ("alpha (refused by the provider's ...)").
+  std::map<int64_t, std::string> exclusions;
+};
+
+PassInput BuildPassInput(const PoolView& view, const PassContext& ctx);
+
+// Decayed usage per group at ctx.now_ms, running attempts included.
+std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, const PassContext& ctx);
+
+}  // namespace gpupool::server

@@ -1,0 +1,156 @@
+// BuildPassInput is a pure function of the store's view and its context:
+// these tests build views by hand, with no store, no clock and no agents.
+#include "server/pass_input.h"
+
+#include <gtest/gtest.h>
+
+#include "model/job_spec.h"
+
+namespace gpupool::server {
+namespace {
+
+Node MakeNode(const std::string& id, int gpus) {
+  Node n;
+  n.id = id;
+  n.name = "name-" + id;
+  n.state = NodeState::kReady;
+  n.cpu_milli = 16000;
+  n.memory_mib = 65536;
+  for (int i = 0; i < gpus; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.uuid = "GPU-" + id + "-" + std::to_string(i);
+    g.name = "Simulated A100";
+    g.memory_mib = 40960;
+    g.simulated = true;
+    n.gpus.push_back(g);
+  }
+  return n;
+}
+
+Job MakeJob(int64_t id, int gpus, const std::string& group = "lab") {
+  Job j;
+  j.id = id;
+  j.owner = "alice";
+  j.state = JobState::kPending;
+  j.spec.group = group;
+  j.spec.command = {"true"};
+  j.spec.resources.gpus = gpus;
+  j.spec.resources.cpu_milli = 1000;
+  j.spec.resources.memory_mib = 1024;
+  return j;
+}
+
+PassContext Context(int64_t now, std::set<std::string> connected = {"a", "b"}) {
+  PassContext ctx;
+  ctx.now_ms = now;
+  ctx.half_life_ms = 3'600'000;
+  ctx.connected = [connected](const std::string& id) { return connected.count(id) > 0; };
+  return ctx;
+}
+
+const sched::NodeView* NodeOf(const PassInput& in, const std::string& id) {
+  for (const sched::NodeView& n : in.snapshot.nodes) {
+    if (n.id == id) return &n;
+  }
+  return nullptr;
+}
+
+TEST(PassInputTest, OnlyConnectedLendingNodesAreReady) {
+  PoolView view;
+  view.nodes = {MakeNode("a", 2), MakeNode("b", 2), MakeNode("c", 2)};
+  NodeLending paused;
+  paused.mode = "paused";
+  view.nodes[1].lending = paused;
+  PassInput in = BuildPassInput(view, Context(1000, {"a", "b"}));
+  ASSERT_EQ(in.snapshot.nodes.size(), 3u);
+  EXPECT_TRUE(NodeOf(in, "a")->ready);
+  EXPECT_FALSE(NodeOf(in, "b")->ready);  // connected, but its provider paused it
+  EXPECT_FALSE(NodeOf(in, "c")->ready);  // not connected
+  EXPECT_EQ(in.snapshot.now_ms, 1000);
+}
+
+TEST(PassInputTest, GpusNotLentAreNotOfferedAndPartlyLentOnesTakeSharesOnly) {
+  PoolView view;
+  view.nodes = {MakeNode("a", 2)};
+  NodeLending lending;
+  lending.gpus = {{"GPU-a-0", 8192}};  // GPU-a-1 is not lent; GPU-a-0 only 8 GiB of it
+  view.nodes[0].lending = lending;
+  PassInput in = BuildPassInput(view, Context(0));
+  const sched::NodeView* a = NodeOf(in, "a");
+  ASSERT_EQ(a->gpus.size(), 1u);
+  EXPECT_EQ(a->gpus[0].uuid, "GPU-a-0");
+  EXPECT_EQ(a->gpus[0].memory_mib, 8192);
+  EXPECT_EQ(a->gpus[0].free_milli, 999);  // never wholly free: no whole-GPU job fits
+}
+
+TEST(PassInputTest, LiveAttemptsHoldTheirGpusAndOnlyTheCurrentOneRuns) {
+  PoolView view;
+  view.nodes = {MakeNode("a", 2)};
+  Job running = MakeJob(1, 1);
+  running.state = JobState::kRunning;
+  running.current_attempt = "1.2";
+  view.live_jobs = {running};
+  Attempt current, stale;
+  current.id = "1.2";
+  current.job_id = 1;
+  current.node_id = "a";
+  current.gpu_uuids = {"GPU-a-0"};
+  current.gpu_milli = 1000;
+  current.created_ms = 0;
+  stale = current;
+  stale.id = "1.1";
+  stale.gpu_uuids = {"GPU-a-1"};
+  view.live_attempts = {current, stale};
+  PassInput in = BuildPassInput(view, Context(60'000));
+  const sched::NodeView* a = NodeOf(in, "a");
+  EXPECT_EQ(a->gpus[0].free_milli, 0);
+  EXPECT_EQ(a->gpus[1].free_milli, 0);  // a stale attempt still holds until it ends
+  EXPECT_EQ(a->cpu_milli_free, 16000 - 2 * 1000);
+  ASSERT_EQ(in.snapshot.running.size(), 1u);
+  EXPECT_EQ(in.snapshot.running[0].attempt_id, "1.2");
+  // Its group is charged for its time so far, without anything written.
+  ASSERT_EQ(in.snapshot.usage.count("lab"), 1u);
+  EXPECT_GT(in.snapshot.usage.at("lab").milli_ms, 0);
+}
+
+TEST(PassInputTest, ProviderPolicyAndRecentRefusalsExcludeNodesWithReasons) {
+  PoolView view;
+  view.nodes = {MakeNode("a", 2), MakeNode("b", 2)};
+  NodeLending only_bob;
+  only_bob.gpus = {{"GPU-a-0", 40960}, {"GPU-a-1", 40960}};
+  only_bob.allow_users = {"bob"};
+  view.nodes[0].lending = only_bob;
+  view.pending = {MakeJob(7, 1)};
+  std::map<int64_t, std::map<std::string, int64_t>> refused = {{7, {{"b", 5000}}}};
+  PassContext ctx = Context(1000);
+  ctx.refused = &refused;
+  PassInput in = BuildPassInput(view, ctx);
+  ASSERT_EQ(in.snapshot.pending.size(), 1u);
+  EXPECT_EQ(in.snapshot.pending[0].request.excluded_nodes, (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(in.exclusions.count(7), 1u);
+  EXPECT_NE(in.exclusions[7].find("name-a (refused by the provider's policy"), std::string::npos)
+      << in.exclusions[7];
+  EXPECT_NE(in.exclusions[7].find("name-b (it refused the job lately)"), std::string::npos)
+      << in.exclusions[7];
+  // Once the refusal has expired, only the policy keeps the job off a node.
+  ctx.now_ms = 5000;
+  in = BuildPassInput(view, ctx);
+  EXPECT_EQ(in.snapshot.pending[0].request.excluded_nodes, (std::vector<std::string>{"a"}));
+}
+
+TEST(PassInputTest, AJobTheSchedulerWouldRejectIsSkippedNotFatal) {
+  PoolView view;
+  view.nodes = {MakeNode("a", 2)};
+  Job bad = MakeJob(3, 1);
+  bad.spec.resources.gpus = -4;  // a record no valid spec produces
+  view.pending = {bad, MakeJob(4, 1)};
+  PassInput in = BuildPassInput(view, Context(0));
+  ASSERT_EQ(in.snapshot.pending.size(), 1u);
+  EXPECT_EQ(in.snapshot.pending[0].job_id, 4);
+  ASSERT_EQ(in.skipped.count(3), 1u);
+  EXPECT_EQ(in.skipped[3].rfind("cannot be scheduled: ", 0), 0u) << in.skipped[3];
+}
+
+}  // namespace
+}  // namespace gpupool::server

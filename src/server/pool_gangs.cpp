@@ -1,0 +1,143 @@
+// Pool: the gang protocol (attempts with ranks on several nodes): rank
+// reports, stopping a gang, closing its attempt once every rank has ended.
+#include "server/pool.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "server/pool_rules.h"
+
+namespace gpupool::server {
+
+Status Pool::StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_rank,
+                      const std::string& why) {
+  if (attempt.gang_stop_ms > 0 || attempt.preempt_ms > 0) return Status::Ok();  // already leaving
+  attempt.gang_stop_ms = clock_.NowMs();
+  attempt.gang_stop_rank = cause_rank;
+  attempt.reason = why;
+  // Every other rank gets the checkpoint signal first (rank 0 writes the
+  // checkpoint the requeued gang resumes from). The cause has ended, or is
+  // being vacated by its own agent.
+  StopOrder stop{"gang stopped: " + why, PreemptGraceMs(job.spec), /*requeue=*/true};
+  for (const AttemptRank& r : attempt.ranks) {
+    if (r.rank == cause_rank || !IsLive(r.state) || StartHeldBack(job, attempt, r)) continue;
+    GP_RETURN_IF_ERROR(PushStop(tx, r.node_id, attempt.id, stop));
+  }
+  EndHeldBackRanks(job, attempt, attempt.gang_stop_ms);
+  log_lines_.push_back("job " + std::to_string(job.id) + ": stopping every rank of attempt " +
+                       attempt.id + ": " + why);
+  return Status::Ok();
+}
+
+Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::string& node_id,
+                             const proto::TaskReport& r) {
+  AttemptRank& rank = *attempt.RankOn(node_id);
+  if (!IsLive(rank.state)) {
+    // This rank already ended (or was given up as lost): a copy still
+    // running there is stale.
+    if (r.state == "running" || r.state == "starting")
+      return PushStop(tx, node_id, attempt.id, {"stale attempt"});
+    return Status::Ok();
+  }
+  const int64_t now = clock_.NowMs();
+  if (r.state == "starting" || r.state == "running") {
+    if (rank.rank == 0 && r.master_port > 0 && attempt.master_port == 0 &&
+        job.spec.distributed == Distributed::kTorch) {
+      attempt.master_addr = r.master_addr;
+      attempt.master_port = r.master_port;
+      log_lines_.push_back("job " + std::to_string(job.id) + ": attempt " + attempt.id +
+                           " rendezvous at " + attempt.MasterEndpoint());
+      // The rest of the gang starts now (ranks the gang gave up when it
+      // stopped before this are no longer live).
+      for (const AttemptRank& other : attempt.ranks) {
+        if (other.rank > 0 && IsLive(other.state))
+          GP_RETURN_IF_ERROR(PushStart(tx, job, attempt, &other));
+      }
+    }
+    if (r.state == "running") rank.state = AttemptState::kRunning;
+    bool all_running =
+        std::all_of(attempt.ranks.begin(), attempt.ranks.end(),
+                    [](const AttemptRank& x) { return x.state == AttemptState::kRunning; });
+    if (all_running && attempt.state == AttemptState::kScheduled) {
+      // The job runs once every rank does; ApplyEvent stores the attempt.
+      return ApplyEvent(tx, job, attempt, JobEvent::kStarted, &r);
+    }
+    return tx.PutAttempt(attempt);
+  }
+  rank.state = RankEndState(r);
+  if (r.state == "exited") rank.exit_code = r.exit_code;
+  rank.reason = ExitReason(r);
+  rank.finished_ms = now;  // the server's order of events, whatever the agents' clocks say
+  if (rank.state == AttemptState::kRefused && job.state == JobState::kScheduled) {
+    new_refusals_.emplace_back(job.id, node_id);
+  }
+  // A torch gang cannot go on without any rank; replicas go on without a
+  // failed one, but a lost, vacated or refused rank requeues them all.
+  bool ended_badly = rank.state != AttemptState::kSucceeded;
+  bool displaced = rank.state == AttemptState::kLost || rank.state == AttemptState::kVacated ||
+                   rank.state == AttemptState::kRefused;
+  if (ended_badly && (displaced || job.spec.distributed == Distributed::kTorch)) {
+    GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+    std::string why = "rank " + std::to_string(rank.rank) + " on " + (node ? node->name : node_id) +
+                      " " + std::string(AttemptStateName(rank.state)) +
+                      (rank.reason.empty() ? "" : " (" + rank.reason + ")");
+    GP_RETURN_IF_ERROR(StopGang(tx, job, attempt, rank.rank, why));
+  }
+  bool all_ended = std::none_of(attempt.ranks.begin(), attempt.ranks.end(),
+                                [](const AttemptRank& x) { return IsLive(x.state); });
+  if (!all_ended) return tx.PutAttempt(attempt);
+  return CloseGang(tx, job, attempt);
+}
+
+Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
+  auto any = [&](AttemptState s) {
+    return std::any_of(attempt.ranks.begin(), attempt.ranks.end(),
+                       [&](const AttemptRank& x) { return x.state == s; });
+  };
+  // The cause the job reports: the rank whose end stopped the gang, else
+  // the first to end badly.
+  const AttemptRank* first_bad = nullptr;
+  for (const AttemptRank& x : attempt.ranks) {
+    if (x.state == AttemptState::kSucceeded) continue;
+    if (x.rank == attempt.gang_stop_rank) {
+      first_bad = &x;
+      break;
+    }
+    if (!first_bad || x.finished_ms < first_bad->finished_ms) first_bad = &x;
+  }
+  // The ways a rank is displaced, in the order they name the cause.
+  constexpr std::pair<AttemptState, JobEvent> kDisplaced[] = {
+      {AttemptState::kLost, JobEvent::kLost},
+      {AttemptState::kVacated, JobEvent::kVacated},
+      {AttemptState::kRefused, JobEvent::kRefused}};
+  const auto* displaced = std::find_if(std::begin(kDisplaced), std::end(kDisplaced),
+                                       [&](const auto& d) { return any(d.first); });
+  proto::TaskReport summary;
+  summary.attempt_id = attempt.id;
+  summary.ts_ms = clock_.NowMs();
+  JobEvent event;
+  if (first_bad == nullptr) {
+    summary.state = "exited";
+    summary.exit_code = attempt.ranks[0].exit_code.value_or(0);
+    event = JobEvent::kExitedOk;
+  } else if (attempt.preempt_ms > 0) {
+    event = JobEvent::kPreempted;
+    summary.state = "preempted";
+  } else if (displaced != std::end(kDisplaced)) {
+    // Displaced through no fault of its own: a rank's node was lost or its
+    // provider took the GPU back; whatever the others did followed from it.
+    event = displaced->second;
+    summary.state = AttemptStateName(displaced->first);
+    summary.reason = attempt.reason;
+  } else {
+    summary.state = first_bad->exit_code ? "exited" : "failed";
+    summary.exit_code = first_bad->exit_code.value_or(0);
+    summary.reason = "rank " + std::to_string(first_bad->rank) + ": " +
+                     (first_bad->reason.empty() ? "failed" : first_bad->reason);
+    event = RetryIfAllowed(
+        job, first_bad->exit_code ? JobEvent::kExitedError : JobEvent::kAttemptFailed);
+  }
+  return ApplyEvent(tx, job, attempt, event, &summary);
+}
+
+}  // namespace gpupool::server

@@ -1,0 +1,114 @@
+#include "server/pool_rules.h"
+
+#include <algorithm>
+
+#include "model/job_spec.h"
+
+namespace gpupool::server {
+
+std::string AgentSeqKey(const std::string& node_id) { return "agent_seq/" + node_id; }
+
+static_assert(static_cast<int>(JobPriority::kInteractive) ==
+              static_cast<int>(sched::PriorityClass::kInteractive));
+static_assert(static_cast<int>(JobPriority::kNormal) ==
+              static_cast<int>(sched::PriorityClass::kNormal));
+static_assert(static_cast<int>(JobPriority::kOpportunistic) ==
+              static_cast<int>(sched::PriorityClass::kOpportunistic));
+
+sched::PriorityClass ClassOf(JobPriority p) { return static_cast<sched::PriorityClass>(p); }
+
+sched::Request RequestFor(const JobSpec& spec) {
+  const Resources& r = spec.resources;
+  sched::Request q;
+  q.nodes = std::max(r.nodes, 1);
+  q.gpus = r.gpus;
+  q.gpu_milli = r.gpus > 0 ? 0 : r.gpu_milli;
+  q.gpu_memory_mib = r.gpu_memory_mib;
+  q.min_compute_capability = r.min_compute_capability;
+  q.gpu_models = r.gpu_models;
+  q.preferred_models = r.preferred_models;
+  q.prefer_wait_ms = r.prefer_wait_ms;
+  q.node_labels = r.node_labels;
+  // Only nodes that can run it the way it asks (labels their agents set).
+  if (!spec.executor.empty()) q.node_labels[ExecutorLabel(spec.executor)] = "true";
+  if (!spec.image.empty() && (spec.executor.empty() || spec.executor == "sandbox")) {
+    q.node_labels[kImagesLabel] = "true";
+  }
+  q.cpu_milli = r.cpu_milli;
+  q.memory_mib = r.memory_mib;
+  q.mig_slices = r.mig.slices;
+  q.mig_memory_gb = r.mig.memory_gb;
+  return q;
+}
+
+int32_t MilliPerGpu(const Attempt& a) {
+  return a.gpu_milli > 0 ? a.gpu_milli : (a.gpu_uuids.empty() ? 0 : 1000);
+}
+int64_t TotalMilli(const Attempt& a) {
+  return int64_t{MilliPerGpu(a)} * static_cast<int64_t>(a.gpu_uuids.size()) * a.NodeCount();
+}
+
+std::vector<NodeHolding> HoldingsOf(const Attempt& a) {
+  if (a.ranks.empty()) return {{a.node_id, a.gpu_uuids}};
+  std::vector<NodeHolding> out;
+  for (const AttemptRank& r : a.ranks) out.push_back({r.node_id, r.gpu_uuids});
+  return out;
+}
+
+proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, int64_t now) {
+  proto::TaskReport r;
+  r.attempt_id = attempt_id;
+  r.state = "lost";
+  r.reason = std::move(reason);
+  r.ts_ms = now;
+  return r;
+}
+
+JobEvent RetryIfAllowed(const Job& job, JobEvent event) {
+  bool failure = event == JobEvent::kExitedError || event == JobEvent::kAttemptFailed;
+  return failure && job.restarts < job.spec.max_restarts ? JobEvent::kRetry : event;
+}
+
+AttemptState RankEndState(const proto::TaskReport& r) {
+  if (r.state == "exited") {
+    return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
+  }
+  if (r.state == "vacated") return AttemptState::kVacated;
+  if (r.state == "refused") return AttemptState::kRefused;
+  if (r.state == "lost") return AttemptState::kLost;
+  return AttemptState::kFailed;
+}
+
+bool StartHeldBack(const Job& job, const Attempt& a, const AttemptRank& r) {
+  return r.rank > 0 && job.spec.distributed == Distributed::kTorch && a.master_port == 0;
+}
+
+bool EndHeldBackRanks(const Job& job, Attempt& a, int64_t now) {
+  bool changed = false;
+  for (AttemptRank& r : a.ranks) {
+    if (!IsLive(r.state) || !StartHeldBack(job, a, r)) continue;
+    r.state = AttemptState::kCancelled;
+    r.reason = "never started: the gang stopped first";
+    r.finished_ms = now;
+    changed = true;
+  }
+  return changed;
+}
+
+int64_t PreemptGraceMs(const JobSpec& spec) {
+  return spec.checkpoint ? spec.checkpoint->grace_ms : kDefaultStopGraceMs;
+}
+
+bool FinishedBeforePreemption(const proto::TaskReport& r) {
+  return r.state == "exited" && r.exit_code == 0 && r.signal == 0 && r.reason.empty();
+}
+
+std::string ExitReason(const proto::TaskReport& r) {
+  if (!r.reason.empty()) return r.reason;
+  if (r.signal > 0) return "killed by signal " + std::to_string(r.signal);
+  if (r.state == "exited" && r.exit_code != 0)
+    return "exited with code " + std::to_string(r.exit_code);
+  return "";
+}
+
+}  // namespace gpupool::server

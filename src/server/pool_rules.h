@@ -1,0 +1,68 @@
+// Small rules the Pool's parts share (server/pool*.cpp): what a job asks
+// the scheduler for, what an attempt holds, how reports read. Pure functions
+// of their arguments; internal to the server.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/job.h"
+#include "model/job_state.h"
+#include "proto/messages.h"
+#include "sched/scheduler.h"
+
+namespace gpupool::server {
+
+// The meta key under which the agent of `node_id`'s applied sequence is kept.
+std::string AgentSeqKey(const std::string& node_id);
+
+// The scheduler's class of a job priority (the same three, in the same order).
+sched::PriorityClass ClassOf(JobPriority p);
+
+// What a job asks the scheduler for (per node; a gang asks for `nodes`).
+sched::Request RequestFor(const JobSpec& spec);
+
+// The GPU milli an attempt holds on each of its GPUs. Attempts stored before
+// GPU shares existed have 0 and held whole GPUs.
+int32_t MilliPerGpu(const Attempt& a);
+// The GPU milli the attempt holds in all, every rank included.
+int64_t TotalMilli(const Attempt& a);
+
+// Where an attempt holds GPUs: each rank's node and GPUs, or its one node's.
+struct NodeHolding {
+  const std::string& node_id;
+  const std::vector<std::string>& gpu_uuids;
+};
+
+std::vector<NodeHolding> HoldingsOf(const Attempt& a);
+
+// The report the server writes for an attempt it declares lost.
+proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, int64_t now);
+
+// A failure becomes a retry while the job has restarts left.
+JobEvent RetryIfAllowed(const Job& job, JobEvent event);
+
+// How a gang rank ended, from its final report.
+AttemptState RankEndState(const proto::TaskReport& r);
+
+// The rank's start order is not sent yet: a torch gang's ranks after 0
+// wait for rank 0's rendezvous.
+bool StartHeldBack(const Job& job, const Attempt& a, const AttemptRank& r);
+
+// The gang is stopping before its rendezvous: the ranks still held back
+// will never start, so they end now (cancelled). Returns whether any did.
+bool EndHeldBackRanks(const Job& job, Attempt& a, int64_t now);
+
+// A preempted job gets this long between SIGTERM and SIGKILL.
+int64_t PreemptGraceMs(const JobSpec& spec);
+
+// Whether a report about an attempt that was ordered to stop for preemption
+// means the job finished anyway: it exited cleanly before the stop reached
+// it (the shim records "stopped: ..." as the reason of anything it stopped).
+bool FinishedBeforePreemption(const proto::TaskReport& r);
+
+// Text a user reads for an attempt that ended without a clean exit.
+std::string ExitReason(const proto::TaskReport& r);
+
+}  // namespace gpupool::server

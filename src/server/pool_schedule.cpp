@@ -1,0 +1,239 @@
+// Pool: the scheduling pass (the scheduler's input from the store, the
+// agents and the providers' lending; applying its decisions) and start
+// orders.
+#include "server/pool.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "server/pool_rules.h"
+
+namespace gpupool::server {
+
+Result<proto::StartTask> Pool::MakeStart(Tx& tx, const Job& job, const Attempt& a,
+                                         const AttemptRank* rank) {
+  proto::StartTask start;
+  start.attempt_id = a.id;
+  start.job_id = job.id;
+  start.owner = job.owner;
+  start.spec = job.spec;
+  start.gpu_uuids = rank ? rank->gpu_uuids : a.gpu_uuids;
+  start.gpu_milli = a.gpu_milli;
+  start.gpu_memory_mib = a.gpu_memory_mib;
+  start.max_output_bytes = options_.logs.max_job_output_bytes;
+  if (rank) {
+    proto::GangRank g;
+    g.rank = rank->rank;
+    g.nodes = a.NodeCount();
+    g.mode = job.spec.distributed;
+    // Rank 0's agent chooses the port; the others are told it.
+    if (rank->rank > 0) {
+      g.master_addr = a.master_addr;
+      g.master_port = a.master_port;
+    }
+    start.gang = std::move(g);
+  }
+  // Every rank restores the job's newest checkpoint.
+  GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(job.id));
+  if (newest) {
+    start.restore_checkpoint = newest->number;
+    start.restore_manifest = newest->manifest;
+  }
+  return start;
+}
+
+Status Pool::PushStart(Tx& tx, const Job& job, const Attempt& a, const AttemptRank* rank) {
+  GP_ASSIGN_OR_RETURN(proto::StartTask start, MakeStart(tx, job, a, rank));
+  const std::string& node = rank ? rank->node_id : a.node_id;
+  GP_RETURN_IF_ERROR(
+      tx.PushOutbox(node, std::string(proto::kStart), proto::Encode(start)).status());
+  touched_nodes_.insert(node);
+  return Status::Ok();
+}
+
+PassContext Pool::PassContextAt(int64_t now) const {
+  PassContext ctx;
+  ctx.now_ms = now;
+  ctx.half_life_ms = options_.scheduler.half_life_ms;
+  ctx.connected = [this](const std::string& node_id) { return live_.count(node_id) > 0; };
+  ctx.refused = &refused_;
+  return ctx;
+}
+
+Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node) {
+  GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(job.id));
+  if (!newest) return Status::Ok();
+  // The scheduler's pass as it would run once the job is back in the queue
+  // (first in its class, as a displaced job is) and off `leaving_node`.
+  const int64_t now = clock_.NowMs();
+  GP_ASSIGN_OR_RETURN(PoolView view, ReadPoolView(tx, true));
+  std::erase_if(view.live_attempts, [&](const Attempt& a) { return a.job_id == job.id; });
+  Job requeued = job;
+  requeued.front = true;
+  view.pending.push_back(requeued);
+  PassInput in = BuildPassInput(view, PassContextAt(now));
+  for (sched::PendingJob& p : in.snapshot.pending) {
+    if (p.job_id != job.id) continue;
+    auto& excluded = p.request.excluded_nodes;
+    excluded.insert(std::lower_bound(excluded.begin(), excluded.end(), leaving_node), leaving_node);
+    excluded.erase(std::unique(excluded.begin(), excluded.end()), excluded.end());
+  }
+  GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));
+  for (const sched::Placement& p : d.placements) {
+    if (p.job_id != job.id) continue;
+    // Every rank of a gang restores the checkpoint.
+    for (const sched::NodeAssignment& where : p.nodes) {
+      const std::string& node = where.node_id;
+      proto::StageCheckpoint order{job.id, newest->number, newest->manifest};
+      GP_RETURN_IF_ERROR(
+          tx.PushOutbox(node, std::string(proto::kStage), proto::Encode(order)).status());
+      touched_nodes_.insert(node);
+      log_lines_.push_back("job " + std::to_string(job.id) + ": staging checkpoint " +
+                           std::to_string(newest->number) + " on node " + node +
+                           ", where it would run next");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<int> Pool::Schedule() {
+  int placed = 0;
+  int64_t now = clock_.NowMs();
+  std::map<int64_t, QueueInfo> queue;
+  for (auto it = refused_.begin(); it != refused_.end();) {
+    std::erase_if(it->second, [&](const auto& e) { return e.second <= now; });
+    it = it->second.empty() ? refused_.erase(it) : std::next(it);
+  }
+  Status s = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(PoolView view, ReadPoolView(tx, true));
+    if (view.pending.empty()) return Status::Ok();
+    PassInput in = BuildPassInput(view, PassContextAt(now));
+    GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));
+
+    std::map<int64_t, Job*> pending_by_id;
+    for (Job& j : view.pending) pending_by_id[j.id] = &j;
+    std::map<std::string, Attempt*> attempt_by_id;
+    // Jobs that already wait for victims to leave, and who those are.
+    std::map<int64_t, std::vector<int64_t>> leaving_for;
+    for (Attempt& a : view.live_attempts) {
+      attempt_by_id[a.id] = &a;
+      if (a.preempt_ms > 0) leaving_for[a.preempt_for_job].push_back(a.job_id);
+    }
+
+    for (const sched::Placement& p : d.placements) {
+      auto it = pending_by_id.find(p.job_id);
+      if (it == pending_by_id.end() || p.nodes.empty()) continue;
+      Job& job = *it->second;
+      JobTransition t = Step(job.state, JobEvent::kSchedule);
+      if (!t.accepted) continue;
+      const sched::NodeAssignment& where = p.nodes[0];  // rank 0 of a gang
+      Attempt a;
+      a.number = job.attempts + 1;
+      a.id = MakeAttemptId(job.id, a.number);
+      a.job_id = job.id;
+      a.node_id = where.node_id;
+      a.gpu_uuids = where.gpu_uuids;
+      a.gpu_milli = where.gpu_uuids.empty() ? 0 : where.gpu_milli;
+      a.gpu_memory_mib = where.gpu_milli < 1000 ? where.gpu_memory_mib : 0;
+      a.state = AttemptState::kScheduled;
+      a.created_ms = now;
+      if (job.spec.gang()) {
+        for (size_t i = 0; i < p.nodes.size(); ++i) {
+          AttemptRank r;
+          r.rank = static_cast<int32_t>(i);
+          r.node_id = p.nodes[i].node_id;
+          r.gpu_uuids = p.nodes[i].gpu_uuids;
+          a.ranks.push_back(std::move(r));
+        }
+      }
+      GP_RETURN_IF_ERROR(tx.PutAttempt(a));
+      if (a.ranks.empty()) GP_RETURN_IF_ERROR(PushStart(tx, job, a, nullptr));
+      // A torch gang starts with rank 0, whose agent chooses the rendezvous
+      // port; the other ranks follow once it is known (ApplyRankReport).
+      for (const AttemptRank& r : a.ranks) {
+        if (!StartHeldBack(job, a, r)) GP_RETURN_IF_ERROR(PushStart(tx, job, a, &r));
+      }
+      job.attempts = a.number;
+      job.current_attempt = a.id;
+      job.state = t.next;
+      job.reason.clear();
+      job.front = false;
+      job.updated_ms = now;
+      GP_RETURN_IF_ERROR(tx.UpdateJob(job));
+      touched_jobs_.insert(job.id);
+      ++placed;
+    }
+
+    // Preemptions: each victim is ordered to stop (its checkpoint grace) and
+    // its job requeued when the attempt ends. A job that already waits for
+    // victims gets no more until they have left, so passes that run while
+    // they leave do not preempt again.
+    std::map<int64_t, std::vector<int64_t>> newly_leaving;
+    for (const sched::Preemption& pr : d.preemptions) {
+      if (leaving_for.count(pr.for_job_id)) continue;
+      auto a = attempt_by_id.find(pr.attempt_id);
+      if (a == attempt_by_id.end() || a->second->preempt_ms > 0) continue;
+      Attempt& attempt = *a->second;
+      GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt.job_id));
+      if (!job || job->current_attempt != attempt.id || !job->spec.preemptible()) continue;
+      attempt.preempt_ms = now;
+      attempt.preempt_for_job = pr.for_job_id;
+      attempt.reason =
+          pr.message.empty() ? "preempted for job " + std::to_string(pr.for_job_id) : pr.message;
+      GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+      StopOrder stop{attempt.reason, PreemptGraceMs(job->spec), /*requeue=*/true};
+      GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, attempt, JobEvent::kPreempt, nullptr, &stop));
+      GP_RETURN_IF_ERROR(StageAhead(tx, *job, attempt.node_id));
+      newly_leaving[pr.for_job_id].push_back(job->id);
+    }
+    for (auto& [for_job, victims] : newly_leaving) {
+      auto& all = leaving_for[for_job];
+      all.insert(all.end(), victims.begin(), victims.end());
+      // The preemptor goes first in its class until it starts, so that the
+      // room its victims leave is not taken by the next job in line (often
+      // the victim itself, requeued).
+      if (auto p = pending_by_id.find(for_job); p != pending_by_id.end() && !p->second->front) {
+        p->second->front = true;
+        GP_RETURN_IF_ERROR(tx.UpdateJob(*p->second));
+        touched_jobs_.insert(for_job);
+      }
+    }
+
+    auto set_reason = [&](Job& job, const std::string& reason) -> Status {
+      // Written only when it changes: most passes leave most reasons alone.
+      if (job.reason == reason) return Status::Ok();
+      job.reason = reason;
+      GP_RETURN_IF_ERROR(tx.UpdateJob(job));
+      touched_jobs_.insert(job.id);
+      return Status::Ok();
+    };
+    for (const sched::Waiting& w : d.waiting) {
+      auto it = pending_by_id.find(w.job_id);
+      if (it == pending_by_id.end()) continue;
+      std::string reason = w.reason;
+      if (auto l = leaving_for.find(w.job_id); l != leaving_for.end()) {
+        std::string ids;
+        for (int64_t v : l->second) ids += (ids.empty() ? "" : ", ") + std::to_string(v);
+        reason = "waiting for job" + std::string(l->second.size() > 1 ? "s " : " ") + ids +
+                 " to leave (preempted for it: checkpoint and requeue)";
+      } else if (auto e = in.exclusions.find(w.job_id);
+                 w.unsatisfiable && e != in.exclusions.end()) {
+        reason += "; " + e->second;
+      }
+      queue[w.job_id] = QueueInfo{w.position, w.explanation, w.unsatisfiable, w.reserved_start_ms};
+      GP_RETURN_IF_ERROR(set_reason(*it->second, reason));
+    }
+    for (const auto& [id, why] : in.skipped)
+      GP_RETURN_IF_ERROR(set_reason(*pending_by_id.at(id), why));
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    Discard();
+    return s;
+  }
+  queue_ = std::move(queue);
+  Notify();
+  return placed;
+}
+
+}  // namespace gpupool::server

@@ -1,0 +1,193 @@
+// Pool: the job lifecycle applied (model/job_state.h's table and the
+// effects of each transition) and single-node task reports.
+#include "server/pool.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "server/pool_rules.h"
+
+namespace gpupool::server {
+
+Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
+                      const StopOrder& order) {
+  proto::StopTask stop{attempt_id, order.reason, order.grace_ms, order.requeue};
+  GP_ASSIGN_OR_RETURN(int64_t seq,
+                      tx.PushOutbox(node_id, std::string(proto::kStop), proto::Encode(stop)));
+  (void)seq;
+  touched_nodes_.insert(node_id);
+  return Status::Ok();
+}
+
+Status Pool::ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, int64_t from_ms,
+                         int64_t to_ms) {
+  if (gpu_milli <= 0) return Status::Ok();
+  GP_ASSIGN_OR_RETURN(auto stored, tx.GetGroupUsage(group));
+  sched::DecayedUsage u;
+  if (stored) u = {stored->milli_ms, stored->as_of_ms};
+  u = sched::Charge(u, gpu_milli, from_ms, to_ms, options_.scheduler.half_life_ms);
+  return tx.PutGroupUsage(GroupUsage{group, u.milli_ms, u.as_of_ms});
+}
+
+Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
+                        const proto::TaskReport* report, const StopOrder* stop) {
+  JobTransition t = Step(job.state, event);
+  if (!t.accepted) return Status::Ok();  // stale or duplicate event: nothing to do
+  int64_t now = clock_.NowMs();
+  for (const JobAction& action : t.actions) {
+    switch (action.type) {
+      case JobActionType::kStartAttempt:
+        // Placement-specific; Schedule() creates the attempt itself.
+        break;
+      case JobActionType::kMarkAttemptRunning:
+        attempt.state = AttemptState::kRunning;
+        attempt.started_ms = report && report->ts_ms ? report->ts_ms : now;
+        if (job.started_ms == 0) job.started_ms = attempt.started_ms;
+        GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+        break;
+      case JobActionType::kStopAttempt:
+        if (attempt.ranks.empty()) {
+          GP_RETURN_IF_ERROR(PushStop(tx, attempt.node_id, attempt.id, stop ? *stop : StopOrder{}));
+        }
+        for (const AttemptRank& r : attempt.ranks) {
+          if (!IsLive(r.state) || StartHeldBack(job, attempt, r)) continue;
+          GP_RETURN_IF_ERROR(PushStop(tx, r.node_id, attempt.id, stop ? *stop : StopOrder{}));
+        }
+        if (EndHeldBackRanks(job, attempt, now)) GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+        break;
+      case JobActionType::kCloseAttempt:
+        attempt.state = action.close_as;
+        attempt.finished_ms = now;
+        for (AttemptRank& r : attempt.ranks) {
+          if (!IsLive(r.state)) continue;
+          r.state = action.close_as;
+          r.finished_ms = now;
+        }
+        if (report && report->state == "exited") attempt.exit_code = report->exit_code;
+        // A preempted attempt, or one the server ended, keeps the server's
+        // message as its reason.
+        if (report && action.close_as != AttemptState::kPreempted && event != JobEvent::kEnded) {
+          attempt.reason = ExitReason(*report);
+        }
+        GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+        // Its group is charged for the time the attempt held its GPUs.
+        GP_RETURN_IF_ERROR(
+            ChargeUsage(tx, job.spec.group, TotalMilli(attempt), attempt.created_ms, now));
+        job.current_attempt.clear();
+        want_schedule_ = true;  // its GPUs are free again
+        break;
+    }
+  }
+  job.state = t.next;
+  job.updated_ms = now;
+  if (IsTerminal(job.state)) {
+    job.finished_ms = now;
+    job.exit_code = attempt.exit_code;
+    job.reason = job.state == JobState::kSucceeded ? ""
+                 : event == JobEvent::kEnded       ? attempt.reason
+                 : report                          ? ExitReason(*report)
+                                                   : "";
+  } else if (event == JobEvent::kPreempted) {
+    job.reason = "requeued: attempt " + attempt.id + " was " + attempt.reason;
+  } else if (event == JobEvent::kPreempt) {
+    job.last_preempted_ms = now;
+    job.reason = "being " + attempt.reason;
+  } else if (event == JobEvent::kVacated) {
+    job.reason =
+        "vacated: " + (attempt.reason.empty() ? "the provider took its GPU back" : attempt.reason) +
+        "; requeued";
+    job.front = true;  // displaced through no fault of its own
+  } else if (event == JobEvent::kRetry) {
+    ++job.restarts;
+    job.reason = "requeued: attempt " + attempt.id + " failed" +
+                 (attempt.reason.empty() ? "" : " (" + attempt.reason + ")") + "; restart " +
+                 std::to_string(job.restarts) + " of " + std::to_string(job.spec.max_restarts);
+  } else if (event == JobEvent::kRefused) {
+    job.reason = "requeued: attempt " + attempt.id + " was refused" +
+                 (attempt.reason.empty() ? "" : " (" + attempt.reason + ")");
+    job.front = true;
+  } else if (job.state == JobState::kPending) {
+    job.reason = "requeued: attempt " + attempt.id + " was lost" +
+                 (report && !report->reason.empty() ? " (" + report->reason + ")" : "");
+    job.front = true;  // displaced through no fault of its own
+  } else if (job.state == JobState::kRunning && attempt.preempt_ms > 0) {
+    // A late "started" report of an attempt that is being preempted.
+  } else {
+    job.reason.clear();
+  }
+  GP_RETURN_IF_ERROR(tx.UpdateJob(job));
+  touched_jobs_.insert(job.id);
+  return Status::Ok();
+}
+
+Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r) {
+  if (r.state != "running") leaving_.erase(r.attempt_id);
+  GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(r.attempt_id));
+  std::optional<Job> job;
+  if (attempt) {
+    GP_ASSIGN_OR_RETURN(job, tx.GetJob(attempt->job_id));
+  }
+  // Fencing: only the job's live attempt, on the node it was placed on, may
+  // change the job. Anything else still running there is told to stop.
+  bool current = attempt && job && attempt->RunsOn(node_id) && IsLive(attempt->state) &&
+                 job->current_attempt == attempt->id;
+  if (attempt && !attempt->RunsOn(node_id)) {
+    GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "a task report (" + r.state + ")"));
+  }
+  if (!current) {
+    if (r.state == "running" || r.state == "starting")
+      return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
+    return Status::Ok();
+  }
+  if (!attempt->ranks.empty()) return ApplyRankReport(tx, *job, *attempt, node_id, r);
+  if (r.state == "starting") return Status::Ok();
+  JobEvent event;
+  if (r.state == "running")
+    event = JobEvent::kStarted;
+  else if (r.state == "vacated")
+    event = JobEvent::kVacated;
+  else if (r.state == "refused")
+    event = JobEvent::kRefused;
+  else if (attempt->preempt_ms > 0 && !FinishedBeforePreemption(r))
+    // However it ended: the job goes back to the queue, or ends if the
+    // server stopped it for good.
+    event = attempt->preempt_for_job == Attempt::kStoppedForGood ? JobEvent::kEnded
+                                                                 : JobEvent::kPreempted;
+  else if (r.state == "exited")
+    event = ExitEvent(r.exit_code);
+  else if (r.state == "failed")
+    event = JobEvent::kAttemptFailed;
+  else
+    event = JobEvent::kLost;
+  if (event == JobEvent::kRefused && job->state == JobState::kScheduled) {
+    new_refusals_.emplace_back(job->id, node_id);
+  }
+  event = RetryIfAllowed(*job, event);
+  return ApplyEvent(tx, *job, *attempt, event, &r);
+}
+
+Status Pool::LoseLiveAttempts(Tx& tx, const std::string& node_id, const std::string& reason) {
+  AttemptQuery q;
+  q.node_id = node_id;
+  q.live_only = true;
+  GP_ASSIGN_OR_RETURN(auto live, tx.ListAttempts(q));
+  for (Attempt& a : live) {
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(a.job_id));
+    if (!job || job->current_attempt != a.id) continue;
+    proto::TaskReport lost = LostReport(a.id, reason, clock_.NowMs());
+    GP_RETURN_IF_ERROR(LoseAttemptOn(tx, *job, a, node_id, lost));
+  }
+  return Status::Ok();
+}
+
+Status Pool::LoseAttemptOn(Tx& tx, Job& job, Attempt& a, const std::string& node_id,
+                           const proto::TaskReport& lost) {
+  if (a.ranks.empty()) return ApplyEvent(tx, job, a, JobEvent::kLost, &lost);
+  // Only the rank there is lost; the rest of the gang is stopped and the
+  // attempt closes once every rank has ended.
+  const AttemptRank* rank = a.RankOn(node_id);
+  if (rank == nullptr || !IsLive(rank->state)) return Status::Ok();
+  return ApplyRankReport(tx, job, a, node_id, lost);
+}
+
+}  // namespace gpupool::server

@@ -13,8 +13,9 @@
 //
 // Step never performs effects; it returns the actions the caller must carry
 // out (create the attempt and order its start, close the attempt with a
-// state, tell the agent to stop). Terminal states accept no event. Events
-// about an attempt that is not the job's live one are filtered by the caller
+// state, tell the agent to stop) and the effect on the job (its reason,
+// requeued at the front of its class, a restart counted, preempted now). Terminal states accept no
+// event. Events about an attempt that is not the job's live one are filtered by the caller
 // (fencing) before Step is reached.
 #pragma once
 
@@ -70,19 +71,45 @@ struct JobAction {
   friend bool operator==(const JobAction&, const JobAction&) = default;
 };
 
+// What a transition says about the job's `reason` (the text users read),
+// which the server renders from the job, its attempt and the report.
+enum class JobReason {
+  kClear,                // none
+  kClearUnlessStopping,  // none, unless its attempt is being stopped (a late "started")
+  kExit,                 // how the attempt ended (the report's reason, signal or code)
+  kAttemptReason,        // the attempt's own reason (the server ended it)
+  kBeingPreempted,       // "being preempted ..."
+  kRequeuedPreempted,    // "requeued: attempt X was preempted ..."
+  kRequeuedVacated,      // "vacated: ...; requeued"
+  kRequeuedRetry,        // "requeued: attempt X failed (...); restart N of M"
+  kRequeuedRefused,      // "requeued: attempt X was refused (...)"
+  kRequeuedLost,         // "requeued: attempt X was lost (...)"
+};
+
+// What a transition does to the job itself, besides its state.
+struct JobEffect {
+  JobReason reason = JobReason::kClear;
+  bool requeue_front = false;   // first in its class: displaced through no fault of its own
+  bool count_restart = false;   // one of max_restarts used
+  bool mark_preempted = false;  // last_preempted_ms = now
+  friend bool operator==(const JobEffect&, const JobEffect&) = default;
+};
+
 struct JobTransition {
   bool accepted = false;  // false: the event does not apply in this state; nothing changes
   JobState next = JobState::kPending;
   std::vector<JobAction> actions;
+  JobEffect effect;
 };
 
 // One row of the table: in state `from`, event `event` leads to `to` with
-// `actions`, in order.
+// `actions`, in order, and `effect` on the job.
 struct JobTransitionRule {
   JobState from;
   JobEvent event;
   JobState to;
   std::vector<JobAction> actions;
+  JobEffect effect = {};
 };
 
 // The whole table, for documentation and tests.

@@ -134,5 +134,34 @@ TEST(JobStateTest, ExitEventFollowsCode) {
   EXPECT_EQ(ExitEvent(-9), kExitedError);
 }
 
+// The table, not the caller, says what a transition does to the job: who
+// goes back to the front of its class, what counts as a restart, when a
+// preemption is recorded and what the job's reason says.
+TEST(JobStateTest, TheTableCarriesTheEffectsOnTheJob) {
+  for (JobState live : {kScheduled, kRunning}) {
+    // Displaced through no fault of its own: first in its class again.
+    for (JobEvent e : {kLost, kVacated}) {
+      EXPECT_TRUE(Step(live, e).effect.requeue_front) << JobEventName(e);
+      EXPECT_FALSE(Step(live, e).effect.count_restart) << JobEventName(e);
+    }
+    // A preempted job waits its turn; a retry uses one of its restarts.
+    EXPECT_FALSE(Step(live, kPreempted).effect.requeue_front);
+    EXPECT_EQ(Step(live, kPreempted).effect.reason, JobReason::kRequeuedPreempted);
+    EXPECT_TRUE(Step(live, kRetry).effect.count_restart);
+    EXPECT_FALSE(Step(live, kRetry).effect.requeue_front);
+    EXPECT_TRUE(Step(live, kPreempt).effect.mark_preempted);
+    EXPECT_EQ(Step(live, kPreempt).effect.reason, JobReason::kBeingPreempted);
+    EXPECT_EQ(Step(live, kExitedError).effect.reason, JobReason::kExit);
+    EXPECT_EQ(Step(live, kEnded).effect.reason, JobReason::kAttemptReason);
+  }
+  EXPECT_TRUE(Step(kScheduled, kRefused).effect.requeue_front);
+  EXPECT_EQ(Step(kRunning, kStarted).effect.reason, JobReason::kClearUnlessStopping);
+  // No other transition counts a restart or marks a preemption.
+  for (const auto& rule : JobTransitionTable()) {
+    if (rule.event != kRetry) EXPECT_FALSE(rule.effect.count_restart);
+    if (rule.event != kPreempt) EXPECT_FALSE(rule.effect.mark_preempted);
+  }
+}
+
 }  // namespace
 }  // namespace gpupool

@@ -33,32 +33,22 @@ void Pool::SetSchedulerConfig(sched::SchedulerConfig config) {
 }
 
 void Pool::Notify() {
-  std::set<std::string> nodes;
-  std::set<int64_t> jobs;
-  nodes.swap(touched_nodes_);
-  jobs.swap(touched_jobs_);
+  // Taken out first: the hooks may call back into the pool.
+  PoolEffects fx = std::move(fx_);
+  fx_.Clear();
   const int64_t until = clock_.NowMs() + options_.refusal_avoid_ms;
-  for (const auto& [job, node] : new_refusals_) refused_[job][node] = until;
-  new_refusals_.clear();
-  for (const std::string& line : log_lines_) GP_LOG(kInfo) << line;
-  log_lines_.clear();
+  for (const auto& [job, node] : fx.refusals) refused_[job][node] = until;
+  for (const std::string& line : fx.log_lines) GP_LOG(kInfo) << line;
   if (hooks_.outbox_ready) {
-    for (const auto& n : nodes) hooks_.outbox_ready(n);
+    for (const auto& n : fx.nodes) hooks_.outbox_ready(n);
   }
   if (hooks_.job_changed) {
-    for (int64_t j : jobs) hooks_.job_changed(j);
+    for (int64_t j : fx.jobs) hooks_.job_changed(j);
   }
-  if (want_schedule_ && hooks_.schedule_needed) hooks_.schedule_needed();
-  want_schedule_ = false;
+  if (fx.schedule && hooks_.schedule_needed) hooks_.schedule_needed();
 }
 
-void Pool::Discard() {
-  touched_nodes_.clear();
-  touched_jobs_.clear();
-  new_refusals_.clear();
-  log_lines_.clear();
-  want_schedule_ = false;
-}
+void Pool::Discard() { fx_.Clear(); }
 
 Status Pool::Recover() {
   int64_t now = clock_.NowMs();
@@ -126,8 +116,8 @@ Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner, int64_t 
     if (job.input_bytes == 0 || !hooks_.within_quota) return insert();
     return hooks_.within_quota(tx, owner, spec.group, "the inputs of this job", insert);
   }));
-  touched_jobs_.insert(job.id);
-  want_schedule_ = true;
+  fx_.jobs.insert(job.id);
+  fx_.schedule = true;
   Notify();
   return job;
 }

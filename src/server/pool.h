@@ -64,6 +64,7 @@
 #include "server/job_logs.h"
 #include "server/node_liveness.h"
 #include "server/pass_input.h"
+#include "server/pool_effects.h"
 #include "store/store.h"
 
 namespace gpupool::server {
@@ -392,14 +393,10 @@ class Pool {
   std::map<int64_t, QueueInfo> queue_;  // pending job -> its place after the last pass
   // Job -> node id -> until when the job avoids the node (it refused it).
   std::map<int64_t, std::map<std::string, int64_t>> refused_;
-  // Collected during a transaction, applied or fired after it commits.
-  std::set<std::string> touched_nodes_;
-  std::set<int64_t> touched_jobs_;
-  std::vector<std::pair<int64_t, std::string>> new_refusals_;  // job, node id
-  std::vector<std::string> log_lines_;                         // logged at info
   // Attempts their node said it is vacating, until they report their end.
   std::set<std::string> leaving_;
-  bool want_schedule_ = false;
+  // Collected during a transaction, carried out after it commits.
+  PoolEffects fx_;
 };
 
 }  // namespace gpupool::server

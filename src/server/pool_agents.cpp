@@ -120,8 +120,8 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
   liveness_.LeaseRequested(welcome.node_id);
   liveness_.Connected(welcome.node_id);
   awaiting_expiry_.erase(welcome.node_id);
-  touched_nodes_.insert(welcome.node_id);
-  want_schedule_ = true;
+  fx_.nodes.insert(welcome.node_id);
+  fx_.schedule = true;
   Notify();
   return welcome;
 }
@@ -163,7 +163,7 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
         GP_ASSIGN_OR_RETURN(
             lines, TakeLogLines(tx, options_.logs, attempt->job_id, chunk.attempt_id, rank_no,
                                 std::move(lines), clock_.NowMs()));
-        touched_jobs_.insert(attempt->job_id);
+        fx_.jobs.insert(attempt->job_id);
         // While a job starts, its latest event says what it waits for
         // ("pulling image 3/7 layers").
         auto last_event = std::find_if(lines.rbegin(), lines.rend(),
@@ -184,7 +184,7 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
         node->lending = std::move(lending);
         GP_RETURN_IF_ERROR(tx.PutNode(*node));
       }
-      want_schedule_ = true;  // room may have appeared
+      fx_.schedule = true;  // room may have appeared
     } else if (type == proto::kNodeEvent) {
       GP_ASSIGN_OR_RETURN(auto event, proto::DecodeNodeEvent(body));
       event.node_id = node_id;
@@ -214,7 +214,7 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
           tx.AppendAudit({0, clock_.NowMs(), "node:" + (node ? node->name : node_id),
                           "node." + event.kind, node ? node->name : node_id, detail, "", true})
               .status());
-      log_lines_.push_back(std::move(line));
+      fx_.log_lines.push_back(std::move(line));
       // The vacated jobs will want their checkpoints elsewhere soon.
       for (const std::string& a : event.attempts) {
         GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
@@ -254,8 +254,8 @@ Status Pool::LeaveNode(Tx& tx, const std::string& node_id, const std::string& re
   node->state = NodeState::kLeft;
   node->last_seen_ms = clock_.NowMs();
   GP_RETURN_IF_ERROR(tx.PutNode(*node));
-  log_lines_.push_back("node " + node->name + " left the pool" +
-                       (reason.empty() ? "" : " (" + reason + ")"));
+  fx_.log_lines.push_back("node " + node->name + " left the pool" +
+                          (reason.empty() ? "" : " (" + reason + ")"));
   // The agent drains before it leaves; anything still live is requeued
   // once its lease has expired (CheckNodes).
   awaiting_expiry_[node_id] = "the node left the pool";
@@ -269,7 +269,7 @@ Status Pool::RefuseForeign(Tx& tx, const std::string& node_id, const Attempt& at
   const std::string name = node ? node->name : node_id;
   const std::string detail = what + " about attempt " + attempt.id + ", which runs on node " +
                              (owner ? owner->name : attempt.node_id) + ": refused";
-  log_lines_.push_back("node " + name + " sent " + detail);
+  fx_.log_lines.push_back("node " + name + " sent " + detail);
   return tx
       .AppendAudit({0, clock_.NowMs(), "node:" + name, "agent.foreign_attempt", attempt.id, detail,
                     "", false})
@@ -285,8 +285,8 @@ Status Pool::RevokeNode(const std::string& node_name, const std::string& reason)
     node->state = NodeState::kLost;
     node->last_seen_ms = clock_.NowMs();
     GP_RETURN_IF_ERROR(tx.PutNode(*node));
-    log_lines_.push_back("node " + node_name + " was revoked (" + reason +
-                         "); its running jobs are requeued once their leases expire");
+    fx_.log_lines.push_back("node " + node_name + " was revoked (" + reason +
+                            "); its running jobs are requeued once their leases expire");
     return Status::Ok();
   });
   if (!s.ok()) {

@@ -81,11 +81,11 @@ Result<CheckpointAdded> Pool::AddCheckpoint(const CheckpointRequest& r) {
     return s;
   }
   if (out.created) {
-    touched_jobs_.insert(r.job_id);
-    log_lines_.push_back("job " + std::to_string(r.job_id) + ": checkpoint " +
-                         std::to_string(out.checkpoint.number) + " from attempt " + r.attempt_id +
-                         " (" + std::to_string(r.files) + " files, " + std::to_string(r.bytes) +
-                         " bytes)");
+    fx_.jobs.insert(r.job_id);
+    fx_.log_lines.push_back("job " + std::to_string(r.job_id) + ": checkpoint " +
+                            std::to_string(out.checkpoint.number) + " from attempt " +
+                            r.attempt_id + " (" + std::to_string(r.files) + " files, " +
+                            std::to_string(r.bytes) + " bytes)");
   }
   Notify();
   return out;
@@ -130,9 +130,9 @@ Result<std::vector<Checkpoint>> Pool::DeleteCheckpoints(int64_t job_id, int64_t 
     return s;
   }
   if (!deleted.empty()) {
-    touched_jobs_.insert(job_id);
-    log_lines_.push_back("job " + std::to_string(job_id) + ": " + std::to_string(deleted.size()) +
-                         " checkpoints deleted by their user");
+    fx_.jobs.insert(job_id);
+    fx_.log_lines.push_back("job " + std::to_string(job_id) + ": " +
+                            std::to_string(deleted.size()) + " checkpoints deleted by their user");
   }
   Notify();
   return deleted;

@@ -24,8 +24,8 @@ Status Pool::StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_ra
     GP_RETURN_IF_ERROR(PushStop(tx, r.node_id, attempt.id, stop));
   }
   EndHeldBackRanks(job, attempt, attempt.gang_stop_ms);
-  log_lines_.push_back("job " + std::to_string(job.id) + ": stopping every rank of attempt " +
-                       attempt.id + ": " + why);
+  fx_.log_lines.push_back("job " + std::to_string(job.id) + ": stopping every rank of attempt " +
+                          attempt.id + ": " + why);
   return Status::Ok();
 }
 
@@ -45,8 +45,8 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
         job.spec.distributed == Distributed::kTorch) {
       attempt.master_addr = r.master_addr;
       attempt.master_port = r.master_port;
-      log_lines_.push_back("job " + std::to_string(job.id) + ": attempt " + attempt.id +
-                           " rendezvous at " + attempt.MasterEndpoint());
+      fx_.log_lines.push_back("job " + std::to_string(job.id) + ": attempt " + attempt.id +
+                              " rendezvous at " + attempt.MasterEndpoint());
       // The rest of the gang starts now (ranks the gang gave up when it
       // stopped before this are no longer live).
       for (const AttemptRank& other : attempt.ranks) {
@@ -69,7 +69,7 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
   rank.reason = ExitReason(r);
   rank.finished_ms = now;  // the server's order of events, whatever the agents' clocks say
   if (rank.state == AttemptState::kRefused && job.state == JobState::kScheduled) {
-    new_refusals_.emplace_back(job.id, node_id);
+    fx_.refusals.emplace_back(job.id, node_id);
   }
   // A torch gang cannot go on without any rank; replicas go on without a
   // failed one, but a lost, vacated or refused rank requeues them all.

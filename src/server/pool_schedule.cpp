@@ -47,7 +47,7 @@ Status Pool::PushStart(Tx& tx, const Job& job, const Attempt& a, const AttemptRa
   const std::string& node = rank ? rank->node_id : a.node_id;
   GP_RETURN_IF_ERROR(
       tx.PushOutbox(node, std::string(proto::kStart), proto::Encode(start)).status());
-  touched_nodes_.insert(node);
+  fx_.nodes.insert(node);
   return Status::Ok();
 }
 
@@ -87,10 +87,10 @@ Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node)
       proto::StageCheckpoint order{job.id, newest->number, newest->manifest};
       GP_RETURN_IF_ERROR(
           tx.PushOutbox(node, std::string(proto::kStage), proto::Encode(order)).status());
-      touched_nodes_.insert(node);
-      log_lines_.push_back("job " + std::to_string(job.id) + ": staging checkpoint " +
-                           std::to_string(newest->number) + " on node " + node +
-                           ", where it would run next");
+      fx_.nodes.insert(node);
+      fx_.log_lines.push_back("job " + std::to_string(job.id) + ": staging checkpoint " +
+                              std::to_string(newest->number) + " on node " + node +
+                              ", where it would run next");
     }
   }
   return Status::Ok();
@@ -160,7 +160,7 @@ Result<int> Pool::Schedule() {
       job.front = false;
       job.updated_ms = now;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
-      touched_jobs_.insert(job.id);
+      fx_.jobs.insert(job.id);
       ++placed;
     }
 
@@ -195,7 +195,7 @@ Result<int> Pool::Schedule() {
       if (auto p = pending_by_id.find(for_job); p != pending_by_id.end() && !p->second->front) {
         p->second->front = true;
         GP_RETURN_IF_ERROR(tx.UpdateJob(*p->second));
-        touched_jobs_.insert(for_job);
+        fx_.jobs.insert(for_job);
       }
     }
 
@@ -204,7 +204,7 @@ Result<int> Pool::Schedule() {
       if (job.reason == reason) return Status::Ok();
       job.reason = reason;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
-      touched_jobs_.insert(job.id);
+      fx_.jobs.insert(job.id);
       return Status::Ok();
     };
     for (const sched::Waiting& w : d.waiting) {

@@ -15,7 +15,7 @@ Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& att
   GP_ASSIGN_OR_RETURN(int64_t seq,
                       tx.PushOutbox(node_id, std::string(proto::kStop), proto::Encode(stop)));
   (void)seq;
-  touched_nodes_.insert(node_id);
+  fx_.nodes.insert(node_id);
   return Status::Ok();
 }
 
@@ -28,6 +28,46 @@ Status Pool::ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, in
   u = sched::Charge(u, gpu_milli, from_ms, to_ms, options_.scheduler.half_life_ms);
   return tx.PutGroupUsage(GroupUsage{group, u.milli_ms, u.as_of_ms});
 }
+
+namespace {
+
+// The text users read for a transition's JobReason; nullopt keeps the
+// job's reason as it is.
+std::optional<std::string> JobReasonText(JobReason kind, const Job& job, const Attempt& attempt,
+                                         const proto::TaskReport* report) {
+  auto in_parens = [](const std::string& s) { return s.empty() ? "" : " (" + s + ")"; };
+  switch (kind) {
+    case JobReason::kClear:
+      return "";
+    case JobReason::kClearUnlessStopping:
+      if (attempt.preempt_ms > 0) return std::nullopt;
+      return "";
+    case JobReason::kExit:
+      return report ? ExitReason(*report) : "";
+    case JobReason::kAttemptReason:
+      return attempt.reason;
+    case JobReason::kBeingPreempted:
+      return "being " + attempt.reason;
+    case JobReason::kRequeuedPreempted:
+      return "requeued: attempt " + attempt.id + " was " + attempt.reason;
+    case JobReason::kRequeuedVacated:
+      return "vacated: " +
+             (attempt.reason.empty() ? "the provider took its GPU back" : attempt.reason) +
+             "; requeued";
+    case JobReason::kRequeuedRetry:
+      return "requeued: attempt " + attempt.id + " failed" + in_parens(attempt.reason) +
+             "; restart " + std::to_string(job.restarts) + " of " +
+             std::to_string(job.spec.max_restarts);
+    case JobReason::kRequeuedRefused:
+      return "requeued: attempt " + attempt.id + " was refused" + in_parens(attempt.reason);
+    case JobReason::kRequeuedLost:
+      return "requeued: attempt " + attempt.id + " was lost" +
+             in_parens(report ? report->reason : "");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
                         const proto::TaskReport* report, const StopOrder* stop) {
@@ -74,7 +114,7 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         GP_RETURN_IF_ERROR(
             ChargeUsage(tx, job.spec.group, TotalMilli(attempt), attempt.created_ms, now));
         job.current_attempt.clear();
-        want_schedule_ = true;  // its GPUs are free again
+        fx_.schedule = true;  // its GPUs are free again
         break;
     }
   }
@@ -83,40 +123,15 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
   if (IsTerminal(job.state)) {
     job.finished_ms = now;
     job.exit_code = attempt.exit_code;
-    job.reason = job.state == JobState::kSucceeded ? ""
-                 : event == JobEvent::kEnded       ? attempt.reason
-                 : report                          ? ExitReason(*report)
-                                                   : "";
-  } else if (event == JobEvent::kPreempted) {
-    job.reason = "requeued: attempt " + attempt.id + " was " + attempt.reason;
-  } else if (event == JobEvent::kPreempt) {
-    job.last_preempted_ms = now;
-    job.reason = "being " + attempt.reason;
-  } else if (event == JobEvent::kVacated) {
-    job.reason =
-        "vacated: " + (attempt.reason.empty() ? "the provider took its GPU back" : attempt.reason) +
-        "; requeued";
-    job.front = true;  // displaced through no fault of its own
-  } else if (event == JobEvent::kRetry) {
-    ++job.restarts;
-    job.reason = "requeued: attempt " + attempt.id + " failed" +
-                 (attempt.reason.empty() ? "" : " (" + attempt.reason + ")") + "; restart " +
-                 std::to_string(job.restarts) + " of " + std::to_string(job.spec.max_restarts);
-  } else if (event == JobEvent::kRefused) {
-    job.reason = "requeued: attempt " + attempt.id + " was refused" +
-                 (attempt.reason.empty() ? "" : " (" + attempt.reason + ")");
-    job.front = true;
-  } else if (job.state == JobState::kPending) {
-    job.reason = "requeued: attempt " + attempt.id + " was lost" +
-                 (report && !report->reason.empty() ? " (" + report->reason + ")" : "");
-    job.front = true;  // displaced through no fault of its own
-  } else if (job.state == JobState::kRunning && attempt.preempt_ms > 0) {
-    // A late "started" report of an attempt that is being preempted.
-  } else {
-    job.reason.clear();
+  }
+  if (t.effect.mark_preempted) job.last_preempted_ms = now;
+  if (t.effect.count_restart) ++job.restarts;
+  if (t.effect.requeue_front) job.front = true;
+  if (std::optional<std::string> reason = JobReasonText(t.effect.reason, job, attempt, report)) {
+    job.reason = std::move(*reason);
   }
   GP_RETURN_IF_ERROR(tx.UpdateJob(job));
-  touched_jobs_.insert(job.id);
+  fx_.jobs.insert(job.id);
   return Status::Ok();
 }
 
@@ -160,7 +175,7 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   else
     event = JobEvent::kLost;
   if (event == JobEvent::kRefused && job->state == JobState::kScheduled) {
-    new_refusals_.emplace_back(job->id, node_id);
+    fx_.refusals.emplace_back(job->id, node_id);
   }
   event = RetryIfAllowed(*job, event);
   return ApplyEvent(tx, *job, *attempt, event, &r);

@@ -669,4 +669,19 @@ Result<Lease> DecodeLease(std::string_view body) {
   });
 }
 
+Result<AgentReport> DecodeAgentReport(std::string_view type, std::string_view body) {
+  // Each alternative decodes with its own strict decoder.
+  auto as_report = [](auto decoded) -> Result<AgentReport> {
+    if (!decoded.ok()) return decoded.status();
+    return AgentReport(std::move(*decoded));
+  };
+  if (type == kTaskStatus) return as_report(DecodeTaskReport(body));
+  if (type == kLogs) return as_report(DecodeLogChunk(body));
+  if (type == kLending) return as_report(DecodeLending(body));
+  if (type == kNodeEvent) return as_report(DecodeNodeEvent(body));
+  if (type == kLeave) return as_report(DecodeLeave(body));
+  return Status::InvalidArgument("type: unknown reliable message type \"" + std::string(type) +
+                                 "\"");
+}
+
 }  // namespace gpupool::proto

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "common/status.h"
@@ -279,5 +280,12 @@ Result<NodeLending> DecodeLending(std::string_view body);
 Result<NodeEvent> DecodeNodeEvent(std::string_view body);
 Result<Leave> DecodeLeave(std::string_view body);
 Result<Lease> DecodeLease(std::string_view body);
+
+// A reliable agent -> server message (kTaskStatus, kLogs, kLending,
+// kNodeEvent, kLeave), decoded once by the agent hub into its typed value.
+using AgentReport = std::variant<TaskReport, LogChunk, NodeLending, NodeEvent, Leave>;
+// InvalidArgument naming the type when it is none of those five, or what is
+// wrong in the body.
+Result<AgentReport> DecodeAgentReport(std::string_view type, std::string_view body);
 
 }  // namespace gpupool::proto

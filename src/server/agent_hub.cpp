@@ -180,7 +180,10 @@ class AgentHub::Session : public net::WsHandler, public std::enable_shared_from_
       case proto::InboundSequence::Verdict::kApply:
         break;
     }
-    Status s = hub_.pool_.AgentMessage(node_id_, env->seq, env->type, env->body);
+    // Decoded once, here; the pool takes the typed message.
+    auto message = proto::DecodeAgentReport(env->type, env->body);
+    Status s =
+        message.ok() ? hub_.pool_.AgentMessage(node_id_, env->seq, *message) : message.status();
     if (s.code() == StatusCode::kInvalidArgument) {
       // A malformed message would be resent forever; skip it, loudly.
       GP_LOG(kError) << "node " << node_id_ << ": rejected message " << env->seq << " ("

@@ -261,6 +261,9 @@ class Pool {
   Result<proto::Welcome> AgentHello(const proto::Hello& hello);
   // Applies one reliable agent message with sequence `seq`. Messages with a
   // seq already applied for this agent instance are skipped (returns OK).
+  Status AgentMessage(const std::string& node_id, int64_t seq, const proto::AgentReport& message);
+  // The same, decoding the message first (InvalidArgument when it is not
+  // one of proto::AgentReport's, or malformed; nothing is applied then).
   Status AgentMessage(const std::string& node_id, int64_t seq, const std::string& type,
                       const std::string& body);
   void AgentHeartbeat(const std::string& node_id, const proto::Heartbeat& hb);
@@ -326,7 +329,11 @@ class Pool {
                      int64_t to_ms);
   // What BuildPassInput needs besides the store's view, as of `now`.
   PassContext PassContextAt(int64_t now) const;
+  // The agent's reliable messages, one method per type (AgentMessage).
   Status ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r);
+  Status ApplyLogChunk(Tx& tx, const std::string& node_id, const proto::LogChunk& chunk);
+  Status ApplyLending(Tx& tx, const std::string& node_id, const NodeLending& lending);
+  Status ApplyNodeEvent(Tx& tx, const std::string& node_id, const NodeEvent& event);
   // Node `node_id` spoke of `attempt`, which runs elsewhere: writes the
   // refusal to the audit log (the caller ignores what it said).
   Status RefuseForeign(Tx& tx, const std::string& node_id, const Attempt& attempt,

@@ -128,6 +128,12 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
 
 Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::string& type,
                           const std::string& body) {
+  GP_ASSIGN_OR_RETURN(proto::AgentReport message, proto::DecodeAgentReport(type, body));
+  return AgentMessage(node_id, seq, message);
+}
+
+Status Pool::AgentMessage(const std::string& node_id, int64_t seq,
+                          const proto::AgentReport& message) {
   auto live = live_.find(node_id);
   if (live == live_.end())
     return Status::FailedPrecondition("node " + node_id + " is not connected");
@@ -135,109 +141,23 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
     GP_ASSIGN_OR_RETURN(auto last, GetAgentSeq(tx, node_id));
     if (last.first == live->second.instance && seq <= last.second)
       return Status::Ok();  // duplicate
-    if (type == proto::kTaskStatus) {
-      GP_ASSIGN_OR_RETURN(auto report, proto::DecodeTaskReport(body));
-      GP_RETURN_IF_ERROR(ApplyTaskReport(tx, node_id, report));
-    } else if (type == proto::kLogs) {
-      GP_ASSIGN_OR_RETURN(auto chunk, proto::DecodeLogChunk(body));
-      GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(chunk.attempt_id));
-      // Output of attempts the server never made or made elsewhere is
-      // refused (and audited); output of an attempt it declared lost
-      // (stale: its job may run elsewhere now, so what it prints is not the
-      // job's) is dropped. An attempt that ended by its agent's own report
-      // may still send lines: an agent back from a restart reports the end
-      // in its hello, then ships the rest.
-      const AttemptRank* rank = attempt ? attempt->RankOn(node_id) : nullptr;
-      const bool stale = attempt && (rank ? rank->state : attempt->state) == AttemptState::kLost;
-      if (attempt && !attempt->RunsOn(node_id)) {
-        GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "output"));
-      } else if (attempt && !stale && !chunk.lines.empty()) {
-        const int32_t rank_no = rank ? rank->rank : 0;
-        std::vector<LogLine> lines;
-        lines.reserve(chunk.lines.size());
-        for (auto& l : chunk.lines) {
-          lines.push_back(
-              {chunk.attempt_id, l.offset, l.stream, l.ts_ms, std::move(l.text), 0, rank_no});
-        }
-        // The output limit holds whatever the agent sends (server/job_logs.h).
-        GP_ASSIGN_OR_RETURN(
-            lines, TakeLogLines(tx, options_.logs, attempt->job_id, chunk.attempt_id, rank_no,
-                                std::move(lines), clock_.NowMs()));
-        fx_.jobs.insert(attempt->job_id);
-        // While a job starts, its latest event says what it waits for
-        // ("pulling image 3/7 layers").
-        auto last_event = std::find_if(lines.rbegin(), lines.rend(),
-                                       [](const LogLine& l) { return l.stream == "event"; });
-        if (last_event != lines.rend()) {
-          GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
-          if (job && job->state == JobState::kScheduled &&
-              job->current_attempt == chunk.attempt_id) {
-            job->reason = last_event->text;
-            GP_RETURN_IF_ERROR(tx.UpdateJob(*job));
+    GP_RETURN_IF_ERROR(std::visit(
+        [&](const auto& m) -> Status {
+          using M = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<M, proto::TaskReport>) {
+            return ApplyTaskReport(tx, node_id, m);
+          } else if constexpr (std::is_same_v<M, proto::LogChunk>) {
+            return ApplyLogChunk(tx, node_id, m);
+          } else if constexpr (std::is_same_v<M, NodeLending>) {
+            return ApplyLending(tx, node_id, m);
+          } else if constexpr (std::is_same_v<M, NodeEvent>) {
+            return ApplyNodeEvent(tx, node_id, m);
+          } else {
+            static_assert(std::is_same_v<M, proto::Leave>);
+            return LeaveNode(tx, node_id, m.reason);
           }
-        }
-      }
-    } else if (type == proto::kLending) {
-      GP_ASSIGN_OR_RETURN(auto lending, proto::DecodeLending(body));
-      GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
-      if (node) {
-        node->lending = std::move(lending);
-        GP_RETURN_IF_ERROR(tx.PutNode(*node));
-      }
-      fx_.schedule = true;  // room may have appeared
-    } else if (type == proto::kNodeEvent) {
-      GP_ASSIGN_OR_RETURN(auto event, proto::DecodeNodeEvent(body));
-      event.node_id = node_id;
-      // A node speaks only for its own attempts.
-      std::vector<std::string> own;
-      for (const std::string& a : event.attempts) {
-        GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
-        if (attempt && !attempt->RunsOn(node_id)) {
-          GP_RETURN_IF_ERROR(
-              RefuseForeign(tx, node_id, *attempt, "a node event (" + event.kind + ")"));
-          continue;
-        }
-        own.push_back(a);
-      }
-      event.attempts = std::move(own);
-      GP_ASSIGN_OR_RETURN(event.id, tx.AppendNodeEvent(event));
-      GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
-      std::string line = "node " + (node ? node->name : node_id) + ": " + event.kind;
-      for (const std::string& g : event.gpus) line += " " + g;
-      if (!event.reason.empty()) line += " (" + event.reason + ")";
-      for (const std::string& a : event.attempts) line += "; vacated " + a;
-      // What providers do to lent GPUs is security-relevant: it ends others' work.
-      std::string detail = event.reason;
-      for (const std::string& a : event.attempts)
-        detail += (detail.empty() ? "" : "; ") + ("vacated " + a);
-      GP_RETURN_IF_ERROR(
-          tx.AppendAudit({0, clock_.NowMs(), "node:" + (node ? node->name : node_id),
-                          "node." + event.kind, node ? node->name : node_id, detail, "", true})
-              .status());
-      fx_.log_lines.push_back(std::move(line));
-      // The vacated jobs will want their checkpoints elsewhere soon.
-      for (const std::string& a : event.attempts) {
-        GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
-        if (!attempt) continue;
-        GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
-        if (!job || job->current_attempt != a || !IsLive(attempt->state)) continue;
-        if (const AttemptRank* rank = attempt->RankOn(node_id)) {
-          // One rank leaves: the whole gang stops now, checkpointing first.
-          GP_RETURN_IF_ERROR(StopGang(
-              tx, *job, *attempt, rank->rank,
-              "the provider of rank " + std::to_string(rank->rank) + "'s node took its GPU back"));
-          GP_RETURN_IF_ERROR(tx.PutAttempt(*attempt));
-        }
-        if (!job->spec.preemptible()) continue;
-        leaving_.insert(a);
-        GP_RETURN_IF_ERROR(StageAhead(tx, *job, node_id));
-      }
-    } else if (type == proto::kLeave) {
-      GP_ASSIGN_OR_RETURN(auto leave, proto::DecodeLeave(body));
-      GP_RETURN_IF_ERROR(LeaveNode(tx, node_id, leave.reason));
-    } else {
-      return Status::InvalidArgument("type: unknown reliable message type \"" + type + "\"");
-    }
+        },
+        message));
     return SetAgentSeq(tx, node_id, live->second.instance, seq);
   });
   if (!s.ok()) {
@@ -245,6 +165,103 @@ Status Pool::AgentMessage(const std::string& node_id, int64_t seq, const std::st
     return s;
   }
   Notify();
+  return Status::Ok();
+}
+
+Status Pool::ApplyLogChunk(Tx& tx, const std::string& node_id, const proto::LogChunk& chunk) {
+  GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(chunk.attempt_id));
+  // Output of attempts the server never made or made elsewhere is
+  // refused (and audited); output of an attempt it declared lost
+  // (stale: its job may run elsewhere now, so what it prints is not the
+  // job's) is dropped. An attempt that ended by its agent's own report
+  // may still send lines: an agent back from a restart reports the end
+  // in its hello, then ships the rest.
+  const AttemptRank* rank = attempt ? attempt->RankOn(node_id) : nullptr;
+  const bool stale = attempt && (rank ? rank->state : attempt->state) == AttemptState::kLost;
+  if (attempt && !attempt->RunsOn(node_id)) {
+    GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "output"));
+  } else if (attempt && !stale && !chunk.lines.empty()) {
+    const int32_t rank_no = rank ? rank->rank : 0;
+    std::vector<LogLine> lines;
+    lines.reserve(chunk.lines.size());
+    for (const auto& l : chunk.lines) {
+      lines.push_back({chunk.attempt_id, l.offset, l.stream, l.ts_ms, l.text, 0, rank_no});
+    }
+    // The output limit holds whatever the agent sends (server/job_logs.h).
+    GP_ASSIGN_OR_RETURN(lines, TakeLogLines(tx, options_.logs, attempt->job_id, chunk.attempt_id,
+                                            rank_no, std::move(lines), clock_.NowMs()));
+    fx_.jobs.insert(attempt->job_id);
+    // While a job starts, its latest event says what it waits for
+    // ("pulling image 3/7 layers").
+    auto last_event = std::find_if(lines.rbegin(), lines.rend(),
+                                   [](const LogLine& l) { return l.stream == "event"; });
+    if (last_event != lines.rend()) {
+      GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
+      if (job && job->state == JobState::kScheduled && job->current_attempt == chunk.attempt_id) {
+        job->reason = last_event->text;
+        GP_RETURN_IF_ERROR(tx.UpdateJob(*job));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Pool::ApplyLending(Tx& tx, const std::string& node_id, const NodeLending& lending) {
+  GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+  if (node) {
+    node->lending = lending;
+    GP_RETURN_IF_ERROR(tx.PutNode(*node));
+  }
+  fx_.schedule = true;  // room may have appeared
+  return Status::Ok();
+}
+
+Status Pool::ApplyNodeEvent(Tx& tx, const std::string& node_id, const NodeEvent& message) {
+  NodeEvent event = message;
+  event.node_id = node_id;
+  // A node speaks only for its own attempts.
+  std::vector<std::string> own;
+  for (const std::string& a : event.attempts) {
+    GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
+    if (attempt && !attempt->RunsOn(node_id)) {
+      GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "a node event (" + event.kind + ")"));
+      continue;
+    }
+    own.push_back(a);
+  }
+  event.attempts = std::move(own);
+  GP_ASSIGN_OR_RETURN(event.id, tx.AppendNodeEvent(event));
+  GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+  std::string line = "node " + (node ? node->name : node_id) + ": " + event.kind;
+  for (const std::string& g : event.gpus) line += " " + g;
+  if (!event.reason.empty()) line += " (" + event.reason + ")";
+  for (const std::string& a : event.attempts) line += "; vacated " + a;
+  // What providers do to lent GPUs is security-relevant: it ends others' work.
+  std::string detail = event.reason;
+  for (const std::string& a : event.attempts)
+    detail += (detail.empty() ? "" : "; ") + ("vacated " + a);
+  GP_RETURN_IF_ERROR(
+      tx.AppendAudit({0, clock_.NowMs(), "node:" + (node ? node->name : node_id),
+                      "node." + event.kind, node ? node->name : node_id, detail, "", true})
+          .status());
+  fx_.log_lines.push_back(std::move(line));
+  // The vacated jobs will want their checkpoints elsewhere soon.
+  for (const std::string& a : event.attempts) {
+    GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));
+    if (!attempt) continue;
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt->job_id));
+    if (!job || job->current_attempt != a || !IsLive(attempt->state)) continue;
+    if (const AttemptRank* rank = attempt->RankOn(node_id)) {
+      // One rank leaves: the whole gang stops now, checkpointing first.
+      GP_RETURN_IF_ERROR(StopGang(
+          tx, *job, *attempt, rank->rank,
+          "the provider of rank " + std::to_string(rank->rank) + "'s node took its GPU back"));
+      GP_RETURN_IF_ERROR(tx.PutAttempt(*attempt));
+    }
+    if (!job->spec.preemptible()) continue;
+    leaving_.insert(a);
+    GP_RETURN_IF_ERROR(StageAhead(tx, *job, node_id));
+  }
   return Status::Ok();
 }
 

@@ -564,5 +564,27 @@ TEST(MessagesTest, HostileJsonIsRejectedBeforeItIsBuilt) {
             "body: reason: JSON string of 70000 bytes, more than 65536");
 }
 
+// The hub decodes a reliable message once, into the alternative its type
+// names; anything else is an error that names the type or the field.
+TEST(MessagesTest, AgentReportsDecodeIntoTheirTypes) {
+  TaskReport report{"7.1", "exited", 3};
+  auto decoded = DecodeAgentReport(kTaskStatus, Encode(report));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_TRUE(std::holds_alternative<TaskReport>(*decoded));
+  EXPECT_EQ(std::get<TaskReport>(*decoded), report);
+  Leave leave;
+  leave.reason = "owner left";
+  decoded = DecodeAgentReport(kLeave, Encode(leave));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(std::get<Leave>(*decoded).reason, "owner left");
+
+  auto unknown = DecodeAgentReport("heartbeat", "{}");  // not a reliable message
+  EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("\"heartbeat\""));
+  auto bad_state = DecodeAgentReport(kTaskStatus, R"({"attempt_id":"7.1","state":"gone"})");
+  EXPECT_EQ(bad_state.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad_state.status().message(), HasSubstr("state"));
+}
+
 }  // namespace
 }  // namespace gpupool::proto

@@ -26,6 +26,7 @@
 #include "agent/task_exec.h"
 #include "agent/task_files.h"
 #include "common/clock.h"
+#include "common/disk_usage.h"
 #include "common/files.h"
 #include "common/json_reader.h"
 #include "common/safe_fs.h"
@@ -559,7 +560,8 @@ int RunShim(const ShimOptions& options) {
       // The job's output, kept here until the server has it, counts too.
       struct stat log_stat {};
       int64_t output = ::fstat(log_fd, &log_stat) == 0 ? log_stat.st_size : 0;
-      int64_t work = exec::DirectoryBytes(paths.work_dir(), limits.disk_bytes + 1);
+      int64_t work =
+          DiskUsage(paths.work_dir(), {.count_root = false, .stop_after = limits.disk_bytes + 1});
       // Counting a large tree costs; keep it to about 1% of the time.
       next_disk_check = now + std::max<int64_t>(kDiskCheckMs, 100 * (clock.MonoMs() - before));
       if (work + output > limits.disk_bytes) {

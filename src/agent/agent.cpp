@@ -78,10 +78,11 @@ class Link : public net::WsHandler {
 
 class Agent {
  public:
-  Agent(AgentOptions options, AgentCredentials creds, net::EventLoop& loop)
+  Agent(AgentOptions options, AgentCredentials creds, net::EventLoop& loop, const Clock& clock)
       : options_(std::move(options)),
         creds_(std::move(creds)),
         loop_(loop),
+        clock_(clock),
         config_(DefaultAgentConfig(options_.data_dir)),
         tasks_({options_.data_dir, options_.kill_grace_ms, &config_.exec, &exec_env_,
                 ::geteuid() == 0, BlobAccessFor(options_, creds_), options_.kill_tasks_on_exit},
@@ -209,7 +210,7 @@ class Agent {
     if (!options_.kill_tasks_on_exit || tasks_.running() == 0) return Finish(done);
     GP_LOG(kInfo) << "stopping " << tasks_.running() << " tasks before exit";
     tasks_.StopAll("the agent is shutting down");
-    int64_t give_up = clock_.NowMs() + options_.kill_grace_ms + 3000;
+    int64_t give_up = clock_.MonoMs() + options_.kill_grace_ms + 3000;
     WaitForTasks(give_up, std::move(done));
   }
 
@@ -247,7 +248,7 @@ class Agent {
     h.tasks = tasks_.Reports();
     // The hello is also a lease renewal request (proto::Lease): the welcome
     // renews every lease from the moment it was sent.
-    hello_sent_ms_ = BootTimeMs();
+    hello_sent_ms_ = clock_.MonoMs();
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
           proto::Encode(h)});
   }
@@ -491,7 +492,7 @@ class Agent {
     const int64_t lease = tasks_.lease_ms();
     if (!welcomed_ || lease <= 0) return;
     Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kLease),
-          proto::Encode(proto::Lease{BootTimeMs()})});
+          proto::Encode(proto::Lease{clock_.MonoMs()})});
     lease_ping_timer_ = loop_.RunAfter(std::max<int64_t>(lease / 4, 50), [this] { LeasePing(); });
   }
 
@@ -501,7 +502,7 @@ class Agent {
   void OnLeaseAnswer(const std::string& body) {
     auto lease = proto::DecodeLease(body);
     if (!lease.ok()) return Drop("malformed lease answer: " + lease.status().message());
-    if (lease->sent_ms > BootTimeMs()) return Drop("a lease answer from the future");
+    if (lease->sent_ms > clock_.MonoMs()) return Drop("a lease answer from the future");
     tasks_.RenewLeases(lease->sent_ms);
   }
 
@@ -610,7 +611,7 @@ class Agent {
 
   void WaitForTasks(int64_t give_up, std::function<void()> done) {
     PollTasks();
-    if (tasks_.running() == 0 || clock_.NowMs() > give_up) {
+    if (tasks_.running() == 0 || clock_.MonoMs() > give_up) {
       // Give the final reports a moment to reach the server.
       loop_.RunAfter(500, [this, done] { Finish(done); });
       return;
@@ -662,7 +663,7 @@ class Agent {
   AgentOptions options_;
   AgentCredentials creds_;  // the node token and TLS settings (agent/enrollment.h)
   net::EventLoop& loop_;
-  RealClock clock_;
+  const Clock& clock_;  // every time the agent reads (RunAgent's)
   AgentConfig config_;
   exec::ExecEnvironment exec_env_;
   bool interposer_usable_ = false;  // libgpushare.so can be injected (ResolveGpuSharing)
@@ -674,7 +675,7 @@ class Agent {
   std::string node_id_;
   std::shared_ptr<net::WsConnection> conn_;
   std::string local_addr_;     // this end of the connection to the server
-  int64_t hello_sent_ms_ = 0;  // BootTimeMs of the last hello (a lease renewal request)
+  int64_t hello_sent_ms_ = 0;  // MonoMs of the last hello (a lease renewal request)
   net::EventLoop::TimerId lease_ping_timer_ = 0;
   uint64_t generation_ = 0;
   bool welcomed_ = false;
@@ -773,6 +774,11 @@ Result<AgentCredentials> Credentials(const AgentOptions& options) {
 }
 
 int RunAgent(const AgentOptions& options) {
+  RealClock clock;
+  return RunAgent(options, clock);
+}
+
+int RunAgent(const AgentOptions& options, const Clock& clock) {
   SetLogComponent("agent " + options.name);
   if (!options.advertise_addr.empty()) {
     if (Status s = CheckAdvertiseAddr(options.advertise_addr); !s.ok()) {
@@ -794,7 +800,7 @@ int RunAgent(const AgentOptions& options) {
     return creds.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   net::EventLoop loop;
-  Agent agent(options, *creds, loop);
+  Agent agent(options, *creds, loop, clock);
   if (Status s = agent.Init(); !s.ok()) {
     std::cerr << "gpupool agent: " << s.message() << "\n";
     return s.code() == StatusCode::kInvalidArgument ? 2 : 1;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace gpupool::agent {
@@ -70,7 +71,14 @@ std::string DefaultAgentDataDir();
 std::string ControlSocketPath(const std::string& data_dir);
 
 // Runs until SIGINT or SIGTERM, or until `gpupool agent leave` completes;
-// returns the process exit code.
+// returns the process exit code. Every time the agent reads comes from
+// `clock` (a RealClock in the first form): wall times for what it reports
+// and records, MonoMs for durations and for the attempts' leases. The
+// leases are shared with the shims, separate processes that read
+// CLOCK_BOOTTIME (RealClock::MonoMs, BootTimeMs in task_files.h), so a
+// clock other than the real one suits only an agent whose tasks run under
+// that same clock (a test's, a simulator's). `clock` outlives the call.
 int RunAgent(const AgentOptions& options);
+int RunAgent(const AgentOptions& options, const Clock& clock);
 
 }  // namespace gpupool::agent

@@ -19,6 +19,7 @@
 
 #include "common/json_reader.h"
 #include "common/log.h"
+#include "common/unique_fd.h"
 
 namespace gpupool::agent {
 
@@ -32,21 +33,6 @@ constexpr int64_t kIdleTimeoutMs = 10'000;
 constexpr int64_t kServerSendTimeoutMs = 2'000;
 constexpr int64_t kAcceptRetryMs = 1'000;
 constexpr size_t kMaxResponseBytes = 16 << 20;
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -128,7 +114,7 @@ Status RemoveStaleSocket(const std::string& path, const sockaddr_un& addr) {
   if (!S_ISSOCK(st.st_mode)) {
     return Status::FailedPrecondition(path + " exists and is not a socket; remove it");
   }
-  Fd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (probe.get() < 0) return Status::Internal("socket: " + ErrnoText(errno));
   // Non-blocking AF_UNIX connect: 0 when a listener accepts, EAGAIN when its
   // backlog is full (still alive), ECONNREFUSED when nobody listens.
@@ -295,7 +281,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Listen(net::EventLoop& loo
                                                              std::set<uid_t> allowed_uids,
                                                              ControlHandler handler) {
   GP_ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
-  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (fd.get() < 0) return Status::Internal("socket: " + ErrnoText(errno));
   auto bind = [&] {
     return ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
@@ -321,7 +307,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Listen(net::EventLoop& loo
     ::unlink(p.c_str());
     return Status::Internal(what);
   }
-  impl->listen_fd = fd.release();
+  impl->listen_fd = fd.Release();
   impl->WatchListener();
   return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
 }
@@ -341,7 +327,7 @@ Result<json> CallControl(const std::string& path, const json& request, int64_t t
     return Status::DeadlineExceeded("no response from the agent on " + path + " within " +
                                     std::to_string(timeout_ms) + " ms");
   };
-  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Status::Internal("socket: " + ErrnoText(errno));
   // SO_SNDTIMEO also bounds a connect() that waits for a full backlog.
   SetSendTimeout(fd.get(), MsUntil(deadline));

@@ -33,6 +33,7 @@ class LeaseWatch {
       : lease_(lease), kill_grace_ms_(kill_grace_ms) {}
 
   bool held() const { return lease_.has_value(); }
+  const std::optional<AttemptLease>& lease() const { return lease_; }
   // A fresh read of the lease file. Deadlines only move forward.
   void Update(const AttemptLease& l) {
     if (!lease_ || l.deadline_ms > lease_->deadline_ms) lease_ = l;

@@ -24,6 +24,12 @@
 // job it uploads the newest. The shim writes "started <pid>" to its stdout
 // when the job runs and "exited" once the job's processes are gone, so the
 // agent learns both at once; when the shim exits, its stdout closes.
+//
+// What the shim decides while the job runs (every timer: max_runtime, the
+// limits, stops and their grace, checkpoint requests, the lease, the drain
+// after the exit) is the pure state machine of agent/shim_policy.h; this
+// file's RunShim is the process plumbing around it (shim.cpp), and what the
+// job runs with is agent/shim_context.h.
 #pragma once
 
 #include <cstdint>

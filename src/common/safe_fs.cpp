@@ -55,21 +55,6 @@ bool SameFile(const struct stat& a, const struct stat& b) {
 
 }  // namespace
 
-// ---- UniqueFd ---------------------------------------------------------------
-
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) {
-    Reset();
-    fd_ = std::exchange(o.fd_, -1);
-  }
-  return *this;
-}
-
-void UniqueFd::Reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 // ---- ScopedFsIdentity -----------------------------------------------------
 
 Result<ScopedFsIdentity> ScopedFsIdentity::Assume(const FsIdentity& id) {

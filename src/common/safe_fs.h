@@ -31,27 +31,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace gpupool {
-
-// A file descriptor closed on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release() { return std::exchange(fd_, -1); }
-  void Reset();
-
- private:
-  int fd_ = -1;
-};
 
 // An account's file-system identity: its uid and primary gid, and no
 // supplementary groups. uid < 0: the process's own (nothing is switched).

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/disk_usage.h"
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"

@@ -11,6 +11,7 @@
 #include <set>
 #include <utility>
 
+#include "common/disk_usage.h"
 #include "common/units.h"
 #include "exec/launch.h"
 
@@ -22,30 +23,6 @@ namespace {
 constexpr const char* kKeptEnv[] = {"PATH",         "http_proxy",  "https_proxy", "no_proxy",
                                     "HTTP_PROXY",   "HTTPS_PROXY", "NO_PROXY",    "SSL_CERT_FILE",
                                     "SSL_CERT_DIR", "TZ"};
-
-int64_t DiskUsageAt(int parent_fd, const char* name, std::set<std::pair<dev_t, ino_t>>& seen,
-                    int depth) {
-  struct stat st {};
-  if (::fstatat(parent_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;
-  if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !seen.insert({st.st_dev, st.st_ino}).second) {
-    return 0;
-  }
-  int64_t total = static_cast<int64_t>(st.st_blocks) * 512;
-  if (!S_ISDIR(st.st_mode) || depth > 4096) return total;
-  int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return total;
-  DIR* d = ::fdopendir(fd);
-  if (d == nullptr) {
-    ::close(fd);
-    return total;
-  }
-  while (dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-    total += DiskUsageAt(fd, e->d_name, seen, depth + 1);
-  }
-  ::closedir(d);
-  return total;
-}
 
 // Clears the setuid and setgid bits of `name` in `dir_fd` (never through a
 // symlink: fchmodat with AT_SYMLINK_NOFOLLOW).
@@ -123,11 +100,6 @@ Result<CommandResult> PullTools::Run(std::vector<std::string> argv,
     if (const char* v = std::getenv(name)) plan.env.push_back(std::string(name) + "=" + v);
   }
   return RunPlan(plan, on_stdout_line, timeout_ms, cancelled);
-}
-
-int64_t DiskUsage(const std::string& path) {
-  std::set<std::pair<dev_t, ino_t>> seen;
-  return DiskUsageAt(AT_FDCWD, path.c_str(), seen, 0);
 }
 
 SizeWatch::SizeWatch(std::string dir, int64_t limit, std::function<bool()> cancelled,

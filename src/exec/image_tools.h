@@ -65,11 +65,6 @@ class PullTools {
   const std::string tool_dir_;
 };
 
-// Bytes the tree at `path` takes on disk (allocated blocks, like du; hard
-// links counted once; symlinks not followed). Unreadable directories count
-// as themselves only.
-int64_t DiskUsage(const std::string& path);
-
 class SizeWatch {
  public:
   // Measures `dir` at most every `every` (longer when a measurement itself

@@ -6,7 +6,7 @@
 // (RLIMIT_FSIZE: no file can outgrow the work directory's cap) and turn off
 // core dumps. Without one they also cap processes (RLIMIT_NPROC), and the
 // shim watches memory itself with MeasureTree (exec/process_tree.h) and
-// the work directory with DirectoryBytes: there is deliberately no memory
+// the work directory with DiskUsage (common/disk_usage.h): there is deliberately no memory
 // rlimit, because RLIMIT_AS breaks CUDA and PyTorch, which reserve huge
 // address ranges they never touch.
 //

@@ -1,5 +1,6 @@
 // Process-tree accounting for a task's shim: which processes the job has,
-// what they use, signalling them all, and how much its work directory holds.
+// what they use, and signalling them all. (How much its work directory
+// holds is common/disk_usage.h.)
 //
 // The shim is a child subreaper (PR_SET_CHILD_SUBREAPER), so every process a
 // job makes, even one that double-forked to escape its parent, stays a
@@ -62,15 +63,5 @@ TreeUsage MeasureTree(pid_t root);
 // signalling and signals processes that appeared meanwhile (children forked
 // before they got the signal), for a few rounds, each pid once.
 int SignalTree(pid_t root, int sig, const std::vector<pid_t>& spare = {});
-
-// Bytes the files under `dir` take on disk: st_blocks * 512 of every entry
-// below `dir` (not `dir` itself), each inode once (hard links), symlinks
-// not followed, other mounts not entered. Stops once the count passes
-// `stop_after` (0 = count all) and returns what it has, so a check against a
-// limit costs no more than the limit's worth of entries. Entries that vanish
-// midway are skipped; 0 when `dir` cannot be opened. Holds one descriptor
-// per directory level; a directory that cannot be opened (including for
-// lack of descriptors) counts its own blocks only.
-int64_t DirectoryBytes(const std::string& dir, int64_t stop_after = 0);
 
 }  // namespace gpupool::exec

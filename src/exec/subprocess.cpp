@@ -15,29 +15,13 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/unique_fd.h"
 #include "exec/launch.h"
 
 extern char** environ;
 
 namespace gpupool::exec {
 namespace {
-
-// Closes a descriptor when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-  int get() const { return fd_; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
 
 int64_t SteadyNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -54,7 +38,7 @@ std::string Trim(std::string_view s) {
 
 // Collects one pipe: stdout split into lines, stderr kept as a tail.
 struct Stream {
-  Fd* fd;
+  UniqueFd* fd;
   bool lines;  // stdout
   std::string buf;
   bool eof = false;
@@ -88,14 +72,14 @@ namespace {
 
 // Reads the child's pipes until it exits (or is killed for the timeout or
 // `cancelled`), then reaps it.
-CommandResult Collect(pid_t pid, Fd& out_r, Fd& err_r,
+CommandResult Collect(pid_t pid, UniqueFd& out_r, UniqueFd& err_r,
                       const std::function<void(std::string_view)>& on_stdout_line,
                       int64_t timeout_ms, const std::function<bool()>& cancelled) {
   ::fcntl(out_r.get(), F_SETFL, O_NONBLOCK);
   ::fcntl(err_r.get(), F_SETFL, O_NONBLOCK);
   // A pidfd makes the child's exit a poll event; without one (old kernels)
   // the loop checks waitpid every few milliseconds.
-  Fd pidfd(
+  UniqueFd pidfd(
       static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));  // glibc 2.36's wrapper lacks C linkage
   if (pidfd.get() >= 0) ::fcntl(pidfd.get(), F_SETFD, FD_CLOEXEC);
 
@@ -177,11 +161,11 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
     return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
   }
-  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
+  UniqueFd out_r(out_pipe[0]), out_w(out_pipe[1]);
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
   }
-  Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
+  UniqueFd err_r(err_pipe[0]), err_w(err_pipe[1]);
 
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
@@ -227,15 +211,15 @@ Result<CommandResult> RunPlan(const LaunchPlan& plan,
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
     return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
   }
-  Fd out_r(out_pipe[0]), out_w(out_pipe[1]);
+  UniqueFd out_r(out_pipe[0]), out_w(out_pipe[1]);
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
   }
-  Fd err_r(err_pipe[0]), err_w(err_pipe[1]);
+  UniqueFd err_r(err_pipe[0]), err_w(err_pipe[1]);
   if (::pipe2(exec_pipe, O_CLOEXEC) != 0) {
     return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
   }
-  Fd exec_r(exec_pipe[0]), exec_w(exec_pipe[1]);
+  UniqueFd exec_r(exec_pipe[0]), exec_w(exec_pipe[1]);
   pid_t pid = ::fork();
   if (pid < 0) return Status::Internal("cannot run " + program + ": fork: " + std::strerror(errno));
   if (pid == 0) {

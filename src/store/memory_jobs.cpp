@@ -1,0 +1,287 @@
+// MemoryStore's jobs facet (store/memory_tables.h): jobs, attempts,
+// checkpoints and the groups' fair-share usage.
+#include <algorithm>
+#include <limits>
+
+#include "store/memory_tables.h"
+
+namespace gpupool {
+namespace {
+
+std::string JobMissing(int64_t id) { return "job " + std::to_string(id) + " does not exist"; }
+
+// The ids of `ids` above `after_id`.
+void CollectAfter(const std::set<int64_t>& ids, int64_t after_id, std::vector<int64_t>& out) {
+  for (auto it = ids.upper_bound(after_id); it != ids.end(); ++it) out.push_back(*it);
+}
+
+}  // namespace
+
+// ---- jobs
+
+void MemoryTx::IndexJob(const Job& job, bool add) {
+  std::set<int64_t>& by_state = s_.jobs_by_state[job.state];
+  std::set<int64_t>& by_owner = s_.jobs_by_owner[job.owner];
+  if (add) {
+    j_.Insert(by_state, job.id);
+    j_.Insert(by_owner, job.id);
+  } else {
+    j_.Remove(by_state, job.id);
+    j_.Remove(by_owner, job.id);
+  }
+}
+
+Result<int64_t> MemoryTx::InsertJob(const Job& job) {
+  Job stored = job;
+  stored.id = s_.last_job_id + 1;
+  j_.Set(s_.last_job_id, stored.id);
+  IndexJob(stored, true);
+  if (!stored.spec.inputs.empty() && !IsTerminal(stored.state)) {
+    AddStorageRef(stored, stored.spec.inputs, stored.input_bytes);
+  }
+  const int64_t id = stored.id;
+  j_.Put(s_.jobs, id, std::move(stored));
+  return id;
+}
+
+Status MemoryTx::UpdateJob(const Job& job) {
+  auto it = s_.jobs.find(job.id);
+  if (it == s_.jobs.end()) return Status::NotFound(JobMissing(job.id));
+  const Job old = it->second;
+  IndexJob(old, false);
+  IndexJob(job, true);
+  // A job's inputs stop counting when it ends (SQLite's storage_inputs_end).
+  if (!old.spec.inputs.empty() && !IsTerminal(old.state) && IsTerminal(job.state)) {
+    DropStorageRef(old, old.spec.inputs);
+  }
+  j_.Put(s_.jobs, job.id, job);
+  return Status::Ok();
+}
+
+Result<std::optional<Job>> MemoryTx::GetJob(int64_t id) {
+  auto it = s_.jobs.find(id);
+  if (it == s_.jobs.end()) return std::optional<Job>();
+  return std::optional<Job>(it->second);
+}
+
+bool MemoryTx::JobMatches(const Job& job, const JobQuery& q) const {
+  if (q.owner && job.owner != *q.owner) {
+    // As SQLite stores the spec, the group "default" is not written out, so
+    // a job of that group is never matched by or_groups.
+    if (job.spec.group == "default") return false;
+    if (std::find(q.or_groups.begin(), q.or_groups.end(), job.spec.group) == q.or_groups.end()) {
+      return false;
+    }
+  }
+  if (!q.states.empty() &&
+      std::find(q.states.begin(), q.states.end(), job.state) == q.states.end()) {
+    return false;
+  }
+  return true;
+}
+
+// The candidates of a query from its narrowest index, ascending, above
+// `after_id`; nullopt when no index narrows it (every job is a candidate).
+static std::optional<std::vector<int64_t>> Candidates(const MemoryState& s, const JobQuery& q,
+                                                      int64_t after_id) {
+  std::vector<int64_t> ids;
+  if (!q.states.empty()) {
+    std::set<JobState> states(q.states.begin(), q.states.end());
+    for (JobState st : states) {
+      auto it = s.jobs_by_state.find(st);
+      if (it != s.jobs_by_state.end()) CollectAfter(it->second, after_id, ids);
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+  if (q.owner && q.or_groups.empty()) {
+    auto it = s.jobs_by_owner.find(*q.owner);
+    if (it != s.jobs_by_owner.end()) CollectAfter(it->second, after_id, ids);
+    return ids;
+  }
+  return std::nullopt;
+}
+
+Result<std::vector<Job>> MemoryTx::ListJobs(const JobQuery& q) {
+  std::vector<Job> out;
+  if (q.limit <= 0) return out;
+  const auto limit = static_cast<size_t>(q.limit);
+  auto take = [&](int64_t id) {
+    const Job& job = s_.jobs.at(id);
+    if (JobMatches(job, q)) out.push_back(job);
+    return out.size() < limit;
+  };
+  auto ids = Candidates(s_, q, q.after_id);
+  if (ids) {
+    if (q.newest_first) {
+      for (auto it = ids->rbegin(); it != ids->rend() && take(*it);) ++it;
+    } else {
+      for (auto it = ids->begin(); it != ids->end() && take(*it);) ++it;
+    }
+    return out;
+  }
+  auto first = s_.jobs.upper_bound(q.after_id);
+  if (q.newest_first) {
+    for (auto it = s_.jobs.rbegin();
+         it != s_.jobs.rend() && it->first > q.after_id && take(it->first);) {
+      ++it;
+    }
+  } else {
+    for (auto it = first; it != s_.jobs.end() && take(it->first);) ++it;
+  }
+  return out;
+}
+
+Result<int64_t> MemoryTx::CountJobs(const JobQuery& q) {
+  int64_t n = 0;
+  auto ids = Candidates(s_, q, std::numeric_limits<int64_t>::min());
+  if (ids) {
+    for (int64_t id : *ids) n += JobMatches(s_.jobs.at(id), q) ? 1 : 0;
+  } else {
+    for (const auto& [id, job] : s_.jobs) n += JobMatches(job, q) ? 1 : 0;
+  }
+  return n;
+}
+
+// ---- attempts
+
+void MemoryTx::IndexAttempt(const Attempt& a, bool add) {
+  MemoryState::AttemptKey key{a.job_id, a.number, a.id};
+  std::set<MemoryState::AttemptKey>& by_node = s_.attempts_by_node[a.node_id];
+  if (add) {
+    j_.Insert(s_.attempt_order, key);
+    if (IsLive(a.state)) j_.Insert(s_.live_attempts, key);
+    j_.Insert(by_node, key);
+  } else {
+    j_.Remove(s_.attempt_order, key);
+    j_.Remove(s_.live_attempts, key);
+    j_.Remove(by_node, key);
+  }
+}
+
+Status MemoryTx::PutAttempt(const Attempt& a) {
+  if (s_.jobs.count(a.job_id) == 0) {
+    return Status::NotFound("attempt " + a.id + ": " + JobMissing(a.job_id));
+  }
+  auto it = s_.attempts.find(a.id);
+  if (it != s_.attempts.end()) IndexAttempt(it->second, false);
+  IndexAttempt(a, true);
+  // A gang's nodes, indexed for ListAttempts by node; never dropped (as
+  // SQLite's attempt_nodes).
+  for (const AttemptRank& r : a.ranks) j_.Insert(s_.attempt_nodes, std::pair(r.node_id, a.id));
+  j_.Put(s_.attempts, a.id, a);
+  return Status::Ok();
+}
+
+Result<std::optional<Attempt>> MemoryTx::GetAttempt(const std::string& id) {
+  auto it = s_.attempts.find(id);
+  if (it == s_.attempts.end()) return std::optional<Attempt>();
+  return std::optional<Attempt>(it->second);
+}
+
+Result<std::vector<Attempt>> MemoryTx::ListAttempts(const AttemptQuery& q) {
+  using Key = MemoryState::AttemptKey;
+  std::set<Key> by_node;
+  const std::set<Key>* keys = &s_.attempt_order;
+  if (q.node_id) {
+    auto it = s_.attempts_by_node.find(*q.node_id);
+    if (it != s_.attempts_by_node.end()) by_node = it->second;
+    for (auto r = s_.attempt_nodes.lower_bound(std::pair(*q.node_id, std::string()));
+         r != s_.attempt_nodes.end() && r->first == *q.node_id; ++r) {
+      const Attempt& a = s_.attempts.at(r->second);
+      by_node.insert(Key{a.job_id, a.number, a.id});
+    }
+    keys = &by_node;
+  } else if (q.live_only) {
+    keys = &s_.live_attempts;
+  }
+  auto first = keys->begin();
+  if (q.job_id) {
+    first = keys->lower_bound(Key{*q.job_id, std::numeric_limits<int32_t>::min(), std::string()});
+  }
+  std::vector<Attempt> out;
+  for (auto it = first; it != keys->end(); ++it) {
+    if (q.job_id && std::get<0>(*it) != *q.job_id) break;
+    const Attempt& a = s_.attempts.at(std::get<2>(*it));
+    if (q.live_only && !IsLive(a.state)) continue;
+    out.push_back(a);
+  }
+  return out;
+}
+
+// ---- checkpoints
+
+Result<Checkpoint> MemoryTx::AddCheckpoint(const Checkpoint& c) {
+  auto job = s_.jobs.find(c.job_id);
+  if (job == s_.jobs.end()) return Status::NotFound(JobMissing(c.job_id));
+  Checkpoint out = c;
+  auto seq = s_.checkpoint_seq.find(c.job_id);
+  out.number = (seq == s_.checkpoint_seq.end() ? 0 : seq->second) + 1;
+  j_.Put(s_.checkpoint_seq, c.job_id, out.number);
+  auto m = s_.checkpoint_manifests.find(c.manifest);
+  j_.Put(s_.checkpoint_manifests, c.manifest,
+         (m == s_.checkpoint_manifests.end() ? 0 : m->second) + 1);
+  AddStorageRef(job->second, c.manifest, c.bytes);
+  j_.Put(s_.checkpoints, std::pair(out.job_id, out.number), out);
+  return out;
+}
+
+Result<std::vector<Checkpoint>> MemoryTx::ListCheckpoints(int64_t job_id) {
+  std::vector<Checkpoint> out;
+  for (auto it = s_.checkpoints.lower_bound({job_id, std::numeric_limits<int64_t>::min()});
+       it != s_.checkpoints.end() && it->first.first == job_id; ++it) {
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+Result<std::optional<Checkpoint>> MemoryTx::GetCheckpoint(int64_t job_id, int64_t number) {
+  auto it = s_.checkpoints.find({job_id, number});
+  if (it == s_.checkpoints.end()) return std::optional<Checkpoint>();
+  return std::optional<Checkpoint>(it->second);
+}
+
+Result<std::optional<Checkpoint>> MemoryTx::LatestCheckpoint(int64_t job_id) {
+  auto it = s_.checkpoints.upper_bound({job_id, std::numeric_limits<int64_t>::max()});
+  if (it == s_.checkpoints.begin() || std::prev(it)->first.first != job_id) {
+    return std::optional<Checkpoint>();
+  }
+  return std::optional<Checkpoint>(std::prev(it)->second);
+}
+
+Status MemoryTx::DeleteCheckpoint(int64_t job_id, int64_t number) {
+  auto it = s_.checkpoints.find({job_id, number});
+  if (it == s_.checkpoints.end()) return Status::Ok();
+  const Checkpoint c = it->second;
+  j_.Erase(s_.checkpoints, std::pair(job_id, number));
+  const int64_t left = s_.checkpoint_manifests.at(c.manifest) - 1;
+  if (left > 0) {
+    j_.Put(s_.checkpoint_manifests, c.manifest, left);
+  } else {
+    j_.Erase(s_.checkpoint_manifests, c.manifest);
+  }
+  auto job = s_.jobs.find(job_id);
+  if (job != s_.jobs.end()) DropStorageRef(job->second, c.manifest);
+  return Status::Ok();
+}
+
+// ---- group usage
+
+Status MemoryTx::PutGroupUsage(const GroupUsage& u) {
+  j_.Put(s_.group_usage, u.group, u);
+  return Status::Ok();
+}
+
+Result<std::optional<GroupUsage>> MemoryTx::GetGroupUsage(const std::string& group) {
+  auto it = s_.group_usage.find(group);
+  if (it == s_.group_usage.end()) return std::optional<GroupUsage>();
+  return std::optional<GroupUsage>(it->second);
+}
+
+Result<std::vector<GroupUsage>> MemoryTx::ListGroupUsage() {
+  std::vector<GroupUsage> out;
+  for (const auto& [group, u] : s_.group_usage) out.push_back(u);
+  return out;
+}
+
+}  // namespace gpupool

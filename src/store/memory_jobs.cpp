@@ -85,6 +85,23 @@ bool MemoryTx::JobMatches(const Job& job, const JobQuery& q) const {
 static std::optional<std::vector<int64_t>> Candidates(const MemoryState& s, const JobQuery& q,
                                                       int64_t after_id) {
   std::vector<int64_t> ids;
+  const std::set<int64_t>* owned = nullptr;
+  if (q.owner && q.or_groups.empty()) {
+    auto it = s.jobs_by_owner.find(*q.owner);
+    static const std::set<int64_t> kNone;
+    owned = it == s.jobs_by_owner.end() ? &kNone : &it->second;
+  }
+  size_t in_states = 0;
+  for (JobState st : q.states) {
+    auto it = s.jobs_by_state.find(st);
+    if (it != s.jobs_by_state.end()) in_states += it->second.size();
+  }
+  // An owner's jobs in some states (a user's pending jobs, at each
+  // submission): from whichever index holds fewer.
+  if (owned != nullptr && (q.states.empty() || owned->size() <= in_states)) {
+    CollectAfter(*owned, after_id, ids);
+    return ids;
+  }
   if (!q.states.empty()) {
     std::set<JobState> states(q.states.begin(), q.states.end());
     for (JobState st : states) {
@@ -92,11 +109,6 @@ static std::optional<std::vector<int64_t>> Candidates(const MemoryState& s, cons
       if (it != s.jobs_by_state.end()) CollectAfter(it->second, after_id, ids);
     }
     std::sort(ids.begin(), ids.end());
-    return ids;
-  }
-  if (q.owner && q.or_groups.empty()) {
-    auto it = s.jobs_by_owner.find(*q.owner);
-    if (it != s.jobs_by_owner.end()) CollectAfter(it->second, after_id, ids);
     return ids;
   }
   return std::nullopt;

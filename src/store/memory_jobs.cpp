@@ -10,11 +10,6 @@ namespace {
 
 std::string JobMissing(int64_t id) { return "job " + std::to_string(id) + " does not exist"; }
 
-// The ids of `ids` above `after_id`.
-void CollectAfter(const std::set<int64_t>& ids, int64_t after_id, std::vector<int64_t>& out) {
-  for (auto it = ids.upper_bound(after_id); it != ids.end(); ++it) out.push_back(*it);
-}
-
 }  // namespace
 
 // ---- jobs
@@ -80,38 +75,63 @@ bool MemoryTx::JobMatches(const Job& job, const JobQuery& q) const {
   return true;
 }
 
-// The candidates of a query from its narrowest index, ascending, above
-// `after_id`; nullopt when no index narrows it (every job is a candidate).
-static std::optional<std::vector<int64_t>> Candidates(const MemoryState& s, const JobQuery& q,
-                                                      int64_t after_id) {
-  std::vector<int64_t> ids;
-  const std::set<int64_t>* owned = nullptr;
+// The index sets a query can walk instead of every job: the owner's jobs
+// (without or_groups) or the jobs in its states, whichever holds fewer;
+// none (walk every job) when neither applies.
+static std::optional<std::vector<const std::set<int64_t>*>> Narrowest(const MemoryState& s,
+                                                                      const JobQuery& q) {
+  static const std::set<int64_t> kNone;
+  std::vector<const std::set<int64_t>*> by_state;
+  size_t in_states = 0;
+  for (JobState st : std::set<JobState>(q.states.begin(), q.states.end())) {
+    auto it = s.jobs_by_state.find(st);
+    by_state.push_back(it == s.jobs_by_state.end() ? &kNone : &it->second);
+    in_states += by_state.back()->size();
+  }
   if (q.owner && q.or_groups.empty()) {
     auto it = s.jobs_by_owner.find(*q.owner);
-    static const std::set<int64_t> kNone;
-    owned = it == s.jobs_by_owner.end() ? &kNone : &it->second;
-  }
-  size_t in_states = 0;
-  for (JobState st : q.states) {
-    auto it = s.jobs_by_state.find(st);
-    if (it != s.jobs_by_state.end()) in_states += it->second.size();
-  }
-  // An owner's jobs in some states (a user's pending jobs, at each
-  // submission): from whichever index holds fewer.
-  if (owned != nullptr && (q.states.empty() || owned->size() <= in_states)) {
-    CollectAfter(*owned, after_id, ids);
-    return ids;
-  }
-  if (!q.states.empty()) {
-    std::set<JobState> states(q.states.begin(), q.states.end());
-    for (JobState st : states) {
-      auto it = s.jobs_by_state.find(st);
-      if (it != s.jobs_by_state.end()) CollectAfter(it->second, after_id, ids);
+    const std::set<int64_t>* owned = it == s.jobs_by_owner.end() ? &kNone : &it->second;
+    // An owner's jobs in some states (a user's pending jobs, at each
+    // submission): from whichever index holds fewer.
+    if (q.states.empty() || owned->size() <= in_states) {
+      return std::vector<const std::set<int64_t>*>{owned};
     }
-    std::sort(ids.begin(), ids.end());
-    return ids;
   }
+  if (!q.states.empty()) return by_state;
   return std::nullopt;
+}
+
+// Calls take(id) for the ids of the union of `sets` above `after_id`, by
+// ascending id (descending with `newest_first`), until it returns false.
+template <typename Take>
+static void WalkUnion(const std::vector<const std::set<int64_t>*>& sets, int64_t after_id,
+                      bool newest_first, Take take) {
+  using It = std::set<int64_t>::const_iterator;
+  std::vector<std::pair<It, It>> at;  // what is left of each: [lo, hi)
+  for (const auto* set : sets) {
+    at.emplace_back(set->upper_bound(after_id), set->end());
+  }
+  while (true) {
+    int best = -1;
+    int64_t best_id = 0;
+    for (size_t i = 0; i < at.size(); ++i) {
+      auto& [lo, hi] = at[i];
+      if (lo == hi) continue;
+      int64_t id = newest_first ? *std::prev(hi) : *lo;
+      if (best < 0 || (newest_first ? id > best_id : id < best_id)) {
+        best = static_cast<int>(i);
+        best_id = id;
+      }
+    }
+    if (best < 0) return;
+    auto& [lo, hi] = at[static_cast<size_t>(best)];
+    if (newest_first) {
+      --hi;
+    } else {
+      ++lo;
+    }
+    if (!take(best_id)) return;
+  }
 }
 
 Result<std::vector<Job>> MemoryTx::ListJobs(const JobQuery& q) {
@@ -123,34 +143,39 @@ Result<std::vector<Job>> MemoryTx::ListJobs(const JobQuery& q) {
     if (JobMatches(job, q)) out.push_back(job);
     return out.size() < limit;
   };
-  auto ids = Candidates(s_, q, q.after_id);
-  if (ids) {
-    if (q.newest_first) {
-      for (auto it = ids->rbegin(); it != ids->rend() && take(*it);) ++it;
-    } else {
-      for (auto it = ids->begin(); it != ids->end() && take(*it);) ++it;
-    }
+  if (auto sets = Narrowest(s_, q)) {
+    WalkUnion(*sets, q.after_id, q.newest_first, take);
     return out;
   }
-  auto first = s_.jobs.upper_bound(q.after_id);
   if (q.newest_first) {
     for (auto it = s_.jobs.rbegin();
          it != s_.jobs.rend() && it->first > q.after_id && take(it->first);) {
       ++it;
     }
   } else {
-    for (auto it = first; it != s_.jobs.end() && take(it->first);) ++it;
+    for (auto it = s_.jobs.upper_bound(q.after_id); it != s_.jobs.end() && take(it->first);) {
+      ++it;
+    }
   }
   return out;
 }
 
 Result<int64_t> MemoryTx::CountJobs(const JobQuery& q) {
   int64_t n = 0;
-  auto ids = Candidates(s_, q, std::numeric_limits<int64_t>::min());
-  if (ids) {
-    for (int64_t id : *ids) n += JobMatches(s_.jobs.at(id), q) ? 1 : 0;
+  auto sets = Narrowest(s_, q);
+  if (!q.owner && sets) {
+    for (const auto* set : *sets) n += static_cast<int64_t>(set->size());  // distinct states
+    return n;
+  }
+  if (!q.owner && q.states.empty()) return static_cast<int64_t>(s_.jobs.size());
+  auto count = [&](int64_t id) {
+    n += JobMatches(s_.jobs.at(id), q) ? 1 : 0;
+    return true;
+  };
+  if (sets) {
+    WalkUnion(*sets, std::numeric_limits<int64_t>::min(), false, count);
   } else {
-    for (const auto& [id, job] : s_.jobs) n += JobMatches(job, q) ? 1 : 0;
+    for (const auto& [id, job] : s_.jobs) count(id);
   }
   return n;
 }
@@ -195,7 +220,8 @@ Result<std::vector<Attempt>> MemoryTx::ListAttempts(const AttemptQuery& q) {
   using Key = MemoryState::AttemptKey;
   std::set<Key> by_node;
   const std::set<Key>* keys = &s_.attempt_order;
-  if (q.node_id) {
+  // Live attempts are few; a node's attempts grow with its history.
+  if (q.node_id && !q.live_only) {
     auto it = s_.attempts_by_node.find(*q.node_id);
     if (it != s_.attempts_by_node.end()) by_node = it->second;
     for (auto r = s_.attempt_nodes.lower_bound(std::pair(*q.node_id, std::string()));
@@ -216,6 +242,10 @@ Result<std::vector<Attempt>> MemoryTx::ListAttempts(const AttemptQuery& q) {
     if (q.job_id && std::get<0>(*it) != *q.job_id) break;
     const Attempt& a = s_.attempts.at(std::get<2>(*it));
     if (q.live_only && !IsLive(a.state)) continue;
+    if (q.node_id && q.live_only && a.node_id != *q.node_id &&
+        s_.attempt_nodes.count(std::pair(*q.node_id, a.id)) == 0) {
+      continue;
+    }
     out.push_back(a);
   }
   return out;

@@ -275,7 +275,9 @@ Result<Seen> Look(Store& store) {
       GP_ASSIGN_OR_RETURN(int64_t n, tx.CountJobs(q));
       s.counts.push_back(n);
     }
-    std::vector<AttemptQuery> aqs(5);
+    std::vector<AttemptQuery> aqs(6);
+    aqs[5].node_id = "n-2";
+    aqs[5].live_only = true;
     aqs[1].job_id = 2;
     aqs[2].node_id = "n-1";
     aqs[3].node_id = "n-3";

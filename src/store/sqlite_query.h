@@ -1,4 +1,4 @@
-// Internal to the SQLite store (store/sqlite_store.cpp and the units it
+// Internal to the SQLite store (store/sqlite_store.cpp, sqlite_tx_*.cpp and the units it
 // delegates to, such as store/sqlite_logs.h): RAII for SQLite's C API, one
 // use of a cached prepared statement (Query), and the connection those
 // units prepare statements on (SqliteConn). Not for use outside store/.

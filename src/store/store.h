@@ -8,9 +8,13 @@
 // Threading: a Store may be used from one thread at a time (the server's
 // event loop). Tx objects are only valid inside their Transact callback.
 //
+// The transaction's methods are grouped into facets (JobsTx, NodesTx,
+// IdentityTx, LogsTx, StorageTx, MetaTx below); Tx has them all.
+//
 // Backends: SqliteStore (store/sqlite_store.h) is the embedded default;
-// every backend must pass the shared conformance suite in
-// store/store_conformance.h.
+// MemoryStore (store/memory_store.h) keeps everything in memory (the
+// simulator's, and tests'). Every backend must pass the shared conformance
+// suite in store/store_conformance.h.
 #pragma once
 
 #include <cstdint>
@@ -244,9 +248,20 @@ struct Checkpoint {
   friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
 };
 
-class Tx {
+// ---------------------------------------------------------------------------
+// The transaction's facets. Tx is one object with every facet, so a caller
+// writes tx.InsertJob(...) whatever facet the method is in; the facets
+// exist so that a backend is written (and reviewed) one part at a time, and
+// a helper can say which part of the store it touches by taking only that
+// facet (a `JobsTx&` rather than the whole `Tx&`). Every facet's methods
+// run inside the one transaction of Store::Transact; none is valid after
+// its callback returned.
+
+// Jobs and what hangs off them: attempts, checkpoints, and the groups'
+// fair-share usage the scheduler charges for them.
+class JobsTx {
  public:
-  virtual ~Tx() = default;
+  virtual ~JobsTx() = default;
 
   // Jobs. InsertJob assigns job.id (ascending, never reused) and returns it.
   virtual Result<int64_t> InsertJob(const Job& job) = 0;
@@ -256,11 +271,35 @@ class Tx {
   // How many jobs ListJobs would return without after_id and limit.
   virtual Result<int64_t> CountJobs(const JobQuery& q) = 0;
 
-  // Attempts: insert or replace by id.
+  // Attempts: insert or replace by id; NotFound when the job does not exist.
   virtual Status PutAttempt(const Attempt& a) = 0;
   virtual Result<std::optional<Attempt>> GetAttempt(const std::string& id) = 0;
   virtual Result<std::vector<Attempt>> ListAttempts(
       const AttemptQuery& q) = 0;  // by job id, number
+
+  // Checkpoints. AddCheckpoint ignores c.number, assigns the job's next
+  // number (1, 2, ...; never reused) and returns the stored checkpoint;
+  // NotFound when the job does not exist.
+  virtual Result<Checkpoint> AddCheckpoint(const Checkpoint& c) = 0;
+  // The job's checkpoints by ascending number (oldest first).
+  virtual Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id) = 0;
+  virtual Result<std::optional<Checkpoint>> GetCheckpoint(int64_t job_id, int64_t number) = 0;
+  // The one with the highest number, if any.
+  virtual Result<std::optional<Checkpoint>> LatestCheckpoint(int64_t job_id) = 0;
+  // Absent checkpoints are not an error.
+  virtual Status DeleteCheckpoint(int64_t job_id, int64_t number) = 0;
+
+  // Fair-share usage per group: insert or replace by group name.
+  virtual Status PutGroupUsage(const GroupUsage& u) = 0;
+  virtual Result<std::optional<GroupUsage>> GetGroupUsage(const std::string& group) = 0;
+  virtual Result<std::vector<GroupUsage>> ListGroupUsage() = 0;  // by group name
+};
+
+// Nodes and what the server exchanges with their agents: node events, the
+// agents' enrollment credentials, and the outbox of messages to them.
+class NodesTx {
+ public:
+  virtual ~NodesTx() = default;
 
   // Nodes: insert or replace by id; names are unique (AlreadyExists otherwise).
   virtual Status PutNode(const Node& n) = 0;
@@ -276,11 +315,55 @@ class Tx {
   virtual Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id,
                                                         int64_t after_id, int32_t limit) = 0;
 
-  // Logs, kept per attempt rank (LogStream). AppendLogs stores `lines` (of
-  // any attempts and ranks of the job) in their order, each with the next
-  // cursor; a line whose offset is at or below its rank's last_offset is
-  // skipped (a resend), and so is every line of a job whose logs were
-  // removed. NotFound when the job does not exist.
+  // Agent credentials, by node name.
+  virtual Status PutAgentCredential(const AgentCredential& c) = 0;
+  virtual Result<std::optional<AgentCredential>> GetAgentCredential(const std::string& node) = 0;
+  virtual Result<std::vector<AgentCredential>> ListAgentCredentials() = 0;
+
+  // Outbox. PushOutbox assigns and returns the next seq for the node.
+  virtual Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,
+                                     const std::string& body) = 0;
+  // Messages with seq > after_seq, ascending.
+  virtual Result<std::vector<OutboxMessage>> ListOutbox(const std::string& node_id,
+                                                        int64_t after_seq) = 0;
+  // Drops messages with seq <= upto_seq. The seq counter is not reset.
+  virtual Status AckOutbox(const std::string& node_id, int64_t upto_seq) = 0;
+};
+
+// Who may do what: users, groups (labs), API tokens, and the audit log.
+class IdentityTx {
+ public:
+  virtual ~IdentityTx() = default;
+
+  // Tokens, looked up by hash.
+  virtual Status PutToken(const TokenRecord& t) = 0;
+  virtual Result<std::optional<TokenRecord>> GetToken(const std::string& hash) = 0;
+  // Every token of `subject` ("" = all), oldest first.
+  virtual Result<std::vector<TokenRecord>> ListTokens(const std::string& subject) = 0;
+
+  // Users and groups, by name.
+  virtual Status PutUser(const UserRecord& u) = 0;
+  virtual Result<std::optional<UserRecord>> GetUser(const std::string& name) = 0;
+  virtual Result<std::vector<UserRecord>> ListUsers() = 0;
+  virtual Status PutGroup(const GroupRecord& g) = 0;
+  virtual Result<std::optional<GroupRecord>> GetGroup(const std::string& name) = 0;
+  virtual Result<std::vector<GroupRecord>> ListGroups() = 0;
+
+  // The audit log: append (returns the id) and read in id order.
+  virtual Result<int64_t> AppendAudit(const AuditEntry& e) = 0;
+  virtual Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) = 0;
+};
+
+// Jobs' output, kept per attempt rank (LogStream), and its retention.
+class LogsTx {
+ public:
+  virtual ~LogsTx() = default;
+
+  // AppendLogs stores `lines` (of any attempts and ranks of the job) in
+  // their order, each with the next cursor; a line whose offset is at or
+  // below its rank's last_offset is skipped (a resend), and so is every
+  // line of a job whose logs were removed. NotFound when the job does not
+  // exist.
   virtual Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) = 0;
   // Lines of the job with cursor > after_cursor, by cursor, at most `limit`;
   // none once the job's logs were removed.
@@ -309,59 +392,13 @@ class Tx {
   // Frees the storage of at most `max_chunks` chunks of removed logs;
   // returns how many it freed (0: nothing is left to free).
   virtual Result<int64_t> DeleteRemovedLogChunks(int64_t max_chunks) = 0;
+};
 
-  // Outbox. PushOutbox assigns and returns the next seq for the node.
-  virtual Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,
-                                     const std::string& body) = 0;
-  // Messages with seq > after_seq, ascending.
-  virtual Result<std::vector<OutboxMessage>> ListOutbox(const std::string& node_id,
-                                                        int64_t after_seq) = 0;
-  // Drops messages with seq <= upto_seq. The seq counter is not reset.
-  virtual Status AckOutbox(const std::string& node_id, int64_t upto_seq) = 0;
-
-  // Small named values (e.g. per-node channel counters, settings).
-  virtual Result<std::optional<std::string>> GetMeta(const std::string& key) = 0;
-  virtual Status PutMeta(const std::string& key, const std::string& value) = 0;
-
-  // Fair-share usage per group: insert or replace by group name.
-  virtual Status PutGroupUsage(const GroupUsage& u) = 0;
-  virtual Result<std::optional<GroupUsage>> GetGroupUsage(const std::string& group) = 0;
-  virtual Result<std::vector<GroupUsage>> ListGroupUsage() = 0;  // by group name
-
-  // Tokens, looked up by hash.
-  virtual Status PutToken(const TokenRecord& t) = 0;
-  virtual Result<std::optional<TokenRecord>> GetToken(const std::string& hash) = 0;
-  // Every token of `subject` ("" = all), oldest first.
-  virtual Result<std::vector<TokenRecord>> ListTokens(const std::string& subject) = 0;
-
-  // Users and groups, by name.
-  virtual Status PutUser(const UserRecord& u) = 0;
-  virtual Result<std::optional<UserRecord>> GetUser(const std::string& name) = 0;
-  virtual Result<std::vector<UserRecord>> ListUsers() = 0;
-  virtual Status PutGroup(const GroupRecord& g) = 0;
-  virtual Result<std::optional<GroupRecord>> GetGroup(const std::string& name) = 0;
-  virtual Result<std::vector<GroupRecord>> ListGroups() = 0;
-
-  // The audit log: append (returns the id) and read in id order.
-  virtual Result<int64_t> AppendAudit(const AuditEntry& e) = 0;
-  virtual Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) = 0;
-
-  // Agent credentials, by node name.
-  virtual Status PutAgentCredential(const AgentCredential& c) = 0;
-  virtual Result<std::optional<AgentCredential>> GetAgentCredential(const std::string& node) = 0;
-  virtual Result<std::vector<AgentCredential>> ListAgentCredentials() = 0;
-
-  // Checkpoints. AddCheckpoint ignores c.number, assigns the job's next
-  // number (1, 2, ...; never reused) and returns the stored checkpoint;
-  // NotFound when the job does not exist.
-  virtual Result<Checkpoint> AddCheckpoint(const Checkpoint& c) = 0;
-  // The job's checkpoints by ascending number (oldest first).
-  virtual Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id) = 0;
-  virtual Result<std::optional<Checkpoint>> GetCheckpoint(int64_t job_id, int64_t number) = 0;
-  // The one with the highest number, if any.
-  virtual Result<std::optional<Checkpoint>> LatestCheckpoint(int64_t job_id) = 0;
-  // Absent checkpoints are not an error.
-  virtual Status DeleteCheckpoint(int64_t job_id, int64_t number) = 0;
+// Stored bytes: what the blob store's manifests are named by (for its
+// garbage collection), what each user and group stores, and their quotas.
+class StorageTx {
+ public:
+  virtual ~StorageTx() = default;
 
   // For blob garbage collection: the distinct manifest ids of every stored
   // checkpoint, and the distinct non-empty `inputs` of every job that is not
@@ -386,6 +423,27 @@ class Tx {
   virtual Status DeleteStorageQuota(const StorageHolder& holder) = 0;
   virtual Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& holder) = 0;
   virtual Result<std::vector<StorageQuota>> ListStorageQuotas() = 0;
+};
+
+// Small named values (e.g. per-node channel counters, settings).
+class MetaTx {
+ public:
+  virtual ~MetaTx() = default;
+
+  virtual Result<std::optional<std::string>> GetMeta(const std::string& key) = 0;
+  virtual Status PutMeta(const std::string& key, const std::string& value) = 0;
+};
+
+// One transaction: every facet. A backend implements each facet's methods
+// (SqliteTx, MemoryTx); callers hold a Tx&.
+class Tx : public JobsTx,
+           public NodesTx,
+           public IdentityTx,
+           public LogsTx,
+           public StorageTx,
+           public MetaTx {
+ public:
+  ~Tx() override = default;
 };
 
 class Store {

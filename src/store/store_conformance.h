@@ -1,7 +1,10 @@
 // The Store conformance suite: the behaviour every Store backend must show.
 //
-// The tests (store_conformance.cpp) use only the Store/Tx interface, so one
-// suite checks SQLite today and PostgreSQL later. A backend's test file
+// The tests use only the Store/Tx interface, so one suite checks every
+// backend: SQLite (store_test), memory (memory_store_test), PostgreSQL
+// later. They are split by the Tx facet they exercise
+// (store_conformance_{jobs,nodes,identity,logs,storage}.cpp; transactions
+// across facets in store_conformance.cpp). A backend's test file
 // instantiates it once, at namespace scope inside namespace gpupool:
 //
 //   StoreBackend SqliteBackend() {
@@ -15,7 +18,8 @@
 // a later call for the same `dir` (after the previous store was destroyed)
 // must return a store holding everything committed before ("reopen"). A
 // backend without files (a database server) derives a database or schema name
-// from `dir`.
+// from `dir`; one in memory keeps its state per `dir` in the factory (see
+// memory_store_test.cpp).
 //
 // Beyond store.h, the suite pins down: ids start at 1 in an empty store and
 // InsertJob ignores the caller's job.id; an attempt or log line naming a

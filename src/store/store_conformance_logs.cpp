@@ -1,6 +1,6 @@
-// The Store conformance suite (store/store_conformance.h): log streams, the
-// output limit's bookkeeping and log retention. (Appending, reading and
-// deduplicating lines are in store_conformance.cpp.)
+// The Store conformance suite (store/store_conformance.h): the logs facet
+// (LogsTx): appending, reading and deduplicating lines, log streams, the
+// output limit's bookkeeping and log retention.
 #include <string>
 #include <vector>
 
@@ -27,8 +27,8 @@ Result<int64_t> AddJob(Store& store, JobState state, int64_t finished_ms = 0) {
   });
 }
 
-LogLine Line(std::string attempt_id, int64_t offset, std::string text, int32_t rank = 0,
-             std::string stream = "stdout") {
+LogLine RankLine(std::string attempt_id, int64_t offset, std::string text, int32_t rank = 0,
+                 std::string stream = "stdout") {
   LogLine l;
   l.attempt_id = std::move(attempt_id);
   l.offset = offset;
@@ -39,12 +39,95 @@ LogLine Line(std::string attempt_id, int64_t offset, std::string text, int32_t r
   return l;
 }
 
+TEST_P(StoreConformanceTest, LogsAppendDedupeReadAndEnd) {
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  const std::string unicode =
+      "\xC3\xBCn\xC3\xAF"
+      "code";  // 9 bytes, 7 characters
+  std::vector<LogLine> first = {Line("1.1", 0, "hello"), Line("1.1", 6, "world", "stderr"),
+                                Line("1.1", 12, unicode), Line("1.1", 6, "world again")};
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.AppendLogs(1, first));
+    GP_RETURN_IF_ERROR(tx.AppendLogs(2, {Line("2.1", 0, "other job")}));
+    // A resent batch: every line already stored is skipped.
+    GP_RETURN_IF_ERROR(tx.AppendLogs(1, {Line("1.1", 0, "HELLO"), Line("1.1", 22, "")}));
+    return tx.AppendLogs(1, {Line("1.2", 0, "second attempt"), Line("1.2", 15, "x")});
+  }));
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    // A rank's lines come in offset order: one below the highest offset
+    // taken is a resend, even when its offset was never stored.
+    return tx.AppendLogs(1, {Line("1.1", 6, "late duplicate"), Line("1.2", 100, "far"),
+                             Line("1.2", 50, "earlier offset, appended later")});
+  }));
+
+  std::vector<LogLine> want = {first[0],
+                               first[1],
+                               first[2],
+                               Line("1.1", 22, ""),
+                               Line("1.2", 0, "second attempt"),
+                               Line("1.2", 15, "x"),
+                               Line("1.2", 100, "far")};
+  CONF_ASSERT_OK_AND_ASSIGN(auto got,
+                            InTx(store(), [](Tx& tx) { return tx.ReadLogs(1, 0, 1000); }));
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (i > 0) {
+      EXPECT_GT(got[i].cursor, got[i - 1].cursor);
+    }
+    EXPECT_GT(got[i].cursor, 0);
+    LogLine w = want[i];
+    w.cursor = got[i].cursor;
+    EXPECT_EQ(got[i], w) << "line " << i;
+  }
+
+  // Paging by cursor and limit yields the same lines.
+  std::vector<LogLine> paged;
+  int64_t cursor = 0;
+  while (true) {
+    CONF_ASSERT_OK_AND_ASSIGN(auto page,
+                              InTx(store(), [&](Tx& tx) { return tx.ReadLogs(1, cursor, 3); }));
+    EXPECT_LE(page.size(), 3u);
+    if (page.empty()) break;
+    paged.insert(paged.end(), page.begin(), page.end());
+    cursor = page.back().cursor;
+  }
+  EXPECT_EQ(paged, got);
+  CONF_ASSERT_OK_AND_ASSIGN(
+      auto tail, InTx(store(), [&](Tx& tx) { return tx.ReadLogs(1, got[5].cursor, 100); }));
+  EXPECT_EQ(tail, (std::vector<LogLine>{got[6]}));
+
+  CONF_ASSERT_OK_AND_ASSIGN(auto job2, InTx(store(), [](Tx& tx) { return tx.ReadLogs(2, 0, 10); }));
+  ASSERT_EQ(job2.size(), 1u);
+  EXPECT_EQ(job2[0].text, "other job");
+  CONF_ASSERT_OK_AND_ASSIGN(auto job3, InTx(store(), [](Tx& tx) { return tx.ReadLogs(3, 0, 10); }));
+  EXPECT_TRUE(job3.empty());
+
+  auto end = [&](const std::string& attempt) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.LastLogOffset(attempt, 0); });
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.value_or(-1);
+  };
+  EXPECT_EQ(end("1.1"), 22);
+  EXPECT_EQ(end("1.2"), 100);  // highest offset, not last appended
+  EXPECT_EQ(end("2.1"), 0);
+  EXPECT_EQ(end("7.1"), -1);
+  CONF_ASSERT_OK(
+      InTx(store(), [&](Tx& tx) { return tx.AppendLogs(2, {Line("2.2", 40, unicode)}); }));
+  EXPECT_EQ(end("2.2"), 40);
+}
+
+TEST_P(StoreConformanceTest, LogsOfMissingJobAreNotFound) {
+  Status st = InTx(store(), [](Tx& tx) { return tx.AppendLogs(5, {Line("5.1", 0, "x")}); });
+  EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.ToString();
+}
+
 TEST_P(StoreConformanceTest, LogStreamsCountWhatIsStored) {
   CONF_ASSERT_OK_AND_ASSIGN(int64_t job, AddJob(store(), JobState::kRunning));
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) {
-    return tx.AppendLogs(
-        job, {Line("1.1", 0, "hello"), Line("1.1", 26, ""), Line("1.1", 47, "event", 0, "event"),
-              Line("1.1", 0, "resend"), Line("1.1", 10, "rank 1", 1)});
+    return tx.AppendLogs(job, {RankLine("1.1", 0, "hello"), RankLine("1.1", 26, ""),
+                               RankLine("1.1", 47, "event", 0, "event"),
+                               RankLine("1.1", 0, "resend"), RankLine("1.1", 10, "rank 1", 1)});
   }));
   CONF_ASSERT_OK_AND_ASSIGN(auto rank0,
                             InTx(store(), [](Tx& tx) { return tx.GetLogStream("1.1", 0); }));
@@ -75,7 +158,7 @@ TEST_P(StoreConformanceTest, SkippedLogsMoveTheOffsetAndTheLimitIsReachedOnce) {
   CONF_ASSERT_OK_AND_ASSIGN(int64_t job, AddJob(store(), JobState::kRunning));
   const std::string marker = OutputLimitMarker(1024);
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
-    GP_RETURN_IF_ERROR(tx.AppendLogs(job, {Line("1.1", 0, "a")}));
+    GP_RETURN_IF_ERROR(tx.AppendLogs(job, {RankLine("1.1", 0, "a")}));
     // A stream nothing was stored for yet may be skipped too.
     GP_RETURN_IF_ERROR(tx.SkipLogs(LogSkip{job, "1.1", 2, 500, "", 0}));
     return tx.SkipLogs(LogSkip{job, "1.1", 0, 900, marker, 77});
@@ -84,7 +167,7 @@ TEST_P(StoreConformanceTest, SkippedLogsMoveTheOffsetAndTheLimitIsReachedOnce) {
     // Later skips neither move the offset back nor replace the marker.
     GP_RETURN_IF_ERROR(tx.SkipLogs(LogSkip{job, "1.1", 0, 400, "another", 99}));
     // Lines at or below the skipped offset are resends.
-    return tx.AppendLogs(job, {Line("1.1", 800, "dropped before"), Line("1.1", 901, "b")});
+    return tx.AppendLogs(job, {RankLine("1.1", 800, "dropped before"), RankLine("1.1", 901, "b")});
   }));
   CONF_ASSERT_OK_AND_ASSIGN(auto s,
                             InTx(store(), [](Tx& tx) { return tx.GetLogStream("1.1", 0); }));
@@ -114,7 +197,7 @@ TEST_P(StoreConformanceTest, EndedJobLogsAreListedLongestEndedFirst) {
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
     for (int64_t job : {running, late, early}) {
       std::string a = std::to_string(job) + ".1";
-      GP_RETURN_IF_ERROR(tx.AppendLogs(job, {Line(a, 0, "x"), Line(a, 2, "yy")}));
+      GP_RETURN_IF_ERROR(tx.AppendLogs(job, {RankLine(a, 0, "x"), RankLine(a, 2, "yy")}));
     }
     return Status::Ok();
   }));
@@ -147,10 +230,10 @@ TEST_P(StoreConformanceTest, RemovedLogsAreGoneAndStayGone) {
   CONF_ASSERT_OK_AND_ASSIGN(int64_t gone, AddJob(store(), JobState::kSucceeded, 1000));
   CONF_ASSERT_OK_AND_ASSIGN(int64_t kept, AddJob(store(), JobState::kSucceeded, 2000));
   std::vector<LogLine> many;
-  for (int i = 0; i < 3000; ++i) many.push_back(Line("1.1", i * 40, std::string(30, 'q')));
+  for (int i = 0; i < 3000; ++i) many.push_back(RankLine("1.1", i * 40, std::string(30, 'q')));
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
     GP_RETURN_IF_ERROR(tx.AppendLogs(gone, many));
-    return tx.AppendLogs(kept, {Line("2.1", 0, "kept")});
+    return tx.AppendLogs(kept, {RankLine("2.1", 0, "kept")});
   }));
   CONF_ASSERT_OK_AND_ASSIGN(auto before, InTx(store(), [](Tx& tx) { return tx.GetLogTotals(); }));
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
@@ -172,7 +255,8 @@ TEST_P(StoreConformanceTest, RemovedLogsAreGoneAndStayGone) {
 
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
     // A late resend of the removed job's lines stores nothing.
-    GP_RETURN_IF_ERROR(tx.AppendLogs(gone, {Line("1.1", 0, "resent"), Line("1.2", 0, "new")}));
+    GP_RETURN_IF_ERROR(
+        tx.AppendLogs(gone, {RankLine("1.1", 0, "resent"), RankLine("1.2", 0, "new")}));
     GP_ASSIGN_OR_RETURN(auto lines, tx.ReadLogs(gone, 0, 100));
     EXPECT_TRUE(lines.empty());
     GP_ASSIGN_OR_RETURN(auto streams, tx.ListLogStreams(gone));

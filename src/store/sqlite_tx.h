@@ -1,0 +1,132 @@
+// SqliteTx: the SQLite store's transaction (store/store.h Tx), declared
+// here and defined facet by facet: sqlite_tx_jobs.cpp (JobsTx),
+// sqlite_tx_nodes.cpp (NodesTx), sqlite_tx_identity.cpp (IdentityTx,
+// MetaTx), sqlite_tx_storage.cpp (StorageTx); the logs facet (LogsTx)
+// delegates to SqliteLogs (store/sqlite_logs.h) below. Internal to the
+// SQLite store: SqliteStore::Transact makes one per transaction.
+//
+// Threading: as SqliteStore; valid only inside its Transact callback.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/sqlite_logs.h"
+#include "store/sqlite_query.h"
+#include "store/store.h"
+
+namespace gpupool {
+
+class SqliteTx : public Tx {
+ public:
+  explicit SqliteTx(SqliteConn& conn) : conn_(conn), logs_(conn) {}
+
+  // ---- jobs facet (sqlite_tx_jobs.cpp)
+
+  Result<int64_t> InsertJob(const Job& job) override;
+  Status UpdateJob(const Job& job) override;
+  Result<std::optional<Job>> GetJob(int64_t id) override;
+  Result<std::vector<Job>> ListJobs(const JobQuery& jq) override;
+  Result<int64_t> CountJobs(const JobQuery& jq) override;
+  Status PutAttempt(const Attempt& a) override;
+  Result<std::optional<Attempt>> GetAttempt(const std::string& id) override;
+  Result<std::vector<Attempt>> ListAttempts(const AttemptQuery& aq) override;
+  Result<Checkpoint> AddCheckpoint(const Checkpoint& c) override;
+  Result<std::vector<Checkpoint>> ListCheckpoints(int64_t job_id) override;
+  Result<std::optional<Checkpoint>> GetCheckpoint(int64_t job_id, int64_t number) override;
+  Result<std::optional<Checkpoint>> LatestCheckpoint(int64_t job_id) override;
+  Status DeleteCheckpoint(int64_t job_id, int64_t number) override;
+  Status PutGroupUsage(const GroupUsage& u) override;
+  Result<std::optional<GroupUsage>> GetGroupUsage(const std::string& group) override;
+  Result<std::vector<GroupUsage>> ListGroupUsage() override;
+
+  // ---- nodes facet (sqlite_tx_nodes.cpp)
+
+  Status PutNode(const Node& n) override;
+  Result<std::optional<Node>> GetNode(const std::string& id) override;
+  Result<std::optional<Node>> GetNodeByName(const std::string& name) override;
+  Result<std::vector<Node>> ListNodes() override;
+  Result<int64_t> AppendNodeEvent(const NodeEvent& e) override;
+  Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id, int64_t after_id,
+                                                int32_t limit) override;
+  Status PutAgentCredential(const AgentCredential& c) override;
+  Result<std::optional<AgentCredential>> GetAgentCredential(const std::string& node) override;
+  Result<std::vector<AgentCredential>> ListAgentCredentials() override;
+  Result<int64_t> PushOutbox(const std::string& node_id, const std::string& type,
+                             const std::string& body) override;
+  Result<std::vector<OutboxMessage>> ListOutbox(const std::string& node_id,
+                                                int64_t after_seq) override;
+  Status AckOutbox(const std::string& node_id, int64_t upto_seq) override;
+
+  // ---- identity and meta facets (sqlite_tx_identity.cpp)
+
+  Status PutToken(const TokenRecord& t) override;
+  Result<std::optional<TokenRecord>> GetToken(const std::string& hash) override;
+  Result<std::vector<TokenRecord>> ListTokens(const std::string& subject) override;
+  Status PutUser(const UserRecord& u) override;
+  Result<std::optional<UserRecord>> GetUser(const std::string& name) override;
+  Result<std::vector<UserRecord>> ListUsers() override;
+  Status PutGroup(const GroupRecord& g) override;
+  Result<std::optional<GroupRecord>> GetGroup(const std::string& name) override;
+  Result<std::vector<GroupRecord>> ListGroups() override;
+  Result<int64_t> AppendAudit(const AuditEntry& e) override;
+  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) override;
+  Result<std::optional<std::string>> GetMeta(const std::string& key) override;
+  Status PutMeta(const std::string& key, const std::string& value) override;
+
+  // ---- storage facet (sqlite_tx_storage.cpp)
+
+  Result<std::vector<std::string>> ListCheckpointManifests() override;
+  Result<std::vector<std::string>> ListActiveJobInputs() override;
+  Result<StorageUsage> StorageUsed(const StorageHolder& h) override;
+  Result<std::vector<StorageUsage>> ListStorageUsage() override;
+  Status PutStorageQuota(const StorageQuota& quota) override;
+  Status DeleteStorageQuota(const StorageHolder& h) override;
+  Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& h) override;
+  Result<std::vector<StorageQuota>> ListStorageQuotas() override;
+
+  // ---- logs facet (store/sqlite_logs.h)
+
+  Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) override {
+    return logs_.Append(job_id, lines);
+  }
+  Result<std::vector<LogLine>> ReadLogs(int64_t job_id, int64_t after_cursor,
+                                        int32_t limit) override {
+    return logs_.Read(job_id, after_cursor, limit);
+  }
+  Result<int64_t> LastLogOffset(const std::string& attempt_id, int32_t rank) override {
+    return logs_.LastOffset(attempt_id, rank);
+  }
+  Result<std::optional<LogStream>> GetLogStream(const std::string& attempt_id,
+                                                int32_t rank) override {
+    return logs_.GetStream(attempt_id, rank);
+  }
+  Result<std::vector<LogStream>> ListLogStreams(int64_t job_id) override {
+    return logs_.ListStreams(job_id);
+  }
+  Status SkipLogs(const LogSkip& skip) override { return logs_.Skip(skip); }
+  Result<LogTotals> GetLogTotals() override { return logs_.Totals(); }
+  Result<std::vector<JobLogSize>> ListEndedJobLogs(int32_t limit) override {
+    return logs_.ListEnded(limit);
+  }
+  Status RemoveJobLogs(int64_t job_id, int64_t now_ms, const std::string& reason) override {
+    return logs_.Remove(job_id, now_ms, reason);
+  }
+  Result<std::optional<LogRemoval>> GetLogRemoval(int64_t job_id) override {
+    return logs_.GetRemoval(job_id);
+  }
+  Result<int64_t> DeleteRemovedLogChunks(int64_t max_chunks) override {
+    return logs_.DeleteRemovedChunks(max_chunks);
+  }
+
+ private:
+  Result<int64_t> NextCheckpointNumber(int64_t job_id);
+
+  SqliteConn& conn_;
+  SqliteLogs logs_;
+};
+
+}  // namespace gpupool

@@ -5,7 +5,7 @@
 # pool_init NAME: sets gpupool and bench (the binaries, checked), tmp (a
 # scratch directory removed at exit, with every pool started in it) and
 # agent_config (given to every agent: executors sandbox, the default, and
-# process).
+# process). KEEP_TMP=1 keeps tmp at the end.
 pool_init() {
   gpupool=${GPUPOOL_BIN:-$build/bin/gpupool}
   bench=${POOL_BENCH_BIN:-$build/bin/gpupool-pool-bench}
@@ -16,7 +16,8 @@ pool_init() {
   tmp=$(mktemp -d "/tmp/$1.XXXXXX")
   agent_config=$tmp/agent.yaml
   echo "executors: [sandbox, process]" >"$agent_config"
-  trap 'stop_pool; rm -rf "$tmp"' EXIT
+  # KEEP_TMP=1 keeps the pools' directories (logs, data) for a look after.
+  trap 'stop_pool; if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi' EXIT
   trap 'exit 130' INT TERM
 }
 dev_pid=

@@ -10,7 +10,7 @@
 #
 #   smoke_scripts.sh NAME BUILD_DIR
 #
-# NAME is one of: pool, executor, gang, reclaim, agent-load,
+# NAME is one of: pool, pool-tls, executor, gang, reclaim, agent-load,
 # sched-grid, openb, upload, ddp, tunnel, migration, net, flood. (run_chaos.sh
 # has none: it is test_chaos.py, which the suite runs as
 # integration_test_chaos.) They need what the end-to-end tests need (root,
@@ -71,6 +71,38 @@ case $name in
     positive "^== latency, 1 agent\\(s\\), 3 jobs x 1 runs: median of runs, ms: p50 ($num)"
     positive "^== throughput, process executor, 4 agents, 20 jobs x 1 runs: median ($num) jobs/s"
     positive "^   machine idle $num% during the run; CPU per job: server ($num) ms"
+    ;;
+  pool-tls)
+    # gpupool-pool-bench trusts a TLS pool only through its CA, as the CLI:
+    # pinned (GPUPOOL_CA_FINGERPRINT) or as a CA file (--ca-file); without
+    # either, or pinned to another CA, it must refuse the server.
+    bench=$build/bin/gpupool-pool-bench
+    "$build/bin/gpupool" dev --agents 1 --simulate-gpus 1xA100:80GiB --listen 127.0.0.1:0 \
+      --data-dir "$tmp/pool" --env-file "$tmp/env" --no-config --log-level warn >"$tmp/dev.log" 2>&1 &
+    dev_pid=$!
+    trap 'kill -TERM $dev_pid 2>/dev/null; wait $dev_pid 2>/dev/null; rm -rf "$tmp"' EXIT
+    for _ in $(seq 300); do [[ -s $tmp/env ]] && break; sleep 0.1; done
+    [[ -s $tmp/env ]] || { cat "$tmp/dev.log"; echo "SMOKE FAILED: gpupool dev did not start"; exit 1; }
+    # shellcheck disable=SC1091
+    source "$tmp/env"
+    [[ $GPUPOOL_SERVER == https://* ]] || { echo "SMOKE FAILED: the dev pool is not TLS: $GPUPOOL_SERVER"; exit 1; }
+    export GPUPOOL_SERVER GPUPOOL_TOKEN
+    pin=$GPUPOOL_CA_FINGERPRINT
+    unset GPUPOOL_CA_FINGERPRINT
+    run "$bench" --ca-file "$tmp/pool/server/tls/ca.crt" latency --jobs 1 --gpus 0 --run true
+    expect '^RESULT latency jobs=1 .* timeouts=0 errors=0$'
+    run env GPUPOOL_CA_FINGERPRINT="$pin" "$bench" throughput --jobs 2 --concurrency 1
+    expect '^RESULT throughput jobs=2 .* succeeded=2 errors=0$'
+    for refused in "" "--ca-fingerprint sha256:$(printf '%064d' 0)"; do
+      rc=0
+      # shellcheck disable=SC2086
+      "$bench" $refused latency --jobs 1 --gpus 0 --run true >"$log" 2>&1 || rc=$?
+      cat "$log"
+      ((rc != 0)) || { echo "SMOKE FAILED: pool-bench ${refused:-without a CA} reached the pool"; exit 1; }
+      expect 'certificate' '^latency: no job reached running$'
+    done
+    echo "smoke $name: passed"
+    exit 0
     ;;
   executor)
     run "$here/run_executor_bench.sh" --build "$build" --runs 1 --jobs 2 --images 1 --cpu-runs 1

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Submit-to-running latency (1 and 10 agents) and job throughput (4 agents)
-# of a local pool started with `gpupool dev` on loopback. Every run gets a
-# fresh pool; the figures are the medians over the runs. See
-# docs/performance.md.
+# of a local pool on loopback made as `gpupool dev` makes one
+# (bench/pool_lib.sh; its server without the per-token rate limit, which
+# would cap the submissions at 50 a second). Every run gets a fresh pool;
+# the figures are the medians over the runs. See docs/performance.md.
 #
 # usage: bench/run_pool_bench.sh [--build DIR] [--runs N] [--latency-jobs N]
 #                                [--throughput-jobs N] [--concurrency N]
@@ -10,6 +11,8 @@
 #   --only       a comma-separated list of latency1, latency10, throughput
 #                (default: all three)
 #   --executors  the executors the throughput part measures, in turn
+#   --latency-executor E  the executor latency jobs ask for (default: the
+#                node's default, the sandbox)
 #   --perf DIR   records the server with `perf record --call-graph dwarf`
 #                during each throughput run, into DIR/server-EXECUTOR-RUN.data
 #                (read it with `perf report -i FILE --no-children`)
@@ -26,6 +29,7 @@ throughput_jobs=2000
 concurrency=8
 only=
 executors="sandbox process"
+latency_executor=
 perf_dir=
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -36,6 +40,7 @@ while [[ $# -gt 0 ]]; do
     --concurrency) concurrency=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --executors) executors=$2; shift 2 ;;
+    --latency-executor) latency_executor=$2; shift 2 ;;
     --perf) perf_dir=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -70,7 +75,8 @@ latency() {
     start_pool "$agents"
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
     rc=0
-    out=$("$bench" latency --jobs "$latency_jobs" 2>&1) || rc=$?
+    out=$("$bench" ${latency_executor:+--executor "$latency_executor"} latency --jobs "$latency_jobs" 2>&1) ||
+      rc=$?
     printf '%s\n' "$out" >&2
     line=$(grep '^RESULT' <<<"$out") || true
     cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$latency_jobs" >&2
@@ -80,7 +86,7 @@ latency() {
     p99s+=("$(field p99_ms "$line")"); maxs+=("$(field max_ms "$line")")
     srv+=("$(field server_p50_ms "$line")")
   done
-  echo "== latency, $agents agent(s), $latency_jobs jobs x $runs runs: median of runs, ms:" \
+  echo "== latency, $agents agent(s), ${latency_executor:-default} executor, $latency_jobs jobs x $runs runs: median of runs, ms:" \
     "p50 $(printf '%s\n' "${p50s[@]}" | median)  p90 $(printf '%s\n' "${p90s[@]}" | median)" \
     " p99 $(printf '%s\n' "${p99s[@]}" | median)  max $(printf '%s\n' "${maxs[@]}" | median)" \
     " (server created->started p50 $(printf '%s\n' "${srv[@]}" | median));" \

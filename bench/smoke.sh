@@ -13,6 +13,12 @@
 #     runs the chunker benchmark at 64 KiB average chunks briefly (one pass
 #     over 256 MiB); passes when it reports no error, a throughput and a mean
 #     chunk length within 0.6-1.6 x 64 KiB.
+#   smoke.sh --tls TLS_BENCH_BIN          (tls_bench_smoke)
+#     runs the TLS benchmarks' https Fetch and wss round trip briefly; passes
+#     when both ran and neither reported an error.
+#   smoke.sh --authz AUTHZ_BENCH_BIN      (authz_bench_smoke)
+#     runs the four authorization benchmarks briefly; passes when all four
+#     ran and none reported an error.
 set -euo pipefail
 
 # google_bench BIN FILTER COUNT KEYS: runs the benchmarks FILTER names
@@ -35,6 +41,16 @@ if [[ ${1:-} == --sched ]]; then
     '"placed/pass"|"placements/s"'
   placed=$(first_value placed/pass)
   awk -v p="${placed:-0}" 'BEGIN { exit !(p > 0) }' || { echo "the queue pass placed nothing"; exit 1; }
+  exit 0
+fi
+
+if [[ ${1:-} == --tls ]]; then
+  google_bench "$2" '^BM_Fetch/mode:1/|^BM_WsRoundTrip/mode:1/' 2 '"items_per_second"|"real_time"'
+  exit 0
+fi
+
+if [[ ${1:-} == --authz ]]; then
+  google_bench "$2" '^BM_Authorize|^BM_AuthenticateAndAuthorize' 4 '"real_time"'
   exit 0
 fi
 

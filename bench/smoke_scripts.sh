@@ -68,7 +68,7 @@ case $name in
     expect '^RESULT latency jobs=3 .* timeouts=0 errors=0$' \
       '^RESULT throughput jobs=20 .* succeeded=20 errors=0$' \
       '^== throughput, sandbox executor, 4 agents'
-    positive "^== latency, 1 agent\\(s\\), 3 jobs x 1 runs: median of runs, ms: p50 ($num)"
+    positive "^== latency, 1 agent\\(s\\), default executor, 3 jobs x 1 runs: median of runs, ms: p50 ($num)"
     positive "^== throughput, process executor, 4 agents, 20 jobs x 1 runs: median ($num) jobs/s"
     positive "^   machine idle $num% during the run; CPU per job: server ($num) ms"
     ;;

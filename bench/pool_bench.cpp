@@ -24,11 +24,12 @@
 // resolved as the CLI resolves them (cli::ResolveEndpoint): --server,
 // --token, --ca-fingerprint (pin the pool CA), --ca-file (trust a CA bundle),
 // else GPUPOOL_SERVER, GPUPOOL_TOKEN, GPUPOOL_CA_FINGERPRINT, GPUPOOL_CA_FILE,
-// else the CLI's config file. Verification is never switched off here: a
-// TLS pool needs its CA pinned or trusted (`gpupool dev --env-file` writes
-// GPUPOOL_CA_FINGERPRINT; the server's CA is <data-dir>/tls/ca.crt). Each
-// HTTP call uses a new connection (net::Fetch), as the CLI does. The last line of output is "RESULT
-// <mode> key=value ...", for scripts.
+// else the CLI's config file. Verification is never switched off here (an
+// `insecure` stored in the config file is ignored): a TLS pool needs its CA
+// pinned or trusted (`gpupool dev --env-file` writes GPUPOOL_CA_FINGERPRINT;
+// the server's CA is <data-dir>/tls/ca.crt). Each HTTP call uses a new
+// connection (net::Fetch), as the CLI does. The last line of output is
+// "RESULT <mode> key=value ...", for scripts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
@@ -331,8 +332,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.endpoint = *std::move(endpoint);
+  c.endpoint.tls.insecure = false;  // never without verification (see the top)
   if (c.endpoint.server.starts_with("https:") && c.endpoint.tls.ca_fingerprint.empty() &&
-      c.endpoint.tls.ca_file.empty() && !c.endpoint.tls.insecure) {
+      c.endpoint.tls.ca_file.empty()) {
     std::cerr << "gpupool-pool-bench: note: " << c.endpoint.server
               << " is checked against the system's CAs; for a pool with its own CA pass "
                  "--ca-fingerprint (GPUPOOL_CA_FINGERPRINT) or --ca-file\n";

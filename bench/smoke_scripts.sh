@@ -75,7 +75,8 @@ case $name in
   pool-tls)
     # gpupool-pool-bench trusts a TLS pool only through its CA, as the CLI:
     # pinned (GPUPOOL_CA_FINGERPRINT) or as a CA file (--ca-file); without
-    # either, or pinned to another CA, it must refuse the server.
+    # either, pinned to another CA, or told `insecure` by a config file, it
+    # must refuse the server.
     bench=$build/bin/gpupool-pool-bench
     "$build/bin/gpupool" dev --agents 1 --simulate-gpus 1xA100:80GiB --listen 127.0.0.1:0 \
       --data-dir "$tmp/pool" --env-file "$tmp/env" --no-config --log-level warn >"$tmp/dev.log" 2>&1 &
@@ -93,12 +94,19 @@ case $name in
     expect '^RESULT latency jobs=1 .* timeouts=0 errors=0$'
     run env GPUPOOL_CA_FINGERPRINT="$pin" "$bench" throughput --jobs 2 --concurrency 1
     expect '^RESULT throughput jobs=2 .* succeeded=2 errors=0$'
-    for refused in "" "--ca-fingerprint sha256:$(printf '%064d' 0)"; do
+    # A CLI config file that marks this server `insecure` (as `gpupool login
+    # --insecure` stores it) must not switch verification off either.
+    printf '{"servers": {"%s": {"insecure": true}}}\n' "$GPUPOOL_SERVER" >"$tmp/insecure.json"
+    for refused in "" "--ca-fingerprint sha256:$(printf '%064d' 0)" "config"; do
       rc=0
-      # shellcheck disable=SC2086
-      "$bench" $refused latency --jobs 1 --gpus 0 --run true >"$log" 2>&1 || rc=$?
+      if [[ $refused == config ]]; then
+        GPUPOOL_CONFIG=$tmp/insecure.json "$bench" latency --jobs 1 --gpus 0 --run true >"$log" 2>&1 || rc=$?
+      else
+        # shellcheck disable=SC2086
+        "$bench" $refused latency --jobs 1 --gpus 0 --run true >"$log" 2>&1 || rc=$?
+      fi
       cat "$log"
-      ((rc != 0)) || { echo "SMOKE FAILED: pool-bench ${refused:-without a CA} reached the pool"; exit 1; }
+      ((rc != 0)) || { echo "SMOKE FAILED: pool-bench (${refused:-without a CA}) reached the pool"; exit 1; }
       expect 'certificate' '^latency: no job reached running$'
     done
     echo "smoke $name: passed"

@@ -19,6 +19,10 @@
 #   smoke.sh --authz AUTHZ_BENCH_BIN      (authz_bench_smoke)
 #     runs the four authorization benchmarks briefly; passes when all four
 #     ran and none reported an error.
+#   smoke.sh --pass PASS_BENCH_BIN        (pass_bench_smoke)
+#     runs the server's scheduling pass at 10 nodes x 100 pending briefly;
+#     passes when it ran without an error (a pass that placed a job, with no
+#     room for one, is an error).
 set -euo pipefail
 
 # google_bench BIN FILTER COUNT KEYS: runs the benchmarks FILTER names
@@ -41,6 +45,11 @@ if [[ ${1:-} == --sched ]]; then
     '"placed/pass"|"placements/s"'
   placed=$(first_value placed/pass)
   awk -v p="${placed:-0}" 'BEGIN { exit !(p > 0) }' || { echo "the queue pass placed nothing"; exit 1; }
+  exit 0
+fi
+
+if [[ ${1:-} == --pass ]]; then
+  google_bench "$2" '^BM_SchedulePass/nodes:10/pending:100/history:100$' 1 '"pending"|"live"'
   exit 0
 fi
 

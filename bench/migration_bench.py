@@ -18,7 +18,12 @@ reclaim starts once that copy is complete. With STANDBY=0, b starts after
 the first checkpoint and only the staging that the reclaim itself triggers
 helps.
 
-    python3 bench/migration_bench.py [BUILD_DIR]     (PAD_MIB=1024 RUNS=3 STANDBY=1)
+    python3 bench/migration_bench.py [BUILD_DIR]     (PAD_MIB=1024 RUNS=3 STANDBY=1 INTERVAL=45s)
+
+INTERVAL is the job's checkpoint interval (when the agent asks for the first
+checkpoint); the smoke test (bench/smoke_scripts.sh migration) runs one run
+with PAD_MIB=1 INTERVAL=10s (the shortest interval a spec may ask for).
+Exits non-zero when a run fails.
 """
 import json
 import os
@@ -40,7 +45,7 @@ def node_id(pool, name):
     return next(n["id"] for n in pool.nodes() if n["name"] == name)
 
 
-def one_run(pad_mib, standby):
+def one_run(pad_mib, standby, interval):
     with tempfile.TemporaryDirectory(dir="/var/tmp") as d:
         pool = Pool(Path(d))
         try:
@@ -51,7 +56,7 @@ def one_run(pad_mib, standby):
                     "run": f"exec python3 counter.py --steps 100000 --sleep 0.05 "
                            f"--checkpoint-every 100000 --pad-bytes {pad_mib << 20}",
                     "resources": {"gpus": 1, "memory": f"{pad_mib * 3 + 512}MiB"},
-                    "checkpoint": {"interval": "45s", "grace": "60s", "standby": standby}}
+                    "checkpoint": {"interval": interval, "grace": "60s", "standby": standby}}
             path = Path(d) / "spec.json"
             path.write_text(json.dumps(spec))
             job = int(pool.cli("submit", "--quiet", str(path), check=True).stdout.split()[-1])
@@ -114,7 +119,8 @@ def checkpoints(pool, job):
 def main():
     pad_mib = int(os.environ.get("PAD_MIB", "1024"))
     standby = os.environ.get("STANDBY", "1") == "1"
-    runs = [one_run(pad_mib, standby) for _ in range(int(os.environ.get("RUNS", "3")))]
+    interval = os.environ.get("INTERVAL", "45s")
+    runs = [one_run(pad_mib, standby, interval) for _ in range(int(os.environ.get("RUNS", "3")))]
     for r in runs:
         print(json.dumps({k: v for k, v in r.items() if k != "events"}))
     for e in runs[-1]["events"]:

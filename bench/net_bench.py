@@ -26,6 +26,7 @@ counted and left out of the medians.
 import base64
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def main():
             server.wait()
         pool.stop()
         m.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

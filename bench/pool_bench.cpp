@@ -20,10 +20,16 @@
 //     jobs / (last finished_ms - first submit). Jobs ask for 0 GPUs by
 //     default, so GPU count does not cap how many run at once.
 //
-// The server and token come from --server/--token or GPUPOOL_SERVER and
-// GPUPOOL_TOKEN. Each HTTP call uses a new connection (net::Fetch), as the
-// CLI does. The last line of output is "RESULT <mode> key=value ...", for
-// scripts.
+// The server, the token and how the server's certificate is checked are
+// resolved as the CLI resolves them (cli::ResolveEndpoint): --server,
+// --token, --ca-fingerprint (pin the pool CA), --ca-file (trust a CA bundle),
+// else GPUPOOL_SERVER, GPUPOOL_TOKEN, GPUPOOL_CA_FINGERPRINT, GPUPOOL_CA_FILE,
+// else the CLI's config file. Verification is never switched off here (an
+// `insecure` stored in the config file is ignored): a TLS pool needs its CA
+// pinned or trusted (`gpupool dev --env-file` writes GPUPOOL_CA_FINGERPRINT;
+// the server's CA is <data-dir>/tls/ca.crt). Each HTTP call uses a new
+// connection (net::Fetch), as the CLI does. The last line of output is
+// "RESULT <mode> key=value ...", for scripts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
@@ -61,9 +67,7 @@ double SteadyMs() {
 }
 
 struct Common {
-  std::string server;
-  std::string token;
-  std::string ca_fingerprint;  // the pool CA's pin (GPUPOOL_CA_FINGERPRINT)
+  cli::Endpoint endpoint;  // resolved as the CLI does (see the top)
   int jobs = 0;
   std::string run;
   int gpus = 0;
@@ -72,13 +76,7 @@ struct Common {
   double timeout_s = 300;
 };
 
-cli::ApiClient MakeApi(const Common& c) {
-  cli::Endpoint e;
-  e.server = c.server;
-  e.token = c.token;
-  e.tls.ca_fingerprint = c.ca_fingerprint;
-  return cli::ApiClient(e);
-}
+cli::ApiClient MakeApi(const Common& c) { return cli::ApiClient(c.endpoint); }
 
 json JobSpec(const Common& c) {
   json spec = {{"run", c.run}, {"resources", {{"gpus", c.gpus}}}};
@@ -285,14 +283,17 @@ int Throughput(const Common& c, int concurrency) {
 
 int main(int argc, char** argv) {
   gpupool::bench::Common c;
-  if (const char* s = std::getenv("GPUPOOL_SERVER")) c.server = s;
-  if (const char* t = std::getenv("GPUPOOL_TOKEN")) c.token = t;
-  if (const char* f = std::getenv("GPUPOOL_CA_FINGERPRINT")) c.ca_fingerprint = f;
+  gpupool::cli::Endpoint flags;
   CLI::App app{
       "gpupool-pool-bench: submit-to-running latency and job throughput of a running pool"};
   app.require_subcommand(1);
-  app.add_option("--server", c.server, "server URL (or GPUPOOL_SERVER)");
-  app.add_option("--token", c.token, "API token (or GPUPOOL_TOKEN)");
+  app.add_option("--server", flags.server, "server URL (or GPUPOOL_SERVER)");
+  app.add_option("--token", flags.token, "API token (or GPUPOOL_TOKEN)");
+  app.add_option("--ca-fingerprint", flags.tls.ca_fingerprint,
+                 "pin the pool CA: sha256:<hex> (or GPUPOOL_CA_FINGERPRINT)");
+  app.add_option("--ca-file", flags.tls.ca_file,
+                 "trust this CA bundle, e.g. the server's <data-dir>/tls/ca.crt (or "
+                 "GPUPOOL_CA_FILE)");
   app.add_option("--timeout-s", c.timeout_s, "give up after this long")->capture_default_str();
   app.add_option("--executor", c.executor, "the executor jobs ask for (default: the node's)");
   app.add_option("--image", c.image, "the image jobs run in (default: the host system)");
@@ -323,10 +324,20 @@ int main(int argc, char** argv) {
   thr->add_option("--gpus", thr_gpus, "GPUs each job asks for")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  if (c.server.empty() || c.token.empty()) {
-    std::cerr
-        << "gpupool-pool-bench: set --server and --token (or GPUPOOL_SERVER and GPUPOOL_TOKEN)\n";
+  auto endpoint = gpupool::cli::ResolveEndpoint(flags);
+  if (!endpoint.ok() || endpoint->token.empty()) {
+    std::cerr << "gpupool-pool-bench: "
+              << (endpoint.ok() ? "no token" : endpoint.status().message())
+              << ": set --server and --token (or GPUPOOL_SERVER and GPUPOOL_TOKEN)\n";
     return 2;
+  }
+  c.endpoint = *std::move(endpoint);
+  c.endpoint.tls.insecure = false;  // never without verification (see the top)
+  if (c.endpoint.server.starts_with("https:") && c.endpoint.tls.ca_fingerprint.empty() &&
+      c.endpoint.tls.ca_file.empty()) {
+    std::cerr << "gpupool-pool-bench: note: " << c.endpoint.server
+              << " is checked against the system's CAs; for a pool with its own CA pass "
+                 "--ca-fingerprint (GPUPOOL_CA_FINGERPRINT) or --ca-file\n";
   }
   if (lat->parsed()) {
     c.jobs = lat_jobs;

@@ -5,7 +5,7 @@
 # pool_init NAME: sets gpupool and bench (the binaries, checked), tmp (a
 # scratch directory removed at exit, with every pool started in it) and
 # agent_config (given to every agent: executors sandbox, the default, and
-# process).
+# process). KEEP_TMP=1 keeps tmp at the end.
 pool_init() {
   gpupool=${GPUPOOL_BIN:-$build/bin/gpupool}
   bench=${POOL_BENCH_BIN:-$build/bin/gpupool-pool-bench}
@@ -16,44 +16,68 @@ pool_init() {
   tmp=$(mktemp -d "/tmp/$1.XXXXXX")
   agent_config=$tmp/agent.yaml
   echo "executors: [sandbox, process]" >"$agent_config"
-  trap 'stop_pool; rm -rf "$tmp"' EXIT
+  # KEEP_TMP=1 keeps the pools' directories (logs, data) for a look after.
+  trap 'stop_pool; if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi' EXIT
   trap 'exit 130' INT TERM
 }
-dev_pid=
 server_pid=
 agent_pids=
+# Extra `gpupool server` flags for every pool (the scripts may set it).
+# --rate-limit 0/s: no per-token request limit. The default (50 requests a
+# second after a burst of 200, per token) would cap one token's submissions
+# at 50 jobs/s, far below what the pool core is measured at; the scripts
+# use the admin token alone, on loopback.
+server_args=(--rate-limit 0/s)
 stop_pool() {
-  if [[ -n $dev_pid ]]; then
-    kill -TERM "$dev_pid" 2>/dev/null || true
-    wait "$dev_pid" 2>/dev/null || true
-    dev_pid=
-  fi
-  # Shims of jobs still running (dev's agents run with --on-exit kill, so
-  # normally there are none); scoped to this run's directory.
+  local p
+  # The agents first (--on-exit kill: each stops its jobs' shims as it
+  # exits), then the server.
+  for p in $agent_pids $server_pid; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in $agent_pids $server_pid; do wait "$p" 2>/dev/null || true; done
+  agent_pids=
+  server_pid=
+  # Shims of jobs still running (normally none); scoped to this run's
+  # directory.
   pkill -TERM -f -- "--data-dir $tmp/" 2>/dev/null || true
 }
 
-# start_pool N: a fresh `gpupool dev` pool with N agents of 8 simulated GPUs;
-# returns once N nodes are ready. Sets GPUPOOL_SERVER and GPUPOOL_TOKEN, and
-# pool_dir (the agents' data dirs are $pool_dir/data/agent-I).
+# start_pool N: a fresh pool on loopback as `gpupool dev` makes one (TLS with
+# the server's own CA, agents joined with the join token, --on-exit kill),
+# with N agents of 8 simulated GPUs, started here so that the server gets
+# server_args; returns once N nodes are ready. Sets and exports
+# GPUPOOL_SERVER, GPUPOOL_TOKEN (the admin's), GPUPOOL_CA_FINGERPRINT (the
+# pool CA's pin), CURL_CA_BUNDLE, GPUPOOL_CONFIG (none: only these count);
+# sets server_pid, agent_pids and pool_dir (the server's data dir is
+# $pool_dir/data/server, the agents' $pool_dir/data/agent-I, named
+# dev-agent-I; their logs $pool_dir/server.log, $pool_dir/agent-I.log).
 start_pool() {
-  local n=$1 dir
+  local n=$1 dir i join
   dir=$(mktemp -d "$tmp/pool.XXXX")
   pool_dir=$dir
-  "$gpupool" dev --agents "$n" --simulate-gpus 8xA100:80GiB --listen 127.0.0.1:0 --data-dir "$dir/data" \
-    --env-file "$dir/env" --no-config --log-level warn ${agent_config:+--agent-config "$agent_config"} \
-    >"$dir/dev.log" 2>&1 &
-  dev_pid=$!
+  "$gpupool" server --data-dir "$dir/data/server" --listen 127.0.0.1:0 --log-level warn \
+    "${server_args[@]}" >"$dir/server.log" 2>&1 &
+  server_pid=$!
   for _ in $(seq 300); do
-    [[ -s $dir/env ]] && break
+    [[ -s $dir/data/server/server.url ]] && break
     sleep 0.1
   done
-  [[ -s $dir/env ]] || { echo "gpupool dev did not start" >&2; cat "$dir/dev.log" >&2; return 1; }
-  # shellcheck disable=SC1091
-  source "$dir/env"
-  export GPUPOOL_SERVER GPUPOOL_TOKEN GPUPOOL_CA_FINGERPRINT
-  # curl checks the server (TLS by default) against the pool's CA.
+  [[ -s $dir/data/server/server.url ]] || { echo "the server did not start" >&2; cat "$dir/server.log" >&2; return 1; }
+  GPUPOOL_SERVER=$(cat "$dir/data/server/server.url")
+  GPUPOOL_TOKEN=$(cat "$dir/data/server/admin.token")
+  join=$(cat "$dir/data/server/join.token")
+  # The join token ends with the pin of the pool's CA (gpj_SECRET.HEX).
+  GPUPOOL_CA_FINGERPRINT="sha256:${join#*.}"
+  GPUPOOL_CONFIG=$tmp/no-config.json
+  export GPUPOOL_SERVER GPUPOOL_TOKEN GPUPOOL_CA_FINGERPRINT GPUPOOL_CONFIG
+  # curl checks the server (TLS) against the pool's CA.
   export CURL_CA_BUNDLE=$dir/data/server/tls/ca.crt
+  agent_pids=
+  for i in $(seq "$n"); do
+    "$gpupool" agent --server "$GPUPOOL_SERVER" --join-token "$join" --data-dir "$dir/data/agent-$i" \
+      --name "dev-agent-$i" --on-exit kill --log-level warn --simulate-gpus 8xA100:80GiB \
+      ${agent_config:+--config "$agent_config"} >"$dir/agent-$i.log" 2>&1 &
+    agent_pids+="$! "
+  done
   local ready=0
   for _ in $(seq 300); do
     ready=$(curl -sf -H "Authorization: Bearer $GPUPOOL_TOKEN" "$GPUPOOL_SERVER/v1/nodes" |
@@ -61,10 +85,8 @@ start_pool() {
     [[ $ready -ge $n ]] && break
     sleep 0.1
   done
-  [[ $ready -ge $n ]] || { echo "only $ready of $n agents became ready" >&2; cat "$dir/dev.log" >&2; return 1; }
+  [[ $ready -ge $n ]] || { echo "only $ready of $n agents became ready" >&2; tail -n 20 "$dir"/*.log >&2; return 1; }
   sleep 1  # let the joins settle (first heartbeats, scheduling passes)
-  server_pid=$(pgrep -f "server --data-dir $dir/data/server" | head -1)
-  agent_pids=$(pgrep -f "agent --server $GPUPOOL_SERVER " | tr '\n' ' ')
 }
 
 # field KEY LINE: the value of KEY=VALUE in a RESULT line.

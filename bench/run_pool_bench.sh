@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
 # Submit-to-running latency (1 and 10 agents) and job throughput (4 agents)
-# of a local pool started with `gpupool dev` on loopback. Every run gets a
-# fresh pool; the figures are the medians over the runs. See
-# docs/performance.md.
+# of a local pool on loopback made as `gpupool dev` makes one
+# (bench/pool_lib.sh; its server without the per-token rate limit, which
+# would cap the submissions at 50 a second). Every run gets a fresh pool;
+# the figures are the medians over the runs. See docs/performance.md.
 #
 # usage: bench/run_pool_bench.sh [--build DIR] [--runs N] [--latency-jobs N]
 #                                [--throughput-jobs N] [--concurrency N]
-#                                [--only latency1|latency10|throughput]
+#                                [--only PARTS] [--executors "sandbox process"]
+#   --only       a comma-separated list of latency1, latency10, throughput
+#                (default: all three)
+#   --executors  the executors the throughput part measures, in turn
+#   --latency-executor E  the executor latency jobs ask for (default: the
+#                node's default, the sandbox)
+#   --perf DIR   records the server with `perf record --call-graph dwarf`
+#                during each throughput run, into DIR/server-EXECUTOR-RUN.data
+#                (read it with `perf report -i FILE --no-children`)
+# Exits non-zero when any run failed (no RESULT line, or a job that did not
+# reach running or did not succeed), after printing what the other runs gave.
+# The smoke test (bench/smoke_scripts.sh pool) runs it with tiny sizes.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,6 +28,9 @@ latency_jobs=200
 throughput_jobs=2000
 concurrency=8
 only=
+executors="sandbox process"
+latency_executor=
+perf_dir=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -24,6 +39,9 @@ while [[ $# -gt 0 ]]; do
     --throughput-jobs) throughput_jobs=$2; shift 2 ;;
     --concurrency) concurrency=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --executors) executors=$2; shift 2 ;;
+    --latency-executor) latency_executor=$2; shift 2 ;;
+    --perf) perf_dir=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,17 +74,19 @@ latency() {
   for r in $(seq "$runs"); do
     start_pool "$agents"
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
-    out=$("$bench" latency --jobs "$latency_jobs" 2>&1) || true
+    rc=0
+    out=$("$bench" ${latency_executor:+--executor "$latency_executor"} latency --jobs "$latency_jobs" 2>&1) ||
+      rc=$?
     printf '%s\n' "$out" >&2
     line=$(grep '^RESULT' <<<"$out") || true
     cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$latency_jobs" >&2
     stop_pool
-    [[ -n $line ]] || { echo "latency run $r failed" >&2; continue; }
+    [[ -n $line && $rc == 0 ]] || { echo "latency run $r failed" >&2; failed_runs=$((failed_runs + 1)); continue; }
     p50s+=("$(field p50_ms "$line")"); p90s+=("$(field p90_ms "$line")")
     p99s+=("$(field p99_ms "$line")"); maxs+=("$(field max_ms "$line")")
     srv+=("$(field server_p50_ms "$line")")
   done
-  echo "== latency, $agents agent(s), $latency_jobs jobs x $runs runs: median of runs, ms:" \
+  echo "== latency, $agents agent(s), ${latency_executor:-default} executor, $latency_jobs jobs x $runs runs: median of runs, ms:" \
     "p50 $(printf '%s\n' "${p50s[@]}" | median)  p90 $(printf '%s\n' "${p90s[@]}" | median)" \
     " p99 $(printf '%s\n' "${p99s[@]}" | median)  max $(printf '%s\n' "${maxs[@]}" | median)" \
     " (server created->started p50 $(printf '%s\n' "${srv[@]}" | median));" \
@@ -80,16 +100,28 @@ throughput() {
   local rates=() spans=() notes=()
   for r in $(seq "$runs"); do
     start_pool "$agents"
+    local perf_pid=
+    if [[ -n $perf_dir ]]; then
+      perf record -q -F 999 --call-graph dwarf,16384 -p "$server_pid" \
+        -o "$perf_dir/server-$executor-$r.data" 2>"$perf_dir/server-$executor-$r.log" &
+      perf_pid=$!
+      sleep 0.5  # perf attaches
+    fi
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
+    rc=0
     out=$("$bench" --executor "$executor" throughput --jobs "$throughput_jobs" \
-      --concurrency "$concurrency" 2>&1) || true
+      --concurrency "$concurrency" 2>&1) || rc=$?
+    if [[ -n $perf_pid ]]; then
+      kill -INT "$perf_pid" 2>/dev/null || true
+      wait "$perf_pid" 2>/dev/null || true
+    fi
     printf '%s\n' "$out" >&2
     line=$(grep '^RESULT' <<<"$out") || true
     note=$(cpu_note "${m0% *}" "${m0#* }" "$s0" "$a0" "$throughput_jobs")
     echo "$note" >&2
     notes+=("${note#   }")
     stop_pool
-    [[ -n $line ]] || { echo "throughput run $r failed" >&2; continue; }
+    [[ -n $line && $rc == 0 ]] || { echo "throughput run $r failed" >&2; failed_runs=$((failed_runs + 1)); continue; }
     rates+=("$(field jobs_per_s "$line")"); spans+=("$(field span_s "$line")")
   done
   echo "== throughput, $executor executor, $agents agents, $throughput_jobs jobs x $runs runs: median" \
@@ -98,10 +130,17 @@ throughput() {
   printf '   %s\n' "${notes[@]}" | tee -a "$tmp/summary"
 }
 
+# part NAME: whether --only asks for NAME.
+part() { [[ -z $only || ,$only, == *,$1,* ]]; }
 touch "$tmp/summary"
-if [[ -z $only || $only == latency1 ]]; then latency 1; fi
-if [[ -z $only || $only == latency10 ]]; then latency 10; fi
-if [[ -z $only || $only == throughput ]]; then throughput sandbox; throughput process; fi
+failed_runs=0
+if part latency1; then latency 1; fi
+if part latency10; then latency 10; fi
+if part throughput; then for e in $executors; do throughput "$e"; done; fi
 echo
 echo "summary:"
 cat "$tmp/summary"
+if ((failed_runs > 0)); then
+  echo "$failed_runs run(s) failed (see above)" >&2
+  exit 1
+fi

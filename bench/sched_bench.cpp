@@ -485,6 +485,8 @@ BENCHMARK_CAPTURE(BM_Place, fgd, std::string("fgd"))->Arg(1000)->Arg(10000)->Arg
 BENCHMARK(BM_Decide)
     ->ArgNames({"gpus", "pending"})
     ->ArgsProduct({{1000, 10000, 50000}, {1000, 10000, 100000}})
+    // 1,000 nodes (8 GPUs each) x 10,000 pending: issue 21's figure.
+    ->Args({8000, 10000})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DecideOne)
     ->ArgName("gpus")

@@ -13,6 +13,16 @@
 #     runs the chunker benchmark at 64 KiB average chunks briefly (one pass
 #     over 256 MiB); passes when it reports no error, a throughput and a mean
 #     chunk length within 0.6-1.6 x 64 KiB.
+#   smoke.sh --tls TLS_BENCH_BIN          (tls_bench_smoke)
+#     runs the TLS benchmarks' https Fetch and wss round trip briefly; passes
+#     when both ran and neither reported an error.
+#   smoke.sh --authz AUTHZ_BENCH_BIN      (authz_bench_smoke)
+#     runs the four authorization benchmarks briefly; passes when all four
+#     ran and none reported an error.
+#   smoke.sh --pass PASS_BENCH_BIN        (pass_bench_smoke)
+#     runs the server's scheduling pass at 10 nodes x 100 pending briefly;
+#     passes when it ran without an error (a pass that placed a job, with no
+#     room for one, is an error).
 set -euo pipefail
 
 # google_bench BIN FILTER COUNT KEYS: runs the benchmarks FILTER names
@@ -35,6 +45,21 @@ if [[ ${1:-} == --sched ]]; then
     '"placed/pass"|"placements/s"'
   placed=$(first_value placed/pass)
   awk -v p="${placed:-0}" 'BEGIN { exit !(p > 0) }' || { echo "the queue pass placed nothing"; exit 1; }
+  exit 0
+fi
+
+if [[ ${1:-} == --pass ]]; then
+  google_bench "$2" '^BM_SchedulePass/nodes:10/pending:100/history:100$' 1 '"pending"|"live"'
+  exit 0
+fi
+
+if [[ ${1:-} == --tls ]]; then
+  google_bench "$2" '^BM_Fetch/mode:1/|^BM_WsRoundTrip/mode:1/' 2 '"items_per_second"|"real_time"'
+  exit 0
+fi
+
+if [[ ${1:-} == --authz ]]; then
+  google_bench "$2" '^BM_Authorize|^BM_AuthenticateAndAuthorize' 4 '"real_time"'
   exit 0
 fi
 

@@ -292,48 +292,65 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
   Route(req, *who, respond);
 }
 
-void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respond) {
-  auto parts = net::SplitPath(req.path);
-  auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
-  if (parts.empty() || parts[0] != "v1")
-    return fail(Status::NotFound("no such endpoint: " + req.path));
-  const std::string& m = req.method;
-  auto need = [&](Action a) {
-    Status s = Authorize(who, a);
-    if (!s.ok()) fail(s);
-    return s.ok();
+RouteTable<Api::Handler> Api::MakeRoutes() {
+  // A job's routes authorize against the job they load (VisibleJob: its
+  // owner and group, and not found when it may not even be read).
+  auto with_job = [](auto handle) {
+    return [handle](Api& api, const net::HttpRequest& req, const Principal& who,
+                    const PathParams& params, Respond respond) {
+      auto id = ParseJobId(params.find("id")->second);
+      if (!id.ok()) return (*respond)(ErrorResponse(id.status()));
+      handle(api, req, who, *id, respond);
+    };
   };
-  if (parts.size() == 2 && parts[1] == "jobs") {
-    if (m == "POST") return SubmitJob(req, who, respond);
-    if (m == "GET") return ListJobs(req, who, respond);
-  } else if (parts.size() >= 3 && parts[1] == "jobs") {
-    auto id = ParseJobId(parts[2]);
-    if (!id.ok()) return fail(id.status());
-    if (parts.size() == 3 && m == "GET") return GetJob(req, who, *id, respond);
-    if (parts.size() == 4 && parts[3] == "cancel" && m == "POST")
-      return CancelJob(who, *id, respond);
-    if (parts.size() == 4 && parts[3] == "logs" && m == "GET")
-      return JobLogs(req, who, *id, respond);
-  } else if (parts.size() == 2 && parts[1] == "queue" && m == "GET") {
-    return Queue(who, respond);
-  } else if (parts.size() == 2 && parts[1] == "groups" && m == "GET") {
-    if (!need(Action::kPoolRead)) return;
-    return Groups(respond);
-  } else if (parts.size() == 2 && parts[1] == "nodes" && m == "GET") {
-    if (!need(Action::kPoolRead)) return;
-    return ListNodes(respond, "");
-  } else if (parts.size() == 3 && parts[1] == "nodes" && m == "GET") {
-    if (!need(Action::kPoolRead)) return;
-    return ListNodes(respond, std::string(parts[2]));
-  } else if (parts.size() == 4 && parts[1] == "nodes" && parts[3] == "events" && m == "GET") {
-    if (!need(Action::kPoolRead)) return;
-    return NodeEvents(req, std::string(parts[2]), respond);
-  } else if (parts.size() == 2 && parts[1] == "events" && m == "GET") {
-    if (!need(Action::kPoolRead)) return;
-    auto node = req.query.find("node");
-    return NodeEvents(req, node == req.query.end() ? "" : node->second, respond);
+  RouteTable<Handler> t;
+  t.Add("POST", "/v1/jobs", Action::kJobSubmit, false,
+        [](Api& api, const net::HttpRequest& req, const Principal& who, const PathParams&,
+           Respond respond) { api.SubmitJob(req, who, respond); });
+  t.Add("GET", "/v1/jobs", Action::kJobRead, false,
+        [](Api& api, const net::HttpRequest& req, const Principal& who, const PathParams&,
+           Respond respond) { api.ListJobs(req, who, respond); });
+  t.Add("GET", "/v1/jobs/{id}", Action::kJobRead, false,
+        with_job([](Api& api, const net::HttpRequest& req, const Principal& who, int64_t id,
+                    Respond respond) { api.GetJob(req, who, id, respond); }));
+  t.Add("POST", "/v1/jobs/{id}/cancel", Action::kJobCancel, false,
+        with_job([](Api& api, const net::HttpRequest&, const Principal& who, int64_t id,
+                    Respond respond) { api.CancelJob(who, id, respond); }));
+  t.Add("GET", "/v1/jobs/{id}/logs", Action::kJobRead, false,
+        with_job([](Api& api, const net::HttpRequest& req, const Principal& who, int64_t id,
+                    Respond respond) { api.JobLogs(req, who, id, respond); }));
+  t.Add("GET", "/v1/queue", Action::kJobRead, false,
+        [](Api& api, const net::HttpRequest&, const Principal& who, const PathParams&,
+           Respond respond) { api.Queue(who, respond); });
+  t.Add("GET", "/v1/groups", Action::kPoolRead, true,
+        [](Api& api, const net::HttpRequest&, const Principal&, const PathParams&,
+           Respond respond) { api.Groups(respond); });
+  t.Add("GET", "/v1/nodes", Action::kPoolRead, true,
+        [](Api& api, const net::HttpRequest&, const Principal&, const PathParams&,
+           Respond respond) { api.ListNodes(respond, ""); });
+  t.Add("GET", "/v1/nodes/{node}", Action::kPoolRead, true,
+        [](Api& api, const net::HttpRequest&, const Principal&, const PathParams& params,
+           Respond respond) { api.ListNodes(respond, params.find("node")->second); });
+  t.Add("GET", "/v1/nodes/{node}/events", Action::kPoolRead, true,
+        [](Api& api, const net::HttpRequest& req, const Principal&, const PathParams& params,
+           Respond respond) { api.NodeEvents(req, params.find("node")->second, respond); });
+  t.Add("GET", "/v1/events", Action::kPoolRead, true,
+        [](Api& api, const net::HttpRequest& req, const Principal&, const PathParams&,
+           Respond respond) {
+          auto node = req.query.find("node");
+          api.NodeEvents(req, node == req.query.end() ? "" : node->second, respond);
+        });
+  return t;
+}
+
+void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  auto found = routes_.Find(req.method, req.path);
+  if (!found.ok()) return (*respond)(ErrorResponse(found.status()));
+  const auto& route = *found->route;
+  if (route.checked_before) {
+    if (Status s = Authorize(who, route.action); !s.ok()) return (*respond)(ErrorResponse(s));
   }
-  fail(Status::NotFound("no such endpoint: " + m + " " + req.path));
+  route.handler(*this, req, who, found->params, respond);
 }
 
 void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond) {

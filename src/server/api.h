@@ -26,6 +26,7 @@
 #include "server/identity_api.h"
 #include "server/pool.h"
 #include "server/rate_limiter.h"
+#include "server/route_table.h"
 
 namespace gpupool::server {
 
@@ -65,6 +66,11 @@ class Api {
   // wait ran out, and must respond then.
   using Probe = std::function<bool(bool timed_out)>;
 
+  // A route's handler; `params` are its pattern's named segments.
+  using Handler = std::function<void(Api&, const net::HttpRequest& req, const Principal& who,
+                                     const PathParams& params, Respond respond)>;
+  // The endpoints Api serves itself, with the action each needs.
+  static RouteTable<Handler> MakeRoutes();
   void Route(const net::HttpRequest& req, const Principal& who, Respond respond);
   void SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond);
   void GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond);
@@ -92,6 +98,7 @@ class Api {
     net::EventLoop::TimerId timer;
   };
 
+  RouteTable<Handler> routes_ = MakeRoutes();
   net::EventLoop& loop_;
   Pool& pool_;
   Auth& auth_;

@@ -248,10 +248,7 @@ class BestFitPolicy : public PlacementPolicy {
     FastPicker best(tie_break_);
     ForEachFittingNode(s, t, nodes_,
                        [&](int i, const NodeCapacity&, const NodeSummaries::Node& sum) {
-                         const double left =
-                             0.5 * static_cast<double>(sum.cpu - t.cpu_milli) / kMaxSpecCpu +
-                             0.5 * static_cast<double>(sum.gpu_total - t.GpuDemand()) / kMaxSpecGpu;
-                         best.Offer(static_cast<int64_t>((1.0 - left) * 100.0), i, -1, rng);
+                         best.Offer(BestFitScore(sum.cpu, sum.gpu_total, t), i, -1, rng);
                        });
     if (best.have && t.IsFractional()) {
       // The fitting GPU with least free milli (the first of equals).
@@ -280,9 +277,6 @@ class DotProductPolicy : public PlacementPolicy {
     ForEachFittingNode(
         s, t, nodes_, [&](int i, const NodeCapacity& n, const NodeSummaries::Node& sum) {
           const NodeCapacity& cap = s.capacity[static_cast<size_t>(i)];
-          const double cpu_cap = std::max<double>(1, static_cast<double>(cap.cpu_milli));
-          const double cpu_term = (static_cast<double>(t.cpu_milli) / cpu_cap) *
-                                  (static_cast<double>(n.cpu_milli) / cpu_cap);
           if (t.IsFractional()) {
             // One candidate per GPU: the share against that GPU's free milli;
             // the node offers its best (the first of equals).
@@ -291,10 +285,8 @@ class DotProductPolicy : public PlacementPolicy {
             int node_gpu = -1;
             for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
               if (n.gpus[g] < t.gpu_milli) continue;
-              const double dot = (cpu_term + (static_cast<double>(t.gpu_milli) / kMilliPerGpu) *
-                                                 (static_cast<double>(n.gpus[g]) / kMilliPerGpu)) /
-                                 2;
-              const auto sc = static_cast<int64_t>((1.0 - dot) * 100.0);
+              const int64_t sc =
+                  DotProductScore(cap.cpu_milli, n.cpu_milli, kMilliPerGpu, n.gpus[g], t);
               if (!have || sc > node_score) {
                 have = true;
                 node_score = sc;
@@ -303,11 +295,9 @@ class DotProductPolicy : public PlacementPolicy {
             }
             best.Offer(node_score, i, node_gpu, rng);
           } else {
-            const double gpu_req = static_cast<double>(t.GpuDemand());
-            const double gpu_free = static_cast<double>(sum.gpu_total);
-            const double gpu_cap = std::max(1.0, static_cast<double>(FreeGpuMilli(cap)));
-            const double dot = (cpu_term + (gpu_req / gpu_cap) * (gpu_free / gpu_cap)) / 2;
-            best.Offer(static_cast<int64_t>((1.0 - dot) * 100.0), i, -1, rng);
+            best.Offer(
+                DotProductScore(cap.cpu_milli, n.cpu_milli, FreeGpuMilli(cap), sum.gpu_total, t), i,
+                -1, rng);
           }
         });
     return best.Result(s, t);
@@ -565,6 +555,31 @@ class FgdPolicy : public PlacementPolicy {
 
 }  // namespace
 
+int64_t BestFitScore(int64_t cpu_free, int64_t gpu_free, const TaskRequest& t) {
+  const double left = 0.5 * static_cast<double>(cpu_free - t.cpu_milli) / kMaxSpecCpu +
+                      0.5 * static_cast<double>(gpu_free - t.GpuDemand()) / kMaxSpecGpu;
+  return static_cast<int64_t>((1.0 - left) * 100.0);
+}
+
+int64_t DotProductScore(int64_t cpu_cap, int64_t cpu_free, int64_t gpu_cap, int64_t gpu_free,
+                        const TaskRequest& t) {
+  const double ccap = std::max<double>(1, static_cast<double>(cpu_cap));
+  const double cpu_term =
+      (static_cast<double>(t.cpu_milli) / ccap) * (static_cast<double>(cpu_free) / ccap);
+  double dot;
+  if (t.IsFractional()) {
+    dot = (cpu_term + (static_cast<double>(t.gpu_milli) / kMilliPerGpu) *
+                          (static_cast<double>(gpu_free) / kMilliPerGpu)) /
+          2;
+  } else {
+    const double gpu_req = static_cast<double>(t.GpuDemand());
+    const double gfree = static_cast<double>(gpu_free);
+    const double gcap = std::max(1.0, static_cast<double>(gpu_cap));
+    dot = (cpu_term + (gpu_req / gcap) * (gfree / gcap)) / 2;
+  }
+  return static_cast<int64_t>((1.0 - dot) * 100.0);
+}
+
 int64_t FgdScore(double before, double after) {
   const double x = (before - after) / 1000.0;
   return static_cast<int64_t>(100.0 / (1.0 + std::exp(-x)));
@@ -648,6 +663,9 @@ std::vector<std::string> PolicyNames() {
 
 std::unique_ptr<PlacementPolicy> MakePolicy(const std::string& name, std::vector<TaskType> workload,
                                             TieBreak tie_break) {
+  if (tie_break == TieBreak::kLeastGpuLeft) {
+    return MakeScoredPolicy(MakeScorer(name), std::move(workload), tie_break);
+  }
   if (name == "random") return std::make_unique<RandomPolicy>();
   if (name == "first-fit") return std::make_unique<FirstFitPolicy>();
   if (name == "best-fit") return std::make_unique<BestFitPolicy>(tie_break);

@@ -13,15 +13,20 @@
 // nothing.
 //
 // Policies (names accepted by MakePolicy):
-//   random      - a uniformly random feasible node; first GPU(s) that fit.
+//   random      - a uniformly random feasible node; a share goes on a uniformly
+//                 random GPU that fits (the artifact's RandomScore with
+//                 gpuSelMethod "random"); whole GPUs: the first free ones.
 //   first-fit   - the first feasible node in index order; first GPU(s) that fit.
 //   best-fit    - the node with the least resources left after placement:
 //                 score = 0.5*(cpu_left-cpu_req)/128000 + 0.5*(gpu_left-gpu_req)/8000
 //                 (the FGD artifact's baseline, scored on its 0..100 integer
 //                 scale); a share goes on the fitting GPU with least free milli.
 //   dot-product - Tetris-style alignment: minimises the dot product of the
-//                 request and the free vector, both normalised by the node's
-//                 capacity (per GPU for a share), as the artifact does.
+//                 request <cpu, GPU milli> and the node's free <cpu, GPU milli
+//                 left in all>, both normalised by the artifact's maxima
+//                 (128000 milli-CPU, 8000 milli-GPU), as its DotProd runs
+//                 (dimExtMethod "merge", normMethod "max"); a share goes on
+//                 the fitting GPU with least free milli (gpuSelMethod "best").
 //   fgd         - Fragmentation Gradient Descent (Weng et al., ATC '23): picks
 //                 the node and GPU whose placement least increases the node's
 //                 expected GPU fragmentation under the target workload (the
@@ -167,11 +172,14 @@ std::unique_ptr<PlacementPolicy> MakeScoredPolicy(std::unique_ptr<PlacementScore
 // best-fit: 0.5*(cpu_free-cpu)/128000 + 0.5*(gpu_free-gpu)/8000 resources
 // left (gpu_free: the node's free GPU milli), as (1 - left) * 100 truncated.
 int64_t BestFitScore(int64_t cpu_free, int64_t gpu_free, const TaskRequest& t);
-// dot-product: the request and the free vector normalised by capacity. A
-// share: `gpu_free` is its GPU's free milli against 1000; whole GPUs:
-// the node's free GPU milli against its total (`gpu_cap`).
-int64_t DotProductScore(int64_t cpu_cap, int64_t cpu_free, int64_t gpu_cap, int64_t gpu_free,
-                        const TaskRequest& t);
+// dot-product: (1 - <cpu_free, gpu_free>.<cpu, gpu> / 2) * 100 truncated,
+// each vector normalised by (128000, 8000); gpu_free is the node's free GPU
+// milli in all, gpu the task's GPU milli in all.
+int64_t DotProductScore(int64_t cpu_free, int64_t gpu_free, const TaskRequest& t);
+// The GPUs `random` takes on a node the task fits: a share goes on a GPU
+// drawn uniformly among the fitting ones (one draw), whole GPUs are the
+// first free ones, a CPU task takes none.
+std::vector<int> RandomGpus(const NodeCapacity& free, const TaskRequest& task, Rng& rng);
 
 // Builds a policy by name; `workload` is used by fgd and gpupool only,
 // `tie_break` by the scoring policies (best-fit, dot-product, fgd, gpupool;

@@ -60,16 +60,10 @@ class BestFitScorer : public PlacementScorer {
 class DotProductScorer : public PlacementScorer {
  public:
   std::string Name() const override { return "dot-product"; }
-  ScoreKey Score(const NodeCapacity& cap, const NodeCapacity& free, double, const TaskRequest& t,
-                 const std::vector<int>& gpus, const std::vector<TaskType>&) const override {
-    if (t.IsFractional() && !gpus.empty()) {
-      return {DotProductScore(cap.cpu_milli, free.cpu_milli, kMilliPerGpu,
-                              free.gpus[static_cast<size_t>(gpus[0])], t),
-              0};
-    }
-    return {
-        DotProductScore(cap.cpu_milli, free.cpu_milli, FreeGpuMilli(cap), FreeGpuMilli(free), t),
-        0};
+  bool TightestGpuFirst() const override { return true; }
+  ScoreKey Score(const NodeCapacity&, const NodeCapacity& free, double, const TaskRequest& t,
+                 const std::vector<int>&, const std::vector<TaskType>&) const override {
+    return {DotProductScore(free.cpu_milli, FreeGpuMilli(free), t), 0};
   }
 };
 
@@ -169,10 +163,7 @@ class ScoredPolicy : public PlacementPolicy {
     if (scorer_->RandomChoice()) {
       if (feasible.empty()) return std::nullopt;
       const int i = feasible[rng.Uniform(feasible.size())];
-      const NodeCapacity& n = s.free[static_cast<size_t>(i)];
-      if (t.IsFractional()) return Choice{i, {ShareCandidates(n, t)[0]}};
-      if (t.num_gpu > 0) return Choice{i, *WholeGpus(n, t)};
-      return Choice{i, {}};
+      return Choice{i, RandomGpus(s.free[static_cast<size_t>(i)], t, rng)};
     }
     if (!have) return std::nullopt;
     return choice;

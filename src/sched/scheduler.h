@@ -5,11 +5,11 @@
 // Contract: Scheduler::Decide() reads nothing but its arguments and the
 // Scheduler's configuration: no clock (the snapshot carries `now_ms`), no
 // I/O, no globals, no randomness but the seeded draws of the `random`
-// placement (SchedulerConfig::seed; every other tie ends in node id or job order),
-// so the same snapshot gives the same decisions, bit for bit, whatever the
-// order of its vectors. A Scheduler holds
-// no state between calls; one object may be used from one thread at a time
-// (it reuses scratch buffers), distinct objects share nothing.
+// placement (SchedulerConfig::seed; every other tie ends in node id or job
+// order), so the same snapshot gives the same decisions, bit for bit,
+// whatever the order of its vectors. A Scheduler holds no state between
+// calls; one object may be used from one thread at a time (it reuses scratch
+// buffers), distinct objects share nothing.
 //
 // What one pass does, in order:
 //  1. Orders the pending queue: priority class (interactive > normal >
@@ -20,9 +20,11 @@
 //     shape (model, memory, compute capability) and free capacity, never from
 //     a scan of every node: whole-GPU requests look up nodes by their number
 //     of fully free GPUs, shares by the GPU with the least sufficient free
-//     milli. The best `candidates` nodes are then scored by how little the
-//     placement fragments the node for the queued workload (FGD's measure,
-//     policies.h) with packing as tie-break. A gang (nodes > 1) is placed on
+//     milli. The best `candidates` nodes are then ranked by the placement
+//     scorer SchedulerConfig::placement names (policies.h; the default,
+//     gpupool: how little the placement fragments the node for the queued
+//     workload, FGD's measure, then nodes in use), ties by
+//     SchedulerConfig::tie_break. A gang (nodes > 1) is placed on
 //     distinct nodes all or nothing. A request shape that failed once in a
 //     pass is not tried again in that pass. A request's excluded nodes are
 //     never used, for placement, reservation or preemption.

@@ -451,7 +451,8 @@ int main(int argc, char** argv) {
   sim_openb->add_option("--tasks", so_sim.tasks_path, "task list CSV")->required();
   sim_openb
       ->add_option("--policy", so_sim.options.policy,
-                   "random, first-fit, best-fit, dot-product, fgd")
+                   "random, first-fit, best-fit, dot-product, fgd, gpupool (the names the "
+                   "server's scheduler config takes as placement)")
       ->check(CLI::IsMember(sched::PolicyNames()));
   sim_openb->add_option("--seed", so_sim.options.seed, "random seed");
   sim_openb->add_option("--out", so_sim.out_dir, "output directory")->required();
@@ -475,13 +476,14 @@ int main(int argc, char** argv) {
     duration("--tick", o.tick_ms, "scheduler pass period while jobs wait (default 5m)");
     duration("--preempt-grace", o.preempt_grace_ms, "a victim vacates after this (default 30s)");
     c->add_option_function<std::string>(
-        "--placement",
+        "--placement,--policy",
         [&o](const std::string& v) {
           auto p = sched::ParsePlacementScore(v);
           if (!p.ok()) throw CLI::ValidationError("--placement", p.status().message());
           o.placement = *p;
         },
-        "how the scheduler ranks candidate nodes: gpupool (default), best-fit, first-fit");
+        "how the scheduler ranks candidate nodes: gpupool (default), random, first-fit, "
+        "best-fit, dot-product, fgd (as the server's scheduler config's placement)");
     c->add_option("--per-lab-preemption", o.per_lab_preemption,
                   "per-lab runs preempt too (a lab's sessions displace its own batch work); "
                   "false (the default) is the status quo, labs without such a scheduler");

@@ -78,38 +78,33 @@ std::optional<Choice> RefBestFit(const ClusterState& s, const TaskRequest& t, Ti
   return best.Result();
 }
 
+// The FGD artifact's DotProd as its experiment runs it (dot_product_score.go
+// with dimExtMethod "merge", normMethod "max"; a share on the best-fit GPU,
+// open_gpu_share.go allocateGpuIdBasedOnBestFit).
 std::optional<Choice> RefDotProduct(const ClusterState& s, const TaskRequest& t, TieBreak tb,
                                     Rng& rng) {
   RefPicker best(tb);
   for (int i = 0; i < static_cast<int>(s.free.size()); ++i) {
     const NodeCapacity& n = s.free[i];
     if (!Fits(n, t)) continue;
-    const NodeCapacity& cap = s.capacity[i];
-    const double cpu_cap = std::max<double>(1, static_cast<double>(cap.cpu_milli));
-    const double cpu_term =
-        (static_cast<double>(t.cpu_milli) / cpu_cap) * (static_cast<double>(n.cpu_milli) / cpu_cap);
+    const double node_vec[2] = {static_cast<double>(n.cpu_milli) / 128000,
+                                static_cast<double>(FreeGpuMilli(n)) / 8000};
+    const double task_vec[2] = {static_cast<double>(t.cpu_milli) / 128000,
+                                static_cast<double>(t.GpuDemand()) / 8000};
+    double dot = 0;
+    for (int k = 0; k < 2; ++k) dot += node_vec[k] * task_vec[k];
+    const auto score = static_cast<int64_t>(100.0 * (1 - dot / 2));
+    std::vector<int> gpus;
     if (t.IsFractional()) {
-      RefPicker on_node(TieBreak::kLowestIndex);
+      int pick = -1;
       for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
-        if (n.gpus[g] < t.gpu_milli) continue;
-        const double dot = (cpu_term + (static_cast<double>(t.gpu_milli) / kMilliPerGpu) *
-                                           (static_cast<double>(n.gpus[g]) / kMilliPerGpu)) /
-                           2;
-        const auto sc = static_cast<int64_t>((1.0 - dot) * 100.0);
-        if (!on_node.have || sc > on_node.score) {
-          on_node.have = true;
-          on_node.score = sc;
-          on_node.choice = Choice{i, {g}};
-        }
+        if (n.gpus[g] >= t.gpu_milli && (pick < 0 || n.gpus[g] < n.gpus[pick])) pick = g;
       }
-      best.Offer(on_node.score, i, on_node.choice.gpus, rng);
+      gpus = {pick};
     } else {
-      const double gpu_cap = std::max(1.0, static_cast<double>(FreeGpuMilli(cap)));
-      const double dot = (cpu_term + (static_cast<double>(t.GpuDemand()) / gpu_cap) *
-                                         (static_cast<double>(FreeGpuMilli(n)) / gpu_cap)) /
-                         2;
-      best.Offer(static_cast<int64_t>((1.0 - dot) * 100.0), i, *RefDefaultGpus(n, t), rng);
+      gpus = *RefDefaultGpus(n, t);
     }
+    best.Offer(score, i, gpus, rng);
   }
   return best.Result();
 }

@@ -41,6 +41,16 @@ std::optional<std::vector<int>> DefaultGpus(const NodeCapacity& free, const Task
   return WholeGpus(free, task);
 }
 
+}  // namespace
+
+std::vector<int> RandomGpus(const NodeCapacity& free, const TaskRequest& task, Rng& rng) {
+  if (!task.IsFractional()) return *DefaultGpus(free, task);
+  const std::vector<int> fit = ShareCandidates(free, task);
+  return {fit[rng.Uniform(fit.size())]};
+}
+
+namespace {
+
 class RandomPolicy : public PlacementPolicy {
  public:
   std::string Name() const override { return "random"; }
@@ -51,7 +61,7 @@ class RandomPolicy : public PlacementPolicy {
     }
     if (feasible.empty()) return std::nullopt;
     const int n = feasible[rng.Uniform(feasible.size())];
-    return Choice{n, *DefaultGpus(s.free[n], t)};
+    return Choice{n, RandomGpus(s.free[n], t, rng)};
   }
 };
 
@@ -239,6 +249,16 @@ struct FastPicker {
   }
 };
 
+// The fitting GPU with least free milli, the first of equals (the
+// artifact's gpuSelMethod "best", allocateGpuIdBasedOnBestFit).
+int TightestGpu(const NodeCapacity& n, const TaskRequest& t) {
+  int pick = -1;
+  for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
+    if (n.gpus[g] >= t.gpu_milli && (pick < 0 || n.gpus[g] < n.gpus[pick])) pick = g;
+  }
+  return pick;
+}
+
 class BestFitPolicy : public PlacementPolicy {
  public:
   explicit BestFitPolicy(TieBreak tb) : tie_break_(tb) {}
@@ -248,20 +268,10 @@ class BestFitPolicy : public PlacementPolicy {
     FastPicker best(tie_break_);
     ForEachFittingNode(s, t, nodes_,
                        [&](int i, const NodeCapacity&, const NodeSummaries::Node& sum) {
-                         const double left =
-                             0.5 * static_cast<double>(sum.cpu - t.cpu_milli) / kMaxSpecCpu +
-                             0.5 * static_cast<double>(sum.gpu_total - t.GpuDemand()) / kMaxSpecGpu;
-                         best.Offer(static_cast<int64_t>((1.0 - left) * 100.0), i, -1, rng);
+                         best.Offer(BestFitScore(sum.cpu, sum.gpu_total, t), i, -1, rng);
                        });
-    if (best.have && t.IsFractional()) {
-      // The fitting GPU with least free milli (the first of equals).
-      const NodeCapacity& n = s.free[static_cast<size_t>(best.node)];
-      int pick = -1;
-      for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
-        if (n.gpus[g] >= t.gpu_milli && (pick < 0 || n.gpus[g] < n.gpus[pick])) pick = g;
-      }
-      best.gpu = pick;
-    }
+    if (best.have && t.IsFractional())
+      best.gpu = TightestGpu(s.free[static_cast<size_t>(best.node)], t);
     return best.Result(s, t);
   }
 
@@ -277,39 +287,12 @@ class DotProductPolicy : public PlacementPolicy {
   std::optional<Choice> Place(const ClusterState& s, const TaskRequest& t, Rng& rng) override {
     nodes_.Resize(s.free.size());
     FastPicker best(tie_break_);
-    ForEachFittingNode(
-        s, t, nodes_, [&](int i, const NodeCapacity& n, const NodeSummaries::Node& sum) {
-          const NodeCapacity& cap = s.capacity[static_cast<size_t>(i)];
-          const double cpu_cap = std::max<double>(1, static_cast<double>(cap.cpu_milli));
-          const double cpu_term = (static_cast<double>(t.cpu_milli) / cpu_cap) *
-                                  (static_cast<double>(n.cpu_milli) / cpu_cap);
-          if (t.IsFractional()) {
-            // One candidate per GPU: the share against that GPU's free milli;
-            // the node offers its best (the first of equals).
-            bool have = false;
-            int64_t node_score = 0;
-            int node_gpu = -1;
-            for (int g = 0; g < static_cast<int>(n.gpus.size()); ++g) {
-              if (n.gpus[g] < t.gpu_milli) continue;
-              const double dot = (cpu_term + (static_cast<double>(t.gpu_milli) / kMilliPerGpu) *
-                                                 (static_cast<double>(n.gpus[g]) / kMilliPerGpu)) /
-                                 2;
-              const auto sc = static_cast<int64_t>((1.0 - dot) * 100.0);
-              if (!have || sc > node_score) {
-                have = true;
-                node_score = sc;
-                node_gpu = g;
-              }
-            }
-            best.Offer(node_score, i, node_gpu, rng);
-          } else {
-            const double gpu_req = static_cast<double>(t.GpuDemand());
-            const double gpu_free = static_cast<double>(sum.gpu_total);
-            const double gpu_cap = std::max(1.0, static_cast<double>(FreeGpuMilli(cap)));
-            const double dot = (cpu_term + (gpu_req / gpu_cap) * (gpu_free / gpu_cap)) / 2;
-            best.Offer(static_cast<int64_t>((1.0 - dot) * 100.0), i, -1, rng);
-          }
-        });
+    ForEachFittingNode(s, t, nodes_,
+                       [&](int i, const NodeCapacity&, const NodeSummaries::Node& sum) {
+                         best.Offer(DotProductScore(sum.cpu, sum.gpu_total, t), i, -1, rng);
+                       });
+    if (best.have && t.IsFractional())
+      best.gpu = TightestGpu(s.free[static_cast<size_t>(best.node)], t);
     return best.Result(s, t);
   }
 
@@ -565,6 +548,26 @@ class FgdPolicy : public PlacementPolicy {
 
 }  // namespace
 
+int64_t BestFitScore(int64_t cpu_free, int64_t gpu_free, const TaskRequest& t) {
+  const double left = 0.5 * static_cast<double>(cpu_free - t.cpu_milli) / kMaxSpecCpu +
+                      0.5 * static_cast<double>(gpu_free - t.GpuDemand()) / kMaxSpecGpu;
+  return static_cast<int64_t>((1.0 - left) * 100.0);
+}
+
+int64_t DotProductScore(int64_t cpu_free, int64_t gpu_free, const TaskRequest& t) {
+  // In the artifact's order (CalculateVectorDotProduct over the vectors
+  // NormalizeVector made, then / 2, 1 - x, * 100, truncated).
+  const double node_cpu = static_cast<double>(cpu_free) / kMaxSpecCpu;
+  const double node_gpu = static_cast<double>(gpu_free) / kMaxSpecGpu;
+  const double task_cpu = static_cast<double>(t.cpu_milli) / kMaxSpecCpu;
+  const double task_gpu = static_cast<double>(t.GpuDemand()) / kMaxSpecGpu;
+  double dot = 0;
+  dot += node_cpu * task_cpu;
+  dot += node_gpu * task_gpu;
+  dot /= 2;
+  return static_cast<int64_t>(100.0 * (1 - dot));
+}
+
 int64_t FgdScore(double before, double after) {
   const double x = (before - after) / 1000.0;
   return static_cast<int64_t>(100.0 / (1.0 + std::exp(-x)));
@@ -648,6 +651,9 @@ std::vector<std::string> PolicyNames() {
 
 std::unique_ptr<PlacementPolicy> MakePolicy(const std::string& name, std::vector<TaskType> workload,
                                             TieBreak tie_break) {
+  if (tie_break == TieBreak::kLeastGpuLeft) {
+    return MakeScoredPolicy(MakeScorer(name), std::move(workload), tie_break);
+  }
   if (name == "random") return std::make_unique<RandomPolicy>();
   if (name == "first-fit") return std::make_unique<FirstFitPolicy>();
   if (name == "best-fit") return std::make_unique<BestFitPolicy>(tie_break);

@@ -204,5 +204,66 @@ TEST(Policies, EveryPolicyReturnsValidChoicesAndIsDeterministic) {
   EXPECT_EQ(MakePolicy("nope"), nullptr);
 }
 
+// One vocabulary: every policy the openb replay runs (MakePolicy, with its
+// caches and fast paths) places exactly as its scorer alone does
+// (MakeScoredPolicy over MakeScorer, which sched::Scheduler::Decide ranks
+// with), on a mixed cluster filling up with shares, whole GPUs, CPU-only
+// tasks and model constraints, for both tie rules and several seeds.
+TEST(Policies, EveryPolicyPlacesAsItsScorer) {
+  std::vector<std::string> names = PolicyNames();
+  names.push_back("gpupool/q=0,p=0");
+  names.push_back("gpupool/q=1,p=5");
+  for (const std::string& name : names) {
+    ASSERT_NE(MakeScorer(name), nullptr) << name;
+    EXPECT_EQ(MakeScorer(name)->Name(), MakePolicy(name)->Name());
+    for (TieBreak tb : {TieBreak::kLowestIndex, TieBreak::kRandom}) {
+      for (uint64_t seed : {1u, 7u, 42u}) {
+        std::vector<NodeCapacity> nodes;
+        for (int i = 0; i < 24; ++i) {
+          nodes.push_back(Node(8000 + 4000 * (i % 5),
+                               std::vector<int>(i % 7 == 6 ? 0 : 1 + i % 8, 1000),
+                               i % 3 == 0 ? "T4" : "V100"));
+        }
+        std::vector<TaskType> w = {{Whole(1, 4000), 0.3},
+                                   {Share(300, 2000), 0.3},
+                                   {Share(700, 6000), 0.2},
+                                   {TaskRequest{3000, 10, 0, 0, {}}, 0.2}};
+        auto fast_state = ClusterState::FromCapacity(nodes);
+        auto ref_state = fast_state;
+        auto fast = MakePolicy(name, w, tb);
+        auto ref = MakeScoredPolicy(MakeScorer(name), w, tb);
+        Rng r1(seed), r2(seed);
+        for (int k = 0; k < 300; ++k) {
+          TaskRequest t;
+          switch (k % 5) {
+            case 0:
+              t = Whole(1 + k % 3, 1000 + 500 * (k % 7));
+              break;
+            case 1:
+              t = TaskRequest{4000 + 1000 * (k % 4), 64, 0, 0, {}};
+              break;
+            case 2:
+              t = Share(100 + (k * 37) % 850, 1000 * (k % 9));
+              t.gpu_models = {"T4"};
+              break;
+            default:
+              t = Share(100 + (k * 53) % 850, 500 * (k % 11));
+              break;
+          }
+          auto a = fast->Place(fast_state, t, r1);
+          auto b = ref->Place(ref_state, t, r2);
+          ASSERT_EQ(a.has_value(), b.has_value()) << name << " task " << k;
+          if (!a) continue;
+          ASSERT_EQ(a->node, b->node) << name << " task " << k << " seed " << seed;
+          ASSERT_EQ(a->gpus, b->gpus) << name << " task " << k;
+          ASSERT_TRUE(Allocate(fast_state.free[a->node], t, a->gpus));
+          ASSERT_TRUE(Allocate(ref_state.free[b->node], t, b->gpus));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(MakeScorer("tetris"), nullptr);
+}
+
 }  // namespace
 }  // namespace gpupool::sched

@@ -8,13 +8,45 @@
 namespace gpupool::sched {
 namespace {
 
-// A candidate's rank: larger is better, compared lexicographically.
-struct Key {
-  int64_t frag = 0;  // from the change of fragmentation
-  int64_t pack = 0;  // the packing tie-break
-  bool operator==(const Key&) const = default;
-  bool operator>(const Key& o) const { return frag != o.frag ? frag > o.frag : pack > o.pack; }
-};
+using Key = ScoreKey;
+
+bool Used(const NodeCapacity& cap, const NodeCapacity& n) {
+  return FreeGpuMilli(n) < FreeGpuMilli(cap) || n.cpu_milli < cap.cpu_milli;
+}
+
+int64_t FragKey(const GpupoolOptions& opt, double before, double after) {
+  const double delta = after - before;  // increase of expected fragmentation
+  if (opt.quantum_milli <= 0) {
+    return static_cast<int64_t>(100.0 / (1.0 + std::exp(delta / 1000.0)));  // FGD's score
+  }
+  return -static_cast<int64_t>(std::floor(delta / opt.quantum_milli));
+}
+
+int64_t PackKey(const GpupoolOptions& opt, const NodeCapacity& cap, const NodeCapacity& n,
+                const TaskRequest& t) {
+  switch (opt.pack) {
+    case 1:
+      return -(FreeGpuMilli(n) - t.GpuDemand());
+    case 2:
+      return Used(cap, n) ? 1 : 0;
+    case 3:  // nodes in use first, then the least free GPU milli left
+      return (Used(cap, n) ? int64_t{1} << 40 : 0) - (FreeGpuMilli(n) - t.GpuDemand());
+    case 4:  // least resources left, CPU and GPU weighted as best-fit does
+      return -((n.cpu_milli - t.cpu_milli) / 16 + FreeGpuMilli(n) - t.GpuDemand());
+    case 5:  // nodes in use first, then as 4
+      return (Used(cap, n) ? int64_t{1} << 40 : 0) -
+             ((n.cpu_milli - t.cpu_milli) / 16 + FreeGpuMilli(n) - t.GpuDemand());
+    case 6:  // as 2; a CPU-only task also prefers the node with the least free GPU
+      if (t.num_gpu <= 0) return (Used(cap, n) ? int64_t{1} << 40 : 0) - FreeGpuMilli(n);
+      return Used(cap, n) ? 1 : 0;
+    case 7:  // as 5; a CPU-only task as 2
+      if (t.num_gpu <= 0) return Used(cap, n) ? 1 : 0;
+      return (Used(cap, n) ? int64_t{1} << 40 : 0) -
+             ((n.cpu_milli - t.cpu_milli) / 16 + FreeGpuMilli(n) - t.GpuDemand());
+    default:
+      return 0;
+  }
+}
 
 class GpupoolPolicy : public PlacementPolicy {
  public:
@@ -48,7 +80,6 @@ class GpupoolPolicy : public PlacementPolicy {
       const NodeCapacity& n = s.free[i];
       if (!Fits(n, t)) continue;
       const double before = Before(i, n);
-      const int64_t pack = PackKey(s.capacity[i], n, t);
       NodeCapacity after = n;
       if (t.IsFractional()) {
         after.cpu_milli -= t.cpu_milli;
@@ -64,7 +95,8 @@ class GpupoolPolicy : public PlacementPolicy {
           for (int h = 0; h < g; ++h) seen |= n.gpus[h] == n.gpus[g];
           if (seen) continue;
           after.gpus[g] -= t.gpu_milli;
-          const Key k{FragKey(before, NodeFragmentation(after, types_)), pack};
+          const Key k =
+              GpupoolKey(opt_, s.capacity[i], n, t, before, NodeFragmentation(after, types_));
           after.gpus[g] += t.gpu_milli;
           const bool fit_better = opt_.pack != 0 && n.gpus[g] < gpu_free;
           if (gpu < 0 || k > node_key || (k == node_key && fit_better)) {
@@ -78,7 +110,8 @@ class GpupoolPolicy : public PlacementPolicy {
         std::optional<std::vector<int>> gpus =
             t.num_gpu > 0 ? WholeGpus(n, t) : std::optional<std::vector<int>>(std::vector<int>{});
         Allocate(after, t, *gpus);
-        offer(Key{FragKey(before, NodeFragmentation(after, types_)), pack}, i, std::move(*gpus));
+        offer(GpupoolKey(opt_, s.capacity[i], n, t, before, NodeFragmentation(after, types_)), i,
+              std::move(*gpus));
       }
     }
     if (!have) return std::nullopt;
@@ -92,43 +125,6 @@ class GpupoolPolicy : public PlacementPolicy {
     std::vector<int> gpus;
     double frag = 0;
   };
-
-  int64_t FragKey(double before, double after) const {
-    const double delta = after - before;  // increase of expected fragmentation
-    if (opt_.quantum_milli <= 0) {
-      return static_cast<int64_t>(100.0 / (1.0 + std::exp(delta / 1000.0)));  // FGD's score
-    }
-    return -static_cast<int64_t>(std::floor(delta / opt_.quantum_milli));
-  }
-
-  int64_t PackKey(const NodeCapacity& cap, const NodeCapacity& n, const TaskRequest& t) const {
-    switch (opt_.pack) {
-      case 1:
-        return -(FreeGpuMilli(n) - t.GpuDemand());
-      case 2:
-        return Used(cap, n) ? 1 : 0;
-      case 3:  // nodes in use first, then the least free GPU milli left
-        return (Used(cap, n) ? int64_t{1} << 40 : 0) - (FreeGpuMilli(n) - t.GpuDemand());
-      case 4:  // least resources left, CPU and GPU weighted as best-fit does
-        return -((n.cpu_milli - t.cpu_milli) / 16 + FreeGpuMilli(n) - t.GpuDemand());
-      case 5:  // nodes in use first, then as 4
-        return (Used(cap, n) ? int64_t{1} << 40 : 0) -
-               ((n.cpu_milli - t.cpu_milli) / 16 + FreeGpuMilli(n) - t.GpuDemand());
-      case 6:  // as 2; a CPU-only task also prefers the node with the least free GPU
-        if (t.num_gpu <= 0) return (Used(cap, n) ? int64_t{1} << 40 : 0) - FreeGpuMilli(n);
-        return Used(cap, n) ? 1 : 0;
-      case 7:  // as 5; a CPU-only task as 2
-        if (t.num_gpu <= 0) return Used(cap, n) ? 1 : 0;
-        return (Used(cap, n) ? int64_t{1} << 40 : 0) -
-               ((n.cpu_milli - t.cpu_milli) / 16 + FreeGpuMilli(n) - t.GpuDemand());
-      default:
-        return 0;
-    }
-  }
-
-  static bool Used(const NodeCapacity& cap, const NodeCapacity& n) {
-    return FreeGpuMilli(n) < FreeGpuMilli(cap) || n.cpu_milli < cap.cpu_milli;
-  }
 
   double Before(int i, const NodeCapacity& n) {
     Cached& c = cache_[i];
@@ -147,8 +143,10 @@ class GpupoolPolicy : public PlacementPolicy {
   std::vector<Cached> cache_;
 };
 
+}  // namespace
+
 // Parses "q=<int>,p=<int>" into `o`; false on anything else.
-bool ParseOptions(const std::string& spec, GpupoolOptions& o) {
+static bool ParseOptions(const std::string& spec, GpupoolOptions& o) {
   size_t pos = 0;
   while (pos < spec.size()) {
     size_t end = spec.find(',', pos);
@@ -172,7 +170,17 @@ bool ParseOptions(const std::string& spec, GpupoolOptions& o) {
   return true;
 }
 
-}  // namespace
+ScoreKey GpupoolKey(const GpupoolOptions& options, const NodeCapacity& cap,
+                    const NodeCapacity& free, const TaskRequest& t, double before, double after) {
+  return ScoreKey{FragKey(options, before, after), PackKey(options, cap, free, t)};
+}
+
+bool ParseGpupoolName(const std::string& name, GpupoolOptions& o) {
+  o = GpupoolOptions{};
+  const std::string prefix = "gpupool/";
+  if (name == "gpupool") return true;
+  return name.rfind(prefix, 0) == 0 && ParseOptions(name.substr(prefix.size()), o);
+}
 
 std::unique_ptr<PlacementPolicy> MakeGpupoolPolicy(GpupoolOptions options,
                                                    std::vector<TaskType> workload,
@@ -184,10 +192,7 @@ std::unique_ptr<PlacementPolicy> MakeGpupoolPolicy(const std::string& name,
                                                    std::vector<TaskType> workload,
                                                    TieBreak tie_break) {
   GpupoolOptions o;
-  const std::string prefix = "gpupool/";
-  if (name != "gpupool") {
-    if (name.rfind(prefix, 0) != 0 || !ParseOptions(name.substr(prefix.size()), o)) return nullptr;
-  }
+  if (!ParseGpupoolName(name, o)) return nullptr;
   return MakeGpupoolPolicy(o, std::move(workload), tie_break);
 }
 

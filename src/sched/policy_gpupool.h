@@ -58,6 +58,15 @@ std::unique_ptr<PlacementPolicy> MakeGpupoolPolicy(const std::string& name,
                                                    std::vector<TaskType> workload,
                                                    TieBreak tie_break);
 
+// The policy's rank of a placement on a node with capacity `cap` and free
+// resources `free` (before placing `t`), whose fragmentation goes from
+// `before` to `after`: {fragmentation key, packing key}, larger is better.
+ScoreKey GpupoolKey(const GpupoolOptions& options, const NodeCapacity& cap,
+                    const NodeCapacity& free, const TaskRequest& t, double before, double after);
+
+// Parses a policy name as MakeGpupoolPolicy does; false when it is not one.
+bool ParseGpupoolName(const std::string& name, GpupoolOptions& options);
+
 std::unique_ptr<PlacementPolicy> MakeGpupoolPolicy(GpupoolOptions options,
                                                    std::vector<TaskType> workload,
                                                    TieBreak tie_break);

@@ -5,6 +5,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -29,25 +30,14 @@ std::string_view PreemptReasonName(PreemptReason r) {
   return "unknown";
 }
 
-std::string_view PlacementScoreName(PlacementScore s) {
-  switch (s) {
-    case PlacementScore::kGpupool:
-      return "gpupool";
-    case PlacementScore::kBestFit:
-      return "best-fit";
-    case PlacementScore::kFirstFit:
-      return "first-fit";
-  }
-  return "unknown";
-}
+std::string_view PlacementScoreName(const PlacementScore& s) { return s.name; }
 
 Result<PlacementScore> ParsePlacementScore(std::string_view name) {
-  for (PlacementScore s :
-       {PlacementScore::kGpupool, PlacementScore::kBestFit, PlacementScore::kFirstFit}) {
-    if (name == PlacementScoreName(s)) return s;
-  }
+  if (MakeScorer(std::string(name))) return PlacementScore{std::string(name)};
+  std::string known;
+  for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
   return Status::InvalidArgument("unknown placement \"" + std::string(name) +
-                                 "\"; expected gpupool, best-fit or first-fit");
+                                 "\"; expected one of " + known);
 }
 
 Status ValidateRequest(const Request& r) {
@@ -274,9 +264,11 @@ class Pass {
   Pass(const SchedulerConfig& config, const Snapshot& snap) : config_(config), snap_(snap) {}
 
   Result<Decisions> Run() {
+    scorer_ = MakeScorer(config_.placement.name);
+    if (!scorer_) return ParsePlacementScore(config_.placement.name).status();
     GP_RETURN_IF_ERROR(Build());
     GP_ASSIGN_OR_RETURN(auto order, OrderJobs());
-    if (config_.placement == PlacementScore::kGpupool) BuildWorkload();
+    if (scorer_->UsesWorkload()) BuildWorkload();
     int placed = 0;
     for (QueueEntry& entry : order) {
       const PendingJob& job = *pending_by_id_.at(entry.job_id);
@@ -761,42 +753,58 @@ class Pass {
     }
   }
 
-  // Fragmentation of a node's avail state under the queued workload.
-  // Fragmentation of a node under the queued workload, with the GPUs' avail
-  // milli in `milli` and `cpu` milli-CPU left.
-  double Fragmentation(const std::vector<int>& milli, int64_t cpu) const {
-    scratch_cap_.cpu_milli = cpu;
-    scratch_cap_.gpus = milli;
-    return NodeFragmentation(scratch_cap_, workload_);
+  // The candidate's rank by the placement scorer (policies.h), lower first:
+  // the scorer's key, then (TieBreak::kLeastGpuLeft) the GPU milli left,
+  // then node order (by id). TieBreak::kRandom is not drawn here: it ends as
+  // kLowestIndex (Decide draws only for the `random` placement). The node as the scorer sees it
+  // is what a job may use now (avail: free less reservations).
+  std::tuple<int64_t, int64_t, int64_t, int> Score(const Choice& c, const Request& r) {
+    const NodeS& node = nodes_[static_cast<size_t>(c.node)];
+    scratch_free_.cpu_milli = node.cpu_free - node.phantom_cpu;
+    scratch_free_.memory_mib = node.mem_free - node.phantom_mem;
+    scratch_free_.gpus.clear();
+    for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
+      scratch_free_.gpus.push_back(std::max(gpus_[static_cast<size_t>(g)].AvailMilli(), 0));
+    }
+    scratch_cap_.cpu_milli = node.view->cpu_milli_total;
+    scratch_cap_.memory_mib = node.view->memory_mib_total;
+    scratch_cap_.gpus.assign(static_cast<size_t>(node.gpu_end - node.gpu_begin), kFull);
+    scratch_task_.cpu_milli = r.cpu_milli;
+    scratch_task_.memory_mib = r.memory_mib;
+    scratch_task_.num_gpu = r.gpus > 0 ? r.gpus : (r.gpu_milli > 0 ? 1 : 0);
+    scratch_task_.gpu_milli = r.gpus > 0 ? kFull : r.gpu_milli;
+    scratch_gpus_.clear();
+    for (int g : c.gpus) scratch_gpus_.push_back(g - node.gpu_begin);
+    double& before = frag_before_[static_cast<size_t>(c.node)];
+    if (std::isnan(before)) before = scorer_->Before(scratch_free_, workload_);
+    const ScoreKey k = scorer_->Score(scratch_cap_, scratch_free_, before, scratch_task_,
+                                      scratch_gpus_, workload_);
+    int64_t left = 0;
+    if (config_.tie_break == TieBreak::kLeastGpuLeft && scorer_->Scores()) {
+      for (int m : scratch_free_.gpus) left += m;
+      for (int g : scratch_gpus_) {
+        const int m = scratch_free_.gpus[static_cast<size_t>(g)];
+        left -= m - std::max(m - (r.gpus > 0 ? kFull : r.gpu_milli), 0);
+      }
+    }
+    return {-k.score, -k.tie, left, c.node};
   }
 
-  // The rank of a candidate, lower first (PlacementScore): ours is FGD's
-  // score under the queued workload, then nodes already in use, then the
-  // least GPU milli left (best fit), then node order (by id).
-  std::tuple<int64_t, int, int64_t, int> Score(const Choice& c, const Request& r) {
-    const NodeS& node = nodes_[static_cast<size_t>(c.node)];
-    bool in_use = node.cpu_free < node.view->cpu_milli_total;
-    scratch_milli_.clear();
-    for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
-      const GpuS& gpu = gpus_[static_cast<size_t>(g)];
-      in_use |= gpu.free_milli < kFull;
-      scratch_milli_.push_back(std::max(gpu.AvailMilli(), 0));
+  // The best of `cands` (at least one): the lowest Score, or for a scorer
+  // that draws (`random`), one of the best drawn with the seeded generator.
+  size_t Best(const std::vector<Choice>& cands, const Request& r) {
+    if (cands.size() == 1) return 0;
+    if (scorer_->RandomChoice()) return static_cast<size_t>(rng_.Uniform(cands.size()));
+    size_t best = 0;
+    auto best_score = Score(cands[0], r);
+    for (size_t i = 1; i < cands.size(); ++i) {
+      auto s = Score(cands[i], r);
+      if (s < best_score) {
+        best_score = s;
+        best = i;
+      }
     }
-    if (config_.placement == PlacementScore::kFirstFit) return {0, 0, 0, c.node};
-    const int64_t cpu = node.cpu_free - node.phantom_cpu;
-    double& before = frag_before_[static_cast<size_t>(c.node)];
-    if (config_.placement == PlacementScore::kGpupool && std::isnan(before)) {
-      before = Fragmentation(scratch_milli_, cpu);
-    }
-    for (int g : c.gpus) {
-      int& m = scratch_milli_[static_cast<size_t>(g - node.gpu_begin)];
-      m = std::max(m - (r.gpus > 0 ? kFull : r.gpu_milli), 0);
-    }
-    int64_t left = 0;
-    for (int m : scratch_milli_) left += m;
-    if (config_.placement == PlacementScore::kBestFit) return {0, 0, left, c.node};
-    const double after = Fragmentation(scratch_milli_, cpu - r.cpu_milli);
-    return {-FgdScore(before, after), in_use ? 0 : 1, left, c.node};
+    return best;
   }
 
   // Takes `r` on node n (GPUs `gpus`). `actual`: take reserved resources
@@ -914,18 +922,7 @@ class Pass {
         std::vector<Choice> cands;
         Candidates(r, allowed, may_use_reserved, &cands);
         if (cands.empty()) break;
-        size_t best = 0;
-        if (cands.size() > 1) {
-          auto best_score = Score(cands[0], r);
-          for (size_t i = 1; i < cands.size(); ++i) {
-            auto s = Score(cands[i], r);
-            if (s < best_score) {
-              best_score = s;
-              best = i;
-            }
-          }
-        }
-        const Choice& c = cands[best];
+        const Choice& c = cands[Best(cands, r)];
         saved.push_back(Save(c.node));
         Take(c.node, r, c.gpus, c.actual);
         exclude_.push_back(c.node);
@@ -1306,9 +1303,12 @@ class Pass {
   }
   std::map<std::string, GroupState> group_state_;
   std::vector<TaskType> workload_;
-  std::vector<double> frag_before_;  // per node, NaN when stale
-  std::vector<int> scratch_milli_;
-  mutable NodeCapacity scratch_cap_;
+  std::unique_ptr<PlacementScorer> scorer_;
+  Rng rng_{config_.seed};
+  std::vector<double> frag_before_;  // per node: the scorer's Before(), NaN when stale
+  NodeCapacity scratch_free_, scratch_cap_;
+  TaskRequest scratch_task_;
+  std::vector<int> scratch_gpus_;
   RequestIds placing_ids_;                                 // by request and flags
   std::vector<char> failed_;                               // by placing id
   std::vector<std::optional<Tiers>> tiers_;                // by placing id

@@ -4,11 +4,12 @@
 //
 // Contract: Scheduler::Decide() reads nothing but its arguments and the
 // Scheduler's configuration: no clock (the snapshot carries `now_ms`), no
-// I/O, no globals, no randomness (every tie ends in node id or job order),
-// so the same snapshot gives the same decisions, bit for bit, whatever the
-// order of its vectors. A Scheduler holds
-// no state between calls; one object may be used from one thread at a time
-// (it reuses scratch buffers), distinct objects share nothing.
+// I/O, no globals, no randomness but the seeded draws of the `random`
+// placement (SchedulerConfig::seed; every other tie ends in node id or job
+// order), so the same snapshot gives the same decisions, bit for bit,
+// whatever the order of its vectors. A Scheduler holds no state between
+// calls; one object may be used from one thread at a time (it reuses scratch
+// buffers), distinct objects share nothing.
 //
 // What one pass does, in order:
 //  1. Orders the pending queue: priority class (interactive > normal >
@@ -19,9 +20,11 @@
 //     shape (model, memory, compute capability) and free capacity, never from
 //     a scan of every node: whole-GPU requests look up nodes by their number
 //     of fully free GPUs, shares by the GPU with the least sufficient free
-//     milli. The best `candidates` nodes are then scored by how little the
-//     placement fragments the node for the queued workload (FGD's measure,
-//     policies.h) with packing as tie-break. A gang (nodes > 1) is placed on
+//     milli. The best `candidates` nodes are then ranked by the placement
+//     scorer SchedulerConfig::placement names (policies.h; the default,
+//     gpupool: how little the placement fragments the node for the queued
+//     workload, FGD's measure, then nodes in use), ties by
+//     SchedulerConfig::tie_break. A gang (nodes > 1) is placed on
 //     distinct nodes all or nothing. A request shape that failed once in a
 //     pass is not tried again in that pass. A request's excluded nodes are
 //     never used, for placement, reservation or preemption.
@@ -55,6 +58,7 @@
 #include <vector>
 
 #include "sched/fairshare.h"
+#include "sched/policies.h"
 
 namespace gpupool::sched {
 
@@ -173,15 +177,23 @@ struct GroupConfig {
 };
 
 // How the candidates the index yields are ranked (the index itself always
-// offers the tightest fits first).
-enum class PlacementScore {
-  // Ours: FGD's fragmentation measure under the queued workload, then nodes
-  // already in use, then the least GPU left, then node id.
-  kGpupool,
-  kBestFit,   // the least GPU milli left on the node, then node id
-  kFirstFit,  // the lowest node id
+// offers the tightest fits first): a placement scorer by name, one of
+// PolicyNames() (policies.h: random, first-fit, best-fit, dot-product, fgd,
+// gpupool), the same names `gpupool sim --policy` takes. The candidates are
+// ranked by the scorer's key, then as SchedulerConfig::tie_break says, then
+// the lowest node id (`random`: drawn with SchedulerConfig::seed). FGD-style scorers (fgd, gpupool)
+// measure fragmentation under the queued workload.
+struct PlacementScore {
+  std::string name = "gpupool";
+  // The names the server's configs used before every policy was accepted.
+  static const PlacementScore kGpupool, kBestFit, kFirstFit;
+  friend auto operator<=>(const PlacementScore&, const PlacementScore&) = default;
 };
-std::string_view PlacementScoreName(PlacementScore s);  // "gpupool", "best-fit", "first-fit"
+inline const PlacementScore PlacementScore::kGpupool{"gpupool"};
+inline const PlacementScore PlacementScore::kBestFit{"best-fit"};
+inline const PlacementScore PlacementScore::kFirstFit{"first-fit"};
+std::string_view PlacementScoreName(const PlacementScore& s);
+// InvalidArgument naming the known names for a name MakeScorer does not know.
 Result<PlacementScore> ParsePlacementScore(std::string_view name);
 
 struct SchedulerConfig {
@@ -192,6 +204,13 @@ struct SchedulerConfig {
   // unlisted models are 1.0. Used to order fallbacks (fastest first).
   std::map<std::string, double> model_speed;
   PlacementScore placement = PlacementScore::kGpupool;
+  // Ties of the scoring placements: the least GPU left after placing, then
+  // node id (packs ties; the default), or node id alone (kLowestIndex, the
+  // FGD artifact's rule, which `gpupool sim openb` uses).
+  TieBreak tie_break = TieBreak::kLeastGpuLeft;
+  // Seeds the draws of the `random` placement: the same snapshot and seed
+  // give the same decisions.
+  uint64_t seed = 0;
   int32_t candidates = 8;        // nodes scored per placement (after the index)
   int32_t max_reservations = 8;  // backfill reservations per pass; 0 = no backfill
   bool preemption = true;
@@ -259,10 +278,9 @@ struct Decisions {
 class Scheduler {
  public:
   explicit Scheduler(SchedulerConfig config);
-  // Errors: InvalidArgument for an inconsistent snapshot (a duplicate node or
-  // job id, a holding on an unknown node or GPU, a request with nodes < 1,
-  // a share >= 1000 milli, both gpus and gpu_milli set, or excluded_nodes not
-  // sorted and unique), naming the item.
+  // Errors: InvalidArgument for an unknown placement name, or an inconsistent snapshot (a duplicate
+  // node or job id, a holding on an unknown node or GPU, a request with nodes < 1, a share >= 1000
+  // milli, both gpus and gpu_milli set, or excluded_nodes not sorted and unique), naming the item.
   Result<Decisions> Decide(const Snapshot& snapshot);
   const SchedulerConfig& config() const { return config_; }
 

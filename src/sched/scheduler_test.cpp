@@ -106,7 +106,16 @@ TEST(SchedulerTest, PlacementScoreIsPluggable) {
   EXPECT_EQ(where[PlacementScore::kBestFit], "c");   // least left after
   EXPECT_EQ(where[PlacementScore::kGpupool], "c");
   EXPECT_EQ(*ParsePlacementScore("best-fit"), PlacementScore::kBestFit);
-  EXPECT_FALSE(ParsePlacementScore("fgd").ok());
+  // Every policy name `gpupool sim --policy` takes is a placement too
+  // (issue 21); an unknown one is still an error that lists the known ones.
+  for (const std::string& name : PolicyNames()) {
+    auto p = ParsePlacementScore(name);
+    ASSERT_TRUE(p.ok()) << name;
+    EXPECT_EQ(PlacementScoreName(*p), name);
+  }
+  auto bad = ParsePlacementScore("tetris");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("dot-product"), std::string::npos);
 }
 
 PendingJob ShareOf(int64_t id, int milli, const std::string& user) {

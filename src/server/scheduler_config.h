@@ -9,6 +9,7 @@
 //   model_speed: {A100: 2.0, T4: 0.5}
 //   backfill_reservations: 8    # 0 = no backfill
 //   preemption: true
+//   placement: gpupool         # any sched::PolicyNames() name, as `gpupool sim --policy`
 //
 // Parsing is strict, like job specs: unknown fields, wrong types and values
 // out of range are InvalidArgument naming the field path

@@ -2,11 +2,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "sched/policies.h"
 
 namespace gpupool::server {
 namespace {
@@ -59,6 +62,50 @@ preemption: false
   EXPECT_FALSE(c.preemption);
 }
 
+// The server's `placement` and the simulator's `--policy` (sim openb's
+// sched::MakePolicy, sim campus's --placement/--policy) resolve the same
+// names to the same scorers: every simulator policy is a placement, it
+// names the scorer of the policy of that name, and Decide runs it.
+TEST(SchedulerConfig, PlacementAcceptsEverySimulatorPolicy) {
+  for (const std::string& name : sched::PolicyNames()) {
+    auto r = ParseSchedulerConfig("placement: " + name + "\n");
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status().ToString();
+    EXPECT_EQ(r->placement.name, name);
+    auto scorer = sched::MakeScorer(r->placement.name);
+    auto policy = sched::MakePolicy(name);
+    ASSERT_NE(scorer, nullptr) << name;
+    ASSERT_NE(policy, nullptr) << name;
+    EXPECT_EQ(scorer->Name(), policy->Name());
+    // The scheduler runs it: one GPU job on a one-node pool is placed.
+    sched::Snapshot s;
+    sched::NodeView n;
+    n.id = "n1";
+    n.cpu_milli_total = n.cpu_milli_free = 8000;
+    n.memory_mib_total = n.memory_mib_free = 16384;
+    sched::GpuView g;
+    g.uuid = "n1-g0";
+    g.model = "T4";
+    g.memory_mib = g.free_memory_mib = 16384;
+    n.gpus = {g};
+    s.nodes = {n};
+    sched::PendingJob j;
+    j.job_id = 1;
+    j.request.gpus = 1;
+    s.pending = {j};
+    auto d = sched::Scheduler(*r).Decide(s);
+    ASSERT_TRUE(d.ok()) << name << ": " << d.status().ToString();
+    EXPECT_EQ(d->placements.size(), 1u) << name;
+  }
+  auto bad = ParseSchedulerConfig("placement: tetris\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("placement"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("tetris"), std::string::npos);
+  // A config built in code with an unknown name is refused by Decide too.
+  sched::SchedulerConfig c;
+  c.placement.name = "tetris";
+  EXPECT_FALSE(sched::Scheduler(c).Decide(sched::Snapshot{}).ok());
+}
+
 TEST(SchedulerConfig, DefaultsWhenAbsent) {
   auto r = ParseSchedulerConfig("groups: {}\n");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -85,8 +132,10 @@ TEST(SchedulerConfig, ErrorsNameTheField) {
        "half_lif (line 1): unknown field (known: half_life, anti_thrash_window, groups, "
        "model_speed, "
        "backfill_reservations, preemption, candidates, placement)"},
-      {"placement: fgd",
-       "placement (line 1): unknown placement \"fgd\"; expected gpupool, best-fit or first-fit"},
+      // fgd is a placement now (issue 21: every `gpupool sim --policy` name).
+      {"placement: tetris",
+       "placement (line 1): unknown placement \"tetris\"; expected one of random, first-fit, "
+       "best-fit, dot-product, fgd, gpupool"},
       {"half_life: soon", "half_life (line 1): invalid duration \"soon\""},
       {"half_life: 400d", "half_life (line 1): must be from 0 to 365d, got 400d"},
       {"half_life: -5", "half_life (line 1): must be from 0 to 365d, got -5"},

@@ -171,10 +171,15 @@ std::vector<sched::TaskRequest> InflateTasks(const std::vector<sched::TaskReques
   std::vector<sched::TaskRequest> out = tasks;
   int64_t demand = 0;
   for (const auto& t : out) demand += t.GpuDemand();
-  if (demand < target_milli && !tasks.empty()) {
+  bool any_gpu = false;  // only GPU tasks end the padding
+  for (const auto& t : tasks) any_gpu |= t.GpuDemand() > 0;
+  if (demand < target_milli && any_gpu) {
     while (true) {
+      // As the artifact's tuneUpPods (pkg/simulator/simulator.go): the stop
+      // test adds the pod's per-GPU milli, the total adds all of its GPUs.
       const auto& pick = tasks[rng.Uniform(tasks.size())];
-      if (demand + pick.GpuDemand() > target_milli) break;
+      const int64_t per_gpu = pick.num_gpu <= 0 ? 0 : pick.gpu_milli;
+      if (demand + per_gpu > target_milli) break;
       demand += pick.GpuDemand();
       out.push_back(pick);
     }

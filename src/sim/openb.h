@@ -10,8 +10,11 @@
 //
 // The experiment (docs/evaluation.md): all tasks taken, creation times
 // ignored, nothing departs. The list is brought to 130% of the cluster's GPU
-// milli: padded with copies of tasks drawn uniformly at random until one more
-// would pass 130%, or trimmed by removing random tasks until it fits. It is
+// milli: padded with copies of tasks drawn uniformly at random until a drawn
+// task's per-GPU milli would take the total past 130% (its whole demand is
+// added otherwise, so a multi-GPU task may end the list a little over 130%,
+// as the artifact's tuneUpPods does; no GPU task: no padding), or trimmed by
+// removing random tasks until it fits. It is
 // shuffled with the seed, and tasks arrive one at a time and are tried once;
 // one that fits nowhere fails. The allocation ratio (allocated GPU milli /
 // total GPU milli) is recorded at every 1% of arrived GPU demand.

@@ -75,6 +75,25 @@ TEST(OpenbInflate, PadsUntilOneMoreWouldPassTheTarget) {
   EXPECT_GT(out.size(), tasks.size());
 }
 
+// The artifact's tuneUpPods stops on the drawn pod's per-GPU milli but adds
+// all of its GPUs: an 8-GPU task (per-GPU 1000) drawn 5000 under the target
+// is still added, and the list ends 3000 over.
+TEST(OpenbInflate, StopsOnPerGpuMilliAsTheArtifact) {
+  std::vector<sched::TaskRequest> tasks = {Req(8, 1000)};
+  sched::Rng rng(42);
+  auto out = InflateTasks(tasks, 13000, rng);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].GpuDemand() + out[1].GpuDemand(), 16000);
+}
+
+// No GPU task can end the padding: the list is left as it is (the
+// artifact would loop forever; it refuses a workload without GPU demand).
+TEST(OpenbInflate, CpuOnlyListIsNotPadded) {
+  std::vector<sched::TaskRequest> tasks = {Req(0, 0), Req(0, 0)};
+  sched::Rng rng(42);
+  EXPECT_EQ(InflateTasks(tasks, 13000, rng).size(), 2u);
+}
+
 TEST(OpenbInflate, TrimsWhenOverTheTarget) {
   std::vector<sched::TaskRequest> tasks(20, Req(1, 1000));
   sched::Rng rng(42);

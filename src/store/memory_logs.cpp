@@ -141,19 +141,8 @@ Status MemoryTx::SkipLogs(const LogSkip& skip) {
   GP_ASSIGN_OR_RETURN(MemoryJobLogs * logs, OpenJobLogs(skip.job_id));
   if (logs == nullptr) return Status::Ok();
   auto old = s_.log_streams.find(std::pair(skip.attempt_id, skip.rank));
-  LogStream s;
-  if (old != s_.log_streams.end()) {
-    s = old->second;
-  } else {
-    s.attempt_id = skip.attempt_id;
-    s.rank = skip.rank;
-  }
-  s.job_id = skip.job_id;
-  s.last_offset = std::max(s.last_offset, skip.upto_offset);
-  if (!skip.limit_event.empty() && s.limit_reached_ms == 0) {
-    s.limit_reached_ms = std::max<int64_t>(skip.ts_ms, 1);
-    s.limit_event = skip.limit_event;
-  }
+  LogStream s = SkippedStream(
+      old != s_.log_streams.end() ? std::optional<LogStream>(old->second) : std::nullopt, skip);
   PutLogStream(s);
   return Status::Ok();
 }

@@ -334,19 +334,7 @@ Status SqliteLogs::Skip(const LogSkip& skip) {
   GP_ASSIGN_OR_RETURN(bool open, OpenJob(conn_, skip.job_id));
   if (!open) return Status::Ok();
   GP_ASSIGN_OR_RETURN(auto stored, GetStream(skip.attempt_id, skip.rank));
-  LogStream s;
-  if (stored) {
-    s = *std::move(stored);
-  } else {
-    s.attempt_id = skip.attempt_id;
-    s.rank = skip.rank;
-  }
-  s.job_id = skip.job_id;
-  s.last_offset = std::max(s.last_offset, skip.upto_offset);
-  if (!skip.limit_event.empty() && s.limit_reached_ms == 0) {
-    s.limit_reached_ms = std::max<int64_t>(skip.ts_ms, 1);
-    s.limit_event = skip.limit_event;
-  }
+  LogStream s = SkippedStream(std::move(stored), skip);
   return PutStream(conn_, s);
 }
 

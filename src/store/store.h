@@ -120,6 +120,9 @@ struct LogSkip {
   std::string limit_event;
   int64_t ts_ms = 0;
 };
+// That rule, for every backend: the rank's stream after `skip`, from its
+// stored record (nullopt: it has none yet).
+LogStream SkippedStream(std::optional<LogStream> stored, const LogSkip& skip);
 
 // Every job's logs the store holds (those not removed).
 struct LogTotals {

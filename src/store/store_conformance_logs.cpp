@@ -29,12 +29,7 @@ Result<int64_t> AddJob(Store& store, JobState state, int64_t finished_ms = 0) {
 
 LogLine RankLine(std::string attempt_id, int64_t offset, std::string text, int32_t rank = 0,
                  std::string stream = "stdout") {
-  LogLine l;
-  l.attempt_id = std::move(attempt_id);
-  l.offset = offset;
-  l.stream = std::move(stream);
-  l.ts_ms = 100 + offset;
-  l.text = std::move(text);
+  LogLine l = Line(std::move(attempt_id), offset, std::move(text), std::move(stream));
   l.rank = rank;
   return l;
 }

@@ -37,20 +37,16 @@ for mode in "${modes[@]}"; do
     # Leak checks stay on; any sanitizer report fails the process.
     export ASAN_OPTIONS=abort_on_error=0:halt_on_error=1
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-    # The benchmark scripts' smokes run in the normal stage only (bench/CMakeLists.txt).
-    exclude=(-LE bench-script)
   else
     echo "== tests"
     scripts/build.sh
     dir=build
-    exclude=()
   fi
   # Twice as many tests as CPUs: the end-to-end tests spend much of their
   # time waiting (leases, grace periods, jobs' sleeps), not computing.
   # On failure the digest of reasons comes last, where a log cut to its
   # head and tail still shows it.
-  if ! (cd "$dir" && ctest --output-on-failure -j "${GPUPOOL_TEST_JOBS:-$(($(nproc) * 2))}" --timeout 600 \
-    "${exclude[@]}"); then
+  if ! (cd "$dir" && ctest --output-on-failure -j "${GPUPOOL_TEST_JOBS:-$(($(nproc) * 2))}" --timeout 600); then
     python3 scripts/failure_digest.py "$dir" || true
     exit 8
   fi

@@ -1,5 +1,9 @@
 // Pool: the server's core. It owns the job lifecycle, node registry,
-// scheduling passes and the agent-side bookkeeping, over a Store.
+// scheduling passes and the agent-side bookkeeping, over a Store. It is the
+// orchestrator and the transaction boundary; its parts live in pool_*.cpp by
+// responsibility, the scheduler's input is pass_input.h, and what a
+// transaction does besides its writes is one PoolEffects record
+// (docs/architecture.md, "The server's core").
 //
 // Every public method runs its changes in one store transaction, so a failed
 // call changes nothing and a successful one survives a crash. Orders for

@@ -8,6 +8,16 @@
 namespace gpupool::server {
 namespace {
 
+static_assert(static_cast<int>(JobPriority::kInteractive) ==
+              static_cast<int>(sched::PriorityClass::kInteractive));
+static_assert(static_cast<int>(JobPriority::kNormal) ==
+              static_cast<int>(sched::PriorityClass::kNormal));
+static_assert(static_cast<int>(JobPriority::kOpportunistic) ==
+              static_cast<int>(sched::PriorityClass::kOpportunistic));
+
+// The scheduler's class of a job priority (the same three, in the same order).
+sched::PriorityClass ClassOf(JobPriority p) { return static_cast<sched::PriorityClass>(p); }
+
 // The nodes offered to the scheduler, and those whose providers admit only
 // some jobs.
 struct OfferedNodes {

@@ -10,6 +10,12 @@
 #include "server/pool_rules.h"
 
 namespace gpupool::server {
+namespace {
+
+// The meta key under which the agent of `node_id`'s applied sequence is kept.
+std::string AgentSeqKey(const std::string& node_id) { return "agent_seq/" + node_id; }
+
+}  // namespace
 
 Result<std::pair<std::string, int64_t>> Pool::GetAgentSeq(Tx& tx, const std::string& node_id) {
   GP_ASSIGN_OR_RETURN(auto v, tx.GetMeta(AgentSeqKey(node_id)));

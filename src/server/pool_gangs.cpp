@@ -8,6 +8,20 @@
 #include "server/pool_rules.h"
 
 namespace gpupool::server {
+namespace {
+
+// How a gang rank ended, from its final report.
+AttemptState RankEndState(const proto::TaskReport& r) {
+  if (r.state == "exited") {
+    return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
+  }
+  if (r.state == "vacated") return AttemptState::kVacated;
+  if (r.state == "refused") return AttemptState::kRefused;
+  if (r.state == "lost") return AttemptState::kLost;
+  return AttemptState::kFailed;
+}
+
+}  // namespace
 
 Status Pool::StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_rank,
                       const std::string& why) {

@@ -6,17 +6,6 @@
 
 namespace gpupool::server {
 
-std::string AgentSeqKey(const std::string& node_id) { return "agent_seq/" + node_id; }
-
-static_assert(static_cast<int>(JobPriority::kInteractive) ==
-              static_cast<int>(sched::PriorityClass::kInteractive));
-static_assert(static_cast<int>(JobPriority::kNormal) ==
-              static_cast<int>(sched::PriorityClass::kNormal));
-static_assert(static_cast<int>(JobPriority::kOpportunistic) ==
-              static_cast<int>(sched::PriorityClass::kOpportunistic));
-
-sched::PriorityClass ClassOf(JobPriority p) { return static_cast<sched::PriorityClass>(p); }
-
 sched::Request RequestFor(const JobSpec& spec) {
   const Resources& r = spec.resources;
   sched::Request q;
@@ -69,16 +58,6 @@ JobEvent RetryIfAllowed(const Job& job, JobEvent event) {
   return failure && job.restarts < job.spec.max_restarts ? JobEvent::kRetry : event;
 }
 
-AttemptState RankEndState(const proto::TaskReport& r) {
-  if (r.state == "exited") {
-    return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
-  }
-  if (r.state == "vacated") return AttemptState::kVacated;
-  if (r.state == "refused") return AttemptState::kRefused;
-  if (r.state == "lost") return AttemptState::kLost;
-  return AttemptState::kFailed;
-}
-
 bool StartHeldBack(const Job& job, const Attempt& a, const AttemptRank& r) {
   return r.rank > 0 && job.spec.distributed == Distributed::kTorch && a.master_port == 0;
 }
@@ -97,10 +76,6 @@ bool EndHeldBackRanks(const Job& job, Attempt& a, int64_t now) {
 
 int64_t PreemptGraceMs(const JobSpec& spec) {
   return spec.checkpoint ? spec.checkpoint->grace_ms : kDefaultStopGraceMs;
-}
-
-bool FinishedBeforePreemption(const proto::TaskReport& r) {
-  return r.state == "exited" && r.exit_code == 0 && r.signal == 0 && r.reason.empty();
 }
 
 std::string ExitReason(const proto::TaskReport& r) {

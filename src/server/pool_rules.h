@@ -14,12 +14,6 @@
 
 namespace gpupool::server {
 
-// The meta key under which the agent of `node_id`'s applied sequence is kept.
-std::string AgentSeqKey(const std::string& node_id);
-
-// The scheduler's class of a job priority (the same three, in the same order).
-sched::PriorityClass ClassOf(JobPriority p);
-
 // What a job asks the scheduler for (per node; a gang asks for `nodes`).
 sched::Request RequestFor(const JobSpec& spec);
 
@@ -43,9 +37,6 @@ proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, 
 // A failure becomes a retry while the job has restarts left.
 JobEvent RetryIfAllowed(const Job& job, JobEvent event);
 
-// How a gang rank ended, from its final report.
-AttemptState RankEndState(const proto::TaskReport& r);
-
 // The rank's start order is not sent yet: a torch gang's ranks after 0
 // wait for rank 0's rendezvous.
 bool StartHeldBack(const Job& job, const Attempt& a, const AttemptRank& r);
@@ -56,11 +47,6 @@ bool EndHeldBackRanks(const Job& job, Attempt& a, int64_t now);
 
 // A preempted job gets this long between SIGTERM and SIGKILL.
 int64_t PreemptGraceMs(const JobSpec& spec);
-
-// Whether a report about an attempt that was ordered to stop for preemption
-// means the job finished anyway: it exited cleanly before the stop reached
-// it (the shim records "stopped: ..." as the reason of anything it stopped).
-bool FinishedBeforePreemption(const proto::TaskReport& r);
 
 // Text a user reads for an attempt that ended without a clean exit.
 std::string ExitReason(const proto::TaskReport& r);

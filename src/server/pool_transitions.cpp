@@ -8,6 +8,16 @@
 #include "server/pool_rules.h"
 
 namespace gpupool::server {
+namespace {
+
+// Whether a report about an attempt that was ordered to stop for preemption
+// means the job finished anyway: it exited cleanly before the stop reached
+// it (the shim records "stopped: ..." as the reason of anything it stopped).
+bool FinishedBeforePreemption(const proto::TaskReport& r) {
+  return r.state == "exited" && r.exit_code == 0 && r.signal == 0 && r.reason.empty();
+}
+
+}  // namespace
 
 Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
                       const StopOrder& order) {

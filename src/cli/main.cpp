@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
                        "flush every commit and blob upload to disk (survives power loss)");
   server_cmd->add_option("--scheduler-config", so.scheduler_config,
                          "YAML file: fair-share groups, quotas, preemption");
+  server_cmd->add_option("--web-dir", so.web_dir,
+                         "serve the web dashboard's files from this directory under /ui");
   server_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
   server_cmd->add_option("--checkpoint-keep", so.pool.checkpoint_keep, "checkpoints kept per job")
       ->check(CLI::PositiveNumber)

@@ -231,9 +231,12 @@ Api::Api(net::EventLoop& loop, Pool& pool, Auth& auth, const Clock& clock, ApiOp
       clock_(clock),
       options_(std::move(options)),
       blobs_(blobs),
-      identity_(identity),
       limiter_(clock, options_.per_token),
-      agent_limiter_(clock, options_.per_agent) {}
+      agent_limiter_(clock, options_.per_agent) {
+  AddOwnRoutes();
+  if (identity != nullptr) identity->AddRoutes(routes_);
+  if (blobs != nullptr) blobs->AddRoutes(routes_);
+}
 
 Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
   std::string header = req.Header("authorization");
@@ -251,14 +254,12 @@ Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
 
 void Api::Handle(net::HttpRequest req, net::Responder responder) {
   auto respond = std::make_shared<net::Responder>(std::move(responder));
-  if (req.path == "/healthz") {
-    (*respond)(JsonResponse(200, {{"status", "ok"}}));
-    return;
+  auto found = routes_.Find(req.method, req.path);
+  if (found.ok() && found->route->access == Access::kPublic) {
+    return found->route->handler(req, Principal{}, found->params, respond);
   }
-  if (identity_ != nullptr && IdentityApi::IsLogin(req.method, req.path)) {
-    identity_->Login(req, respond);
-    return;
-  }
+  // Anything else needs a token first: an unknown path is not found only
+  // for those who may call the API at all.
   auto who = Authenticate(req);
   if (!who.ok()) {
     (*respond)(ErrorResponse(who.status()));
@@ -278,79 +279,76 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
     (*respond)(std::move(r));
     return;
   }
-  if (blobs_ != nullptr && BlobApi::Serves(req.path)) {
-    blobs_->Handle(std::move(req), *who, respond);
-    return;
+  if (!found.ok()) return (*respond)(ErrorResponse(found.status()));
+  const auto& route = *found->route;
+  if (route.access == Access::kAuthorizedFirst) {
+    if (Status s = Authorize(*who, route.action); !s.ok()) return (*respond)(ErrorResponse(s));
   }
-  if (identity_ != nullptr && IdentityApi::Serves(req.method, req.path)) {
-    identity_->Handle(req, *who, respond);
-    return;
-  }
-  for (ApiModule* module : modules_) {
-    if (module->Serves(req.method, req.path)) return module->Handle(req, *who, respond);
-  }
-  Route(req, *who, respond);
+  route.handler(req, *who, found->params, respond);
 }
 
-RouteTable<Api::Handler> Api::MakeRoutes() {
+void Api::AddOwnRoutes() {
+  ApiRoutes& t = routes_;
+  t.AddPublic("GET", "/healthz",
+              [](net::HttpRequest&, const Principal&, const PathParams&, Respond respond) {
+                (*respond)(JsonResponse(200, {{"status", "ok"}}));
+              });
   // A job's routes authorize against the job they load (VisibleJob: its
   // owner and group, and not found when it may not even be read).
   auto with_job = [](auto handle) {
-    return [handle](Api& api, const net::HttpRequest& req, const Principal& who,
-                    const PathParams& params, Respond respond) {
+    return [handle](net::HttpRequest& req, const Principal& who, const PathParams& params,
+                    Respond respond) {
       auto id = ParseJobId(params.find("id")->second);
       if (!id.ok()) return (*respond)(ErrorResponse(id.status()));
-      handle(api, req, who, *id, respond);
+      handle(req, who, *id, respond);
     };
   };
-  RouteTable<Handler> t;
-  t.Add("POST", "/v1/jobs", Action::kJobSubmit, false,
-        [](Api& api, const net::HttpRequest& req, const Principal& who, const PathParams&,
-           Respond respond) { api.SubmitJob(req, who, respond); });
-  t.Add("GET", "/v1/jobs", Action::kJobRead, false,
-        [](Api& api, const net::HttpRequest& req, const Principal& who, const PathParams&,
-           Respond respond) { api.ListJobs(req, who, respond); });
-  t.Add("GET", "/v1/jobs/{id}", Action::kJobRead, false,
-        with_job([](Api& api, const net::HttpRequest& req, const Principal& who, int64_t id,
-                    Respond respond) { api.GetJob(req, who, id, respond); }));
-  t.Add("POST", "/v1/jobs/{id}/cancel", Action::kJobCancel, false,
-        with_job([](Api& api, const net::HttpRequest&, const Principal& who, int64_t id,
-                    Respond respond) { api.CancelJob(who, id, respond); }));
-  t.Add("GET", "/v1/jobs/{id}/logs", Action::kJobRead, false,
-        with_job([](Api& api, const net::HttpRequest& req, const Principal& who, int64_t id,
-                    Respond respond) { api.JobLogs(req, who, id, respond); }));
-  t.Add("GET", "/v1/queue", Action::kJobRead, false,
-        [](Api& api, const net::HttpRequest&, const Principal& who, const PathParams&,
-           Respond respond) { api.Queue(who, respond); });
-  t.Add("GET", "/v1/groups", Action::kPoolRead, true,
-        [](Api& api, const net::HttpRequest&, const Principal&, const PathParams&,
-           Respond respond) { api.Groups(respond); });
-  t.Add("GET", "/v1/nodes", Action::kPoolRead, true,
-        [](Api& api, const net::HttpRequest&, const Principal&, const PathParams&,
-           Respond respond) { api.ListNodes(respond, ""); });
-  t.Add("GET", "/v1/nodes/{node}", Action::kPoolRead, true,
-        [](Api& api, const net::HttpRequest&, const Principal&, const PathParams& params,
-           Respond respond) { api.ListNodes(respond, params.find("node")->second); });
-  t.Add("GET", "/v1/nodes/{node}/events", Action::kPoolRead, true,
-        [](Api& api, const net::HttpRequest& req, const Principal&, const PathParams& params,
-           Respond respond) { api.NodeEvents(req, params.find("node")->second, respond); });
-  t.Add("GET", "/v1/events", Action::kPoolRead, true,
-        [](Api& api, const net::HttpRequest& req, const Principal&, const PathParams&,
-           Respond respond) {
-          auto node = req.query.find("node");
-          api.NodeEvents(req, node == req.query.end() ? "" : node->second, respond);
+  constexpr Access kFirst = Access::kAuthorizedFirst, kInHandler = Access::kHandlerAuthorizes;
+  t.Add("POST", "/v1/jobs", kInHandler, Action::kJobSubmit,
+        [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
+          SubmitJob(req, who, respond);
         });
-  return t;
-}
-
-void Api::Route(const net::HttpRequest& req, const Principal& who, Respond respond) {
-  auto found = routes_.Find(req.method, req.path);
-  if (!found.ok()) return (*respond)(ErrorResponse(found.status()));
-  const auto& route = *found->route;
-  if (route.checked_before) {
-    if (Status s = Authorize(who, route.action); !s.ok()) return (*respond)(ErrorResponse(s));
-  }
-  route.handler(*this, req, who, found->params, respond);
+  t.Add("GET", "/v1/jobs", kInHandler, Action::kJobRead,
+        [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
+          ListJobs(req, who, respond);
+        });
+  t.Add("GET", "/v1/jobs/{id}", kInHandler, Action::kJobRead,
+        with_job([this](net::HttpRequest& req, const Principal& who, int64_t id, Respond respond) {
+          GetJob(req, who, id, respond);
+        }));
+  t.Add("POST", "/v1/jobs/{id}/cancel", kInHandler, Action::kJobCancel,
+        with_job([this](net::HttpRequest&, const Principal& who, int64_t id, Respond respond) {
+          CancelJob(who, id, respond);
+        }));
+  t.Add("GET", "/v1/jobs/{id}/logs", kInHandler, Action::kJobRead,
+        with_job([this](net::HttpRequest& req, const Principal& who, int64_t id, Respond respond) {
+          JobLogs(req, who, id, respond);
+        }));
+  t.Add("GET", "/v1/queue", kInHandler, Action::kJobRead,
+        [this](net::HttpRequest&, const Principal& who, const PathParams&, Respond respond) {
+          Queue(who, respond);
+        });
+  t.Add("GET", "/v1/groups", kFirst, Action::kPoolRead,
+        [this](net::HttpRequest&, const Principal&, const PathParams&, Respond respond) {
+          Groups(respond);
+        });
+  t.Add("GET", "/v1/nodes", kFirst, Action::kPoolRead,
+        [this](net::HttpRequest&, const Principal&, const PathParams&, Respond respond) {
+          ListNodes(respond, "");
+        });
+  t.Add("GET", "/v1/nodes/{node}", kFirst, Action::kPoolRead,
+        [this](net::HttpRequest&, const Principal&, const PathParams& params, Respond respond) {
+          ListNodes(respond, params.find("node")->second);
+        });
+  t.Add("GET", "/v1/nodes/{node}/events", kFirst, Action::kPoolRead,
+        [this](net::HttpRequest& req, const Principal&, const PathParams& params, Respond respond) {
+          NodeEvents(req, params.find("node")->second, respond);
+        });
+  t.Add("GET", "/v1/events", kFirst, Action::kPoolRead,
+        [this](net::HttpRequest& req, const Principal&, const PathParams&, Respond respond) {
+          auto node = req.query.find("node");
+          NodeEvents(req, node == req.query.end() ? "" : node->second, respond);
+        });
 }
 
 void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond) {

@@ -1,9 +1,12 @@
 // Api: the REST/JSON interface under /v1 (see docs/api.md).
 //
-// Routes a request to the Pool and renders the answer; every error goes
-// through ErrorResponse (server/http_errors.h). The blob store and
-// checkpoint endpoints go to the BlobApi (server/blob_api.h), the only ones
-// the agent join token may call besides the agent channel. Long polls (`wait` on a job,
+// Every endpoint is a route of one table (server/route_table.h): Api's own
+// (jobs, queue, nodes, groups, events), and those of its modules
+// (server/api_module.h): identities, blobs and checkpoints (the only ones
+// the agent join token may call besides the agent channel), quotas,
+// backups, static files. Api authenticates, rate-limits and authorizes each
+// request as its route declares, then calls the route's handler; every
+// error goes through ErrorResponse (server/http_errors.h). Long polls (`wait` on a job,
 // `wait` on logs) park the Responder until the job changes or the wait runs
 // out. Who may do what is decided by server/authz.h; members see only their
 // own jobs (and their job-sharing labs'), admins see all.
@@ -53,25 +56,20 @@ class Api {
 
   void Handle(net::HttpRequest req, net::Responder respond);
 
-  // Adds an area of endpoints (server/api_module.h), consulted after the
-  // blob and identity endpoints. The module must outlive the Api.
-  void AddModule(ApiModule* module) { modules_.push_back(module); }
+  // Adds an area of endpoints (server/api_module.h): its routes go after
+  // those already in the table. The module must outlive the Api.
+  void AddModule(ApiModule& module) { module.AddRoutes(routes_); }
 
   // Pool hook: wakes long polls waiting on this job.
   void JobChanged(int64_t job_id);
 
  private:
-  using Respond = std::shared_ptr<net::Responder>;
   // Returns true once it has responded. Called with timed_out = true when the
   // wait ran out, and must respond then.
   using Probe = std::function<bool(bool timed_out)>;
 
-  // A route's handler; `params` are its pattern's named segments.
-  using Handler = std::function<void(Api&, const net::HttpRequest& req, const Principal& who,
-                                     const PathParams& params, Respond respond)>;
   // The endpoints Api serves itself, with the action each needs.
-  static RouteTable<Handler> MakeRoutes();
-  void Route(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void AddOwnRoutes();
   void SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond);
   void GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond);
   void ListJobs(const net::HttpRequest& req, const Principal& who, Respond respond);
@@ -98,17 +96,15 @@ class Api {
     net::EventLoop::TimerId timer;
   };
 
-  RouteTable<Handler> routes_ = MakeRoutes();
+  ApiRoutes routes_;
   net::EventLoop& loop_;
   Pool& pool_;
   Auth& auth_;
   const Clock& clock_;
   ApiOptions options_;
   BlobApi* blobs_;
-  IdentityApi* identity_;
   RateLimiter limiter_;
   RateLimiter agent_limiter_;
-  std::vector<ApiModule*> modules_;
   uint64_t next_waiter_ = 1;
   std::map<int64_t, std::map<uint64_t, Waiter>> waiters_;  // job id -> waiter id -> waiter
 };

@@ -118,12 +118,12 @@ class ApiTestServer : public ::testing::Test {
     api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, ApiOpts(), blob_api_.get(),
                                  identity_.get());
     quota_api_ = std::make_unique<QuotaApi>(*auth_, *quotas_);
-    api_->AddModule(quota_api_.get());
+    api_->AddModule(*quota_api_);
     BackupApiOptions backups;
     backups.db_path = dir_.path() + "/state.db";
     backups.backup_dir = dir_.path() + "/backups";
     backup_api_ = std::make_unique<BackupApi>(*auth_, clock_, backups);
-    api_->AddModule(backup_api_.get());
+    api_->AddModule(*backup_api_);
     // The agent channel and the session gateway, routed as the server does.
     AgentHubOptions hub_options = HubOpts();
     hub_options.blob_scope = agent_blobs_.get();

@@ -45,26 +45,26 @@ std::string BackupApi::PathOf(const std::string& id) const {
   return options_.backup_dir + "/" + id + ".db";
 }
 
-bool BackupApi::Serves(std::string_view, std::string_view path) const {
-  auto parts = net::SplitPath(path);
-  return parts.size() >= 3 && parts[0] == "v1" && parts[1] == "admin" && parts[2] == "backups";
-}
-
-void BackupApi::Handle(const net::HttpRequest& req, const Principal& who,
-                       std::shared_ptr<net::Responder> respond) {
-  if (Status s = Authorize(who, Action::kAdminister); !s.ok()) {
-    return (*respond)(ErrorResponse(s));
+void BackupApi::AddRoutes(ApiRoutes& t) {
+  t.Add("POST", "/v1/admin/backups", Access::kAuthorizedFirst, Action::kAdminister,
+        [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
+          Expire(0);
+          Create(req, who, respond);
+        });
+  for (const char* method : {"GET", "DELETE"}) {
+    t.Add(
+        method, "/v1/admin/backups/{id}", Access::kAuthorizedFirst, Action::kAdminister,
+        [this](net::HttpRequest& req, const Principal&, const PathParams& params, Respond respond) {
+          Expire(0);
+          const std::string& id = params.find("id")->second;
+          if (!IsBackupId(id)) {
+            return (*respond)(ErrorResponse(
+                Status::NotFound("no such endpoint: " + req.method + " " + req.path)));
+          }
+          if (req.method == "GET") return Read(req, id, respond);
+          Remove(id, respond);
+        });
   }
-  Expire(0);
-  auto parts = net::SplitPath(req.path);
-  const std::string& m = req.method;
-  if (parts.size() == 3 && m == "POST") return Create(req, who, respond);
-  if (parts.size() == 4 && IsBackupId(parts[3])) {
-    std::string id(parts[3]);
-    if (m == "GET") return Read(req, id, respond);
-    if (m == "DELETE") return Remove(id, respond);
-  }
-  (*respond)(ErrorResponse(Status::NotFound("no such endpoint: " + m + " " + req.path)));
 }
 
 void BackupApi::Expire(size_t room_for) {

@@ -50,9 +50,7 @@ class BackupApi : public ApiModule {
   BackupApi(Auth& auth, const Clock& clock, BackupApiOptions options);
   ~BackupApi() override;
 
-  bool Serves(std::string_view method, std::string_view path) const override;
-  void Handle(const net::HttpRequest& req, const Principal& who,
-              std::shared_ptr<net::Responder> respond) override;
+  void AddRoutes(ApiRoutes& routes) override;
 
  private:
   struct Made {

@@ -73,7 +73,7 @@ bool IsRecordsBody(const net::HttpRequest& req) {
   return media == blob::kChunkRecordsContentType;
 }
 
-void Fail(const BlobApi::Respond& respond, const Status& s) { (*respond)(ErrorResponse(s)); }
+void Fail(const Respond& respond, const Status& s) { (*respond)(ErrorResponse(s)); }
 
 }  // namespace
 
@@ -105,60 +105,85 @@ void BlobApi::RefuseAgent(const Principal& who, const std::string& peer, const s
     agents_.audit->Audit("node:" + who.subject, action, target, why.message(), peer, false);
 }
 
-bool BlobApi::Serves(std::string_view path) {
-  auto parts = net::SplitPath(path);
-  if (parts.size() < 2 || parts[0] != "v1") return false;
-  if (parts[1] == "blobs") return true;
-  if (parts[1] == "jobs") return parts.size() >= 4 && parts[3] == "checkpoints";
-  return parts[1] == "admin" && parts.size() == 3 && parts[2] == "gc";
+void BlobApi::AddRoutes(ApiRoutes& t) {
+  using R = net::HttpRequest;
+  using P = PathParams;
+  // The body can be large (chunks, 8 MiB): it is moved, never copied, into
+  // the request the worker threads share.
+  auto shared = [](R& req) { return std::make_shared<const R>(std::move(req)); };
+  constexpr Access kFirst = Access::kAuthorizedFirst, kInHandler = Access::kHandlerAuthorizes;
+  t.Add("POST", "/v1/blobs/missing", kFirst, Action::kBlobWrite,
+        [this, shared](R& req, const Principal&, const P&, Respond respond) {
+          Missing(shared(req), respond);
+        });
+  t.Add("POST", "/v1/blobs/chunks", kFirst, Action::kBlobWrite,
+        [this, shared](R& req, const Principal& who, const P&, Respond respond) {
+          PutChunks(shared(req), who, respond);
+        });
+  t.Add("PUT", "/v1/blobs/manifests/{id}", kFirst, Action::kBlobWrite,
+        [this, shared](R& req, const Principal& who, const P& params, Respond respond) {
+          PutManifest(shared(req), who, params.find("id")->second, respond);
+        });
+  t.Add("POST", "/v1/blobs/chunks/fetch", kFirst, Action::kBlobRead,
+        [this, shared](R& req, const Principal& who, const P&, Respond respond) {
+          // Agents read only their own node's blobs (agent_blob_scope.h).
+          auto readable = AgentReadable(who);
+          if (!readable.ok()) {
+            RefuseAgent(who, req.peer, "agent.blob_read", "fetch", readable.status());
+            return Fail(respond, readable.status());
+          }
+          FetchChunks(shared(req), who, *std::move(readable), respond);
+        });
+  t.Add("GET", "/v1/blobs/manifests/{id}", kFirst, Action::kBlobRead,
+        [this](R& req, const Principal& who, const P& params, Respond respond) {
+          ReadManifest(req, who, params.find("id")->second, respond);
+        });
+  // A job's checkpoints: each handler authorizes against the job (its owner
+  // and group) or, for an agent, the node its attempt runs on.
+  auto with_job = [](auto handle) {
+    return [handle](R& req, const Principal& who, const P& params, Respond respond) {
+      auto job = ParsePositive(params.find("job")->second, "job id");
+      if (!job.ok()) return Fail(respond, job.status());
+      auto which = params.find("which");
+      handle(req, who, *job, which == params.end() ? std::string("all") : which->second, respond);
+    };
+  };
+  t.Add("POST", "/v1/jobs/{job}/checkpoints", kInHandler, Action::kCheckpointWrite,
+        with_job(
+            [this, shared](R& req, const Principal& who, int64_t job, const std::string&,
+                           Respond respond) { PostCheckpoint(shared(req), who, job, respond); }));
+  t.Add("GET", "/v1/jobs/{job}/checkpoints", kInHandler, Action::kJobRead,
+        with_job([this](R&, const Principal& who, int64_t job, const std::string&,
+                        Respond respond) { ListCheckpoints(who, job, respond); }));
+  t.Add("GET", "/v1/jobs/{job}/checkpoints/{which}", kInHandler, Action::kJobRead,
+        with_job([this](R&, const Principal& who, int64_t job, const std::string& which,
+                        Respond respond) { GetCheckpoint(who, job, which, respond); }));
+  for (const char* pattern : {"/v1/jobs/{job}/checkpoints", "/v1/jobs/{job}/checkpoints/{which}"}) {
+    t.Add("DELETE", pattern, kInHandler, Action::kJobCancel,
+          with_job([this](R&, const Principal& who, int64_t job, const std::string& which,
+                          Respond respond) { DeleteCheckpoints(who, job, which, respond); }));
+  }
+  t.Add("POST", "/v1/admin/gc", kFirst, Action::kAdminister,
+        [this](R&, const Principal& who, const P&, Respond respond) { AdminGc(who, respond); });
 }
 
-void BlobApi::Handle(net::HttpRequest req, const Principal& who, Respond respond) {
-  auto shared = std::make_shared<const net::HttpRequest>(std::move(req));
-  auto parts = net::SplitPath(shared->path);
-  const std::string& m = shared->method;
-  const size_t n = parts.size();
-  if (parts[1] == "blobs") {
-    bool write = m == "PUT" || (m == "POST" && !(n == 4 && parts[3] == "fetch"));
-    if (Status s = Authorize(who, write ? Action::kBlobWrite : Action::kBlobRead); !s.ok())
-      return Fail(respond, s);
-    if (n == 3 && parts[2] == "missing" && m == "POST") return Missing(shared, respond);
-    if (n == 3 && parts[2] == "chunks" && m == "POST") return PutChunks(shared, who, respond);
-    if (n == 4 && parts[2] == "manifests" && m == "PUT")
-      return PutManifest(shared, who, std::string(parts[3]), respond);
-    const bool fetch = n == 4 && parts[2] == "chunks" && parts[3] == "fetch" && m == "POST";
-    const bool get = n == 4 && parts[2] == "manifests" && m == "GET";
-    if (fetch || get) {
-      // Agents read only their own node's blobs (agent_blob_scope.h).
-      auto readable = AgentReadable(who);
-      if (!readable.ok()) {
-        RefuseAgent(who, shared->peer, "agent.blob_read", std::string(parts[3]), readable.status());
-        return Fail(respond, readable.status());
-      }
-      if (fetch) return FetchChunks(shared, who, *std::move(readable), respond);
-      std::string id(parts[3]);
-      if (*readable && !(*readable)->count(id)) {
-        Status s = Status::PermissionDenied(
-            "manifest " + id +
-            " belongs to no job running on this node: agents read only their own attempts' "
-            "inputs and checkpoints");
-        RefuseAgent(who, shared->peer, "agent.blob_read", id, s);
-        return Fail(respond, s);
-      }
-      return GetManifest(std::move(id), respond);
-    }
-  } else if (parts[1] == "jobs") {
-    auto job = ParsePositive(parts[2], "job id");
-    if (!job.ok()) return Fail(respond, job.status());
-    if (n == 4 && m == "POST") return PostCheckpoint(shared, who, *job, respond);
-    if (n == 4 && m == "GET") return ListCheckpoints(who, *job, respond);
-    if (n == 5 && m == "GET") return GetCheckpoint(who, *job, parts[4], respond);
-    if (n == 4 && m == "DELETE") return DeleteCheckpoints(who, *job, "all", respond);
-    if (n == 5 && m == "DELETE") return DeleteCheckpoints(who, *job, parts[4], respond);
-  } else if (parts[1] == "admin" && m == "POST") {
-    return AdminGc(who, respond);
+void BlobApi::ReadManifest(const net::HttpRequest& req, const Principal& who, const std::string& id,
+                           Respond respond) {
+  // Agents read only their own node's blobs (agent_blob_scope.h).
+  auto readable = AgentReadable(who);
+  if (!readable.ok()) {
+    RefuseAgent(who, req.peer, "agent.blob_read", id, readable.status());
+    return Fail(respond, readable.status());
   }
-  Fail(respond, Status::NotFound("no such endpoint: " + m + " " + shared->path));
+  if (*readable && !(*readable)->count(id)) {
+    Status s = Status::PermissionDenied(
+        "manifest " + id +
+        " belongs to no job running on this node: agents read only their own attempts' "
+        "inputs and checkpoints");
+    RefuseAgent(who, req.peer, "agent.blob_read", id, s);
+    return Fail(respond, s);
+  }
+  GetManifest(id, respond);
 }
 
 // ------------------------------------------------------------------- chunks

@@ -45,6 +45,7 @@
 #include "net/event_loop.h"
 #include "net/http_server.h"
 #include "server/agent_blob_scope.h"
+#include "server/api_module.h"
 #include "server/auth.h"
 #include "server/blob_service.h"
 #include "server/job_logs.h"
@@ -73,17 +74,14 @@ struct BlobApiAgents {
   Auth* audit = nullptr;
 };
 
-class BlobApi {
+class BlobApi : public ApiModule {
  public:
-  using Respond = std::shared_ptr<net::Responder>;
-
   // `quotas` may be null (no storage quotas).
   BlobApi(net::EventLoop& loop, Pool& pool, BlobService& blobs, const Clock& clock,
           BlobApiOptions options, BlobApiAgents agents = {}, StorageQuotas* quotas = nullptr);
 
-  // Whether `path` is one of the endpoints above (any method).
-  static bool Serves(std::string_view path);
-  void Handle(net::HttpRequest req, const Principal& who, Respond respond);
+  // The endpoints, each with the action it needs (docs/api.md).
+  void AddRoutes(ApiRoutes& routes) override;
 
   // One garbage collection: the reachable manifests are read on the loop,
   // the walk runs on a worker, `done` is called on the loop.
@@ -109,6 +107,9 @@ class BlobApi {
   Result<UploadAllowance> AllowanceFor(const net::HttpRequest& req, const Principal& who);
   Result<UploadAllowance> AllowanceOf(const net::HttpRequest& req, const Principal& who);
   void GetManifest(std::string id, Respond respond);
+  // GET /v1/blobs/manifests/{id}, an agent only for its own node's jobs.
+  void ReadManifest(const net::HttpRequest& req, const Principal& who, const std::string& id,
+                    Respond respond);
   // For an agent: the manifests it may read; for anyone else nullopt.
   // PermissionDenied (audited) when an agent may read nothing at all.
   Result<std::optional<std::set<std::string>>> AgentReadable(const Principal& who);

@@ -54,7 +54,7 @@ json AuditToJson(const AuditEntry& e) {
           {"target", e.target}, {"detail", e.detail}, {"peer", e.peer},   {"ok", e.ok}};
 }
 
-void Fail(const IdentityApi::Respond& respond, const Status& s) { (*respond)(ErrorResponse(s)); }
+void Fail(const Respond& respond, const Status& s) { (*respond)(ErrorResponse(s)); }
 
 // "expires_in": "30d" (or absent = `fallback`); "never" = 0.
 Result<int64_t> ReadTtl(JsonReader& r, int64_t fallback) {
@@ -80,121 +80,144 @@ IdentityApi::IdentityApi(net::EventLoop& loop, Auth& auth, const Clock& clock,
       on_revoked_(std::move(on_revoked)),
       login_throttle_(clock, options_.login_limits) {}
 
-bool IdentityApi::IsLogin(std::string_view method, std::string_view path) {
-  return method == "POST" && path == "/v1/login";
-}
-
-bool IdentityApi::Serves(std::string_view method, std::string_view path) {
-  auto parts = net::SplitPath(path);
-  if (parts.size() < 2 || parts[0] != "v1") return false;
-  std::string_view top = parts[1];
-  if (top == "whoami" || top == "users" || top == "tokens" || top == "audit" || top == "agents" ||
-      top == "join-token" || top == "login")
-    return true;
-  if (top == "agent") return parts.size() == 3 && parts[2] == "enroll";
-  if (top == "groups") return method == "POST" || parts.size() >= 3;
-  if (top == "nodes")
-    return parts.size() == 4 && method == "POST" && (parts[3] == "revoke" || parts[3] == "allow");
-  return false;
-}
-
-void IdentityApi::Handle(const net::HttpRequest& req, const Principal& who, Respond respond) {
-  auto parts = net::SplitPath(req.path);
-  const std::string& m = req.method;
-  const size_t n = parts.size();
-  std::string_view top = parts[1];
-  auto need = [&](Action a, Resource object = {}) {
-    Status s = Authorize(who, a, object);
-    if (!s.ok()) Fail(respond, s);
-    return s.ok();
-  };
-  if (top == "whoami" && n == 2 && m == "GET") return Whoami(who, respond);
-  if (top == "users") {
-    if (n == 2 && m == "GET") {
-      if (!need(Action::kAdminister)) return;
-      auto users = auth_.ListUsers();
-      if (!users.ok()) return Fail(respond, users.status());
-      json arr = json::array();
-      for (const UserRecord& u : *users) arr.push_back(UserToJson(u));
-      return (*respond)(JsonResponse(200, {{"users", arr}}));
-    }
-    if (n == 2 && m == "POST") return AddUser(req, who, respond);
-    if (n == 4 && m == "POST" && (parts[3] == "disable" || parts[3] == "enable")) {
-      if (!need(Action::kAdminister)) return;
-      std::string name(parts[2]);
-      bool disable = parts[3] == "disable";
-      if (disable && name == who.subject)
-        return Fail(respond, Status::FailedPrecondition("you cannot disable yourself"));
-      auto u = auth_.SetDisabled(name, disable);
-      if (!u.ok()) return Fail(respond, u.status());
-      auth_.Audit(who.subject, disable ? "user.disable" : "user.enable", name,
-                  disable ? "every token of the user revoked" : "", req.peer);
-      return (*respond)(JsonResponse(200, UserToJson(*u)));
-    }
-    if (n == 4 && m == "POST" && parts[3] == "password")
-      return SetPassword(req, who, std::string(parts[2]), respond);
-  } else if (top == "groups") {
-    if (n == 2 && m == "POST") return AddGroup(req, who, respond);
-    if (n == 4 && parts[3] == "members") {
-      if (m == "POST") return ChangeGroup(req, who, std::string(parts[2]), respond);
-      if (m == "GET") {
-        if (!need(Action::kPoolRead)) return;
-        auto groups = auth_.ListGroups();
-        if (!groups.ok()) return Fail(respond, groups.status());
-        for (const GroupRecord& g : *groups) {
-          if (g.name == parts[2]) return (*respond)(JsonResponse(200, GroupRecordToJson(g)));
-        }
-        return Fail(respond, Status::NotFound("group " + std::string(parts[2]) +
-                                              " does not exist (gpupool admin group add)"));
-      }
-    }
-  } else if (top == "tokens") {
-    if (n == 2 && m == "POST") return CreateToken(req, who, respond);
-    if (n == 2 && m == "GET") return ListTokens(req, who, respond);
-    if (n == 4 && parts[3] == "revoke" && m == "POST") {
-      if (!need(Action::kOwnTokens)) return;
-      auto t = auth_.RevokeToken(std::string(parts[2]), who);
-      if (!t.ok()) return Fail(respond, t.status());
-      auth_.Audit(who.subject, "token.revoke", t->subject + "/" + TokenId(*t), t->name, req.peer);
-      return (*respond)(JsonResponse(200, TokenToJson(*t, clock_.NowMs())));
-    }
-  } else if (top == "audit" && n == 2 && m == "GET") {
-    if (!need(Action::kAdminister)) return;
-    return Audit(req, respond);
-  } else if (top == "agent" && m == "POST") {
-    return Enroll(req, who, respond);
-  } else if (top == "agents" && n == 2 && m == "GET") {
-    if (!need(Action::kPoolRead)) return;
-    auto creds = auth_.ListAgentCredentials();
-    if (!creds.ok()) return Fail(respond, creds.status());
-    json arr = json::array();
-    for (const AgentCredential& c : *creds) {
-      if (Decide(who, Action::kNodeManage, {c.owner}) == Decision::kAllowed)
-        arr.push_back(CredentialToJson(c));
-    }
-    return (*respond)(JsonResponse(200, {{"agents", arr}}));
-  } else if (top == "nodes" && n == 4) {
-    std::string node(parts[2]);
-    if (parts[3] == "revoke") return RevokeNode(req, who, node, respond);
-    if (!need(Action::kAdminister)) return;
-    auto c = auth_.AllowAgent(node);
-    if (!c.ok()) return Fail(respond, c.status());
-    auth_.Audit(who.subject, "agent.allow", node, "may enroll again", req.peer);
-    return (*respond)(JsonResponse(200, CredentialToJson(*c)));
-  } else if (top == "join-token" && n == 2 && m == "GET") {
-    if (!need(Action::kAdminister)) return;
-    return (*respond)(JsonResponse(
-        200, {{"token", auth_.join_token()}, {"ca_fingerprint", options_.ca_fingerprint}}));
-  } else if (top == "join-token" && n == 3 && parts[2] == "rotate" && m == "POST") {
-    if (!need(Action::kAdminister)) return;
-    auto token = auth_.RotateJoinToken();
-    if (!token.ok()) return Fail(respond, token.status());
-    auth_.Audit(who.subject, "join-token.rotate", "join token",
-                "the old one no longer enrolls agents", req.peer);
-    return (*respond)(
-        JsonResponse(200, {{"token", *token}, {"ca_fingerprint", options_.ca_fingerprint}}));
+void IdentityApi::AddRoutes(ApiRoutes& t) {
+  using R = net::HttpRequest;
+  using P = PathParams;
+  constexpr Access kFirst = Access::kAuthorizedFirst, kInHandler = Access::kHandlerAuthorizes;
+  t.AddPublic("POST", "/v1/login",
+              [this](R& req, const Principal&, const P&, Respond respond) { Login(req, respond); });
+  t.Add("GET", "/v1/whoami", Access::kAnyToken, Action::kJobRead,
+        [this](R&, const Principal& who, const P&, Respond respond) { Whoami(who, respond); });
+  t.Add("GET", "/v1/users", kFirst, Action::kAdminister,
+        [this](R&, const Principal&, const P&, Respond respond) { ListUsers(respond); });
+  t.Add("POST", "/v1/users", kInHandler, Action::kAdminister,
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          AddUser(req, who, respond);
+        });
+  for (const char* verb : {"disable", "enable"}) {
+    t.Add("POST", std::string("/v1/users/{user}/") + verb, kFirst, Action::kAdminister,
+          [this, disable = std::string_view(verb) == "disable"](R& req, const Principal& who,
+                                                                const P& params, Respond respond) {
+            SetDisabled(req, who, params.find("user")->second, disable, respond);
+          });
   }
-  Fail(respond, Status::NotFound("no such endpoint: " + m + " " + req.path));
+  t.Add("POST", "/v1/users/{user}/password", kInHandler, Action::kOwnTokens,
+        [this](R& req, const Principal& who, const P& params, Respond respond) {
+          SetPassword(req, who, params.find("user")->second, respond);
+        });
+  t.Add("POST", "/v1/groups", kInHandler, Action::kAdminister,
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          AddGroup(req, who, respond);
+        });
+  t.Add("POST", "/v1/groups/{group}/members", kInHandler, Action::kAdminister,
+        [this](R& req, const Principal& who, const P& params, Respond respond) {
+          ChangeGroup(req, who, params.find("group")->second, respond);
+        });
+  t.Add("GET", "/v1/groups/{group}/members", kFirst, Action::kPoolRead,
+        [this](R&, const Principal&, const P& params, Respond respond) {
+          GroupMembers(params.find("group")->second, respond);
+        });
+  t.Add("POST", "/v1/tokens", kInHandler, Action::kOwnTokens,
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          CreateToken(req, who, respond);
+        });
+  t.Add("GET", "/v1/tokens", kInHandler, Action::kOwnTokens,
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          ListTokens(req, who, respond);
+        });
+  t.Add("POST", "/v1/tokens/{token}/revoke", kFirst, Action::kOwnTokens,
+        [this](R& req, const Principal& who, const P& params, Respond respond) {
+          RevokeToken(req, who, params.find("token")->second, respond);
+        });
+  t.Add("GET", "/v1/audit", kFirst, Action::kAdminister,
+        [this](R& req, const Principal&, const P&, Respond respond) { Audit(req, respond); });
+  t.Add("POST", "/v1/agent/enroll", kInHandler, Action::kAgentEnroll,
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          Enroll(req, who, respond);
+        });
+  t.Add("GET", "/v1/agents", kFirst, Action::kPoolRead,
+        [this](R&, const Principal& who, const P&, Respond respond) { ListAgents(who, respond); });
+  t.Add("POST", "/v1/nodes/{node}/revoke", kInHandler, Action::kNodeManage,
+        [this](R& req, const Principal& who, const P& params, Respond respond) {
+          RevokeNode(req, who, params.find("node")->second, respond);
+        });
+  t.Add("POST", "/v1/nodes/{node}/allow", kFirst, Action::kAdminister,
+        [this](R& req, const Principal& who, const P& params, Respond respond) {
+          AllowNode(req, who, params.find("node")->second, respond);
+        });
+  t.Add("GET", "/v1/join-token", kFirst, Action::kAdminister,
+        [this](R&, const Principal&, const P&, Respond respond) {
+          (*respond)(JsonResponse(
+              200, {{"token", auth_.join_token()}, {"ca_fingerprint", options_.ca_fingerprint}}));
+        });
+  t.Add("POST", "/v1/join-token/rotate", kFirst, Action::kAdminister,
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          RotateJoinToken(req, who, respond);
+        });
+}
+
+void IdentityApi::ListUsers(Respond respond) {
+  auto users = auth_.ListUsers();
+  if (!users.ok()) return Fail(respond, users.status());
+  json arr = json::array();
+  for (const UserRecord& u : *users) arr.push_back(UserToJson(u));
+  (*respond)(JsonResponse(200, {{"users", arr}}));
+}
+
+void IdentityApi::SetDisabled(const net::HttpRequest& req, const Principal& who,
+                              const std::string& name, bool disable, Respond respond) {
+  if (disable && name == who.subject)
+    return Fail(respond, Status::FailedPrecondition("you cannot disable yourself"));
+  auto u = auth_.SetDisabled(name, disable);
+  if (!u.ok()) return Fail(respond, u.status());
+  auth_.Audit(who.subject, disable ? "user.disable" : "user.enable", name,
+              disable ? "every token of the user revoked" : "", req.peer);
+  (*respond)(JsonResponse(200, UserToJson(*u)));
+}
+
+void IdentityApi::GroupMembers(const std::string& name, Respond respond) {
+  auto groups = auth_.ListGroups();
+  if (!groups.ok()) return Fail(respond, groups.status());
+  for (const GroupRecord& g : *groups) {
+    if (g.name == name) return (*respond)(JsonResponse(200, GroupRecordToJson(g)));
+  }
+  Fail(respond, Status::NotFound("group " + name + " does not exist (gpupool admin group add)"));
+}
+
+void IdentityApi::RevokeToken(const net::HttpRequest& req, const Principal& who,
+                              const std::string& id, Respond respond) {
+  auto t = auth_.RevokeToken(id, who);
+  if (!t.ok()) return Fail(respond, t.status());
+  auth_.Audit(who.subject, "token.revoke", t->subject + "/" + TokenId(*t), t->name, req.peer);
+  (*respond)(JsonResponse(200, TokenToJson(*t, clock_.NowMs())));
+}
+
+void IdentityApi::ListAgents(const Principal& who, Respond respond) {
+  auto creds = auth_.ListAgentCredentials();
+  if (!creds.ok()) return Fail(respond, creds.status());
+  json arr = json::array();
+  for (const AgentCredential& c : *creds) {
+    if (Decide(who, Action::kNodeManage, {c.owner}) == Decision::kAllowed)
+      arr.push_back(CredentialToJson(c));
+  }
+  (*respond)(JsonResponse(200, {{"agents", arr}}));
+}
+
+void IdentityApi::AllowNode(const net::HttpRequest& req, const Principal& who,
+                            const std::string& node, Respond respond) {
+  auto c = auth_.AllowAgent(node);
+  if (!c.ok()) return Fail(respond, c.status());
+  auth_.Audit(who.subject, "agent.allow", node, "may enroll again", req.peer);
+  (*respond)(JsonResponse(200, CredentialToJson(*c)));
+}
+
+void IdentityApi::RotateJoinToken(const net::HttpRequest& req, const Principal& who,
+                                  Respond respond) {
+  auto token = auth_.RotateJoinToken();
+  if (!token.ok()) return Fail(respond, token.status());
+  auth_.Audit(who.subject, "join-token.rotate", "join token",
+              "the old one no longer enrolls agents", req.peer);
+  (*respond)(JsonResponse(200, {{"token", *token}, {"ca_fingerprint", options_.ca_fingerprint}}));
 }
 
 void IdentityApi::Whoami(const Principal& who, Respond respond) {

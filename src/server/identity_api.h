@@ -16,6 +16,7 @@
 #include "net/event_loop.h"
 #include "net/http_server.h"
 #include "net/pki.h"
+#include "server/api_module.h"
 #include "server/auth.h"
 #include "server/login_throttle.h"
 #include "server/worker_pool.h"
@@ -34,9 +35,8 @@ struct IdentityApiOptions {
   std::string ca_fingerprint;
 };
 
-class IdentityApi {
+class IdentityApi : public ApiModule {
  public:
-  using Respond = std::shared_ptr<net::Responder>;
   // Called after a node's credential was revoked (close its connection,
   // requeue its work).
   using RevokedHook = std::function<void(const std::string& node, const std::string& reason)>;
@@ -44,14 +44,21 @@ class IdentityApi {
   IdentityApi(net::EventLoop& loop, Auth& auth, const Clock& clock, IdentityApiOptions options,
               RevokedHook on_revoked);
 
-  // Whether `path` is one of these endpoints (POST /v1/login needs no token).
-  static bool Serves(std::string_view method, std::string_view path);
-  static bool IsLogin(std::string_view method, std::string_view path);
-
-  void Login(const net::HttpRequest& req, Respond respond);
-  void Handle(const net::HttpRequest& req, const Principal& who, Respond respond);
+  // The endpoints, each with the action it needs; POST /v1/login is public.
+  void AddRoutes(ApiRoutes& routes) override;
 
  private:
+  void Login(const net::HttpRequest& req, Respond respond);
+  void ListUsers(Respond respond);
+  void SetDisabled(const net::HttpRequest& req, const Principal& who, const std::string& name,
+                   bool disable, Respond respond);
+  void GroupMembers(const std::string& name, Respond respond);
+  void RevokeToken(const net::HttpRequest& req, const Principal& who, const std::string& id,
+                   Respond respond);
+  void ListAgents(const Principal& who, Respond respond);
+  void AllowNode(const net::HttpRequest& req, const Principal& who, const std::string& node,
+                 Respond respond);
+  void RotateJoinToken(const net::HttpRequest& req, const Principal& who, Respond respond);
   void Whoami(const Principal& who, Respond respond);
   void AddUser(const net::HttpRequest& req, const Principal& who, Respond respond);
   void SetPassword(const net::HttpRequest& req, const Principal& who, const std::string& user,

@@ -38,55 +38,67 @@ bool MaySee(const Principal& who, const StorageHolder& h) {
 
 }  // namespace
 
-bool QuotaApi::Serves(std::string_view, std::string_view path) const {
-  auto parts = net::SplitPath(path);
-  return parts.size() >= 2 && parts[0] == "v1" && parts[1] == "quotas";
+void QuotaApi::AddRoutes(ApiRoutes& t) {
+  t.Add("GET", "/v1/quotas", Access::kHandlerAuthorizes, Action::kJobRead,
+        [this](net::HttpRequest&, const Principal& who, const PathParams&, Respond respond) {
+          List(who, respond);
+        });
+  t.Add("GET", "/v1/quotas/{kind}/{name}", Access::kHandlerAuthorizes, Action::kJobRead,
+        [this](net::HttpRequest&, const Principal& who, const PathParams& params, Respond respond) {
+          Get(who, params, respond);
+        });
+  for (const char* method : {"PUT", "DELETE"}) {
+    t.Add(method, "/v1/quotas/{kind}/{name}", Access::kAuthorizedFirst, Action::kAdminister,
+          [this](net::HttpRequest& req, const Principal& who, const PathParams& params,
+                 Respond respond) { Set(req, who, params, respond); });
+  }
 }
 
-void QuotaApi::Handle(const net::HttpRequest& req, const Principal& who,
-                      std::shared_ptr<net::Responder> respond) {
+void QuotaApi::List(const Principal& who, Respond respond) {
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
-  auto parts = net::SplitPath(req.path);
-  const std::string& m = req.method;
   if (Status s = Authorize(who, Action::kJobRead, {who.subject}); !s.ok()) return fail(s);
-  if (parts.size() == 2 && m == "GET") {
-    auto all = quotas_.List();
-    if (!all.ok()) return fail(all.status());
-    json arr = json::array();
-    for (const StorageStanding& s : *all) {
-      if (MaySee(who, s.holder)) arr.push_back(StandingToJson(s));
-    }
-    // A user who stores nothing yet still sees where it stands.
-    if (!who.is_admin()) {
-      StorageHolder self{StorageHolderKind::kUser, who.subject};
-      bool listed = std::any_of(all->begin(), all->end(),
-                                [&](const StorageStanding& s) { return s.holder == self; });
-      if (!listed) {
-        auto mine = quotas_.Standing(self);
-        if (!mine.ok()) return fail(mine.status());
-        arr.insert(arr.begin(), StandingToJson(*mine));
-      }
-    }
-    return (*respond)(JsonResponse(200, {{"quotas", arr}}));
+  auto all = quotas_.List();
+  if (!all.ok()) return fail(all.status());
+  json arr = json::array();
+  for (const StorageStanding& s : *all) {
+    if (MaySee(who, s.holder)) arr.push_back(StandingToJson(s));
   }
-  if (parts.size() != 4) return fail(Status::NotFound("no such endpoint: " + m + " " + req.path));
-  auto kind = KindInPath(parts[2]);
+  // A user who stores nothing yet still sees where it stands.
+  if (!who.is_admin()) {
+    StorageHolder self{StorageHolderKind::kUser, who.subject};
+    bool listed = std::any_of(all->begin(), all->end(),
+                              [&](const StorageStanding& s) { return s.holder == self; });
+    if (!listed) {
+      auto mine = quotas_.Standing(self);
+      if (!mine.ok()) return fail(mine.status());
+      arr.insert(arr.begin(), StandingToJson(*mine));
+    }
+  }
+  (*respond)(JsonResponse(200, {{"quotas", arr}}));
+}
+
+void QuotaApi::Get(const Principal& who, const PathParams& params, Respond respond) {
+  auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
+  if (Status s = Authorize(who, Action::kJobRead, {who.subject}); !s.ok()) return fail(s);
+  auto kind = KindInPath(params.find("kind")->second);
   if (!kind.ok()) return fail(kind.status());
-  StorageHolder holder{*kind, std::string(parts[3])};
-  if (m == "GET") {
-    if (!MaySee(who, holder)) {
-      return fail(Status::PermissionDenied("only admins see other users' and labs' quotas"));
-    }
-    auto s = quotas_.Standing(holder);
-    if (!s.ok()) return fail(s.status());
-    return (*respond)(JsonResponse(200, StandingToJson(*s)));
+  StorageHolder holder{*kind, params.find("name")->second};
+  if (!MaySee(who, holder)) {
+    return fail(Status::PermissionDenied("only admins see other users' and labs' quotas"));
   }
-  if (m != "PUT" && m != "DELETE") {
-    return fail(Status::NotFound("no such endpoint: " + m + " " + req.path));
-  }
-  if (Status s = Authorize(who, Action::kAdminister); !s.ok()) return fail(s);
+  auto s = quotas_.Standing(holder);
+  if (!s.ok()) return fail(s.status());
+  (*respond)(JsonResponse(200, StandingToJson(*s)));
+}
+
+void QuotaApi::Set(const net::HttpRequest& req, const Principal& who, const PathParams& params,
+                   Respond respond) {
+  auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
+  auto kind = KindInPath(params.find("kind")->second);
+  if (!kind.ok()) return fail(kind.status());
+  StorageHolder holder{*kind, params.find("name")->second};
   std::optional<int64_t> bytes;
-  if (m == "PUT") {
+  if (req.method == "PUT") {
     auto body = ParseJsonObject(req.body, "request body");
     if (!body.ok()) return fail(body.status());
     JsonReader r(*body, "");

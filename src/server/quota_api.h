@@ -24,11 +24,14 @@ class QuotaApi : public ApiModule {
  public:
   QuotaApi(Auth& auth, StorageQuotas& quotas) : auth_(auth), quotas_(quotas) {}
 
-  bool Serves(std::string_view method, std::string_view path) const override;
-  void Handle(const net::HttpRequest& req, const Principal& who,
-              std::shared_ptr<net::Responder> respond) override;
+  void AddRoutes(ApiRoutes& routes) override;
 
  private:
+  void List(const Principal& who, Respond respond);
+  void Get(const Principal& who, const PathParams& params, Respond respond);
+  void Set(const net::HttpRequest& req, const Principal& who, const PathParams& params,
+           Respond respond);
+
   Auth& auth_;
   StorageQuotas& quotas_;
 };

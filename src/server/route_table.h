@@ -1,19 +1,26 @@
 // RouteTable: an API's endpoints as data. Each route names its method, its
 // path pattern ("/v1/jobs/{id}/logs": literal segments and named
-// parameters), the action it needs (server/authz.h) and its handler. The
-// authorization is declared with the route: a route `checked_before` has its
-// action authorized before its handler runs (pool-wide actions); the others
-// name the action their handler authorizes against the resource it loads
-// (a job's owner and group), so that the table still says what each needs.
+// parameters; a last "{rest...}" takes every remaining segment), who may
+// call it (Access), the action it needs (server/authz.h) and its handler.
+// The authorization is declared with the route:
+//   kPublic             no token at all (login, health, the dashboard's
+//                       static files); `action` is not used;
+//   kAnyToken           any valid token (whoami); `action` is not used;
+//   kAuthorizedFirst    the action is authorized before the handler runs
+//                       (pool-wide actions);
+//   kHandlerAuthorizes  the handler authorizes the action against the
+//                       resource it loads (a job's owner and group, a
+//                       token's owner), so the table still says what it needs.
 //
 // Contract: Find is pure. A path no route's pattern matches is NotFound
 // ("no such endpoint: GET /v1/x"); a path some route matches with another
-// method is also NotFound, naming the method, as before the table. Paths
-// are compared by their non-empty segments (net::SplitPath); a literal
-// segment matches itself, a parameter any one segment. Routes are
-// tried in the order added; the first match wins.
+// method is also NotFound, naming the method. Paths are compared by their
+// non-empty segments (net::SplitPath); a literal segment matches itself, a
+// parameter any one segment, a rest parameter one or more (joined by "/").
+// Routes are tried in the order added; the first match wins.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -28,14 +35,16 @@ namespace gpupool::server {
 
 using PathParams = std::map<std::string, std::string, std::less<>>;
 
+enum class Access : uint8_t { kPublic, kAnyToken, kAuthorizedFirst, kHandlerAuthorizes };
+
 template <typename Handler>
 class RouteTable {
  public:
   struct Route {
     std::string method;
     std::string pattern;
-    Action action;
-    bool checked_before = false;  // Authorize(who, action) before the handler
+    Access access = Access::kHandlerAuthorizes;
+    Action action = Action::kJobRead;  // unused when kPublic or kAnyToken
     Handler handler;
   };
   struct Match {
@@ -43,14 +52,19 @@ class RouteTable {
     PathParams params;
   };
 
-  void Add(std::string method, std::string pattern, Action action, bool checked_before,
-           Handler handler) {
-    routes_.push_back(
-        {std::move(method), std::move(pattern), action, checked_before, std::move(handler)});
+  // A route that needs a token and `action`.
+  void Add(std::string method, std::string pattern, Access access, Action action, Handler handler) {
+    routes_.push_back({std::move(method), std::move(pattern), access, action, std::move(handler)});
     std::vector<std::string> segments;
     for (std::string_view part : net::SplitPath(routes_.back().pattern))
       segments.emplace_back(part);
     segments_.push_back(std::move(segments));
+  }
+
+  // A route anyone may call, without a token.
+  void AddPublic(std::string method, std::string pattern, Handler handler) {
+    Add(std::move(method), std::move(pattern), Access::kPublic, Action::kJobRead,
+        std::move(handler));
   }
 
   Result<Match> Find(std::string_view method, std::string_view path) const {
@@ -70,10 +84,15 @@ class RouteTable {
  private:
   static bool MatchSegments(const std::vector<std::string>& pattern,
                             const std::vector<std::string_view>& parts, PathParams& params) {
-    if (pattern.size() != parts.size()) return false;
+    const bool rest = !pattern.empty() && pattern.back().ends_with("...}");
+    if (rest ? parts.size() < pattern.size() : parts.size() != pattern.size()) return false;
     for (size_t i = 0; i < pattern.size(); ++i) {
       const std::string& p = pattern[i];
-      if (p.size() > 2 && p.front() == '{' && p.back() == '}') {
+      if (rest && i + 1 == pattern.size()) {
+        std::string joined;
+        for (size_t j = i; j < parts.size(); ++j) (joined += j == i ? "" : "/") += parts[j];
+        params[p.substr(1, p.size() - 5)] = std::move(joined);
+      } else if (p.size() > 2 && p.front() == '{' && p.back() == '}') {
         params[p.substr(1, p.size() - 2)] = std::string(parts[i]);
       } else if (p != parts[i]) {
         return false;

@@ -24,6 +24,7 @@
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
 #include "server/session_gateway.h"
+#include "server/static_files.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -75,6 +76,15 @@ Result<std::unique_ptr<SqliteStore>> OpenState(const ServerOptions& options) {
 int RunServer(const ServerOptions& options) {
   SetLogComponent("server");
   // A bad config stops the server before it touches the data directory.
+  std::unique_ptr<StaticFiles> static_files;
+  if (!options.web_dir.empty()) {
+    auto opened = StaticFiles::Open({.dir = options.web_dir});
+    if (!opened.ok()) {
+      std::cerr << "gpupool server: " << opened.status().message() << "\n";
+      return 2;
+    }
+    static_files = *std::move(opened);
+  }
   PoolOptions pool_options = options.pool;
   if (!options.scheduler_config.empty()) {
     auto config = LoadSchedulerConfig(options.scheduler_config);
@@ -233,12 +243,13 @@ int RunServer(const ServerOptions& options) {
                        });
   Api api(loop, pool, auth, clock, options.api, &blob_api, &identity);
   QuotaApi quota_api(auth, quotas);
-  api.AddModule(&quota_api);
+  api.AddModule(quota_api);
   BackupApiOptions backup_options;
   backup_options.db_path = options.data_dir + "/state.db";
   backup_options.backup_dir = options.data_dir + "/backups";
   BackupApi backup_api(auth, clock, backup_options);
-  api.AddModule(&backup_api);
+  api.AddModule(backup_api);
+  if (static_files) api.AddModule(*static_files);
   AgentHubOptions hub_options;
   hub_options.blob_scope = &agent_blobs;
   AgentHub hub(loop, pool, auth, 3 * options.pool.heartbeat_ms, tls && options.agent_mtls,

@@ -45,6 +45,9 @@ struct ServerOptions {
   // --user-storage-quota, --group-storage-quota (the upload window is the
   // blob GC grace).
   StorageQuotasOptions storage;
+  // The web dashboard's files, served under /ui (server/static_files.h);
+  // empty = none.
+  std::string web_dir;
 };
 
 // Chunk uploads send up to 8 MiB of records in one request.

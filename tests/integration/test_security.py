@@ -7,6 +7,8 @@ import socket
 import ssl
 import stat
 import subprocess
+import urllib.error
+import urllib.request
 
 from pool import GPUPOOL, wait_for
 
@@ -257,3 +259,37 @@ def test_insecure_says_so_loudly(pool):
     assert "WARNING: --insecure: serving plain HTTP" in log
     pool.start_agent("a")
     pool.wait_nodes_ready(1)
+
+
+def test_the_dashboard_files_are_public_and_confined_to_the_web_dir(pool, tmp_path):
+    web = tmp_path / "web"
+    web.mkdir()
+    (web / "index.html").write_text("<title>gpupool</title>")
+    (tmp_path / "outside.txt").write_text("not for the web")
+    os.symlink(tmp_path / "outside.txt", web / "escape.txt")
+    pool.start_server(extra=["--web-dir", str(web)])
+
+    def get(path):
+        req = urllib.request.Request(pool.url + path, method="GET")
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=pool.ssl) as r:
+                return r.status, r.headers, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read().decode()
+
+    status, headers, body = get("/ui")
+    assert status == 200 and body == "<title>gpupool</title>"
+    assert headers["Content-Type"].startswith("text/html")
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    # No token needed for the files, but still for the API.
+    assert get("/v1/jobs")[0] == 401
+    for path in ("/ui/escape.txt", "/ui/../outside.txt", "/ui/%2e%2e/outside.txt"):
+        status, _, body = get(path)
+        assert status in (404, 400), (path, status)
+        assert "not for the web" not in body
+    # A directory that is not there stops the server with a clear error.
+    r = subprocess.run([GPUPOOL, "server", "--data-dir", str(tmp_path / "other"), "--web-dir",
+                        str(tmp_path / "missing"), "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "--web-dir" in r.stderr and "missing" in r.stderr

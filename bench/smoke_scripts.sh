@@ -172,6 +172,24 @@ case $name in
       { cat "$log"; echo "SMOKE FAILED: no results.csv or SVG"; exit 1; }
     positive "^\\| tiny \\| best-fit \\| 2 \\| $num ± $num% \\| ($num) ± $num% \\|"
     positive "^\\| tiny \\| fgd \\| 2 \\| $num ± $num% \\| ($num) ± $num% \\|"
+    # The held-out generator (bench/make_openb_heldout.py) on the tiny trace
+    # with CPU-only tasks added as its "default": a cpu250 variant whose
+    # GPU tasks are default's and a quarter of whose tasks are CPU-only, run
+    # through the matrix against the authors' cpu250 figure.
+    { cat "$data/openb_pod_list_tiny.csv"
+      for i in $(seq 24 29); do
+        printf 'openb-pod-%04d,%d,%d,0,0,,BE,Running,0,1,0\n' "$i" 8000 16384
+      done
+    } >"$data/openb_pod_list_default.csv"
+    run "$py" "$here/make_openb_heldout.py" --data "$data" --out "$tmp/heldout" --variants cpu250
+    cp "$log" "$tmp/heldout.log"
+    n_cpu=$(awk -F, 'NR > 1 && $4 == 0' "$tmp/heldout/openb_pod_list_cpu250.csv" | wc -l)
+    n_gpu=$(awk -F, 'NR > 1 && $4 != 0' "$tmp/heldout/openb_pod_list_cpu250.csv" | wc -l)
+    ((n_gpu == 24 && n_cpu == 8)) ||
+      { cat "$tmp/heldout.log"; echo "SMOKE FAILED: cpu250 has $n_cpu CPU + $n_gpu GPU tasks, want 8 + 24"; exit 1; }
+    run "$here/run_openb_matrix.sh" --build "$build" --data "$tmp/heldout" --out "$tmp/out-heldout" \
+      --policies fgd --traces cpu250 --seeds 42 --plot-trace cpu250
+    positive "^\\| cpu250 \\| fgd \\| 1 \\| $num ± $num% \\| ($num) ± $num% \\| 93[.]41% \\|"
     ;;
   upload)
     # The script compares the received file with the sent one (cmp).

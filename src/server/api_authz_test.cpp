@@ -152,6 +152,16 @@ class AuthzMatrixTest : public ApiTestServer, public ::testing::WithParamInterfa
   std::string carol_, read_only_, victim_token_id_;
 };
 
+// "default" is everyone's group when a job names none: a lab of that name
+// would hand its members every such job.
+TEST_F(ApiTestServer, NoLabMayBeNamedDefault) {
+  auto g = auth_->AddGroup("default", true);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("default"), std::string::npos);
+  EXPECT_TRUE(auth_->AddGroup("defaults", true).ok());
+}
+
 TEST_P(AuthzMatrixTest, EveryCallerGetsWhatTheTableSays) {
   const Row& row = GetParam();
   ASSERT_EQ(std::string(row.expect).size(), static_cast<size_t>(kCallers));

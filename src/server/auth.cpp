@@ -332,6 +332,12 @@ Result<UserRecord> Auth::SetPasswordHash(const std::string& name, const std::str
 
 Result<GroupRecord> Auth::AddGroup(const std::string& name, bool shared_jobs) {
   GP_RETURN_IF_ERROR(CheckName(name, "name"));
+  // Every job that names no group is in "default": a lab of that name would
+  // make them all its own (its members could see and submit as everyone's).
+  if (name == "default") {
+    return Status::InvalidArgument(
+        "name: \"default\" is the group of every job that names none; a lab cannot take it");
+  }
   GroupRecord g{name, {}, shared_jobs, clock_.NowMs()};
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto existing, tx.GetGroup(name));

@@ -62,7 +62,8 @@ Result<std::optional<Job>> MemoryTx::GetJob(int64_t id) {
 bool MemoryTx::JobMatches(const Job& job, const JobQuery& q) const {
   if (q.owner && job.owner != *q.owner) {
     // As SQLite stores the spec, the group "default" is not written out, so
-    // a job of that group is never matched by or_groups.
+    // a job of that group is never matched by or_groups (no lab may be
+    // named "default": Auth::AddGroup).
     if (job.spec.group == "default") return false;
     if (std::find(q.or_groups.begin(), q.or_groups.end(), job.spec.group) == q.or_groups.end()) {
       return false;

@@ -12,7 +12,7 @@
 //                      candidates, scoring; a gang's ranks all or nothing
 //   pass_backfill.cpp  backfill reservations from running work's expected ends
 //   pass_preempt.cpp   preemption: victims per node, the preemptor's hold
-//   pass_wait.cpp      why a job waits: the waiting and unsatisfiable texts
+//   pass_wait.cpp      why a job waits, as data (wait_reason.h renders it)
 //   scheduler.cpp      Decide: the walk of the queue that calls the above
 // Resources are tracked twice: `free` is what is really free now (after
 // this pass's placements), `phantom` the part of it held for a reservation
@@ -210,12 +210,13 @@ struct Pass {
   NodeCapacity scratch_free, scratch_cap;
   TaskRequest scratch_task;
   std::vector<int> scratch_gpus;
-  RequestIds placing_ids;                                 // by request and flags
-  std::vector<char> failed;                               // by placing id
-  std::vector<std::optional<Tiers>> tiers;                // by placing id
-  RequestIds static_ids;                                  // by request alone
-  std::vector<std::optional<std::string>> unsatisfiable;  // by static id
-  std::vector<std::optional<std::string>> wait_text;      // by static id
+  RequestIds placing_ids;                                // by request and flags
+  std::vector<char> failed;                              // by placing id
+  std::vector<std::optional<Tiers>> tiers;               // by placing id
+  RequestIds static_ids;                                 // by request alone
+  std::vector<std::optional<WaitReason>> unsatisfiable;  // by static id, once known
+  std::vector<char> unsatisfiable_known;                 // by static id
+  std::vector<std::optional<WaitReason>> wait_reason;    // by static id
   std::vector<Event> events;
   std::deque<Holding> placed_holdings;  // this pass's placements, for events
   std::vector<int> exclude_order;
@@ -299,13 +300,15 @@ int64_t Reserve(Pass& pass, const PendingJob& job);
 
 // pass_preempt.cpp
 // Chooses victims to make room for `job` now and records the preemptions;
-// `note` gets the job's waiting text. False when it may not or cannot.
-bool TryPreempt(Pass& pass, const PendingJob& job, const QueueEntry& entry, std::string* note);
+// `reason` becomes WaitKind::kPreempting. False (and `reason` untouched)
+// when it may not or cannot.
+bool TryPreempt(Pass& pass, const PendingJob& job, const QueueEntry& entry, WaitReason* reason);
 
 // pass_wait.cpp
-std::string ListText(const std::vector<std::string>& items);
-std::string DurationText(int64_t ms);
-const std::string& CachedWaitText(Pass& pass, const Request& r);
-const std::string& Unsatisfiable(Pass& pass, const Request& r);
+// What a job asking `r` waits for when it could run once capacity frees
+// (WaitKind::kResources), built once per request shape in a pass.
+const WaitReason& CachedWaitReason(Pass& pass, const Request& r);
+// UnsatisfiableReason for `r`, computed once per request shape in a pass.
+const std::optional<WaitReason>& Unsatisfiable(Pass& pass, const Request& r);
 
 }  // namespace gpupool::sched::detail

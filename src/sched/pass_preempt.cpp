@@ -74,7 +74,7 @@ std::optional<std::vector<int>> FitsWithout(const Pass& pass, int n,
 
 }  // namespace
 
-bool TryPreempt(Pass& pass, const PendingJob& job, const QueueEntry& entry, std::string* note) {
+bool TryPreempt(Pass& pass, const PendingJob& job, const QueueEntry& entry, WaitReason* reason) {
   if (!pass.config.preemption || job.request.nodes != 1 || pass.preemptors >= kMaxPreemptorsPerPass)
     return false;
   // Opportunistic work preempts only as its owner, on its own machines.
@@ -175,9 +175,11 @@ bool TryPreempt(Pass& pass, const PendingJob& job, const QueueEntry& entry, std:
   // Hold what is free there now, so later jobs of this pass leave it alone.
   HoldFor(pass, best->node, job.request,
           *FitsWithout(pass, best->node, best->victims, job.request, allowed), pass.snap.now_ms);
-  *note = "waiting for " + std::to_string(best->victims.size()) + " preempted attempt" +
-          (best->victims.size() > 1 ? "s" : "") + " to checkpoint and leave node " +
-          node.view->name;
+  reason->kind = WaitKind::kPreempting;
+  reason->count = static_cast<int64_t>(best->victims.size());
+  reason->node = node.view->name;
+  reason->preferred_models.clear();
+  reason->prefer_left_ms = 0;
   return true;
 }
 

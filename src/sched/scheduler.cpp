@@ -74,56 +74,49 @@ Result<Decisions> Run(Pass& pass) {
   GP_ASSIGN_OR_RETURN(auto order, OrderJobs(pass));
   if (pass.scorer->UsesWorkload()) BuildWorkload(pass);
   int placed = 0;
+  pass.out.waiting.reserve(order.size());
   for (QueueEntry& entry : order) {
     const PendingJob& job = *pass.pending_by_id.at(entry.job_id);
-    Waiting w{job.job_id, entry.position, "", std::move(entry.explanation), false, 0};
+    Waiting w;
+    w.job_id = job.job_id;
     if (pass.config.max_placements > 0 && placed >= pass.config.max_placements) {
-      w.reason = Unsatisfiable(pass, job.request);
-      w.unsatisfiable = !w.reason.empty();
-      if (w.reason.empty()) {
-        w.reason = "waiting for the next scheduling pass (placement limit reached)";
+      const std::optional<WaitReason>& why = Unsatisfiable(pass, job.request);
+      w.unsatisfiable = why.has_value();
+      if (why) {
+        w.reason = *why;
+      } else {
+        w.reason.kind = WaitKind::kPlacementLimit;
+        w.reason.request = WaitRequestOf(job.request);
       }
-      pass.out.waiting.push_back(std::move(w));
-      continue;
-    }
-    if (TryPlace(pass, job)) {
+    } else if (TryPlace(pass, job)) {
       ++placed;
       continue;
-    }
-    const std::string& why = Unsatisfiable(pass, job.request);
-    if (!why.empty()) {
-      w.reason = why;
+    } else if (const std::optional<WaitReason>& why = Unsatisfiable(pass, job.request)) {
+      w.reason = *why;
       w.unsatisfiable = true;
-      pass.out.waiting.push_back(std::move(w));
-      continue;
-    }
-    w.reason = CachedWaitText(pass, job.request);
-    if (PreferenceActive(pass, job)) {
-      w.reason += " (preferring " + ListText(job.request.preferred_models) + " for " +
-                  DurationText(job.submit_ms + job.request.prefer_wait_ms - pass.snap.now_ms) +
-                  " more)";
-    }
-    std::string preempt_note;
-    if (TryPreempt(pass, job, entry, &preempt_note)) {
-      w.reason = preempt_note;
-    } else if (pass.reservations_made < pass.config.max_reservations) {
-      ++pass.reservations_made;
-      if (int64_t t = Reserve(pass, job); t > 0) {
-        w.reserved_start_ms = t;
-        w.reason += "; reserved: expected to start in " + DurationText(t - pass.snap.now_ms);
+    } else {
+      w.reason = CachedWaitReason(pass, job.request);
+      if (PreferenceActive(pass, job)) {
+        w.reason.preferred_models = job.request.preferred_models;
+        w.reason.prefer_left_ms = job.submit_ms + job.request.prefer_wait_ms - pass.snap.now_ms;
+      }
+      // Making room by preemption, or else holding a backfill reservation.
+      if (!TryPreempt(pass, job, entry, &w.reason) &&
+          pass.reservations_made < pass.config.max_reservations) {
+        ++pass.reservations_made;
+        if (int64_t t = Reserve(pass, job); t > 0) {
+          w.reserved_start_ms = t;
+          w.reason.reserved_in_ms = t - pass.snap.now_ms;
+        }
       }
     }
+    w.queue = std::move(entry);
     pass.out.waiting.push_back(std::move(w));
   }
   // Positions count the jobs still waiting, as a user reads them: the ones
   // placed in this pass are no longer in line.
   for (size_t i = 0; i < pass.out.waiting.size(); ++i) {
-    Waiting& w = pass.out.waiting[i];
-    const std::string old = "position " + std::to_string(w.position);
-    w.position = static_cast<int64_t>(i) + 1;
-    if (w.explanation.compare(0, old.size(), old) == 0) {
-      w.explanation.replace(0, old.size(), "position " + std::to_string(w.position));
-    }
+    pass.out.waiting[i].position = static_cast<int64_t>(i) + 1;
   }
   return std::move(pass.out);
 }

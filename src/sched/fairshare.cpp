@@ -56,12 +56,6 @@ int64_t MulQ62(u128 x, uint64_t f) {
   return Saturate(high + low);
 }
 
-// "2.500": GPU milli as GPUs with three decimals.
-std::string Gpus(int64_t milli) {
-  std::string frac = std::to_string(milli % 1000);
-  return std::to_string(milli / 1000) + "." + std::string(3 - frac.size(), '0') + frac;
-}
-
 // round(100 * part / whole), 0 when whole is 0.
 int64_t Percent(u128 part, u128 whole) {
   if (whole == 0) return 0;
@@ -177,6 +171,11 @@ bool IsBorrowing(const GroupState& group, int64_t request_milli) {
   return static_cast<i128>(group.allocated_milli) + request_milli > group.guaranteed_milli;
 }
 
+std::string GpusText(int64_t milli) {
+  std::string frac = std::to_string(milli % 1000);
+  return std::to_string(milli / 1000) + "." + std::string(3 - frac.size(), '0') + frac;
+}
+
 Result<std::vector<QueueEntry>> OrderQueue(const std::vector<GroupState>& groups,
                                            const std::vector<QueuedJob>& jobs,
                                            const FairShareOptions& options) {
@@ -233,15 +232,11 @@ Result<std::vector<QueueEntry>> OrderQueue(const std::vector<GroupState>& groups
   std::vector<int64_t> projected(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) projected[i] = groups[i].allocated_milli;
 
-  // The parts of each explanation that depend only on the group.
-  std::vector<std::string> group_text(groups.size()), guarantee_text(groups.size());
+  // The explanation's figures that depend only on the group.
+  std::vector<int64_t> usage_percent(groups.size()), share_percent(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
-    group_text[i] = "group " + groups[i].name + ": " +
-                    std::to_string(Percent(static_cast<u128>(usage[i]), total_usage)) +
-                    "% of recent use, fair share " +
-                    std::to_string(Percent(static_cast<u128>(groups[i].weight), total_weight)) +
-                    "%; ";
-    guarantee_text[i] = Gpus(groups[i].guaranteed_milli);
+    usage_percent[i] = Percent(static_cast<u128>(usage[i]), total_usage);
+    share_percent[i] = Percent(static_cast<u128>(groups[i].weight), total_weight);
   }
 
   std::vector<QueueEntry> out;
@@ -265,20 +260,10 @@ Result<std::vector<QueueEntry>> OrderQueue(const std::vector<GroupState>& groups
     e.share_fraction = static_cast<double>(group.weight) / static_cast<double>(total_weight);
     e.fair_share_factor = std::exp2(-e.usage_fraction / e.share_fraction);
 
-    // Built in place: this runs once per queued job on every pass.
-    std::string& x = e.explanation;
-    x.reserve(200);
-    x += "position ";
-    x += std::to_string(e.position);
-    x += " (";
-    x += PriorityClassName(job.priority);
-    x += "): ";
-    x += group_text[g];
-    x += e.borrowing ? "would borrow beyond its guarantee (" : "within its guarantee (";
-    x += Gpus(projected[g]);
-    x += " of ";
-    x += guarantee_text[g];
-    x += " GPUs with the jobs ahead of it)";
+    e.usage_percent = usage_percent[g];
+    e.share_percent = share_percent[g];
+    e.group_milli = projected[g];
+    e.guaranteed_milli = group.guaranteed_milli;
     out.push_back(std::move(e));
   }
   return out;
@@ -339,9 +324,9 @@ Result<VictimChoice> PickVictims(const std::vector<GroupState>& groups,
   VictimChoice choice;
   const GroupState& r = groups[reclaimer->second];
   if (IsBorrowing(r, request.gpu_milli)) {
-    choice.reason = "group " + r.name + " would exceed its guarantee (" + Gpus(r.allocated_milli) +
-                    " + " + Gpus(request.gpu_milli) + " > " + Gpus(r.guaranteed_milli) +
-                    " GPUs); borrowing does not preempt";
+    choice.reason = "group " + r.name + " would exceed its guarantee (" +
+                    GpusText(r.allocated_milli) + " + " + GpusText(request.gpu_milli) + " > " +
+                    GpusText(r.guaranteed_milli) + " GPUs); borrowing does not preempt";
     return choice;
   }
 
@@ -369,7 +354,7 @@ Result<VictimChoice> PickVictims(const std::vector<GroupState>& groups,
     chosen.push_back(&c);
   }
   if (freed < request.gpu_milli) {
-    choice.reason = "only " + Gpus(freed) + " of " + Gpus(request.gpu_milli) +
+    choice.reason = "only " + GpusText(freed) + " of " + GpusText(request.gpu_milli) +
                     " GPUs can be freed from borrowed preemptible work (" +
                     std::to_string(not_preemptible) + " borrowing attempts not preemptible, " +
                     std::to_string(in_window) + " preempted within the last " +

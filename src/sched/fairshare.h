@@ -143,12 +143,22 @@ struct QueueEntry {
   double usage_fraction = 0;
   double share_fraction = 0;
   double fair_share_factor = 1;
+  // The figures of its explanation (ExplanationText in sched/wait_reason.h:
   // "position 3 (normal): group vision: 31% of recent use, fair share 25%;
-  // within its guarantee (2.000 of 4.000 GPUs)".
-  std::string explanation;
+  // within its guarantee (2.000 of 4.000 GPUs with the jobs ahead of it)"):
+  // the group's part of recent use and of the weights, rounded percent; its
+  // GPU milli with the jobs ahead of this one and this one; its guarantee.
+  int64_t usage_percent = 0;
+  int64_t share_percent = 0;
+  int64_t group_milli = 0;
+  int64_t guaranteed_milli = 0;
+  friend bool operator==(const QueueEntry&, const QueueEntry&) = default;
 };
 
-// The queue in the order jobs should be considered, with explanations.
+// "2.500": GPU milli as GPUs with three decimals.
+std::string GpusText(int64_t milli);
+
+// The queue in the order jobs should be considered, with the figures that explain it.
 //
 // Order (a strict total order, so the result does not depend on input order):
 //  1. priority class (interactive, then normal, then opportunistic); within

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "sched/wait_reason.h"
+
 namespace gpupool::sched {
 namespace {
 
@@ -238,12 +240,13 @@ TEST(OrderQueueTest, ExplanationNamesShareAndGuarantee) {
   auto q = OrderQueue(groups, jobs, {});
   ASSERT_TRUE(q.ok());
   ASSERT_EQ(q->size(), 2u);
-  EXPECT_EQ((*q)[0].explanation,
+  EXPECT_EQ(ExplanationText((*q)[0].position, (*q)[0]),
             "position 1 (normal): group vision: 31% of recent use, fair share 25%; within its "
             "guarantee (2.000 of 2.000 GPUs with the jobs ahead of it)");
   EXPECT_FALSE((*q)[0].borrowing);
   EXPECT_TRUE((*q)[1].borrowing);
-  EXPECT_NE((*q)[1].explanation.find("would borrow beyond its guarantee (2.500 of 2.000 GPUs"),
+  EXPECT_NE(ExplanationText((*q)[1].position, (*q)[1])
+                .find("would borrow beyond its guarantee (2.500 of 2.000 GPUs"),
             std::string::npos);
   EXPECT_DOUBLE_EQ((*q)[0].share_fraction, 0.25);
   EXPECT_DOUBLE_EQ((*q)[0].usage_fraction, 0.31);
@@ -298,7 +301,8 @@ TEST(OrderQueueTest, DeterministicAndIndependentOfInputOrder) {
     ASSERT_TRUE(again.ok());
     ASSERT_EQ(Ids(*again), Ids(*first));
     for (size_t k = 0; k < first->size(); ++k) {
-      EXPECT_EQ((*again)[k].explanation, (*first)[k].explanation);
+      EXPECT_EQ(ExplanationText((*again)[k].position, (*again)[k]),
+                ExplanationText((*first)[k].position, (*first)[k]));
       EXPECT_EQ((*again)[k].borrowing, (*first)[k].borrowing);
     }
   }

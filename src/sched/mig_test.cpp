@@ -112,7 +112,7 @@ TEST(MigSchedulingTest, EachJobGetsAnInstanceOfItsOwn) {
   ASSERT_EQ(d.placements.size(), 4u);
   const Waiting* w = FindWaiting(d, 5);
   ASSERT_NE(w, nullptr);
-  EXPECT_EQ(w->reason, "waiting for a free MIG instance of at least 1g.10gb");
+  EXPECT_EQ(WaitReasonText(w->reason), "waiting for a free MIG instance of at least 1g.10gb");
   EXPECT_FALSE(w->unsatisfiable);
 }
 
@@ -139,7 +139,7 @@ TEST(MigSchedulingTest, BothSlicesAndMemoryMustBeEnough) {
   EXPECT_TRUE(d.placements.empty());
   const Waiting* w = FindWaiting(d, 1);
   ASSERT_NE(w, nullptr);
-  EXPECT_EQ(w->reason, "no node has a MIG instance of at least 3g.40gb");
+  EXPECT_EQ(WaitReasonText(w->reason), "no node has a MIG instance of at least 3g.40gb");
   EXPECT_TRUE(w->unsatisfiable);
 }
 
@@ -155,7 +155,7 @@ TEST(MigSchedulingTest, WholeGpuAndShareRequestsNeverTakeAnInstance) {
   EXPECT_TRUE(d.placements.empty());
   ASSERT_NE(FindWaiting(d, 1), nullptr);
   EXPECT_TRUE(FindWaiting(d, 1)->unsatisfiable);
-  EXPECT_EQ(FindWaiting(d, 1)->reason, "no node has a GPU");
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 1)->reason), "no node has a GPU");
   ASSERT_NE(FindWaiting(d, 2), nullptr);
   EXPECT_TRUE(FindWaiting(d, 2)->unsatisfiable);
 }
@@ -167,7 +167,8 @@ TEST(MigSchedulingTest, AMigRequestNeverTakesAWholeGpu) {
   Decisions d = Schedule(s);
   EXPECT_TRUE(d.placements.empty());
   ASSERT_NE(FindWaiting(d, 1), nullptr);
-  EXPECT_EQ(FindWaiting(d, 1)->reason, "no node has a MIG instance of at least 7g.80gb");
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 1)->reason),
+            "no node has a MIG instance of at least 7g.80gb");
   // And the whole GPU still serves a whole-GPU job next to MIG ones.
   PendingJob whole = Job(2);
   whole.request.gpus = 1;
@@ -185,7 +186,7 @@ TEST(MigSchedulingTest, ModelAndComputeCapabilityStillApply) {
   s.pending = {j};
   Decisions d = Schedule(s);
   ASSERT_NE(FindWaiting(d, 1), nullptr);
-  EXPECT_EQ(FindWaiting(d, 1)->reason,
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 1)->reason),
             "no node has a MIG instance of at least 1g.10gb of model H100");
   j.request.gpu_models = {"A100"};
   s.pending = {j};

@@ -59,6 +59,7 @@
 
 #include "sched/fairshare.h"
 #include "sched/policies.h"
+#include "sched/wait_reason.h"
 
 namespace gpupool::sched {
 
@@ -246,11 +247,14 @@ struct Placement {
 struct Waiting {
   int64_t job_id = 0;
   int64_t position = 0;  // 1-based place among the jobs still waiting, in queue order
-  // The constraint that keeps it waiting, e.g. "no node has a GPU with 80
-  // GiB" (unsatisfiable) or "waiting for 2 free GPUs of model A100".
-  std::string reason;
-  // Position, class and the group's share (QueueEntry::explanation).
-  std::string explanation;
+  // The constraint that keeps it waiting, as a kind and its parameters;
+  // WaitReasonText renders it: "no node has a GPU with 80 GiB"
+  // (unsatisfiable) or "waiting for 2 free GPUs of model A100".
+  WaitReason reason;
+  // Its entry in the ordered queue: class, group, the group's share and
+  // guarantee; ExplanationText(position, queue) renders it. queue.position is
+  // its place in the whole queue, placed jobs included.
+  QueueEntry queue;
   bool unsatisfiable = false;     // no ready node could host it even when idle
   int64_t reserved_start_ms = 0;  // backfill reservation: expected start; 0 = none
   friend bool operator==(const Waiting&, const Waiting&) = default;
@@ -291,10 +295,15 @@ class Scheduler {
 // Checks one request on its own (the API validates submissions with it).
 Status ValidateRequest(const Request& request);
 
-// Why no ready node of `nodes` could host `request` even if all were free,
-// or empty when some could ("no node has a GPU with 80 GiB of model A100").
-// Nodes the request excludes host nothing; when only they could, the
-// reason says so.
-std::string UnsatisfiableReason(const std::vector<NodeView>& nodes, const Request& request);
+// Why no ready node of `nodes` could host `request` even if all were free
+// (one of the kinds WaitKindUnsatisfiable accepts; WaitReasonText renders
+// it: "no node has a GPU with 80 GiB of model A100"), or nullopt when some
+// could. Nodes the request excludes host nothing; when only they could, the
+// reason says so (kExcludedNodes).
+std::optional<WaitReason> UnsatisfiableReason(const std::vector<NodeView>& nodes,
+                                              const Request& request);
+
+// The parts of `request` a waiting reason describes.
+WaitRequest WaitRequestOf(const Request& request);
 
 }  // namespace gpupool::sched

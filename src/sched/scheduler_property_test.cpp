@@ -350,7 +350,7 @@ std::string Dump(const Decisions& d) {
   }
   for (const Waiting& w : d.waiting)
     o << "waiting " << w.job_id << " #" << w.position << (w.unsatisfiable ? " UNSAT" : "")
-      << " reserved=" << w.reserved_start_ms << " reason='" << w.reason << "'\n";
+      << " reserved=" << w.reserved_start_ms << " reason='" << WaitReasonText(w.reason) << "'\n";
   for (const Preemption& p : d.preemptions)
     o << "preempt " << p.attempt_id << " (job " << p.job_id << ") for " << p.for_job_id << " "
       << PreemptReasonName(p.reason) << " lost=" << p.lost_work_ms << "\n";
@@ -490,7 +490,7 @@ std::vector<std::string> Check(const Case& c, const Decisions& d) {
       fail(id + ": position " + std::to_string(w.position) + " outside 1.." + std::to_string(n));
     if (w.position <= last_position) fail(id + ": position does not rise");
     last_position = w.position;
-    if (w.reason.empty()) fail(id + ": no reason");
+    if (WaitReasonText(w.reason).empty()) fail(id + ": no reason");
     const PendingJob* p = pending.count(w.job_id) ? pending[w.job_id] : nullptr;
     if (p == nullptr) continue;
     if (prev != nullptr) {
@@ -506,10 +506,10 @@ std::vector<std::string> Check(const Case& c, const Decisions& d) {
     if (w.unsatisfiable == hostable)
       fail(id + ": unsatisfiable=" + std::to_string(w.unsatisfiable) +
            " but hostable-when-idle=" + std::to_string(hostable));
-    const std::string why = UnsatisfiableReason(s.nodes, p->request);
-    if (why.empty() == w.unsatisfiable)
+    const std::optional<WaitReason> why = UnsatisfiableReason(s.nodes, p->request);
+    if (!why.has_value() == w.unsatisfiable)
       fail(id + ": unsatisfiable=" + std::to_string(w.unsatisfiable) +
-           " but UnsatisfiableReason='" + why + "'");
+           " but UnsatisfiableReason='" + (why ? WaitReasonText(*why) : "") + "'");
   }
 
   // (g) The placement limit.
@@ -526,9 +526,8 @@ std::vector<std::string> Check(const Case& c, const Decisions& d) {
     const PendingJob& p = *pending[pl.job_id];
     const Request& q = p.request;
     if (!HostableWhenIdle(s, q)) fail(id + " is placed but not hostable even when idle");
-    if (!UnsatisfiableReason(s.nodes, q).empty())
-      fail(id + " is placed but UnsatisfiableReason says '" + UnsatisfiableReason(s.nodes, q) +
-           "'");
+    if (const std::optional<WaitReason> why = UnsatisfiableReason(s.nodes, q))
+      fail(id + " is placed but UnsatisfiableReason says '" + WaitReasonText(*why) + "'");
     if (static_cast<int64_t>(pl.nodes.size()) != q.nodes)
       fail(id + ": " + std::to_string(pl.nodes.size()) + " nodes, asked " +
            std::to_string(q.nodes));
@@ -834,7 +833,7 @@ TEST(SchedulerProperty, NoJobWaitsThatFitsInWhatIsLeft) {
       for (const NodeView& n : s.nodes)
         if (FitsOn(n, p, left, s.now_ms)) hosts.push_back(n.id);
       if (static_cast<int64_t>(hosts.size()) >= p.request.nodes)
-        bad.push_back("job " + std::to_string(w.job_id) + " waits ('" + w.reason +
+        bad.push_back("job " + std::to_string(w.job_id) + " waits ('" + WaitReasonText(w.reason) +
                       "') but fits now on [" + Join(hosts) + "]");
     }
     if (!bad.empty()) report.Report(c, "violations:\n" + Lines(bad), &*d);

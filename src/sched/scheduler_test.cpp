@@ -180,7 +180,7 @@ TEST(SchedulerTest, SharesStackOnOneGpuWithinMilliAndMemory) {
   EXPECT_EQ(d.placements[0].nodes[0].gpu_milli, 500);
   EXPECT_EQ(d.placements[0].nodes[0].gpu_memory_mib, 6000);
   ASSERT_EQ(d.waiting.size(), 1u);
-  EXPECT_EQ(d.waiting[0].reason, "waiting for a 0.25 GPU share with 1000 MiB free");
+  EXPECT_EQ(WaitReasonText(d.waiting[0].reason), "waiting for a 0.25 GPU share with 1000 MiB free");
   EXPECT_FALSE(d.waiting[0].unsatisfiable);
 
   // Memory, not milli, is what runs out here.
@@ -213,9 +213,10 @@ TEST(SchedulerTest, ConstraintsAreHonouredAndExplained) {
   EXPECT_EQ(where[2], "t4");
   EXPECT_EQ(where[3], "a100");
   ASSERT_EQ(d.waiting.size(), 3u);
-  EXPECT_EQ(FindWaiting(d, 4)->reason, "no node has a GPU with 195.3 GiB");
-  EXPECT_EQ(FindWaiting(d, 5)->reason, "no node has a GPU of model H100");
-  EXPECT_EQ(FindWaiting(d, 6)->reason, "no node has a GPU with compute capability >= 9.0");
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 4)->reason), "no node has a GPU with 195.3 GiB");
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 5)->reason), "no node has a GPU of model H100");
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 6)->reason),
+            "no node has a GPU with compute capability >= 9.0");
   EXPECT_TRUE(FindWaiting(d, 6)->unsatisfiable);
 }
 
@@ -226,7 +227,7 @@ TEST(SchedulerTest, NodesThatAreNotReadyGetNothing) {
   s.pending = {Whole(1, 1)};
   Decisions d = Schedule(s);
   EXPECT_TRUE(d.placements.empty());
-  EXPECT_EQ(d.waiting[0].reason, "no node is ready");
+  EXPECT_EQ(WaitReasonText(d.waiting[0].reason), "no node is ready");
 }
 
 TEST(SchedulerTest, ExcludedNodesAreNeverUsed) {
@@ -257,7 +258,8 @@ TEST(SchedulerTest, ExcludedNodesAreNeverUsed) {
   const Waiting* w = FindWaiting(d, 3);
   ASSERT_NE(w, nullptr);
   EXPECT_TRUE(w->unsatisfiable);
-  EXPECT_EQ(w->reason, "no node it may use can host it; 3 nodes that could are excluded for it");
+  EXPECT_EQ(WaitReasonText(w->reason),
+            "no node it may use can host it; 3 nodes that could are excluded for it");
   // The gang needs a and c; a is taken, b excluded: it waits, holding nothing.
   EXPECT_EQ(where.count(4), 0u);
 
@@ -306,7 +308,8 @@ TEST(SchedulerTest, GangIsPlacedWholeOnDistinctNodesOrNotAtAll) {
   d = Schedule(s);
   ASSERT_EQ(d.placements.size(), 1u);
   EXPECT_EQ(d.placements[0].job_id, 2);
-  EXPECT_EQ(FindWaiting(d, 1)->reason, "the gang needs 3 nodes that can each host one rank; 2 can");
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 1)->reason),
+            "the gang needs 3 nodes that can each host one rank; 2 can");
 }
 
 TEST(SchedulerTest, InteractiveGoesFirstThenTheLessUsedGroup) {
@@ -326,8 +329,10 @@ TEST(SchedulerTest, InteractiveGoesFirstThenTheLessUsedGroup) {
   EXPECT_EQ(d.placements[1].job_id, 2);
   EXPECT_EQ(d.waiting[0].job_id, 1);
   EXPECT_EQ(d.waiting[0].position, 1);  // the two placed ones are out of line
-  EXPECT_EQ(d.waiting[0].explanation.rfind("position 1 (normal): group heavy", 0), 0u)
-      << d.waiting[0].explanation;
+  EXPECT_EQ(ExplanationText(d.waiting[0].position, d.waiting[0].queue)
+                .rfind("position 1 (normal): group heavy", 0),
+            0u)
+      << ExplanationText(d.waiting[0].position, d.waiting[0].queue);
 }
 
 TEST(SchedulerTest, DisplacedJobsGoFirstInTheirClass) {
@@ -362,7 +367,8 @@ TEST(SchedulerTest, BackfillRunsShortJobsAheadButNeverDelaysTheReservation) {
   EXPECT_TRUE(d.placements[0].backfilled);
   const Waiting* w = FindWaiting(d, 1);
   EXPECT_EQ(w->reserved_start_ms, s.now_ms + kHour);
-  EXPECT_EQ(w->reason, "waiting for 4 free GPUs; reserved: expected to start in 1h");
+  EXPECT_EQ(WaitReasonText(w->reason),
+            "waiting for 4 free GPUs; reserved: expected to start in 1h");
   EXPECT_TRUE(FindWaiting(d, 3) != nullptr);
   EXPECT_TRUE(FindWaiting(d, 4) != nullptr);
 
@@ -401,7 +407,7 @@ TEST(SchedulerTest, InteractivePreemptsTheBorrowedAttemptThatLosesLeastWork) {
   EXPECT_EQ(d.preemptions[0].attempt_id, "101.1");
   EXPECT_EQ(d.preemptions[0].reason, PreemptReason::kInteractive);
   EXPECT_EQ(d.preemptions[0].lost_work_ms, 5 * kMin);
-  EXPECT_EQ(FindWaiting(d, 1)->reason,
+  EXPECT_EQ(WaitReasonText(FindWaiting(d, 1)->reason),
             "waiting for 1 preempted attempt to checkpoint and leave node a");
 
   // Within the anti-thrash window it is spared; the other one goes.
@@ -497,8 +503,9 @@ TEST(SchedulerTest, PreferredModelsFirstThenTheFastestFallback) {
   c.model_speed = {{"A100", 3.0}, {"V100", 1.0}, {"T4", 0.5}};
   Decisions d = Schedule(s, c);
   EXPECT_TRUE(d.placements.empty());
-  EXPECT_NE(d.waiting[0].reason.find("preferring A100 for 5m more"), std::string::npos)
-      << d.waiting[0].reason;
+  EXPECT_NE(WaitReasonText(d.waiting[0].reason).find("preferring A100 for 5m more"),
+            std::string::npos)
+      << WaitReasonText(d.waiting[0].reason);
 
   s.now_ms = 20 * kMin;
   d = Schedule(s, c);
@@ -515,7 +522,7 @@ TEST(SchedulerTest, PlacementLimitStopsThePass) {
   Decisions d = Schedule(s, c);
   EXPECT_EQ(d.placements.size(), 2u);
   EXPECT_EQ(d.waiting.size(), 3u);
-  EXPECT_NE(d.waiting[0].reason.find("placement limit"), std::string::npos);
+  EXPECT_NE(WaitReasonText(d.waiting[0].reason).find("placement limit"), std::string::npos);
 }
 
 TEST(SchedulerTest, BadSnapshotsAreRejectedWithTheItem) {

@@ -9,6 +9,7 @@
 #include "common/json_reader.h"
 #include "common/units.h"
 #include "model/job_spec.h"
+#include "sched/wait_reason.h"
 #include "server/http_errors.h"
 
 namespace gpupool::server {
@@ -46,6 +47,7 @@ json JobToJson(const Job& j, const std::optional<QueueInfo>& queue) {
   out["unsatisfiable"] = queued && queue->unsatisfiable;
   out["reserved_start_ms"] =
       queued && queue->reserved_start_ms > 0 ? json(queue->reserved_start_ms) : json(nullptr);
+  out["wait"] = queued ? sched::WaitingToJson(queue->wait, queue->entry) : json(nullptr);
   return out;
 }
 

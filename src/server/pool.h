@@ -164,6 +164,10 @@ struct QueueInfo {
   std::string explanation;  // class, the group's share, borrowing
   bool unsatisfiable = false;
   int64_t reserved_start_ms = 0;  // backfill reservation: expected start; 0 = none
+  // The structured forms the texts were rendered from (sched/wait_reason.h):
+  // why it waits (its job's `reason`), and its queue entry.
+  sched::WaitReason wait;
+  sched::QueueEntry entry;
 };
 
 struct JobDetail {

@@ -207,21 +207,28 @@ Result<int> Pool::Schedule() {
       fx_.jobs.insert(job.id);
       return Status::Ok();
     };
+    sched::WaitTextMemo texts;
     for (const sched::Waiting& w : d.waiting) {
       auto it = pending_by_id.find(w.job_id);
       if (it == pending_by_id.end()) continue;
-      std::string reason = w.reason;
+      // The scheduler's reason, as the server knows better: the victims it
+      // preempted still leaving, or why the nodes that could host it are
+      // excluded. sched/wait_reason.h renders both texts.
+      sched::WaitReason wait = w.reason;
       if (auto l = leaving_for.find(w.job_id); l != leaving_for.end()) {
-        std::string ids;
-        for (int64_t v : l->second) ids += (ids.empty() ? "" : ", ") + std::to_string(v);
-        reason = "waiting for job" + std::string(l->second.size() > 1 ? "s " : " ") + ids +
-                 " to leave (preempted for it: checkpoint and requeue)";
+        sched::WaitReason leaving;
+        leaving.kind = sched::WaitKind::kVictimsLeaving;
+        leaving.request = std::move(wait.request);
+        leaving.jobs = l->second;
+        wait = std::move(leaving);
       } else if (auto e = in.exclusions.find(w.job_id);
                  w.unsatisfiable && e != in.exclusions.end()) {
-        reason += "; " + e->second;
+        wait.note = e->second;
       }
-      queue[w.job_id] = QueueInfo{w.position, w.explanation, w.unsatisfiable, w.reserved_start_ms};
-      GP_RETURN_IF_ERROR(set_reason(*it->second, reason));
+      GP_RETURN_IF_ERROR(set_reason(*it->second, texts.Text(wait)));
+      queue[w.job_id] = QueueInfo{w.position,      sched::ExplanationText(w.position, w.queue),
+                                  w.unsatisfiable, w.reserved_start_ms,
+                                  std::move(wait), w.queue};
     }
     for (const auto& [id, why] : in.skipped)
       GP_RETURN_IF_ERROR(set_reason(*pending_by_id.at(id), why));

@@ -548,13 +548,14 @@ class Simulator {
     }
     part.can_place = false;
     part.waiting = 0;
+    sched::WaitTextMemo texts;
     for (const sched::Waiting& w : decided->waiting) {
       auto it = job_index_.find(w.job_id);
       if (it == job_index_.end()) {
         return Status::Internal("scheduler: waiting entry for unknown job " +
                                 std::to_string(w.job_id));
       }
-      result_.jobs[it->second].waiting_reason = w.reason;
+      result_.jobs[it->second].waiting_reason = texts.Text(w.reason);
       if (!w.unsatisfiable) {
         part.can_place = true;
         ++part.waiting;

@@ -22,7 +22,7 @@ def comparable(job):
     """What a restore must bring back exactly (the queue position is the
     scheduler's, recomputed after any restart)."""
     return {k: v for k, v in job.items()
-            if k not in ("position", "explanation", "unsatisfiable", "reserved_start_ms",
+            if k not in ("position", "explanation", "unsatisfiable", "reserved_start_ms", "wait",
                          "reason", "updated_ms")}
 
 

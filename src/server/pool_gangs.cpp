@@ -12,12 +12,20 @@ namespace {
 
 // How a gang rank ended, from its final report.
 AttemptState RankEndState(const proto::TaskReport& r) {
-  if (r.state == "exited") {
-    return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
+  switch (r.state) {
+    case proto::TaskState::kExited:
+      return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
+    case proto::TaskState::kVacated:
+      return AttemptState::kVacated;
+    case proto::TaskState::kRefused:
+      return AttemptState::kRefused;
+    case proto::TaskState::kLost:
+      return AttemptState::kLost;
+    case proto::TaskState::kStarting:
+    case proto::TaskState::kRunning:
+    case proto::TaskState::kFailed:
+      break;
   }
-  if (r.state == "vacated") return AttemptState::kVacated;
-  if (r.state == "refused") return AttemptState::kRefused;
-  if (r.state == "lost") return AttemptState::kLost;
   return AttemptState::kFailed;
 }
 
@@ -49,12 +57,12 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
   if (!IsLive(rank.state)) {
     // This rank already ended (or was given up as lost): a copy still
     // running there is stale.
-    if (r.state == "running" || r.state == "starting")
+    if (r.state == proto::TaskState::kRunning || r.state == proto::TaskState::kStarting)
       return PushStop(tx, node_id, attempt.id, {"stale attempt"});
     return Status::Ok();
   }
   const int64_t now = clock_.NowMs();
-  if (r.state == "starting" || r.state == "running") {
+  if (r.state == proto::TaskState::kStarting || r.state == proto::TaskState::kRunning) {
     if (rank.rank == 0 && r.master_port > 0 && attempt.master_port == 0 &&
         job.spec.distributed == Distributed::kTorch) {
       attempt.master_addr = r.master_addr;
@@ -68,7 +76,7 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
           GP_RETURN_IF_ERROR(PushStart(tx, job, attempt, &other));
       }
     }
-    if (r.state == "running") rank.state = AttemptState::kRunning;
+    if (r.state == proto::TaskState::kRunning) rank.state = AttemptState::kRunning;
     bool all_running =
         std::all_of(attempt.ranks.begin(), attempt.ranks.end(),
                     [](const AttemptRank& x) { return x.state == AttemptState::kRunning; });
@@ -79,7 +87,7 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
     return tx.PutAttempt(attempt);
   }
   rank.state = RankEndState(r);
-  if (r.state == "exited") rank.exit_code = r.exit_code;
+  if (r.state == proto::TaskState::kExited) rank.exit_code = r.exit_code;
   rank.reason = ExitReason(r);
   rank.finished_ms = now;  // the server's order of events, whatever the agents' clocks say
   if (rank.state == AttemptState::kRefused && job.state == JobState::kScheduled) {
@@ -120,31 +128,36 @@ Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
     if (!first_bad || x.finished_ms < first_bad->finished_ms) first_bad = &x;
   }
   // The ways a rank is displaced, in the order they name the cause.
-  constexpr std::pair<AttemptState, JobEvent> kDisplaced[] = {
-      {AttemptState::kLost, JobEvent::kLost},
-      {AttemptState::kVacated, JobEvent::kVacated},
-      {AttemptState::kRefused, JobEvent::kRefused}};
+  struct Displaced {
+    AttemptState rank_state;
+    JobEvent event;
+    proto::TaskState report;
+  };
+  constexpr Displaced kDisplaced[] = {
+      {AttemptState::kLost, JobEvent::kLost, proto::TaskState::kLost},
+      {AttemptState::kVacated, JobEvent::kVacated, proto::TaskState::kVacated},
+      {AttemptState::kRefused, JobEvent::kRefused, proto::TaskState::kRefused}};
   const auto* displaced = std::find_if(std::begin(kDisplaced), std::end(kDisplaced),
-                                       [&](const auto& d) { return any(d.first); });
+                                       [&](const Displaced& d) { return any(d.rank_state); });
   proto::TaskReport summary;
   summary.attempt_id = attempt.id;
   summary.ts_ms = clock_.NowMs();
   JobEvent event;
   if (first_bad == nullptr) {
-    summary.state = "exited";
+    summary.state = proto::TaskState::kExited;
     summary.exit_code = attempt.ranks[0].exit_code.value_or(0);
     event = JobEvent::kExitedOk;
   } else if (attempt.preempt_ms > 0) {
-    event = JobEvent::kPreempted;
-    summary.state = "preempted";
+    // The attempt keeps the server's message as its reason: no report.
+    return ApplyEvent(tx, job, attempt, JobEvent::kPreempted, nullptr);
   } else if (displaced != std::end(kDisplaced)) {
     // Displaced through no fault of its own: a rank's node was lost or its
     // provider took the GPU back; whatever the others did followed from it.
-    event = displaced->second;
-    summary.state = AttemptStateName(displaced->first);
+    event = displaced->event;
+    summary.state = displaced->report;
     summary.reason = attempt.reason;
   } else {
-    summary.state = first_bad->exit_code ? "exited" : "failed";
+    summary.state = first_bad->exit_code ? proto::TaskState::kExited : proto::TaskState::kFailed;
     summary.exit_code = first_bad->exit_code.value_or(0);
     summary.reason = "rank " + std::to_string(first_bad->rank) + ": " +
                      (first_bad->reason.empty() ? "failed" : first_bad->reason);

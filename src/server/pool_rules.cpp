@@ -47,7 +47,7 @@ std::vector<NodeHolding> HoldingsOf(const Attempt& a) {
 proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, int64_t now) {
   proto::TaskReport r;
   r.attempt_id = attempt_id;
-  r.state = "lost";
+  r.state = proto::TaskState::kLost;
   r.reason = std::move(reason);
   r.ts_ms = now;
   return r;
@@ -81,7 +81,7 @@ int64_t PreemptGraceMs(const JobSpec& spec) {
 std::string ExitReason(const proto::TaskReport& r) {
   if (!r.reason.empty()) return r.reason;
   if (r.signal > 0) return "killed by signal " + std::to_string(r.signal);
-  if (r.state == "exited" && r.exit_code != 0)
+  if (r.state == proto::TaskState::kExited && r.exit_code != 0)
     return "exited with code " + std::to_string(r.exit_code);
   return "";
 }

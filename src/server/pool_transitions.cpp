@@ -14,7 +14,8 @@ namespace {
 // means the job finished anyway: it exited cleanly before the stop reached
 // it (the shim records "stopped: ..." as the reason of anything it stopped).
 bool FinishedBeforePreemption(const proto::TaskReport& r) {
-  return r.state == "exited" && r.exit_code == 0 && r.signal == 0 && r.reason.empty();
+  return r.state == proto::TaskState::kExited && r.exit_code == 0 && r.signal == 0 &&
+         r.reason.empty();
 }
 
 }  // namespace
@@ -113,7 +114,8 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
           r.state = action.close_as;
           r.finished_ms = now;
         }
-        if (report && report->state == "exited") attempt.exit_code = report->exit_code;
+        if (report && report->state == proto::TaskState::kExited)
+          attempt.exit_code = report->exit_code;
         // A preempted attempt, or one the server ended, keeps the server's
         // message as its reason.
         if (report && action.close_as != AttemptState::kPreempted && event != JobEvent::kEnded) {
@@ -146,7 +148,7 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
 }
 
 Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r) {
-  if (r.state != "running") leaving_.erase(r.attempt_id);
+  if (r.state != proto::TaskState::kRunning) leaving_.erase(r.attempt_id);
   GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(r.attempt_id));
   std::optional<Job> job;
   if (attempt) {
@@ -157,30 +159,32 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   bool current = attempt && job && attempt->RunsOn(node_id) && IsLive(attempt->state) &&
                  job->current_attempt == attempt->id;
   if (attempt && !attempt->RunsOn(node_id)) {
-    GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "a task report (" + r.state + ")"));
+    GP_RETURN_IF_ERROR(
+        RefuseForeign(tx, node_id, *attempt,
+                      "a task report (" + std::string(proto::TaskStateName(r.state)) + ")"));
   }
   if (!current) {
-    if (r.state == "running" || r.state == "starting")
+    if (r.state == proto::TaskState::kRunning || r.state == proto::TaskState::kStarting)
       return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
     return Status::Ok();
   }
   if (!attempt->ranks.empty()) return ApplyRankReport(tx, *job, *attempt, node_id, r);
-  if (r.state == "starting") return Status::Ok();
+  if (r.state == proto::TaskState::kStarting) return Status::Ok();
   JobEvent event;
-  if (r.state == "running")
+  if (r.state == proto::TaskState::kRunning)
     event = JobEvent::kStarted;
-  else if (r.state == "vacated")
+  else if (r.state == proto::TaskState::kVacated)
     event = JobEvent::kVacated;
-  else if (r.state == "refused")
+  else if (r.state == proto::TaskState::kRefused)
     event = JobEvent::kRefused;
   else if (attempt->preempt_ms > 0 && !FinishedBeforePreemption(r))
     // However it ended: the job goes back to the queue, or ends if the
     // server stopped it for good.
     event = attempt->preempt_for_job == Attempt::kStoppedForGood ? JobEvent::kEnded
                                                                  : JobEvent::kPreempted;
-  else if (r.state == "exited")
+  else if (r.state == proto::TaskState::kExited)
     event = ExitEvent(r.exit_code);
-  else if (r.state == "failed")
+  else if (r.state == proto::TaskState::kFailed)
     event = JobEvent::kAttemptFailed;
   else
     event = JobEvent::kLost;

@@ -53,6 +53,43 @@ proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, 
   return r;
 }
 
+std::optional<AttemptEvent> AttemptEventOf(const proto::TaskReport& r) {
+  using T = proto::TaskState;
+  switch (r.state) {
+    case T::kStarting:
+      return std::nullopt;
+    case T::kRunning:
+      return AttemptEvent::kStarted;
+    case T::kExited:
+      // The shim records "stopped: ..." as the reason of anything it
+      // stopped: an exit 0 with a reason or signal was stopped, not finished.
+      if (r.exit_code != 0) return AttemptEvent::kExitedError;
+      return r.signal == 0 && r.reason.empty() ? AttemptEvent::kExitedClean
+                                               : AttemptEvent::kExitedZero;
+    case T::kFailed:
+      return AttemptEvent::kFailed;
+    case T::kLost:
+      return AttemptEvent::kLost;
+    case T::kVacated:
+      return AttemptEvent::kVacated;
+    case T::kRefused:
+      return AttemptEvent::kRefused;
+  }
+  return std::nullopt;  // unreachable: the decoder admits only the states above
+}
+
+AttemptTransition OrderStop(Attempt& a, AttemptEvent order, int64_t now) {
+  AttemptTransition t = StepAttempt(a.state, order);
+  if (!t.accepted) return t;
+  a.state = t.next;
+  if (order == AttemptEvent::kGangStop) {
+    a.gang_stop_ms = now;
+  } else {
+    a.preempt_ms = now;
+  }
+  return t;
+}
+
 JobEvent RetryIfAllowed(const Job& job, JobEvent event) {
   bool failure = event == JobEvent::kExitedError || event == JobEvent::kAttemptFailed;
   return failure && job.restarts < job.spec.max_restarts ? JobEvent::kRetry : event;

@@ -1392,5 +1392,115 @@ TEST_F(GangTest, ReplicasStartTogetherAndRunToTheirOwnEnds) {
   EXPECT_EQ(d->job.exit_code, 3);
 }
 
+// ---- stopping attempts: their state says so (model/attempt_state.h)
+
+TEST_F(PoolTest, APreemptedAttemptIsPreemptingUntilItHasLeft) {
+  PoolOptions o;
+  o.scheduler.groups = {{"lab-a", 1, 0}, {"lab-b", 1, 0}};
+  UseOptions(o);
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec victim = Spec(1);
+  victim.group = "lab-a";
+  victim.checkpoint = CheckpointSpec{0, 5'000, "SIGUSR1"};
+  ASSERT_TRUE(pool_->Submit(victim, "u").ok());  // 1
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  // Ordered to stop before its "running" report arrived.
+  clock_.AdvanceMs(60'000);
+  JobSpec inter = Spec(1);
+  inter.group = "lab-b";
+  inter.priority = JobPriority::kInteractive;
+  ASSERT_TRUE(pool_->Submit(inter, "w").ok());  // 2
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  auto v = *pool_->GetJob(1);
+  ASSERT_EQ(v.attempts.size(), 1u);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kPreempting);
+  EXPECT_EQ(v.attempts[0].preempt_ms, clock_.NowMs());
+  EXPECT_EQ(v.attempts[0].preempt_for_job, 2);
+  EXPECT_EQ(v.job.state, JobState::kScheduled);
+  // A late "running": the job runs (its GPUs are busy) and the attempt is
+  // still leaving; it is not preempted again.
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
+  v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kRunning);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kPreempting);
+  EXPECT_GT(v.attempts[0].started_ms, 0);
+  EXPECT_THAT(v.job.reason, HasSubstr("being preempted"));
+  clock_.AdvanceMs(1000);
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_EQ(Stops(node.node_id).size(), 1u);
+  // Stopped with exit 0 and the shim's reason: preempted, not succeeded.
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"1.1", proto::TaskState::kExited, 0, 0, "stopped: preempted", 0})
+          .ok());
+  v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kPending);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kPreempted);
+  EXPECT_EQ(v.attempts[0].preempt_for_job, 2);
+}
+
+TEST_F(PoolTest, AJobStoppedForGoodIsStoppingThenCancelledAndNotStoppedTwice) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec spec = Spec(1);
+  spec.checkpoint = CheckpointSpec{0, 5'000, "SIGUSR1"};
+  ASSERT_TRUE(pool_->Submit(spec, "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
+  clock_.AdvanceMs(1000);
+  ASSERT_TRUE(pool_->StopForGood(1, "stopped: idle for 30m", true).ok());
+  auto v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kRunning);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kStoppingForGood);
+  EXPECT_EQ(v.attempts[0].preempt_ms, clock_.NowMs());
+  EXPECT_EQ(v.attempts[0].preempt_for_job, 0);  // no job: no sentinel either
+  auto stops = Stops(node.node_id);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_TRUE(stops[0].requeue);  // the checkpoint signal first
+  // It leaves (killed after its grace): the job ends, cancelled, and the
+  // attempt keeps the server's reason.
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"1.1", proto::TaskState::kExited, 137, 9, "stopped: idle", 0}).ok());
+  v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kCancelled);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kCancelled);
+  EXPECT_EQ(v.attempts[0].reason, "stopped: idle for 30m");
+
+  // A second stop of an attempt already stopping cancels the job outright.
+  ASSERT_TRUE(pool_->Submit(spec, "u").ok());  // 2
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(pool_->StopForGood(2, "stopped: idle for 30m", true).ok());
+  EXPECT_EQ(pool_->GetJob(2)->attempts[0].state, AttemptState::kStoppingForGood);
+  ASSERT_TRUE(pool_->StopForGood(2, "cancelled by the user", true).ok());
+  v = *pool_->GetJob(2);
+  EXPECT_EQ(v.job.state, JobState::kCancelled);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kCancelled);
+}
+
+TEST_F(GangTest, AGangWhoseRankFailedIsGangStoppingUntilEveryRankEnded) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(2), "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  StartGang(a);
+  const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
+  clock_.AdvanceMs(500);
+  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, proto::TaskState::kExited, 2}).ok());
+  Attempt stopping = CurrentAttempt(job->id);
+  EXPECT_EQ(stopping.state, AttemptState::kGangStopping);
+  EXPECT_EQ(stopping.gang_stop_ms, clock_.NowMs());
+  EXPECT_EQ(stopping.gang_stop_rank, 1);
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+  ASSERT_EQ(Stops(r0).size(), 1u);
+  // Rank 0 fails too, as it loses its peer: no second stop, and the gang
+  // ends as the rank that stopped it did.
+  clock_.AdvanceMs(500);
+  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, proto::TaskState::kExited, 1}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kFailed);
+  EXPECT_EQ(d->attempts[0].state, AttemptState::kFailed);
+  EXPECT_EQ(d->attempts[0].gang_stop_rank, 1);
+  EXPECT_EQ(d->job.exit_code, std::optional<int32_t>(2));
+  EXPECT_EQ(Stops(r0).size(), 1u);
+}
+
 }  // namespace
 }  // namespace gpupool::server

@@ -37,8 +37,8 @@ std::map<std::pair<S, AttemptEvent>, Expect> Expected() {
   }
   // Preempting: any end but a clean finish, a vacate or a refusal is the
   // preemption; stopping for good: the end of the job.
-  for (auto [s, ended] : {std::pair{S::kPreempting, J::kPreempted},
-                          std::pair{S::kStoppingForGood, J::kEnded}}) {
+  for (auto [s, ended] :
+       {std::pair{S::kPreempting, J::kPreempted}, std::pair{S::kStoppingForGood, J::kEnded}}) {
     m[{s, kStarted}] = {s, J::kStarted};
     m[{s, kExitedClean}] = {s, J::kExitedOk};
     m[{s, kExitedZero}] = {s, ended};

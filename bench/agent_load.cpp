@@ -417,9 +417,9 @@ void SimAgent::ApplyOrder(const proto::Envelope& env) {
   int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
-  proto::TaskReport running{start->attempt_id, "running", 0, 0, "", now};
+  proto::TaskReport running{start->attempt_id, proto::TaskState::kRunning, 0, 0, "", now};
   Push(proto::kTaskStatus, proto::Encode(running));
-  proto::TaskReport exited{start->attempt_id, "exited", 0, 0, "", now};
+  proto::TaskReport exited{start->attempt_id, proto::TaskState::kExited, 0, 0, "", now};
   Push(proto::kTaskStatus, proto::Encode(exited));
 }
 

@@ -125,8 +125,9 @@ class PassFixture {
         if (m.type != proto::kStart) continue;
         auto start = proto::DecodeStartTask(m.body);
         if (!start.ok()) Die("decode a start", start.status());
-        Report(node, {start->attempt_id, "running", 0, 0, "", clock_.NowMs()});
-        if (finish) Report(node, {start->attempt_id, "exited", 0, 0, "", clock_.NowMs()});
+        Report(node, {start->attempt_id, proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()});
+        if (finish)
+          Report(node, {start->attempt_id, proto::TaskState::kExited, 0, 0, "", clock_.NowMs()});
       }
       if (Status s = pool_->AgentAcked(node, acked_[node]); !s.ok()) Die("ack", s);
     }

@@ -382,7 +382,8 @@ class Agent {
   // Tells the server this node will not run `start`, and why.
   Status Refuse(const proto::StartTask& start, const Status& why) {
     GP_LOG(kInfo) << "refusing " << start.attempt_id << ": " << why.message();
-    proto::TaskReport r{start.attempt_id, "refused", 0, 0, why.message(), clock_.NowMs()};
+    proto::TaskReport r{start.attempt_id, proto::TaskState::kRefused, 0, 0, why.message(),
+                        clock_.NowMs()};
     Push(proto::kTaskStatus, proto::Encode(r));
     return Status::Ok();
   }
@@ -423,15 +424,16 @@ class Agent {
       if (s.ok()) s = tasks_.Start(start, *gpus);
       if (s.ok() && choose_master) {
         proto::TaskReport r = tasks_.Report(tasks_.tasks().at(start.attempt_id));
-        r.state = "starting";
+        r.state = proto::TaskState::kStarting;
         GP_LOG(kInfo) << start.attempt_id << ": the gang's master is " << r.master_addr << " port "
                       << r.master_port;
         Push(proto::kTaskStatus, proto::Encode(r));
       }
       if (!s.ok()) {
         // Report it so the job does not wait forever.
-        proto::TaskReport r{start.attempt_id, "failed", 127, 0, "cannot start: " + s.message(),
-                            clock_.NowMs()};
+        proto::TaskReport r{
+            start.attempt_id, proto::TaskState::kFailed, 127, 0, "cannot start: " + s.message(),
+            clock_.NowMs()};
         Push(proto::kTaskStatus, proto::Encode(r));
       }
       WakePoll();
@@ -564,8 +566,10 @@ class Agent {
       }
       if (ended) {
         proto::TaskReport r = tasks_.Report(t);
-        GP_LOG(kInfo) << "task " << id << " " << r.state
-                      << (r.state == "exited" ? " with code " + std::to_string(r.exit_code) : "")
+        GP_LOG(kInfo) << "task " << id << " " << proto::TaskStateName(r.state)
+                      << (r.state == proto::TaskState::kExited
+                              ? " with code " + std::to_string(r.exit_code)
+                              : "")
                       << (r.reason.empty() ? "" : ": " + r.reason);
         Push(proto::kTaskStatus, proto::Encode(r));
         final_seq_[id] = outbox_.last_seq();

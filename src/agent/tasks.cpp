@@ -676,24 +676,24 @@ proto::TaskReport TaskManager::Report(const TaskState& t) const {
   // stop it (then its result has no stop reason).
   bool ended_first = t.result && t.result->reason.empty();
   if (!t.vacate_reason.empty() && Ended(t) && !ended_first) {
-    r.state = "vacated";
+    r.state = proto::TaskState::kVacated;
     r.reason = t.vacate_reason;
     if (t.result) r.ts_ms = t.result->finished_ms;
   } else if (t.result && t.result->lost) {
-    r.state = "lost";
+    r.state = proto::TaskState::kLost;
     r.reason = t.result->reason;
     r.ts_ms = t.result->finished_ms;
   } else if (t.result) {
-    r.state = t.result->failed ? "failed" : "exited";
+    r.state = t.result->failed ? proto::TaskState::kFailed : proto::TaskState::kExited;
     r.exit_code = t.result->exit_code;
     r.signal = t.result->signal;
     r.reason = t.result->reason;
     r.ts_ms = t.result->finished_ms;
   } else if (t.shim_gone) {
-    r.state = "lost";
+    r.state = proto::TaskState::kLost;
     r.reason = "its shim exited without a result";
   } else {
-    r.state = "running";
+    r.state = proto::TaskState::kRunning;
   }
   // Repeated in every report, so that the server learns it again from a
   // restarted agent.

@@ -239,7 +239,7 @@ TEST_F(TasksTest, RankZeroGetsAFreePortThatStaysWithTheTask) {
   ASSERT_TRUE(manager_->Start(t, {}).ok());
 
   proto::TaskReport r = manager_->Report(manager_->tasks().at("21.1"));
-  EXPECT_EQ(r.state, "running");
+  EXPECT_EQ(r.state, proto::TaskState::kRunning);
   EXPECT_EQ(r.master_addr, "10.1.2.3");
   EXPECT_EQ(r.master_port, port);
   std::vector<OutputRecord> out;
@@ -278,7 +278,7 @@ TEST_F(TasksTest, RankZeroGetsAFreePortThatStaysWithTheTask) {
   const TaskState& recovered = restarted->tasks().at("21.1");
   EXPECT_TRUE(recovered.gang);
   r = restarted->Report(recovered);
-  EXPECT_EQ(r.state, "running");
+  EXPECT_EQ(r.state, proto::TaskState::kRunning);
   EXPECT_EQ(r.master_addr, "10.1.2.3");
   EXPECT_EQ(r.master_port, port);
   bool reported = false;
@@ -295,7 +295,7 @@ TEST_F(TasksTest, RankZeroGetsAFreePortThatStaysWithTheTask) {
   manager_->Stop("21.1", "cancelled");
   WaitEnded("21.1");
   r = manager_->Report(manager_->tasks().at("21.1"));
-  EXPECT_EQ(r.state, "exited");
+  EXPECT_EQ(r.state, proto::TaskState::kExited);
   EXPECT_EQ(r.master_port, port);
 }
 
@@ -337,7 +337,7 @@ TEST_F(TasksTest, AnAttemptWhoseLeaseRunsOutIsStopped) {
   EXPECT_EQ(task.result->exit_code, 3) << "stopped like a normal stop: SIGTERM first";
   EXPECT_THAT(Events(out), HasSubstr("attempt lease"));
   // Lost, not failed: the job is requeued, it is not at fault.
-  EXPECT_EQ(manager_->Report(task).state, "lost");
+  EXPECT_EQ(manager_->Report(task).state, proto::TaskState::kLost);
 }
 
 TEST_F(TasksTest, RenewedLeasesKeepTasksRunningAndStaleAnswersDoNotMoveThemBack) {
@@ -387,7 +387,7 @@ TEST_F(TasksTest, ALeaseThatRunsOutAtOnceStopsTheTaskBeforeOrAsItStarts) {
   const TaskState& task = manager_->tasks().at("34.1");
   ASSERT_TRUE(task.result);
   EXPECT_TRUE(task.result->lost);
-  EXPECT_EQ(manager_->Report(task).state, "lost");
+  EXPECT_EQ(manager_->Report(task).state, proto::TaskState::kLost);
   EXPECT_THAT(task.result->reason, HasSubstr("(attempt lease)"));
   if (task.result->reason.find("before it started") != std::string::npos) {
     for (const auto& r : out) EXPECT_NE(r.text, "ran");
@@ -422,7 +422,7 @@ TEST_F(TasksTest, ATaskStartedWhileARenewalIsLateWaitsForItInsteadOfBeingLost) {
   const TaskState& task = manager_->tasks().at("37.1");
   ASSERT_TRUE(task.result);
   EXPECT_FALSE(task.result->lost) << task.result->reason;
-  EXPECT_EQ(manager_->Report(task).state, "exited");
+  EXPECT_EQ(manager_->Report(task).state, proto::TaskState::kExited);
   EXPECT_EQ(task.result->exit_code, 0);
   bool ran = false;
   for (const auto& r : out) ran |= r.stream == "stdout" && r.text == "ran";

@@ -29,11 +29,12 @@ constexpr std::pair<JobState, std::string_view> kJobStateNames[] = {
 };
 
 constexpr std::pair<AttemptState, std::string_view> kAttemptStateNames[] = {
-    {AttemptState::kScheduled, "scheduled"}, {AttemptState::kRunning, "running"},
-    {AttemptState::kSucceeded, "succeeded"}, {AttemptState::kFailed, "failed"},
-    {AttemptState::kCancelled, "cancelled"}, {AttemptState::kLost, "lost"},
-    {AttemptState::kPreempted, "preempted"}, {AttemptState::kVacated, "vacated"},
-    {AttemptState::kRefused, "refused"},
+    {AttemptState::kScheduled, "scheduled"},      {AttemptState::kRunning, "running"},
+    {AttemptState::kSucceeded, "succeeded"},      {AttemptState::kFailed, "failed"},
+    {AttemptState::kCancelled, "cancelled"},      {AttemptState::kLost, "lost"},
+    {AttemptState::kPreempted, "preempted"},      {AttemptState::kVacated, "vacated"},
+    {AttemptState::kRefused, "refused"},          {AttemptState::kPreempting, "preempting"},
+    {AttemptState::kStoppingForGood, "stopping"}, {AttemptState::kGangStopping, "gang-stopping"},
 };
 
 constexpr std::pair<Distributed, std::string_view> kDistributedNames[] = {
@@ -104,7 +105,13 @@ std::string_view AttemptStateName(AttemptState s) {
 Result<AttemptState> ParseAttemptState(std::string_view name) {
   return ParseName(name, kAttemptStateNames, "attempt state");
 }
-bool IsLive(AttemptState s) { return s == AttemptState::kScheduled || s == AttemptState::kRunning; }
+bool IsLive(AttemptState s) {
+  return s == AttemptState::kScheduled || s == AttemptState::kRunning || IsStopping(s);
+}
+bool IsStopping(AttemptState s) {
+  return s == AttemptState::kPreempting || s == AttemptState::kStoppingForGood ||
+         s == AttemptState::kGangStopping;
+}
 
 int64_t LostWorkMs(const Attempt& a) {
   bool redone = a.state == AttemptState::kLost || a.state == AttemptState::kPreempted ||

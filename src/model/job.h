@@ -160,9 +160,21 @@ struct Job {
   friend bool operator==(const Job&, const Job&) = default;
 };
 
-// preempted: stopped to make room for other work and its job requeued.
-// vacated: stopped because the provider took its GPU back, its job requeued.
-// refused: the agent refused to start it (the provider's policy); nothing ran.
+// Live states (the attempt holds its GPUs):
+//  scheduled: placed; its start order is on its way.
+//  running: its process runs (every rank's, for a gang).
+//  preempting: ordered to stop to make room for another job
+//    (preempt_for_job); its job is requeued once it has left.
+//  stopping: ordered to stop, after a checkpoint, because the server ends
+//    its job (an idle session); its job is cancelled once it has left.
+//  gang-stopping: a rank ended badly (gang_stop_rank) and the others are
+//    ordered to stop; the attempt closes once every rank has ended.
+// Final states:
+//  succeeded, failed, cancelled, lost (its node or agent lost it),
+//  preempted: stopped to make room for other work and its job requeued.
+//  vacated: stopped because the provider took its GPU back, its job requeued.
+//  refused: the agent refused to start it (the provider's policy); nothing ran.
+// model/attempt_state.h has the transitions.
 enum class AttemptState {
   kScheduled,
   kRunning,
@@ -172,11 +184,20 @@ enum class AttemptState {
   kLost,
   kPreempted,
   kVacated,
-  kRefused
+  kRefused,
+  kPreempting,
+  kStoppingForGood,
+  kGangStopping,
 };
-std::string_view AttemptStateName(AttemptState s);
+inline constexpr AttemptState kAllAttemptStates[] = {
+    AttemptState::kScheduled,  AttemptState::kRunning,         AttemptState::kSucceeded,
+    AttemptState::kFailed,     AttemptState::kCancelled,       AttemptState::kLost,
+    AttemptState::kPreempted,  AttemptState::kVacated,         AttemptState::kRefused,
+    AttemptState::kPreempting, AttemptState::kStoppingForGood, AttemptState::kGangStopping};
+std::string_view AttemptStateName(AttemptState s);  // "running", "preempting", "gang-stopping", ...
 Result<AttemptState> ParseAttemptState(std::string_view name);
-bool IsLive(AttemptState s);  // scheduled or running
+bool IsLive(AttemptState s);      // not ended: scheduled, running or one of the stopping states
+bool IsStopping(AttemptState s);  // preempting, stopping or gang-stopping: ordered to leave
 
 // One rank of a gang attempt: the node it runs on and how it is doing.
 // A rank's state is scheduled or running while it is live, then how it
@@ -209,14 +230,12 @@ struct Attempt {
   int64_t created_ms = 0;
   int64_t started_ms = 0;
   int64_t finished_ms = 0;
-  // Set when the scheduler ordered the attempt stopped to make room for job
-  // `preempt_for_job`; `reason` then says why. When it ends, its job is
-  // requeued (the attempt closes as preempted). With preempt_for_job ==
-  // kStoppedForGood the server is ending the job itself (an idle session
-  // that checkpoints first): when the attempt has left, the job is cancelled.
+  // When the attempt was ordered to stop (state preempting or stopping);
+  // 0 = never. A preempting attempt makes room for job `preempt_for_job`
+  // (0 otherwise); `reason` then says why. Whether it is stopping is its
+  // state, never these.
   int64_t preempt_ms = 0;
   int64_t preempt_for_job = 0;
-  static constexpr int64_t kStoppedForGood = -1;
   // When the server accepted the attempt's last checkpoint; 0 = none yet.
   int64_t last_checkpoint_ms = 0;
   // A gang's ranks in rank order (ranks[0] is node_id's); empty otherwise.
@@ -225,9 +244,10 @@ struct Attempt {
   // port (0 until then); the other ranks are started with it.
   std::string master_addr;
   int32_t master_port = 0;
-  // When the gang was ordered to stop because one of its ranks ended
-  // badly (failed, lost, vacated); 0 = not stopping for that. The attempt
-  // closes once every rank has ended, never before (fencing).
+  // When the gang was ordered to stop (state gang-stopping) because one of
+  // its ranks ended badly (failed, lost, vacated), and that rank; 0 and -1
+  // before. The attempt closes once every rank has ended, never before
+  // (fencing).
   int64_t gang_stop_ms = 0;
   int32_t gang_stop_rank = -1;  // the rank whose end stopped it
 

@@ -120,9 +120,40 @@ Status TelemetryFromJson(const json& j, const std::string& path, GpuTelemetry* t
   return r.Finish(false);
 }
 
+constexpr std::pair<TaskState, std::string_view> kTaskStateNames[] = {
+    {TaskState::kStarting, "starting"}, {TaskState::kRunning, "running"},
+    {TaskState::kExited, "exited"},     {TaskState::kFailed, "failed"},
+    {TaskState::kLost, "lost"},         {TaskState::kVacated, "vacated"},
+    {TaskState::kRefused, "refused"},
+};
+
+// "must be one of starting, running, ..., not \"<value>\"": the value as
+// an agent sent it, cut to 64 bytes and with anything but printable ASCII
+// escaped, so that a hostile agent cannot forge log lines with it.
+std::string UnknownTaskState(std::string_view value) {
+  std::string out = "must be one of ";
+  for (size_t i = 0; i < std::size(kTaskStateNames); ++i) {
+    out += i ? ", " : "";
+    out += kTaskStateNames[i].second;
+  }
+  out += ", not \"";
+  constexpr size_t kMaxShown = 64;
+  for (char c : value.substr(0, kMaxShown)) {
+    auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '"' && c != '\\') {
+      out += c;
+    } else {
+      constexpr char kHex[] = "0123456789abcdef";
+      out += {'\\', 'x', kHex[u >> 4], kHex[u & 15]};
+    }
+  }
+  out += value.size() > kMaxShown ? "...\"" : "\"";
+  return out;
+}
+
 json TaskToJson(const TaskReport& t) {
-  json j = {{"attempt_id", t.attempt_id}, {"state", t.state}, {"ts_ms", t.ts_ms}};
-  if (t.state == "exited") {
+  json j = {{"attempt_id", t.attempt_id}, {"state", TaskStateName(t.state)}, {"ts_ms", t.ts_ms}};
+  if (t.state == TaskState::kExited) {
     j["exit_code"] = t.exit_code;
     if (t.signal) j["signal"] = t.signal;
   }
@@ -144,15 +175,17 @@ bool IsHostText(const std::string& s) {
 Status TaskFromJson(const json& j, const std::string& path, TaskReport* t) {
   JsonReader r(j, path);
   t->attempt_id = r.Str("attempt_id");
-  t->state = r.Str("state");
+  std::string state = r.Str("state");
   t->exit_code = static_cast<int32_t>(r.IntIn("exit_code", kInt32Min, kInt32Max, false));
   t->signal = static_cast<int32_t>(r.IntIn("signal", 0, 255, false));
   t->reason = r.Str("reason", false);
   t->ts_ms = r.IntIn("ts_ms", 0, kMaxTimeMs, false);
-  if (r.ok() && t->state != "starting" && t->state != "running" && t->state != "exited" &&
-      t->state != "failed" && t->state != "lost" && t->state != "vacated" &&
-      t->state != "refused") {
-    r.Fail("state", "must be one of starting, running, exited, failed, lost, vacated, refused");
+  if (r.ok()) {
+    if (auto parsed = ParseTaskState(state); parsed.ok()) {
+      t->state = *parsed;
+    } else {
+      r.Fail("state", UnknownTaskState(state));
+    }
   }
   if (const json* master = r.Raw("master", false); master && !master->is_object()) {
     r.Fail("master", "must be an object");
@@ -165,11 +198,11 @@ Status TaskFromJson(const json& j, const std::string& path, TaskReport* t) {
     }
     if (!mr.Finish(false).ok()) return mr.status();
   }
-  if (r.ok() && t->state == "exited" && !r.Has("exit_code"))
+  if (r.ok() && t->state == TaskState::kExited && !r.Has("exit_code"))
     r.Fail("exit_code", "is required when state is exited");
   // Only an exited task has them (TaskToJson writes them for no other).
   for (const char* key : {"exit_code", "signal"}) {
-    if (r.ok() && t->state != "exited" && r.Has(key))
+    if (r.ok() && t->state != TaskState::kExited && r.Has(key))
       r.Fail(key, "only a task that exited has one");
   }
   if (r.ok()) {
@@ -682,6 +715,15 @@ Result<AgentReport> DecodeAgentReport(std::string_view type, std::string_view bo
   if (type == kLeave) return as_report(DecodeLeave(body));
   return Status::InvalidArgument("type: unknown reliable message type \"" + std::string(type) +
                                  "\"");
+}
+
+std::string_view TaskStateName(TaskState s) { return kTaskStateNames[static_cast<int>(s)].second; }
+
+Result<TaskState> ParseTaskState(std::string_view name) {
+  for (const auto& [state, text] : kTaskStateNames) {
+    if (text == name) return state;
+  }
+  return Status::InvalidArgument("task state " + UnknownTaskState(name));
 }
 
 }  // namespace gpupool::proto

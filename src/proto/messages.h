@@ -52,29 +52,45 @@ Result<Envelope> DecodeEnvelope(std::string_view text);
 
 // ---- agent -> server ----
 
-// What an agent knows about one of its tasks. state: "starting" (the agent
-// accepted the start order and prepares the task; sent only for rank 0 of
-// a torch gang, carrying the rendezvous it chose), "running", "exited"
-// (exit_code set; signal > 0 if killed by a signal), "failed" (the task could
-// not run or broke a limit; reason says why), "lost" (the agent lost track),
-// "vacated" (the provider took its GPU back and the task was stopped: the
-// job is requeued at the front of its class, its work since the last
-// checkpoint lost), "refused" (the provider's policy refused the start
-// order; nothing ran: the job is requeued and avoids this node for a while).
+// What an agent knows about one of its tasks:
+//  starting: the agent accepted the start order and prepares the task; sent
+//            only for rank 0 of a torch gang, carrying the rendezvous it chose.
+//  running:  the task's process runs.
+//  exited:   it exited (exit_code set; signal > 0 if killed by a signal).
+//  failed:   it could not run or broke a limit; reason says why.
+//  lost:     the agent lost track of it.
+//  vacated:  the provider took its GPU back and the task was stopped: the
+//            job is requeued at the front of its class, its work since the
+//            last checkpoint lost.
+//  refused:  the provider's policy refused the start order; nothing ran: the
+//            job is requeued and avoids this node for a while.
+// On the wire a state is its name (TaskStateName); a name outside this
+// table is a protocol error naming the field and the value, never read as
+// any state (an agent is not trusted).
+enum class TaskState : int8_t { kStarting, kRunning, kExited, kFailed, kLost, kVacated, kRefused };
+inline constexpr TaskState kAllTaskStates[] = {
+    TaskState::kStarting, TaskState::kRunning, TaskState::kExited, TaskState::kFailed,
+    TaskState::kLost,     TaskState::kVacated, TaskState::kRefused};
+std::string_view TaskStateName(TaskState s);  // "starting", "running", ...
+// InvalidArgument 'unknown task state "x" (one of: starting, ...)' otherwise.
+Result<TaskState> ParseTaskState(std::string_view name);
+// Still starting or running: the task holds its node's resources and has not ended.
+inline bool IsActive(TaskState s) { return s == TaskState::kStarting || s == TaskState::kRunning; }
+
 struct TaskReport {
   TaskReport() = default;
   // The common fields in order; the rendezvous is set by name.
-  TaskReport(std::string attempt_id, std::string state, int32_t exit_code = 0, int32_t signal = 0,
+  TaskReport(std::string attempt_id, TaskState state, int32_t exit_code = 0, int32_t signal = 0,
              std::string reason = "", int64_t ts_ms = 0)
       : attempt_id(std::move(attempt_id)),
-        state(std::move(state)),
+        state(state),
         exit_code(exit_code),
         signal(signal),
         reason(std::move(reason)),
         ts_ms(ts_ms) {}
 
   std::string attempt_id;
-  std::string state;
+  TaskState state = TaskState::kRunning;
   int32_t exit_code = 0;
   int32_t signal = 0;
   std::string reason;

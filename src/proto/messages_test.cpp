@@ -51,10 +51,10 @@ TEST(MessagesTest, HelloRoundTrip) {
   h.cuda_version = "12.4";
   h.labels = {{"room", "b12"}};
   h.owner_group = "vision";
-  h.tasks = {{"4.1", "running", 0, 0, "", 100},
-             {"5.2", "exited", 3, 0, "", 200},
-             {"6.1", "exited", 137, 9, "", 300},
-             {"7.1", "failed", 0, 0, "max_runtime 1s exceeded", 400}};
+  h.tasks = {{"4.1", TaskState::kRunning, 0, 0, "", 100},
+             {"5.2", TaskState::kExited, 3, 0, "", 200},
+             {"6.1", TaskState::kExited, 137, 9, "", 300},
+             {"7.1", TaskState::kFailed, 0, 0, "max_runtime 1s exceeded", 400}};
   auto d = DecodeHello(Encode(h));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(*d, h);
@@ -126,6 +126,55 @@ TEST(MessagesTest, TaskReportValidation) {
   EXPECT_EQ(
       DecodeTaskReport(R"({"attempt_id":"4.1","state":"failed","signal":9})").status().message(),
       "body.signal: only a task that exited has one");
+}
+
+// One name table encodes and decodes task states; a name outside it is a
+// protocol error that names the field and the value, never another state.
+TEST(MessagesTest, TaskStatesHaveOneNameTable) {
+  for (TaskState s : kAllTaskStates) {
+    auto parsed = ParseTaskState(TaskStateName(s));
+    ASSERT_TRUE(parsed.ok()) << TaskStateName(s);
+    EXPECT_EQ(*parsed, s);
+    TaskReport r{"4.1", s};
+    auto decoded = DecodeTaskReport(Encode(r));
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->state, s);
+  }
+  EXPECT_EQ(ParseTaskState("lost").value(), TaskState::kLost);
+  EXPECT_THAT(ParseTaskState("gone").status().message(),
+              HasSubstr("task state must be one of starting, running, exited, failed, lost, "
+                        "vacated, refused, not \"gone\""));
+}
+
+TEST(MessagesTest, AHostileTaskStateIsRefusedNamingFieldAndValue) {
+  auto error = [](const std::string& state_json) {
+    return DecodeTaskReport(R"({"attempt_id":"4.1","state":)" + state_json + "}").status();
+  };
+  EXPECT_EQ(error(R"("pwned")").code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(error(R"("pwned")").message(),
+              HasSubstr("body.state: must be one of starting, running, exited, failed, lost, "
+                        "vacated, refused, not \"pwned\""));
+  EXPECT_THAT(error(R"("")").message(), HasSubstr("body.state: must be one of"));
+  EXPECT_THAT(error(R"("")").message(), HasSubstr("not \"\""));
+  // Names are exact: no case folding, no padding.
+  EXPECT_THAT(error(R"("Running")").message(), HasSubstr("not \"Running\""));
+  EXPECT_THAT(error(R"("running ")").message(), HasSubstr("body.state"));
+  EXPECT_THAT(error("5").message(), HasSubstr("body.state: must be a string"));
+  EXPECT_THAT(error("null").message(), HasSubstr("body.state"));
+  // The value is shown escaped and cut short: it cannot forge a log line.
+  std::string forged = error(R"("x\nERROR forged\u0000")").message();
+  EXPECT_THAT(forged, HasSubstr(R"(not "x\x0aERROR forged\x00")"));
+  EXPECT_EQ(forged.find('\n'), std::string::npos);
+  std::string long_state = error('"' + std::string(10'000, 'a') + '"').message();
+  EXPECT_LT(long_state.size(), 300u);
+  EXPECT_THAT(long_state, HasSubstr("...\""));
+  // In a hello too: the whole hello is malformed.
+  EXPECT_THAT(
+      DecodeHello(
+          R"({"node_name":"a","agent_instance":"i","last_server_seq":0,"tasks":[{"attempt_id":"1.1","state":"pwned"}]})")
+          .status()
+          .message(),
+      HasSubstr("body.tasks[0].state: must be one of"));
 }
 
 TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
@@ -343,7 +392,7 @@ TEST(MessagesTest, GangRanksAndTheirRendezvousRoundTripAndAreChecked) {
   EXPECT_THAT(error("[]"), HasSubstr("body.gang: must be an object"));
 
   // Rank 0's report of its rendezvous.
-  TaskReport r("8.1", "starting");
+  TaskReport r("8.1", TaskState::kStarting);
   r.master_addr = "10.0.0.5";
   r.master_port = 29533;
   auto dr = DecodeTaskReport(Encode(r));
@@ -567,7 +616,7 @@ TEST(MessagesTest, HostileJsonIsRejectedBeforeItIsBuilt) {
 // The hub decodes a reliable message once, into the alternative its type
 // names; anything else is an error that names the type or the field.
 TEST(MessagesTest, AgentReportsDecodeIntoTheirTypes) {
-  TaskReport report{"7.1", "exited", 3};
+  TaskReport report{"7.1", TaskState::kExited, 3};
   auto decoded = DecodeAgentReport(kTaskStatus, Encode(report));
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   ASSERT_TRUE(std::holds_alternative<TaskReport>(*decoded));

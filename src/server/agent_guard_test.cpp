@@ -166,13 +166,15 @@ class AgentGuardTest : public ApiTestServer {
     ASSERT_EQ(submitted.status, 201) << submitted.body;
     EXPECT_EQ(OnLoop([&] { return *pool_->Schedule(); }), 1);
     WaitFor([&] { return !b_->Orders(proto::kStart).empty(); }, "b's start order");
-    Send(*b_, ++b_seq_, proto::kTaskStatus, proto::Encode(proto::TaskReport{"1.1", "running"}));
+    Send(*b_, ++b_seq_, proto::kTaskStatus,
+         proto::Encode(proto::TaskReport{"1.1", proto::TaskState::kRunning}));
     WaitFor([&] { return Json(Call("GET", "/v1/jobs/1", alice_))["state"] == "running"; },
             "job 1 to run");
   }
   // b's job ends well: the pool kept serving it.
   void FinishJobOnB() {
-    Send(*b_, ++b_seq_, proto::kTaskStatus, proto::Encode(proto::TaskReport{"1.1", "exited"}));
+    Send(*b_, ++b_seq_, proto::kTaskStatus,
+         proto::Encode(proto::TaskReport{"1.1", proto::TaskState::kExited}));
     WaitFor([&] { return Json(Call("GET", "/v1/jobs/1", alice_))["state"] == "succeeded"; },
             "job 1 to succeed");
     EXPECT_EQ(Call("GET", "/v1/jobs", alice_).status, 200);
@@ -187,9 +189,10 @@ TEST_F(AgentGuardTest, ReportsAboutAnotherNodesAttemptAreRefusedAndAudited) {
   StartJobOnB();
   // Node a knows attempt 1.1 (ids are guessable) and speaks for it.
   proto::Hello hello = HelloOf("a", "a-gpu0");
-  hello.tasks.push_back(proto::TaskReport{"1.1", "running"});
+  hello.tasks.push_back(proto::TaskReport{"1.1", proto::TaskState::kRunning});
   auto a = Join(agent_, hello);
-  Send(*a, 1, proto::kTaskStatus, proto::Encode(proto::TaskReport{"1.1", "exited", 3}));
+  Send(*a, 1, proto::kTaskStatus,
+       proto::Encode(proto::TaskReport{"1.1", proto::TaskState::kExited, 3}));
   proto::LogChunk chunk;
   chunk.attempt_id = "1.1";
   chunk.lines.push_back({0, "stdout", 1, "forged output"});
@@ -223,6 +226,43 @@ TEST_F(AgentGuardTest, ReportsAboutAnotherNodesAttemptAreRefusedAndAudited) {
   ASSERT_EQ(events["events"].size(), 1u) << events.dump();
   EXPECT_EQ(events["events"][0]["attempts"], json::array());
   FinishJobOnB();
+}
+
+// A hostile agent reports its own task in a state outside the protocol's
+// table: each message is refused as malformed (logged, skipped, acked so
+// that it is not resent forever), nothing about the job changes (it is not
+// read as "lost", which would requeue it), and the channel goes on.
+TEST_F(AgentGuardTest, ATaskStateOutsideTheProtocolIsRefusedAndChangesNothing) {
+  StartJobOnB();
+  const json before = Json(Call("GET", "/v1/jobs/1", alice_));
+  ::testing::internal::CaptureStderr();
+  const std::vector<std::string> bodies = {R"({"attempt_id":"1.1","state":"pwned"})",
+                                           R"({"attempt_id":"1.1","state":""})",
+                                           R"({"attempt_id":"1.1","state":5})"};
+  for (const std::string& body : bodies) Send(*b_, ++b_seq_, proto::kTaskStatus, body);
+  WaitFor(
+      [&] {
+        std::lock_guard lock(b_->mu);
+        return b_->acked >= b_seq_;
+      },
+      "b's hostile reports to be acked");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  for (int64_t seq = b_seq_ - 2; seq <= b_seq_; ++seq) {
+    EXPECT_THAT(log, HasSubstr("rejected message " + std::to_string(seq) + " (task_status)"))
+        << log;
+  }
+  EXPECT_THAT(log, HasSubstr(R"(body.state: must be one of starting, running, exited, failed, )"
+                             R"(lost, vacated, refused, not "pwned")"));
+  EXPECT_THAT(log, HasSubstr(R"(not "")"));
+  EXPECT_THAT(log, HasSubstr("body.state: must be a string"));
+  EXPECT_FALSE(b_->closed);
+
+  const json after = Json(Call("GET", "/v1/jobs/1", alice_));
+  EXPECT_EQ(after["state"], "running") << after.dump();
+  EXPECT_EQ(after["attempts"], 1);
+  EXPECT_EQ(after["attempt_list"], before["attempt_list"]);
+  EXPECT_EQ(after["reason"], before["reason"]);
+  FinishJobOnB();  // later messages on the same channel still apply
 }
 
 TEST_F(AgentGuardTest, AgentsReadAndPostOnlyTheirOwnNodesBlobs) {

@@ -181,7 +181,7 @@ TEST_F(BlobApiTest, CheckpointsPostListGetAndFencing) {
   // The attempt ends; the next one restores checkpoint 2, and the old
   // attempt is fenced off.
   OnLoop([&] {
-    proto::TaskReport r{"1.1", "vacated", 0, 15, "reclaimed", 0};
+    proto::TaskReport r{"1.1", proto::TaskState::kVacated, 0, 15, "reclaimed", 0};
     EXPECT_TRUE(
         pool_->AgentMessage(node, 1, std::string(proto::kTaskStatus), proto::Encode(r)).ok());
     EXPECT_EQ(*pool_->Schedule(), 1);

@@ -66,12 +66,13 @@ class JobLogsTest : public ::testing::Test {
     int64_t id = pool_->Submit(s, "alice")->id;
     EXPECT_EQ(*pool_->Schedule(), 1);
     Send(proto::kTaskStatus,
-         proto::Encode(proto::TaskReport{Attempt(id), "running", 0, 0, "", clock_.NowMs()}));
+         proto::Encode(
+             proto::TaskReport{Attempt(id), proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()}));
     return id;
   }
   void Finish(int64_t id) {
-    Send(proto::kTaskStatus,
-         proto::Encode(proto::TaskReport{Attempt(id), "exited", 0, 0, "", clock_.NowMs()}));
+    Send(proto::kTaskStatus, proto::Encode(proto::TaskReport{Attempt(id), proto::TaskState::kExited,
+                                                             0, 0, "", clock_.NowMs()}));
     ASSERT_TRUE(IsTerminal(pool_->GetJob(id)->job.state));
   }
   static std::string Attempt(int64_t id) { return std::to_string(id) + ".1"; }
@@ -155,7 +156,7 @@ TEST_F(JobLogsTest, AnAgentThatFloodsPastTheLimitGetsNoMoreStoredThanTheLimit) {
   // A reconnecting agent resumes after the last line taken, dropped or not.
   ASSERT_TRUE(pool_->AgentDisconnected(node_).ok());
   proto::Hello again = Hello();
-  again.tasks = {{Attempt(id), "running", 0, 0, "", clock_.NowMs()}};
+  again.tasks = {{Attempt(id), proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()}};
   auto w = pool_->AgentHello(again);
   ASSERT_TRUE(w.ok());
   EXPECT_EQ(w->log_offsets.at(Attempt(id)), offset - 37);

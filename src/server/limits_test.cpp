@@ -89,12 +89,12 @@ class LimitsTest : public ::testing::Test {
       node_ = pool_->AgentHello(h)->node_id;
     }
     ASSERT_GE(*pool_->Schedule(), 1);
-    proto::TaskReport r{std::to_string(job) + ".1", "running", 0, 0, "", 0};
+    proto::TaskReport r{std::to_string(job) + ".1", proto::TaskState::kRunning, 0, 0, "", 0};
     ASSERT_TRUE(
         pool_->AgentMessage(node_, ++seq_, std::string(proto::kTaskStatus), proto::Encode(r)).ok());
   }
   void Finish(int64_t job) {
-    proto::TaskReport r{std::to_string(job) + ".1", "exited", 0, 0, "", 0};
+    proto::TaskReport r{std::to_string(job) + ".1", proto::TaskState::kExited, 0, 0, "", 0};
     ASSERT_TRUE(
         pool_->AgentMessage(node_, ++seq_, std::string(proto::kTaskStatus), proto::Encode(r)).ok());
     ASSERT_EQ(pool_->GetJob(job)->job.state, JobState::kSucceeded);

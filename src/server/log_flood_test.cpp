@@ -25,7 +25,7 @@ class HostileAgent : public net::WsHandler {
     proto::Hello h = NodeAHello();
     proto::TaskReport running;
     running.attempt_id = "1.1";
-    running.state = "running";
+    running.state = proto::TaskState::kRunning;
     h.tasks.push_back(running);
     conn_->Send(proto::EncodeEnvelope(
         {proto::kProtocolVersion, 0, 0, std::string(proto::kHello), proto::Encode(h)}));

@@ -141,7 +141,7 @@ void AddRunning(const PoolView& view, const OfferedNodes& nodes, sched::Snapshot
     // Checkpoints are not reported yet: all work since the start is at stake.
     r.last_checkpoint_ms = r.started_ms;
     // An attempt already ordered to stop is leaving: it is not preempted twice.
-    r.preemptible = job->spec.preemptible() && a.preempt_ms == 0;
+    r.preemptible = job->spec.preemptible() && !IsStopping(a.state);
     r.last_preempted_ms = job->last_preempted_ms;
     r.expected_end_ms = job->spec.max_runtime_ms > 0 ? r.started_ms + job->spec.max_runtime_ms : 0;
     snap.running.push_back(std::move(r));

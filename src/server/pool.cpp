@@ -136,16 +136,19 @@ Result<Job> Pool::StopForGood(int64_t id, const std::string& reason, bool checkp
       GP_ASSIGN_OR_RETURN(auto a, tx.GetAttempt(job.current_attempt));
       if (a) attempt = *std::move(a);
     }
+    // Stopped like a preemption, so that its checkpoint is taken and stored
+    // under the live attempt; it ends (kEnded) once it has left. Not a gang,
+    // nor an attempt already leaving (the attempt table refuses): those are
+    // cancelled.
     if (checkpoint_first && job.spec.preemptible() && !attempt.id.empty() &&
-        attempt.ranks.empty() && IsLive(attempt.state) && attempt.preempt_ms == 0) {
-      // Stopped like a preemption, so that its checkpoint is taken and
-      // stored under the live attempt; it ends (kEnded) once it has left.
-      attempt.preempt_ms = clock_.NowMs();
-      attempt.preempt_for_job = Attempt::kStoppedForGood;
-      attempt.reason = reason;
-      GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
-      StopOrder stop{reason, PreemptGraceMs(job.spec), /*requeue=*/true};
-      return ApplyEvent(tx, job, attempt, JobEvent::kPreempt, nullptr, &stop);
+        attempt.ranks.empty()) {
+      AttemptTransition order = OrderStop(attempt, AttemptEvent::kStopForGood, clock_.NowMs());
+      if (order.accepted) {
+        attempt.reason = reason;
+        GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
+        StopOrder stop{reason, PreemptGraceMs(job.spec), /*requeue=*/true};
+        return ApplyEvent(tx, job, attempt, *order.job_event, nullptr, &stop);
+      }
     }
     proto::TaskReport why;
     why.reason = reason;

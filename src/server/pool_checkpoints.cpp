@@ -73,7 +73,7 @@ Result<CheckpointAdded> Pool::AddCheckpoint(const CheckpointRequest& r) {
     // A leaving attempt's last checkpoint goes straight into its next start
     // order, which restores it over what is staged: staging it too would
     // only make that restore wait.
-    if (attempt.preempt_ms > 0 || leaving_.count(attempt.id)) return Status::Ok();
+    if (IsStopping(attempt.state) || leaving_.count(attempt.id)) return Status::Ok();
     return StageAhead(tx, *job, attempt.node_id);
   });
   if (!s.ok()) {

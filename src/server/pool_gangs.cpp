@@ -12,12 +12,20 @@ namespace {
 
 // How a gang rank ended, from its final report.
 AttemptState RankEndState(const proto::TaskReport& r) {
-  if (r.state == "exited") {
-    return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
+  switch (r.state) {
+    case proto::TaskState::kExited:
+      return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
+    case proto::TaskState::kVacated:
+      return AttemptState::kVacated;
+    case proto::TaskState::kRefused:
+      return AttemptState::kRefused;
+    case proto::TaskState::kLost:
+      return AttemptState::kLost;
+    case proto::TaskState::kStarting:
+    case proto::TaskState::kRunning:
+    case proto::TaskState::kFailed:
+      break;
   }
-  if (r.state == "vacated") return AttemptState::kVacated;
-  if (r.state == "refused") return AttemptState::kRefused;
-  if (r.state == "lost") return AttemptState::kLost;
   return AttemptState::kFailed;
 }
 
@@ -25,8 +33,8 @@ AttemptState RankEndState(const proto::TaskReport& r) {
 
 Status Pool::StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_rank,
                       const std::string& why) {
-  if (attempt.gang_stop_ms > 0 || attempt.preempt_ms > 0) return Status::Ok();  // already leaving
-  attempt.gang_stop_ms = clock_.NowMs();
+  // Not when it is already leaving (preempted, or stopping for another rank).
+  if (!OrderStop(attempt, AttemptEvent::kGangStop, clock_.NowMs()).accepted) return Status::Ok();
   attempt.gang_stop_rank = cause_rank;
   attempt.reason = why;
   // Every other rank gets the checkpoint signal first (rank 0 writes the
@@ -49,12 +57,11 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
   if (!IsLive(rank.state)) {
     // This rank already ended (or was given up as lost): a copy still
     // running there is stale.
-    if (r.state == "running" || r.state == "starting")
-      return PushStop(tx, node_id, attempt.id, {"stale attempt"});
+    if (proto::IsActive(r.state)) return PushStop(tx, node_id, attempt.id, {"stale attempt"});
     return Status::Ok();
   }
   const int64_t now = clock_.NowMs();
-  if (r.state == "starting" || r.state == "running") {
+  if (proto::IsActive(r.state)) {
     if (rank.rank == 0 && r.master_port > 0 && attempt.master_port == 0 &&
         job.spec.distributed == Distributed::kTorch) {
       attempt.master_addr = r.master_addr;
@@ -68,18 +75,18 @@ Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::stri
           GP_RETURN_IF_ERROR(PushStart(tx, job, attempt, &other));
       }
     }
-    if (r.state == "running") rank.state = AttemptState::kRunning;
+    if (r.state == proto::TaskState::kRunning) rank.state = AttemptState::kRunning;
     bool all_running =
         std::all_of(attempt.ranks.begin(), attempt.ranks.end(),
                     [](const AttemptRank& x) { return x.state == AttemptState::kRunning; });
-    if (all_running && attempt.state == AttemptState::kScheduled) {
+    if (all_running && job.state == JobState::kScheduled) {
       // The job runs once every rank does; ApplyEvent stores the attempt.
       return ApplyEvent(tx, job, attempt, JobEvent::kStarted, &r);
     }
     return tx.PutAttempt(attempt);
   }
   rank.state = RankEndState(r);
-  if (r.state == "exited") rank.exit_code = r.exit_code;
+  if (r.state == proto::TaskState::kExited) rank.exit_code = r.exit_code;
   rank.reason = ExitReason(r);
   rank.finished_ms = now;  // the server's order of events, whatever the agents' clocks say
   if (rank.state == AttemptState::kRefused && job.state == JobState::kScheduled) {
@@ -120,37 +127,47 @@ Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
     if (!first_bad || x.finished_ms < first_bad->finished_ms) first_bad = &x;
   }
   // The ways a rank is displaced, in the order they name the cause.
-  constexpr std::pair<AttemptState, JobEvent> kDisplaced[] = {
-      {AttemptState::kLost, JobEvent::kLost},
-      {AttemptState::kVacated, JobEvent::kVacated},
-      {AttemptState::kRefused, JobEvent::kRefused}};
+  struct Displaced {
+    AttemptState rank_state;
+    AttemptEvent event;
+    proto::TaskState report;
+  };
+  constexpr Displaced kDisplaced[] = {
+      {AttemptState::kLost, AttemptEvent::kLost, proto::TaskState::kLost},
+      {AttemptState::kVacated, AttemptEvent::kVacated, proto::TaskState::kVacated},
+      {AttemptState::kRefused, AttemptEvent::kRefused, proto::TaskState::kRefused}};
   const auto* displaced = std::find_if(std::begin(kDisplaced), std::end(kDisplaced),
-                                       [&](const auto& d) { return any(d.first); });
+                                       [&](const Displaced& d) { return any(d.rank_state); });
+  // How the gang ended, as one attempt would have, and a report saying so.
   proto::TaskReport summary;
   summary.attempt_id = attempt.id;
   summary.ts_ms = clock_.NowMs();
-  JobEvent event;
+  AttemptEvent ended;
   if (first_bad == nullptr) {
-    summary.state = "exited";
+    ended = AttemptEvent::kExitedClean;
+    summary.state = proto::TaskState::kExited;
     summary.exit_code = attempt.ranks[0].exit_code.value_or(0);
-    event = JobEvent::kExitedOk;
-  } else if (attempt.preempt_ms > 0) {
-    event = JobEvent::kPreempted;
-    summary.state = "preempted";
   } else if (displaced != std::end(kDisplaced)) {
     // Displaced through no fault of its own: a rank's node was lost or its
     // provider took the GPU back; whatever the others did followed from it.
-    event = displaced->second;
-    summary.state = AttemptStateName(displaced->first);
+    ended = displaced->event;
+    summary.state = displaced->report;
     summary.reason = attempt.reason;
   } else {
-    summary.state = first_bad->exit_code ? "exited" : "failed";
+    ended = first_bad->exit_code ? AttemptEvent::kExitedError : AttemptEvent::kFailed;
+    summary.state = first_bad->exit_code ? proto::TaskState::kExited : proto::TaskState::kFailed;
     summary.exit_code = first_bad->exit_code.value_or(0);
     summary.reason = "rank " + std::to_string(first_bad->rank) + ": " +
                      (first_bad->reason.empty() ? "failed" : first_bad->reason);
-    event = RetryIfAllowed(
-        job, first_bad->exit_code ? JobEvent::kExitedError : JobEvent::kAttemptFailed);
   }
+  // What that means for the job depends on the attempt's state (the
+  // attempt table): a preempting gang that did not finish was preempted.
+  AttemptTransition t = StepAttempt(attempt.state, ended);
+  if (!t.accepted || !t.job_event) return Status::Ok();
+  JobEvent event = RetryIfAllowed(job, *t.job_event);
+  // A preempted attempt keeps the server's message as its reason, and no
+  // exit code: no report.
+  if (event == JobEvent::kPreempted) return ApplyEvent(tx, job, attempt, event, nullptr);
   return ApplyEvent(tx, job, attempt, event, &summary);
 }
 

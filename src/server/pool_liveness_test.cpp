@@ -25,7 +25,9 @@ class PoolLivenessTest : public PoolTest {
     auto node = *pool_->AgentHello(MakeHello(name, 1));
     EXPECT_TRUE(pool_->Submit(Spec(1), "alice").ok());
     EXPECT_EQ(*pool_->Schedule(), 1);
-    EXPECT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", clock_.NowMs()}).ok());
+    EXPECT_TRUE(
+        Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()})
+            .ok());
     EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kRunning);
     return node.node_id;
   }
@@ -103,17 +105,18 @@ TEST_F(PoolLivenessTest, AStaleAttemptsSuccessOutputAndCheckpointAreRefused) {
   ASSERT_TRUE(pool_->CheckNodes().ok());
   auto b = *pool_->AgentHello(MakeHello("b", 1));
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(b.node_id, 1, {"1.2", "running", 0, 0, "", clock_.NowMs()}).ok());
+  ASSERT_TRUE(
+      Report(b.node_id, 1, {"1.2", proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()}).ok());
 
   // Agent a comes back, still holding 1.1, which ended well meanwhile.
   proto::Hello back = MakeHello("a", 1, "i2");
-  back.tasks = {{"1.1", "exited", 0, 0, "", clock_.NowMs()}};
+  back.tasks = {{"1.1", proto::TaskState::kExited, 0, 0, "", clock_.NowMs()}};
   ASSERT_TRUE(pool_->AgentHello(back).ok());
   proto::LogChunk chunk;
   chunk.attempt_id = "1.1";
   chunk.lines = {{0, "stdout", clock_.NowMs(), "RESULT from the stale attempt"}};
   ASSERT_TRUE(pool_->AgentMessage(a, 1, std::string(proto::kLogs), proto::Encode(chunk)).ok());
-  ASSERT_TRUE(Report(a, 2, {"1.1", "exited", 0, 0, "", clock_.NowMs()}).ok());
+  ASSERT_TRUE(Report(a, 2, {"1.1", proto::TaskState::kExited, 0, 0, "", clock_.NowMs()}).ok());
   CheckpointRequest ckpt;
   ckpt.job_id = 1;
   ckpt.attempt_id = "1.1";
@@ -151,8 +154,10 @@ TEST_F(PoolLivenessTest, WallClockJumpsRequeueLoseAndChargeNothing) {
   // Job 1 or 2 runs on b; b's agent disconnects (it will be back soon).
   const std::string on_b = Starts(b.node_id).at(0).attempt_id;
   const std::string on_a = Starts(a.node_id).at(0).attempt_id;
-  ASSERT_TRUE(Report(a.node_id, 1, {on_a, "running", 0, 0, "", clock_.NowMs()}).ok());
-  ASSERT_TRUE(Report(b.node_id, 1, {on_b, "running", 0, 0, "", clock_.NowMs()}).ok());
+  ASSERT_TRUE(
+      Report(a.node_id, 1, {on_a, proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()}).ok());
+  ASSERT_TRUE(
+      Report(b.node_id, 1, {on_b, proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()}).ok());
   ASSERT_TRUE(pool_->AgentDisconnected(b.node_id).ok());
 
   clock_.AdvanceMs(5'000);
@@ -168,10 +173,11 @@ TEST_F(PoolLivenessTest, WallClockJumpsRequeueLoseAndChargeNothing) {
 
   // b returns; the job on a ends 10 s after it started: 10 s are charged.
   proto::Hello b_back = MakeHello("b", 1, "i2");
-  b_back.tasks = {{on_b, "running", 0, 0, "", clock_.NowMs()}};
+  b_back.tasks = {{on_b, proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()}};
   ASSERT_TRUE(pool_->AgentHello(b_back).ok());
   for (int64_t job : {1, 2}) EXPECT_EQ(pool_->GetJob(job)->job.state, JobState::kRunning);
-  ASSERT_TRUE(Report(a.node_id, 2, {on_a, "exited", 0, 0, "", clock_.NowMs()}).ok());
+  ASSERT_TRUE(
+      Report(a.node_id, 2, {on_a, proto::TaskState::kExited, 0, 0, "", clock_.NowMs()}).ok());
   auto usage = StoredUsage("vision");
   ASSERT_TRUE(usage.has_value());
   EXPECT_EQ(usage->milli_ms, 1000 * 10'000);

@@ -47,10 +47,47 @@ std::vector<NodeHolding> HoldingsOf(const Attempt& a) {
 proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, int64_t now) {
   proto::TaskReport r;
   r.attempt_id = attempt_id;
-  r.state = "lost";
+  r.state = proto::TaskState::kLost;
   r.reason = std::move(reason);
   r.ts_ms = now;
   return r;
+}
+
+std::optional<AttemptEvent> AttemptEventOf(const proto::TaskReport& r) {
+  using T = proto::TaskState;
+  switch (r.state) {
+    case T::kStarting:
+      return std::nullopt;
+    case T::kRunning:
+      return AttemptEvent::kStarted;
+    case T::kExited:
+      // The shim records "stopped: ..." as the reason of anything it
+      // stopped: an exit 0 with a reason or signal was stopped, not finished.
+      if (r.exit_code != 0) return AttemptEvent::kExitedError;
+      return r.signal == 0 && r.reason.empty() ? AttemptEvent::kExitedClean
+                                               : AttemptEvent::kExitedZero;
+    case T::kFailed:
+      return AttemptEvent::kFailed;
+    case T::kLost:
+      return AttemptEvent::kLost;
+    case T::kVacated:
+      return AttemptEvent::kVacated;
+    case T::kRefused:
+      return AttemptEvent::kRefused;
+  }
+  return std::nullopt;  // unreachable: the decoder admits only the states above
+}
+
+AttemptTransition OrderStop(Attempt& a, AttemptEvent order, int64_t now) {
+  AttemptTransition t = StepAttempt(a.state, order);
+  if (!t.accepted) return t;
+  a.state = t.next;
+  if (order == AttemptEvent::kGangStop) {
+    a.gang_stop_ms = now;
+  } else {
+    a.preempt_ms = now;
+  }
+  return t;
 }
 
 JobEvent RetryIfAllowed(const Job& job, JobEvent event) {
@@ -81,7 +118,7 @@ int64_t PreemptGraceMs(const JobSpec& spec) {
 std::string ExitReason(const proto::TaskReport& r) {
   if (!r.reason.empty()) return r.reason;
   if (r.signal > 0) return "killed by signal " + std::to_string(r.signal);
-  if (r.state == "exited" && r.exit_code != 0)
+  if (r.state == proto::TaskState::kExited && r.exit_code != 0)
     return "exited with code " + std::to_string(r.exit_code);
   return "";
 }

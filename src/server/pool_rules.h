@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "model/attempt_state.h"
 #include "model/job.h"
 #include "model/job_state.h"
 #include "proto/messages.h"
@@ -33,6 +35,18 @@ std::vector<NodeHolding> HoldingsOf(const Attempt& a);
 
 // The report the server writes for an attempt it declares lost.
 proto::TaskReport LostReport(const std::string& attempt_id, std::string reason, int64_t now);
+
+// What a task report says happened to its attempt (model/attempt_state.h);
+// none for "starting", which only carries a gang's rendezvous.
+std::optional<AttemptEvent> AttemptEventOf(const proto::TaskReport& r);
+
+// Orders `a` to leave (`order`: kPreempt, kStopForGood or kGangStop) as the
+// attempt table says: when accepted, its state becomes the stopping state
+// and the order's time is recorded (preempt_ms, or gang_stop_ms for a gang
+// stop); what the stop is for (preempt_for_job, gang_stop_rank, reason) is
+// the caller's to set. Not accepted (already leaving, or ended): nothing
+// changes. The transition's job_event is what the caller applies to the job.
+AttemptTransition OrderStop(Attempt& a, AttemptEvent order, int64_t now);
 
 // A failure becomes a retry while the job has restarts left.
 JobEvent RetryIfAllowed(const Job& job, JobEvent event);

@@ -117,7 +117,7 @@ Result<int> Pool::Schedule() {
     std::map<int64_t, std::vector<int64_t>> leaving_for;
     for (Attempt& a : view.live_attempts) {
       attempt_by_id[a.id] = &a;
-      if (a.preempt_ms > 0) leaving_for[a.preempt_for_job].push_back(a.job_id);
+      if (a.state == AttemptState::kPreempting) leaving_for[a.preempt_for_job].push_back(a.job_id);
     }
 
     for (const sched::Placement& p : d.placements) {
@@ -172,17 +172,19 @@ Result<int> Pool::Schedule() {
     for (const sched::Preemption& pr : d.preemptions) {
       if (leaving_for.count(pr.for_job_id)) continue;
       auto a = attempt_by_id.find(pr.attempt_id);
-      if (a == attempt_by_id.end() || a->second->preempt_ms > 0) continue;
+      if (a == attempt_by_id.end()) continue;
       Attempt& attempt = *a->second;
       GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(attempt.job_id));
       if (!job || job->current_attempt != attempt.id || !job->spec.preemptible()) continue;
-      attempt.preempt_ms = now;
+      // Not one that is already leaving (the attempt table refuses).
+      AttemptTransition order = OrderStop(attempt, AttemptEvent::kPreempt, now);
+      if (!order.accepted) continue;
       attempt.preempt_for_job = pr.for_job_id;
       attempt.reason =
           pr.message.empty() ? "preempted for job " + std::to_string(pr.for_job_id) : pr.message;
       GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
       StopOrder stop{attempt.reason, PreemptGraceMs(job->spec), /*requeue=*/true};
-      GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, attempt, JobEvent::kPreempt, nullptr, &stop));
+      GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, attempt, *order.job_event, nullptr, &stop));
       GP_RETURN_IF_ERROR(StageAhead(tx, *job, attempt.node_id));
       newly_leaving[pr.for_job_id].push_back(job->id);
     }

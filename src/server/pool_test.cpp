@@ -31,9 +31,11 @@ TEST_F(PoolTest, SubmitScheduleRunSucceed) {
   EXPECT_EQ(starts[0].gpu_uuids, std::vector<std::string>{"a-gpu0"});
   EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kScheduled);
 
-  ASSERT_TRUE(Report(node->node_id, 1, {"1.1", "running", 0, 0, "", clock_.NowMs()}).ok());
+  ASSERT_TRUE(
+      Report(node->node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", clock_.NowMs()}).ok());
   EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kRunning);
-  ASSERT_TRUE(Report(node->node_id, 2, {"1.1", "exited", 0, 0, "", clock_.NowMs()}).ok());
+  ASSERT_TRUE(
+      Report(node->node_id, 2, {"1.1", proto::TaskState::kExited, 0, 0, "", clock_.NowMs()}).ok());
   auto d = *pool_->GetJob(1);
   EXPECT_EQ(d.job.state, JobState::kSucceeded);
   EXPECT_EQ(d.job.exit_code, 0);
@@ -62,9 +64,10 @@ TEST_F(PoolTest, FailedExitAndMaxRuntimeFailure) {
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 2);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 3, 0, "", 0}).ok());
-  ASSERT_TRUE(
-      Report(node.node_id, 2, {"2.1", "failed", 143, 15, "exceeded max_runtime of 1s", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kExited, 3, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 2,
+                     {"2.1", proto::TaskState::kFailed, 143, 15, "exceeded max_runtime of 1s", 0})
+                  .ok());
   auto j1 = pool_->GetJob(1)->job, j2 = pool_->GetJob(2)->job;
   EXPECT_EQ(j1.state, JobState::kFailed);
   EXPECT_EQ(j1.exit_code, 3);
@@ -77,14 +80,14 @@ TEST_F(PoolTest, CancelRunningJobOrdersAStopAndIgnoresLateReports) {
   auto node = *pool_->AgentHello(MakeHello("a", 1));
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   auto job = pool_->Cancel(1);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state, JobState::kCancelled);
   auto orders = *pool_->PendingOrders(node.node_id, 0);
   ASSERT_EQ(orders.back().type, proto::kStop);
   EXPECT_EQ(proto::DecodeStopTask(orders.back().body)->attempt_id, "1.1");
-  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", "exited", 143, 15, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", proto::TaskState::kExited, 143, 15, "", 0}).ok());
   EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kCancelled);
   // The GPU is free for the next job.
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
@@ -106,7 +109,7 @@ TEST_F(PoolTest, AgentRestartWithoutTheTaskRequeuesIt) {
   auto node = *pool_->AgentHello(MakeHello("a", 1, "first"));
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   ASSERT_TRUE(pool_->AgentDisconnected(node.node_id).ok());
   // A new agent process that applied the start order but has no such task.
   proto::Hello h = MakeHello("a", 1, "second");
@@ -127,14 +130,14 @@ TEST_F(PoolTest, ReconnectKeepsRunningTaskAndResumesSequence) {
   auto node = *pool_->AgentHello(MakeHello("a", 1, "same"));
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   proto::LogChunk c{"1.1", {{0, "stdout", 1, "abc"}}};
   ASSERT_TRUE(
       pool_->AgentMessage(node.node_id, 2, std::string(proto::kLogs), proto::Encode(c)).ok());
   ASSERT_TRUE(pool_->AgentDisconnected(node.node_id).ok());
   proto::Hello h = MakeHello("a", 1, "same");
   h.last_server_seq = 1;
-  h.tasks = {{"1.1", "running", 0, 0, "", 0}};
+  h.tasks = {{"1.1", proto::TaskState::kRunning, 0, 0, "", 0}};
   auto w = *pool_->AgentHello(h);
   EXPECT_EQ(w.last_agent_seq, 2);
   EXPECT_EQ(w.log_offsets.at("1.1"), 0);  // the last line it has starts at 0
@@ -144,7 +147,7 @@ TEST_F(PoolTest, ReconnectKeepsRunningTaskAndResumesSequence) {
 TEST_F(PoolTest, StaleAttemptIsFencedAndStopped) {
   auto node = *pool_->AgentHello(MakeHello("a", 1));
   proto::Hello h = MakeHello("a", 1);
-  h.tasks = {{"99.1", "running", 0, 0, "", 0}};
+  h.tasks = {{"99.1", proto::TaskState::kRunning, 0, 0, "", 0}};
   auto w = pool_->AgentHello(h);
   ASSERT_TRUE(w.ok());
   auto orders = *pool_->PendingOrders(node.node_id, 0);
@@ -177,7 +180,7 @@ TEST_F(PoolTest, MalformedAgentMessageIsRejectedAndChangesNothing) {
   // The seq was not consumed: a valid message with the same seq still applies.
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   EXPECT_EQ(pool_->GetJob(1)->job.state, JobState::kRunning);
 }
 
@@ -214,7 +217,7 @@ TEST_F(PoolTest, TwoHalfSharesLandOnOneGpuAndAThirdWaits) {
   EXPECT_EQ(third.queue->position, 1);
   EXPECT_FALSE(third.queue->explanation.empty());
   // When one share ends, the third takes its place on the same GPU.
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kExited, 0, 0, "", 0}).ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   EXPECT_EQ(pool_->GetJob(3)->attempts.at(0).gpu_uuids, std::vector<std::string>{"a-gpu0"});
   EXPECT_FALSE(pool_->GetJob(3)->queue.has_value());
@@ -292,8 +295,8 @@ TEST_F(PoolTest, PreemptionStopsTheVictimWithItsGraceAndRequeuesIt) {
   ASSERT_TRUE(pool_->Submit(keeper, "u").ok());  // 1
   ASSERT_TRUE(pool_->Submit(victim, "u").ok());  // 2
   ASSERT_EQ(*pool_->Schedule(), 2);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
-  ASSERT_TRUE(Report(node.node_id, 2, {"2.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 2, {"2.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   clock_.AdvanceMs(60'000);
 
   JobSpec inter = Spec(1);
@@ -320,7 +323,8 @@ TEST_F(PoolTest, PreemptionStopsTheVictimWithItsGraceAndRequeuesIt) {
 
   // The agent reports the stopped job (it may exit however it likes).
   ASSERT_TRUE(Report(node.node_id, 3,
-                     {"2.1", "exited", 143, 15, "stopped: " + stops[0].reason, clock_.NowMs()})
+                     {"2.1", proto::TaskState::kExited, 143, 15, "stopped: " + stops[0].reason,
+                      clock_.NowMs()})
                   .ok());
   v = *pool_->GetJob(2);
   EXPECT_EQ(v.job.state, JobState::kPending);
@@ -343,10 +347,10 @@ TEST_F(PoolTest, PreemptionStopsTheVictimWithItsGraceAndRequeuesIt) {
   EXPECT_EQ(Stops(node.node_id).size(), 1u);
 
   // When the interactive jobs end, the victim runs again as attempt 2.
-  ASSERT_TRUE(Report(node.node_id, 4, {"3.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 4, {"3.1", proto::TaskState::kExited, 0, 0, "", 0}).ok());
   ASSERT_EQ(*pool_->Schedule(), 1);  // job 4 (interactive) first
   EXPECT_EQ(pool_->GetJob(4)->job.state, JobState::kScheduled);
-  ASSERT_TRUE(Report(node.node_id, 5, {"4.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 5, {"4.1", proto::TaskState::kExited, 0, 0, "", 0}).ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   v = *pool_->GetJob(2);
   EXPECT_EQ(v.job.current_attempt, "2.2");
@@ -373,7 +377,7 @@ TEST_F(PoolTest, AnAttemptThatFinishedBeforeItsStopSucceeds) {
   ASSERT_EQ(stops.size(), 1u);
   EXPECT_EQ(stops[0].grace_ms, kDefaultStopGraceMs);
   // It exited cleanly on its own before the stop reached it.
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kExited, 0, 0, "", 0}).ok());
   auto d = *pool_->GetJob(1);
   EXPECT_EQ(d.job.state, JobState::kSucceeded);
   EXPECT_EQ(d.attempts[0].state, AttemptState::kSucceeded);
@@ -399,7 +403,7 @@ TEST_F(PoolTest, UsageIsChargedWhenAttemptsEndAndSurvivesARestart) {
   EXPECT_EQ(vision->allocated_milli, 2000);
   EXPECT_EQ(vision->running_jobs, 1);
   EXPECT_FALSE(vision->configured);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kExited, 0, 0, "", 0}).ok());
   auto stored = StoredUsage("vision");
   ASSERT_TRUE(stored.has_value());
   EXPECT_EQ(stored->milli_ms, 2000 * 10'000);
@@ -427,7 +431,7 @@ TEST_F(PoolTest, UsageDecaysWithTheHalfLife) {
   ASSERT_TRUE(pool_->Submit(s, "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   clock_.AdvanceMs(60'000);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kExited, 0, 0, "", 0}).ok());
   int64_t charged = StoredUsage("nlp")->milli_ms;
   EXPECT_GT(charged, 0);
   EXPECT_LT(charged, 1000 * 60'000);  // integrated decay charges a little less
@@ -468,7 +472,7 @@ TEST_F(PoolTest, VacatedJobIsRequeuedAtTheFrontAndRunsElsewhere) {
   auto a = *pool_->AgentHello(ha);
   ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());  // 1
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   ASSERT_TRUE(pool_->Submit(Spec(1), "bob").ok());  // 2, waits
   EXPECT_EQ(*pool_->Schedule(), 0);
   auto b = *pool_->AgentHello(MakeHello("b", 1));
@@ -479,7 +483,8 @@ TEST_F(PoolTest, VacatedJobIsRequeuedAtTheFrontAndRunsElsewhere) {
   reclaimed.not_lent = {{"a-gpu0", "reclaimed by the owner"}};
   ASSERT_TRUE(SendLending(a.node_id, 2, reclaimed).ok());
   ASSERT_TRUE(
-      Report(a.node_id, 3, {"1.1", "vacated", 0, 15, "reclaimed by the owner", clock_.NowMs()})
+      Report(a.node_id, 3,
+             {"1.1", proto::TaskState::kVacated, 0, 15, "reclaimed by the owner", clock_.NowMs()})
           .ok());
   auto d = *pool_->GetJob(1);
   EXPECT_EQ(d.job.state, JobState::kPending);
@@ -505,7 +510,7 @@ TEST_F(PoolTest, RefusedJobIsRequeuedAndAvoidsTheNodeForAWhile) {
   ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   std::string why = "refused by the provider's policy: outside its availability windows";
-  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "refused", 0, 0, why, 0}).ok());
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", proto::TaskState::kRefused, 0, 0, why, 0}).ok());
   auto d = *pool_->GetJob(1);
   EXPECT_EQ(d.job.state, JobState::kPending);
   EXPECT_TRUE(d.job.front);
@@ -721,7 +726,7 @@ TEST_F(PoolTest, ANodeThatLeftGetsNothingUntilItsAgentReturns) {
   auto a = *pool_->AgentHello(MakeHello("a", 1));
   ASSERT_TRUE(pool_->Submit(Spec(1), "u").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   // A leave with work still there (the drain was cut short) requeues it,
   // once the attempt's lease has certainly ended.
   proto::Leave leave{"the owner ran gpupool agent leave"};
@@ -786,7 +791,7 @@ TEST_F(PoolTest, CheckpointOfTheLiveAttemptIsNumberedAndStored) {
   EXPECT_EQ(first->checkpoint.created_ms, clock_.NowMs());
   EXPECT_EQ(first->checkpoint.bytes, 100);
   EXPECT_EQ(first->checkpoint.files, 2);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   auto second = pool_->AddCheckpoint(Ckpt(1, "1.1", 'b'));
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->checkpoint.number, 2);
@@ -822,8 +827,9 @@ TEST_F(PoolTest, CheckpointOfAStaleAttemptIsFencedOff) {
   ASSERT_TRUE(pool_->Submit(Spec(1), "bob").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   manifests_ = {ManifestId('a')};
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
-  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", "vacated", 0, 15, "reclaimed", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"1.1", proto::TaskState::kVacated, 0, 15, "reclaimed", 0}).ok());
   ASSERT_EQ(*pool_->Schedule(), 1);  // 1.2
   ASSERT_EQ(pool_->GetJob(1)->job.current_attempt, "1.2");
   auto stale = pool_->AddCheckpoint(Ckpt(1, "1.1", 'a'));
@@ -881,10 +887,11 @@ TEST_F(PoolTest, NewAttemptRestoresTheNewestCheckpoint) {
   EXPECT_EQ(first[0].restore_checkpoint, 0);  // starts afresh
   EXPECT_EQ(first[0].restore_manifest, "");
   manifests_ = {ManifestId('a'), ManifestId('b')};
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'b')).ok());
-  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", "vacated", 0, 15, "reclaimed", 0}).ok());
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"1.1", proto::TaskState::kVacated, 0, 15, "reclaimed", 0}).ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   auto starts = Starts(node.node_id);
   ASSERT_EQ(starts.size(), 2u);
@@ -912,7 +919,7 @@ TEST_F(PoolTest, AVacatingJobsCheckpointIsStagedWhereItWouldRunNext) {
   auto c = *pool_->AgentHello(MakeHello("c", 2));
   ASSERT_EQ(*pool_->Schedule(), 1);  // job 2 takes b, the tightest fit
   manifests_ = {ManifestId('a'), ManifestId('b')};
-  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'b')).ok());
 
@@ -954,11 +961,11 @@ TEST_F(PoolTest, AStandbyNodeGetsEveryNewCheckpointOfAJobThatAsks) {
   auto b = *pool_->AgentHello(MakeHello("b", 1));
   ASSERT_EQ(*pool_->Schedule(), 1);
   manifests_ = {ManifestId('a'), ManifestId('b'), ManifestId('c')};
-  ASSERT_TRUE(Report(b.node_id, 1, {"2.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(b.node_id, 1, {"2.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(2, "2.1", 'c')).ok());
   auto c = *pool_->AgentHello(MakeHello("c", 1));
   EXPECT_TRUE(Stages(*pool_, a.node_id).empty());
-  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(a.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'b')).ok());
   auto staged = Stages(*pool_, c.node_id);  // the only free node
@@ -987,11 +994,12 @@ TEST_F(PoolTest, LostWorkCountsFromTheLastCheckpoint) {
   ASSERT_TRUE(pool_->Submit(Spec(1), "alice").ok());
   ASSERT_EQ(*pool_->Schedule(), 1);
   manifests_ = {ManifestId('a')};
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
   clock_.AdvanceMs(600'000);
   ASSERT_TRUE(pool_->AddCheckpoint(Ckpt(1, "1.1", 'a')).ok());
   clock_.AdvanceMs(300'000);
-  ASSERT_TRUE(Report(node.node_id, 2, {"1.1", "vacated", 0, 15, "reclaimed", 0}).ok());
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"1.1", proto::TaskState::kVacated, 0, 15, "reclaimed", 0}).ok());
   auto attempt = pool_->GetJob(1)->attempts.at(0);
   EXPECT_EQ(attempt.state, AttemptState::kVacated);
   EXPECT_EQ(LostWorkMs(attempt), 300'000);  // not the 900 s it ran
@@ -1047,12 +1055,12 @@ class GangTest : public PoolTest {
   JobState StateOf(int64_t job) { return pool_->GetJob(job)->job.state; }
   // Reports rank 0's rendezvous and both ranks running.
   void StartGang(const Attempt& a) {
-    proto::TaskReport starting(a.id, "starting");
+    proto::TaskReport starting(a.id, proto::TaskState::kStarting);
     starting.master_addr = "127.0.0.1";
     starting.master_port = 29533;
     ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), starting).ok());
     for (const AttemptRank& r : a.ranks) {
-      ASSERT_TRUE(Report(r.node_id, Seq(r.node_id), {a.id, "running"}).ok());
+      ASSERT_TRUE(Report(r.node_id, Seq(r.node_id), {a.id, proto::TaskState::kRunning}).ok());
     }
   }
   std::map<std::string, std::string> ids_;
@@ -1078,7 +1086,7 @@ TEST_F(GangTest, TorchGangStartsRankZeroThenTheOthersWithItsRendezvous) {
   EXPECT_EQ(first[0].gang->master_port, 0);
   EXPECT_TRUE(Starts(a.ranks[1].node_id).empty());
 
-  proto::TaskReport starting(a.id, "starting");
+  proto::TaskReport starting(a.id, proto::TaskState::kStarting);
   starting.master_addr = "10.1.2.3";
   starting.master_port = 29533;
   ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), starting).ok());
@@ -1090,15 +1098,21 @@ TEST_F(GangTest, TorchGangStartsRankZeroThenTheOthersWithItsRendezvous) {
   EXPECT_EQ(CurrentAttempt(job->id).MasterEndpoint(), "10.1.2.3:29533");
 
   // Running only once every rank runs.
-  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, "running"}).ok());
+  ASSERT_TRUE(
+      Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, proto::TaskState::kRunning}).ok());
   EXPECT_EQ(StateOf(job->id), JobState::kScheduled);
-  ASSERT_TRUE(Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, "running"}).ok());
+  ASSERT_TRUE(
+      Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, proto::TaskState::kRunning}).ok());
   EXPECT_EQ(StateOf(job->id), JobState::kRunning);
 
   // Succeeded once every rank exited 0.
-  ASSERT_TRUE(Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, "exited", 0}).ok());
+  ASSERT_TRUE(
+      Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, proto::TaskState::kExited, 0})
+          .ok());
   EXPECT_EQ(StateOf(job->id), JobState::kRunning);
-  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, "exited", 0}).ok());
+  ASSERT_TRUE(
+      Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, proto::TaskState::kExited, 0})
+          .ok());
   EXPECT_EQ(StateOf(job->id), JobState::kSucceeded);
   // Its group paid for both nodes.
   auto usage = StoredUsage("default");
@@ -1147,7 +1161,7 @@ TEST_F(GangTest, ALostRankStopsTheGangWhichRequeuesOnlyOnceEveryRankEnded) {
   EXPECT_EQ(*pool_->Schedule(), 0);
 
   // Rank 0 fails (its peer is gone): the gang is requeued, not failed.
-  ASSERT_TRUE(Report(master, Seq(master), {a.id, "exited", 1}).ok());
+  ASSERT_TRUE(Report(master, Seq(master), {a.id, proto::TaskState::kExited, 1}).ok());
   auto d = pool_->GetJob(job->id);
   EXPECT_EQ(d->job.state, JobState::kPending);
   EXPECT_TRUE(d->job.front);
@@ -1169,10 +1183,12 @@ TEST_F(GangTest, ARankThatFailsOnItsOwnFailsTheJob) {
   Attempt a = CurrentAttempt(job->id);
   StartGang(a);
   const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
-  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "exited", 2}).ok());
+  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, proto::TaskState::kExited, 2}).ok());
   ASSERT_EQ(Stops(r0).size(), 1u);  // the other rank is stopped
   EXPECT_EQ(StateOf(job->id), JobState::kRunning);
-  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 143, 15, "stopped: gang stopped"}).ok());
+  ASSERT_TRUE(
+      Report(r0, Seq(r0), {a.id, proto::TaskState::kExited, 143, 15, "stopped: gang stopped"})
+          .ok());
   auto d = pool_->GetJob(job->id);
   EXPECT_EQ(d->job.state, JobState::kFailed);
   EXPECT_EQ(d->job.exit_code, 2);
@@ -1229,7 +1245,7 @@ TEST_F(GangTest, CancelStopsEveryRankAndGivesUpTheOnesNotStarted) {
   EXPECT_EQ(d->job.state, JobState::kCancelled);
   for (const AttemptRank& r : d->attempts[0].ranks) EXPECT_EQ(r.state, AttemptState::kCancelled);
   // A late rendezvous starts nobody.
-  proto::TaskReport starting(a.id, "starting");
+  proto::TaskReport starting(a.id, proto::TaskState::kStarting);
   starting.master_addr = "127.0.0.1";
   starting.master_port = 29533;
   ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), starting).ok());
@@ -1258,9 +1274,11 @@ TEST_F(GangTest, AVacatedRankStopsTheOthersWithTheCheckpointSignalAndRequeuesThe
   ASSERT_EQ(stops.size(), 1u);  // rank 0 checkpoints, then stops
   EXPECT_TRUE(stops[0].requeue);
   EXPECT_TRUE(Stops(r1).empty());  // its own agent is vacating it already
-  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "vacated", 0, 0, "reclaimed by the owner"}).ok());
+  ASSERT_TRUE(
+      Report(r1, Seq(r1), {a.id, proto::TaskState::kVacated, 0, 0, "reclaimed by the owner"}).ok());
   EXPECT_EQ(StateOf(job->id), JobState::kRunning);  // until rank 0 has ended too
-  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 0, 0, "stopped: gang stopped"}).ok());
+  ASSERT_TRUE(
+      Report(r0, Seq(r0), {a.id, proto::TaskState::kExited, 0, 0, "stopped: gang stopped"}).ok());
   auto d = pool_->GetJob(job->id);
   EXPECT_EQ(d->job.state, JobState::kPending);
   EXPECT_TRUE(d->job.front);
@@ -1293,10 +1311,14 @@ TEST_F(GangTest, APreemptedGangStopsEveryRankAndIsRequeuedOnceAllLeft) {
     EXPECT_EQ(stops[0].grace_ms, 5'000);
   }
   // One rank gone is not enough: the gang leaves whole.
-  ASSERT_TRUE(Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, "exited", 0}).ok());
+  ASSERT_TRUE(
+      Report(a.ranks[1].node_id, Seq(a.ranks[1].node_id), {a.id, proto::TaskState::kExited, 0})
+          .ok());
   EXPECT_EQ(StateOf(job->id), JobState::kRunning);
   EXPECT_EQ(*pool_->Schedule(), 0);
-  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id), {a.id, "exited", 143, 15}).ok());
+  ASSERT_TRUE(Report(a.ranks[0].node_id, Seq(a.ranks[0].node_id),
+                     {a.id, proto::TaskState::kExited, 143, 15})
+                  .ok());
   auto d = pool_->GetJob(job->id);
   EXPECT_EQ(d->job.state, JobState::kPending);
   EXPECT_EQ(d->attempts[0].state, AttemptState::kPreempted);
@@ -1315,8 +1337,10 @@ TEST_F(GangTest, MaxRestartsRequeuesAFailedGangThenFailsIt) {
     EXPECT_EQ(a.number, attempt);
     StartGang(a);
     const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
-    ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "exited", 2}).ok());
-    ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 143, 15, "stopped: gang stopped"}).ok());
+    ASSERT_TRUE(Report(r1, Seq(r1), {a.id, proto::TaskState::kExited, 2}).ok());
+    ASSERT_TRUE(
+        Report(r0, Seq(r0), {a.id, proto::TaskState::kExited, 143, 15, "stopped: gang stopped"})
+            .ok());
   }
   auto d = pool_->GetJob(job->id);
   EXPECT_EQ(d->job.state, JobState::kFailed);  // the one restart is spent
@@ -1332,7 +1356,7 @@ TEST_F(PoolTest, MaxRestartsRequeuesAFailedJobAtTheBackOfItsClass) {
   spec.max_restarts = 2;
   auto job = pool_->Submit(spec, "alice");
   ASSERT_EQ(*pool_->Schedule(), 1);
-  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", "exited", 3}).ok());
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kExited, 3}).ok());
   auto d = pool_->GetJob(job->id);
   EXPECT_EQ(d->job.state, JobState::kPending);
   EXPECT_FALSE(d->job.front);  // its own failure: no place at the front
@@ -1357,15 +1381,125 @@ TEST_F(GangTest, ReplicasStartTogetherAndRunToTheirOwnEnds) {
     EXPECT_EQ(starts[0].gang->rank, r.rank);
   }
   for (const AttemptRank& r : a.ranks)
-    ASSERT_TRUE(Report(r.node_id, Seq(r.node_id), {a.id, "running"}).ok());
+    ASSERT_TRUE(Report(r.node_id, Seq(r.node_id), {a.id, proto::TaskState::kRunning}).ok());
   const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
-  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, "exited", 3}).ok());
+  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, proto::TaskState::kExited, 3}).ok());
   EXPECT_TRUE(Stops(r1).empty());  // a replica's failure stops no other
   EXPECT_EQ(StateOf(job->id), JobState::kRunning);
-  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, "exited", 0}).ok());
+  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, proto::TaskState::kExited, 0}).ok());
   auto d = pool_->GetJob(job->id);
   EXPECT_EQ(d->job.state, JobState::kFailed);
   EXPECT_EQ(d->job.exit_code, 3);
+}
+
+// ---- stopping attempts: their state says so (model/attempt_state.h)
+
+TEST_F(PoolTest, APreemptedAttemptIsPreemptingUntilItHasLeft) {
+  PoolOptions o;
+  o.scheduler.groups = {{"lab-a", 1, 0}, {"lab-b", 1, 0}};
+  UseOptions(o);
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec victim = Spec(1);
+  victim.group = "lab-a";
+  victim.checkpoint = CheckpointSpec{0, 5'000, "SIGUSR1"};
+  ASSERT_TRUE(pool_->Submit(victim, "u").ok());  // 1
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  // Ordered to stop before its "running" report arrived.
+  clock_.AdvanceMs(60'000);
+  JobSpec inter = Spec(1);
+  inter.group = "lab-b";
+  inter.priority = JobPriority::kInteractive;
+  ASSERT_TRUE(pool_->Submit(inter, "w").ok());  // 2
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  auto v = *pool_->GetJob(1);
+  ASSERT_EQ(v.attempts.size(), 1u);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kPreempting);
+  EXPECT_EQ(v.attempts[0].preempt_ms, clock_.NowMs());
+  EXPECT_EQ(v.attempts[0].preempt_for_job, 2);
+  EXPECT_EQ(v.job.state, JobState::kScheduled);
+  // A late "running": the job runs (its GPUs are busy) and the attempt is
+  // still leaving; it is not preempted again.
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
+  v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kRunning);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kPreempting);
+  EXPECT_GT(v.attempts[0].started_ms, 0);
+  EXPECT_THAT(v.job.reason, HasSubstr("being preempted"));
+  clock_.AdvanceMs(1000);
+  EXPECT_EQ(*pool_->Schedule(), 0);
+  EXPECT_EQ(Stops(node.node_id).size(), 1u);
+  // Stopped with exit 0 and the shim's reason: preempted, not succeeded.
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"1.1", proto::TaskState::kExited, 0, 0, "stopped: preempted", 0})
+          .ok());
+  v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kPending);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kPreempted);
+  EXPECT_EQ(v.attempts[0].preempt_for_job, 2);
+}
+
+TEST_F(PoolTest, AJobStoppedForGoodIsStoppingThenCancelledAndNotStoppedTwice) {
+  auto node = *pool_->AgentHello(MakeHello("a", 1));
+  JobSpec spec = Spec(1);
+  spec.checkpoint = CheckpointSpec{0, 5'000, "SIGUSR1"};
+  ASSERT_TRUE(pool_->Submit(spec, "u").ok());
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(Report(node.node_id, 1, {"1.1", proto::TaskState::kRunning, 0, 0, "", 0}).ok());
+  clock_.AdvanceMs(1000);
+  ASSERT_TRUE(pool_->StopForGood(1, "stopped: idle for 30m", true).ok());
+  auto v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kRunning);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kStoppingForGood);
+  EXPECT_EQ(v.attempts[0].preempt_ms, clock_.NowMs());
+  EXPECT_EQ(v.attempts[0].preempt_for_job, 0);  // no job: no sentinel either
+  auto stops = Stops(node.node_id);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_TRUE(stops[0].requeue);  // the checkpoint signal first
+  // It leaves (killed after its grace): the job ends, cancelled, and the
+  // attempt keeps the server's reason.
+  ASSERT_TRUE(
+      Report(node.node_id, 2, {"1.1", proto::TaskState::kExited, 137, 9, "stopped: idle", 0}).ok());
+  v = *pool_->GetJob(1);
+  EXPECT_EQ(v.job.state, JobState::kCancelled);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kCancelled);
+  EXPECT_EQ(v.attempts[0].reason, "stopped: idle for 30m");
+
+  // A second stop of an attempt already stopping cancels the job outright.
+  ASSERT_TRUE(pool_->Submit(spec, "u").ok());  // 2
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  ASSERT_TRUE(pool_->StopForGood(2, "stopped: idle for 30m", true).ok());
+  EXPECT_EQ(pool_->GetJob(2)->attempts[0].state, AttemptState::kStoppingForGood);
+  ASSERT_TRUE(pool_->StopForGood(2, "cancelled by the user", true).ok());
+  v = *pool_->GetJob(2);
+  EXPECT_EQ(v.job.state, JobState::kCancelled);
+  EXPECT_EQ(v.attempts[0].state, AttemptState::kCancelled);
+}
+
+TEST_F(GangTest, AGangWhoseRankFailedIsGangStoppingUntilEveryRankEnded) {
+  for (const char* n : {"a", "b"}) Hello(n);
+  auto job = pool_->Submit(GangSpec(2), "alice");
+  ASSERT_EQ(*pool_->Schedule(), 1);
+  Attempt a = CurrentAttempt(job->id);
+  StartGang(a);
+  const std::string r0 = a.ranks[0].node_id, r1 = a.ranks[1].node_id;
+  clock_.AdvanceMs(500);
+  ASSERT_TRUE(Report(r1, Seq(r1), {a.id, proto::TaskState::kExited, 2}).ok());
+  Attempt stopping = CurrentAttempt(job->id);
+  EXPECT_EQ(stopping.state, AttemptState::kGangStopping);
+  EXPECT_EQ(stopping.gang_stop_ms, clock_.NowMs());
+  EXPECT_EQ(stopping.gang_stop_rank, 1);
+  EXPECT_EQ(StateOf(job->id), JobState::kRunning);
+  ASSERT_EQ(Stops(r0).size(), 1u);
+  // Rank 0 fails too, as it loses its peer: no second stop, and the gang
+  // ends as the rank that stopped it did.
+  clock_.AdvanceMs(500);
+  ASSERT_TRUE(Report(r0, Seq(r0), {a.id, proto::TaskState::kExited, 1}).ok());
+  auto d = pool_->GetJob(job->id);
+  EXPECT_EQ(d->job.state, JobState::kFailed);
+  EXPECT_EQ(d->attempts[0].state, AttemptState::kFailed);
+  EXPECT_EQ(d->attempts[0].gang_stop_rank, 1);
+  EXPECT_EQ(d->job.exit_code, std::optional<int32_t>(2));
+  EXPECT_EQ(Stops(r0).size(), 1u);
 }
 
 }  // namespace

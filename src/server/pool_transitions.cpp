@@ -8,16 +8,6 @@
 #include "server/pool_rules.h"
 
 namespace gpupool::server {
-namespace {
-
-// Whether a report about an attempt that was ordered to stop for preemption
-// means the job finished anyway: it exited cleanly before the stop reached
-// it (the shim records "stopped: ..." as the reason of anything it stopped).
-bool FinishedBeforePreemption(const proto::TaskReport& r) {
-  return r.state == "exited" && r.exit_code == 0 && r.signal == 0 && r.reason.empty();
-}
-
-}  // namespace
 
 Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& attempt_id,
                       const StopOrder& order) {
@@ -50,7 +40,7 @@ std::optional<std::string> JobReasonText(JobReason kind, const Job& job, const A
     case JobReason::kClear:
       return "";
     case JobReason::kClearUnlessStopping:
-      if (attempt.preempt_ms > 0) return std::nullopt;
+      if (IsStopping(attempt.state)) return std::nullopt;
       return "";
     case JobReason::kExit:
       return report ? ExitReason(*report) : "";
@@ -90,7 +80,8 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         // Placement-specific; Schedule() creates the attempt itself.
         break;
       case JobActionType::kMarkAttemptRunning:
-        attempt.state = AttemptState::kRunning;
+        // Running, or still stopping if it was ordered to before it started.
+        attempt.state = StepAttempt(attempt.state, AttemptEvent::kStarted).next;
         attempt.started_ms = report && report->ts_ms ? report->ts_ms : now;
         if (job.started_ms == 0) job.started_ms = attempt.started_ms;
         GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
@@ -113,7 +104,8 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
           r.state = action.close_as;
           r.finished_ms = now;
         }
-        if (report && report->state == "exited") attempt.exit_code = report->exit_code;
+        if (report && report->state == proto::TaskState::kExited)
+          attempt.exit_code = report->exit_code;
         // A preempted attempt, or one the server ended, keeps the server's
         // message as its reason.
         if (report && action.close_as != AttemptState::kPreempted && event != JobEvent::kEnded) {
@@ -146,7 +138,7 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
 }
 
 Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::TaskReport& r) {
-  if (r.state != "running") leaving_.erase(r.attempt_id);
+  if (r.state != proto::TaskState::kRunning) leaving_.erase(r.attempt_id);
   GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(r.attempt_id));
   std::optional<Job> job;
   if (attempt) {
@@ -157,33 +149,22 @@ Status Pool::ApplyTaskReport(Tx& tx, const std::string& node_id, const proto::Ta
   bool current = attempt && job && attempt->RunsOn(node_id) && IsLive(attempt->state) &&
                  job->current_attempt == attempt->id;
   if (attempt && !attempt->RunsOn(node_id)) {
-    GP_RETURN_IF_ERROR(RefuseForeign(tx, node_id, *attempt, "a task report (" + r.state + ")"));
+    GP_RETURN_IF_ERROR(
+        RefuseForeign(tx, node_id, *attempt,
+                      "a task report (" + std::string(proto::TaskStateName(r.state)) + ")"));
   }
   if (!current) {
-    if (r.state == "running" || r.state == "starting")
-      return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
+    if (proto::IsActive(r.state)) return PushStop(tx, node_id, r.attempt_id, {"stale attempt"});
     return Status::Ok();
   }
   if (!attempt->ranks.empty()) return ApplyRankReport(tx, *job, *attempt, node_id, r);
-  if (r.state == "starting") return Status::Ok();
-  JobEvent event;
-  if (r.state == "running")
-    event = JobEvent::kStarted;
-  else if (r.state == "vacated")
-    event = JobEvent::kVacated;
-  else if (r.state == "refused")
-    event = JobEvent::kRefused;
-  else if (attempt->preempt_ms > 0 && !FinishedBeforePreemption(r))
-    // However it ended: the job goes back to the queue, or ends if the
-    // server stopped it for good.
-    event = attempt->preempt_for_job == Attempt::kStoppedForGood ? JobEvent::kEnded
-                                                                 : JobEvent::kPreempted;
-  else if (r.state == "exited")
-    event = ExitEvent(r.exit_code);
-  else if (r.state == "failed")
-    event = JobEvent::kAttemptFailed;
-  else
-    event = JobEvent::kLost;
+  // What the report means for the job depends on the attempt's state (the
+  // attempt table): the end of a preempting attempt is its preemption.
+  std::optional<AttemptEvent> happened = AttemptEventOf(r);
+  if (!happened) return Status::Ok();
+  AttemptTransition t = StepAttempt(attempt->state, *happened);
+  if (!t.accepted || !t.job_event) return Status::Ok();
+  JobEvent event = *t.job_event;
   if (event == JobEvent::kRefused && job->state == JobState::kScheduled) {
     fx_.refusals.emplace_back(job->id, node_id);
   }

@@ -29,7 +29,7 @@ class ScriptedAgent : public net::WsHandler {
     proto::Hello h = NodeAHello();
     proto::TaskReport running;
     running.attempt_id = "1.1";
-    running.state = "running";
+    running.state = proto::TaskState::kRunning;
     h.tasks.push_back(running);
     conn_->Send(proto::EncodeEnvelope(
         {proto::kProtocolVersion, 0, 0, std::string(proto::kHello), proto::Encode(h)}));
@@ -333,7 +333,7 @@ TEST_F(SessionGatewayTest, AnIdleSessionThatCheckpointsLeavesFirstThenEnds) {
   OnLoop([&] {
     proto::TaskReport r;
     r.attempt_id = "1.1";
-    r.state = "running";
+    r.state = proto::TaskState::kRunning;
     EXPECT_TRUE(
         pool_->AgentMessage(node_, 1, std::string(proto::kTaskStatus), proto::Encode(r)).ok());
     gateway_->JobChanged(1);
@@ -361,7 +361,7 @@ TEST_F(SessionGatewayTest, AnIdleSessionThatCheckpointsLeavesFirstThenEnds) {
   OnLoop([&] {
     proto::TaskReport r;
     r.attempt_id = "1.1";
-    r.state = "exited";
+    r.state = proto::TaskState::kExited;
     r.exit_code = 143;
     EXPECT_TRUE(
         pool_->AgentMessage(node_, 2, std::string(proto::kTaskStatus), proto::Encode(r)).ok());

@@ -413,6 +413,8 @@ void CheckV6(Tx& tx) {
   EXPECT_EQ(a->ranks[1].exit_code, std::optional<int32_t>(1));
   EXPECT_EQ(a->MasterEndpoint(), "10.0.0.1:29500");
   EXPECT_EQ(a->gang_stop_rank, 1);
+  // Version 9: a gang whose ranks were being stopped says so in its state.
+  EXPECT_EQ(a->state, AttemptState::kGangStopping);
   AttemptQuery on2;
   on2.node_id = "n-2";
   on2.live_only = true;
@@ -456,7 +458,8 @@ const VersionRows kVersions[] = {
     {1, kRowsV1, CheckV1},        {2, kRowsV2, CheckV2}, {3, kRowsV3, CheckV3},
     {4, kRowsV4, CheckV4, UseV4}, {5, kRowsV5, CheckV5}, {6, kRowsV6, CheckV6},
     {7, nullptr, nullptr},  // log chunks: the v6 lines pass through it (CheckV6)
-    {8, kRowsV8, CheckV8},
+    {8, kRowsV8, CheckV8},        {9, nullptr, nullptr},  // attempt states: the rows of
+                                                          // kRowsBeforeV9 below, and CheckV6
 };
 static_assert(std::size(kVersions) == SqliteStore::kSchemaVersion,
               "a new migration adds its rows and check to kVersions");
@@ -520,6 +523,78 @@ INSTANTIATE_TEST_SUITE_P(Schema, EveryPastVersion,
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "V" + std::to_string(info.param);
                          });
+
+// Version 9: attempts being stopped, as version 8 marked them (timestamps
+// and the -1 sentinel), and what they become.
+constexpr const char* kRowsBeforeV9 = R"sql(
+INSERT INTO jobs VALUES
+  (50, 'hana', 'victim', 'running', 'being preempted for job 51', NULL, 1, '50.1', 6000, 6100,
+   6010, 0, '{"name":"victim","run":"train","resources":{"gpus":1},"checkpoint":{}}', 6100, 0, 0, 0),
+  (51, 'hana', 'idle', 'running', 'being stopped: idle', NULL, 1, '51.1', 6000, 6100, 6010, 0,
+   '{"name":"idle","run":"sleep","resources":{"gpus":1},"checkpoint":{}}', 6100, 0, 0, 0),
+  (52, 'hana', 'late', 'scheduled', 'being preempted for job 51', NULL, 1, '52.1', 6000, 6100,
+   0, 0, '{"name":"late","run":"train","resources":{"gpus":1},"checkpoint":{}}', 6100, 0, 0, 0),
+  (53, 'hana', 'ddp', 'running', '', NULL, 1, '53.1', 6000, 6100, 6010, 0,
+   '{"name":"ddp","run":"torchrun t.py","resources":{"gpus":1,"nodes":2},"checkpoint":{}}',
+   6100, 0, 0, 0),
+  (54, 'hana', 'ended', 'cancelled', 'idle', NULL, 1, '', 6000, 6100, 6010, 6200,
+   '{"name":"ended","run":"sleep","resources":{"gpus":1},"checkpoint":{}}', NULL, 0, 0, 0),
+  (55, 'hana', 'plain', 'running', '', NULL, 1, '55.1', 6000, 6100, 6010, 0,
+   '{"name":"plain","run":"train","resources":{"gpus":1}}', NULL, 0, 0, 0);
+INSERT INTO attempts VALUES
+  ('50.1', 50, 1, 'n-1', '["GPU-a"]', 'running', NULL, 'preempted for job 51', 6005, 6010, 0,
+   1000, 0, 6100, 51, 0, ''),
+  ('51.1', 51, 1, 'n-1', '["GPU-b"]', 'running', NULL, 'idle', 6005, 6010, 0, 1000, 0, 6100, -1,
+   0, ''),
+  ('52.1', 52, 1, 'n-1', '["GPU-c"]', 'scheduled', NULL, 'preempted for job 51', 6005, 0, 0,
+   1000, 0, 6100, 51, 0, ''),
+  ('53.1', 53, 1, 'n-1', '["GPU-d"]', 'running', NULL, 'rank 1 lost', 6005, 6010, 0, 1000, 0,
+   6150, 51, 0,
+   '{"ranks":[{"rank":0,"node_id":"n-1","gpu_uuids":["GPU-d"],"state":"running","reason":"","finished_ms":0},{"rank":1,"node_id":"n-2","gpu_uuids":["GPU-e"],"state":"lost","reason":"gone","finished_ms":6100}],"master_addr":"10.0.0.1","master_port":29500,"stop_ms":6100,"stop_rank":1}'),
+  ('54.1', 54, 1, 'n-1', '["GPU-f"]', 'cancelled', NULL, 'idle', 6005, 6010, 6200, 1000, 0,
+   6100, -1, 0, ''),
+  ('55.1', 55, 1, 'n-1', '["GPU-g"]', 'running', NULL, '', 6005, 6010, 0, 1000, 0, 0, 0, 0,
+   '{"ranks":[],"master_addr":"","master_port":0,"stop_ms":0,"stop_rank":-1}');
+)sql";
+
+TEST(Version9, AttemptsBeingStoppedGetTheirStatesAndStayLive) {
+  TempDir dir;
+  BuildAt(dir.db(), 8);
+  RawDb(dir.db()).Exec(kRowsBeforeV9);
+  auto store = SqliteStore::Open(dir.db());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Read(**store, [](Tx& tx) {
+    auto state = [&](const std::string& id) {
+      auto a = Must(tx.GetAttempt(id));
+      return a ? AttemptStateName(a->state) : "missing";
+    };
+    EXPECT_EQ(state("50.1"), "preempting");
+    EXPECT_EQ(state("51.1"), "stopping");
+    EXPECT_EQ(state("52.1"), "preempting");  // ordered to stop before it started
+    EXPECT_EQ(state("53.1"), "preempting");  // a preemption took precedence over the gang stop
+    EXPECT_EQ(state("54.1"), "cancelled");   // ended attempts keep their state
+    EXPECT_EQ(state("55.1"), "running");
+    // The timestamps and what the stop was for stay, as data.
+    auto victim = Must(tx.GetAttempt("50.1"));
+    EXPECT_EQ(victim->preempt_ms, 6100);
+    EXPECT_EQ(victim->preempt_for_job, 51);
+    auto gang = Must(tx.GetAttempt("53.1"));
+    EXPECT_EQ(gang->gang_stop_ms, 6100);
+    EXPECT_EQ(gang->gang_stop_rank, 1);
+    // The sentinel is gone: preempt_for_job names a job or is 0.
+    EXPECT_EQ(Must(tx.GetAttempt("51.1"))->preempt_for_job, 0);
+    EXPECT_EQ(Must(tx.GetAttempt("54.1"))->preempt_for_job, 0);
+    EXPECT_EQ(Must(tx.GetAttempt("51.1"))->preempt_ms, 6100);
+    // Live queries list the stopping attempts: their GPUs are still held.
+    AttemptQuery live;
+    live.live_only = true;
+    std::vector<std::string> ids;
+    for (const Attempt& a : Must(tx.ListAttempts(live))) {
+      if (a.job_id >= 50) ids.push_back(a.id);
+    }
+    EXPECT_EQ(ids, (std::vector<std::string>{"50.1", "51.1", "52.1", "53.1", "55.1"}));
+  });
+}
 
 // ---- migrations that fail
 

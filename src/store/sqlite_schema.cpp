@@ -362,6 +362,26 @@ BEGIN
 END;
 )sql";
 
+// Version 9: an attempt that is being stopped says so in its state
+// (model/job.h) instead of through its timestamps: a live attempt ordered
+// to stop to make room for a job (preempt_ms > 0, preempt_for_job > 0)
+// becomes 'preempting'; one the server stops to end its job
+// (preempt_for_job was -1) becomes 'stopping'; a gang whose ranks are being
+// stopped (its gang JSON's stop_ms > 0) becomes 'gang-stopping', unless it
+// was also preempting, which took precedence. The -1 sentinel goes:
+// preempt_for_job is a job id or 0. The live-attempt index (attempts_state)
+// covers the new names as it did the old.
+constexpr const char* kSchemaV9 = R"sql(
+UPDATE attempts SET state = 'stopping'
+  WHERE state IN ('scheduled', 'running') AND preempt_ms > 0 AND preempt_for_job = -1;
+UPDATE attempts SET state = 'preempting'
+  WHERE state IN ('scheduled', 'running') AND preempt_ms > 0;
+UPDATE attempts SET state = 'gang-stopping'
+  WHERE state IN ('scheduled', 'running') AND gang <> ''
+    AND COALESCE(json_extract(gang, '$.stop_ms'), 0) > 0;
+UPDATE attempts SET preempt_for_job = 0 WHERE preempt_for_job = -1;
+)sql";
+
 // Version 7 (before version 8 above in history): logs in chunks
 // (store/sqlite_logs.h); the v6 rows are packed into chunks by
 // MigrateLogsToChunks, which then drops the logs table.
@@ -375,6 +395,7 @@ constexpr SchemaMigration kMigrations[] = {
     {6, kSchemaV6},
     {7, kLogSchemaV7, MigrateLogsToChunks},
     {8, kSchemaV8},
+    {9, kSchemaV9},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");

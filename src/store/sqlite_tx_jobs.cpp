@@ -209,18 +209,25 @@ Result<std::vector<Attempt>> SqliteTx::ListAttempts(const AttemptQuery& aq) {
     sql += " AND (node_id = " + n + " OR id IN (SELECT attempt_id FROM attempt_nodes WHERE " +
            "node_id = " + n + "))";
   }
+  // The live states by name (model/job.h: scheduled, running and the
+  // stopping states), bound from `next` on.
+  std::vector<std::string_view> live;
   if (aq.live_only) {
-    sql += " AND state IN (?" + std::to_string(next) + ", ?" + std::to_string(next + 1) + ")";
+    for (AttemptState s : kAllAttemptStates) {
+      if (IsLive(s)) live.push_back(AttemptStateName(s));
+    }
+    sql += " AND state IN (";
+    for (size_t k = 0; k < live.size(); ++k) {
+      sql += (k ? ", ?" : "?") + std::to_string(next + static_cast<int>(k));
+    }
+    sql += ")";
   }
   sql += " ORDER BY job_id, number";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
   int i = 1;
   if (aq.job_id) q.Bind(i++, *aq.job_id);
   if (aq.node_id) q.Bind(i++, *aq.node_id);
-  if (aq.live_only) {
-    q.Bind(i, AttemptStateName(AttemptState::kScheduled));
-    q.Bind(i + 1, AttemptStateName(AttemptState::kRunning));
-  }
+  for (std::string_view name : live) q.Bind(i++, name);
   return ReadAll<Attempt>(q, ReadAttempt);
 }
 

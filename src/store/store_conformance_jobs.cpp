@@ -372,6 +372,58 @@ TEST_P(StoreConformanceTest, GangAttemptsKeepTheirRanksAndAreListedOnEveryNode) 
   EXPECT_TRUE(on_d.empty());
 }
 
+// Attempts being stopped are live (they hold their GPUs until they have
+// left) in every state that says so, and keep what the stop was for.
+TEST_P(StoreConformanceTest, StoppingAttemptsAreLiveAndKeepTheirStop) {
+  for (int i = 0; i < 4; ++i) {
+    CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
+  }
+  Attempt preempting = MakeAttempt(1, 1, "n-a", AttemptState::kPreempting);
+  preempting.preempt_ms = 50;
+  preempting.preempt_for_job = 4;
+  preempting.reason = "preempted for job 4";
+  Attempt stopping = MakeAttempt(2, 1, "n-a", AttemptState::kStoppingForGood);
+  stopping.preempt_ms = 51;
+  stopping.reason = "idle for 30m";
+  Attempt gang = MakeAttempt(3, 1, "n-a", AttemptState::kGangStopping);
+  for (int r = 0; r < 2; ++r) {
+    AttemptRank rank;
+    rank.rank = r;
+    rank.node_id = r == 0 ? "n-a" : "n-b";
+    rank.state = r == 0 ? AttemptState::kRunning : AttemptState::kFailed;
+    gang.ranks.push_back(rank);
+  }
+  gang.gang_stop_ms = 52;
+  gang.gang_stop_rank = 1;
+  Attempt preempted = MakeAttempt(4, 1, "n-a", AttemptState::kPreempted);
+  preempted.preempt_ms = 40;
+  preempted.preempt_for_job = 1;
+  for (const Attempt& a : {preempting, stopping, gang, preempted}) {
+    CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutAttempt(a); }));
+  }
+  for (const Attempt& want : {preempting, stopping, gang, preempted}) {
+    CONF_ASSERT_OK_AND_ASSIGN(auto got,
+                              InTx(store(), [&](Tx& tx) { return tx.GetAttempt(want.id); }));
+    ASSERT_TRUE(got.has_value()) << want.id;
+    EXPECT_EQ(*got, want) << want.id;
+  }
+  using V = std::vector<std::string>;
+  CONF_ASSERT_OK_AND_ASSIGN(auto live,
+                            InTx(store(), [](Tx& tx) { return tx.ListAttempts(AQ().LiveOnly()); }));
+  EXPECT_EQ(AttemptIds(live), (V{"1.1", "2.1", "3.1"}));
+  CONF_ASSERT_OK_AND_ASSIGN(auto on_b, InTx(store(), [](Tx& tx) {
+                              return tx.ListAttempts(AQ().Node("n-b").LiveOnly());
+                            }));
+  EXPECT_EQ(AttemptIds(on_b), V{"3.1"});
+  // Once it has left, it is no longer live.
+  preempting.state = AttemptState::kPreempted;
+  preempting.finished_ms = 60;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutAttempt(preempting); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto after,
+                            InTx(store(), [](Tx& tx) { return tx.ListAttempts(AQ().LiveOnly()); }));
+  EXPECT_EQ(AttemptIds(after), (V{"2.1", "3.1"}));
+}
+
 TEST_P(StoreConformanceTest, EachRankHasItsOwnLogOffsets) {
   CONF_ASSERT_OK(Insert(store(), MakeJob("alice", RunSpec())));
   LogLine r0 = Line("1.1", 0, "rank 0 says hi");

@@ -176,8 +176,13 @@ struct RequestKeyEq {
 };
 using RequestIds = std::unordered_map<RequestKey, size_t, RequestKeyHash, RequestKeyEq>;
 
+// Scorer results across passes (RunContext, pass_score.cpp).
+struct ScoreCache;
+
 struct Pass {
-  Pass(const SchedulerConfig& c, const Snapshot& s) : config(c), snap(s), rng(c.seed) {}
+  Pass(const SchedulerConfig& c, const Snapshot& s, Rng* run_rng = nullptr,
+       ScoreCache* run_cache = nullptr)
+      : config(c), snap(s), own_rng(c.seed), rng(run_rng ? *run_rng : own_rng), cache(run_cache) {}
 
   const SchedulerConfig& config;
   const Snapshot& snap;
@@ -205,7 +210,9 @@ struct Pass {
   std::map<std::string, GroupState> group_state;
   std::vector<TaskType> workload;
   std::unique_ptr<PlacementScorer> scorer;
-  Rng rng;
+  Rng own_rng;                      // seeded from config.seed each pass
+  Rng& rng;                         // own_rng, or the RunContext's
+  ScoreCache* cache;                // RunContext's, or null
   std::vector<double> frag_before;  // per node: the scorer's Before(), NaN when stale
   NodeCapacity scratch_free, scratch_cap;
   TaskRequest scratch_task;
@@ -291,6 +298,14 @@ void Candidates(Pass& pass, const Request& r, const std::vector<char>& allowed,
                 bool may_use_reserved, std::vector<Choice>* out);
 // Places `job` (every rank of a gang, or none) and records the placement.
 bool TryPlace(Pass& pass, const PendingJob& job);
+
+// pass_score.cpp (SchedulerConfig::score_all_nodes)
+// The best placement of one rank of `r` among every node it fits on, the
+// scorer choosing the GPUs; nullopt when it fits nowhere.
+// The cache in `slot`, made on first use.
+ScoreCache* EnsureScoreCache(std::unique_ptr<ScoreCache>& slot);
+std::optional<Choice> ChooseAmongAll(Pass& pass, const Request& r, const std::vector<char>& allowed,
+                                     bool may_use_reserved);
 
 // pass_backfill.cpp
 // The earliest time the running work's expected ends leave room for `job`

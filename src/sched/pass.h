@@ -10,6 +10,8 @@
 //                      free capacity, taking, holding, saving and restoring
 //   pass_place.cpp     placing one job: shape tiers, fit on a node,
 //                      candidates, scoring; a gang's ranks all or nothing
+//   pass_score.cpp     SchedulerConfig::score_all_nodes: every feasible node
+//                      scored, the scorer choosing the GPUs; RunContext's cache
 //   pass_backfill.cpp  backfill reservations from running work's expected ends
 //   pass_preempt.cpp   preemption: victims per node, the preemptor's hold
 //   pass_wait.cpp      why a job waits: the waiting and unsatisfiable texts
@@ -196,6 +198,9 @@ struct Pass {
   std::vector<std::vector<std::vector<int>>> whole;
   // Per shape, GPUs partly taken: (avail milli, node, gpu).
   std::vector<std::set<std::tuple<int, int, int>>> partial;
+  // False: `whole` and `partial` stay empty (score_all_nodes without
+  // backfill, which alone would read them).
+  bool indexed = true;
   int last_shape = 0;
   std::vector<int> mixed;
   std::vector<int> seen;

@@ -113,8 +113,8 @@ double BeforeOf(Pass& pass, int n, uint64_t epoch) {
   return before;
 }
 
-// The cache's entry for the task in pass.scratch_task on node n, or null.
-ScoreCache::Entry* EntryFor(Pass& pass, int n, uint64_t epoch) {
+// The cache's entries (by node) for the task in pass.scratch_task, or null.
+std::vector<ScoreCache::Entry>* EntriesFor(Pass& pass) {
   if (!pass.cache) return nullptr;
   ScoreCache& cache = *pass.cache;
   const TaskRequest& t = pass.scratch_task;
@@ -128,7 +128,14 @@ ScoreCache::Entry* EntryFor(Pass& pass, int n, uint64_t epoch) {
     it = cache.tasks.emplace(key, cache.entries.size()).first;
     cache.entries.emplace_back(cache.nodes.size());
   }
-  ScoreCache::Entry& e = cache.entries[it->second][static_cast<size_t>(n)];
+  return &cache.entries[it->second];
+}
+
+// The entry of node n among `row` (EntriesFor), reset when its epoch moved.
+ScoreCache::Entry* EntryFor(Pass& pass, std::vector<ScoreCache::Entry>* row, int n,
+                            uint64_t epoch) {
+  if (!row) return nullptr;
+  ScoreCache::Entry& e = (*row)[static_cast<size_t>(n)];
   if (e.epoch != epoch) {
     e.epoch = epoch;
     e.share_mask = 0;
@@ -139,8 +146,10 @@ ScoreCache::Entry* EntryFor(Pass& pass, int n, uint64_t epoch) {
 }
 
 // The scorer's key for taking `local` (GPU indices on the node) there.
-ScoreKey KeyOf(Pass& pass, int n, uint64_t epoch, double before, const std::vector<int>& local) {
-  ScoreCache::Entry* e = pass.scratch_free.gpus.size() <= 63 ? EntryFor(pass, n, epoch) : nullptr;
+ScoreKey KeyOf(Pass& pass, std::vector<ScoreCache::Entry>* row, int n, uint64_t epoch,
+               double before, const std::vector<int>& local) {
+  ScoreCache::Entry* e =
+      pass.scratch_free.gpus.size() <= 63 ? EntryFor(pass, row, n, epoch) : nullptr;
   const bool share = pass.scratch_task.IsFractional() && local.size() == 1;
   uint64_t set = 0;
   for (int g : local) set |= uint64_t{1} << g;
@@ -183,10 +192,6 @@ std::vector<int> ShareOptions(const Pass& pass, int n, const Request& r,
 
 std::optional<Choice> ChooseAmongAll(Pass& pass, const Request& r, const std::vector<char>& allowed,
                                      bool may_use_reserved) {
-  if (pass.cache && pass.cache->nodes.size() != pass.nodes.size()) {
-    *pass.cache = ScoreCache{};
-    pass.cache->nodes.resize(pass.nodes.size());
-  }
   // Feasible nodes in node order (the index's order plays no part).
   ++pass.stamp;
   for (int n : pass.exclude) pass.seen[static_cast<size_t>(n)] = pass.stamp;
@@ -200,7 +205,11 @@ std::optional<Choice> ChooseAmongAll(Pass& pass, const Request& r, const std::ve
       feasible.push_back({n, std::move(*picked), actual});
     }
   };
-  for (int n = 0; n < static_cast<int>(pass.nodes.size()); ++n) offer(n, false);
+  const bool first_only = !pass.scorer->Scores() && !pass.scorer->RandomChoice();
+  for (int n = 0; n < static_cast<int>(pass.nodes.size()); ++n) {
+    offer(n, false);
+    if (first_only && !feasible.empty()) break;
+  }
   if (may_use_reserved) {
     for (int n : pass.reserved_nodes) offer(n, true);
   }
@@ -214,11 +223,23 @@ std::optional<Choice> ChooseAmongAll(Pass& pass, const Request& r, const std::ve
     }
     return c;
   }
+  if (!pass.scorer->Scores()) {
+    // Every candidate ties by design (first-fit): the first node, the first
+    // fitting GPU, as the scoring below would choose, unscored.
+    Choice c = feasible.front();
+    if (share) c.gpus = {ShareOptions(pass, c.node, r, allowed, c.actual).front()};
+    return c;
+  }
   TaskRequest& t = pass.scratch_task;
   t.cpu_milli = r.cpu_milli;
   t.memory_mib = r.memory_mib;
   t.num_gpu = r.gpus > 0 ? r.gpus : (share ? 1 : 0);
   t.gpu_milli = r.gpus > 0 ? kFull : r.gpu_milli;
+  if (pass.cache && pass.cache->nodes.size() != pass.nodes.size()) {
+    *pass.cache = ScoreCache{};
+    pass.cache->nodes.resize(pass.nodes.size());
+  }
+  std::vector<ScoreCache::Entry>* row = EntriesFor(pass);
   const bool by_left = pass.config.tie_break == TieBreak::kLeastGpuLeft && pass.scorer->Scores();
   std::optional<Choice> best;
   std::tuple<int64_t, int64_t, int64_t, int> best_rank;
@@ -241,7 +262,7 @@ std::optional<Choice> ChooseAmongAll(Pass& pass, const Request& r, const std::ve
     for (size_t k = 0; k < options.size(); ++k) {
       local.clear();
       for (int g : options[k]) local.push_back(g - begin);
-      const ScoreKey key = KeyOf(pass, c.node, epoch, before, local);
+      const ScoreKey key = KeyOf(pass, row, c.node, epoch, before, local);
       const bool tighter =
           pass.scorer->TightestGpuFirst() && share &&
           pass.scratch_free.gpus[static_cast<size_t>(options[k][0] - begin)] <

@@ -9,7 +9,10 @@
 // order), so the same snapshot gives the same decisions, bit for bit,
 // whatever the order of its vectors. A Scheduler holds no state between
 // calls; one object may be used from one thread at a time (it reuses scratch
-// buffers), distinct objects share nothing.
+// buffers), distinct objects share nothing. A caller that replays many
+// passes (`gpupool sim openb`) may pass a RunContext: `random` then draws
+// from the caller's generator, and scores are cached across calls (the
+// same decisions as without the cache).
 //
 // What one pass does, in order:
 //  1. Orders the pending queue: priority class (interactive > normal >

@@ -43,7 +43,9 @@ struct ScoreCache {
     bool has_set = false;
     std::vector<ScoreKey> keys;
   };
-  static constexpr size_t kMaxCells = size_t{1} << 21;  // entries over all task shapes
+  // Entries over all task shapes (about 200 bytes each at most, with their
+  // keys): past this the task rows are dropped and refilled as needed.
+  static constexpr size_t kMaxCells = size_t{1} << 19;
 
   std::vector<NodeState> nodes;
   uint64_t clock = 0;

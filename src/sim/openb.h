@@ -62,11 +62,11 @@ struct OpenbOptions {
   // Ties between equally scored nodes: the artifact's patched kube-scheduler
   // keeps the smallest node name (nodes are visited in name order here).
   sched::TieBreak tie_break = sched::TieBreak::kLowestIndex;
-  // Place through sched::Scheduler::Decide, one arrival per pass
-  // (`--via decide`, SchedulerConfig::score_all_nodes), instead of
-  // MakePolicy's fast policies; the same curve, byte for byte
-  // (bench/openb_via_decide.sh, sim_test).
-  bool via_decide = false;
+  // Place through sched::Scheduler::Decide, one arrival per pass (the
+  // default; SchedulerConfig::score_all_nodes), or, false (`--via policy`),
+  // through MakePolicy's fast policies: the same curve, byte for byte
+  // (bench/openb_compare_via.sh, sim_test), about 20 times faster.
+  bool via_decide = true;
 };
 
 // Brings the list to `target_milli` GPU demand as the artifact does (see the

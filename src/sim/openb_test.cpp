@@ -198,6 +198,8 @@ TEST(OpenbRun, ViaDecideGivesTheSameCurveAsThePolicies) {
       OpenbOptions o;
       o.policy = policy;
       o.seed = seed;
+      EXPECT_TRUE(o.via_decide);  // the default
+      o.via_decide = false;
       auto fast = RunOpenb(nodes, tasks, o);
       o.via_decide = true;
       auto decide = RunOpenb(nodes, tasks, o);

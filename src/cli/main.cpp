@@ -461,6 +461,12 @@ int main(int argc, char** argv) {
   sim_openb->add_option("--inflate-pct", so_sim.options.inflate_pct, "GPU demand, % of capacity");
   sim_openb->add_option("--typical-threshold", so_sim.options.typical_threshold_pct,
                         "FGD: % of all tasks (CPU-only included) the target workload covers");
+  sim_openb
+      ->add_option_function<std::string>(
+          "--via", [&so_sim](const std::string& v) { so_sim.options.via_decide = v == "decide"; },
+          "decide (the server's Scheduler::Decide, one arrival per pass; the default) or "
+          "policy (the fast placement policies: the same curve, about 20x faster)")
+      ->check(CLI::IsMember({"policy", "decide"}));
   // sim campus / sim trace: the campus-sharing simulator (docs/evaluation.md, docs/sim-trace.md)
   auto add_sim_knobs = [](CLI::App* c, sim::SimOptions& o, std::string& modes) {
     c->add_option("--mode", modes, "pooled, per-lab or both")

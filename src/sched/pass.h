@@ -10,6 +10,8 @@
 //                      free capacity, taking, holding, saving and restoring
 //   pass_place.cpp     placing one job: shape tiers, fit on a node,
 //                      candidates, scoring; a gang's ranks all or nothing
+//   pass_score.cpp     SchedulerConfig::score_all_nodes: every feasible node
+//                      scored, the scorer choosing the GPUs; RunContext's cache
 //   pass_backfill.cpp  backfill reservations from running work's expected ends
 //   pass_preempt.cpp   preemption: victims per node, the preemptor's hold
 //   pass_wait.cpp      why a job waits, as data (wait_reason.h renders it)
@@ -176,8 +178,13 @@ struct RequestKeyEq {
 };
 using RequestIds = std::unordered_map<RequestKey, size_t, RequestKeyHash, RequestKeyEq>;
 
+// Scorer results across passes (RunContext, pass_score.cpp).
+struct ScoreCache;
+
 struct Pass {
-  Pass(const SchedulerConfig& c, const Snapshot& s) : config(c), snap(s), rng(c.seed) {}
+  Pass(const SchedulerConfig& c, const Snapshot& s, Rng* run_rng = nullptr,
+       ScoreCache* run_cache = nullptr)
+      : config(c), snap(s), own_rng(c.seed), rng(run_rng ? *run_rng : own_rng), cache(run_cache) {}
 
   const SchedulerConfig& config;
   const Snapshot& snap;
@@ -191,6 +198,9 @@ struct Pass {
   std::vector<std::vector<std::vector<int>>> whole;
   // Per shape, GPUs partly taken: (avail milli, node, gpu).
   std::vector<std::set<std::tuple<int, int, int>>> partial;
+  // False: `whole` and `partial` stay empty (score_all_nodes without
+  // backfill, which alone would read them).
+  bool indexed = true;
   int last_shape = 0;
   std::vector<int> mixed;
   std::vector<int> seen;
@@ -205,7 +215,9 @@ struct Pass {
   std::map<std::string, GroupState> group_state;
   std::vector<TaskType> workload;
   std::unique_ptr<PlacementScorer> scorer;
-  Rng rng;
+  Rng own_rng;                      // seeded from config.seed each pass
+  Rng& rng;                         // own_rng, or the RunContext's
+  ScoreCache* cache;                // RunContext's, or null
   std::vector<double> frag_before;  // per node: the scorer's Before(), NaN when stale
   NodeCapacity scratch_free, scratch_cap;
   TaskRequest scratch_task;
@@ -292,6 +304,14 @@ void Candidates(Pass& pass, const Request& r, const std::vector<char>& allowed,
                 bool may_use_reserved, std::vector<Choice>* out);
 // Places `job` (every rank of a gang, or none) and records the placement.
 bool TryPlace(Pass& pass, const PendingJob& job);
+
+// pass_score.cpp (SchedulerConfig::score_all_nodes)
+// The best placement of one rank of `r` among every node it fits on, the
+// scorer choosing the GPUs; nullopt when it fits nowhere.
+// The cache in `slot`, made on first use.
+ScoreCache* EnsureScoreCache(std::unique_ptr<ScoreCache>& slot);
+std::optional<Choice> ChooseAmongAll(Pass& pass, const Request& r, const std::vector<char>& allowed,
+                                     bool may_use_reserved);
 
 // pass_backfill.cpp
 // The earliest time the running work's expected ends leave room for `job`

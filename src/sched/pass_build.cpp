@@ -40,14 +40,20 @@ int ShapeOf(Pass& pass, const GpuView& g, std::map<ShapeKey, int>& ids) {
 
 Status Build(Pass& pass) {
   std::unordered_map<std::string, int> node_index;
+  node_index.reserve(pass.snap.nodes.size());
   std::map<ShapeKey, int> shape_ids;
   pass.nodes.reserve(pass.snap.nodes.size());
+  size_t gpu_count = 0;
+  for (const NodeView& v : pass.snap.nodes) gpu_count += v.gpus.size();
+  pass.gpus.reserve(gpu_count);
   // Nodes in id order: ties end in node id, whatever the caller's order.
   std::vector<const NodeView*> by_id;
   by_id.reserve(pass.snap.nodes.size());
   for (const NodeView& v : pass.snap.nodes) by_id.push_back(&v);
-  std::sort(by_id.begin(), by_id.end(),
-            [](const NodeView* a, const NodeView* b) { return a->id < b->id; });
+  auto id_less = [](const NodeView* a, const NodeView* b) { return a->id < b->id; };
+  if (!std::is_sorted(by_id.begin(), by_id.end(), id_less)) {
+    std::sort(by_id.begin(), by_id.end(), id_less);
+  }
   for (const NodeView* vp : by_id) {
     const NodeView& v = *vp;
     auto where = [&] { return "nodes[" + std::to_string(pass.nodes.size()) + "] (" + v.id + ")"; };
@@ -85,6 +91,8 @@ Status Build(Pass& pass) {
   pass.partial.resize(pass.shapes.size());
   pass.seen.assign(pass.nodes.size(), 0);
   pass.frag_before.assign(pass.nodes.size(), std::numeric_limits<double>::quiet_NaN());
+  // score_all_nodes scans every node: the index serves only backfill then.
+  pass.indexed = !pass.config.score_all_nodes || pass.config.max_reservations > 0;
   for (int i = 0; i < static_cast<int>(pass.nodes.size()); ++i) {
     if (pass.nodes[static_cast<size_t>(i)].mixed && Ready(pass, i)) pass.mixed.push_back(i);
     Index(pass, i);

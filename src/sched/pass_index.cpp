@@ -10,7 +10,7 @@ namespace gpupool::sched::detail {
 void Index(Pass& pass, int n) {
   NodeS& node = pass.nodes[static_cast<size_t>(n)];
   pass.frag_before[static_cast<size_t>(n)] = std::numeric_limits<double>::quiet_NaN();
-  if (!node.view->ready) return;
+  if (!node.view->ready || !pass.indexed) return;
   node.indexed.clear();
   for (int g = node.gpu_begin; g < node.gpu_end; ++g) {
     GpuS& gpu = pass.gpus[static_cast<size_t>(g)];

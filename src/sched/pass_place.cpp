@@ -260,8 +260,14 @@ bool TryPlace(Pass& pass, const PendingJob& job) {
     pass.exclude.clear();
     for (int rank = 0; rank < r.nodes; ++rank) {
       std::vector<Choice> cands;
-      Candidates(pass, r, allowed, may_use_reserved, &cands);
-      if (cands.empty()) break;
+      if (pass.config.score_all_nodes) {
+        std::optional<Choice> all = ChooseAmongAll(pass, r, allowed, may_use_reserved);
+        if (!all) break;
+        cands.push_back(std::move(*all));
+      } else {
+        Candidates(pass, r, allowed, may_use_reserved, &cands);
+        if (cands.empty()) break;
+      }
       const Choice& c = cands[Best(pass, cands, r)];
       saved.push_back(Save(pass, c.node));
       Take(pass, c.node, r, c.gpus, c.actual);

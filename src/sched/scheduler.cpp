@@ -72,7 +72,13 @@ Result<Decisions> Run(Pass& pass) {
   if (!pass.scorer) return ParsePlacementScore(pass.config.placement.name).status();
   GP_RETURN_IF_ERROR(Build(pass));
   GP_ASSIGN_OR_RETURN(auto order, OrderJobs(pass));
-  if (pass.scorer->UsesWorkload()) BuildWorkload(pass);
+  if (pass.scorer->UsesWorkload()) {
+    if (pass.config.workload.empty()) {
+      BuildWorkload(pass);
+    } else {
+      pass.workload = pass.config.workload;
+    }
+  }
   int placed = 0;
   pass.out.waiting.reserve(order.size());
   for (QueueEntry& entry : order) {
@@ -127,6 +133,11 @@ Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)) {}
 
 Result<Decisions> Scheduler::Decide(const Snapshot& snapshot) {
   Pass pass(config_, snapshot);
+  return Run(pass);
+}
+
+Result<Decisions> Scheduler::Decide(const Snapshot& snapshot, RunContext& run) {
+  Pass pass(config_, snapshot, &run.rng, EnsureScoreCache(run.cache));
   return Run(pass);
 }
 

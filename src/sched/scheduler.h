@@ -9,7 +9,10 @@
 // order), so the same snapshot gives the same decisions, bit for bit,
 // whatever the order of its vectors. A Scheduler holds no state between
 // calls; one object may be used from one thread at a time (it reuses scratch
-// buffers), distinct objects share nothing.
+// buffers), distinct objects share nothing. A caller that replays many
+// passes (`gpupool sim openb`) may pass a RunContext: `random` then draws
+// from the caller's generator, and scores are cached across calls (the
+// same decisions as without the cache).
 //
 // What one pass does, in order:
 //  1. Orders the pending queue: priority class (interactive > normal >
@@ -53,6 +56,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -216,6 +220,18 @@ struct SchedulerConfig {
   int32_t max_reservations = 8;  // backfill reservations per pass; 0 = no backfill
   bool preemption = true;
   int32_t max_placements = 0;  // per pass; 0 = no limit
+  // Off for the server. On (`gpupool sim openb`): every ready node a job
+  // fits on is scored, not only the index's best `candidates`, and the
+  // scorer chooses the GPUs as the openb policies do (a share: each fitting
+  // GPU is scored, the first best kept, the tightest of equals for scorers
+  // that pack; `random` draws a node among the feasible ones in node order,
+  // then a fitting GPU, always drawing, as MakePolicy's random does). The
+  // scorer then sees the node's GPU model (its first GPU's), which FGD's
+  // measure needs for model-constrained task types.
+  bool score_all_nodes = false;
+  // FGD's target workload, fixed for the whole run (openb: the trace's
+  // typical tasks); empty: built from the queued requests on every pass.
+  std::vector<TaskType> workload;
 };
 
 struct Snapshot {
@@ -279,6 +295,30 @@ struct Decisions {
   std::vector<Preemption> preemptions;
 };
 
+namespace detail {
+struct ScoreCache;
+}
+
+// State a caller may carry from one Decide call to the next (`gpupool sim
+// openb` replays one arrival per pass): the generator the `random` placement
+// draws from instead of one seeded from SchedulerConfig::seed per pass, and,
+// with SchedulerConfig::score_all_nodes, a cache of the scorer's results
+// keyed by what the scorer sees of each node (its capacity and free
+// resources, by node id), so that an unchanged node is not scored again.
+// The cache holds only pure functions of their key, so a reused context
+// decides as a fresh one (scheduler_test: ScoreAllCacheDecidesAsFresh).
+// Use one context with one Scheduler (its placement, tie break and
+// workload), from one thread at a time.
+class RunContext {
+ public:
+  explicit RunContext(Rng& rng);
+  ~RunContext();
+  RunContext(const RunContext&) = delete;
+  RunContext& operator=(const RunContext&) = delete;
+  Rng& rng;
+  std::unique_ptr<detail::ScoreCache> cache;
+};
+
 class Scheduler {
  public:
   explicit Scheduler(SchedulerConfig config);
@@ -286,6 +326,8 @@ class Scheduler {
   // node or job id, a holding on an unknown node or GPU, a request with nodes < 1, a share >= 1000
   // milli, both gpus and gpu_milli set, or excluded_nodes not sorted and unique), naming the item.
   Result<Decisions> Decide(const Snapshot& snapshot);
+  // The same, drawing from and caching in `run` (see RunContext).
+  Result<Decisions> Decide(const Snapshot& snapshot, RunContext& run);
   const SchedulerConfig& config() const { return config_; }
 
  private:

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -219,12 +220,20 @@ Result<OpenbResult> RunOpenb(const std::vector<OpenbNode>& nodes,
   list = InflateTasks(list, res.gpu_milli_total * options.inflate_pct / 100, rng);
   for (size_t i = list.size(); i > 1; --i) std::swap(list[i - 1], list[rng.Uniform(i)]);
 
-  auto policy =
-      sched::MakePolicy(options.policy,
-                        sched::TypicalTaskTypes(original, options.typical_threshold_pct,
-                                                options.typical_step, options.typical_include_cpu),
-                        options.tie_break);
-  if (!policy) return Status::InvalidArgument("unknown policy '" + options.policy + "'");
+  std::vector<sched::TaskType> workload = sched::TypicalTaskTypes(
+      original, options.typical_threshold_pct, options.typical_step, options.typical_include_cpu);
+  OpenbPlacer place;
+  if (options.via_decide) {
+    GP_ASSIGN_OR_RETURN(place, MakeDecidePlacer(state, std::move(workload), options, rng));
+  } else {
+    std::shared_ptr<sched::PlacementPolicy> policy =
+        sched::MakePolicy(options.policy, std::move(workload), options.tie_break);
+    if (!policy) return Status::InvalidArgument("unknown policy '" + options.policy + "'");
+    place = [policy, &rng](const sched::ClusterState& s,
+                           const sched::TaskRequest& t) -> Result<std::optional<sched::Choice>> {
+      return policy->Place(s, t, rng);
+    };
+  }
 
   const double total = static_cast<double>(res.gpu_milli_total);
   auto pct = [&](int64_t milli) { return 100.0 * static_cast<double>(milli) / total; };
@@ -234,8 +243,9 @@ Result<OpenbResult> RunOpenb(const std::vector<OpenbNode>& nodes,
   for (const auto& task : list) {
     ++res.tasks_arrived;
     res.arrived_gpu_milli += task.GpuDemand();
-    auto choice = policy->Place(state, task, rng);
-    if (choice && sched::Allocate(state.free[choice->node], task, choice->gpus)) {
+    GP_ASSIGN_OR_RETURN(std::optional<sched::Choice> choice, place(state, task));
+    if (choice &&
+        sched::Allocate(state.free[static_cast<size_t>(choice->node)], task, choice->gpus)) {
       res.allocated_gpu_milli += task.GpuDemand();
     } else {
       ++res.tasks_failed;

@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,11 @@ struct OpenbOptions {
   // Ties between equally scored nodes: the artifact's patched kube-scheduler
   // keeps the smallest node name (nodes are visited in name order here).
   sched::TieBreak tie_break = sched::TieBreak::kLowestIndex;
+  // Place through sched::Scheduler::Decide, one arrival per pass (the
+  // default; SchedulerConfig::score_all_nodes), or, false (`--via policy`),
+  // through MakePolicy's fast policies: the same curve, byte for byte
+  // (bench/openb_compare_via.sh, sim_test), about 20 times faster.
+  bool via_decide = true;
 };
 
 // Brings the list to `target_milli` GPU demand as the artifact does (see the
@@ -86,6 +93,20 @@ struct OpenbResult {
   double unallocated_gpus_at_end = 0;
   std::vector<CurvePoint> curve;  // 0%, 1%, ... up to the arrived demand
 };
+
+// Places one arrival on the cluster (state.free as it is now); nullopt when
+// it fits nowhere. The state changes only by the caller's Allocate of the
+// choice returned.
+using OpenbPlacer = std::function<Result<std::optional<sched::Choice>>(
+    const sched::ClusterState& state, const sched::TaskRequest& task)>;
+
+// A placer that runs sched::Scheduler::Decide (openb_decide.cpp): node i of
+// `state` is node id "n" + i zero-padded, so node id order is index order;
+// one pending job per pass; `rng` is the run's generator (random draws).
+// InvalidArgument for a tie break Decide does not draw (kRandom).
+Result<OpenbPlacer> MakeDecidePlacer(const sched::ClusterState& state,
+                                     std::vector<sched::TaskType> workload,
+                                     const OpenbOptions& options, sched::Rng& rng);
 
 Result<OpenbResult> RunOpenb(const std::vector<OpenbNode>& nodes,
                              const std::vector<OpenbTask>& tasks, const OpenbOptions& options);

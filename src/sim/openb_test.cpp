@@ -147,6 +147,82 @@ TEST(OpenbRun, SameSeedSameResultAndCurveIsComplete) {
   EXPECT_FALSE(RunOpenb(SmallCluster(), SmallTasks(), bad).ok());
 }
 
+// A cluster and trace with every case the two paths must agree on: shares of
+// many sizes, 1 to 8 whole GPUs, CPU-only tasks, model constraints (typical
+// types with models too), CPU and memory pressure, a node without GPUs, and
+// many ties (equal nodes).
+std::vector<OpenbNode> MixedCluster() {
+  const char* models[] = {"T4", "V100M16", "G2", "P100"};
+  std::vector<OpenbNode> nodes;
+  for (int i = 0; i < 48; ++i) {
+    OpenbNode n;
+    n.name = "node-" + std::to_string(100 + i);
+    const int gpus = i == 5 ? 0 : (i % 4 == 0 ? 8 : 1 + (i * 5) % 8);
+    n.capacity = {i % 3 == 0 ? 32000 : 96000, i % 5 == 0 ? 65536 : 393216,
+                  gpus == 0 ? "" : models[i % 4],
+                  std::vector<int>(static_cast<size_t>(gpus), 1000)};
+    nodes.push_back(n);
+  }
+  return nodes;
+}
+
+std::vector<OpenbTask> MixedTasks() {
+  std::vector<OpenbTask> tasks;
+  sched::Rng rng(99);
+  const int shares[] = {100, 250, 460, 500, 200, 700};
+  for (int i = 0; i < 220; ++i) {
+    OpenbTask t;
+    t.name = "t" + std::to_string(i);
+    const uint64_t kind = rng.Uniform(10);
+    if (kind < 5) {
+      t.request = Req(1, shares[rng.Uniform(6)]);
+    } else if (kind < 8) {
+      const int counts[] = {1, 1, 2, 4, 8};
+      t.request = Req(counts[rng.Uniform(5)], 1000);
+    } else {
+      t.request = Req(0, 0);
+    }
+    t.request.cpu_milli = 2000 * static_cast<int64_t>(1 + rng.Uniform(8));
+    t.request.memory_mib = 4096 * static_cast<int64_t>(1 + rng.Uniform(6));
+    if (t.request.num_gpu > 0 && rng.Uniform(5) == 0) t.request.gpu_models = {"T4", "G2"};
+    tasks.push_back(t);
+  }
+  return tasks;
+}
+
+TEST(OpenbRun, ViaDecideGivesTheSameCurveAsThePolicies) {
+  const auto nodes = MixedCluster();
+  const auto tasks = MixedTasks();
+  for (const auto& policy : sched::PolicyNames()) {
+    for (uint64_t seed : {42, 43, 44}) {
+      OpenbOptions o;
+      o.policy = policy;
+      o.seed = seed;
+      EXPECT_TRUE(o.via_decide);  // the default
+      o.via_decide = false;
+      auto fast = RunOpenb(nodes, tasks, o);
+      o.via_decide = true;
+      auto decide = RunOpenb(nodes, tasks, o);
+      ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+      ASSERT_TRUE(decide.ok()) << decide.status().ToString();
+      EXPECT_GT(fast->allocated_gpu_milli, 0) << policy;
+      EXPECT_GT(fast->tasks_failed, 0) << policy;
+      EXPECT_EQ(decide->tasks_failed, fast->tasks_failed) << policy << " seed " << seed;
+      EXPECT_EQ(decide->allocated_gpu_milli, fast->allocated_gpu_milli)
+          << policy << " seed " << seed;
+      ASSERT_EQ(decide->curve.size(), fast->curve.size()) << policy;
+      for (size_t k = 0; k < fast->curve.size(); ++k) {
+        ASSERT_EQ(decide->curve[k].allocation_pct, fast->curve[k].allocation_pct)
+            << policy << " seed " << seed << " at " << k << "%";
+      }
+    }
+  }
+  OpenbOptions random_ties;
+  random_ties.via_decide = true;
+  random_ties.tie_break = sched::TieBreak::kRandom;
+  EXPECT_FALSE(RunOpenb(nodes, tasks, random_ties).ok());
+}
+
 TEST(OpenbRun, NodesAreVisitedInNameOrderWhateverTheFileOrder) {
   // Ties go to the smallest node name, so listing the nodes out of name order
   // gives the same run as listing them sorted.

@@ -121,7 +121,7 @@ JobTransition Step(JobState state, JobEvent event) {
       return {true, rule.to, rule.actions, rule.effect};
     }
   }
-  return {false, state, {}};
+  return {false, state, {}, {}};
 }
 
 }  // namespace gpupool

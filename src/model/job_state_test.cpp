@@ -158,8 +158,12 @@ TEST(JobStateTest, TheTableCarriesTheEffectsOnTheJob) {
   EXPECT_EQ(Step(kRunning, kStarted).effect.reason, JobReason::kClearUnlessStopping);
   // No other transition counts a restart or marks a preemption.
   for (const auto& rule : JobTransitionTable()) {
-    if (rule.event != kRetry) EXPECT_FALSE(rule.effect.count_restart);
-    if (rule.event != kPreempt) EXPECT_FALSE(rule.effect.mark_preempted);
+    if (rule.event != kRetry) {
+      EXPECT_FALSE(rule.effect.count_restart);
+    }
+    if (rule.event != kPreempt) {
+      EXPECT_FALSE(rule.effect.mark_preempted);
+    }
   }
 }
 

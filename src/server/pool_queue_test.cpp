@@ -327,10 +327,18 @@ TEST_F(PoolTest, AFailedCommitLeavesTheQueueAsTheStoreHasIt) {
   EXPECT_TRUE(pool.PendingOrders(a.node_id, 0)->empty());
   ASSERT_EQ(*pool.Schedule(), 2);
   EXPECT_EQ(pool.GetJob(2)->job.state, JobState::kScheduled);
-  // A failed report: the attempt stays scheduled in memory too.
+  auto report = [&] {
+    proto::TaskReport r{"1.1", "running", 0, 0, "", 0};
+    return pool.AgentMessage(a.node_id, 1, std::string(proto::kTaskStatus), proto::Encode(r));
+  };
+  // A failed report: the job stays scheduled, in memory too; sent again
+  // (the same seq: nothing of it was applied), it runs.
   failing.FailNext();
-  EXPECT_FALSE(Report(a.node_id, 1, {"1.1", "running", 0, 0, "", 0}).ok() &&
-               pool.GetJob(1)->job.state == JobState::kRunning);
+  EXPECT_FALSE(report().ok());
+  EXPECT_EQ(pool.GetJob(1)->job.state, JobState::kScheduled);
+  ASSERT_EQ(*pool.Schedule(), 0);
+  ASSERT_TRUE(report().ok());
+  EXPECT_EQ(pool.GetJob(1)->job.state, JobState::kRunning);
 }
 
 // A transaction that wrote a job and then failed (the quota refused it):

@@ -1,6 +1,7 @@
 #include "server/pass_input.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 
 #include "server/pool_rules.h"
@@ -205,7 +206,7 @@ Result<PoolView> ReadPoolView(Tx& tx, bool with_pending) {
     GP_ASSIGN_OR_RETURN(v.pending, tx.ListJobs(pending_q));
   }
   JobQuery live_q;
-  live_q.states = {JobState::kScheduled, JobState::kRunning};
+  live_q.states.assign(std::begin(kLiveJobStates), std::end(kLiveJobStates));
   live_q.limit = 1'000'000;
   GP_ASSIGN_OR_RETURN(v.live_jobs, tx.ListJobs(live_q));
   AttemptQuery aq;

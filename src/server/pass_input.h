@@ -37,7 +37,16 @@ struct PoolView {
   std::vector<GroupUsage> usage;
 };
 
-// Reads the view; without `with_pending`, the pending jobs are left out.
+// The job states of PoolView::live_jobs.
+inline constexpr JobState kLiveJobStates[] = {JobState::kScheduled, JobState::kRunning};
+inline bool IsLiveJobState(JobState s) {
+  for (JobState l : kLiveJobStates)
+    if (s == l) return true;
+  return false;
+}
+
+// Reads the view from the store; without `with_pending`, the pending jobs
+// are left out. (The Pool reads it from memory: server/pool_queue.h.)
 Result<PoolView> ReadPoolView(Tx& tx, bool with_pending);
 
 // What BuildPassInput needs besides the view.

@@ -20,7 +20,7 @@ sched::SchedulerConfig SchedulerConfigOf(const PoolOptions& options) {
 }  // namespace
 
 Pool::Pool(Store& store, const Clock& clock, PoolOptions options, PoolHooks hooks)
-    : store_(store),
+    : store_(store, options.queue_check),
       clock_(clock),
       options_(std::move(options)),
       hooks_(std::move(hooks)),

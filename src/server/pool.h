@@ -12,9 +12,11 @@
 // agent hub can send them. `hooks.job_changed(job_id)` fires after any commit
 // that changed a job or added log lines to it (long polls wait on it).
 //
-// Scheduling: Schedule() reads the pending queue, the nodes, the live
-// attempts and the groups' usage from the store (nothing is cached between
-// passes, so a restarted server needs no rebuild), builds a sched::Snapshot,
+// Scheduling: Schedule() takes the pending queue, the nodes and the live
+// attempts from memory (PoolQueue, server/pool_queue.h: loaded from the
+// store at the first transaction and kept consistent by every transaction,
+// so the store stays the truth and a restarted server rebuilds it) and the
+// groups' usage from the store, builds a sched::Snapshot,
 // calls sched::Scheduler::Decide and applies the decisions in one
 // transaction: placements create attempts and start orders; preemptions
 // order the victim's agent to stop it (the job is requeued as pending when
@@ -69,6 +71,7 @@
 #include "server/node_liveness.h"
 #include "server/pass_input.h"
 #include "server/pool_effects.h"
+#include "server/pool_queue.h"
 #include "store/store.h"
 
 namespace gpupool::server {
@@ -101,6 +104,10 @@ struct PoolOptions {
   // The output limit (sent with every start order), log retention and the
   // log budget (server/job_logs.h).
   LogOptions logs;
+  // Compares the queue in memory with the store after every transaction
+  // and fails loudly on any difference (server/pool_queue.h). For tests:
+  // it reads the whole queue each time.
+  PoolQueueOptions queue_check;
 };
 
 struct PoolHooks {
@@ -395,7 +402,9 @@ class Pool {
   // Forgets what a rolled-back transaction touched.
   void Discard();
 
-  Store& store_;
+  // The caller's store, with the queue and the live set in memory; every
+  // transaction of the pool goes through it.
+  PoolQueue store_;
   const Clock& clock_;
   PoolOptions options_;
   PoolHooks hooks_;

@@ -66,7 +66,7 @@ Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node)
   // The scheduler's pass as it would run once the job is back in the queue
   // (first in its class, as a displaced job is) and off `leaving_node`.
   const int64_t now = clock_.NowMs();
-  GP_ASSIGN_OR_RETURN(PoolView view, ReadPoolView(tx, true));
+  GP_ASSIGN_OR_RETURN(PoolView view, store_.ReadView(tx, true));
   std::erase_if(view.live_attempts, [&](const Attempt& a) { return a.job_id == job.id; });
   Job requeued = job;
   requeued.front = true;
@@ -105,7 +105,7 @@ Result<int> Pool::Schedule() {
     it = it->second.empty() ? refused_.erase(it) : std::next(it);
   }
   Status s = store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(PoolView view, ReadPoolView(tx, true));
+    GP_ASSIGN_OR_RETURN(PoolView view, store_.ReadView(tx, true));
     if (view.pending.empty()) return Status::Ok();
     PassInput in = BuildPassInput(view, PassContextAt(now));
     GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));

@@ -1,6 +1,8 @@
 // The Pool test fixture: a Pool on a real SQLite store in a temporary
 // directory, with a fake clock and hooks that record what they were told.
-// Shared by the Pool's test files.
+// Shared by the Pool's test files. Every pool it makes runs in the queue's
+// check mode (server/pool_queue.h): after every transaction, the queue in
+// memory is compared with the store, and any difference fails the test.
 #pragma once
 
 #include <gmock/gmock.h>
@@ -32,12 +34,21 @@ class PoolTest : public ::testing::Test {
     hooks.schedule_needed = [this] { ++schedule_requests_; };
     hooks.manifest_stored = [this](const std::string& id) { return manifests_.count(id) > 0; };
     hooks_ = hooks;
-    pool_ = std::make_unique<Pool>(*store_, clock_, PoolOptions{}, hooks);
+    options_ = Checked(PoolOptions{});
+    pool_ = std::make_unique<Pool>(*store_, clock_, options_, hooks);
+  }
+  // `options` with the queue's check mode on (failing the test on a drift).
+  static PoolOptions Checked(PoolOptions options) {
+    options.queue_check.check = true;
+    if (!options.queue_check.on_drift) {
+      options.queue_check.on_drift = [](const std::string& d) { ADD_FAILURE() << d; };
+    }
+    return options;
   }
   // Replaces the pool with one using `options` (the same store).
   void UseOptions(PoolOptions options) {
-    options_ = options;
-    pool_ = std::make_unique<Pool>(*store_, clock_, std::move(options), hooks_);
+    options_ = Checked(std::move(options));
+    pool_ = std::make_unique<Pool>(*store_, clock_, options_, hooks_);
   }
   // A new store and pool over the same files, as after a server restart.
   void Restart() {

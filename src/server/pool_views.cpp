@@ -34,11 +34,9 @@ std::optional<QueueInfo> Pool::QueueInfoFor(int64_t job_id) const {
 Result<std::vector<QueuedJob>> Pool::Queue(const std::optional<std::string>& owner) {
   std::vector<Job> pending;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    JobQuery q;
-    q.owner = owner;
-    q.states = {JobState::kPending};
-    q.limit = 1'000'000;
-    GP_ASSIGN_OR_RETURN(pending, tx.ListJobs(q));
+    GP_ASSIGN_OR_RETURN(PoolView view, store_.ReadView(tx, true));  // from memory
+    pending = std::move(view.pending);
+    if (owner) std::erase_if(pending, [&](const Job& j) { return j.owner != *owner; });
     return Status::Ok();
   }));
   std::vector<QueuedJob> out;
@@ -62,7 +60,7 @@ Result<std::vector<GroupStatus>> Pool::Groups() {
   int64_t now = clock_.NowMs();
   PoolView view;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(view, ReadPoolView(tx, true));
+    GP_ASSIGN_OR_RETURN(view, store_.ReadView(tx, true));
     return Status::Ok();
   }));
   std::map<std::string, GroupStatus> groups;

@@ -1,0 +1,119 @@
+// PoolQueue: the Pool's store. It forwards every transaction to the real
+// Store and keeps in memory what every scheduling pass needs and would
+// otherwise re-read and re-parse from the store each time: the pending
+// jobs, the live (scheduled or running) jobs, their live attempts and the
+// nodes (a QueueCache).
+//
+// How it stays consistent: each transaction runs on a TrackingTx
+// (server/tracking_tx.h) that records the jobs, attempts and nodes it
+// writes. When the callback succeeds, those rows, and only those, are
+// re-read by id inside the same transaction into a QueueDelta; the delta
+// is applied to the cache once the transaction has committed and dropped
+// when it rolled back. The cache is loaded from the store by the first
+// transaction, and loaded again whenever it cannot be sure of it: after a
+// transaction whose callback succeeded but whose commit failed, and after
+// a transaction opened inside another one's callback (not the Pool's way).
+// The store stays the truth: a restarted server rebuilds the cache from it.
+//
+// Check mode (PoolQueueOptions::check, on in the Pool's tests): after every
+// transaction the cache is compared with a full ReadPoolView of the store;
+// any difference is reported to `on_drift` (default: logged and the process
+// aborted), then the cache is reloaded.
+//
+// Contract: ReadView(tx, ...) inside one of this store's transactions
+// returns exactly what ReadPoolView(tx, ...) would, writes made earlier in
+// the same transaction included. Fair-share usage (few rows, one per group)
+// is read from the store each time. Single-threaded, like the Pool.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "server/pass_input.h"
+#include "server/tracking_tx.h"
+#include "store/store.h"
+
+namespace gpupool::server {
+
+// The touched rows as the transaction left them (nullopt: absent).
+struct QueueDelta {
+  std::vector<std::pair<int64_t, std::optional<Job>>> jobs;
+  std::vector<std::pair<std::string, std::optional<Attempt>>> attempts;
+  std::vector<std::pair<std::string, std::optional<Node>>> nodes;
+};
+
+// The rows in memory, in ReadPoolView's orders (jobs by id, attempts by
+// job id and number, nodes by name).
+class QueueCache {
+ public:
+  // Replaces everything with the store's rows.
+  Status Load(Tx& tx);
+  // The touched rows as `tx` has them now.
+  static Result<QueueDelta> ReadTouched(Tx& tx, const TouchedRows& touched);
+  void Apply(const QueueDelta& delta);
+  // A PoolView without usage; without `with_pending`, no pending jobs.
+  PoolView View(bool with_pending) const;
+
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  using AttemptKey = std::tuple<int64_t, int32_t, std::string>;  // job id, number, id
+  void PutJob(int64_t id, const std::optional<Job>& job);
+  void PutAttempt(const std::string& id, const std::optional<Attempt>& attempt);
+  void PutNode(const std::string& id, const std::optional<Node>& node);
+
+  std::map<int64_t, Job> pending_;
+  std::map<int64_t, Job> live_jobs_;
+  std::map<AttemptKey, Attempt> attempts_;
+  std::map<std::string, AttemptKey> attempt_key_;  // attempt id -> key
+  std::map<std::string, Node> nodes_;              // by name
+  std::map<std::string, std::string> node_name_;   // node id -> name
+};
+
+// The first difference between two views ("" when they are equal), usage
+// left out.
+std::string DescribeViewDifference(const PoolView& cached, const PoolView& stored);
+
+struct PoolQueueOptions {
+  bool check = false;
+  // Called with what differs when the check finds the cache has drifted.
+  // Unset: logged at error and the process aborts.
+  std::function<void(const std::string& difference)> on_drift;
+};
+
+class PoolQueue final : public Store {
+ public:
+  PoolQueue(Store& store, PoolQueueOptions options);
+
+  Status Transact(const std::function<Status(Tx&)>& fn) override;
+
+  // What ReadPoolView(tx, with_pending) would return, from memory. `tx`
+  // must be the one this store passed to the running callback; any other
+  // is read in full from the store.
+  Result<PoolView> ReadView(Tx& tx, bool with_pending);
+
+  // Forgets the cache; the next transaction loads it again.
+  void Invalidate() { loaded_ = false; }
+  bool loaded() const { return loaded_; }
+  // Loads (if needed) and compares the cache with the store now, as the
+  // check mode does after every transaction.
+  Status Check();
+
+ private:
+  Status EnsureLoaded();
+
+  Store& store_;
+  PoolQueueOptions options_;
+  QueueCache cache_;
+  bool loaded_ = false;
+  TrackingTx* current_ = nullptr;  // the running transaction's
+};
+
+}  // namespace gpupool::server

@@ -135,7 +135,7 @@ class Scenario {
     // The agent still holds what it was running, unless it lost it.
     if (auto it = ids_.find(name); it != ids_.end() && Pick(4) != 0) {
       for (const Attempt& a : LiveAttemptsOn(pool, it->second)) {
-        h.tasks.push_back({a.id, "running", 0, 0, "", 0});
+        h.tasks.push_back({a.id, proto::TaskState::kRunning, 0, 0, "", 0});
       }
     }
     auto w = pool.AgentHello(h);
@@ -214,9 +214,9 @@ class Scenario {
     }
     if (live.empty()) return;
     const auto& [name, a] = live[Pick(static_cast<int>(live.size()))];
-    proto::TaskReport r{a.id, "running", 0, 0, "", 0};
+    proto::TaskReport r{a.id, proto::TaskState::kRunning, 0, 0, "", 0};
     if (a.state == AttemptState::kRunning || Pick(3) == 0) {
-      r.state = "exited";
+      r.state = proto::TaskState::kExited;
       r.exit_code = Pick(3) == 0 ? 1 : 0;
     }
     if (!a.ranks.empty()) {
@@ -328,7 +328,7 @@ TEST_F(PoolTest, AFailedCommitLeavesTheQueueAsTheStoreHasIt) {
   ASSERT_EQ(*pool.Schedule(), 2);
   EXPECT_EQ(pool.GetJob(2)->job.state, JobState::kScheduled);
   auto report = [&] {
-    proto::TaskReport r{"1.1", "running", 0, 0, "", 0};
+    proto::TaskReport r{"1.1", proto::TaskState::kRunning, 0, 0, "", 0};
     return pool.AgentMessage(a.node_id, 1, std::string(proto::kTaskStatus), proto::Encode(r));
   };
   // A failed report: the job stays scheduled, in memory too; sent again

@@ -163,8 +163,12 @@ def test_one_users_shares_share_one_mps_daemon(pool, tmp_path, mps_dir):
 
     # The stand-in MPS server dies (a client's fatal fault): both of
     # alice's jobs hear of it, and the agent says so in its log.
-    wait_for(lambda: "get_server_list" in commands(tmp_path), timeout=60,
-             what="the agent to ask the daemon for its servers")
+    # A second question means the first one was answered (the agent asks one
+    # at a time) and the agent knows the server: killing it while the first
+    # was in flight would answer that one with no server at all, and no
+    # server would then be missed.
+    wait_for(lambda: commands(tmp_path).count("get_server_list") >= 2, timeout=60,
+             what="the agent to have asked the daemon for its servers")
     with open(os.path.join(gpu_dir, "pipe", "fake-server.pid")) as f:
         os.kill(int(f.read()), signal.SIGKILL)
     for job_id in (a1, a2):

@@ -344,8 +344,17 @@ void MpsDaemons::Quit(const std::string& gpu_uuid) {
   if (it == daemons_.end()) return;
   if (Alive(it->second.pid)) {
     auto out = RunControl(gpu_uuid, {}, "quit\n");
-    if (!out.ok()) {
-      GP_LOG(kWarn) << "MPS: quit of GPU " << gpu_uuid << ": " << out.status().message()
+    // `quit` is answered before the daemon has cleaned its pipe directory
+    // up and left; a daemon started afresh there (or the directory's
+    // removal) must not race that, so this waits for it to be gone.
+    const auto give_up =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+    while (out.ok() && Alive(it->second.pid) && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!out.ok() || Alive(it->second.pid)) {
+      GP_LOG(kWarn) << "MPS: quit of GPU " << gpu_uuid << ": "
+                    << (out.ok() ? "the daemon did not leave" : out.status().message())
                     << "; killing the daemon";
       ::kill(static_cast<pid_t>(it->second.pid), SIGKILL);
     }

@@ -121,6 +121,10 @@ TEST_F(MpsTest, OneDaemonPerGpuStartedOnceAndQuitWhenTheLastShareLeaves) {
   EXPECT_THAT(Mps().Running(), ElementsAre(kGpuA));
   EXPECT_THAT(Commands(), ElementsAre("-d", "-d", "quit"));
   EXPECT_EQ(Record().back()["pipe_dir"], Mps().PipeDir(kGpuB));
+  // Release returns once the daemon has left (its own cleanup included),
+  // so nothing races a daemon started afresh in the same directory.
+  EXPECT_FALSE(fs::exists(Mps().PipeDir(kGpuB) + "/nvidia-cuda-mps-control.pid"));
+  EXPECT_FALSE(fs::exists(Mps().PipeDir(kGpuB) + "/control"));
   Mps().Release({});
   EXPECT_TRUE(Mps().Running().empty());
   EXPECT_THAT(Commands(), ElementsAre("-d", "-d", "quit", "quit"));

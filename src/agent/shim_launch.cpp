@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -287,54 +288,63 @@ Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view t
   return out;
 }
 
+// A posix_spawn attribute and file actions, destroyed with the holder.
+class SpawnSetup {
+ public:
+  SpawnSetup() {
+    ::posix_spawnattr_init(&attr);
+    ::posix_spawn_file_actions_init(&actions);
+  }
+  ~SpawnSetup() {
+    ::posix_spawnattr_destroy(&attr);
+    ::posix_spawn_file_actions_destroy(&actions);
+  }
+  SpawnSetup(const SpawnSetup&) = delete;
+  SpawnSetup& operator=(const SpawnSetup&) = delete;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_t actions;
+};
+
 Result<pid_t> SpawnShim(const ShimOptions& options, const std::string& data_dir, int status_fd) {
   GP_ASSIGN_OR_RETURN(std::string text, EncodeShimOptions(options));
   GP_ASSIGN_OR_RETURN(int memfd, SealedMemfd(text));
-  // Everything the child uses is made before the fork: between fork and
-  // exec it may only make async-signal-safe calls (another thread of the
-  // agent may hold any lock at the moment of the fork).
   std::string argv0 = "gpupool-shim", cmd = kShimCommand, dd_flag = "--data-dir",
               at_flag = "--attempt", attempt = options.task.attempt_id;
   std::string data = data_dir;
   char* argv[] = {argv0.data(),   cmd.data(),     dd_flag.data(), data.data(),
                   at_flag.data(), attempt.data(), nullptr};
-  const char* self = "/proc/self/exe";
-  const pid_t agent_pid = options.agent_pid;
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int e = errno;
-    ::close(memfd);
-    return Status::Internal(std::string("fork: ") + std::strerror(e));
+  // posix_spawn rather than fork: glibc's shares the agent's memory until
+  // the exec (CLONE_VM|CLONE_VFORK, signals blocked meanwhile), so the
+  // child takes no lock another thread may hold and the agent's page tables
+  // are not copied for a process that execs at once (a fork of the agent
+  // was most of its own cost of a start). The child: a new session (the
+  // shim outlives the agent and ignores its terminal); stdin /dev/null,
+  // stdout the status pipe, the options on descriptor 3; stderr stays the
+  // agent's (the shim's rare messages land in the agent log); nothing else
+  // of the agent's stays open (its server connection would outlive a
+  // killed agent); default signal dispositions, nothing blocked.
+  SpawnSetup spawn;
+  sigset_t defaults, none;
+  sigemptyset(&defaults);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&defaults, sig);
+  sigemptyset(&none);
+  int rc = ::posix_spawnattr_setflags(
+      &spawn.attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  if (rc == 0) rc = ::posix_spawnattr_setsigdefault(&spawn.attr, &defaults);
+  if (rc == 0) rc = ::posix_spawnattr_setsigmask(&spawn.attr, &none);
+  if (rc == 0) {
+    rc = ::posix_spawn_file_actions_addopen(&spawn.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   }
-  if (pid == 0) {
-    if (agent_pid != 0) {
-      // Dies with the agent (--on-exit kill): SIGTERM, which the shim takes
-      // as "stop the job", when the agent ends; the setting survives exec.
-      // An agent already gone (before the prctl) leaves nothing to start.
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != agent_pid) _exit(1);
-    }
-    ::setsid();  // the shim outlives the agent and ignores its terminal
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull < 0 || ::dup2(devnull, STDIN_FILENO) < 0 || ::dup2(status_fd, STDOUT_FILENO) < 0 ||
-        ::dup2(memfd, kOptionsFd) < 0) {
-      _exit(127);
-    }
-    // stderr stays the agent's: the shim's rare messages land in the agent
-    // log. Nothing else of the agent's (its server connection above all)
-    // may stay open in the shim, or the connection would outlive a killed
-    // agent.
-    ::close_range(kOptionsFd + 1, ~0U, 0);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(self, argv, environ);
-    _exit(127);
-  }
+  if (rc == 0) rc = ::posix_spawn_file_actions_adddup2(&spawn.actions, status_fd, STDOUT_FILENO);
+  if (rc == 0) rc = ::posix_spawn_file_actions_adddup2(&spawn.actions, memfd, kOptionsFd);
+  if (rc == 0) rc = ::posix_spawn_file_actions_addclosefrom_np(&spawn.actions, kOptionsFd + 1);
+  pid_t pid = 0;
+  // /proc/self/exe: the agent's own binary, even after it was replaced on disk.
+  if (rc == 0)
+    rc = ::posix_spawn(&pid, "/proc/self/exe", &spawn.actions, &spawn.attr, argv, environ);
   ::close(memfd);
+  if (rc != 0)
+    return Status::Internal(std::string("posix_spawn of the shim: ") + std::strerror(rc));
   return pid;
 }
 
@@ -353,6 +363,13 @@ int ShimMain(int argc, char** argv) {
   if (!decoded.ok()) {
     std::fprintf(stderr, "gpupool-shim: %s\n", decoded.status().message().c_str());
     return 1;
+  }
+  if (int agent = (*decoded)->options.agent_pid; agent != 0) {
+    // Dies with the agent (--on-exit kill): SIGTERM, which the shim takes as
+    // "stop the job", when the agent's thread that started it ends. An
+    // agent already gone (before the prctl) leaves nothing to start.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != agent) return 1;
   }
   SetLogComponent("shim " + (*decoded)->options.task.attempt_id);
   return RunShim((*decoded)->options);

@@ -4,9 +4,10 @@
 // read-ahead), so a child forked from it may inherit a lock some other
 // thread held at the fork (the TLS context cache's, the logger's) and
 // deadlock the first time it takes it. So the shim is never a bare fork of
-// the agent: SpawnShim forks and, in the child, only sets up descriptors
-// and signals with async-signal-safe calls and execs the agent's own binary
-// (/proc/self/exe, which works even after the binary was replaced on disk)
+// the agent: SpawnShim starts it with posix_spawn (which shares the
+// agent's memory until the exec and runs no code of ours in between) as the
+// agent's own binary (/proc/self/exe, which works even after the binary was
+// replaced on disk)
 // as `gpupool-shim __shim --data-dir DIR --attempt ID`. Everything the shim
 // needs (ShimOptions: the start order, the provider's executor config and
 // probed environment, the blob store's address and credentials) reaches it

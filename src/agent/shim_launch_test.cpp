@@ -137,7 +137,12 @@ class ShimLaunchTest : public ::testing::Test {
     config_.cgroup = "none";
     config_.images.dir = dir_ + "/images";
     env_ = exec::ProbeExecEnvironment(config_, -1, -1);
+    MakeManager(false);
+  }
+  void MakeManager(bool stop_with_agent) {
+    manager_.reset();
     TaskManager::Options o;
+    o.stop_with_agent = stop_with_agent;
     o.data_dir = dir_ + "/data";
     o.kill_grace_ms = 2000;
     o.exec_config = &config_;
@@ -214,6 +219,34 @@ TEST_F(ShimLaunchTest, TheShimIsAProgramOfItsOwnNotAForkOfTheAgent) {
   ASSERT_TRUE(status.ok());
   EXPECT_THAT(*status, HasSubstr("Threads:\t1\n"));
   manager_->Stop("1.1", "done", TaskManager::kKillNow);
+}
+
+// `--on-exit kill`: the shim stops its job once the agent's thread that
+// started it is gone (here a thread of the test that ends; for the agent,
+// its process), the death signal set by the shim itself after the exec.
+TEST_F(ShimLaunchTest, AShimTiedToTheAgentStopsItsJobWhenTheAgentGoes) {
+  MakeManager(true);
+  proto::StartTask t = Task("1.1", false);
+  t.spec.run = "sleep 60";
+  // The starter lives until the job runs (so the shim has set its death
+  // signal up, after its exec), then ends as a dying agent's thread would.
+  const int64_t give_up = clock_.MonoMs() + 60'000;
+  std::thread starter([&] {
+    ASSERT_TRUE(manager_->Start(t, {}).ok());
+    while (clock_.MonoMs() < give_up && !manager_->tasks().at("1.1").started) {
+      (void)manager_->ReadOutput("1.1", 1 << 20);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  starter.join();
+  ASSERT_TRUE(manager_->tasks().at("1.1").started);
+  while (clock_.MonoMs() < give_up && !manager_->tasks().at("1.1").result) {
+    (void)manager_->ReadOutput("1.1", 1 << 20);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const TaskState& task = manager_->tasks().at("1.1");
+  ASSERT_TRUE(task.result.has_value());
+  EXPECT_EQ(task.result->reason, "stopped: its agent exited (the agent runs with --on-exit kill)");
 }
 
 // Another thread of the agent (the checkpoint stager does this) keeps

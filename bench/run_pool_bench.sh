@@ -52,12 +52,15 @@ pool_init gpupool-pool-bench
 # CPU accounting, to tell the pool's own cost from other load on the machine.
 # ticks PID...: utime+stime+cutime+cstime (children: shims and jobs, once reaped).
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15 + $16 + $17}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+# The agents and their children (the shim launcher, whose children's time
+# holds the shims' and the jobs').
+agent_tree() { local p; for p in $agent_pids; do echo "$p"; pgrep -P "$p" || true; done; }
 # machine_busy: "user+system idle" jiffies of all CPUs.
 machine() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $5 + $6}' /proc/stat; }
 cpu_note() {  # cpu_note BUSY0 IDLE0 SERVER_TICKS0 AGENT_TICKS0 JOBS
   local m1 b1 i1 s1 a1
   m1=$(machine); b1=${m1% *}; i1=${m1#* }
-  s1=$(ticks $server_pid); a1=$(ticks $agent_pids)
+  s1=$(ticks $server_pid); a1=$(ticks $(agent_tree))
   awk -v b0="$1" -v i0="$2" -v b1="$b1" -v i1="$i1" -v s0="$3" -v s1="$s1" -v a0="$4" -v a1="$a1" -v n="$5" \
     -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "   machine idle %.0f%% during the run; CPU per job: server %.2f ms, agents+shims+jobs %.2f ms\n",
       100 * (i1 - i0) / (b1 - b0 + i1 - i0), (s1 - s0) * 1000 / hz / n, (a1 - a0) * 1000 / hz / n}'
@@ -73,7 +76,7 @@ latency() {
   local p50s=() p99s=() p90s=() maxs=() srv=()
   for r in $(seq "$runs"); do
     start_pool "$agents"
-    m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
+    m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $(agent_tree))
     rc=0
     out=$("$bench" ${latency_executor:+--executor "$latency_executor"} latency --jobs "$latency_jobs" 2>&1) ||
       rc=$?
@@ -107,7 +110,7 @@ throughput() {
       perf_pid=$!
       sleep 0.5  # perf attaches
     fi
-    m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $agent_pids)
+    m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $(agent_tree))
     rc=0
     out=$("$bench" --executor "$executor" throughput --jobs "$throughput_jobs" \
       --concurrency "$concurrency" 2>&1) || rc=$?

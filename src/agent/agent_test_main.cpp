@@ -10,7 +10,7 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], gpupool::agent::kShimCommand) == 0) {
-    return gpupool::agent::ShimMain(argc, argv);
+    return gpupool::agent::ShimLauncher::Main(argc, argv);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

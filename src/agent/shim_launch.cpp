@@ -22,11 +22,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// The descriptor the options arrive on.
-constexpr int kOptionsFd = 3;
-// More than any real set of options (a spec is at most a few hundred KiB).
-constexpr size_t kMaxOptionsBytes = 64u << 20;
-
 json LimitsJson(const exec::Limits& l) {
   return {{"memory_bytes", l.memory_bytes},
           {"cpu_milli", l.cpu_milli},
@@ -186,44 +181,6 @@ std::string CurrentLogLevel() {
   return "error";
 }
 
-// Reads all of `fd` (at most kMaxOptionsBytes).
-Result<std::string> ReadAllFrom(int fd) {
-  std::string out;
-  char buf[65536];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Internal(std::string("read: ") + std::strerror(errno));
-    if (n == 0) return out;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > kMaxOptionsBytes) return Status::InvalidArgument("options too large");
-  }
-}
-
-// A sealed memfd holding `text`, positioned at its start.
-Result<int> SealedMemfd(const std::string& text) {
-  int fd = ::memfd_create("gpupool-shim-options", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return Status::Internal(std::string("memfd_create: ") + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      return Status::Internal(std::string("write: ") + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  (void)::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-  if (::lseek(fd, 0, SEEK_SET) != 0) {
-    int e = errno;
-    ::close(fd);
-    return Status::Internal(std::string("lseek: ") + std::strerror(e));
-  }
-  return fd;
-}
-
 }  // namespace
 
 Result<std::string> EncodeShimOptions(const ShimOptions& o) {
@@ -288,91 +245,22 @@ Result<std::unique_ptr<DecodedShimOptions>> DecodeShimOptions(std::string_view t
   return out;
 }
 
-// A posix_spawn attribute and file actions, destroyed with the holder.
-class SpawnSetup {
- public:
-  SpawnSetup() {
-    ::posix_spawnattr_init(&attr);
-    ::posix_spawn_file_actions_init(&actions);
-  }
-  ~SpawnSetup() {
-    ::posix_spawnattr_destroy(&attr);
-    ::posix_spawn_file_actions_destroy(&actions);
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_t actions;
-};
-
-Result<pid_t> SpawnShim(const ShimOptions& options, const std::string& data_dir, int status_fd) {
+Result<pid_t> SpawnShim(ShimLauncher& launcher, const ShimOptions& options, int status_fd) {
   GP_ASSIGN_OR_RETURN(std::string text, EncodeShimOptions(options));
-  GP_ASSIGN_OR_RETURN(int memfd, SealedMemfd(text));
-  std::string argv0 = "gpupool-shim", cmd = kShimCommand, dd_flag = "--data-dir",
-              at_flag = "--attempt", attempt = options.task.attempt_id;
-  std::string data = data_dir;
-  char* argv[] = {argv0.data(),   cmd.data(),     dd_flag.data(), data.data(),
-                  at_flag.data(), attempt.data(), nullptr};
-  // posix_spawn rather than fork: glibc's shares the agent's memory until
-  // the exec (CLONE_VM|CLONE_VFORK, signals blocked meanwhile), so the
-  // child takes no lock another thread may hold and the agent's page tables
-  // are not copied for a process that execs at once (a fork of the agent
-  // was most of its own cost of a start). The child: a new session (the
-  // shim outlives the agent and ignores its terminal); stdin /dev/null,
-  // stdout the status pipe, the options on descriptor 3; stderr stays the
-  // agent's (the shim's rare messages land in the agent log); nothing else
-  // of the agent's stays open (its server connection would outlive a
-  // killed agent); default signal dispositions, nothing blocked.
-  SpawnSetup spawn;
-  sigset_t defaults, none;
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) sigaddset(&defaults, sig);
-  sigemptyset(&none);
-  int rc = ::posix_spawnattr_setflags(
-      &spawn.attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  if (rc == 0) rc = ::posix_spawnattr_setsigdefault(&spawn.attr, &defaults);
-  if (rc == 0) rc = ::posix_spawnattr_setsigmask(&spawn.attr, &none);
-  if (rc == 0) {
-    rc = ::posix_spawn_file_actions_addopen(&spawn.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  }
-  if (rc == 0) rc = ::posix_spawn_file_actions_adddup2(&spawn.actions, status_fd, STDOUT_FILENO);
-  if (rc == 0) rc = ::posix_spawn_file_actions_adddup2(&spawn.actions, memfd, kOptionsFd);
-  if (rc == 0) rc = ::posix_spawn_file_actions_addclosefrom_np(&spawn.actions, kOptionsFd + 1);
-  pid_t pid = 0;
-  // /proc/self/exe: the agent's own binary, even after it was replaced on disk.
-  if (rc == 0)
-    rc = ::posix_spawn(&pid, "/proc/self/exe", &spawn.actions, &spawn.attr, argv, environ);
-  ::close(memfd);
-  if (rc != 0)
-    return Status::Internal(std::string("posix_spawn of the shim: ") + std::strerror(rc));
-  return pid;
+  return launcher.Spawn(text, status_fd, options.task.attempt_id, options.agent_pid);
 }
 
-int ShimMain(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
-  ::prctl(PR_SET_NAME, "gpupool-shim");
-  auto text = ReadAllFrom(kOptionsFd);
-  ::close(kOptionsFd);
-  if (!text.ok()) {
-    std::fprintf(stderr, "gpupool-shim: cannot read its options: %s\n",
-                 text.status().message().c_str());
-    return 1;
-  }
-  auto decoded = DecodeShimOptions(*text);
+int RunShimWithOptions(std::string_view json_text, pid_t parent) {
+  auto decoded = DecodeShimOptions(json_text);
   if (!decoded.ok()) {
     std::fprintf(stderr, "gpupool-shim: %s\n", decoded.status().message().c_str());
     return 1;
   }
-  if (int agent = (*decoded)->options.agent_pid; agent != 0) {
-    // Dies with the agent (--on-exit kill): SIGTERM, which the shim takes as
-    // "stop the job", when the agent's thread that started it ends. An
-    // agent already gone (before the prctl) leaves nothing to start.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != agent) return 1;
-  }
-  SetLogComponent("shim " + (*decoded)->options.task.attempt_id);
-  return RunShim((*decoded)->options);
+  ShimOptions& options = (*decoded)->options;
+  // The process whose death is the agent's, for the shim's stop reason.
+  if (options.agent_pid != 0) options.agent_pid = static_cast<int>(parent);
+  SetLogComponent("shim " + options.task.attempt_id);
+  return RunShim(options);
 }
 
 }  // namespace gpupool::agent

@@ -17,6 +17,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <sstream>
 #include <thread>
 
 #include "agent/tasks.h"
@@ -186,6 +188,16 @@ class ShimLaunchTest : public ::testing::Test {
     return t;
   }
 
+  // Reads the task's output until `done` holds for it, or a minute passed.
+  void WaitFor(const std::string& id, const std::function<bool(const TaskState&)>& done) {
+    const int64_t give_up = clock_.MonoMs() + 60'000;
+    while (clock_.MonoMs() < give_up) {
+      (void)manager_->ReadOutput(id, 1 << 20);
+      if (done(manager_->tasks().at(id))) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
   std::string dir_;
   exec::ExecConfig config_;
   exec::ExecEnvironment env_;
@@ -221,32 +233,74 @@ TEST_F(ShimLaunchTest, TheShimIsAProgramOfItsOwnNotAForkOfTheAgent) {
   manager_->Stop("1.1", "done", TaskManager::kKillNow);
 }
 
-// `--on-exit kill`: the shim stops its job once the agent's thread that
-// started it is gone (here a thread of the test that ends; for the agent,
-// its process), the death signal set by the shim itself after the exec.
+// The process that started `pid` (its parent), or 0.
+static pid_t ParentOf(pid_t pid) {
+  auto stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat.ok()) return 0;
+  std::istringstream rest(stat->substr(stat->rfind(')') + 2));
+  char state;
+  pid_t parent = 0;
+  rest >> state >> parent;
+  return parent;
+}
+
+// `--on-exit kill`: once the agent is gone (here its TaskManager, whose
+// launcher then ends, as it does when the agent process dies), the shim
+// stops its job and says why; the next agent recovers the result.
 TEST_F(ShimLaunchTest, AShimTiedToTheAgentStopsItsJobWhenTheAgentGoes) {
   MakeManager(true);
   proto::StartTask t = Task("1.1", false);
   t.spec.run = "sleep 60";
-  // The starter lives until the job runs (so the shim has set its death
-  // signal up, after its exec), then ends as a dying agent's thread would.
-  const int64_t give_up = clock_.MonoMs() + 60'000;
-  std::thread starter([&] {
-    ASSERT_TRUE(manager_->Start(t, {}).ok());
-    while (clock_.MonoMs() < give_up && !manager_->tasks().at("1.1").started) {
-      (void)manager_->ReadOutput("1.1", 1 << 20);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  starter.join();
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  WaitFor("1.1", [](const TaskState& task) { return task.started; });
   ASSERT_TRUE(manager_->tasks().at("1.1").started);
-  while (clock_.MonoMs() < give_up && !manager_->tasks().at("1.1").result) {
-    (void)manager_->ReadOutput("1.1", 1 << 20);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  MakeManager(true);  // the agent goes; the next one recovers the task
+  ASSERT_EQ(manager_->tasks().count("1.1"), 1u);
+  WaitFor("1.1", [](const TaskState& task) { return task.result.has_value(); });
   const TaskState& task = manager_->tasks().at("1.1");
   ASSERT_TRUE(task.result.has_value());
   EXPECT_EQ(task.result->reason, "stopped: its agent exited (the agent runs with --on-exit kill)");
+}
+
+// Without it, the job outlives the agent and the next agent takes it over.
+TEST_F(ShimLaunchTest, AShimNotTiedToTheAgentOutlivesIt) {
+  proto::StartTask t = Task("1.1", false);
+  t.spec.run = "sleep 60";
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  WaitFor("1.1", [](const TaskState& task) { return task.started; });
+  const pid_t shim = manager_->tasks().at("1.1").shim_pid;
+  const uint64_t shim_start = manager_->tasks().at("1.1").shim_start_time;
+  MakeManager(false);
+  ASSERT_EQ(manager_->tasks().count("1.1"), 1u);
+  const TaskState& task = manager_->tasks().at("1.1");
+  EXPECT_FALSE(task.result.has_value());
+  EXPECT_EQ(task.shim_pid, shim);
+  EXPECT_EQ(ProcessStartTime(shim), shim_start);  // the same shim, still there
+  manager_->Stop("1.1", "done", TaskManager::kKillNow);
+}
+
+// A launcher killed by hand takes nothing with it (shims not tied to the
+// agent) and is started again by the next task.
+TEST_F(ShimLaunchTest, ALauncherKilledByHandIsStartedAgain) {
+  proto::StartTask first = Task("1.1", false);
+  first.spec.run = "sleep 60";
+  ASSERT_TRUE(manager_->Start(first, {}).ok());
+  WaitFor("1.1", [](const TaskState& task) { return task.started; });
+  const pid_t shim = manager_->tasks().at("1.1").shim_pid;
+  const pid_t launcher = ParentOf(shim);
+  ASSERT_GT(launcher, 1);
+  ASSERT_EQ(::kill(launcher, SIGKILL), 0);
+  while (ParentOf(shim) == launcher) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+
+  ASSERT_TRUE(manager_->Start(Task("2.1", false), {}).ok());
+  WaitFor("2.1", [](const TaskState& task) { return task.result.has_value(); });
+  ASSERT_TRUE(manager_->tasks().at("2.1").result.has_value());
+  EXPECT_EQ(manager_->tasks().at("2.1").result->exit_code, 0);
+  EXPECT_EQ(manager_->tasks().at("2.1").result->reason, "");
+  // The first job still runs under its shim.
+  EXPECT_EQ(ProcessStartTime(shim), manager_->tasks().at("1.1").shim_start_time);
+  EXPECT_FALSE(manager_->tasks().at("1.1").result.has_value());
+  manager_->Stop("1.1", "done", TaskManager::kKillNow);
 }
 
 // Another thread of the agent (the checkpoint stager does this) keeps

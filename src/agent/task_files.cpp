@@ -3,10 +3,10 @@
 #include <time.h>
 
 #include <charconv>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/json_reader.h"
 
 namespace gpupool::agent {
@@ -119,9 +119,11 @@ std::vector<OutputRecord> ParseRecords(std::string_view data, int64_t base_offse
 
 std::optional<uint64_t> ProcessStartTime(int pid) {
   if (pid <= 0) return std::nullopt;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  if (!in) return std::nullopt;
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Read with read(2), never a stream: a process that ends while its stat
+  // is read fails the read (ESRCH), which is "gone", not an exception.
+  auto read = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!read.ok()) return std::nullopt;
+  const std::string& stat = *read;
   // The command name (field 2) may contain spaces; fields resume after ')'.
   size_t close = stat.rfind(')');
   if (close == std::string::npos) return std::nullopt;

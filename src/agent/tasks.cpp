@@ -123,7 +123,11 @@ bool NeedsMasterPort(const proto::StartTask& task) {
 
 TaskManager::TaskManager(Options options, net::EventLoop& loop, const Clock& clock,
                          std::function<void()> on_wake)
-    : options_(std::move(options)), loop_(loop), clock_(clock), on_wake_(std::move(on_wake)) {}
+    : options_(std::move(options)),
+      loop_(loop),
+      clock_(clock),
+      on_wake_(std::move(on_wake)),
+      launcher_(options_.data_dir) {}
 
 TaskManager::~TaskManager() {
   for (auto& [id, t] : tasks_) {
@@ -487,8 +491,8 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
                    t.gang_ports,
                    share,
                    MigCapabilities(gpus.mig)};
-  // Never a bare fork: the agent has threads (agent/shim_launch.h).
-  auto spawned = SpawnShim(shim, options_.data_dir, status[1]);
+  // Never a fork of the agent: it has threads (agent/shim_launch.h).
+  auto spawned = SpawnShim(launcher_, shim, status[1]);
   if (!spawned.ok()) {
     ::close(status[0]);
     ::close(status[1]);

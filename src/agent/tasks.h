@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "agent/blob_transfer.h"
+#include "agent/shim_launcher.h"
 #include "agent/task_files.h"
 #include "agent/task_gpus.h"
 #include "common/clock.h"
@@ -205,6 +206,8 @@ class TaskManager {
   int64_t lease_ms_ = 0;
   int64_t lease_sent_ms_ = -1;  // the newest answered renewal request; -1: none yet
   std::vector<std::string> announced_masters_;
+  // Starts the shims (started on the first task; ends with this manager).
+  ShimLauncher launcher_;
 };
 
 }  // namespace gpupool::agent

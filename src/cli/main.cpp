@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   // A task's shim, started by its agent (agent/shim_launch.h): not a user
   // command, and kept out of the argument parser.
   if (argc > 1 && std::strcmp(argv[1], agent::kShimCommand) == 0) {
-    return agent::ShimMain(argc, argv);
+    return agent::ShimLauncher::Main(argc, argv);
   }
   // Everything after a bare "--" is the job's command (gpupool submit -- cmd).
   std::vector<std::string> job_command;

@@ -72,9 +72,14 @@
 #include "server/pass_input.h"
 #include "server/pool_effects.h"
 #include "server/pool_queue.h"
+#include "server/pool_rules.h"
 #include "store/store.h"
 
 namespace gpupool::server {
+
+namespace gang {
+struct Outcome;
+}
 
 struct PoolOptions {
   int64_t heartbeat_ms = 5000;
@@ -320,14 +325,6 @@ class Pool {
     std::vector<ShareUse> shares;
   };
 
-  // What a stop order says (kStopAttempt): why, and the SIGTERM-to-SIGKILL
-  // grace (0 = the agent's default). Without one, ApplyEvent's stops say
-  // "cancelled".
-  struct StopOrder {
-    std::string reason = "cancelled";
-    int64_t grace_ms = 0;
-    bool requeue = false;  // the job goes back to the queue (proto::StopTask::requeue)
-  };
   // `job` is leaving `leaving_node` and will be requeued (its provider
   // reclaims the GPU, or it is preempted), or may leave it (a new
   // checkpoint of a job with checkpoint.standby): orders the node the
@@ -380,23 +377,17 @@ class Pool {
   // Queues that start order to its node.
   Status PushStart(Tx& tx, const Job& job, const Attempt& a, const AttemptRank* rank);
 
-  // ---- gangs (attempts with ranks on several nodes) ----
-  // A report from the agent of one rank (already fenced): rank 0's
-  // rendezvous starts the others; the job runs once every rank runs; a rank
-  // ending badly stops the gang (StopGang); once every rank has ended, the
-  // attempt closes (CloseGang).
+  // ---- gangs (attempts with ranks on several nodes): the protocol's
+  // steps are pure (server/gang_protocol.h); these carry them out ----
+  // A report from the agent of one rank (already fenced).
   Status ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::string& node_id,
                          const proto::TaskReport& r);
-  // Orders every live rank to stop, checkpoint signal first, because `why`
-  // (rank `cause_rank` failed, was lost or vacated). The caller stores the
-  // attempt.
-  Status StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_rank,
-                  const std::string& why);
-  // Every rank has ended: closes the attempt. All succeeded: the job
-  // succeeded. A rank lost, vacated or refused, or a preemption: the job is
-  // requeued (the other ranks' failures followed from it). Otherwise the
-  // job failed with the first rank that failed.
-  Status CloseGang(Tx& tx, Job& job, Attempt& attempt);
+  // Orders every live rank but `cause_rank` to stop, because `why`, and
+  // stores the attempt.
+  Status StopGang(Tx& tx, Job& job, Attempt& attempt, int32_t cause_rank, const std::string& why);
+  // Sends the step's orders, keeps its log lines and refusal, and applies
+  // its job event (which stores the attempt) or stores the attempt.
+  Status CarryOut(Tx& tx, Job& job, Attempt& attempt, gang::Outcome out);
   // Fires the hooks for what the committed transaction touched.
   void Notify();
   // Forgets what a rolled-back transaction touched.

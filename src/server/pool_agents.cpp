@@ -262,7 +262,6 @@ Status Pool::ApplyNodeEvent(Tx& tx, const std::string& node_id, const NodeEvent&
       GP_RETURN_IF_ERROR(StopGang(
           tx, *job, *attempt, rank->rank,
           "the provider of rank " + std::to_string(rank->rank) + "'s node took its GPU back"));
-      GP_RETURN_IF_ERROR(tx.PutAttempt(*attempt));
     }
     if (!job->spec.preemptible()) continue;
     leaving_.insert(a);

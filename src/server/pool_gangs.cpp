@@ -1,174 +1,41 @@
-// Pool: the gang protocol (attempts with ranks on several nodes): rank
-// reports, stopping a gang, closing its attempt once every rank has ended.
+// Pool: carrying out the gang protocol's steps (server/gang_protocol.h)
+// inside the caller's transaction.
 #include "server/pool.h"
 
-#include <algorithm>
-
-#include "common/log.h"
-#include "server/pool_rules.h"
+#include "server/gang_protocol.h"
 
 namespace gpupool::server {
-namespace {
 
-// How a gang rank ended, from its final report.
-AttemptState RankEndState(const proto::TaskReport& r) {
-  switch (r.state) {
-    case proto::TaskState::kExited:
-      return r.exit_code == 0 && r.signal == 0 ? AttemptState::kSucceeded : AttemptState::kFailed;
-    case proto::TaskState::kVacated:
-      return AttemptState::kVacated;
-    case proto::TaskState::kRefused:
-      return AttemptState::kRefused;
-    case proto::TaskState::kLost:
-      return AttemptState::kLost;
-    case proto::TaskState::kStarting:
-    case proto::TaskState::kRunning:
-    case proto::TaskState::kFailed:
-      break;
+Status Pool::CarryOut(Tx& tx, Job& job, Attempt& attempt, gang::Outcome out) {
+  for (const auto& [node_id, order] : out.stops) {
+    GP_RETURN_IF_ERROR(PushStop(tx, node_id, attempt.id, order));
   }
-  return AttemptState::kFailed;
+  for (int32_t rank : out.start_ranks) {
+    for (const AttemptRank& r : attempt.ranks) {
+      if (r.rank == rank) GP_RETURN_IF_ERROR(PushStart(tx, job, attempt, &r));
+    }
+  }
+  for (std::string& line : out.log_lines) fx_.log_lines.push_back(std::move(line));
+  if (out.refused_node) fx_.refusals.emplace_back(job.id, *out.refused_node);
+  if (out.job_event) {
+    // ApplyEvent stores the attempt.
+    return ApplyEvent(tx, job, attempt, *out.job_event, out.report ? &*out.report : nullptr);
+  }
+  if (out.store_attempt) return tx.PutAttempt(attempt);
+  return Status::Ok();
 }
 
-}  // namespace
-
-Status Pool::StopGang(Tx& tx, const Job& job, Attempt& attempt, int32_t cause_rank,
+Status Pool::StopGang(Tx& tx, Job& job, Attempt& attempt, int32_t cause_rank,
                       const std::string& why) {
-  // Not when it is already leaving (preempted, or stopping for another rank).
-  if (!OrderStop(attempt, AttemptEvent::kGangStop, clock_.NowMs()).accepted) return Status::Ok();
-  attempt.gang_stop_rank = cause_rank;
-  attempt.reason = why;
-  // Every other rank gets the checkpoint signal first (rank 0 writes the
-  // checkpoint the requeued gang resumes from). The cause has ended, or is
-  // being vacated by its own agent.
-  StopOrder stop{"gang stopped: " + why, PreemptGraceMs(job.spec), /*requeue=*/true};
-  for (const AttemptRank& r : attempt.ranks) {
-    if (r.rank == cause_rank || !IsLive(r.state) || StartHeldBack(job, attempt, r)) continue;
-    GP_RETURN_IF_ERROR(PushStop(tx, r.node_id, attempt.id, stop));
-  }
-  EndHeldBackRanks(job, attempt, attempt.gang_stop_ms);
-  fx_.log_lines.push_back("job " + std::to_string(job.id) + ": stopping every rank of attempt " +
-                          attempt.id + ": " + why);
-  return Status::Ok();
+  return CarryOut(tx, job, attempt, gang::Stop(job, attempt, cause_rank, why, clock_.NowMs()));
 }
 
 Status Pool::ApplyRankReport(Tx& tx, Job& job, Attempt& attempt, const std::string& node_id,
                              const proto::TaskReport& r) {
-  AttemptRank& rank = *attempt.RankOn(node_id);
-  if (!IsLive(rank.state)) {
-    // This rank already ended (or was given up as lost): a copy still
-    // running there is stale.
-    if (proto::IsActive(r.state)) return PushStop(tx, node_id, attempt.id, {"stale attempt"});
-    return Status::Ok();
-  }
-  const int64_t now = clock_.NowMs();
-  if (proto::IsActive(r.state)) {
-    if (rank.rank == 0 && r.master_port > 0 && attempt.master_port == 0 &&
-        job.spec.distributed == Distributed::kTorch) {
-      attempt.master_addr = r.master_addr;
-      attempt.master_port = r.master_port;
-      fx_.log_lines.push_back("job " + std::to_string(job.id) + ": attempt " + attempt.id +
-                              " rendezvous at " + attempt.MasterEndpoint());
-      // The rest of the gang starts now (ranks the gang gave up when it
-      // stopped before this are no longer live).
-      for (const AttemptRank& other : attempt.ranks) {
-        if (other.rank > 0 && IsLive(other.state))
-          GP_RETURN_IF_ERROR(PushStart(tx, job, attempt, &other));
-      }
-    }
-    if (r.state == proto::TaskState::kRunning) rank.state = AttemptState::kRunning;
-    bool all_running =
-        std::all_of(attempt.ranks.begin(), attempt.ranks.end(),
-                    [](const AttemptRank& x) { return x.state == AttemptState::kRunning; });
-    if (all_running && job.state == JobState::kScheduled) {
-      // The job runs once every rank does; ApplyEvent stores the attempt.
-      return ApplyEvent(tx, job, attempt, JobEvent::kStarted, &r);
-    }
-    return tx.PutAttempt(attempt);
-  }
-  rank.state = RankEndState(r);
-  if (r.state == proto::TaskState::kExited) rank.exit_code = r.exit_code;
-  rank.reason = ExitReason(r);
-  rank.finished_ms = now;  // the server's order of events, whatever the agents' clocks say
-  if (rank.state == AttemptState::kRefused && job.state == JobState::kScheduled) {
-    fx_.refusals.emplace_back(job.id, node_id);
-  }
-  // A torch gang cannot go on without any rank; replicas go on without a
-  // failed one, but a lost, vacated or refused rank requeues them all.
-  bool ended_badly = rank.state != AttemptState::kSucceeded;
-  bool displaced = rank.state == AttemptState::kLost || rank.state == AttemptState::kVacated ||
-                   rank.state == AttemptState::kRefused;
-  if (ended_badly && (displaced || job.spec.distributed == Distributed::kTorch)) {
-    GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
-    std::string why = "rank " + std::to_string(rank.rank) + " on " + (node ? node->name : node_id) +
-                      " " + std::string(AttemptStateName(rank.state)) +
-                      (rank.reason.empty() ? "" : " (" + rank.reason + ")");
-    GP_RETURN_IF_ERROR(StopGang(tx, job, attempt, rank.rank, why));
-  }
-  bool all_ended = std::none_of(attempt.ranks.begin(), attempt.ranks.end(),
-                                [](const AttemptRank& x) { return IsLive(x.state); });
-  if (!all_ended) return tx.PutAttempt(attempt);
-  return CloseGang(tx, job, attempt);
-}
-
-Status Pool::CloseGang(Tx& tx, Job& job, Attempt& attempt) {
-  auto any = [&](AttemptState s) {
-    return std::any_of(attempt.ranks.begin(), attempt.ranks.end(),
-                       [&](const AttemptRank& x) { return x.state == s; });
-  };
-  // The cause the job reports: the rank whose end stopped the gang, else
-  // the first to end badly.
-  const AttemptRank* first_bad = nullptr;
-  for (const AttemptRank& x : attempt.ranks) {
-    if (x.state == AttemptState::kSucceeded) continue;
-    if (x.rank == attempt.gang_stop_rank) {
-      first_bad = &x;
-      break;
-    }
-    if (!first_bad || x.finished_ms < first_bad->finished_ms) first_bad = &x;
-  }
-  // The ways a rank is displaced, in the order they name the cause.
-  struct Displaced {
-    AttemptState rank_state;
-    AttemptEvent event;
-    proto::TaskState report;
-  };
-  constexpr Displaced kDisplaced[] = {
-      {AttemptState::kLost, AttemptEvent::kLost, proto::TaskState::kLost},
-      {AttemptState::kVacated, AttemptEvent::kVacated, proto::TaskState::kVacated},
-      {AttemptState::kRefused, AttemptEvent::kRefused, proto::TaskState::kRefused}};
-  const auto* displaced = std::find_if(std::begin(kDisplaced), std::end(kDisplaced),
-                                       [&](const Displaced& d) { return any(d.rank_state); });
-  // How the gang ended, as one attempt would have, and a report saying so.
-  proto::TaskReport summary;
-  summary.attempt_id = attempt.id;
-  summary.ts_ms = clock_.NowMs();
-  AttemptEvent ended;
-  if (first_bad == nullptr) {
-    ended = AttemptEvent::kExitedClean;
-    summary.state = proto::TaskState::kExited;
-    summary.exit_code = attempt.ranks[0].exit_code.value_or(0);
-  } else if (displaced != std::end(kDisplaced)) {
-    // Displaced through no fault of its own: a rank's node was lost or its
-    // provider took the GPU back; whatever the others did followed from it.
-    ended = displaced->event;
-    summary.state = displaced->report;
-    summary.reason = attempt.reason;
-  } else {
-    ended = first_bad->exit_code ? AttemptEvent::kExitedError : AttemptEvent::kFailed;
-    summary.state = first_bad->exit_code ? proto::TaskState::kExited : proto::TaskState::kFailed;
-    summary.exit_code = first_bad->exit_code.value_or(0);
-    summary.reason = "rank " + std::to_string(first_bad->rank) + ": " +
-                     (first_bad->reason.empty() ? "failed" : first_bad->reason);
-  }
-  // What that means for the job depends on the attempt's state (the
-  // attempt table): a preempting gang that did not finish was preempted.
-  AttemptTransition t = StepAttempt(attempt.state, ended);
-  if (!t.accepted || !t.job_event) return Status::Ok();
-  JobEvent event = RetryIfAllowed(job, *t.job_event);
-  // A preempted attempt keeps the server's message as its reason, and no
-  // exit code: no report.
-  if (event == JobEvent::kPreempted) return ApplyEvent(tx, job, attempt, event, nullptr);
-  return ApplyEvent(tx, job, attempt, event, &summary);
+  GP_ASSIGN_OR_RETURN(auto node, tx.GetNode(node_id));
+  return CarryOut(
+      tx, job, attempt,
+      gang::OnRankReport(job, attempt, node_id, node ? node->name : node_id, r, clock_.NowMs()));
 }
 
 }  // namespace gpupool::server

@@ -59,6 +59,15 @@ bool StartHeldBack(const Job& job, const Attempt& a, const AttemptRank& r);
 // will never start, so they end now (cancelled). Returns whether any did.
 bool EndHeldBackRanks(const Job& job, Attempt& a, int64_t now);
 
+// What a stop order says (kStopAttempt): why, and the SIGTERM-to-SIGKILL
+// grace (0 = the agent's default). Without one, the Pool's stops say
+// "cancelled".
+struct StopOrder {
+  std::string reason = "cancelled";
+  int64_t grace_ms = 0;
+  bool requeue = false;  // the job goes back to the queue (proto::StopTask::requeue)
+};
+
 // A preempted job gets this long between SIGTERM and SIGKILL.
 int64_t PreemptGraceMs(const JobSpec& spec);
 

@@ -492,6 +492,17 @@ int main(int argc, char** argv) {
         },
         "how the scheduler ranks candidate nodes: gpupool (default), random, first-fit, "
         "best-fit, dot-product, fgd (as the server's scheduler config's placement)");
+    c->add_option_function<std::string>(
+         "--via",
+         [&o](const std::string& v) {
+           auto e = sim::ParseSimEngine(v);
+           if (!e.ok()) throw CLI::ValidationError("--via", e.status().message());
+           o.engine = *e;
+         },
+         "des (the discrete-event simulator around the scheduler; the default, fast) or pool "
+         "(the server's own core, server::Pool over an in-memory store, with simulated agents: "
+         "lending, refusals and gangs as the server does them; slower)")
+        ->check(CLI::IsMember({"des", "pool"}));
     c->add_option("--per-lab-preemption", o.per_lab_preemption,
                   "per-lab runs preempt too (a lab's sessions displace its own batch work); "
                   "false (the default) is the status quo, labs without such a scheduler");

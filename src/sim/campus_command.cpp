@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "sim/openb.h"
+#include "sim/pool_sim.h"
 #include "sim/svg.h"
 
 namespace gpupool::sim {
@@ -319,7 +320,7 @@ Result<std::vector<ModeRun>> RunCampusModes(const Trace& trace, const std::vecto
     const auto start = std::chrono::steady_clock::now();
     SimOptions o = options;
     o.mode = mode;
-    auto result = Simulate(trace, o);
+    auto result = o.engine == SimEngine::kPool ? SimulateThroughPool(trace, o) : Simulate(trace, o);
     if (!result.ok()) return result.status().WithContext(std::string(SimModeName(mode)));
     ModeRun run;
     run.result = std::move(*result);
@@ -369,7 +370,8 @@ nlohmann::ordered_json SummaryJson(const Trace& trace, const std::vector<ModeRun
     auto m = MetricsJson(r.metrics);
     if (wall_seconds >= 0) m["sim_wall_seconds"] = r.wall_seconds;
     const SimOptions& o = r.options;
-    m["options"] = {{"tick_ms", o.tick_ms},
+    m["options"] = {{"engine", SimEngineName(o.engine)},
+                    {"tick_ms", o.tick_ms},
                     {"preempt_grace_ms", o.preempt_grace_ms},
                     {"half_life_ms", o.half_life_ms},
                     {"anti_thrash_window_ms", o.anti_thrash_window_ms},

@@ -22,6 +22,16 @@ Result<SimMode> ParseSimMode(std::string_view text) {
   return Status::InvalidArgument("mode \"" + std::string(text) + "\" is not pooled or per-lab");
 }
 
+std::string_view SimEngineName(SimEngine engine) {
+  return engine == SimEngine::kDes ? "des" : "pool";
+}
+
+Result<SimEngine> ParseSimEngine(std::string_view text) {
+  if (text == "des") return SimEngine::kDes;
+  if (text == "pool") return SimEngine::kPool;
+  return Status::InvalidArgument("engine \"" + std::string(text) + "\" is not des or pool");
+}
+
 std::string_view AttemptEndName(AttemptEnd end) {
   switch (end) {
     case AttemptEnd::kCompleted:

@@ -64,8 +64,15 @@ enum class SimMode { kPooled, kPerLab };
 std::string_view SimModeName(SimMode mode);  // "pooled", "per-lab"
 Result<SimMode> ParseSimMode(std::string_view text);
 
+// Which engine simulates (RunCampusModes, campus_command.h): this DES, or
+// the server's own core over a MemoryStore (pool_sim.h). Simulate ignores it.
+enum class SimEngine { kDes, kPool };
+std::string_view SimEngineName(SimEngine engine);  // "des", "pool"
+Result<SimEngine> ParseSimEngine(std::string_view text);
+
 struct SimOptions {
   SimMode mode = SimMode::kPooled;
+  SimEngine engine = SimEngine::kDes;
   int64_t tick_ms = 5LL * 60 * 1000;           // periodic pass while jobs wait
   int64_t preempt_grace_ms = 30LL * 1000;      // a victim holds its GPUs this long
   int64_t drain_ms = 60LL * 24 * 3600 * 1000;  // after the trace's last event

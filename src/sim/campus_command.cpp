@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/log.h"
 #include "sim/openb.h"
 #include "sim/pool_sim.h"
 #include "sim/svg.h"
@@ -288,6 +289,12 @@ void PrintRun(const ModeRun& r) {
 int Finish(const Trace& trace, const std::vector<SimMode>& modes, const SimOptions& sim,
            const std::string& out_dir, const std::string& source, const char* cmd,
            std::chrono::steady_clock::time_point start) {
+  // The server's info lines for each event (a node left, a gang's
+  // rendezvous) would bury the results: through the pool, only warnings
+  // are logged unless debug logging was asked for.
+  if (sim.engine == SimEngine::kPool && !LogEnabled(LogLevel::kDebug)) {
+    SetLogLevel(LogLevel::kWarn);
+  }
   auto runs = RunCampusModes(trace, modes, sim);
   if (!runs.ok()) {
     std::cerr << "gpupool sim " << cmd << ": " << runs.status().message() << "\n";

@@ -593,8 +593,12 @@ class PoolSimulator {
     spec.resources.memory_mib = t.memory_mib;
     spec.max_runtime_ms = t.runtime_limit_ms;
     if (t.checkpoint_interval_ms > 0) {
+      // It checkpoints, so it may be preempted. The simulator keeps its
+      // checkpoints (the trace's interval); the server is not told the
+      // interval, which it only passes to the agent (and which a trace may
+      // set below the server's minimum).
       CheckpointSpec c;
-      c.interval_ms = t.checkpoint_interval_ms;
+      c.interval_ms = 0;
       c.grace_ms = std::max<int64_t>(1, opt_.preempt_grace_ms);
       spec.checkpoint = c;
     }

@@ -35,6 +35,9 @@
 //  - Scheduling passes (Pool::Schedule) happen where the DES calls Decide:
 //    once after each instant's events for each pool they touched, and on
 //    ticks while a job that could run waits.
+//  - The result lists attempts in start order; those started at the same
+//    instant are in the order the agents saw their start orders, which may
+//    not be the DES's (the scheduler's placement order).
 //  - Modes: pooled is one Pool over every node; per-lab is one Pool per lab
 //    over the nodes it owns (nodes owned by no lab join none).
 //  - Every start order is checked against the simulated node (present, the

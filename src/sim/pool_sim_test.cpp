@@ -68,15 +68,24 @@ std::string Describe(const JobRecord& j) {
   return s.str();
 }
 
-// The attempts (in start order) and the job records, as both engines
-// give them; the backfill flag and the waiting texts are each engine's.
+// The attempts in start order (those started at one instant in a fixed
+// order: the engines list them in different orders) and the job records, as
+// both engines give them; the backfill flag and the waiting texts are each
+// engine's.
+std::vector<std::string> InStartOrder(const SimResult& r) {
+  std::vector<const AttemptRecord*> sorted;
+  for (const auto& x : r.attempts) sorted.push_back(&x);
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto* x, const auto* y) {
+    return x->start_ms != y->start_ms ? x->start_ms < y->start_ms : x->attempt_id < y->attempt_id;
+  });
+  std::vector<std::string> out;
+  for (const auto* x : sorted) out.push_back(Describe(*x));
+  return out;
+}
+
 void ExpectSameRecords(const SimResult& des, const SimResult& pool) {
+  EXPECT_EQ(InStartOrder(des), InStartOrder(pool));
   std::vector<std::string> a, b;
-  for (const auto& x : des.attempts) a.push_back(Describe(x));
-  for (const auto& x : pool.attempts) b.push_back(Describe(x));
-  EXPECT_EQ(a, b);
-  a.clear();
-  b.clear();
   for (const auto& x : des.jobs) a.push_back(Describe(x));
   for (const auto& x : pool.jobs) b.push_back(Describe(x));
   EXPECT_EQ(a, b);
@@ -301,6 +310,65 @@ TEST(PoolSim, RejectsWhatTheDesRejects) {
   t = Parse(kLab + Node("n1", 1, 1.0));
   t.events.push_back({NodeEventKind::kLeave, "n9", 0});
   EXPECT_FALSE(SimulateThroughPool(t, SimOptions{}).ok());
+}
+
+TEST(PoolSim, AJobTheServerWouldRefuseIsAnErrorNotASkippedJob) {
+  // The DES takes any runtime bound; the server refuses one over a year.
+  const Trace t =
+      Parse(kLab + Node("n1", 1, 1.0) + Job(1, R"("submit":0,"gpus":1,"duration":"1h")") +
+            Job(7, R"("submit":0,"gpus":1,"duration":"1h","runtime_limit":"9000h")"));
+  EXPECT_TRUE(Simulate(t, SimOptions{}).ok());
+  auto r = SimulateThroughPool(t, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message().rfind("job 7: max_runtime: ", 0), 0u) << r.status().message();
+  // A checkpoint interval below the server's minimum is the simulator's
+  // business only: it runs, and its checkpoints count.
+  const Trace fine =
+      Parse(kLab + R"({"type":"group","name":"guest"})" + "\n" + Node("n1", 1, 1.0) +
+            Job(1, R"("submit":0,"gpus":1,"duration":"1h","checkpoint_interval":"1s")", "guest") +
+            Job(2, R"("submit":"25m","class":"interactive","gpus":1,"duration":"10m")"));
+  const SimResult p = ViaPool(fine);
+  ExpectSameRecords(Des(fine), p);
+  auto batch = AttemptsOf(p, 1);
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch[0]->end, AttemptEnd::kPreempted);
+  EXPECT_EQ(batch[0]->lost_work_ms, 0);
+}
+
+TEST(PoolSim, TheCampusCommandRunsTheEngineItIsGiven) {
+  EXPECT_EQ(*ParseSimEngine("pool"), SimEngine::kPool);
+  EXPECT_EQ(*ParseSimEngine("des"), SimEngine::kDes);
+  EXPECT_FALSE(ParseSimEngine("fast").ok());
+  CampusOptions o;
+  o.seed = 3;
+  o.labs = 3;
+  o.days = 1;
+  o.leave_per_node_day = 0;
+  o.gang_fraction = 0;
+  auto t = GenerateCampus(o);
+  ASSERT_TRUE(t.ok());
+  const auto modes = std::vector<SimMode>{SimMode::kPooled, SimMode::kPerLab};
+  SimOptions des_options;
+  SimOptions pool_options;
+  pool_options.engine = SimEngine::kPool;
+  auto des = RunCampusModes(*t, modes, des_options);
+  auto pool = RunCampusModes(*t, modes, pool_options);
+  ASSERT_TRUE(des.ok()) << des.status().ToString();
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  const auto sd = SummaryJson(*t, *des, "campus", -1);
+  const auto sp = SummaryJson(*t, *pool, "campus", -1);
+  EXPECT_EQ(sd["modes"]["pooled"]["options"]["engine"], "des");
+  EXPECT_EQ(sp["modes"]["pooled"]["options"]["engine"], "pool");
+  // Per lab, without departures or gangs, the server does what the DES
+  // models: the same records, so the same metrics.
+  ExpectSameRecords((*des)[1].result, (*pool)[1].result);
+  auto metrics = [](nlohmann::ordered_json m) {
+    m.erase("options");
+    return m.dump();
+  };
+  EXPECT_EQ(metrics(sd["modes"]["per-lab"]), metrics(sp["modes"]["per-lab"]));
+  EXPECT_GT((*pool)[1].result.attempts.size(), 50u);
 }
 
 TEST(PoolSim, AGeneratedCampusRunsThroughThePoolTheSameTwice) {

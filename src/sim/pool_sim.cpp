@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <queue>
 #include <set>
@@ -23,6 +24,7 @@ constexpr int64_t kEpochMs = 1'700'000'000'000;
 
 // Within one instant, events apply in the DES's order.
 enum class EventKind : int {
+  kCheckpoint = -1,  // the pool engine's own: an attempt checkpoints
   kEnd = 0,
   kVacated = 1,
   kLeave = 2,
@@ -84,6 +86,7 @@ struct SimJob {
   std::optional<SimRun> run;
   uint64_t gen = 0;
   std::vector<std::string> displaced_from;
+  std::string last_manifest;  // of its newest checkpoint; empty: none
 };
 
 struct Part {
@@ -129,10 +132,15 @@ class PoolSimulator {
       now_ = t;
       clock_.SetMs(kEpochMs + t);
       bool tick = false;
+      bool only_checkpoints = true;
       while (!queue_.empty() && queue_.top().t == t) {
         Event e = queue_.top();
         queue_.pop();
+        only_checkpoints = only_checkpoints && e.kind == EventKind::kCheckpoint;
         switch (e.kind) {
+          case EventKind::kCheckpoint:
+            GP_RETURN_IF_ERROR(OnCheckpoint(e));
+            break;
           case EventKind::kEnd:
             GP_RETURN_IF_ERROR(OnEnd(e));
             break;
@@ -154,6 +162,9 @@ class PoolSimulator {
             break;
         }
       }
+      // Checkpoints change nothing the scheduler sees: not an instant of the
+      // DES's, which has no such events.
+      if (only_checkpoints) continue;
       ++result_.event_times;
       // What the events' reports closed, before the pass sees the queue.
       GP_RETURN_IF_ERROR(Settle());
@@ -252,6 +263,8 @@ class PoolSimulator {
       server::PoolHooks hooks;
       Part* part = &parts_[p];
       hooks.outbox_ready = [part](const std::string& node) { part->outbox.insert(node); };
+      // The blob store is simulated: every checkpoint's manifest is there.
+      hooks.manifest_stored = [](const std::string&) { return true; };
       part->store = std::make_unique<MemoryStore>();
       part->pool = std::make_unique<server::Pool>(*part->store, clock_, std::move(po), hooks);
     }
@@ -420,7 +433,7 @@ class PoolSimulator {
     GP_ASSIGN_OR_RETURN(size_t ji, JobOfAttempt(n.part, start.attempt_id));
     SimJob& j = jobs_[ji];
     if (j.phase != Phase::kRunning || !j.run || j.run->attempt_id != start.attempt_id) {
-      GP_RETURN_IF_ERROR(BeginRun(ji, start.attempt_id));
+      GP_RETURN_IF_ERROR(BeginRun(ji, start));
     }
     // The GPUs must exist and have room (the scheduler's placement checked
     // against the simulated machine).
@@ -450,8 +463,14 @@ class PoolSimulator {
   }
 
   // The first start order of a new attempt: the run and its record begin.
-  Status BeginRun(size_t ji, const std::string& attempt_id) {
+  Status BeginRun(size_t ji, const proto::StartTask& start) {
+    const std::string& attempt_id = start.attempt_id;
     SimJob& j = jobs_[ji];
+    // It resumes from the checkpoint the simulation last took.
+    if (start.restore_manifest != j.last_manifest) {
+      return Bad(attempt_id + " restores checkpoint \"" + start.restore_manifest +
+                 "\", not the job's newest \"" + j.last_manifest + "\"");
+    }
     Part& part = parts_[static_cast<size_t>(j.part)];
     if (j.phase != Phase::kPending)
       return Bad("job " + std::to_string(j.spec->id) + " not waiting");
@@ -517,6 +536,46 @@ class PoolSimulator {
     ++part.live;
     allocated_ += spec.GpuMilli();
     Push({end, EventKind::kEnd, 0, ji, j.gen, {}});
+    ScheduleCheckpoint(ji);
+    return Status::Ok();
+  }
+
+  // The run's next checkpoint: when its progress reaches the next multiple
+  // of the interval before the end (at the end there is nothing to keep).
+  void ScheduleCheckpoint(size_t ji) {
+    const SimJob& j = jobs_[ji];
+    const int64_t interval = j.spec->checkpoint_interval_ms;
+    if (interval <= 0 || !j.run) return;
+    const SimRun& a = *j.run;
+    const double p = Progress(j, now_);
+    const int64_t ck =
+        (static_cast<int64_t>(std::floor(p / static_cast<double>(interval))) + 1) * interval;
+    if (ck >= j.spec->duration_ms) return;
+    const double dt = std::ceil(static_cast<double>(ck - a.saved) / a.speed);
+    Push({a.start + static_cast<int64_t>(dt), EventKind::kCheckpoint, 0, ji, j.gen, {}});
+  }
+
+  // The attempt's agent uploads a checkpoint and posts it, as a real one
+  // does (Pool::AddCheckpoint; the blob store is simulated).
+  Status OnCheckpoint(const Event& e) {
+    SimJob& j = jobs_[e.index];
+    if (j.phase != Phase::kRunning || !j.run || j.gen != e.gen) return Status::Ok();
+    const int64_t interval = j.spec->checkpoint_interval_ms;
+    const int64_t ck =
+        static_cast<int64_t>(std::floor(Progress(j, now_) / static_cast<double>(interval))) *
+        interval;
+    server::CheckpointRequest r;
+    r.job_id = j.pool_id;
+    r.attempt_id = j.run->attempt_id;
+    // A manifest id (64 hex digits) naming the job and the progress kept.
+    char id[65];
+    std::snprintf(id, sizeof id, "%016llx%016llx%032x", static_cast<unsigned long long>(j.spec->id),
+                  static_cast<unsigned long long>(ck), 0u);
+    r.manifest = id;
+    auto added = PoolOf(j.part).AddCheckpoint(r);
+    if (!added.ok()) return added.status().WithContext("checkpoint of " + r.attempt_id);
+    j.last_manifest = r.manifest;
+    ScheduleCheckpoint(e.index);
     return Status::Ok();
   }
 

@@ -24,6 +24,10 @@
 //    stop order is reported ended (exit 0, SIGTERM, "stopped") after
 //    `preempt_grace_ms`. A job's attempt is reported exited (0) on every
 //    rank when its remaining work is done at the speed of its slowest node.
+//    Each time its progress passes a multiple of its checkpoint interval,
+//    the agent posts a checkpoint (Pool::AddCheckpoint; the blob store is
+//    simulated), and every start order must restore the newest one the
+//    simulation took (an Internal error otherwise).
 //    A provider leaving is the agent's `leave` and disconnect, then the
 //    Pool's own node check (leases are off, so its attempts are lost at
 //    once); a return is a new agent's hello.
@@ -44,10 +48,10 @@
 //    GPUs exist and have room); a violation is an Internal error, and so is
 //    a Pool ending an attempt in a way the simulator does not model.
 //
-// Where this differs from the DES on purpose (the server's behaviour):
-// checkpoints are not reported to the Pool (the server's pass counts a
-// victim's lost work from its start); a gang whose node left holds its
-// other ranks' GPUs until they have stopped (the grace); a vacating
+// Where this differs from the DES on purpose (the server's behaviour): the
+// server's pass counts a victim's lost work from its start, not from its
+// newest checkpoint (server/pass_input.cpp); a gang whose node left holds
+// its other ranks' GPUs until they have stopped (the grace); a vacating
 // attempt's expected end is not known to the server's backfill.
 #pragma once
 

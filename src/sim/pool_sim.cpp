@@ -225,7 +225,9 @@ Status PoolSimulator::OnArrival(size_t ji) {
     // set below the server's minimum).
     CheckpointSpec c;
     c.interval_ms = 0;
-    c.grace_ms = std::max<int64_t>(1, opt_.preempt_grace_ms);
+    // The agents vacate preempt_grace_ms after a stop order whatever it
+    // says; the spec's grace need only be one the server accepts.
+    c.grace_ms = std::clamp<int64_t>(opt_.preempt_grace_ms, 1000, 3600 * 1000);
     spec.checkpoint = c;
   }
   Part& part = parts_[static_cast<size_t>(j.part)];

@@ -156,6 +156,22 @@ TEST(PoolSim, AnInteractivePreemptionMatchesTheDes) {
   EXPECT_EQ(batch[0]->end_ms, 25 * kMin + 30 * 1000);
   EXPECT_EQ(pool.jobs[1].first_start_ms, 25 * kMin + 30 * 1000);
   EXPECT_EQ(pool.jobs[0].end_ms, batch[1]->start_ms + 5 * kHour - 20 * kMin);
+
+  // On a machine no lab owns, the session preempts borrowed work as a
+  // session, not as an owner.
+  const Trace shared =
+      Parse(kLab + R"({"type":"group","name":"guest"})" + "\n" + Node("n1", 1, 1.0, "") +
+            Node("lab-1", 1, 1.0) + Job(3, R"("submit":0,"gpus":1,"duration":"1h")") +
+            Job(1, R"("submit":1,"gpus":1,"duration":"5h","checkpoint_interval":"10m")", "guest") +
+            Job(2, R"("submit":"25m","class":"interactive","gpus":1,"duration":"10m")"));
+  const SimResult s = ViaPool(shared);
+  ExpectSameRecords(Des(shared), s);
+  auto guest = AttemptsOf(s, 1);
+  ASSERT_EQ(guest.size(), 2u);
+  EXPECT_EQ(guest[0]->nodes, std::vector<std::string>{"n1"});
+  EXPECT_EQ(guest[0]->end, AttemptEnd::kPreempted);
+  EXPECT_EQ(guest[0]->preempted_for, "interactive");
+  EXPECT_EQ(guest[0]->preemptor_job_id, 2);
 }
 
 TEST(PoolSim, ANodeLeavingAndReturningMatchesTheDes) {
@@ -334,6 +350,16 @@ TEST(PoolSim, AJobTheServerWouldRefuseIsAnErrorNotASkippedJob) {
   ASSERT_EQ(batch.size(), 2u);
   EXPECT_EQ(batch[0]->end, AttemptEnd::kPreempted);
   EXPECT_EQ(batch[0]->lost_work_ms, 0);
+  // Nor is the grace: 0 (vacate at once) is outside the server's bounds for
+  // a spec's grace, and runs.
+  SimOptions at_once;
+  at_once.preempt_grace_ms = 0;
+  auto q = SimulateThroughPool(fine, at_once);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  auto d = Simulate(fine, at_once);
+  ASSERT_TRUE(d.ok());
+  ExpectSameRecords(*d, *q);
+  EXPECT_EQ(AttemptsOf(*q, 1)[0]->end_ms, 25 * kMin);
 }
 
 TEST(PoolSim, TheCampusCommandRunsTheEngineItIsGiven) {

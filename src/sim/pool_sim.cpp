@@ -307,6 +307,7 @@ Status PoolSimulator::Settle() {
     const size_t ji = *it;
     SimJob& j = jobs_[ji];
     Part& part = parts_[static_cast<size_t>(j.part)];
+    if (!j.run) return Bad("job " + std::to_string(j.spec->id) + " closing without a run");
     GP_ASSIGN_OR_RETURN(server::JobDetail d, part.pool->GetJob(j.pool_id));
     auto a = std::find_if(d.attempts.begin(), d.attempts.end(),
                           [&](const Attempt& x) { return x.id == j.run->attempt_id; });

@@ -65,7 +65,8 @@ std::string_view SimModeName(SimMode mode);  // "pooled", "per-lab"
 Result<SimMode> ParseSimMode(std::string_view text);
 
 // Which engine simulates (RunCampusModes, campus_command.h): this DES, or
-// the server's own core over a MemoryStore (pool_sim.h). Simulate ignores it.
+// the server's own core over a MemoryStore (pool_sim.h; `gpupool sim`'s
+// default). Simulate ignores it.
 enum class SimEngine { kDes, kPool };
 std::string_view SimEngineName(SimEngine engine);  // "des", "pool"
 Result<SimEngine> ParseSimEngine(std::string_view text);

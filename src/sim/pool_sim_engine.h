@@ -3,6 +3,12 @@
 // pool_sim.cpp has the event loop, the trace's events, the passes and the
 // result; pool_sim_agents.cpp the simulated agents (hello, orders, reports)
 // and the work they do (runs, checkpoints, what a stop loses).
+//
+// Contract: a PoolSimulator runs once (Run), on one thread, over the trace,
+// options and extras it was given, which must outlive it; it owns its
+// stores, Pools and clock, so runs share nothing. Its errors are values:
+// InvalidArgument for a trace it cannot run, Internal for a Pool decision
+// that contradicts the simulated machines (see pool_sim.h).
 #pragma once
 
 #include <cstdint>

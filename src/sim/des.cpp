@@ -214,6 +214,12 @@ class Simulator {
       if (!n.owner_group.empty() && !group_index.count(n.owner_group)) {
         return Status::InvalidArgument("node " + n.name + ": unknown group " + n.owner_group);
       }
+      if (!n.allow_groups.empty() || !n.deny_groups.empty()) {
+        return Status::InvalidArgument(
+            "node " + n.name +
+            ": a lending policy (allow_groups, deny_groups) is not modelled by the DES; run it "
+            "through the pool (--via pool)");
+      }
       if (!node_index_.emplace(n.name, node_index_.size()).second) {
         return Status::InvalidArgument("node " + n.name + " appears twice");
       }

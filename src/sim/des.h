@@ -43,6 +43,9 @@
 //    runs and the last pass did nothing), or `drain_ms` after the trace's
 //    last event, whichever comes first; jobs still waiting or running then
 //    are reported as unfinished.
+//  - Providers' lending policies are not modelled: a trace whose nodes have
+//    one (TraceNode::allow_groups, deny_groups) is InvalidArgument (the
+//    pool engine, pool_sim.h, runs it).
 //  - Every scheduler decision is checked against the simulated state (a
 //    placement on a missing GPU or over capacity, a preemption of an attempt
 //    that is not running) and reported as an Internal error.

@@ -17,7 +17,9 @@
 //    share, gang size, CPU and memory, runtime bound as max_runtime, and a
 //    checkpoint section when it checkpoints); each trace node is an agent
 //    that says hello with simulated GPUs (GpuInfo::simulated, "GPU-SIM-"
-//    UUIDs) and lends every GPU unless PoolSimOptions says otherwise.
+//    UUIDs) and lends every GPU, to the groups its trace node's policy
+//    admits (allow_groups, deny_groups), unless PoolSimOptions says
+//    otherwise.
 //  - The simulated agents read their node's outbox after each instant:
 //    a start order is reported running at once (rank 0 of a torch gang
 //    with a rendezvous port, which releases the other ranks' starts); a
@@ -67,8 +69,9 @@ namespace gpupool::sim {
 
 // What only the pool engine can express.
 struct PoolSimOptions {
-  // Node name -> what its provider lends (its policy); nodes not named lend
-  // every GPU to everyone. The DES cannot express this.
+  // Node name -> what its provider lends (its whole policy, replacing the
+  // trace's allow/deny lists); nodes not named lend every GPU as their
+  // trace node says. The DES cannot express either.
   std::map<std::string, NodeLending> lending;
 };
 

@@ -49,8 +49,11 @@ Status PoolSimulator::Hello(size_t ni) {
   if (auto l = extra_.lending.find(spec.name); l != extra_.lending.end()) {
     h.lending = l->second;
   } else {
+    // Every GPU, to the groups the trace's policy admits.
     NodeLending all;
     for (const GpuInfo& g : h.gpus) all.gpus[g.uuid] = g.memory_mib;
+    all.allow_groups.insert(spec.allow_groups.begin(), spec.allow_groups.end());
+    all.deny_groups.insert(spec.deny_groups.begin(), spec.deny_groups.end());
     h.lending = std::move(all);
   }
   GP_ASSIGN_OR_RETURN(proto::Welcome w, PoolOf(n.part).AgentHello(h));

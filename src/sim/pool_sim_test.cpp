@@ -295,6 +295,59 @@ TEST(PoolSim, ANodeWhoseLendingRefusesAGroupIsNotUsedForItsJobs) {
   EXPECT_EQ(r.status().message(), "lending: unknown node nowhere");
 }
 
+TEST(PoolSim, ATracesLendingPolicyRunsThroughThePoolAndTheDesRefusesIt) {
+  const std::string groups = R"({"type":"group","name":"lab"})"
+                             "\n"
+                             R"({"type":"group","name":"guest"})"
+                             "\n";
+  const std::string closed =
+      R"({"type":"node","name":"closed","owner_group":"lab","gpus":2,"gpu_model":"V100",)"
+      R"("gpu_memory":"32GiB","cpus":64,"memory":"256GiB","deny_groups":["guest"]})"
+      "\n";
+  std::string jobs;
+  for (int i = 1; i <= 4; ++i) {
+    jobs += Job(i, R"("submit":)" + std::to_string(i) + R"(,"gpus":1,"duration":"1h")", "guest");
+  }
+  const Trace t = Parse(groups + closed + Node("open", 2, 1.0) + jobs);
+  ASSERT_EQ(t.nodes[0].deny_groups, std::vector<std::string>{"guest"});
+  // It survives a write and a read.
+  auto again = ParseTrace("again.jsonl", FormatTrace(t));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, t);
+
+  const SimResult pool = ViaPool(t);
+  ASSERT_EQ(pool.attempts.size(), 4u);
+  for (const auto& a : pool.attempts) EXPECT_EQ(a.nodes[0], "open") << Describe(a);
+  EXPECT_EQ(pool.jobs[2].first_start_ms, kHour + 1000);
+
+  // allow_groups: only those.
+  Trace only = t;
+  only.nodes[0].deny_groups.clear();
+  only.nodes[0].allow_groups = {"lab"};
+  for (const auto& a : ViaPool(only).attempts) EXPECT_EQ(a.nodes[0], "open") << Describe(a);
+  only.nodes[0].allow_groups = {"guest"};
+  int on_closed = 0;
+  for (const auto& a : ViaPool(only).attempts) on_closed += a.nodes[0] == "closed" ? 1 : 0;
+  EXPECT_EQ(on_closed, 2);
+
+  // The DES cannot run it: an error, not numbers without the policy.
+  auto des = Simulate(t, SimOptions{});
+  ASSERT_FALSE(des.ok());
+  EXPECT_EQ(des.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(des.status().message().find("node closed: a lending policy"), std::string::npos)
+      << des.status().message();
+
+  // A policy naming an undeclared group is a parse error.
+  auto bad =
+      ParseTrace("bad.jsonl", groups + R"({"type":"node","name":"n","gpus":1,)"
+                                       R"("gpu_model":"V100","gpu_memory":"32GiB",)"
+                                       R"("cpus":8,"memory":"64GiB","allow_groups":["nobody"]})"
+                                       "\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "bad.jsonl:3: allow_groups: unknown group 'nobody' (declare it on an earlier line)");
+}
+
 TEST(PoolSim, PerLabModeIsOnePoolPerLab) {
   const std::string two_labs = R"({"type":"group","name":"busy"})"
                                "\n"

@@ -298,7 +298,9 @@ int Finish(const Trace& trace, const std::vector<SimMode>& modes, const SimOptio
   auto runs = RunCampusModes(trace, modes, sim);
   if (!runs.ok()) {
     std::cerr << "gpupool sim " << cmd << ": " << runs.status().message() << "\n";
-    return 1;
+    // A trace the engine cannot run (a policy the DES does not model, a job
+    // the server refuses) is bad input.
+    return runs.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

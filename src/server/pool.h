@@ -109,6 +109,10 @@ struct PoolOptions {
   // The output limit (sent with every start order), log retention and the
   // log budget (server/job_logs.h).
   LogOptions logs;
+  // The id of a node registering for the first time, from its name; unset:
+  // a random "n-..." id. Node ids end the scheduler's ties, so the
+  // simulator (sim/pool_sim.h) names them to be reproducible.
+  std::function<std::string(const std::string& node_name)> node_id_for;
   // Compares the queue in memory with the store after every transaction
   // and fails loudly on any difference (server/pool_queue.h). For tests:
   // it reads the whole queue each time.

@@ -48,7 +48,7 @@ Result<proto::Welcome> Pool::AgentHello(const proto::Hello& hello) {
     if (existing) {
       node = *std::move(existing);
     } else {
-      node.id = NewId("n");
+      node.id = options_.node_id_for ? options_.node_id_for(hello.node_name) : NewId("n");
       node.registered_ms = now;
     }
     node.name = hello.node_name;

@@ -7,7 +7,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/log.h"
 #include "sim/openb.h"
+#include "sim/pool_sim.h"
 #include "sim/svg.h"
 
 namespace gpupool::sim {
@@ -287,10 +289,18 @@ void PrintRun(const ModeRun& r) {
 int Finish(const Trace& trace, const std::vector<SimMode>& modes, const SimOptions& sim,
            const std::string& out_dir, const std::string& source, const char* cmd,
            std::chrono::steady_clock::time_point start) {
+  // The server's info lines for each event (a node left, a gang's
+  // rendezvous) would bury the results: through the pool, only warnings
+  // are logged unless debug logging was asked for.
+  if (sim.engine == SimEngine::kPool && !LogEnabled(LogLevel::kDebug)) {
+    SetLogLevel(LogLevel::kWarn);
+  }
   auto runs = RunCampusModes(trace, modes, sim);
   if (!runs.ok()) {
     std::cerr << "gpupool sim " << cmd << ": " << runs.status().message() << "\n";
-    return 1;
+    // A trace the engine cannot run (a policy the DES does not model, a job
+    // the server refuses) is bad input.
+    return runs.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -319,7 +329,7 @@ Result<std::vector<ModeRun>> RunCampusModes(const Trace& trace, const std::vecto
     const auto start = std::chrono::steady_clock::now();
     SimOptions o = options;
     o.mode = mode;
-    auto result = Simulate(trace, o);
+    auto result = o.engine == SimEngine::kPool ? SimulateThroughPool(trace, o) : Simulate(trace, o);
     if (!result.ok()) return result.status().WithContext(std::string(SimModeName(mode)));
     ModeRun run;
     run.result = std::move(*result);
@@ -369,7 +379,8 @@ nlohmann::ordered_json SummaryJson(const Trace& trace, const std::vector<ModeRun
     auto m = MetricsJson(r.metrics);
     if (wall_seconds >= 0) m["sim_wall_seconds"] = r.wall_seconds;
     const SimOptions& o = r.options;
-    m["options"] = {{"tick_ms", o.tick_ms},
+    m["options"] = {{"engine", SimEngineName(o.engine)},
+                    {"tick_ms", o.tick_ms},
                     {"preempt_grace_ms", o.preempt_grace_ms},
                     {"half_life_ms", o.half_life_ms},
                     {"anti_thrash_window_ms", o.anti_thrash_window_ms},

@@ -22,6 +22,16 @@ Result<SimMode> ParseSimMode(std::string_view text) {
   return Status::InvalidArgument("mode \"" + std::string(text) + "\" is not pooled or per-lab");
 }
 
+std::string_view SimEngineName(SimEngine engine) {
+  return engine == SimEngine::kDes ? "des" : "pool";
+}
+
+Result<SimEngine> ParseSimEngine(std::string_view text) {
+  if (text == "des") return SimEngine::kDes;
+  if (text == "pool") return SimEngine::kPool;
+  return Status::InvalidArgument("engine \"" + std::string(text) + "\" is not des or pool");
+}
+
 std::string_view AttemptEndName(AttemptEnd end) {
   switch (end) {
     case AttemptEnd::kCompleted:
@@ -203,6 +213,12 @@ class Simulator {
     for (const auto& n : trace_.nodes) {
       if (!n.owner_group.empty() && !group_index.count(n.owner_group)) {
         return Status::InvalidArgument("node " + n.name + ": unknown group " + n.owner_group);
+      }
+      if (!n.allow_groups.empty() || !n.deny_groups.empty()) {
+        return Status::InvalidArgument(
+            "node " + n.name +
+            ": a lending policy (allow_groups, deny_groups) is not modelled by the DES; run it "
+            "through the pool (--via pool)");
       }
       if (!node_index_.emplace(n.name, node_index_.size()).second) {
         return Status::InvalidArgument("node " + n.name + " appears twice");

@@ -43,6 +43,9 @@
 //    runs and the last pass did nothing), or `drain_ms` after the trace's
 //    last event, whichever comes first; jobs still waiting or running then
 //    are reported as unfinished.
+//  - Providers' lending policies are not modelled: a trace whose nodes have
+//    one (TraceNode::allow_groups, deny_groups) is InvalidArgument (the
+//    pool engine, pool_sim.h, runs it).
 //  - Every scheduler decision is checked against the simulated state (a
 //    placement on a missing GPU or over capacity, a preemption of an attempt
 //    that is not running) and reported as an Internal error.
@@ -64,8 +67,16 @@ enum class SimMode { kPooled, kPerLab };
 std::string_view SimModeName(SimMode mode);  // "pooled", "per-lab"
 Result<SimMode> ParseSimMode(std::string_view text);
 
+// Which engine simulates (RunCampusModes, campus_command.h): this DES, or
+// the server's own core over a MemoryStore (pool_sim.h; `gpupool sim`'s
+// default). Simulate ignores it.
+enum class SimEngine { kDes, kPool };
+std::string_view SimEngineName(SimEngine engine);  // "des", "pool"
+Result<SimEngine> ParseSimEngine(std::string_view text);
+
 struct SimOptions {
   SimMode mode = SimMode::kPooled;
+  SimEngine engine = SimEngine::kDes;
   int64_t tick_ms = 5LL * 60 * 1000;           // periodic pass while jobs wait
   int64_t preempt_grace_ms = 30LL * 1000;      // a victim holds its GPUs this long
   int64_t drain_ms = 60LL * 24 * 3600 * 1000;  // after the trace's last event

@@ -252,6 +252,8 @@ Result<Trace> ParseTrace(std::string_view source, std::string_view text) {
       n.cpu_milli = f.Milli("cpus", true, 0);
       n.memory_mib = f.Mebibytes("memory", true);
       n.speed = f.Number("speed", false, 1.0);
+      n.allow_groups = r.StrList("allow_groups", false);
+      n.deny_groups = r.StrList("deny_groups", false);
       GP_RETURN_IF_ERROR(finish());
       if (n.name.empty()) return LineError(source, line_no, "name", "must not be empty");
       if (node_index.count(n.name)) {
@@ -278,6 +280,14 @@ Result<Trace> ParseTrace(std::string_view source, std::string_view text) {
       if (n.memory_mib <= 0) return LineError(source, line_no, "memory", "must be more than 0");
       if (!(n.speed > 0) || n.speed > 1000) {
         return LineError(source, line_no, "speed", "must be more than 0 (1.0 = reference)");
+      }
+      for (const char* field : {"allow_groups", "deny_groups"}) {
+        for (const auto& g : field[0] == 'a' ? n.allow_groups : n.deny_groups) {
+          if (!group_index.count(g)) {
+            return LineError(source, line_no, field,
+                             "unknown group '" + g + "' (declare it on an earlier line)");
+          }
+        }
       }
       node_index[n.name] = trace.nodes.size();
       trace.nodes.push_back(std::move(n));
@@ -419,6 +429,8 @@ std::string FormatTrace(const Trace& trace) {
     j["cpus"] = MilliJson(n.cpu_milli);
     j["memory"] = MebibytesText(n.memory_mib);
     j["speed"] = n.speed;
+    if (!n.allow_groups.empty()) j["allow_groups"] = n.allow_groups;
+    if (!n.deny_groups.empty()) j["deny_groups"] = n.deny_groups;
     emit(j);
   }
   for (const auto& job : trace.jobs) {

@@ -56,6 +56,11 @@ struct TraceNode {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   double speed = 1.0;  // work per unit of time relative to 1.0; > 0
+  // Its provider's policy by group (declared groups): only these may use
+  // it (empty: any), and never these. Only the pool engine (pool_sim.h)
+  // runs it; the DES refuses a trace that has one.
+  std::vector<std::string> allow_groups;
+  std::vector<std::string> deny_groups;
   friend bool operator==(const TraceNode&, const TraceNode&) = default;
 };
 

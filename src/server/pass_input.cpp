@@ -139,8 +139,9 @@ void AddRunning(const PoolView& view, const OfferedNodes& nodes, sched::Snapshot
     r.priority = ClassOf(job->spec.priority);
     r.holdings = std::move(holdings);
     r.started_ms = a.started_ms > 0 ? a.started_ms : a.created_ms;
-    // Checkpoints are not reported yet: all work since the start is at stake.
-    r.last_checkpoint_ms = r.started_ms;
+    // The work at stake in a preemption is what the attempt did since its
+    // newest checkpoint (AddCheckpoint records it); none yet: since its start.
+    r.last_checkpoint_ms = a.last_checkpoint_ms;
     // An attempt already ordered to stop is leaving: it is not preempted twice.
     r.preemptible = job->spec.preemptible() && !IsStopping(a.state);
     r.last_preempted_ms = job->last_preempted_ms;

@@ -114,6 +114,31 @@ TEST(PassInputTest, LiveAttemptsHoldTheirGpusAndOnlyTheCurrentOneRuns) {
   EXPECT_GT(in.snapshot.usage.at("lab").milli_ms, 0);
 }
 
+// What a preemption would cost is the work since the attempt's newest
+// checkpoint, not since its start.
+TEST(PassInputTest, ARunningAttemptsNewestCheckpointBoundsTheWorkAtStake) {
+  PoolView view;
+  view.nodes = {MakeNode("a", 2)};
+  Job job = MakeJob(1, 1);
+  job.state = JobState::kRunning;
+  job.current_attempt = "1.1";
+  view.live_jobs = {job};
+  Attempt a;
+  a.id = "1.1";
+  a.job_id = 1;
+  a.node_id = "a";
+  a.gpu_uuids = {"GPU-a-0"};
+  a.gpu_milli = 1000;
+  a.started_ms = 10'000;
+  view.live_attempts = {a};
+  PassInput before = BuildPassInput(view, Context(60'000));
+  ASSERT_EQ(before.snapshot.running.size(), 1u);
+  EXPECT_LE(before.snapshot.running[0].last_checkpoint_ms, 10'000);  // never: since the start
+  view.live_attempts[0].last_checkpoint_ms = 50'000;
+  PassInput after = BuildPassInput(view, Context(60'000));
+  EXPECT_EQ(after.snapshot.running[0].last_checkpoint_ms, 50'000);
+}
+
 TEST(PassInputTest, ProviderPolicyAndRecentRefusalsExcludeNodesWithReasons) {
   PoolView view;
   view.nodes = {MakeNode("a", 2), MakeNode("b", 2)};

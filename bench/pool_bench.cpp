@@ -27,8 +27,10 @@
 // else the CLI's config file. Verification is never switched off here (an
 // `insecure` stored in the config file is ignored): a TLS pool needs its CA
 // pinned or trusted (`gpupool dev --env-file` writes GPUPOOL_CA_FINGERPRINT;
-// the server's CA is <data-dir>/tls/ca.crt). Each HTTP call uses a new
-// connection (net::Fetch), as the CLI does. The last line of output is
+// the server's CA is <data-dir>/tls/ca.crt). HTTP calls share connections
+// kept open (net::KeepAliveClient), as a program that makes many calls
+// would; --new-connections gives each call its own (net::Fetch), as the CLI
+// does (the figures before issue 21's keep-alive). The last line of output is
 // "RESULT <mode> key=value ...", for scripts.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -74,9 +76,10 @@ struct Common {
   std::string executor;  // "" = the node's default
   std::string image;     // "" = the host system
   double timeout_s = 300;
+  bool new_connections = false;  // a connection per call instead of kept ones
 };
 
-cli::ApiClient MakeApi(const Common& c) { return cli::ApiClient(c.endpoint); }
+cli::ApiClient MakeApi(const Common& c) { return cli::ApiClient(c.endpoint, !c.new_connections); }
 
 json JobSpec(const Common& c) {
   json spec = {{"run", c.run}, {"resources", {{"gpus", c.gpus}}}};
@@ -297,6 +300,8 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-s", c.timeout_s, "give up after this long")->capture_default_str();
   app.add_option("--executor", c.executor, "the executor jobs ask for (default: the node's)");
   app.add_option("--image", c.image, "the image jobs run in (default: the host system)");
+  app.add_flag("--new-connections", c.new_connections,
+               "a new connection (and TLS handshake) for every call, as the CLI makes");
 
   auto* lat = app.add_subcommand("latency", "submit-to-running latency, one job at a time");
   int lat_jobs = 200;

@@ -13,6 +13,8 @@
 #   --executors  the executors the throughput part measures, in turn
 #   --latency-executor E  the executor latency jobs ask for (default: the
 #                node's default, the sandbox)
+#   --new-connections  the load client opens a connection per call (as the
+#                CLI does) instead of keeping them open
 #   --perf DIR   records the server with `perf record --call-graph dwarf`
 #                during each throughput run, into DIR/server-EXECUTOR-RUN.data
 #                (read it with `perf report -i FILE --no-children`)
@@ -31,6 +33,7 @@ only=
 executors="sandbox process"
 latency_executor=
 perf_dir=
+client_flags=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -41,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift 2 ;;
     --executors) executors=$2; shift 2 ;;
     --latency-executor) latency_executor=$2; shift 2 ;;
+    --new-connections) client_flags+=(--new-connections); shift ;;
     --perf) perf_dir=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -78,7 +82,7 @@ latency() {
     start_pool "$agents"
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $(agent_tree))
     rc=0
-    out=$("$bench" ${latency_executor:+--executor "$latency_executor"} latency --jobs "$latency_jobs" 2>&1) ||
+    out=$("$bench" ${client_flags[@]+"${client_flags[@]}"} ${latency_executor:+--executor "$latency_executor"} latency --jobs "$latency_jobs" 2>&1) ||
       rc=$?
     printf '%s\n' "$out" >&2
     line=$(grep '^RESULT' <<<"$out") || true
@@ -112,7 +116,7 @@ throughput() {
     fi
     m0=$(machine); s0=$(ticks $server_pid); a0=$(ticks $(agent_tree))
     rc=0
-    out=$("$bench" --executor "$executor" throughput --jobs "$throughput_jobs" \
+    out=$("$bench" ${client_flags[@]+"${client_flags[@]}"} --executor "$executor" throughput --jobs "$throughput_jobs" \
       --concurrency "$concurrency" 2>&1) || rc=$?
     if [[ -n $perf_pid ]]; then
       kill -INT "$perf_pid" 2>/dev/null || true

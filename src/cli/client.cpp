@@ -172,7 +172,7 @@ Result<net::HttpResponse> ApiClient::Send(const std::string& method, const std::
   call.timeout_ms = timeout_ms;
   call.tls = e_.tls;
   if (!e_.token.empty()) call.headers["Authorization"] = "Bearer " + e_.token;
-  GP_ASSIGN_OR_RETURN(net::HttpResponse r, net::Fetch(call));
+  GP_ASSIGN_OR_RETURN(net::HttpResponse r, keep_ ? keep_->Fetch(call) : net::Fetch(call));
   if (r.status >= 200 && r.status < 300) return r;
   json j = json::parse(r.body, nullptr, false);
   std::string message = "HTTP " + std::to_string(r.status);

@@ -19,11 +19,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "common/status.h"
 #include "net/http.h"
+#include "net/http_client.h"
 #include "net/tls.h"
 
 namespace gpupool::cli {
@@ -45,6 +47,12 @@ Status WriteConfig(const std::string& path, const Endpoint& e);
 class ApiClient {
  public:
   explicit ApiClient(Endpoint e) : e_(std::move(e)) {}
+  // With `keep_alive`, calls share connections kept open between them
+  // (net::KeepAliveClient; copies of this client share them too): for
+  // programs that make many calls. A POST whose kept connection the server
+  // closed meanwhile fails (Unavailable) rather than being sent twice.
+  ApiClient(Endpoint e, bool keep_alive)
+      : e_(std::move(e)), keep_(keep_alive ? std::make_shared<net::KeepAliveClient>() : nullptr) {}
   // Returns the parsed JSON body of a 2xx answer; otherwise an error with the
   // server's message (HTTP 400 -> InvalidArgument, 404 -> NotFound, ...).
   Result<nlohmann::json> Get(const std::string& target, int64_t timeout_ms = 30'000);
@@ -62,6 +70,7 @@ class ApiClient {
   Result<net::HttpResponse> Send(const std::string& method, const std::string& target,
                                  const std::string& body, int64_t timeout_ms);
   Endpoint e_;
+  std::shared_ptr<net::KeepAliveClient> keep_;
 };
 
 }  // namespace gpupool::cli

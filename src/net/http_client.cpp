@@ -1,6 +1,8 @@
-// Fetch: one blocking HTTP/1.1 exchange on a private io_context, written as
-// a coroutine; the deadline covers resolve, connect, TLS handshake, write
-// and read. The exchange itself is a template over the stream (TCP or TLS).
+// Fetch: one blocking HTTP/1.1 exchange on a connection's private
+// io_context, written as a coroutine; the deadline covers resolve, connect,
+// TLS handshake, write and read. The exchange itself is a template over the
+// stream (TCP or TLS). KeepAliveClient keeps connections (each with its
+// io_context and stream) between exchanges.
 #include "net/http_client.h"
 
 #include <boost/asio/as_tuple.hpp>
@@ -15,6 +17,7 @@
 #include <cctype>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <tuple>
 
@@ -39,7 +42,31 @@ struct Exchange {
   std::string target;
   std::shared_ptr<internal::ClientTls> tls;  // for https
   std::optional<Result<HttpResponse>> result;
+  bool keep_alive = false;  // ask to keep the connection (KeepAliveClient)
+  // Set by the exchange: the request was written, and whether any of the
+  // response arrived; whether the connection may carry another exchange.
+  bool sent = false;
+  bool answered = false;
+  bool reusable = false;
 };
+
+}  // namespace
+
+// A connection: its own io_context and, once connected, its stream.
+// Declared in this order so the streams go before the context.
+struct HttpConnection {
+  asio::io_context ioc{1};
+  std::string base_url;
+  // The TLS settings it was checked with (null for http); outlives the
+  // TLS stream, whose context it holds.
+  std::shared_ptr<internal::ClientTls> tls_config;
+  std::optional<beast::tcp_stream> tcp;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+  int64_t idle_since_ms = 0;
+  bool connected() const { return tcp.has_value() || tls.has_value(); }
+};
+
+namespace {
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -50,7 +77,8 @@ std::string Lower(std::string_view s) {
 template <typename Stream>
 asio::awaitable<void> Converse(Exchange& x, Stream& stream);
 
-asio::awaitable<void> Run(Exchange& x) {
+// Connects `c` (and for https shakes hands) for `x`; sets x.result on a failure.
+asio::awaitable<void> Connect(Exchange& x, HttpConnection& c) {
   auto executor = co_await asio::this_coro::executor;
   beast::tcp_stream stream(executor);
   beast::error_code connect_ec;
@@ -78,10 +106,9 @@ asio::awaitable<void> Run(Exchange& x) {
   beast::error_code ignored;
   stream.socket().set_option(tcp::no_delay(true), ignored);
   if (!x.tls) {
-    co_await Converse(x, stream);
+    c.tcp.emplace(std::move(stream));
     co_return;
   }
-
   beast::ssl_stream<beast::tcp_stream> tls_stream(std::move(stream), x.tls->context());
   SSL* ssl = tls_stream.native_handle();
   if (Status prepared = x.tls->Prepare(ssl, x.url.host); !prepared.ok()) {
@@ -96,11 +123,25 @@ asio::awaitable<void> Run(Exchange& x) {
                                                        : Status::Unavailable(std::move(why));
     co_return;
   }
-  co_await Converse(x, tls_stream);
+  c.tls.emplace(std::move(tls_stream));
 }
 
-// Writes the request and reads the response on a connected stream. The
-// connection is not reused: no TLS close_notify, the socket just closes.
+// One exchange on `c`, connecting it first when it is not.
+asio::awaitable<void> Run(Exchange& x, HttpConnection& c) {
+  if (!c.connected()) {
+    co_await Connect(x, c);
+    if (x.result) co_return;
+  }
+  if (c.tls) {
+    co_await Converse(x, *c.tls);
+  } else {
+    co_await Converse(x, *c.tcp);
+  }
+}
+
+// Writes the request and reads the response on a connected stream. A
+// connection not kept is shut down: no TLS close_notify, the socket just
+// closes.
 template <typename Stream>
 asio::awaitable<void> Converse(Exchange& x, Stream& stream) {
   http::request<http::string_body> req;
@@ -113,7 +154,7 @@ asio::awaitable<void> Converse(Exchange& x, Stream& stream) {
   req.set(http::field::user_agent, "gpupool");
   if (!x.call.body.empty()) req.set(http::field::content_type, "application/json");
   for (const auto& [name, value] : x.call.headers) req.set(name, value);
-  req.keep_alive(false);
+  req.keep_alive(x.keep_alive);
   req.body() = x.call.body;
   req.prepare_payload();
 
@@ -123,6 +164,7 @@ asio::awaitable<void> Converse(Exchange& x, Stream& stream) {
                                    internal::DescribeTlsError(write_ec));
     co_return;
   }
+  x.sent = true;
 
   beast::flat_buffer buffer;
   // Beast reads at most the buffer's free capacity per call (at least 512
@@ -133,13 +175,18 @@ asio::awaitable<void> Converse(Exchange& x, Stream& stream) {
   parser.body_limit(kMaxResponseBody);
   parser.skip(req.method() == http::verb::head);  // no body follows
   auto [read_ec, read] = co_await http::async_read(stream, buffer, parser, kTuple);
+  x.answered = read > 0 || buffer.size() > 0 || parser.got_some();
   if (read_ec) {
     x.result = Status::Unavailable("no response from " + x.call.base_url + ": " +
                                    internal::DescribeTlsError(read_ec));
     co_return;
   }
-  beast::error_code ignored;
-  beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both, ignored);
+  // Kept only when both sides said so and nothing is left unread.
+  x.reusable = x.keep_alive && parser.keep_alive() && buffer.size() == 0;
+  if (!x.reusable) {
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream).socket().shutdown(tcp::socket::shutdown_both, ignored);
+  }
 
   auto res = parser.release();
   HttpResponse out;
@@ -162,7 +209,10 @@ asio::awaitable<void> Converse(Exchange& x, Stream& stream) {
 
 }  // namespace
 
-Result<HttpResponse> Fetch(const HttpCall& call) {
+namespace {
+
+// Checks the call and finds its TLS context.
+Result<std::pair<Url, std::shared_ptr<internal::ClientTls>>> Prepare(const HttpCall& call) {
   auto url = ParseUrl(call.base_url);
   if (!url || (url->scheme != "http" && url->scheme != "https")) {
     return Status::InvalidArgument("invalid server URL \"" + call.base_url +
@@ -175,12 +225,23 @@ Result<HttpResponse> Fetch(const HttpCall& call) {
   if (url->scheme == "https") {
     GP_ASSIGN_OR_RETURN(tls, internal::GetClientTls(call.tls));
   }
-  Exchange x{call, *url, url->path + (call.target.empty() ? "/" : call.target), std::move(tls),
+  return std::pair{*std::move(url), std::move(tls)};
+}
+
+Exchange MakeExchange(const HttpCall& call, const Url& url,
+                      std::shared_ptr<internal::ClientTls> tls, bool keep_alive) {
+  Exchange x{call, url, url.path + (call.target.empty() ? "/" : call.target), std::move(tls),
              std::nullopt};
   if (x.target.empty()) x.target = "/";
+  x.keep_alive = keep_alive;
+  return x;
+}
 
-  asio::io_context ioc{1};
-  asio::co_spawn(ioc, Run(x), [&x](std::exception_ptr e) {
+// Runs exchange `x` on `c` (connecting it when it is not), within the call's
+// deadline.
+Result<HttpResponse> RunOn(Exchange& x, HttpConnection& c) {
+  c.ioc.restart();
+  asio::co_spawn(c.ioc, Run(x, c), [&x](std::exception_ptr e) {
     if (!e) return;
     try {
       std::rethrow_exception(e);
@@ -188,13 +249,88 @@ Result<HttpResponse> Fetch(const HttpCall& call) {
       x.result = Status::Internal(std::string("http client: ") + err.what());
     }
   });
-  ioc.run_for(std::chrono::milliseconds(call.timeout_ms < 0 ? 0 : call.timeout_ms));
+  const int64_t timeout_ms = x.call.timeout_ms < 0 ? 0 : x.call.timeout_ms;
+  c.ioc.run_for(std::chrono::milliseconds(timeout_ms));
   if (!x.result) {
-    return Status::DeadlineExceeded(call.method + " " + call.base_url + x.target +
-                                    ": no response within " + std::to_string(call.timeout_ms) +
+    return Status::DeadlineExceeded(x.call.method + " " + x.call.base_url + x.target +
+                                    ": no response within " + std::to_string(x.call.timeout_ms) +
                                     " ms");
   }
   return std::move(*x.result);
 }
+
+int64_t MonoMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Result<HttpResponse> Fetch(const HttpCall& call) {
+  GP_ASSIGN_OR_RETURN(auto prepared, Prepare(call));
+  HttpConnection c;
+  Exchange x = MakeExchange(call, prepared.first, std::move(prepared.second), false);
+  return RunOn(x, c);
+}
+
+KeepAliveClient::KeepAliveClient() = default;
+KeepAliveClient::~KeepAliveClient() = default;
+
+std::unique_ptr<HttpConnection> KeepAliveClient::TakeIdle(
+    const std::string& base_url, const std::shared_ptr<internal::ClientTls>& tls) {
+  std::lock_guard lock(mu_);
+  const int64_t now = MonoMs();
+  std::unique_ptr<HttpConnection> out;
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    if (now - (*it)->idle_since_ms > kMaxIdleMs) {
+      it = idle_.erase(it);  // the server may be about to close it
+    } else if (!out && (*it)->base_url == base_url && (*it)->tls_config == tls) {
+      // The same server checked the same way: a call with other TLS
+      // settings (another pin) never rides a connection checked otherwise.
+      out = std::move(*it);
+      it = idle_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
+void KeepAliveClient::GiveBack(std::unique_ptr<HttpConnection> c) {
+  std::lock_guard lock(mu_);
+  if (idle_.size() >= kMaxIdleConnections) return;
+  c->idle_since_ms = MonoMs();
+  idle_.push_back(std::move(c));
+}
+
+Result<HttpResponse> KeepAliveClient::Fetch(const HttpCall& call) {
+  GP_ASSIGN_OR_RETURN(auto prepared, Prepare(call));
+  const bool idempotent = call.method == "GET" || call.method == "HEAD" || call.method == "PUT" ||
+                          call.method == "DELETE";
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<HttpConnection> c = TakeIdle(call.base_url, prepared.second);
+    const bool reused = c != nullptr;
+    if (!c) {
+      c = std::make_unique<HttpConnection>();
+      c->base_url = call.base_url;
+      c->tls_config = prepared.second;
+      opened_++;
+    }
+    Exchange x = MakeExchange(call, prepared.first, prepared.second, true);
+    auto r = RunOn(x, *c);
+    if (r.ok()) {
+      if (x.reusable) GiveBack(std::move(c));
+      return r;
+    }
+    // A kept connection the server closed meanwhile fails before any
+    // answer: a request that may be repeated goes again on a new one; one
+    // that may not (a POST the server may have acted on) fails.
+    const bool stale = reused && !x.answered && r.status().code() == StatusCode::kUnavailable;
+    if (!stale || attempt > 0 || (x.sent && !idempotent)) return r;
+  }
+}
+
+int64_t KeepAliveClient::connections_opened() const { return opened_.load(); }
 
 }  // namespace gpupool::net

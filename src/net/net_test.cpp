@@ -717,6 +717,95 @@ TEST_F(ServerTest, HeaderOver16KiBGets431) {
   EXPECT_EQ(res->status, 431);
 }
 
+// ---- KeepAliveClient ---------------------------------------------------
+
+// A handler that answers with the caller's address (a new connection has a
+// new port) and counts the requests it saw.
+HttpHandlers PeerEcho(std::shared_ptr<std::atomic<int>> seen) {
+  HttpHandlers h;
+  h.on_request = [seen](HttpRequest req, Responder respond) {
+    ++*seen;
+    HttpResponse r;
+    r.body = req.method + " " + req.peer;
+    respond(std::move(r));
+  };
+  return h;
+}
+
+TEST_F(ServerTest, AKeepAliveClientReusesItsConnection) {
+  auto seen = std::make_shared<std::atomic<int>>(0);
+  StartServer(PeerEcho(seen));
+  KeepAliveClient client;
+  auto first = client.Fetch(Call("GET", "/a"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const std::string peer = first->body.substr(first->body.find(' ') + 1);
+  for (const char* method : {"POST", "GET", "PUT", "DELETE"}) {
+    auto r = client.Fetch(Call(method, "/b", method == std::string("GET") ? "" : "{}"));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->body, std::string(method) + " " + peer);  // the same connection
+  }
+  EXPECT_EQ(client.connections_opened(), 1);
+  // A plain Fetch still opens (and closes) its own.
+  auto once = Fetch(Call("GET", "/c"));
+  ASSERT_TRUE(once.ok());
+  EXPECT_NE(once->body, "GET " + peer);
+}
+
+TEST_F(ServerTest, AKeepAliveClientServesThreadsOnConnectionsOfTheirOwn) {
+  auto seen = std::make_shared<std::atomic<int>>(0);
+  StartServer(PeerEcho(seen));
+  KeepAliveClient client;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 40; ++i) {
+        if (client.Fetch(Call("POST", "/jobs", "{}")).ok()) ++ok;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 240);
+  EXPECT_EQ(seen->load(), 240);
+  EXPECT_LE(client.connections_opened(), 6);  // never more than the calls in flight
+}
+
+// The server went away (here: restarted on the same port) while a
+// connection was kept: a GET goes again on a new connection; a POST is
+// not sent twice, it fails.
+TEST_F(ServerTest, AKeptConnectionTheServerClosedIsReplacedButAPostIsNotRepeated) {
+  auto seen = std::make_shared<std::atomic<int>>(0);
+  StartServer(PeerEcho(seen));
+  const uint16_t port = server_->port();
+  auto restart = [&] {
+    OnLoop(loop_, [&] {
+      server_->Close();
+      server_.reset();
+      HttpServerOptions options;
+      options.port = port;
+      auto again = HttpServer::Start(loop_, options, PeerEcho(seen));
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      server_ = *std::move(again);
+    });
+  };
+  KeepAliveClient client;
+  ASSERT_TRUE(client.Fetch(Call("GET", "/a")).ok());
+  restart();
+  auto get = client.Fetch(Call("GET", "/a"));
+  ASSERT_TRUE(get.ok()) << get.status().ToString();
+  EXPECT_EQ(client.connections_opened(), 2);
+  EXPECT_EQ(seen->load(), 2);
+
+  restart();
+  auto post = client.Fetch(Call("POST", "/jobs", "{}"));
+  EXPECT_FALSE(post.ok());
+  EXPECT_EQ(post.status().code(), StatusCode::kUnavailable) << post.status().ToString();
+  EXPECT_EQ(seen->load(), 2);  // the restarted server never saw it
+  // The next call opens a new connection.
+  ASSERT_TRUE(client.Fetch(Call("POST", "/jobs", "{}")).ok());
+  EXPECT_EQ(seen->load(), 3);
+}
+
 TEST(FetchTest, ConnectionRefusedIsUnavailable) {
   // Find a port nobody listens on: bind, read the port, close.
   int fd = socket(AF_INET, SOCK_STREAM, 0);

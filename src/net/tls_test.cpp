@@ -268,6 +268,25 @@ TEST_F(TlsTest, FetchWithThePinnedCa) {
   ASSERT_TRUE(res.ok()) << res.status().ToString();
 }
 
+// A kept connection carries later calls without a new handshake.
+TEST_F(TlsTest, AKeepAliveClientShakesHandsOnce) {
+  StartServer(ServerTls());
+  KeepAliveClient client;
+  for (int i = 0; i < 3; ++i) {
+    auto res = client.Fetch(Call(Pinned()));
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(res->body, kAnonymous);
+  }
+  EXPECT_EQ(client.connections_opened(), 1);
+  // A call with another pin never rides the connection the first pin
+  // checked: it shakes hands itself, and is refused.
+  TlsClientConfig wrong = Pinned();
+  wrong.ca_fingerprint = "sha256:" + std::string(64, '0');
+  auto refused = client.Fetch(Call(wrong));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnauthenticated) << refused.status().ToString();
+  EXPECT_EQ(client.connections_opened(), 2);
+}
+
 TEST_F(TlsTest, WrongPinIsRefusedWithThePinInTheMessage) {
   StartServer(ServerTls());
   auto call = Call(Pinned(other_ca_));

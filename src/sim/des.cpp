@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "model/resources.h"
+#include "sim/engine_common.h"
 
 namespace gpupool::sim {
 
@@ -206,69 +207,26 @@ class Simulator {
     result_.seed = trace_.meta.seed;
     if (opt_.tick_ms <= 0) return Status::InvalidArgument("tick must be more than 0");
     if (opt_.preempt_grace_ms < 0) return Status::InvalidArgument("grace must not be negative");
+    GP_RETURN_IF_ERROR(CheckTraceRefs(trace_));
     std::map<std::string, size_t> group_index;
     for (size_t g = 0; g < trace_.groups.size(); ++g) group_index[trace_.groups[g].name] = g;
     group_alloc_.assign(trace_.groups.size(), 0);
-    // A trace built in code may not have been through ParseTrace.
     for (const auto& n : trace_.nodes) {
-      if (!n.owner_group.empty() && !group_index.count(n.owner_group)) {
-        return Status::InvalidArgument("node " + n.name + ": unknown group " + n.owner_group);
-      }
       if (!n.allow_groups.empty() || !n.deny_groups.empty()) {
         return Status::InvalidArgument(
             "node " + n.name +
             ": a lending policy (allow_groups, deny_groups) is not modelled by the DES; run it "
             "through the pool (--via pool)");
       }
-      if (!node_index_.emplace(n.name, node_index_.size()).second) {
-        return Status::InvalidArgument("node " + n.name + " appears twice");
-      }
+      node_index_.emplace(n.name, node_index_.size());
     }
-    for (const auto& j : trace_.jobs) {
-      if (!group_index.count(j.group)) {
-        return Status::InvalidArgument("job " + std::to_string(j.id) + ": unknown group " +
-                                       j.group);
-      }
-      if (!job_index_.emplace(j.id, job_index_.size()).second) {
-        return Status::InvalidArgument("job " + std::to_string(j.id) + " appears twice");
-      }
-    }
-    for (const auto& e : trace_.events) {
-      if (!node_index_.count(e.node)) {
-        return Status::InvalidArgument("provider event: unknown node " + e.node);
-      }
-    }
+    for (const auto& j : trace_.jobs) job_index_.emplace(j.id, job_index_.size());
 
-    auto guarantee = [&](const TraceGroup& g) {
-      return g.guaranteed_milli ? *g.guaranteed_milli : OwnedGpuMilli(trace_, g.name);
-    };
-    sched::SchedulerConfig base;
-    base.half_life_ms = opt_.half_life_ms;
-    base.anti_thrash_window_ms = opt_.anti_thrash_window_ms;
-    base.candidates = opt_.candidates;
-    base.placement = opt_.placement;
-    base.max_reservations = opt_.max_reservations;
-    base.preemption = opt_.mode == SimMode::kPerLab ? opt_.preemption && opt_.per_lab_preemption
-                                                    : opt_.preemption;
-    for (const auto& n : trace_.nodes) base.model_speed.emplace(n.gpu_model, n.speed);
-
-    if (opt_.mode == SimMode::kPooled) {
-      parts_.resize(1);
-      sched::SchedulerConfig c = base;
-      for (const auto& g : trace_.groups) {
-        c.groups.push_back({g.name, g.weight, guarantee(g)});
-        parts_[0].groups.insert(g.name);
-      }
-      parts_[0].scheduler = std::make_unique<sched::Scheduler>(std::move(c));
-    } else {
-      parts_.resize(trace_.groups.size());
-      for (size_t g = 0; g < trace_.groups.size(); ++g) {
-        sched::SchedulerConfig c = base;
-        const auto& group = trace_.groups[g];
-        c.groups.push_back({group.name, group.weight, guarantee(group)});
-        parts_[g].groups.insert(group.name);
-        parts_[g].scheduler = std::make_unique<sched::Scheduler>(std::move(c));
-      }
+    std::vector<sched::SchedulerConfig> configs = PartitionConfigs(trace_, opt_);
+    parts_.resize(configs.size());
+    for (size_t p = 0; p < configs.size(); ++p) {
+      for (const auto& g : configs[p].groups) parts_[p].groups.insert(g.name);
+      parts_[p].scheduler = std::make_unique<sched::Scheduler>(std::move(configs[p]));
     }
 
     nodes_.resize(trace_.nodes.size());
@@ -297,13 +255,7 @@ class Simulator {
       j.spec = &spec;
       j.group = group_index.at(spec.group);
       j.part = opt_.mode == SimMode::kPooled ? 0 : static_cast<int>(j.group);
-      JobRecord& r = result_.jobs[i];
-      r.job_id = spec.id;
-      r.group = spec.group;
-      r.priority = spec.priority;
-      r.submit_ms = spec.submit_ms;
-      r.gpu_milli = spec.GpuMilli();
-      r.work_ms = spec.duration_ms;
+      result_.jobs[i] = NewJobRecord(spec);
       Push(spec.submit_ms, EventKind::kArrival, i, 0);
       result_.last_submit_ms = std::max(result_.last_submit_ms, spec.submit_ms);
       result_.last_trace_event_ms = std::max(result_.last_trace_event_ms, spec.submit_ms);
@@ -659,36 +611,13 @@ class Simulator {
     a.saved = j.saved;
     a.id = std::to_string(spec.id) + "." + std::to_string(++j.attempt_no);
 
-    JobRecord& jr = result_.jobs[ji];
     AttemptRecord r;
-    r.job_id = spec.id;
     r.attempt_id = a.id;
-    r.group = spec.group;
-    r.priority = spec.priority;
     for (const Hold& h : a.holds) r.nodes.push_back(nodes_[h.node].spec->name);
-    r.gpu_milli = spec.GpuMilli();
     r.speed = a.speed;
-    r.start_ms = now_;
     r.backfilled = pl.backfilled;
-    if (!j.displaced_from.empty()) {
-      const bool same = std::any_of(r.nodes.begin(), r.nodes.end(), [&](const std::string& n) {
-        return std::find(j.displaced_from.begin(), j.displaced_from.end(), n) !=
-               j.displaced_from.end();
-      });
-      if (!same) {
-        r.migrated = true;
-        ++jr.migrations;
-      }
-      j.displaced_from.clear();
-    }
-    a.record = result_.attempts.size();
-    result_.attempts.push_back(std::move(r));
-    ++jr.attempts;
-    if (jr.first_start_ms < 0) jr.first_start_ms = now_;
-    jr.waiting_reason.clear();
-
-    const double left = static_cast<double>(spec.duration_ms - a.saved) / a.speed;
-    const int64_t end = now_ + std::max<int64_t>(1, static_cast<int64_t>(std::ceil(left)));
+    a.record = RecordStart(result_, ji, spec, std::move(r), j.displaced_from, now_);
+    const int64_t end = RunEnd(now_, spec.duration_ms - a.saved, a.speed);
     j.att = std::move(a);
     j.phase = Phase::kRunning;
     j.front = false;
@@ -738,19 +667,7 @@ class Simulator {
     return Status::Ok();
   }
 
-  void Sample() {
-    StateSample s;
-    s.t_ms = now_;
-    for (const NodeState& n : nodes_) {
-      if (n.present) s.capacity_milli += int64_t{n.spec->gpus} * 1000;
-    }
-    s.allocated_milli = allocated_;
-    for (const Partition& p : parts_) {
-      s.pending_jobs += static_cast<int64_t>(p.pending.size());
-      s.waiting_jobs += p.waiting;
-    }
-    result_.samples.push_back(s);
-  }
+  void Sample() { result_.samples.push_back(SampleOf(now_, nodes_, allocated_, parts_)); }
 
   void ScheduleTick() {
     if (tick_scheduled_) return;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/engine_common.h"
 #include "sim/pool_sim.h"
 #include "sim/pool_sim_engine.h"
 
@@ -77,62 +78,19 @@ Status PoolSimulator::Setup() {
   result_.seed = trace_.meta.seed;
   if (opt_.tick_ms <= 0) return Status::InvalidArgument("tick must be more than 0");
   if (opt_.preempt_grace_ms < 0) return Status::InvalidArgument("grace must not be negative");
+  GP_RETURN_IF_ERROR(CheckTraceRefs(trace_));
   std::map<std::string, size_t> group_index;
   for (size_t g = 0; g < trace_.groups.size(); ++g) group_index[trace_.groups[g].name] = g;
   std::map<std::string, size_t> node_index;
-  for (const auto& n : trace_.nodes) {
-    if (!n.owner_group.empty() && !group_index.count(n.owner_group)) {
-      return Status::InvalidArgument("node " + n.name + ": unknown group " + n.owner_group);
-    }
-    if (!node_index.emplace(n.name, node_index.size()).second) {
-      return Status::InvalidArgument("node " + n.name + " appears twice");
-    }
-  }
+  for (const auto& n : trace_.nodes) node_index.emplace(n.name, node_index.size());
   for (const auto& [name, lending] : extra_.lending) {
     if (!node_index.count(name)) {
       return Status::InvalidArgument("lending: unknown node " + name);
     }
   }
-  std::set<int64_t> job_ids;
-  for (const auto& j : trace_.jobs) {
-    if (!group_index.count(j.group)) {
-      return Status::InvalidArgument("job " + std::to_string(j.id) + ": unknown group " + j.group);
-    }
-    if (!job_ids.insert(j.id).second) {
-      return Status::InvalidArgument("job " + std::to_string(j.id) + " appears twice");
-    }
-  }
-  for (const auto& e : trace_.events) {
-    if (!node_index.count(e.node)) {
-      return Status::InvalidArgument("provider event: unknown node " + e.node);
-    }
-  }
 
   // The scheduler's settings, as the DES makes them.
-  sched::SchedulerConfig base;
-  base.half_life_ms = opt_.half_life_ms;
-  base.anti_thrash_window_ms = opt_.anti_thrash_window_ms;
-  base.candidates = opt_.candidates;
-  base.placement = opt_.placement;
-  base.max_reservations = opt_.max_reservations;
-  base.preemption =
-      opt_.mode == SimMode::kPerLab ? opt_.preemption && opt_.per_lab_preemption : opt_.preemption;
-  for (const auto& n : trace_.nodes) base.model_speed.emplace(n.gpu_model, n.speed);
-  auto guarantee = [&](const TraceGroup& g) {
-    return g.guaranteed_milli ? *g.guaranteed_milli : OwnedGpuMilli(trace_, g.name);
-  };
-  std::vector<sched::SchedulerConfig> configs;
-  if (opt_.mode == SimMode::kPooled) {
-    configs.push_back(base);
-    for (const auto& g : trace_.groups) {
-      configs[0].groups.push_back({g.name, g.weight, guarantee(g)});
-    }
-  } else {
-    for (const auto& g : trace_.groups) {
-      configs.push_back(base);
-      configs.back().groups.push_back({g.name, g.weight, guarantee(g)});
-    }
-  }
+  std::vector<sched::SchedulerConfig> configs = PartitionConfigs(trace_, opt_);
   parts_.resize(configs.size());
   job_by_pool_id_.resize(configs.size());
   for (size_t p = 0; p < configs.size(); ++p) {
@@ -173,13 +131,7 @@ Status PoolSimulator::Setup() {
     SimJob& j = jobs_[i];
     j.spec = &spec;
     j.part = opt_.mode == SimMode::kPooled ? 0 : static_cast<int>(group_index.at(spec.group));
-    JobRecord& r = result_.jobs[i];
-    r.job_id = spec.id;
-    r.group = spec.group;
-    r.priority = spec.priority;
-    r.submit_ms = spec.submit_ms;
-    r.gpu_milli = spec.GpuMilli();
-    r.work_ms = spec.duration_ms;
+    result_.jobs[i] = NewJobRecord(spec);
     Push({spec.submit_ms, EventKind::kArrival, 0, i, 0, {}});
     result_.last_submit_ms = std::max(result_.last_submit_ms, spec.submit_ms);
     result_.last_trace_event_ms = std::max(result_.last_trace_event_ms, spec.submit_ms);
@@ -382,17 +334,7 @@ Status PoolSimulator::Pass(Part& part) {
 }
 
 void PoolSimulator::Sample() {
-  StateSample s;
-  s.t_ms = now_;
-  for (const SimNode& n : nodes_) {
-    if (n.present) s.capacity_milli += int64_t{n.spec->gpus} * 1000;
-  }
-  s.allocated_milli = allocated_;
-  for (const Part& p : parts_) {
-    s.pending_jobs += static_cast<int64_t>(p.pending.size());
-    s.waiting_jobs += p.waiting;
-  }
-  result_.samples.push_back(s);
+  result_.samples.push_back(SampleOf(now_, nodes_, allocated_, parts_));
 }
 
 void PoolSimulator::ScheduleTick() {

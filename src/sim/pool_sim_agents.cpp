@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "sim/engine_common.h"
 #include "sim/pool_sim_engine.h"
 
 namespace gpupool::sim::pool_engine {
@@ -205,33 +206,10 @@ Status PoolSimulator::BeginRun(size_t ji, const proto::StartTask& start) {
   if (j.spec->priority == sched::PriorityClass::kInteractive) run.speed = 1.0;
   run.saved = j.saved;
   const TraceJob& spec = *j.spec;
-  JobRecord& jr = result_.jobs[ji];
-  r.job_id = spec.id;
   r.attempt_id = std::to_string(spec.id) + "." + std::to_string(a->number);
-  r.group = spec.group;
-  r.priority = spec.priority;
-  r.gpu_milli = spec.GpuMilli();
   r.speed = run.speed;
-  r.start_ms = now_;
-  if (!j.displaced_from.empty()) {
-    const bool same = std::any_of(r.nodes.begin(), r.nodes.end(), [&](const std::string& n) {
-      return std::find(j.displaced_from.begin(), j.displaced_from.end(), n) !=
-             j.displaced_from.end();
-    });
-    if (!same) {
-      r.migrated = true;
-      ++jr.migrations;
-    }
-    j.displaced_from.clear();
-  }
-  run.record = result_.attempts.size();
-  result_.attempts.push_back(std::move(r));
-  ++jr.attempts;
-  if (jr.first_start_ms < 0) jr.first_start_ms = now_;
-  jr.waiting_reason.clear();
-
-  const double left = static_cast<double>(spec.duration_ms - run.saved) / run.speed;
-  const int64_t end = now_ + std::max<int64_t>(1, static_cast<int64_t>(std::ceil(left)));
+  run.record = RecordStart(result_, ji, spec, std::move(r), j.displaced_from, now_);
+  const int64_t end = RunEnd(now_, spec.duration_ms - run.saved, run.speed);
   j.run = std::move(run);
   j.phase = Phase::kRunning;
   ++j.gen;

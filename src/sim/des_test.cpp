@@ -7,56 +7,18 @@
 
 #include "sim/campus.h"
 #include "sim/campus_command.h"
+#include "sim/campus_testing.h"
 
 namespace gpupool::sim {
 namespace {
 
-constexpr int64_t kMin = 60LL * 1000;
-constexpr int64_t kHour = 60 * kMin;
-
-Trace Parse(const std::string& text) {
-  auto t = ParseTrace("test.jsonl", text);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? *t : Trace{};
-}
-
-SimResult Sim(const Trace& t, SimMode mode = SimMode::kPooled) {
-  SimOptions o;
-  o.mode = mode;
-  auto r = Simulate(t, o);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : SimResult{};
-}
-
-std::vector<const AttemptRecord*> AttemptsOf(const SimResult& r, int64_t job) {
-  std::vector<const AttemptRecord*> out;
-  for (const auto& a : r.attempts) {
-    if (a.job_id == job) out.push_back(&a);
-  }
-  return out;
-}
-
-const std::string kLab = R"({"type":"group","name":"lab"})"
-                         "\n";
-
-std::string Node(const std::string& name, int gpus, double speed, const std::string& owner = "lab",
-                 const std::string& model = "V100") {
-  return R"({"type":"node","name":")" + name + R"(","owner_group":")" + owner + R"(","gpus":)" +
-         std::to_string(gpus) + R"(,"gpu_model":")" + model +
-         R"(","gpu_memory":"32GiB","cpus":64,"memory":"256GiB","speed":)" + std::to_string(speed) +
-         "}\n";
-}
-
-std::string Job(int64_t id, const std::string& rest, const std::string& group = "lab") {
-  return R"({"type":"job","id":)" + std::to_string(id) + R"(,"group":")" + group + R"(",)" + rest +
-         "}\n";
-}
+using namespace campus_testing;  // NOLINT: the campus tests' helpers
 
 TEST(Des, AJobRunsExactlyItsDurationAtSpeedOne) {
   const Trace t =
       Parse(kLab + Node("n1", 1, 1.0) +
             Job(1, R"("submit":"10m","gpus":1,"duration":"1h","cpus":2,"memory":"4GiB")"));
-  const SimResult r = Sim(t);
+  const SimResult r = Des(t);
   ASSERT_EQ(r.jobs.size(), 1u);
   EXPECT_EQ(r.jobs[0].first_start_ms, 10 * kMin);
   EXPECT_EQ(r.jobs[0].end_ms, 10 * kMin + kHour);
@@ -72,7 +34,7 @@ TEST(Des, FasterGpusFinishSoonerAndAGangRunsAtItsSlowestNode) {
                         Job(2, R"("submit":"1h","gpus":2,"nodes":2,"duration":"1h")") +
                         Job(3, R"("submit":"10h","class":"interactive","gpus":1,"duration":"1h")"));
   // Job 1 asks for a model no node has: it waits, unsatisfiable.
-  const SimResult r = Sim(t);
+  const SimResult r = Des(t);
   EXPECT_EQ(r.jobs[0].first_start_ms, -1);
   EXPECT_FALSE(r.jobs[0].waiting_reason.empty());
   EXPECT_FALSE(r.drained);
@@ -88,7 +50,7 @@ TEST(Des, FasterGpusFinishSoonerAndAGangRunsAtItsSlowestNode) {
 
   const Trace fast =
       Parse(kLab + Node("fast", 2, 2.0) + Job(1, R"("submit":0,"gpus":1,"duration":"1h")"));
-  EXPECT_EQ(Sim(fast).jobs[0].end_ms, 30 * kMin);
+  EXPECT_EQ(Des(fast).jobs[0].end_ms, 30 * kMin);
 }
 
 TEST(Des, ANodeLeavingRequeuesAndTheJobFinishesElsewhereLosingOnlySinceItsCheckpoint) {
@@ -103,7 +65,7 @@ TEST(Des, ANodeLeavingRequeuesAndTheJobFinishesElsewhereLosingOnlySinceItsCheckp
             "\n"
             R"({"type":"node_leave","node":"a","at":"2h30m"})"
             "\n");
-  const SimResult r = Sim(t);
+  const SimResult r = Des(t);
   auto att = AttemptsOf(r, 1);
   ASSERT_EQ(att.size(), 2u);
   EXPECT_EQ(att[0]->nodes, std::vector<std::string>{"a"});
@@ -127,7 +89,7 @@ TEST(Des, ANodeLeavingRequeuesAndTheJobFinishesElsewhereLosingOnlySinceItsCheckp
             "\n"
             R"({"type":"node_return","node":"a","at":"40m"})"
             "\n");
-  const SimResult s = Sim(same);
+  const SimResult s = Des(same);
   auto att2 = AttemptsOf(s, 1);
   ASSERT_EQ(att2.size(), 2u);
   EXPECT_EQ(att2[0]->lost_work_ms, 30 * kMin);
@@ -142,7 +104,7 @@ TEST(Des, AnOwnersSessionPreemptsABorrowedCheckpointingJob) {
       Parse(kLab + R"({"type":"group","name":"guest"})" + "\n" + Node("n1", 1, 1.0) +
             Job(1, R"("submit":0,"gpus":1,"duration":"5h","checkpoint_interval":"10m")", "guest") +
             Job(2, R"("submit":"25m","class":"interactive","gpus":1,"duration":"10m")"));
-  const SimResult r = Sim(t);
+  const SimResult r = Des(t);
   auto batch = AttemptsOf(r, 1);
   ASSERT_EQ(batch.size(), 2u);
   EXPECT_EQ(batch[0]->end, AttemptEnd::kPreempted);
@@ -174,7 +136,7 @@ TEST(Des, PerLabModeNeverUsesAnotherLabsNodes) {
   std::map<std::string, std::string> owner;
   for (const auto& n : t.nodes) owner[n.name] = n.owner_group;
 
-  const SimResult lab = Sim(t, SimMode::kPerLab);
+  const SimResult lab = Des(t, SimMode::kPerLab);
   ASSERT_EQ(lab.attempts.size(), 7u);
   for (const auto& a : lab.attempts) {
     for (const auto& n : a.nodes) EXPECT_EQ(owner[n], a.group) << a.attempt_id << " on " << n;
@@ -183,7 +145,7 @@ TEST(Des, PerLabModeNeverUsesAnotherLabsNodes) {
   // starts five hours after the first.
   EXPECT_EQ(lab.jobs[5].first_start_ms, 5 * kHour + 1000);
 
-  const SimResult pooled = Sim(t, SimMode::kPooled);
+  const SimResult pooled = Des(t, SimMode::kPooled);
   int borrowed = 0;
   for (const auto& a : pooled.attempts) {
     for (const auto& n : a.nodes) borrowed += owner[n] != a.group ? 1 : 0;
@@ -242,7 +204,7 @@ TEST(Des, InvariantsHoldOnAGeneratedCampus) {
   std::map<std::string, const TraceNode*> nodes;
   for (const auto& n : t->nodes) nodes[n.name] = &n;
   for (SimMode mode : {SimMode::kPooled, SimMode::kPerLab}) {
-    const SimResult r = Sim(*t, mode);
+    const SimResult r = Des(*t, mode);
     // Never more GPUs allocated than present.
     for (const auto& s : r.samples) EXPECT_LE(s.allocated_milli, s.capacity_milli + 0);
     // Every completed job did exactly its work: the kept progress of its

@@ -12,26 +12,12 @@
 
 #include "sim/campus.h"
 #include "sim/campus_command.h"
+#include "sim/campus_testing.h"
 
 namespace gpupool::sim {
 namespace {
 
-constexpr int64_t kMin = 60LL * 1000;
-constexpr int64_t kHour = 60 * kMin;
-
-Trace Parse(const std::string& text) {
-  auto t = ParseTrace("test.jsonl", text);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? *t : Trace{};
-}
-
-SimResult Des(const Trace& t, SimMode mode = SimMode::kPooled) {
-  SimOptions o;
-  o.mode = mode;
-  auto r = Simulate(t, o);
-  EXPECT_TRUE(r.ok()) << r.status().ToString();
-  return r.ok() ? *r : SimResult{};
-}
+using namespace campus_testing;  // NOLINT: the campus tests' helpers
 
 SimResult ViaPool(const Trace& t, SimMode mode = SimMode::kPooled,
                   const PoolSimOptions& extra = {}) {
@@ -40,14 +26,6 @@ SimResult ViaPool(const Trace& t, SimMode mode = SimMode::kPooled,
   auto r = SimulateThroughPool(t, o, extra);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : SimResult{};
-}
-
-std::vector<const AttemptRecord*> AttemptsOf(const SimResult& r, int64_t job) {
-  std::vector<const AttemptRecord*> out;
-  for (const auto& a : r.attempts) {
-    if (a.job_id == job) out.push_back(&a);
-  }
-  return out;
 }
 
 std::string Describe(const AttemptRecord& a) {
@@ -91,22 +69,6 @@ void ExpectSameRecords(const SimResult& des, const SimResult& pool) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(des.drained, pool.drained);
   EXPECT_EQ(des.end_ms, pool.end_ms);
-}
-
-const std::string kLab = R"({"type":"group","name":"lab"})"
-                         "\n";
-
-std::string Node(const std::string& name, int gpus, double speed, const std::string& owner = "lab",
-                 const std::string& model = "V100") {
-  return R"({"type":"node","name":")" + name + R"(","owner_group":")" + owner + R"(","gpus":)" +
-         std::to_string(gpus) + R"(,"gpu_model":")" + model +
-         R"(","gpu_memory":"32GiB","cpus":64,"memory":"256GiB","speed":)" + std::to_string(speed) +
-         "}\n";
-}
-
-std::string Job(int64_t id, const std::string& rest, const std::string& group = "lab") {
-  return R"({"type":"job","id":)" + std::to_string(id) + R"(,"group":")" + group + R"(",)" + rest +
-         "}\n";
 }
 
 std::string Event(const std::string& kind, const std::string& node, const std::string& at) {

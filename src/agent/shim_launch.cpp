@@ -1,21 +1,10 @@
 #include "agent/shim_launch.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "common/log.h"
-
-extern char** environ;
 
 namespace gpupool::agent {
 namespace {

@@ -21,6 +21,7 @@
 #include <optional>
 #include <tuple>
 
+#include "common/clock.h"
 #include "net/tls_internal.h"
 
 namespace gpupool::net {
@@ -259,11 +260,8 @@ Result<HttpResponse> RunOn(Exchange& x, HttpConnection& c) {
   return std::move(*x.result);
 }
 
-int64_t MonoMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// The idle connections' clock.
+const RealClock kClock;
 
 }  // namespace
 
@@ -280,7 +278,7 @@ KeepAliveClient::~KeepAliveClient() = default;
 std::unique_ptr<HttpConnection> KeepAliveClient::TakeIdle(
     const std::string& base_url, const std::shared_ptr<internal::ClientTls>& tls) {
   std::lock_guard lock(mu_);
-  const int64_t now = MonoMs();
+  const int64_t now = kClock.MonoMs();
   std::unique_ptr<HttpConnection> out;
   for (auto it = idle_.begin(); it != idle_.end();) {
     if (now - (*it)->idle_since_ms > kMaxIdleMs) {
@@ -300,7 +298,7 @@ std::unique_ptr<HttpConnection> KeepAliveClient::TakeIdle(
 void KeepAliveClient::GiveBack(std::unique_ptr<HttpConnection> c) {
   std::lock_guard lock(mu_);
   if (idle_.size() >= kMaxIdleConnections) return;
-  c->idle_since_ms = MonoMs();
+  c->idle_since_ms = kClock.MonoMs();
   idle_.push_back(std::move(c));
 }
 

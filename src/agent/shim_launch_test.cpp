@@ -31,6 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ShimOptions, RoundTripEverythingTheShimNeeds) {
   exec::ExecConfig config;
@@ -301,6 +302,27 @@ TEST_F(ShimLaunchTest, ALauncherKilledByHandIsStartedAgain) {
   EXPECT_EQ(ProcessStartTime(shim), manager_->tasks().at("1.1").shim_start_time);
   EXPECT_FALSE(manager_->tasks().at("1.1").result.has_value());
   manager_->Stop("1.1", "done", TaskManager::kKillNow);
+}
+
+// A hostile job looks for a way back into the agent or the launcher: the
+// descriptors it inherited hold no socket (neither the launcher's nor the
+// agent's server connection) and none of the request's memfds.
+TEST_F(ShimLaunchTest, AJobInheritsNoSocketOrMemfdOfTheAgentOrTheLauncher) {
+  proto::StartTask t = Task("1.1", false);
+  t.spec.run = "for f in /proc/self/fd/*; do echo \"fd $(readlink $f)\"; done";
+  ASSERT_TRUE(manager_->Start(t, {}).ok());
+  std::string out;
+  const int64_t give_up = clock_.MonoMs() + 60'000;
+  while (clock_.MonoMs() < give_up && !manager_->tasks().at("1.1").result) {
+    for (const OutputRecord& r : manager_->ReadOutput("1.1", 1 << 20)) out += r.text + "\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const OutputRecord& r : manager_->ReadOutput("1.1", 1 << 20)) out += r.text + "\n";
+  ASSERT_TRUE(manager_->tasks().at("1.1").result.has_value());
+  EXPECT_EQ(manager_->tasks().at("1.1").result->exit_code, 0);
+  EXPECT_THAT(out, HasSubstr("fd /dev/null"));  // it did list them
+  EXPECT_THAT(out, Not(HasSubstr("socket:")));
+  EXPECT_THAT(out, Not(HasSubstr("memfd:")));
 }
 
 // Another thread of the agent (the checkpoint stager does this) keeps

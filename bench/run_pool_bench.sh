@@ -18,6 +18,8 @@
 #   --perf DIR   records the server with `perf record --call-graph dwarf`
 #                during each throughput run, into DIR/server-EXECUTOR-RUN.data
 #                (read it with `perf report -i FILE --no-children`)
+#   --perf-of W  what --perf records: `server` (default) or `agents` (the
+#                agents and their shim launchers, into DIR/agents-...)
 # Exits non-zero when any run failed (no RESULT line, or a job that did not
 # reach running or did not succeed), after printing what the other runs gave.
 # The smoke test (bench/smoke_scripts.sh pool) runs it with tiny sizes.
@@ -33,6 +35,7 @@ only=
 executors="sandbox process"
 latency_executor=
 perf_dir=
+perf_of=server
 client_flags=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -46,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --latency-executor) latency_executor=$2; shift 2 ;;
     --new-connections) client_flags+=(--new-connections); shift ;;
     --perf) perf_dir=$(mkdir -p "$2" && cd "$2" && pwd); shift 2 ;;
+    --perf-of) perf_of=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -109,8 +113,10 @@ throughput() {
     start_pool "$agents"
     local perf_pid=
     if [[ -n $perf_dir ]]; then
-      perf record -q -F 999 --call-graph dwarf,16384 -p "$server_pid" \
-        -o "$perf_dir/server-$executor-$r.data" 2>"$perf_dir/server-$executor-$r.log" &
+      local perf_pids=$server_pid
+      [[ $perf_of == agents ]] && perf_pids=$(agent_tree | paste -sd,)
+      perf record -q -F 999 --call-graph dwarf,16384 -p "$perf_pids" \
+        -o "$perf_dir/$perf_of-$executor-$r.data" 2>"$perf_dir/$perf_of-$executor-$r.log" &
       perf_pid=$!
       sleep 0.5  # perf attaches
     fi

@@ -389,8 +389,10 @@ Result<exec::PortRange> TaskManager::FreePortBlock() const {
       std::to_string(o.gang_ports.first) + "-" + std::to_string(o.gang_ports.last()));
 }
 
-Status TaskManager::WriteLease(const TaskState& t) const {
+Status TaskManager::WriteLease(const TaskState& t, bool first) const {
   AttemptLease lease{lease_sent_ms_ + lease_ms_, lease_ms_};
+  // The first is written before the shim starts, so nobody reads it early.
+  if (first) return WriteNewFile(t.paths.lease(), EncodeLeaseFile(lease));
   return WriteFileAtomic(t.paths.lease(), EncodeLeaseFile(lease));
 }
 
@@ -426,6 +428,16 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
   std::error_code ec;
   fs::create_directories(t.paths.work_dir(), ec);
   if (ec) return Status::Internal("cannot create " + t.paths.work_dir() + ": " + ec.message());
+  // A task that does not start leaves nothing behind: the agent reports it
+  // failed and never tracks it, and a resent order starts afresh.
+  struct RemoveUnlessStarted {
+    std::string dir;
+    bool started = false;
+    ~RemoveUnlessStarted() {
+      std::error_code ignored;
+      if (!started) fs::remove_all(dir, ignored);
+    }
+  } cleanup{t.paths.dir};
   // Each sandboxed or containerized task runs as an account of its own; the
   // `process` executor (trusted development only) runs as the agent.
   t.has_image = !task.spec.image.empty();
@@ -471,9 +483,12 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
   }
   if (t.gang) exec["gang"] = GangToJson(*t.gang);
   if (!t.gang_ports.empty()) exec["gang_ports"] = {t.gang_ports.first, t.gang_ports.count};
-  GP_RETURN_IF_ERROR(WriteFileAtomic(t.paths.exec_json(), exec.dump() + "\n"));
+  // A new file in a new directory, read only by Recover: a partial one (the
+  // agent killed while writing it) belongs to a task whose shim never
+  // started, which Recover finds lost whatever the file says.
+  GP_RETURN_IF_ERROR(WriteNewFile(t.paths.exec_json(), exec.dump() + "\n"));
   // No task runs without a lease (when the server grants them).
-  if (lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease(t));
+  if (lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease(t, /*first=*/true));
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0)
@@ -503,6 +518,7 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
   t.shim_pid = pid;
   t.shim_start_time = ProcessStartTime(pid).value_or(0);
   t.status_pipe = status[0];
+  cleanup.started = true;
   auto& stored = tasks_[t.attempt_id] = std::move(t);
   Watch(stored);
   return Status::Ok();

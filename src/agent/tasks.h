@@ -196,7 +196,8 @@ class TaskManager {
   void CleanUpAfterLostShim(const TaskState& t);
   // Applies a 'p', 'x' or 'r' record to the task.
   void ApplyShimRecord(TaskState& t, const OutputRecord& r);
-  Status WriteLease(const TaskState& t) const;
+  // `first`: the task's first, before its shim starts.
+  Status WriteLease(const TaskState& t, bool first = false) const;
 
   Options options_;
   net::EventLoop& loop_;

@@ -299,6 +299,24 @@ TEST_F(TasksTest, RankZeroGetsAFreePortThatStaysWithTheTask) {
   EXPECT_EQ(r.master_port, port);
 }
 
+TEST_F(TasksTest, ATaskThatCannotStartLeavesNothingBehindAndAResentOrderStartsAfresh) {
+  // What a start that failed half-way would leave: the task's directory,
+  // here with something where exec.json goes.
+  std::string task_dir = dir_ + "/data/tasks/31.1";
+  fs::create_directories(task_dir + "/exec.json");
+  Status first = manager_->Start(Task("31.1", "echo fresh"), {});
+  ASSERT_FALSE(first.ok());
+  EXPECT_THAT(first.message(), HasSubstr("exec.json"));
+  EXPECT_FALSE(fs::exists(task_dir)) << "a task that did not start keeps no directory";
+  EXPECT_EQ(manager_->tasks().count("31.1"), 0u);
+
+  ASSERT_TRUE(manager_->Start(Task("31.1", "echo fresh"), {}).ok());
+  std::vector<OutputRecord> out;
+  ASSERT_TRUE(WaitLine("31.1", "fresh", &out));
+  WaitEnded("31.1");
+  EXPECT_EQ(manager_->Report(manager_->tasks().at("31.1")).state, proto::TaskState::kExited);
+}
+
 TEST_F(TasksTest, RankZeroJobSeesTheChosenMaster) {
   proto::StartTask t = Task("26.1", "env");
   t.gang = Rank(0, 2, Distributed::kTorch);

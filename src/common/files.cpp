@@ -35,10 +35,10 @@ Result<std::string> ReadFileTrimmed(const std::string& path) {
   return s;
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& content, WriteOptions options) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, options.mode);
-  if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
+namespace {
+
+// Writes all of `content` to `fd`; on failure closes it and says why.
+Status WriteAllOrClose(int fd, const std::string& path, const std::string& content) {
   size_t done = 0;
   while (done < content.size()) {
     ssize_t n = ::write(fd, content.data() + done, content.size() - done);
@@ -46,10 +46,20 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, Writ
     if (n < 0) {
       int e = errno;
       ::close(fd);
-      return Status::Internal("cannot write " + tmp + ": " + std::strerror(e));
+      return Status::Internal("cannot write " + path + ": " + std::strerror(e));
     }
     done += static_cast<size_t>(n);
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteFileAtomic(const std::string& path, const std::string& content, WriteOptions options) {
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, options.mode);
+  if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + std::strerror(errno));
+  GP_RETURN_IF_ERROR(WriteAllOrClose(fd, tmp, content));
   ::fchmod(fd, static_cast<mode_t>(options.mode));  // the umask may have narrowed it
   if (options.fsync && ::fsync(fd) != 0) {
     int e = errno;
@@ -60,6 +70,15 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, Writ
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     return Status::Internal("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
   }
+  return Status::Ok();
+}
+
+Status WriteNewFile(const std::string& path, const std::string& content, int mode) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return Status::Internal("cannot create " + path + ": " + std::strerror(errno));
+  GP_RETURN_IF_ERROR(WriteAllOrClose(fd, path, content));
+  ::fchmod(fd, static_cast<mode_t>(mode));  // the umask may have narrowed it
+  ::close(fd);
   return Status::Ok();
 }
 

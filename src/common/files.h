@@ -23,4 +23,10 @@ struct WriteOptions {
 Status WriteFileAtomic(const std::string& path, const std::string& content,
                        WriteOptions options = {});
 
+// Creates `path`, which must not exist, with `content`: cheaper than
+// WriteFileAtomic (no rename), for a file nobody reads before it is written
+// whole (one in a directory made just now, read by a process started
+// after). Fails when it exists.
+Status WriteNewFile(const std::string& path, const std::string& content, int mode = 0644);
+
 }  // namespace gpupool

@@ -204,7 +204,9 @@ Result<PoolView> ReadPoolView(Tx& tx, bool with_pending) {
     JobQuery pending_q;
     pending_q.states = {JobState::kPending};
     pending_q.limit = 1'000'000;
-    GP_ASSIGN_OR_RETURN(v.pending, tx.ListJobs(pending_q));
+    GP_ASSIGN_OR_RETURN(std::vector<Job> pending, tx.ListJobs(pending_q));
+    v.pending.reserve(pending.size());
+    for (Job& j : pending) v.pending.push_back(std::make_shared<const Job>(std::move(j)));
   }
   JobQuery live_q;
   live_q.states.assign(std::begin(kLiveJobStates), std::end(kLiveJobStates));
@@ -244,7 +246,8 @@ PassInput BuildPassInput(const PoolView& view, const PassContext& ctx) {
   snap.now_ms = ctx.now_ms;
   const OfferedNodes nodes = AddNodes(view, ctx, snap);
   AddRunning(view, nodes, snap);
-  for (const Job& j : view.pending) {
+  for (const SharedJob& shared : view.pending) {
+    const Job& j = *shared;
     sched::PendingJob p;
     p.job_id = j.id;
     p.group = j.spec.group;

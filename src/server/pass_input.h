@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,14 @@
 
 namespace gpupool::server {
 
+// A pending job as a pass reads it: shared with the queue in memory
+// (server/pool_queue.h), so a pass over a long queue copies no job. Never
+// changed in place: a pass that changes a job writes a copy.
+using SharedJob = std::shared_ptr<const Job>;
+
 // What one pass reads from the store.
 struct PoolView {
-  std::vector<Job> pending;
+  std::vector<SharedJob> pending;
   std::vector<Job> live_jobs;  // scheduled or running
   std::vector<Attempt> live_attempts;
   std::vector<Node> nodes;

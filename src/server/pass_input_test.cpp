@@ -146,7 +146,7 @@ TEST(PassInputTest, ProviderPolicyAndRecentRefusalsExcludeNodesWithReasons) {
   only_bob.gpus = {{"GPU-a-0", 40960}, {"GPU-a-1", 40960}};
   only_bob.allow_users = {"bob"};
   view.nodes[0].lending = only_bob;
-  view.pending = {MakeJob(7, 1)};
+  view.pending = {std::make_shared<const Job>(MakeJob(7, 1))};
   std::map<int64_t, std::map<std::string, int64_t>> refused = {{7, {{"b", 5000}}}};
   PassContext ctx = Context(1000);
   ctx.refused = &refused;
@@ -169,7 +169,7 @@ TEST(PassInputTest, AJobTheSchedulerWouldRejectIsSkippedNotFatal) {
   view.nodes = {MakeNode("a", 2)};
   Job bad = MakeJob(3, 1);
   bad.spec.resources.gpus = -4;  // a record no valid spec produces
-  view.pending = {bad, MakeJob(4, 1)};
+  view.pending = {std::make_shared<const Job>(bad), std::make_shared<const Job>(MakeJob(4, 1))};
   PassInput in = BuildPassInput(view, Context(0));
   ASSERT_EQ(in.snapshot.pending.size(), 1u);
   EXPECT_EQ(in.snapshot.pending[0].job_id, 4);

@@ -68,7 +68,7 @@ std::string ListDifference(const char* what, const std::vector<T>& cached,
 Status QueueCache::Load(Tx& tx) {
   GP_ASSIGN_OR_RETURN(PoolView v, ReadPoolView(tx, true));
   *this = QueueCache{};
-  for (Job& j : v.pending) pending_.emplace(j.id, std::move(j));
+  for (SharedJob& j : v.pending) pending_.emplace(j->id, std::move(j));
   for (Job& j : v.live_jobs) live_jobs_.emplace(j.id, std::move(j));
   for (Attempt& a : v.live_attempts) {
     std::string id = a.id;  // not a reference to what is moved
@@ -109,7 +109,7 @@ void QueueCache::PutJob(int64_t id, const std::optional<Job>& job) {
   live_jobs_.erase(id);
   if (!job) return;
   if (job->state == JobState::kPending) {
-    pending_.insert_or_assign(id, *job);
+    pending_.insert_or_assign(id, std::make_shared<const Job>(*job));
   } else if (IsLiveJobState(job->state)) {
     live_jobs_.insert_or_assign(id, *job);
   }
@@ -152,7 +152,12 @@ PoolView QueueCache::View(bool with_pending) const {
 }
 
 std::string DescribeViewDifference(const PoolView& cached, const PoolView& stored) {
-  std::string d = ListDifference("pending jobs", cached.pending, stored.pending);
+  auto rows = [](const std::vector<SharedJob>& jobs) {
+    std::vector<Job> out;
+    for (const SharedJob& j : jobs) out.push_back(*j);
+    return out;
+  };
+  std::string d = ListDifference("pending jobs", rows(cached.pending), rows(stored.pending));
   if (d.empty()) d = ListDifference("live jobs", cached.live_jobs, stored.live_jobs);
   if (d.empty()) d = ListDifference("live attempts", cached.live_attempts, stored.live_attempts);
   if (d.empty()) d = ListDifference("nodes", cached.nodes, stored.nodes);

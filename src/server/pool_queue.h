@@ -69,7 +69,7 @@ class QueueCache {
   void PutAttempt(const std::string& id, const std::optional<Attempt>& attempt);
   void PutNode(const std::string& id, const std::optional<Node>& node);
 
-  std::map<int64_t, Job> pending_;
+  std::map<int64_t, SharedJob> pending_;  // shared with the views (PoolView)
   std::map<int64_t, Job> live_jobs_;
   std::map<AttemptKey, Attempt> attempts_;
   std::map<std::string, AttemptKey> attempt_key_;  // attempt id -> key

@@ -68,9 +68,9 @@ Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node)
   const int64_t now = clock_.NowMs();
   GP_ASSIGN_OR_RETURN(PoolView view, store_.ReadView(tx, true));
   std::erase_if(view.live_attempts, [&](const Attempt& a) { return a.job_id == job.id; });
-  Job requeued = job;
-  requeued.front = true;
-  view.pending.push_back(requeued);
+  auto requeued = std::make_shared<Job>(job);
+  requeued->front = true;
+  view.pending.push_back(std::move(requeued));
   PassInput in = BuildPassInput(view, PassContextAt(now));
   for (sched::PendingJob& p : in.snapshot.pending) {
     if (p.job_id != job.id) continue;
@@ -110,8 +110,17 @@ Result<int> Pool::Schedule() {
     PassInput in = BuildPassInput(view, PassContextAt(now));
     GP_ASSIGN_OR_RETURN(sched::Decisions d, scheduler_.Decide(in.snapshot));
 
-    std::map<int64_t, Job*> pending_by_id;
-    for (Job& j : view.pending) pending_by_id[j.id] = &j;
+    // The view's jobs are shared with the queue in memory: a job this pass
+    // changes is copied first, and later steps see the copy.
+    std::map<int64_t, const Job*> pending_by_id;
+    for (const SharedJob& j : view.pending) pending_by_id[j->id] = j.get();
+    std::map<int64_t, Job> edited;
+    auto edit = [&](int64_t id) -> Job& {
+      auto [it, first] = edited.try_emplace(id);
+      if (first) it->second = *pending_by_id.at(id);
+      pending_by_id[id] = &it->second;
+      return it->second;
+    };
     std::map<std::string, Attempt*> attempt_by_id;
     // Jobs that already wait for victims to leave, and who those are.
     std::map<int64_t, std::vector<int64_t>> leaving_for;
@@ -123,9 +132,9 @@ Result<int> Pool::Schedule() {
     for (const sched::Placement& p : d.placements) {
       auto it = pending_by_id.find(p.job_id);
       if (it == pending_by_id.end() || p.nodes.empty()) continue;
-      Job& job = *it->second;
-      JobTransition t = Step(job.state, JobEvent::kSchedule);
+      JobTransition t = Step(it->second->state, JobEvent::kSchedule);
       if (!t.accepted) continue;
+      Job& job = edit(p.job_id);
       const sched::NodeAssignment& where = p.nodes[0];  // rank 0 of a gang
       Attempt a;
       a.number = job.attempts + 1;
@@ -195,18 +204,20 @@ Result<int> Pool::Schedule() {
       // room its victims leave is not taken by the next job in line (often
       // the victim itself, requeued).
       if (auto p = pending_by_id.find(for_job); p != pending_by_id.end() && !p->second->front) {
-        p->second->front = true;
-        GP_RETURN_IF_ERROR(tx.UpdateJob(*p->second));
+        Job& preemptor = edit(for_job);
+        preemptor.front = true;
+        GP_RETURN_IF_ERROR(tx.UpdateJob(preemptor));
         fx_.jobs.insert(for_job);
       }
     }
 
-    auto set_reason = [&](Job& job, const std::string& reason) -> Status {
+    auto set_reason = [&](int64_t id, const std::string& reason) -> Status {
       // Written only when it changes: most passes leave most reasons alone.
-      if (job.reason == reason) return Status::Ok();
+      if (pending_by_id.at(id)->reason == reason) return Status::Ok();
+      Job& job = edit(id);
       job.reason = reason;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
-      fx_.jobs.insert(job.id);
+      fx_.jobs.insert(id);
       return Status::Ok();
     };
     sched::WaitTextMemo texts;
@@ -227,13 +238,12 @@ Result<int> Pool::Schedule() {
                  w.unsatisfiable && e != in.exclusions.end()) {
         wait.note = e->second;
       }
-      GP_RETURN_IF_ERROR(set_reason(*it->second, texts.Text(wait)));
+      GP_RETURN_IF_ERROR(set_reason(w.job_id, texts.Text(wait)));
       queue[w.job_id] = QueueInfo{w.position,      sched::ExplanationText(w.position, w.queue),
                                   w.unsatisfiable, w.reserved_start_ms,
                                   std::move(wait), w.queue};
     }
-    for (const auto& [id, why] : in.skipped)
-      GP_RETURN_IF_ERROR(set_reason(*pending_by_id.at(id), why));
+    for (const auto& [id, why] : in.skipped) GP_RETURN_IF_ERROR(set_reason(id, why));
     return Status::Ok();
   });
   if (!s.ok()) {

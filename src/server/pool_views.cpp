@@ -35,8 +35,8 @@ Result<std::vector<QueuedJob>> Pool::Queue(const std::optional<std::string>& own
   std::vector<Job> pending;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(PoolView view, store_.ReadView(tx, true));  // from memory
-    pending = std::move(view.pending);
-    if (owner) std::erase_if(pending, [&](const Job& j) { return j.owner != *owner; });
+    for (const SharedJob& j : view.pending)
+      if (!owner || j->owner == *owner) pending.push_back(*j);
     return Status::Ok();
   }));
   std::vector<QueuedJob> out;
@@ -82,7 +82,7 @@ Result<std::vector<GroupStatus>> Pool::Groups() {
     live_by_id[j.id] = &j;
     ++group(j.spec.group).running_jobs;
   }
-  for (const Job& j : view.pending) ++group(j.spec.group).pending_jobs;
+  for (const SharedJob& j : view.pending) ++group(j->spec.group).pending_jobs;
   for (const Attempt& a : view.live_attempts) {
     auto j = live_by_id.find(a.job_id);
     if (j != live_by_id.end()) group(j->second->spec.group).allocated_milli += TotalMilli(a);

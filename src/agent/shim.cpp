@@ -284,18 +284,9 @@ class ShimRun {
         ::pipe2(exec_pipe, O_CLOEXEC) != 0) {
       return FailEarly(std::string("cannot start: pipe: ") + std::strerror(errno));
     }
-    pid_ = ::fork();
-    if (pid_ < 0) return FailEarly(std::string("cannot start: fork: ") + std::strerror(errno));
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      ::dup2(devnull, 0);
-      ::dup2(out_pipe[1], 1);
-      ::dup2(err_pipe[1], 2);
-      exec::ExecPlan(plan, exec_pipe[1]);
-    }
+    auto spawned = exec::SpawnPlan(plan, {-1, out_pipe[1], err_pipe[1]}, old_mask_, exec_pipe[1]);
+    if (!spawned.ok()) return FailEarly("cannot start: " + spawned.status().message());
+    pid_ = *spawned;
     ::setpgid(pid_, pid_);  // also in the parent, so the group exists at once
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);

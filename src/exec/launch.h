@@ -1,13 +1,17 @@
-// Starting a job's process from a LaunchPlan (exec/executor.h): the child
-// side, between fork and exec. Used by the agent's shim and by tests that
-// run an executor directly.
+// Starting a job's process from a LaunchPlan (exec/executor.h): SpawnPlan
+// (the agent's shim, and tests that run an executor directly), and the
+// child's side of a fork, ExecPlan.
 #pragma once
+
+#include <signal.h>
+#include <sys/types.h>
 
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "exec/executor.h"
 
 namespace gpupool::exec {
@@ -22,6 +26,26 @@ enum class LaunchStep : int { kCgroup = 1, kRlimits, kStage, kSetUser, kChdir, k
 // without '/' is looked up on the PATH of plan.env (the job's), not the
 // caller's. Never returns.
 [[noreturn]] void ExecPlan(const LaunchPlan& plan, int error_fd);
+
+// The standard descriptors of SpawnPlan's child.
+struct ChildStdio {
+  int in = -1;   // -1: /dev/null
+  int out = -1;  // -1: the caller's
+  int err = -1;  // -1: the caller's
+};
+
+// Starts `plan` in a child made with vfork(), which shares the caller's
+// memory until it execs: no page tables are copied and none of its pages
+// fault back in (the fork was a sixth of the shim's CPU per trivial job,
+// docs/performance.md). So everything
+// the child needs is built here first and the child allocates nothing. The
+// child gets a process group of its own, `stdio`, SIGPIPE's default action,
+// then does what ExecPlan does, and sets `mask` as its signal mask just
+// before the exec (the caller's blocked signals stay blocked until then).
+// A failure before the exec is written to `error_fd` as ExecPlan writes it.
+// Returns the child's pid; the caller reaps it.
+Result<pid_t> SpawnPlan(const LaunchPlan& plan, const ChildStdio& stdio, const sigset_t& mask,
+                        int error_fd);
 
 // Whether a KEY=VALUE entry is for `key`.
 bool EnvEntryIs(std::string_view entry, std::string_view key);

@@ -1,9 +1,9 @@
 // For tests only (launch_test.cpp, sandbox_test.cpp, executors_test.cpp):
 // temporary directories, executable scripts, and RunningPlan, which runs a
-// LaunchPlan the way the agent's shim does (agent/shim.cpp). The child gets its own process
-// group, /dev/null as stdin, pipes as stdout and stderr and a close-on-exec
-// error pipe, then calls ExecPlan; the parent reads the launch failure (if
-// any), collects the output and reaps the child.
+// LaunchPlan the way the agent's shim does (agent/shim.cpp): SpawnPlan with
+// /dev/null as stdin, pipes as stdout and stderr and a close-on-exec error
+// pipe; the parent reads the launch failure (if any), collects the output
+// and reaps the child.
 //
 // Single-threaded use, one RunningPlan at a time per test. On a timeout every
 // descendant of the test process is killed, so nothing outlives a test.
@@ -69,23 +69,17 @@ inline std::vector<std::string> Lines(const std::string& text) {
 
 class RunningPlan {
  public:
-  // Forks and starts `plan`; returns once the exec happened or failed.
+  // Starts `plan` (SpawnPlan); returns once the exec happened or failed.
   explicit RunningPlan(const LaunchPlan& plan) {
     int out[2], err[2], exec[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
         ::pipe2(exec, O_CLOEXEC) != 0) {
       return;
     }
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);
-      ::signal(SIGPIPE, SIG_DFL);
-      int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      ::dup2(devnull, 0);
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
-      ExecPlan(plan, exec[1]);
-    }
+    sigset_t mask;
+    ::sigprocmask(SIG_SETMASK, nullptr, &mask);
+    auto spawned = SpawnPlan(plan, {-1, out[1], err[1]}, mask, exec[1]);
+    pid_ = spawned.ok() ? *spawned : -1;
     if (pid_ > 0) ::setpgid(pid_, pid_);
     ::close(out[1]);
     ::close(err[1]);

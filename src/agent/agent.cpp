@@ -279,7 +279,6 @@ class Agent {
     if (!s.ok())
       GP_LOG(kError) << "order " << env->seq << " (" << env->type << "): " << s.ToString();
     in_.MarkApplied(env->seq);
-    SaveState();
     ScheduleAck();
   }
 
@@ -469,6 +468,12 @@ class Agent {
   }
 
   void Send(const proto::Envelope& e) {
+    // What a message acknowledges is on disk before the server sees it, so
+    // a restarted agent never takes an acknowledged order again. Saved here
+    // rather than after each order: a burst of orders costs one write (an
+    // order applied but not yet acknowledged comes again after a restart,
+    // and applying one twice changes nothing).
+    if (e.ack > saved_seq_) SaveState();
     if (conn_) conn_->Send(proto::EncodeEnvelope(e));
   }
 
@@ -652,6 +657,7 @@ class Agent {
     if (j.is_object() && j.contains("last_server_seq") &&
         j["last_server_seq"].is_number_integer()) {
       in_ = proto::InboundSequence(j["last_server_seq"].get<int64_t>());
+      saved_seq_ = in_.last_applied();
     } else {
       GP_LOG(kWarn) << StatePath() << " is unreadable; starting from scratch";
     }
@@ -661,7 +667,11 @@ class Agent {
     std::string state =
         nlohmann::json{{"last_server_seq", in_.last_applied()}, {"node_id", node_id_}}.dump() +
         "\n";
-    if (Status s = WriteFileAtomic(StatePath(), state); !s.ok()) GP_LOG(kError) << s.message();
+    if (Status s = WriteFileAtomic(StatePath(), state); !s.ok()) {
+      GP_LOG(kError) << s.message();
+      return;
+    }
+    saved_seq_ = in_.last_applied();
   }
 
   AgentOptions options_;
@@ -694,6 +704,7 @@ class Agent {
   net::EventLoop::TimerId poll_timer_ = 0;
   proto::Outbox outbox_;
   proto::InboundSequence in_;
+  int64_t saved_seq_ = 0;  // the last order the state file says was applied
   std::set<std::string> reported_running_;
   std::map<std::string, int64_t> final_seq_;  // attempt -> seq of its final report
   std::mt19937_64 rng_{std::random_device{}()};

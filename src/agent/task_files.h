@@ -2,6 +2,16 @@
 // agent and the shim that runs the job. The files are the source of truth,
 // so an agent restart finds its tasks again:
 //
+//   DATA_DIR/tasks/lease
+//                  when the server grants leases (every attempt holds one,
+//                  and all of an agent's attempts hold the same):
+//                  "<deadline> <lease ms>", the deadline in ms on
+//                  CLOCK_BOOTTIME; written by the agent before a shim
+//                  starts and renewed whenever the server answers a renewal
+//                  request (one file, not one per task: a renewal writes
+//                  once, and a start creates no file for it); each shim
+//                  stops its job so that it is gone by the deadline
+//                  (agent/lease_watch.h)
 //   DATA_DIR/tasks/<attempt id>/
 //     output.log   written by the shim (and the agent's events, below): one
 //                  record per line
@@ -9,12 +19,6 @@
 //     exec.json    how the agent asked for it to run: the executor and the
 //                  task's account (written before the shim starts; read to
 //                  clean up after a shim that is gone)
-//     lease        when the server grants leases (every attempt holds one):
-//                  "<deadline> <lease ms>", the deadline in ms on
-//                  CLOCK_BOOTTIME; written by the agent before the shim
-//                  starts and renewed whenever the server answers a renewal
-//                  request; the shim stops the job so that it is gone by
-//                  the deadline (agent/lease.h)
 //     stop.reason, stop.grace_ms, stop.requeue
 //                  written by the agent only when it stops the task, just
 //                  before it signals the shim: why, (if the server named
@@ -40,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,7 +67,8 @@ struct TaskPaths {
   std::string vacate_reason() const { return dir + "/vacate.reason"; }
   // Present when the server stops the task to requeue its job (preemption).
   std::string stop_requeue() const { return dir + "/stop.requeue"; }
-  std::string lease() const { return dir + "/lease"; }
+  // The agent's lease file, beside the task directories (above).
+  std::string lease() const { return std::filesystem::path(dir).parent_path() / "lease"; }
 };
 
 // An attempt's lease (the `lease` file): the job may run until

@@ -389,30 +389,27 @@ Result<exec::PortRange> TaskManager::FreePortBlock() const {
       std::to_string(o.gang_ports.first) + "-" + std::to_string(o.gang_ports.last()));
 }
 
-Status TaskManager::WriteLease(const TaskState& t, bool first) const {
+Status TaskManager::WriteLease() {
   AttemptLease lease{lease_sent_ms_ + lease_ms_, lease_ms_};
-  // The first is written before the shim starts, so nobody reads it early.
-  if (first) return WriteNewFile(t.paths.lease(), EncodeLeaseFile(lease));
-  return WriteFileAtomic(t.paths.lease(), EncodeLeaseFile(lease));
+  if (lease_written_ == lease) return Status::Ok();
+  lease_written_.reset();  // unknown until written
+  GP_RETURN_IF_ERROR(WriteFileAtomic(LeasePath(), EncodeLeaseFile(lease)));
+  lease_written_ = lease;
+  return Status::Ok();
 }
 
 void TaskManager::SetLease(int64_t lease_ms) {
   lease_ms_ = std::max<int64_t>(lease_ms, 0);
   if (lease_ms_ > 0) return;
   // The server grants no leases now: no task may be stopped by an old one.
-  for (const auto& [id, t] : tasks_) {
-    if (!Ended(t)) ::unlink(t.paths.lease().c_str());
-  }
+  ::unlink(LeasePath().c_str());
+  lease_written_.reset();
 }
 
 void TaskManager::RenewLeases(int64_t sent_ms) {
   if (lease_ms_ <= 0 || sent_ms <= lease_sent_ms_) return;
   lease_sent_ms_ = sent_ms;
-  for (const auto& [id, t] : tasks_) {
-    if (Ended(t)) continue;
-    if (Status s = WriteLease(t); !s.ok())
-      GP_LOG(kError) << "lease of " << id << ": " << s.ToString();
-  }
+  if (Status s = WriteLease(); !s.ok()) GP_LOG(kError) << "attempt lease: " << s.ToString();
 }
 
 Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
@@ -488,7 +485,7 @@ Status TaskManager::Start(const proto::StartTask& task, const TaskGpus& gpus) {
   // started, which Recover finds lost whatever the file says.
   GP_RETURN_IF_ERROR(WriteNewFile(t.paths.exec_json(), exec.dump() + "\n"));
   // No task runs without a lease (when the server grants them).
-  if (lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease(t, /*first=*/true));
+  if (lease_ms_ > 0) GP_RETURN_IF_ERROR(WriteLease());
 
   int status[2];
   if (::pipe2(status, O_CLOEXEC) != 0)

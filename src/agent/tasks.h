@@ -159,7 +159,7 @@ class TaskManager {
   proto::TaskReport Report(const TaskState& t) const;
   std::vector<proto::TaskReport> Reports() const;
 
-  // Attempt leases (agent/task_files.h, the `lease` file; the protocol is
+  // Attempt leases (agent/task_files.h, the tasks' `lease` file; the protocol is
   // proto::Lease). SetLease(lease_ms > 0): the server grants leases that
   // long; 0: it grants none (tasks run without one). RenewLeases(sent_ms):
   // the server answered a renewal request the agent sent at `sent_ms`
@@ -197,7 +197,10 @@ class TaskManager {
   // Applies a 'p', 'x' or 'r' record to the task.
   void ApplyShimRecord(TaskState& t, const OutputRecord& r);
   // `first`: the task's first, before its shim starts.
-  Status WriteLease(const TaskState& t, bool first = false) const;
+  // The lease file as lease_sent_ms_ and lease_ms_ say, unless it says so
+  // already.
+  Status WriteLease();
+  std::string LeasePath() const { return options_.data_dir + "/tasks/lease"; }
 
   Options options_;
   net::EventLoop& loop_;
@@ -205,7 +208,8 @@ class TaskManager {
   std::function<void()> on_wake_;
   std::map<std::string, TaskState> tasks_;
   int64_t lease_ms_ = 0;
-  int64_t lease_sent_ms_ = -1;  // the newest answered renewal request; -1: none yet
+  int64_t lease_sent_ms_ = -1;                 // the newest answered renewal request; -1: none yet
+  std::optional<AttemptLease> lease_written_;  // what the lease file holds
   std::vector<std::string> announced_masters_;
   // Starts the shims (started on the first task; ends with this manager).
   ShimLauncher launcher_;

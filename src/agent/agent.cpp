@@ -11,6 +11,7 @@
 #include <set>
 
 #include "agent/agent_config.h"
+#include "agent/agent_state.h"
 #include "agent/enrollment.h"
 #include "agent/provider.h"
 #include "agent/staging.h"
@@ -532,12 +533,16 @@ class Agent {
     return options_.advertise_addr.empty() ? local_addr_ : options_.advertise_addr;
   }
 
+  // A wake is about the tasks whose shims spoke; the timer (SchedulePoll)
+  // reads every task's new output. A node can hold hundreds of tasks: a
+  // wake that read them all made each start cost in proportion to them.
   void WakePoll() {
     if (poll_posted_) return;
     poll_posted_ = true;
     loop_.Post([this] {
       poll_posted_ = false;
-      PollTasks();
+      std::set<std::string> woken = tasks_.TakeWoken();
+      PollTasks(&woken);
     });
   }
 
@@ -548,11 +553,11 @@ class Agent {
     });
   }
 
-  // Ships new output, then status changes. A task's output is shipped
-  // completely before its final report, so the server has every line when it
-  // sees the job finish.
-  void PollTasks() {
-    tasks_.Poll();
+  // Ships new output, then status changes, of every task or of `only`. A
+  // task's output is shipped completely before its final report, so the
+  // server has every line when it sees the job finish.
+  void PollTasks(const std::set<std::string>* only = nullptr) {
+    if (only == nullptr) tasks_.Poll();
     // Rank 0 masters that listen now: the server starts the other ranks.
     for (const std::string& id : tasks_.TakeAnnouncedMasters()) {
       auto it = tasks_.tasks().find(id);
@@ -562,9 +567,9 @@ class Agent {
                     << r.master_port;
       Push(proto::kTaskStatus, proto::Encode(r));
     }
-    for (const auto& [id, t] : tasks_.tasks()) {
-      if (final_seq_.count(id)) continue;
-      if (!ShipOutput(id)) continue;  // back-pressure: the rest waits in the file
+    auto poll = [&](const std::string& id, const TaskState& t) {
+      if (final_seq_.count(id)) return;
+      if (!ShipOutput(id)) return;  // back-pressure: the rest waits in the file
       bool ended = tasks_.Ended(t);
       if (t.started && !ended && reported_running_.insert(id).second) {
         Push(proto::kTaskStatus, proto::Encode(tasks_.Report(t)));
@@ -578,6 +583,14 @@ class Agent {
                       << (r.reason.empty() ? "" : ": " + r.reason);
         Push(proto::kTaskStatus, proto::Encode(r));
         final_seq_[id] = outbox_.last_seq();
+        finals_by_seq_.emplace(outbox_.last_seq(), id);
+      }
+    };
+    if (only == nullptr) {
+      for (const auto& [id, t] : tasks_.tasks()) poll(id, t);
+    } else {
+      for (const std::string& id : *only) {
+        if (auto it = tasks_.tasks().find(id); it != tasks_.tasks().end()) poll(id, it->second);
       }
     }
     provider_.TasksChanged();
@@ -607,14 +620,14 @@ class Agent {
   }
 
   void ForgetAckedTasks(int64_t acked) {
-    for (auto it = final_seq_.begin(); it != final_seq_.end();) {
-      if (it->second <= acked) {
-        tasks_.Remove(it->first);
-        reported_running_.erase(it->first);
-        it = final_seq_.erase(it);
-      } else {
-        ++it;
-      }
+    // In the order of their final reports: an ack forgets what it covers
+    // without looking at the rest.
+    while (!finals_by_seq_.empty() && finals_by_seq_.begin()->first <= acked) {
+      const std::string id = finals_by_seq_.begin()->second;
+      finals_by_seq_.erase(finals_by_seq_.begin());
+      tasks_.Remove(id);
+      reported_running_.erase(id);
+      final_seq_.erase(id);
     }
   }
 
@@ -648,26 +661,18 @@ class Agent {
 
   // ---- state file: the last server order applied ----
 
-  std::string StatePath() const { return options_.data_dir + "/agent.json"; }
-
   void LoadState() {
-    auto text = ReadFile(StatePath());
-    if (!text.ok()) return;  // a new agent
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    if (j.is_object() && j.contains("last_server_seq") &&
-        j["last_server_seq"].is_number_integer()) {
-      in_ = proto::InboundSequence(j["last_server_seq"].get<int64_t>());
+    auto loaded = state_file_.Load();
+    if (!loaded.ok()) {
+      GP_LOG(kWarn) << loaded.status().message() << "; starting from scratch";
+    } else if (*loaded) {
+      in_ = proto::InboundSequence((*loaded)->last_server_seq);
       saved_seq_ = in_.last_applied();
-    } else {
-      GP_LOG(kWarn) << StatePath() << " is unreadable; starting from scratch";
     }
   }
 
   void SaveState() {
-    std::string state =
-        nlohmann::json{{"last_server_seq", in_.last_applied()}, {"node_id", node_id_}}.dump() +
-        "\n";
-    if (Status s = WriteFileAtomic(StatePath(), state); !s.ok()) {
+    if (Status s = state_file_.Save({in_.last_applied(), node_id_}); !s.ok()) {
       GP_LOG(kError) << s.message();
       return;
     }
@@ -705,8 +710,10 @@ class Agent {
   proto::Outbox outbox_;
   proto::InboundSequence in_;
   int64_t saved_seq_ = 0;  // the last order the state file says was applied
+  AgentStateFile state_file_{options_.data_dir + "/agent.json"};
   std::set<std::string> reported_running_;
-  std::map<std::string, int64_t> final_seq_;  // attempt -> seq of its final report
+  std::map<std::string, int64_t> final_seq_;      // attempt -> seq of its final report
+  std::map<int64_t, std::string> finals_by_seq_;  // the same, by seq
   std::mt19937_64 rng_{std::random_device{}()};
   Provider provider_;
   Stager stager_{StagingDirIn(options_.data_dir), BlobAccessFor(options_, creds_)};

@@ -527,7 +527,9 @@ void TaskManager::Watch(TaskState& t) {
   loop_.WatchReadable(fd, [this, id, fd] {
     char buf[256];
     ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
     auto it = tasks_.find(id);
+    if (it != tasks_.end()) woken_.insert(id);
     if (n > 0) {
       if (it != tasks_.end() &&
           std::string_view(buf, static_cast<size_t>(n)).find("started") != std::string_view::npos) {
@@ -536,7 +538,6 @@ void TaskManager::Watch(TaskState& t) {
       if (on_wake_) on_wake_();
       return true;
     }
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
     // The shim exited: its last record is on disk now.
     ::close(fd);
     if (it != tasks_.end()) {

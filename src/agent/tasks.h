@@ -19,7 +19,9 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/blob_transfer.h"
@@ -137,6 +139,9 @@ class TaskManager {
   // TakeAnnouncedMasters until taken.
   void Poll();
   std::vector<std::string> TakeAnnouncedMasters();
+  // The tasks whose shims spoke (started, or exited) since the last call:
+  // what a wake (the `on_wake` of the constructor) is about.
+  std::set<std::string> TakeWoken() { return std::exchange(woken_, {}); }
 
   // Reads complete records from the task's read offset, at most about
   // `max_bytes`, and advances the offset past them. Returns the job's output
@@ -206,6 +211,7 @@ class TaskManager {
   net::EventLoop& loop_;
   const Clock& clock_;
   std::function<void()> on_wake_;
+  std::set<std::string> woken_;
   std::map<std::string, TaskState> tasks_;
   int64_t lease_ms_ = 0;
   int64_t lease_sent_ms_ = -1;                 // the newest answered renewal request; -1: none yet

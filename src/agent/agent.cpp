@@ -568,7 +568,7 @@ class Agent {
       Push(proto::kTaskStatus, proto::Encode(r));
     }
     auto poll = [&](const std::string& id, const TaskState& t) {
-      if (final_seq_.count(id)) return;
+      if (final_reported_.count(id)) return;
       if (!ShipOutput(id)) return;  // back-pressure: the rest waits in the file
       bool ended = tasks_.Ended(t);
       if (t.started && !ended && reported_running_.insert(id).second) {
@@ -582,7 +582,7 @@ class Agent {
                               : "")
                       << (r.reason.empty() ? "" : ": " + r.reason);
         Push(proto::kTaskStatus, proto::Encode(r));
-        final_seq_[id] = outbox_.last_seq();
+        final_reported_.insert(id);
         finals_by_seq_.emplace(outbox_.last_seq(), id);
       }
     };
@@ -627,7 +627,7 @@ class Agent {
       finals_by_seq_.erase(finals_by_seq_.begin());
       tasks_.Remove(id);
       reported_running_.erase(id);
-      final_seq_.erase(id);
+      final_reported_.erase(id);
     }
   }
 
@@ -712,8 +712,10 @@ class Agent {
   int64_t saved_seq_ = 0;  // the last order the state file says was applied
   AgentStateFile state_file_{options_.data_dir + "/agent.json"};
   std::set<std::string> reported_running_;
-  std::map<std::string, int64_t> final_seq_;      // attempt -> seq of its final report
-  std::map<int64_t, std::string> finals_by_seq_;  // the same, by seq
+  // Tasks whose final report is sent, and by that report's seq (forgotten
+  // once the server acknowledges it).
+  std::set<std::string> final_reported_;
+  std::map<int64_t, std::string> finals_by_seq_;
   std::mt19937_64 rng_{std::random_device{}()};
   Provider provider_;
   Stager stager_{StagingDirIn(options_.data_dir), BlobAccessFor(options_, creds_)};

@@ -56,6 +56,9 @@ namespace gpupool::agent {
 
 inline constexpr size_t kMaxLineBytes = 16 * 1024;
 
+// The lease file of the tasks directory DATA_DIR/tasks (layout above).
+inline std::string LeaseFileIn(const std::string& tasks_dir) { return tasks_dir + "/lease"; }
+
 struct TaskPaths {
   std::string dir;
   std::string output_log() const { return dir + "/output.log"; }
@@ -68,7 +71,7 @@ struct TaskPaths {
   // Present when the server stops the task to requeue its job (preemption).
   std::string stop_requeue() const { return dir + "/stop.requeue"; }
   // The agent's lease file, beside the task directories (above).
-  std::string lease() const { return std::filesystem::path(dir).parent_path() / "lease"; }
+  std::string lease() const { return LeaseFileIn(std::filesystem::path(dir).parent_path()); }
 };
 
 // An attempt's lease (the `lease` file): the job may run until

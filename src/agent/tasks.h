@@ -205,7 +205,7 @@ class TaskManager {
   // The lease file as lease_sent_ms_ and lease_ms_ say, unless it says so
   // already.
   Status WriteLease();
-  std::string LeasePath() const { return options_.data_dir + "/tasks/lease"; }
+  std::string LeasePath() const { return LeaseFileIn(options_.data_dir + "/tasks"); }
 
   Options options_;
   net::EventLoop& loop_;

@@ -67,7 +67,8 @@ PreparedPlan Prepare(const LaunchPlan& plan, int error_fd) {
   } else {
     // The job's PATH; without one, the caller's; without that, execvpe's default.
     std::optional<std::string> path = EnvValue(plan.env, "PATH");
-    if (!path) path = ::getenv("PATH") != nullptr ? ::getenv("PATH") : "/bin:/usr/bin";
+    const char* caller_path = ::getenv("PATH");
+    if (!path) path = caller_path != nullptr ? caller_path : "/bin:/usr/bin";
     size_t i = 0;
     while (i <= path->size()) {
       size_t j = std::min(path->find(':', i), path->size());

@@ -4,11 +4,13 @@
 # heartbeating every --heartbeat-ms, waits until all are welcomed, then
 # samples the server process only: RSS (VmRSS) at the end of each window and
 # CPU (utime+stime from /proc/PID/stat) over each --window-s window, as % of
-# one core. Prints each sample and the medians. See docs/performance.md.
+# one core. Prints each sample and the medians. With --scrape-s S, a
+# Prometheus-like client reads GET /metrics every S seconds meanwhile (and
+# the scrapes' median time and size are printed). See docs/performance.md.
 #
 # usage: bench/run_agent_load.sh [--build DIR] [--agents N] [--heartbeat-ms MS]
 #                                [--samples N] [--window-s S] [--warmup-s S]
-#                                [--ramp-per-s N]
+#                                [--ramp-per-s N] [--scrape-s S]
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +21,7 @@ samples=3
 window_s=60
 warmup_s=15
 ramp=200
+scrape_s=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -28,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --window-s) window_s=$2; shift 2 ;;
     --warmup-s) warmup_s=$2; shift 2 ;;
     --ramp-per-s) ramp=$2; shift 2 ;;
+    --scrape-s) scrape_s=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -43,11 +47,13 @@ ulimit -n "$(ulimit -Hn)"
 tmp=$(mktemp -d /tmp/gpupool-agent-load.XXXXXX)
 server_pid=
 load_pid=
+scrape_pid=
 stop_all() {
-  for p in $load_pid $server_pid; do
+  for p in $scrape_pid $load_pid $server_pid; do
     kill -TERM "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
+  scrape_pid=
   load_pid=
   server_pid=
 }
@@ -92,6 +98,16 @@ fi
 echo "all $agents agents welcomed after $(cat "$tmp/ready") ms; server RSS $(rss_mib "$server_pid") MiB;" \
   "warming up ${warmup_s} s"
 sleep "$warmup_s"
+if [[ $scrape_s != 0 ]]; then
+  token=$(cat "$tmp/server/admin.token")
+  # Each scrape's seconds and bytes, as curl measures them.
+  while true; do
+    curl -sf -o /dev/null -H "Authorization: Bearer $token" -w '%{time_total} %{size_download}\n' \
+      "$url/metrics" >>"$tmp/scrapes" || echo "scrape failed" >>"$tmp/scrapes"
+    sleep "$scrape_s"
+  done &
+  scrape_pid=$!
+fi
 
 cpus=()
 rsss=()
@@ -112,6 +128,15 @@ for i in $(seq "$samples"); do
   load_cpus+=("$lcpu")
   echo "sample $i: server CPU $cpu% of one core over ${window_s} s, RSS $rss MiB (load generator CPU $lcpu%)"
 done
+if [[ -n $scrape_pid ]]; then
+  kill "$scrape_pid" 2>/dev/null || true
+  wait "$scrape_pid" 2>/dev/null || true
+  scrape_pid=
+  grep -q "failed" "$tmp/scrapes" && { echo "a scrape failed" >&2; exit 1; }
+  echo "scrapes: $(wc -l <"$tmp/scrapes") every ${scrape_s} s, median" \
+    "$(awk '{print $1 * 1000}' "$tmp/scrapes" | median) ms, median" \
+    "$(awk '{print $2}' "$tmp/scrapes" | median) bytes"
+fi
 hwm=$(hwm_mib "$server_pid")
 threads=$(awk '/^Threads:/ {print $2}' "/proc/$server_pid/status")
 fds=$(ls "/proc/$server_pid/fd" | wc -l)

@@ -53,6 +53,14 @@ if [[ ${1:-} == --pass ]]; then
   exit 0
 fi
 
+if [[ ${1:-} == --metrics ]]; then
+  google_bench "$2" '^BM_Scrape/nodes:10/pending:100$' 1 '"bytes"|"series"'
+  # 80 GPUs, 8 families each: at least 640 samples.
+  series=$(first_value series)
+  awk -v n="${series:-0}" 'BEGIN { exit !(n >= 640) }' || { echo "only ${series:-0} samples"; exit 1; }
+  exit 0
+fi
+
 if [[ ${1:-} == --tls ]]; then
   google_bench "$2" '^BM_Fetch/mode:1/|^BM_WsRoundTrip/mode:1/' 2 '"items_per_second"|"real_time"'
   exit 0

@@ -20,6 +20,8 @@ PACKAGES=(
   libhowardhinnant-date-dev tzdata
   libzstd-dev
   libsodium-dev                 # argon2id password hashes
+  prometheus-cpp-dev            # the server's /metrics (registry, text format)
+  prometheus                    # promtool and a real Prometheus server for the metrics tests
   jupyter-notebook python3-ipykernel  # Jupyter sessions (run inside sessions; their tests)
   python3-websocket tmux        # session tests: a kernel's WebSocket, a shell driven through tmux
   clang libclang-rt-14-dev      # libFuzzer targets (tests/fuzz)

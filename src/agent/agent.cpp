@@ -24,6 +24,7 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/units.h"
+#include "common/version.h"
 #include "exec/executors.h"
 #include "gpu/gpu_source.h"
 #include "model/node.h"
@@ -41,7 +42,6 @@ constexpr size_t kMaxOutboxBytes = 16 << 20;   // stop reading output beyond thi
 // Tunnel frames are queued on the connection only while less than this is
 // queued, so the agent's own messages wait behind at most this much.
 constexpr size_t kTunnelQueueBytes = 64 * 1024;
-const char* kVersion = "0.1.0";
 
 BlobAccess BlobAccessFor(const AgentOptions& o, const AgentCredentials& creds) {
   return {o.server_url,        creds.node_token,        creds.tls, o.data_dir + "/chunk-cache",

@@ -268,7 +268,7 @@ void AddIdentityCommands(CLI::App& app, CLI::App& admin, GlobalFlags& g, Identit
   create->add_option("--name", f.name, "what it is for");
   create->add_option("--scopes", f.scopes,
                      "comma-separated: jobs:read, jobs:write, pool:read, nodes:write, tokens, "
-                     "admin, enroll; * = all of your role's (default)");
+                     "admin, enroll, metrics; * = all of your role's (default)");
   create->add_option("--expires", f.expires, "lifetime, e.g. 12h or 90d (default 90d), or never");
   create->add_option("--user", f.user, "for another user (admins)");
   create->callback([&] { f.run = [&] { return CmdTokenCreate(g, f); }; });

@@ -96,6 +96,9 @@ int main(int argc, char** argv) {
                          "YAML file: fair-share groups, quotas, preemption");
   server_cmd->add_option("--web-dir", so.web_dir,
                          "serve the web dashboard's files from this directory under /ui");
+  server_cmd->add_option("--metrics-listen", so.metrics_listen,
+                         "HOST:PORT: also serve GET /metrics there, plain HTTP, without a token "
+                         "(for a Prometheus on a trusted network)");
   server_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
   server_cmd->add_option("--checkpoint-keep", so.pool.checkpoint_keep, "checkpoints kept per job")
       ->check(CLI::PositiveNumber)

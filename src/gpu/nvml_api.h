@@ -153,6 +153,12 @@ inline constexpr const char* kSymDeviceGetTemperature = "nvmlDeviceGetTemperatur
 using DeviceGetPowerUsageFn = nvmlReturn_t (*)(nvmlDevice_t device, unsigned int* power);
 inline constexpr const char* kSymDeviceGetPowerUsage = "nvmlDeviceGetPowerUsage";
 
+// Optional (Volta and later). Millijoules since the driver was last loaded.
+using DeviceGetTotalEnergyConsumptionFn = nvmlReturn_t (*)(nvmlDevice_t device,
+                                                           unsigned long long* energy);
+inline constexpr const char* kSymDeviceGetTotalEnergyConsumption =
+    "nvmlDeviceGetTotalEnergyConsumption";
+
 // Optional. On entry *count is the capacity of `infos`; on success it is the
 // number written; NVML_ERROR_INSUFFICIENT_SIZE sets it to the number needed.
 using DeviceGetComputeRunningProcessesV2Fn = nvmlReturn_t (*)(nvmlDevice_t device,

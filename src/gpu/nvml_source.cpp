@@ -67,6 +67,7 @@ struct NvmlFunctions {
   DeviceGetUtilizationRatesFn device_utilization = nullptr;
   DeviceGetTemperatureFn device_temperature = nullptr;
   DeviceGetPowerUsageFn device_power = nullptr;
+  DeviceGetTotalEnergyConsumptionFn device_energy = nullptr;
   DeviceGetIndexFn device_index = nullptr;
   DeviceGetMinorNumberFn device_minor = nullptr;
   DeviceGetComputeRunningProcessesV2Fn processes_v3 = nullptr;
@@ -142,6 +143,8 @@ Result<NvmlFunctions> Resolve(void* lib, const std::string& path) {
       FindSymbol<DeviceGetUtilizationRatesFn>(lib, {kSymDeviceGetUtilizationRates});
   f.device_temperature = FindSymbol<DeviceGetTemperatureFn>(lib, {kSymDeviceGetTemperature});
   f.device_power = FindSymbol<DeviceGetPowerUsageFn>(lib, {kSymDeviceGetPowerUsage});
+  f.device_energy =
+      FindSymbol<DeviceGetTotalEnergyConsumptionFn>(lib, {kSymDeviceGetTotalEnergyConsumption});
   f.device_index = FindSymbol<DeviceGetIndexFn>(lib, {kSymDeviceGetIndex});
   f.device_minor = FindSymbol<DeviceGetMinorNumberFn>(lib, {kSymDeviceGetMinorNumber});
   f.processes_v3 = FindSymbol<DeviceGetComputeRunningProcessesV2Fn>(
@@ -362,6 +365,11 @@ class NvmlSource final : public GpuSource {
     unsigned int power = 0;
     if (f.device_power != nullptr && f.device_power(device, &power) == NVML_SUCCESS) {
       t.power_mw = power;
+    }
+    unsigned long long energy = 0;
+    if (f.device_energy != nullptr && f.device_energy(device, &energy) == NVML_SUCCESS &&
+        energy <= static_cast<unsigned long long>(std::numeric_limits<int64_t>::max())) {
+      t.energy_mj = static_cast<int64_t>(energy);
     }
     t.processes = ListProcesses(f, device).processes;
     if (!MigEnabled(device, r.info)) return std::vector<DeviceReading>{std::move(r)};

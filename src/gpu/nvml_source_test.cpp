@@ -63,6 +63,7 @@ json A100() {
           {"utilization", 37},
           {"temperature", 55},
           {"power_mw", 210000},
+          {"energy_mj", 9876543210},
           {"minor", 3},  // T4 has none: its position, 1
           {"processes",
            {{{"pid", 1234}, {"used_mib", 1000}},
@@ -149,6 +150,7 @@ TEST_F(NvmlSourceTest, ReadsDevicesTelemetryAndVersions) {
   EXPECT_EQ(t0.utilization_percent, 37);
   EXPECT_EQ(t0.temperature_c, 55);
   EXPECT_EQ(t0.power_mw, 210000);
+  EXPECT_EQ(t0.energy_mj, 9876543210);  // past 32 bits: NVML's counter is 64-bit
   std::vector<GpuProcess> expected{{1234, 1000}, {5678, 20}, {91011, 4}};
   EXPECT_EQ(t0.processes, expected);
 
@@ -158,6 +160,7 @@ TEST_F(NvmlSourceTest, ReadsDevicesTelemetryAndVersions) {
   EXPECT_EQ(t1.utilization_percent, 0);
   EXPECT_EQ(t1.temperature_c, 31);
   EXPECT_EQ(t1.power_mw, 9000);
+  EXPECT_EQ(t1.energy_mj, 0);
   EXPECT_TRUE(t1.processes.empty());
 
   EXPECT_EQ(source->Describe(), "NVML (" + FakeLib() + ", driver 550.54.15, CUDA 12.4)");
@@ -223,6 +226,7 @@ TEST_F(NvmlSourceTest, LegacyLibraryUsesPlainEntryPoints) {
   EXPECT_EQ(s.gpus[1].minor_number, -1);
   // No nvmlDeviceGetPowerUsage: -1; the rest is still there.
   EXPECT_EQ(s.telemetry[0].power_mw, -1);
+  EXPECT_EQ(s.telemetry[0].energy_mj, -1);  // nor nvmlDeviceGetTotalEnergyConsumption
   EXPECT_EQ(s.telemetry[0].temperature_c, 55);
   EXPECT_EQ(s.telemetry[0].utilization_percent, 37);
   // The unversioned process call uses the two-field struct.

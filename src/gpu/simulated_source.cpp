@@ -166,6 +166,7 @@ Result<std::unique_ptr<GpuSource>> OpenSimulatedGpus(std::string_view spec, std:
       telemetry.utilization_percent = 0;
       telemetry.temperature_c = kIdleTemperatureC;
       telemetry.power_mw = 0;
+      telemetry.energy_mj = 0;
       snapshot.gpus.push_back(std::move(gpu));
       snapshot.telemetry.push_back(std::move(telemetry));
     }

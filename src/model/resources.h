@@ -112,6 +112,9 @@ struct GpuTelemetry {
   int32_t utilization_percent = -1;
   int32_t temperature_c = -1;
   int64_t power_mw = -1;
+  // Energy used since the driver was loaded (NVML's total energy
+  // consumption, a counter that restarts with the driver), millijoules.
+  int64_t energy_mj = -1;
   std::vector<GpuProcess> processes;
   friend bool operator==(const GpuTelemetry&, const GpuTelemetry&) = default;
 };

@@ -75,6 +75,14 @@ void Responder::operator()(HttpResponse response) {
 
 bool Responder::pending() const { return send_ && (!alive_ || alive_()); }
 
+void Responder::Observe(std::function<void(const HttpResponse&)> observer) {
+  if (!send_) return;
+  send_ = [observer = std::move(observer), send = std::move(send_)](HttpResponse r) {
+    observer(r);
+    send(std::move(r));
+  };
+}
+
 namespace internal {
 
 asio::io_context& IoContext(EventLoop& loop) {

@@ -73,6 +73,9 @@ class Responder {
   void operator()(HttpResponse response);
   // False once the response was sent (or the connection closed).
   bool pending() const;
+  // `observer` sees the response just before it is sent (the 500 of a
+  // dropped Responder too). For measuring requests; call before answering.
+  void Observe(std::function<void(const HttpResponse&)> observer);
 
  private:
   std::function<void(HttpResponse)> send_;

@@ -100,6 +100,7 @@ json TelemetryToJson(const GpuTelemetry& t) {
           {"utilization_percent", t.utilization_percent},
           {"temperature_c", t.temperature_c},
           {"power_mw", t.power_mw},
+          {"energy_mj", t.energy_mj},
           {"processes", procs}};
 }
 
@@ -111,6 +112,7 @@ Status TelemetryFromJson(const json& j, const std::string& path, GpuTelemetry* t
   t->utilization_percent = static_cast<int32_t>(r.IntIn("utilization_percent", -1, 100, false, -1));
   t->temperature_c = static_cast<int32_t>(r.IntIn("temperature_c", -1, kInt32Max, false, -1));
   t->power_mw = r.IntIn("power_mw", -1, kInt32Max, false, -1);
+  t->energy_mj = r.IntIn("energy_mj", -1, std::numeric_limits<int64_t>::max(), false, -1);
   r.Each("processes", false, kMaxProcesses, [&](const json& p, const std::string& ppath) {
     JsonReader pr(p, ppath);
     GpuProcess proc{pr.IntIn("pid", 0, kInt32Max), pr.IntIn("used_memory_mib", 0, kMaxMib, false)};

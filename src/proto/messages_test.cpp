@@ -179,7 +179,7 @@ TEST(MessagesTest, AHostileTaskStateIsRefusedNamingFieldAndValue) {
 
 TEST(MessagesTest, HeartbeatAndLogsRoundTrip) {
   Heartbeat hb;
-  hb.telemetry = {{"GPU-1", 1024, 55, 61, 150000, {{42, 1000}, {43, 24}}}};
+  hb.telemetry = {{"GPU-1", 1024, 55, 61, 150000, 7'200'000'000, {{42, 1000}, {43, 24}}}};
   hb.running_tasks = 2;
   hb.shares = {{"9.1", "GPU-1", 4096, 1000}, {"9.2", "GPU-1", 2048, -1}};
   auto d = DecodeHeartbeat(Encode(hb));

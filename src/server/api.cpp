@@ -3,6 +3,7 @@
 #include "common/ids.h"
 
 #include <charconv>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "common/ids.h"
@@ -169,6 +170,7 @@ json NodeToJson(const NodeStatus& s) {
                          {"utilization_percent", t.utilization_percent},
                          {"temperature_c", t.temperature_c},
                          {"power_mw", t.power_mw},
+                         {"energy_mj", t.energy_mj},
                          {"processes", procs}};
     }
     gpus.push_back(std::move(gj));
@@ -255,8 +257,16 @@ Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
 }
 
 void Api::Handle(net::HttpRequest req, net::Responder responder) {
-  auto respond = std::make_shared<net::Responder>(std::move(responder));
   auto found = routes_.Find(req.method, req.path);
+  if (options_.observe) {
+    responder.Observe([observe = options_.observe, method = req.method,
+                       route = found.ok() ? found->route->pattern : std::string(),
+                       start = std::chrono::steady_clock::now()](const net::HttpResponse& r) {
+      observe(route, method, r.status,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    });
+  }
+  auto respond = std::make_shared<net::Responder>(std::move(responder));
   if (found.ok() && found->route->access == Access::kPublic) {
     return found->route->handler(req, Principal{}, found->params, respond);
   }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -45,6 +46,12 @@ struct ApiOptions {
   // header names (a member, created on first sight).
   std::string proxy_user_header;
   std::vector<std::string> proxy_trusted;
+  // Called once for every request answered: the route's pattern ("" when
+  // no route matched), the method, the status and the seconds it took
+  // (the server's metrics, server/metrics_api.h). May be called from a
+  // worker thread.
+  std::function<void(std::string_view route, std::string_view method, int status, double seconds)>
+      observe;
 };
 
 class Api {

@@ -82,6 +82,7 @@ constexpr Row kMatrix[] = {
     {"POST", "/v1/nodes/a/revoke", "", "UFFFFFFFA"},
     {"GET", "/v1/join-token", "", "UFFFFFFFA"},
     {"POST", "/v1/join-token/rotate", "", "UFFFFFFFA"},
+    {"GET", "/metrics", "", "UFFFAAAAA"},
 };
 
 class AuthzMatrixTest : public ApiTestServer, public ::testing::WithParamInterface<Row> {

@@ -24,6 +24,7 @@
 #include "server/blob_service.h"
 #include "server/blob_testing.h"
 #include "server/identity_api.h"
+#include "server/metrics_api.h"
 #include "server/pool.h"
 #include "server/quota_api.h"
 #include "server/session_gateway.h"
@@ -104,6 +105,9 @@ class ApiTestServer : public ::testing::Test {
       if (api_) api_->JobChanged(job);
       if (gateway_) gateway_->JobChanged(job);
     };
+    hooks.counted = [this](const PoolCounts& counts) {
+      if (metrics_api_) metrics_api_->Counted(counts);
+    };
     pool_ = std::make_unique<Pool>(*store_, clock_, pool_options, hooks);
     agent_blobs_ = std::make_unique<AgentBlobScope>(*store_, *blobs_, clock_);
     blob_api_ =
@@ -115,8 +119,15 @@ class ApiTestServer : public ::testing::Test {
                                         revoked_.push_back(node);
                                         EXPECT_TRUE(pool_->RevokeNode(node, reason).ok());
                                       });
-    api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, ApiOpts(), blob_api_.get(),
+    ApiOptions api_options = ApiOpts();
+    api_options.observe = [this](std::string_view route, std::string_view method, int status,
+                                 double seconds) {
+      metrics_.ApiRequest(route, method, status, seconds);
+    };
+    api_ = std::make_unique<Api>(loop_, *pool_, *auth_, clock_, api_options, blob_api_.get(),
                                  identity_.get());
+    metrics_api_ = std::make_unique<MetricsApi>(*pool_, *auth_, clock_, metrics_, blob_api_.get());
+    api_->AddModule(*metrics_api_);
     quota_api_ = std::make_unique<QuotaApi>(*auth_, *quotas_);
     api_->AddModule(*quota_api_);
     BackupApiOptions backups;
@@ -161,6 +172,7 @@ class ApiTestServer : public ::testing::Test {
     gateway_.reset();
     hub_.reset();
     api_.reset();
+    metrics_api_.reset();
     backup_api_.reset();
     quota_api_.reset();
     identity_.reset();
@@ -225,6 +237,8 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<BackupApi> backup_api_;
   std::unique_ptr<IdentityApi> identity_;
   std::unique_ptr<Api> api_;
+  metrics::ServerMetrics metrics_;
+  std::unique_ptr<MetricsApi> metrics_api_;
   std::unique_ptr<AgentHub> hub_;
   std::unique_ptr<SessionGateway> gateway_;
   std::unique_ptr<net::HttpServer> http_;

@@ -43,6 +43,9 @@ constexpr std::array<Rule, kActionCount> kRules = {{
     // Only the owner: a shell in a job is the owner's identity, which a lab
     // that shares jobs for reading and cancelling does not share.
     {Action::kJobConnect, kScopeJobsWrite, {kAll, kOwn, kOwn, kNone, kNone}},
+    // Pool-wide counts and GPU telemetry, no job ids: what pool:read shows.
+    // The scope exists for a scrape-only token (`--scopes metrics`).
+    {Action::kMetricsRead, kScopeMetrics, {kAll, kAll, kAll, kNone, kNone}},
 }};
 
 constexpr bool TableIsInActionOrder() {
@@ -54,12 +57,12 @@ constexpr bool TableIsInActionOrder() {
 static_assert(TableIsInActionOrder(), "kRules must list every Action once, in order");
 
 constexpr std::array<std::string_view, kActionCount> kActionNames = {
-    "submit jobs",        "read this job",       "cancel this job",       "write checkpoints",
-    "read blobs",         "upload blobs",        "read the pool",         "manage this node",
-    "manage tokens",      "administer the pool", "connect as this agent", "enroll agents",
-    "connect to this job"};
+    "submit jobs",         "read this job",       "cancel this job",       "write checkpoints",
+    "read blobs",          "upload blobs",        "read the pool",         "manage this node",
+    "manage tokens",       "administer the pool", "connect as this agent", "enroll agents",
+    "connect to this job", "read the metrics"};
 
-constexpr std::array<std::pair<std::string_view, uint32_t>, 8> kScopeNames = {{
+constexpr std::array<std::pair<std::string_view, uint32_t>, 9> kScopeNames = {{
     {"jobs:read", kScopeJobsRead},
     {"jobs:write", kScopeJobsWrite},
     {"pool:read", kScopePoolRead},
@@ -68,6 +71,7 @@ constexpr std::array<std::pair<std::string_view, uint32_t>, 8> kScopeNames = {{
     {"admin", kScopeAdmin},
     {"agent", kScopeAgent},
     {"enroll", kScopeEnroll},
+    {"metrics", kScopeMetrics},
 }};
 
 constexpr std::array<std::string_view, 5> kRoleNames = {"admin", "provider", "member", "agent",
@@ -116,7 +120,7 @@ Result<uint32_t> ParseScopes(std::string_view text) {
       return Status::InvalidArgument(
           "scopes: unknown scope \"" + std::string(item) +
           "\" (known: jobs:read, jobs:write, pool:read, nodes:write, tokens, admin, agent, "
-          "enroll, or * for all)");
+          "enroll, metrics, or * for all)");
     }
     bits |= it->second;
     text = comma == std::string_view::npos ? "" : text.substr(comma + 1);

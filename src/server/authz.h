@@ -43,8 +43,9 @@ enum class Action : uint8_t {
   kAgentConnect,     // the agent channel (/v1/agent/connect)
   kAgentEnroll,      // POST /v1/agent/enroll
   kJobConnect,       // a job's tunnels, exec and shell; a session's Jupyter proxy
+  kMetricsRead,      // GET /metrics (Prometheus)
 };
-inline constexpr int kActionCount = 13;
+inline constexpr int kActionCount = 14;
 std::string_view ActionName(Action a);
 
 // Token scopes, a bit set. "*" grants every scope.
@@ -57,8 +58,9 @@ enum Scope : uint32_t {
   kScopeAdmin = 1u << 5,       // "admin"
   kScopeAgent = 1u << 6,       // "agent"
   kScopeEnroll = 1u << 7,      // "enroll"
+  kScopeMetrics = 1u << 8,     // "metrics"
 };
-inline constexpr uint32_t kAllScopes = 0xff;
+inline constexpr uint32_t kAllScopes = 0x1ff;
 // "jobs:read,jobs:write" or "*" -> bits. InvalidArgument names an unknown scope.
 Result<uint32_t> ParseScopes(std::string_view text);
 std::string ScopesToString(uint32_t scopes);

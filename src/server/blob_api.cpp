@@ -445,7 +445,10 @@ void BlobApi::CollectGarbage(std::function<void(Result<GcStats>)> done) {
                     << stats->chunks_removed << " chunks (" << stats->bytes_freed
                     << " bytes), kept " << stats->chunks_kept << " chunks";
     }
-    loop_.Post([done, stats = std::move(stats)] { done(stats); });
+    loop_.Post([this, done, stats = std::move(stats)] {
+      if (stats.ok()) last_gc_ = *stats;
+      done(stats);
+    });
   });
 }
 

@@ -86,6 +86,8 @@ class BlobApi : public ApiModule {
   // One garbage collection: the reachable manifests are read on the loop,
   // the walk runs on a worker, `done` is called on the loop.
   void CollectGarbage(std::function<void(Result<GcStats>)> done);
+  // What the last collection that succeeded found; none before the first.
+  const std::optional<GcStats>& last_gc() const { return last_gc_; }
 
   // Reads a stored manifest's summary on a worker; `done` runs on the loop.
   void DescribeManifest(const std::string& id, std::function<void(Result<ManifestSummary>)> done);
@@ -130,6 +132,7 @@ class BlobApi : public ApiModule {
   BlobApiOptions options_;
   BlobApiAgents agents_;
   StorageQuotas* quotas_;
+  std::optional<GcStats> last_gc_;  // set on the loop
   // Last member: destroyed (its threads joined) before the rest.
   WorkerPool workers_;
 };

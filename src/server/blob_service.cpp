@@ -228,6 +228,7 @@ Result<std::set<blob::ChunkId>> BlobService::SweepManifests(const std::set<std::
       stats.bytes_freed += m.bytes;
       continue;
     }
+    stats.bytes_kept += m.bytes;
     // A kept manifest that cannot be read would hide which chunks it
     // needs: stop rather than remove them.
     GP_ASSIGN_OR_RETURN(std::string text, ReadFile(ManifestPath(m.id)));
@@ -252,6 +253,7 @@ Result<GcStats> BlobService::CollectGarbage(const std::set<std::string>& reachab
   for (const blob::StoredChunk& c : stored) {
     if (used.count(c.id) || c.modified_ms >= cutoff_ms) {
       ++stats.chunks_kept;
+      stats.bytes_kept += c.bytes;
       continue;
     }
     GP_RETURN_IF_ERROR(chunks_->Remove(c.id));

@@ -55,6 +55,7 @@ struct GcStats {
   int64_t chunks_removed = 0;
   int64_t bytes_freed = 0;  // of the removed chunks and manifests, as stored
   int64_t chunks_kept = 0;
+  int64_t bytes_kept = 0;  // of the kept chunks and manifests, as stored
 };
 
 class BlobService {

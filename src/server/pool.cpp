@@ -46,6 +46,7 @@ void Pool::Notify() {
     for (int64_t j : fx.jobs) hooks_.job_changed(j);
   }
   if (fx.schedule && hooks_.schedule_needed) hooks_.schedule_needed();
+  if (hooks_.counted && !fx.counts.empty()) hooks_.counted(fx.counts);
 }
 
 void Pool::Discard() { fx_.Clear(); }

@@ -136,6 +136,9 @@ struct PoolHooks {
   std::function<Status(Tx& tx, const std::string& owner, const std::string& group,
                        std::string_view what, const std::function<Status()>& change)>
       within_quota;
+  // What a committed transaction counted for the metrics (placements,
+  // preemptions, queue waits, checkpoints, migrations, reclaims).
+  std::function<void(const PoolCounts&)> counted;
 };
 
 // A checkpoint an attempt uploaded (POST /v1/jobs/{job}/checkpoints).
@@ -161,6 +164,9 @@ struct NodeStatus {
   // and the GPU milli they hold.
   std::map<std::string, std::vector<std::string>> gpu_attempts;
   std::map<std::string, int32_t> gpu_used_milli;
+  // ... and the GPU memory they hold, MiB: all of it for a whole GPU, a
+  // share's cap (model/resources.h, ShareMemoryCapBytes) for a share.
+  std::map<std::string, int64_t> gpu_reserved_mib;
   // The shares among those attempts, with their caps and use as the agent
   // last reported them (reports of other attempts are dropped).
   std::vector<ShareUse> shares;
@@ -251,6 +257,11 @@ class Pool {
   // the list to one user's jobs (positions stay those in the whole queue).
   Result<std::vector<QueuedJob>> Queue(const std::optional<std::string>& owner);
   Result<std::vector<GroupStatus>> Groups();
+  // For the metrics: the jobs in the queue or running, and those that
+  // finished since the server started, by state, class and group
+  // (server/pool_queue.h).
+  Result<std::vector<JobCount>> LiveJobCounts() { return store_.LiveJobCounts(); }
+  std::vector<JobCount> FinishedJobCounts() const { return store_.FinishedJobCounts(); }
   // The last pass's view of a pending job, if it has one.
   std::optional<QueueInfo> QueueInfoFor(int64_t job_id) const;
 
@@ -305,6 +316,7 @@ class Pool {
   // Replaces the scheduler's configuration (groups, half-life, preemption,
   // ...) from the next pass on; the caller asks for a pass.
   void SetSchedulerConfig(sched::SchedulerConfig config);
+  const sched::SchedulerConfig& scheduler_config() const { return options_.scheduler; }
   // Turns nodes offline for too long into lost nodes and requeues their
   // work, and requeues the work of revoked and departed nodes, each once
   // the leases of its attempts have certainly expired (NodeLiveness).
@@ -380,6 +392,10 @@ class Pool {
                                      const AttemptRank* rank);
   // Queues that start order to its node.
   Status PushStart(Tx& tx, const Job& job, const Attempt& a, const AttemptRank* rank);
+  // Counts the placement of attempt `a` of `job` for the metrics: how long
+  // the job waited since it was submitted or last requeued, and whether it
+  // restarts from a checkpoint on another node than its last attempt's.
+  Status CountPlacement(Tx& tx, const Job& job, const Attempt& a, int64_t now);
 
   // ---- gangs (attempts with ranks on several nodes): the protocol's
   // steps are pure (server/gang_protocol.h); these carry them out ----

@@ -251,6 +251,7 @@ Status Pool::ApplyNodeEvent(Tx& tx, const std::string& node_id, const NodeEvent&
                       "node." + event.kind, node ? node->name : node_id, detail, "", true})
           .status());
   fx_.log_lines.push_back(std::move(line));
+  if (event.kind == "reclaim") fx_.counts.reclaim_reasons.push_back(event.reason);
   // The vacated jobs will want their checkpoints elsewhere soon.
   for (const std::string& a : event.attempts) {
     GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(a));

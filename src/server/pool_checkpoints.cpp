@@ -86,6 +86,8 @@ Result<CheckpointAdded> Pool::AddCheckpoint(const CheckpointRequest& r) {
                             std::to_string(out.checkpoint.number) + " from attempt " +
                             r.attempt_id + " (" + std::to_string(r.files) + " files, " +
                             std::to_string(r.bytes) + " bytes)");
+    ++fx_.counts.checkpoints;
+    fx_.counts.checkpoint_bytes += r.bytes;
   }
   Notify();
   return out;

@@ -14,12 +14,30 @@
 
 namespace gpupool::server {
 
+// What a transaction did that the server's metrics count
+// (PoolHooks::counted; server/metrics_api.h).
+struct PoolCounts {
+  int64_t placements = 0;
+  int64_t preemptions = 0;
+  std::vector<int64_t> queue_waits_ms;  // per placement: since submitted or requeued
+  int64_t checkpoints = 0;              // accepted (a retry of the newest is not)
+  int64_t checkpoint_bytes = 0;
+  int64_t migrations = 0;                    // restarts from a checkpoint on another node
+  std::vector<std::string> reclaim_reasons;  // a provider's reclaims, in its agent's words
+
+  bool empty() const {
+    return placements == 0 && preemptions == 0 && checkpoints == 0 && migrations == 0 &&
+           reclaim_reasons.empty();
+  }
+};
+
 struct PoolEffects {
   std::set<std::string> nodes;                            // nodes with new outbox orders
   std::set<int64_t> jobs;                                 // jobs that changed or got log lines
   std::vector<std::pair<int64_t, std::string>> refusals;  // job, node id that refused it
   std::vector<std::string> log_lines;                     // logged at info
   bool schedule = false;                                  // something may let a job run
+  PoolCounts counts;
 
   void Clear() { *this = PoolEffects{}; }
 };

@@ -104,6 +104,21 @@ void QueueCache::Apply(const QueueDelta& delta) {
   for (const auto& [id, node] : delta.nodes) PutNode(id, node);
 }
 
+std::vector<JobCount> ToJobCounts(const std::map<JobCountKey, int64_t>& counts) {
+  std::vector<JobCount> out;
+  for (const auto& [key, n] : counts)
+    out.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), n});
+  return out;
+}
+
+std::vector<JobCount> QueueCache::CountJobs() const {
+  std::map<JobCountKey, int64_t> counts;
+  for (const auto& [id, job] : pending_)
+    ++counts[{job->state, job->spec.priority, job->spec.group}];
+  for (const auto& [id, job] : live_jobs_) ++counts[{job.state, job.spec.priority, job.spec.group}];
+  return ToJobCounts(counts);
+}
+
 void QueueCache::PutJob(int64_t id, const std::optional<Job>& job) {
   pending_.erase(id);
   live_jobs_.erase(id);
@@ -178,6 +193,11 @@ Status PoolQueue::EnsureLoaded() {
   return Status::Ok();
 }
 
+Result<std::vector<JobCount>> PoolQueue::LiveJobCounts() {
+  GP_RETURN_IF_ERROR(EnsureLoaded());
+  return cache_.CountJobs();
+}
+
 Status PoolQueue::Transact(const std::function<Status(Tx&)>& fn) {
   if (current_ != nullptr) {
     // A transaction inside another's callback (not the Pool's way): its
@@ -209,7 +229,13 @@ Status PoolQueue::Transact(const std::function<Status(Tx&)>& fn) {
     if (callback_ok) loaded_ = false;
     return s;
   }
-  if (staged) cache_.Apply(*staged);
+  if (staged) {
+    for (const auto& [id, job] : staged->jobs) {
+      if (job && IsTerminal(job->state) && cache_.HoldsJob(id))
+        ++finished_[{job->state, job->spec.priority, job->spec.group}];
+    }
+    cache_.Apply(*staged);
+  }
   if (options_.check) {
     if (Status c = Check(); !c.ok()) {
       if (options_.on_drift) {

@@ -49,6 +49,17 @@ struct QueueDelta {
   std::vector<std::pair<std::string, std::optional<Node>>> nodes;
 };
 
+// Jobs of one state, class and group (for the metrics).
+struct JobCount {
+  JobState state = JobState::kPending;
+  JobPriority priority = JobPriority::kNormal;
+  std::string group;
+  int64_t count = 0;
+  friend bool operator==(const JobCount&, const JobCount&) = default;
+};
+using JobCountKey = std::tuple<JobState, JobPriority, std::string>;
+std::vector<JobCount> ToJobCounts(const std::map<JobCountKey, int64_t>& counts);
+
 // The rows in memory, in ReadPoolView's orders (jobs by id, attempts by
 // job id and number, nodes by name).
 class QueueCache {
@@ -62,6 +73,10 @@ class QueueCache {
   PoolView View(bool with_pending) const;
 
   size_t pending() const { return pending_.size(); }
+  // Whether job `id` is pending or live here.
+  bool HoldsJob(int64_t id) const { return pending_.count(id) + live_jobs_.count(id) > 0; }
+  // The pending and live jobs by state, class and group.
+  std::vector<JobCount> CountJobs() const;
 
  private:
   using AttemptKey = std::tuple<int64_t, int32_t, std::string>;  // job id, number, id
@@ -106,6 +121,15 @@ class PoolQueue final : public Store {
   // check mode does after every transaction.
   Status Check();
 
+  // The pending and live jobs by state, class and group, from memory
+  // (loaded first if need be).
+  Result<std::vector<JobCount>> LiveJobCounts();
+  // Jobs that became terminal (succeeded, failed, cancelled) through this
+  // store since it was made, by state, class and group: a job the cache
+  // held as pending or live whose committed row is terminal. A transaction
+  // whose commit left the cache unsure (it is loaded again) is not counted.
+  std::vector<JobCount> FinishedJobCounts() const { return ToJobCounts(finished_); }
+
  private:
   Status EnsureLoaded();
 
@@ -114,6 +138,7 @@ class PoolQueue final : public Store {
   QueueCache cache_;
   bool loaded_ = false;
   TrackingTx* current_ = nullptr;  // the running transaction's
+  std::map<JobCountKey, int64_t> finished_;
 };
 
 }  // namespace gpupool::server

@@ -60,6 +60,24 @@ PassContext Pool::PassContextAt(int64_t now) const {
   return ctx;
 }
 
+Status Pool::CountPlacement(Tx& tx, const Job& job, const Attempt& a, int64_t now) {
+  int64_t waiting_since = job.created_ms;
+  if (a.number > 1) {
+    GP_ASSIGN_OR_RETURN(auto last, tx.GetAttempt(MakeAttemptId(job.id, a.number - 1)));
+    if (last) {
+      waiting_since =
+          std::max(waiting_since, last->finished_ms > 0 ? last->finished_ms : last->created_ms);
+      if (last->node_id != a.node_id) {
+        GP_ASSIGN_OR_RETURN(auto checkpoint, tx.LatestCheckpoint(job.id));
+        if (checkpoint) ++fx_.counts.migrations;
+      }
+    }
+  }
+  fx_.counts.queue_waits_ms.push_back(std::max<int64_t>(0, now - waiting_since));
+  ++fx_.counts.placements;
+  return Status::Ok();
+}
+
 Status Pool::StageAhead(Tx& tx, const Job& job, const std::string& leaving_node) {
   GP_ASSIGN_OR_RETURN(auto newest, tx.LatestCheckpoint(job.id));
   if (!newest) return Status::Ok();
@@ -169,6 +187,7 @@ Result<int> Pool::Schedule() {
       job.front = false;
       job.updated_ms = now;
       GP_RETURN_IF_ERROR(tx.UpdateJob(job));
+      GP_RETURN_IF_ERROR(CountPlacement(tx, job, a, now));
       fx_.jobs.insert(job.id);
       ++placed;
     }
@@ -196,6 +215,7 @@ Result<int> Pool::Schedule() {
       GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, attempt, *order.job_event, nullptr, &stop));
       GP_RETURN_IF_ERROR(StageAhead(tx, *job, attempt.node_id));
       newly_leaving[pr.for_job_id].push_back(job->id);
+      ++fx_.counts.preemptions;
     }
     for (auto& [for_job, victims] : newly_leaving) {
       auto& all = leaving_for[for_job];

@@ -130,11 +130,14 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
     GP_ASSIGN_OR_RETURN(auto attempts, tx.ListAttempts(q));
     std::map<std::string, std::map<std::string, std::vector<std::string>>> used;
     std::map<std::string, std::map<std::string, int32_t>> milli;
+    // Node -> GPU -> each holder's (milli, the memory it asked for).
+    std::map<std::string, std::map<std::string, std::vector<std::pair<int32_t, int64_t>>>> held;
     for (const Attempt& a : attempts) {
       for (const NodeHolding& where : HoldingsOf(a)) {
         for (const auto& g : where.gpu_uuids) {
           used[where.node_id][g].push_back(a.id);
           milli[where.node_id][g] += MilliPerGpu(a);
+          held[where.node_id][g].emplace_back(MilliPerGpu(a), a.gpu_memory_mib);
         }
       }
     }
@@ -154,6 +157,14 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
         }
       }
       st.gpu_used_milli = milli[n.id];
+      for (const GpuInfo& g : n.gpus) {
+        int64_t mib = 0;
+        for (const auto& [m, asked] : held[n.id][g.uuid]) {
+          const int64_t cap = ShareMemoryCapBytes(m, g.memory_mib, asked) >> 20;
+          mib += cap > 0 ? cap : g.memory_mib;  // 0: a whole GPU
+        }
+        if (mib > 0) st.gpu_reserved_mib[g.uuid] = std::min(mib, g.memory_mib);
+      }
       // A lent GPU is free while some of it is: a share may still fit.
       bool free_lent = false;
       for (const GpuInfo& g : n.gpus) {

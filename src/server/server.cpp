@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <utility>
 
 #include "common/dir_lock.h"
 #include "common/files.h"
@@ -19,7 +21,9 @@
 #include "server/backup_api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
+#include "server/http_errors.h"
 #include "server/identity_api.h"
+#include "server/metrics_api.h"
 #include "server/quota_api.h"
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
@@ -35,10 +39,12 @@ namespace {
 constexpr int64_t kLogGcFirstMs = 60'000;
 constexpr int64_t kLogGcIntervalMs = 10 * 60'000;
 
-Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen) {
+// `listen` as a host and a port; errors name `flag`.
+Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen,
+                                                       const std::string& flag) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
-    return Status::InvalidArgument("--listen: expected HOST:PORT such as 127.0.0.1:8470");
+    return Status::InvalidArgument(flag + ": expected HOST:PORT such as 127.0.0.1:8470");
   }
   std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
@@ -49,7 +55,7 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen
   } catch (...) {
   }
   if (port < 0 || port > 65535)
-    return Status::InvalidArgument("--listen: invalid port in \"" + listen + "\"");
+    return Status::InvalidArgument(flag + ": invalid port in \"" + listen + "\"");
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
@@ -69,6 +75,33 @@ Result<std::unique_ptr<SqliteStore>> OpenState(const ServerOptions& options) {
       options.data_dir +
       " BACKUP.db\n(the damaged file is kept beside it as state.db.before-restore-*), then start "
       "the server again.");
+}
+
+// The --metrics-listen address's server (none without one): GET /metrics
+// and nothing else, without a token, plain HTTP.
+Result<std::unique_ptr<net::HttpServer>> StartMetricsListener(
+    net::EventLoop& loop, const std::optional<std::pair<std::string, uint16_t>>& addr,
+    MetricsApi& metrics) {
+  if (!addr) return std::unique_ptr<net::HttpServer>();
+  net::HttpHandlers handlers;
+  handlers.on_request = [&metrics](net::HttpRequest req, net::Responder r) {
+    if (req.method == "GET" && req.path == "/metrics") return r(metrics.Scrape());
+    r(ErrorResponse(Status::NotFound("only GET /metrics is served on this address")));
+  };
+  handlers.on_upgrade = [](const net::HttpRequest&)
+      -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
+    return ErrorResponse(Status::NotFound("only GET /metrics is served on this address"));
+  };
+  net::HttpServerOptions opts;
+  opts.host = addr->first;
+  opts.port = addr->second;
+  opts.max_body_bytes = 4096;
+  GP_ASSIGN_OR_RETURN(auto server, net::HttpServer::Start(loop, opts, handlers));
+  GP_LOG(kInfo) << "metrics on http://" << addr->first << ":" << server->port() << "/metrics";
+  std::cout << "gpupool server metrics on http://"
+            << (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first)
+            << ":" << server->port() << "/metrics" << std::endl;
+  return server;
 }
 
 }  // namespace
@@ -113,10 +146,19 @@ int RunServer(const ServerOptions& options) {
     std::cerr << "gpupool server: " << lock.status().message() << "\n";
     return 1;
   }
-  auto addr = SplitHostPort(options.listen);
+  auto addr = SplitHostPort(options.listen, "--listen");
   if (!addr.ok()) {
     std::cerr << "gpupool server: " << addr.status().message() << "\n";
     return 2;
+  }
+  std::optional<std::pair<std::string, uint16_t>> metrics_addr;
+  if (!options.metrics_listen.empty()) {
+    auto parsed = SplitHostPort(options.metrics_listen, "--metrics-listen");
+    if (!parsed.ok()) {
+      std::cerr << "gpupool server: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    metrics_addr = *std::move(parsed);
   }
   auto store = OpenState(options);
   if (!store.ok()) {
@@ -168,6 +210,8 @@ int RunServer(const ServerOptions& options) {
   }
 
   net::EventLoop loop;
+  metrics::ServerMetrics server_metrics;
+  MetricsApi* metrics_ptr = nullptr;
   AgentHub* hub_ptr = nullptr;
   Api* api_ptr = nullptr;
   SessionGateway* gateway_ptr = nullptr;
@@ -183,9 +227,10 @@ int RunServer(const ServerOptions& options) {
     auto t0 = std::chrono::steady_clock::now();
     auto placed = pool_ptr->Schedule();
     if (!placed.ok()) GP_LOG(kError) << "scheduling pass failed: " << placed.status().ToString();
-    auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - t0);
-    next_pass_ms = clock.NowMs() + std::min<int64_t>(2 * took.count(), 100);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+    server_metrics.SchedulingPass(took.count());
+    next_pass_ms =
+        clock.NowMs() + std::min<int64_t>(static_cast<int64_t>(2000 * took.count()), 100);
   };
   PoolHooks hooks;
   hooks.outbox_ready = [&](const std::string& node) { hub_ptr->OutboxReady(node); };
@@ -204,6 +249,9 @@ int RunServer(const ServerOptions& options) {
     }
   };
   hooks.manifest_stored = [&](const std::string& id) { return (*blobs)->HasManifest(id); };
+  hooks.counted = [&](const PoolCounts& counts) {
+    if (metrics_ptr) metrics_ptr->Counted(counts);
+  };
   StorageQuotasOptions quota_options = options.storage;
   quota_options.upload_window_ms = options.blob_gc_grace_ms;
   StorageQuotas quotas(**store, clock, quota_options);
@@ -241,7 +289,15 @@ int RunServer(const ServerOptions& options) {
                            GP_LOG(kError) << "revoking node " << node << ": " << s.ToString();
                          hooks.schedule_needed();
                        });
-  Api api(loop, pool, auth, clock, options.api, &blob_api, &identity);
+  ApiOptions api_options = options.api;
+  api_options.observe = [&](std::string_view route, std::string_view method, int status,
+                            double seconds) {
+    server_metrics.ApiRequest(route, method, status, seconds);
+  };
+  Api api(loop, pool, auth, clock, api_options, &blob_api, &identity);
+  MetricsApi metrics_api(pool, auth, clock, server_metrics, &blob_api);
+  metrics_ptr = &metrics_api;
+  api.AddModule(metrics_api);
   QuotaApi quota_api(auth, quotas);
   api.AddModule(quota_api);
   BackupApiOptions backup_options;
@@ -301,6 +357,13 @@ int RunServer(const ServerOptions& options) {
   if (tls && !tls->ca_fingerprint.empty()) {
     std::cout << "pool CA fingerprint: " << tls->ca_fingerprint << " (" << options.data_dir
               << "/tls/ca.crt)" << std::endl;
+  }
+
+  auto metrics_http = StartMetricsListener(loop, metrics_addr, metrics_api);
+  if (!metrics_http.ok()) {
+    std::cerr << "gpupool server: cannot listen on --metrics-listen " << options.metrics_listen
+              << ": " << metrics_http.status().message() << "\n";
+    return 1;
   }
 
   int64_t reported_skew_s = 0;
@@ -387,6 +450,7 @@ int RunServer(const ServerOptions& options) {
     GP_LOG(kInfo) << "signal " << sig << ": shutting down";
     hub.CloseAll();
     (*http)->Close();
+    if (*metrics_http) (*metrics_http)->Close();
     loop.RunAfter(200, [&] { loop.Stop(); });
   });
   loop.Run();

@@ -48,6 +48,9 @@ struct ServerOptions {
   // The web dashboard's files, served under /ui (server/static_files.h);
   // empty = none.
   std::string web_dir;
+  // HOST:PORT of a second, plain-HTTP listener that serves only GET
+  // /metrics, without a token (server/metrics_api.h); empty = none.
+  std::string metrics_listen;
 };
 
 // Chunk uploads send up to 8 MiB of records in one request.

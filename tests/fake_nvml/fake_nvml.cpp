@@ -12,6 +12,7 @@
 //                 "memory_total_mib": 81920, "memory_used_mib": 1024,
 //                 "cc": [8, 0], "utilization": 37, "temperature": 55,
 //                 "power_mw": 210000, "minor": 3,   // /dev/nvidia3; default: position
+//                 "energy_mj": 123456789,           // total energy; absent: 0
 //                 "errors": {"nvmlDeviceGetTemperature": 3},
 //                 "processes": [{"pid": 1234, "used_mib": 1000}]}]}
 //
@@ -95,6 +96,7 @@ struct Device {
   unsigned int utilization = 0;
   unsigned int temperature = 0;
   unsigned int power_mw = 0;
+  unsigned long long energy_mj = 0;
   unsigned int minor = 0;  // /dev/nvidia<minor>; the device's position unless configured
   std::vector<Process> processes;
   std::map<std::string, int> errors;
@@ -203,6 +205,7 @@ Device ReadDevice(const nlohmann::json& d) {
   dev.utilization = d.value("utilization", 0U);
   dev.temperature = d.value("temperature", 0U);
   dev.power_mw = d.value("power_mw", 0U);
+  dev.energy_mj = d.value("energy_mj", 0ULL);
   dev.sm_count = d.value("sm_count", 0U);
   for (const auto& p : d.value("processes", nlohmann::json::array())) {
     dev.processes.push_back({p.value("pid", 0U), p.value("used_mib", -1LL)});
@@ -493,6 +496,14 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power) {
   return WithWholeDevice(kSymDeviceGetPowerUsage, device, [&](const Device& d) {
     if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     *power = d.power_mw;
+    return NVML_SUCCESS;
+  });
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* energy) {
+  return WithWholeDevice(kSymDeviceGetTotalEnergyConsumption, device, [&](const Device& d) {
+    if (energy == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    *energy = d.energy_mj;
     return NVML_SUCCESS;
   });
 }

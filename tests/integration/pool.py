@@ -156,6 +156,13 @@ class Pool:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
+    def metrics(self):
+        """The server's Prometheus metrics (GET /metrics with the admin's token)."""
+        req = urllib.request.Request(self.url + "/metrics")
+        req.add_header("Authorization", "Bearer " + self.token)
+        with urllib.request.urlopen(req, timeout=30, context=self.ssl) as r:
+            return r.read().decode()
+
     def cli(self, *args, timeout=120, check=False):
         env = self.cli_env()
         r = subprocess.run([GPUPOOL, *args], capture_output=True, text=True, timeout=timeout, env=env)

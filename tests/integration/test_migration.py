@@ -112,6 +112,12 @@ def test_a_reclaimed_job_resumes_elsewhere_with_the_uninterrupted_result(pool, t
     assert "restoring checkpoint" in logs, logs
     # At most the work since that checkpoint is lost: it was taken at the reclaim.
     assert first["lost_work_ms"] < 3000, first
+    # The metrics count the reclaim, the checkpoints and the move to b.
+    metrics = pool.metrics()
+    assert 'gpupool_reclaims_total{cause="command"} 1\n' in metrics, metrics
+    assert "gpupool_migrations_total 1\n" in metrics, metrics
+    uploads = re.search(r"^gpupool_checkpoint_uploads_total (\d+)$", metrics, re.M)
+    assert uploads and int(uploads.group(1)) >= 2, metrics
 
 
 STAGED = re.compile(r"restored checkpoint (\d+): ([\d.]+ [KMG]?i?B) fetched, ([\d.]+ [KMG]?i?B) "

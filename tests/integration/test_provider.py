@@ -271,3 +271,4 @@ def test_an_owner_process_on_a_lent_gpu_reclaims_it(pool, tmp_path):
     assert "its owner runs process 1 on it" in job["attempt_list"][0]["reason"], job
     assert "got SIGTERM" in pool.logs_text(job_id)
     assert node(pool, "a")["status"] == "reclaimed"
+    assert 'gpupool_reclaims_total{cause="owner_activity"} 1\n' in pool.metrics()

@@ -1,0 +1,174 @@
+"""The server's Prometheus metrics, end to end: an agent with "real" GPUs (the
+fake NVML, through the agent's ordinary loader path) reports telemetry, a job
+holds one of them, and a real Prometheus server (Debian's `prometheus`)
+scrapes the pool twice, through the API with a scrape-only token over TLS and
+on the open --metrics-listen address, and answers PromQL about it. promtool
+checks what the server serves."""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from pool import FAKE_NVML_DIR, wait_for
+
+NVML = {
+    "driver_version": "550.54.15",
+    "cuda_version": 12040,
+    "devices": [
+        {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-11111111-2222-3333-4444-555555555555",
+         "memory_total_mib": 81920, "memory_used_mib": 1024, "cc": [8, 0], "utilization": 37,
+         "temperature": 55, "power_mw": 210000, "energy_mj": 7200000},
+        {"name": "Tesla T4", "uuid": "GPU-66666666-7777-8888-9999-000000000000",
+         "memory_total_mib": 15360, "memory_used_mib": 0, "cc": [7, 5], "utilization": 0,
+         "temperature": 40, "power_mw": 30000, "energy_mj": 1000},
+    ],
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_gpu_agent(pool, tmp_path):
+    assert FAKE_NVML_DIR, "FAKE_NVML_DIR must name the fake NVML build directory"
+    config = tmp_path / "nvml.json"
+    config.write_text(json.dumps(NVML))
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ["nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"]:
+        (dev / name).write_text("")
+    agent_config = tmp_path / "agent.yaml"
+    agent_config.write_text(f"sandbox: {{devices_dir: {dev}}}\n")
+    env = {"GPUPOOL_NVML_LIBRARY": os.path.join(FAKE_NVML_DIR, "libnvidia-ml.so.1"),
+           "FAKE_NVML_CONFIG": str(config)}
+    pool.start_agent("gpu-box", gpus=None, env=env, extra=["--config", str(agent_config)])
+    pool.wait_nodes_ready(1)
+
+
+def metrics_url(pool):
+    """The --metrics-listen URL, as the server printed it."""
+    def find():
+        text = (pool.dir / "server.log").read_text(errors="replace")
+        m = re.search(r"gpupool server metrics on (http://\S+/metrics)", text)
+        return m.group(1) if m else None
+    return wait_for(find, what="the metrics address in the server's output")
+
+
+def get(url, token=None, context=None):
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=30, context=context) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def promtool_check(text):
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+
+
+def scrape_token(pool):
+    status, body = pool.api("POST", "/v1/tokens", {"name": "prometheus", "scopes": "metrics"})
+    assert status in (200, 201), body
+    return body["token"]
+
+
+def test_metrics_served_checked_and_scraped_by_prometheus(pool, tmp_path):
+    metrics_port = free_port()
+    pool.start_server(extra=["--heartbeat-ms", "300", "--metrics-listen",
+                             f"127.0.0.1:{metrics_port}"])
+    start_gpu_agent(pool, tmp_path)
+    job = pool.submit({"name": "holds-a-gpu", "run": "sleep 600", "resources": {"gpus": 1}})
+    pool.wait_state(job, ["running"])
+    open_url = metrics_url(pool)
+    assert open_url == f"http://127.0.0.1:{metrics_port}/metrics"
+
+    # The open address serves the metrics without a token, and nothing else.
+    def scraped_with_telemetry():
+        status, content_type, text = get(open_url)
+        assert status == 200, text
+        return text if 'gpupool_gpu_temperature_celsius{node="gpu-box"' in text else None
+    text = wait_for(scraped_with_telemetry, what="GPU telemetry in the metrics")
+    promtool_check(text)
+    a100 = ('{node="gpu-box",gpu="0",uuid="GPU-11111111-2222-3333-4444-555555555555",'
+            'model="NVIDIA A100-SXM4-80GB",simulated="false"}')
+    assert f"gpupool_gpu_utilization_ratio{a100} 0.37\n" in text
+    assert f"gpupool_gpu_power_watts{a100} 210\n" in text
+    assert f"gpupool_gpu_energy_joules_total{a100} 7200\n" in text
+    assert f"gpupool_gpu_memory_total_bytes{a100} 85899345920\n" in text
+    held = re.findall(r'gpupool_gpu_allocated_ratio\{node="gpu-box",gpu="\d"[^}]*\} (\S+)', text)
+    assert sorted(held) == ["0", "1"], held  # the job holds one GPU of two
+    assert 'gpupool_jobs{state="running",class="normal",group="default"} 1\n' in text
+    assert "gpupool_agents_connected 1\n" in text
+    assert "gpupool_scheduling_placements_total 1\n" in text
+    status, _, body = get(open_url.replace("/metrics", "/v1/jobs"))
+    assert status == 404, body
+
+    # Through the API: a scrape-only token over TLS; no token is refused.
+    token = scrape_token(pool)
+    status, content_type, body = get(pool.url + "/metrics", token, pool.ssl)
+    assert status == 200 and content_type.startswith("text/plain; version=0.0.4"), body
+    promtool_check(body)
+    assert get(pool.url + "/metrics", None, pool.ssl)[0] == 401
+    assert get(pool.url + "/v1/jobs", token, pool.ssl)[0] == 403
+
+    # A real Prometheus scrapes both and answers PromQL.
+    assert shutil.which("prometheus"), "Debian's prometheus package (scripts/setup.sh)"
+    (tmp_path / "token").write_text(token)
+    prom_port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(f"""
+global: {{scrape_interval: 1s, scrape_timeout: 1s}}
+scrape_configs:
+  - job_name: gpupool-open
+    static_configs: [{{targets: ["127.0.0.1:{metrics_port}"]}}]
+  - job_name: gpupool-api
+    scheme: https
+    authorization: {{credentials_file: {tmp_path / "token"}}}
+    tls_config: {{ca_file: {pool.ca_file()}}}
+    static_configs: [{{targets: ["127.0.0.1:{pool.port}"]}}]
+""")
+    log = open(tmp_path / "prometheus.log", "wb")
+    prom = subprocess.Popen(["prometheus", f"--config.file={config}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def query(promql):
+            url = (f"http://127.0.0.1:{prom_port}/api/v1/query?" +
+                   urllib.parse.urlencode({"query": promql}))
+            try:
+                status, _, body = get(url)
+            except OSError:
+                return []  # not listening yet
+            if status != 200:
+                return []
+            return json.loads(body)["data"]["result"]
+
+        def value(promql):
+            result = query(promql)
+            return float(result[0]["value"][1]) if result else None
+
+        wait_for(lambda: value('sum(up{job=~"gpupool-.*"})') == 2, timeout=60,
+                 what="Prometheus scraping both endpoints")
+        assert value('gpupool_gpu_utilization_ratio{job="gpupool-api",node="gpu-box",gpu="0"}') == 0.37
+        assert value('sum by (node) (gpupool_gpu_allocated_ratio{job="gpupool-open"})') == 1.0
+        assert value('sum(gpupool_gpu_memory_total_bytes{job="gpupool-open"})') == (81920 + 15360) * 2**20
+        # Allocation beside real use, the comparison the metrics are for.
+        assert value('sum(gpupool_gpu_allocated_ratio{job="gpupool-open"})'
+                     ' - sum(gpupool_gpu_utilization_ratio{job="gpupool-open"})') is not None
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+        log.close()
+    pool.api("POST", f"/v1/jobs/{job}/cancel")

@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -40,7 +42,11 @@ constexpr int kGpusPerNode = 8;
 // every GPU busy and `pending` jobs waiting.
 class BusyPool {
  public:
-  BusyPool(int nodes, int pending, int history, PoolHooks hooks = {}) {
+  // `nvml_names`: nodes and GPUs named as on a campus ("lab-node-0042",
+  // NVML's "GPU-8a3b0c1d-..." uuids, "NVIDIA A100-SXM4-80GB", not simulated)
+  // rather than "node-42", "node-42-gpu0", "A100".
+  BusyPool(int nodes, int pending, int history, PoolHooks hooks = {}, bool nvml_names = false)
+      : nvml_names_(nvml_names) {
     dir_ = std::filesystem::temp_directory_path() /
            ("gpupool-bench-" + std::to_string(::getpid()) + "-" + std::to_string(nodes) + "-" +
             std::to_string(pending) + "-" + std::to_string(history));
@@ -50,7 +56,7 @@ class BusyPool {
     if (!store.ok()) Die("open the store", store.status());
     store_ = *std::move(store);
     pool_ = std::make_unique<Pool>(*store_, clock_, PoolOptions{}, std::move(hooks));
-    for (int n = 0; n < nodes; ++n) Join("node-" + std::to_string(n));
+    for (int n = 0; n < nodes; ++n) Join(NodeName(n));
     const int gpus = nodes * kGpusPerNode;
     // History: rounds of jobs that fill every GPU, run and exit.
     for (int done = 0; done < history;) {
@@ -67,6 +73,23 @@ class BusyPool {
     std::filesystem::remove_all(dir_);
   }
   Pool& pool() { return *pool_; }
+  std::string NodeName(int n) const {
+    if (!nvml_names_) return "node-" + std::to_string(n);
+    char name[32];
+    std::snprintf(name, sizeof name, "lab-node-%04d", n);
+    return name;
+  }
+  std::string GpuUuid(const std::string& node, int i) const {
+    if (!nvml_names_) return node + "-gpu" + std::to_string(i);
+    // NVML's form, from a hash of the node's name and the index.
+    const uint64_t h = std::hash<std::string>{}(node)*31 + static_cast<uint64_t>(i);
+    char uuid[48];
+    std::snprintf(uuid, sizeof uuid, "GPU-%08x-%04x-%04x-%04x-%012llx",
+                  static_cast<unsigned>(h >> 32), static_cast<unsigned>(h >> 16) & 0xffff,
+                  static_cast<unsigned>(h) & 0xffff, static_cast<unsigned>(i),
+                  static_cast<unsigned long long>(h & 0xffffffffffffULL));
+    return uuid;
+  }
   Store& store() { return *store_; }
   const Clock& clock() const { return clock_; }
   const std::vector<std::string>& nodes() const { return nodes_; }
@@ -78,8 +101,10 @@ class BusyPool {
     h.agent_instance = "i1";
     h.cpu_milli = 64000;
     h.memory_mib = 512 * 1024;
-    for (int i = 0; i < kGpusPerNode; ++i)
-      h.gpus.push_back({i, name + "-gpu" + std::to_string(i), "A100", 81920, 8, 0, true});
+    for (int i = 0; i < kGpusPerNode; ++i) {
+      h.gpus.push_back({i, GpuUuid(name, i), nvml_names_ ? "NVIDIA A100-SXM4-80GB" : "A100", 81920,
+                        8, 0, !nvml_names_});
+    }
     auto w = pool_->AgentHello(h);
     if (!w.ok()) Die("hello", w.status());
     nodes_.push_back(w->node_id);
@@ -130,6 +155,7 @@ class BusyPool {
     if (!s.ok()) Die("report", s);
   }
 
+  bool nvml_names_ = false;
   std::filesystem::path dir_;
   FakeClock clock_;
   std::unique_ptr<SqliteStore> store_;

@@ -3,7 +3,9 @@
 // of 8 GPUs).
 //
 //   BM_Scrape/nodes:N/pending:P
-//     A pool of N connected nodes of 8 GPUs (bench/busy_pool.h), every GPU
+//     A pool of N connected nodes of 8 GPUs named as NVML names them
+//     (bench/busy_pool.h: "lab-node-0042", "GPU-8a3b0c1d-...", "NVIDIA
+//     A100-SXM4-80GB"), every GPU
 //     held by a running job and reporting telemetry in a heartbeat, P jobs
 //     pending, and the server's event metrics holding 150 API series (50
 //     routes x 3 status codes) with their histograms. One iteration is one

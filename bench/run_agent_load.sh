@@ -60,7 +60,9 @@ stop_all() {
 trap 'stop_all; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
+# No rate limit: the 1,000 agents enroll with the one join token at --ramp-per-s.
 "$gpupool" server --insecure --data-dir "$tmp/server" --listen 127.0.0.1:0 --heartbeat-ms "$heartbeat_ms" \
+  --rate-limit 0/s \
   --log-level warn >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 200); do

@@ -136,10 +136,11 @@ case $name in
     ;;
   agent-load)
     run "$here/run_agent_load.sh" --build "$build" --agents 20 --heartbeat-ms 500 --samples 1 \
-      --window-s 1 --warmup-s 0 --ramp-per-s 100
+      --window-s 2 --warmup-s 0 --ramp-per-s 100 --scrape-s 0.5
     expect '^all 20 agents welcomed after' '^   no agent was disconnected during the run$' \
       'final .* welcomed=20 connected=20 .* disconnects=0'
     positive "^== 20 agents, .* server RSS median ($num) MiB"
+    positive "^scrapes: .* median ($num) bytes"
     ;;
   sched-grid)
     run "$here/run_sched_grid.sh" --build "$build" --out "$tmp/grid" --svg "$tmp/grid/cost.svg" \

@@ -4,12 +4,16 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <prometheus/text_serializer.h>
 
 #include "metrics/families.h"
 #include "metrics/pool_families.h"
@@ -58,9 +62,11 @@ PoolSample TwoGpuPool() {
 }
 
 TEST(PoolFamilies, GpusInBaseUnitsWithTheirLabels) {
-  const std::string text = RenderText(PoolFamilies(TwoGpuPool()));
-  const std::string a =
-      R"({node="lab-a",gpu="0",uuid="GPU-a",model="NVIDIA A100-SXM4-80GB",simulated="false"})";
+  const std::string text = PoolText(TwoGpuPool());
+  EXPECT_THAT(text, HasSubstr(R"(gpupool_gpu_info{node="lab-a",gpu="0",uuid="GPU-a",)"
+                              R"(model="NVIDIA A100-SXM4-80GB",simulated="false"} 1)"
+                              "\n"));
+  const std::string a = R"({node="lab-a",gpu="0"})";
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_utilization_ratio" + a + " 0.37\n"));
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_memory_used_bytes" + a + " 1073741824\n"));
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_memory_total_bytes" + a + " 85899345920\n"));
@@ -70,7 +76,9 @@ TEST(PoolFamilies, GpusInBaseUnitsWithTheirLabels) {
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_allocated_ratio" + a + " 0.5\n"));
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_allocated_memory_bytes" + a + " 42949672960\n"));
   // The simulated GPU says so, and what it cannot report is absent, not -1.
-  const std::string b = R"({node="lab-b",gpu="1",uuid="GPU-SIM-1",model="T4",simulated="true"})";
+  EXPECT_THAT(text, HasSubstr(R"(gpupool_gpu_info{node="lab-b",gpu="1",uuid="GPU-SIM-1",)"
+                              R"(model="T4",simulated="true"} 1)"));
+  const std::string b = R"({node="lab-b",gpu="1"})";
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_utilization_ratio" + b + " 0\n"));
   EXPECT_THAT(text, Not(HasSubstr("gpupool_gpu_power_watts" + b)));
   EXPECT_THAT(text, Not(HasSubstr("gpupool_gpu_temperature_celsius" + b)));
@@ -80,7 +88,7 @@ TEST(PoolFamilies, GpusInBaseUnitsWithTheirLabels) {
 }
 
 TEST(PoolFamilies, JobsQueueNodesAgentsAndBlobs) {
-  const std::string text = RenderText(PoolFamilies(TwoGpuPool()));
+  const std::string text = PoolText(TwoGpuPool());
   EXPECT_THAT(text, HasSubstr(R"(gpupool_jobs{state="running",class="batch",group="vision"} 3)"));
   EXPECT_THAT(text,
               HasSubstr(R"(gpupool_jobs{state="pending",class="interactive",group="default"} 2)"));
@@ -95,7 +103,7 @@ TEST(PoolFamilies, JobsQueueNodesAgentsAndBlobs) {
 }
 
 TEST(PoolFamilies, AnEmptyPoolShowsNoBareFamilies) {
-  const std::string text = RenderText(PoolFamilies(PoolSample{}));
+  const std::string text = PoolText(PoolSample{});
   EXPECT_THAT(text, HasSubstr("gpupool_agents_connected 0\n"));
   EXPECT_THAT(text, Not(HasSubstr("gpupool_gpu_")));
   EXPECT_THAT(text, Not(HasSubstr("gpupool_blob_store_bytes")));  // not known
@@ -109,7 +117,7 @@ TEST(PoolFamilies, AgentChosenNamesCannotBreakTheFormat) {
   PoolSample s = TwoGpuPool();
   s.gpus[0].model = "evil\"} 1\ngpupool_fake 1\n\\";
   s.gpus[0].node = "n\"o\\de";
-  const std::string text = RenderText(PoolFamilies(s));
+  const std::string text = PoolText(s);
   EXPECT_THAT(text, Not(HasSubstr("\ngpupool_fake 1\n")));
   EXPECT_THAT(text, HasSubstr(R"(model="evil\"} 1\ngpupool_fake 1\n\\")"));
   EXPECT_THAT(text, HasSubstr(R"(node="n\"o\\de")"));
@@ -199,7 +207,7 @@ TEST(ProcessFamilies, ReadsThisProcess) {
   EXPECT_GT(after->start_time_seconds, now - 3600);  // this test started recently
   EXPECT_GE(after->cpu_seconds, 0);
 
-  const std::string text = RenderText(ProcessFamilies(*after, now, "1.2.3"));
+  const std::string text = ProcessText(*after, now, "1.2.3");
   EXPECT_THAT(text, HasSubstr("# TYPE process_cpu_seconds_total counter\n"));
   EXPECT_THAT(text, HasSubstr("process_open_fds " + std::to_string(after->open_fds) + "\n"));
   EXPECT_THAT(text, HasSubstr("gpupool_build_info{version=\"1.2.3\"} 1\n"));
@@ -213,14 +221,87 @@ TEST(Exposition, PromtoolAcceptsAllOfIt) {
   m.SchedulingPass(0.001);
   m.Placed(1, 0);
   m.QueueWait(1);
-  std::vector<prometheus::MetricFamily> all = m.Collect();
-  Append(all, PoolFamilies(TwoGpuPool()));
   auto p = ReadProcessSample();
   ASSERT_TRUE(p.ok());
-  Append(all, ProcessFamilies(*p, static_cast<double>(std::time(nullptr)), "0.1.0"));
-  PromtoolRun run = PromtoolCheckMetrics(RenderText(all));
+  const std::string all = RenderText(m.Collect()) + PoolText(TwoGpuPool()) +
+                          ProcessText(*p, static_cast<double>(std::time(nullptr)), "0.1.0");
+  PromtoolRun run = PromtoolCheckMetrics(all);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.output, "");
+}
+
+// Splits exposition lines into what precedes the value and the value.
+std::vector<std::pair<std::string, double>> Samples(const std::string& text) {
+  std::vector<std::pair<std::string, double>> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    std::string line = text.substr(at, end - at);
+    at = end == std::string::npos ? text.size() : end + 1;
+    if (line.starts_with("#")) {
+      out.emplace_back(line, 0);
+      continue;
+    }
+    size_t space = line.rfind(' ');
+    out.emplace_back(line.substr(0, space), std::stod(line.substr(space + 1)));
+  }
+  return out;
+}
+
+// RenderText writes what prometheus-cpp's own serializer writes: the same
+// lines in the same order, escapes included, values equal as numbers.
+TEST(RenderText, WritesWhatPrometheusCppsSerializerWrites) {
+  ServerMetrics m;
+  m.ApiRequest("/v1/jobs/{id}", "GET", 200, 0.0042);
+  m.ApiRequest("/v1/jobs/{id}", "GET", 200, 3.5);
+  m.ApiRequest("", "POST", 404, 0.00001);
+  m.SchedulingPass(0.0123456789);
+  m.Placed(7, 2);
+  m.QueueWait(123456.789);
+  m.CheckpointsUploaded(3, 9876543210);
+  m.Reclaim("reclaimed by the owner");
+  std::vector<prometheus::MetricFamily> families = m.Collect();
+  prometheus::MetricFamily odd;  // escapes in label values, a summary, untyped
+  odd.name = "gpupool_test_odd";
+  odd.help = "odd";
+  odd.type = prometheus::MetricType::Summary;
+  prometheus::ClientMetric s;
+  s.label = {{"x", "q\"uote\\ back\nline"}};
+  s.summary.sample_count = 3;
+  s.summary.sample_sum = 0.1 + 0.2;
+  s.summary.quantile = {{0.5, 1.0 / 3}, {0.99, 2e-9}};
+  odd.metric.push_back(s);
+  families.push_back(odd);
+  prometheus::MetricFamily untyped;
+  untyped.name = "gpupool_test_untyped";
+  untyped.help = "u";
+  prometheus::ClientMetric u;
+  u.untyped.value = 1e21;
+  untyped.metric.push_back(u);
+  families.push_back(untyped);
+
+  const auto ours = Samples(RenderText(families));
+  const auto theirs = Samples(prometheus::TextSerializer().Serialize(families));
+  ASSERT_EQ(ours.size(), theirs.size());
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_EQ(ours[i].first, theirs[i].first) << "line " << i;
+    EXPECT_NEAR(ours[i].second, theirs[i].second, 1e-12 * std::abs(theirs[i].second))
+        << ours[i].first;
+  }
+}
+
+// The format asks HELP texts to escape \\ and newlines (prometheus-cpp
+// 1.0's serializer does not: a newline there would end the line).
+TEST(RenderText, EscapesHelpTexts) {
+  prometheus::MetricFamily f;
+  f.name = "gpupool_test_help";
+  f.help = "a \\ backslash and a\nnewline";
+  f.type = prometheus::MetricType::Gauge;
+  f.metric.emplace_back();
+  const std::string text = RenderText({f});
+  EXPECT_THAT(text, HasSubstr("# HELP gpupool_test_help a \\\\ backslash and a\\nnewline\n"));
+  PromtoolRun run = PromtoolCheckMetrics(text);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
 }
 
 }  // namespace

@@ -3,17 +3,15 @@
 // store, and every GPU's telemetry beside what the pool allocated on it.
 //
 // PoolSample is plain data that the server fills (server/metrics_api.h);
-// PoolFamilies is pure. Values an agent could not read (-1 in its
-// telemetry) are left out rather than shown as -1, so that a sum or an
-// average over GPUs is never pulled down by a GPU that cannot say.
+// PoolText is pure and writes the text format (metrics/families.h). Values an agent could not read
+// (-1 in its telemetry) are left out rather than shown as -1, so that a sum or an average over GPUs
+// is never pulled down by a GPU that cannot say.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
-
-#include <prometheus/metric_family.h>
 
 namespace gpupool::metrics {
 
@@ -53,6 +51,6 @@ struct PoolSample {
   int64_t blob_bytes = -1;  // the blob store's size on disk; -1: not known
 };
 
-std::vector<prometheus::MetricFamily> PoolFamilies(const PoolSample& sample);
+std::string PoolText(const PoolSample& sample);
 
 }  // namespace gpupool::metrics

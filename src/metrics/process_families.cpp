@@ -3,8 +3,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -70,11 +72,10 @@ Result<ProcessSample> ReadProcessSample() {
   return p;
 }
 
-std::vector<prometheus::MetricFamily> ProcessFamilies(const ProcessSample& p, double now_seconds,
-                                                      std::string_view version) {
-  std::vector<prometheus::MetricFamily> out;
+std::string ProcessText(const ProcessSample& p, double now_seconds, std::string_view version) {
+  std::string out;
   auto one = [&](const char* name, const char* help, MetricType type, double value) {
-    out.push_back(FamilyBuilder(name, help, type).Add({}, value).Take());
+    TextFamily(name, help, type).Add({}, value).AppendTo(out);
   };
   one("process_cpu_seconds_total", "CPU time the server used, user and system.",
       MetricType::Counter, p.cpu_seconds);
@@ -90,10 +91,9 @@ std::vector<prometheus::MetricFamily> ProcessFamilies(const ProcessSample& p, do
       MetricType::Gauge, p.start_time_seconds);
   one("gpupool_uptime_seconds", "Seconds since the server started.", MetricType::Gauge,
       std::max(0.0, now_seconds - p.start_time_seconds));
-  out.push_back(FamilyBuilder("gpupool_build_info", "The gpupool version serving (always 1).",
-                              MetricType::Gauge)
-                    .Add({{"version", std::string(version)}}, 1)
-                    .Take());
+  TextFamily("gpupool_build_info", "The gpupool version serving (always 1).", MetricType::Gauge)
+      .Add({{"version", version}}, 1)
+      .AppendTo(out);
   return out;
 }
 

@@ -7,10 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
-
-#include <prometheus/metric_family.h>
 
 #include "common/status.h"
 
@@ -28,7 +27,7 @@ struct ProcessSample {
 Result<ProcessSample> ReadProcessSample();
 
 // `now_seconds`: the wall clock, for the uptime.
-std::vector<prometheus::MetricFamily> ProcessFamilies(const ProcessSample& p, double now_seconds,
-                                                      std::string_view version);
+// The process families in the text format (metrics/families.h).
+std::string ProcessText(const ProcessSample& p, double now_seconds, std::string_view version);
 
 }  // namespace gpupool::metrics

@@ -89,6 +89,11 @@ Result<metrics::PoolSample> MetricsApi::Sample() {
   GP_ASSIGN_OR_RETURN(auto live, pool_.LiveJobCounts());
   sample.jobs = Tally(live, known);
   sample.finished = Tally(pool_.FinishedJobCounts(), known);
+  // Every class, 0 when none waits: a series that vanishes when the queue
+  // empties reads as "no data", not as an empty queue.
+  for (JobPriority p :
+       {JobPriority::kInteractive, JobPriority::kNormal, JobPriority::kOpportunistic})
+    sample.pending_by_class[std::string(JobPriorityName(p))] = 0;
   for (const JobCount& c : live) {
     if (c.state == JobState::kPending)
       sample.pending_by_class[std::string(JobPriorityName(c.priority))] += c.count;
@@ -106,15 +111,13 @@ Result<metrics::PoolSample> MetricsApi::Sample() {
 net::HttpResponse MetricsApi::Scrape() {
   auto sample = Sample();
   if (!sample.ok()) return ErrorResponse(sample.status());
-  std::vector<prometheus::MetricFamily> families = events_.Collect();
-  metrics::Append(families, metrics::PoolFamilies(*sample));
-  if (auto process = metrics::ReadProcessSample(); process.ok()) {
-    metrics::Append(families, metrics::ProcessFamilies(
-                                  *process, static_cast<double>(clock_.NowMs()) / 1000, kVersion));
-  }
   net::HttpResponse r;
   r.content_type = std::string(metrics::kTextContentType);
-  r.body = metrics::RenderText(families);
+  r.body = metrics::RenderText(events_.Collect());
+  r.body += metrics::PoolText(*sample);
+  if (auto process = metrics::ReadProcessSample(); process.ok()) {
+    r.body += metrics::ProcessText(*process, static_cast<double>(clock_.NowMs()) / 1000, kVersion);
+  }
   return r;
 }
 

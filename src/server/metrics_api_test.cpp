@@ -50,7 +50,9 @@ TEST_F(MetricsApiTest, AScrapeShowsTheNodeItsGpuAndThePlacedJob) {
     return 0;
   });
   const std::string text = Scrape(admin_);
-  const std::string gpu = R"({node="a",gpu="0",uuid="a-gpu0",model="A100",simulated="true"})";
+  EXPECT_THAT(text, HasSubstr(R"(gpupool_gpu_info{node="a",gpu="0",uuid="a-gpu0",model="A100",)"
+                              R"(simulated="true"} 1)"));
+  const std::string gpu = R"({node="a",gpu="0"})";
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_utilization_ratio" + gpu + " 0.87\n"));
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_memory_used_bytes" + gpu + " 2147483648\n"));
   EXPECT_THAT(text, HasSubstr("gpupool_gpu_power_watts" + gpu + " 250\n"));

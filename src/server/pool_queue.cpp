@@ -151,14 +151,16 @@ void QueueCache::PutNode(const std::string& id, const std::optional<Node>& node)
   node_name_.emplace(id, node->name);
 }
 
-PoolView QueueCache::View(bool with_pending) const {
+PoolView QueueCache::View(bool with_pending, bool with_jobs) const {
   PoolView v;
-  if (with_pending) {
+  if (with_pending && with_jobs) {
     v.pending.reserve(pending_.size());
     for (const auto& [id, j] : pending_) v.pending.push_back(j);
   }
-  v.live_jobs.reserve(live_jobs_.size());
-  for (const auto& [id, j] : live_jobs_) v.live_jobs.push_back(j);
+  if (with_jobs) {
+    v.live_jobs.reserve(live_jobs_.size());
+    for (const auto& [id, j] : live_jobs_) v.live_jobs.push_back(j);
+  }
   v.live_attempts.reserve(attempts_.size());
   for (const auto& [key, a] : attempts_) v.live_attempts.push_back(a);
   v.nodes.reserve(nodes_.size());
@@ -264,19 +266,29 @@ Status PoolQueue::Check() {
 
 Result<PoolView> PoolQueue::ReadView(Tx& tx, bool with_pending) {
   if (current_ == nullptr || &tx != current_ || !loaded_) return ReadPoolView(tx, with_pending);
-  PoolView v;
-  if (current_->touched().empty()) {
-    v = cache_.View(with_pending);
-  } else {
-    // Earlier writes of this transaction: the cache as they leave it.
-    GP_ASSIGN_OR_RETURN(QueueDelta d,
-                        QueueCache::ReadTouched(current_->inner(), current_->touched()));
-    QueueCache overlay = cache_;
-    overlay.Apply(d);
-    v = overlay.View(with_pending);
-  }
+  GP_ASSIGN_OR_RETURN(PoolView v, CachedView(with_pending, /*with_jobs=*/true));
   GP_ASSIGN_OR_RETURN(v.usage, tx.ListGroupUsage());
   return v;
+}
+
+Result<PoolView> PoolQueue::ReadNodesView(Tx& tx) {
+  if (current_ == nullptr || &tx != current_ || !loaded_) {
+    GP_ASSIGN_OR_RETURN(PoolView v, ReadPoolView(tx, /*with_pending=*/false));
+    v.live_jobs.clear();
+    v.usage.clear();
+    return v;
+  }
+  return CachedView(/*with_pending=*/false, /*with_jobs=*/false);
+}
+
+Result<PoolView> PoolQueue::CachedView(bool with_pending, bool with_jobs) {
+  if (current_->touched().empty()) return cache_.View(with_pending, with_jobs);
+  // Earlier writes of this transaction: the cache as they leave it.
+  GP_ASSIGN_OR_RETURN(QueueDelta d,
+                      QueueCache::ReadTouched(current_->inner(), current_->touched()));
+  QueueCache overlay = cache_;
+  overlay.Apply(d);
+  return overlay.View(with_pending, with_jobs);
 }
 
 }  // namespace gpupool::server

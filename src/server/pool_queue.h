@@ -69,8 +69,9 @@ class QueueCache {
   // The touched rows as `tx` has them now.
   static Result<QueueDelta> ReadTouched(Tx& tx, const TouchedRows& touched);
   void Apply(const QueueDelta& delta);
-  // A PoolView without usage; without `with_pending`, no pending jobs.
-  PoolView View(bool with_pending) const;
+  // A PoolView without usage; without `with_pending`, no pending jobs;
+  // without `with_jobs`, no jobs at all (the nodes and live attempts).
+  PoolView View(bool with_pending, bool with_jobs = true) const;
 
   size_t pending() const { return pending_.size(); }
   // Whether job `id` is pending or live here.
@@ -113,6 +114,9 @@ class PoolQueue final : public Store {
   // must be the one this store passed to the running callback; any other
   // is read in full from the store.
   Result<PoolView> ReadView(Tx& tx, bool with_pending);
+  // Only the nodes and the live attempts of that view (no jobs, no usage):
+  // what listing the nodes needs.
+  Result<PoolView> ReadNodesView(Tx& tx);
 
   // Forgets the cache; the next transaction loads it again.
   void Invalidate() { loaded_ = false; }
@@ -132,6 +136,8 @@ class PoolQueue final : public Store {
 
  private:
   Status EnsureLoaded();
+  // The view from the cache, inside the running transaction.
+  Result<PoolView> CachedView(bool with_pending, bool with_jobs);
 
   Store& store_;
   PoolQueueOptions options_;

@@ -124,10 +124,10 @@ Result<LogPage> Pool::ReadLogs(int64_t job_id, int64_t after_cursor, int32_t lim
 Result<std::vector<NodeStatus>> Pool::ListNodes() {
   std::vector<NodeStatus> out;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
-    GP_ASSIGN_OR_RETURN(auto nodes, tx.ListNodes());
-    AttemptQuery q;
-    q.live_only = true;
-    GP_ASSIGN_OR_RETURN(auto attempts, tx.ListAttempts(q));
+    // The nodes and live attempts from the queue's memory (pool_queue.h).
+    GP_ASSIGN_OR_RETURN(PoolView view, store_.ReadNodesView(tx));
+    std::vector<Node>& nodes = view.nodes;
+    const std::vector<Attempt>& attempts = view.live_attempts;
     std::map<std::string, std::map<std::string, std::vector<std::string>>> used;
     std::map<std::string, std::map<std::string, int32_t>> milli;
     // Node -> GPU -> each holder's (milli, the memory it asked for).

@@ -77,6 +77,37 @@ def promtool_check(text):
     assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
 
 
+def check_dashboard(scraped, tmp_path):
+    """examples/grafana's dashboard names only metrics the server serves,
+    and every query parses (promtool, as recording rules)."""
+    source = os.environ.get("GPUPOOL_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "../.."))
+    with open(os.path.join(source, "examples/grafana/gpupool-dashboard.json")) as f:
+        dashboard = json.load(f)
+    served = set(re.findall(r"^# TYPE (\S+)", scraped, re.M))
+    exprs = []
+    def walk(node):
+        if isinstance(node, dict):
+            if isinstance(node.get("expr"), str):
+                exprs.append(node["expr"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(dashboard)
+    assert len(exprs) >= 10, exprs
+    missing = [(name, expr) for expr in exprs
+               for name in re.findall(r"\b((?:gpupool|process)_[a-z_]+)", expr)
+               if name not in served and re.sub(r"_(bucket|sum|count)$", "", name) not in served]
+    assert not missing, f"not served: {missing}"
+    rules = tmp_path / "dashboard-rules.yml"
+    rules.write_text("groups:\n  - name: dashboard\n    rules:\n" + "".join(
+        f"      - record: dashboard:q{i}\n        expr: {json.dumps(e.replace('$node', '.*'))}\n"
+        for i, e in enumerate(exprs)))
+    r = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def scrape_token(pool):
     status, body = pool.api("POST", "/v1/tokens", {"name": "prometheus", "scopes": "metrics"})
     assert status in (200, 201), body
@@ -97,22 +128,24 @@ def test_metrics_served_checked_and_scraped_by_prometheus(pool, tmp_path):
     def scraped_with_telemetry():
         status, content_type, text = get(open_url)
         assert status == 200, text
-        return text if 'gpupool_gpu_temperature_celsius{node="gpu-box"' in text else None
+        return text if 'gpupool_gpu_temperature_celsius{node="gpu-box",gpu="0"}' in text else None
     text = wait_for(scraped_with_telemetry, what="GPU telemetry in the metrics")
     promtool_check(text)
-    a100 = ('{node="gpu-box",gpu="0",uuid="GPU-11111111-2222-3333-4444-555555555555",'
-            'model="NVIDIA A100-SXM4-80GB",simulated="false"}')
+    assert ('gpupool_gpu_info{node="gpu-box",gpu="0",uuid="GPU-11111111-2222-3333-4444-555555555555",'
+            'model="NVIDIA A100-SXM4-80GB",simulated="false"} 1\n') in text
+    a100 = '{node="gpu-box",gpu="0"}'
     assert f"gpupool_gpu_utilization_ratio{a100} 0.37\n" in text
     assert f"gpupool_gpu_power_watts{a100} 210\n" in text
     assert f"gpupool_gpu_energy_joules_total{a100} 7200\n" in text
     assert f"gpupool_gpu_memory_total_bytes{a100} 85899345920\n" in text
-    held = re.findall(r'gpupool_gpu_allocated_ratio\{node="gpu-box",gpu="\d"[^}]*\} (\S+)', text)
+    held = re.findall(r'gpupool_gpu_allocated_ratio\{node="gpu-box",gpu="\d"\} (\S+)', text)
     assert sorted(held) == ["0", "1"], held  # the job holds one GPU of two
     assert 'gpupool_jobs{state="running",class="normal",group="default"} 1\n' in text
     assert "gpupool_agents_connected 1\n" in text
     assert "gpupool_scheduling_placements_total 1\n" in text
     status, _, body = get(open_url.replace("/metrics", "/v1/jobs"))
     assert status == 404, body
+    check_dashboard(text, tmp_path)
 
     # Through the API: a scrape-only token over TLS; no token is refused.
     token = scrape_token(pool)
@@ -162,6 +195,10 @@ scrape_configs:
         wait_for(lambda: value('sum(up{job=~"gpupool-.*"})') == 2, timeout=60,
                  what="Prometheus scraping both endpoints")
         assert value('gpupool_gpu_utilization_ratio{job="gpupool-api",node="gpu-box",gpu="0"}') == 0.37
+        # The model joined from the info metric, as a dashboard groups by it.
+        assert value('avg by (model) (gpupool_gpu_utilization_ratio{job="gpupool-open"}'
+                     ' * on (node, gpu) group_left (model) gpupool_gpu_info{job="gpupool-open",'
+                     'model="Tesla T4"})') == 0.0
         assert value('sum by (node) (gpupool_gpu_allocated_ratio{job="gpupool-open"})') == 1.0
         assert value('sum(gpupool_gpu_memory_total_bytes{job="gpupool-open"})') == (81920 + 15360) * 2**20
         # Allocation beside real use, the comparison the metrics are for.

@@ -61,6 +61,14 @@ if [[ ${1:-} == --metrics ]]; then
   exit 0
 fi
 
+if [[ ${1:-} == --history ]]; then
+  google_bench "$2" '^BM_Record/gpus:8/hours:1/|^BM_QueryWeek/gpus:8$' 2 '"bytes_per_gpu_day"|"points"'
+  # A week of 8 GPUs at 5 min: 8 x 2,016 points.
+  points=$(first_value points)
+  awk -v p="${points:-0}" 'BEGIN { exit !(p == 16128) }' || { echo "the week query returned ${points:-0} points"; exit 1; }
+  exit 0
+fi
+
 if [[ ${1:-} == --tls ]]; then
   google_bench "$2" '^BM_Fetch/mode:1/|^BM_WsRoundTrip/mode:1/' 2 '"items_per_second"|"real_time"'
   exit 0

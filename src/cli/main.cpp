@@ -169,6 +169,12 @@ int main(int argc, char** argv) {
         },
         help);
   };
+  server_cmd->add_option("--telemetry-tiers", so.telemetry_tiers,
+                         "GPU and pool telemetry history kept in DATA_DIR/telemetry.db, as "
+                         "STEP:KEEP tiers (default 10s:1d,5m:30d)");
+  server_bytes("--telemetry-max-size", so.telemetry_max_bytes,
+               "bound of the telemetry history's file; past it the oldest points go (default "
+               "1GiB)");
   server_bytes("--max-job-output", so.pool.logs.max_job_output_bytes,
                "output kept per job (per attempt and rank); the rest is dropped (default 1GiB)");
   server_duration("--log-retention", so.pool.logs.retention_ms,

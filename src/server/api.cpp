@@ -12,6 +12,7 @@
 #include "model/job_spec.h"
 #include "sched/wait_reason.h"
 #include "server/http_errors.h"
+#include "server/job_access.h"
 
 namespace gpupool::server {
 
@@ -210,15 +211,6 @@ Result<int64_t> QueryWaitMs(const net::HttpRequest& req) {
   return std::min<int64_t>(*ms, 60'000);
 }
 
-Result<int64_t> ParseJobId(std::string_view text) {
-  int64_t id = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
-  if (ec != std::errc() || p != text.data() + text.size() || id <= 0) {
-    return Status::InvalidArgument("invalid job id \"" + std::string(text) + "\"");
-  }
-  return id;
-}
-
 }  // namespace
 
 Api::~Api() {
@@ -403,14 +395,7 @@ void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond r
 }
 
 Result<JobDetail> Api::VisibleJob(const Principal& who, int64_t id, Action action) {
-  auto d = pool_.GetJob(id);
-  if (!d.ok()) return d;
-  Resource job{d->job.owner, d->job.spec.group};
-  // A job one may not read is not found, so that ids reveal nothing.
-  if (Decide(who, Action::kJobRead, job) == Decision::kNotYours)
-    return Status::NotFound("job " + std::to_string(id) + " does not exist");
-  GP_RETURN_IF_ERROR(Authorize(who, action, job));
-  return d;
+  return server::VisibleJob(pool_, who, id, action);
 }
 
 void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond) {

@@ -8,6 +8,7 @@
 #include "common/json_reader.h"
 #include "common/log.h"
 #include "server/http_errors.h"
+#include "server/job_access.h"
 
 namespace gpupool::server {
 
@@ -301,12 +302,7 @@ void BlobApi::GetManifest(std::string id, Respond respond) {
 // -------------------------------------------------------------- checkpoints
 
 Status BlobApi::CheckJobVisible(const Principal& who, int64_t job) {
-  auto d = pool_.GetJob(job);
-  if (!d.ok()) return d.status();
-  Resource object{d->job.owner, d->job.spec.group};
-  if (Decide(who, Action::kJobRead, object) == Decision::kNotYours)
-    return Status::NotFound("job " + std::to_string(job) + " does not exist");
-  return Authorize(who, Action::kJobRead, object);
+  return VisibleJob(pool_, who, job, Action::kJobRead).status();
 }
 
 void BlobApi::PostCheckpoint(Request req, const Principal& who, int64_t job, Respond respond) {

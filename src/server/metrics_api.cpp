@@ -38,16 +38,14 @@ void AddGpus(const NodeStatus& st, std::vector<metrics::GpuSample>& out) {
     s.model = g.name;
     s.simulated = g.simulated;
     s.memory_total_mib = g.memory_mib;
-    for (const GpuTelemetry& t : st.telemetry) {
-      if (t.uuid != g.uuid) continue;
-      s.utilization_percent = t.utilization_percent;
-      s.memory_used_mib = t.memory_used_mib;
-      s.temperature_c = t.temperature_c;
-      s.power_mw = t.power_mw;
-      s.energy_mj = t.energy_mj;
+    if (const GpuTelemetry* t = st.TelemetryOf(g.uuid)) {
+      s.utilization_percent = t->utilization_percent;
+      s.memory_used_mib = t->memory_used_mib;
+      s.temperature_c = t->temperature_c;
+      s.power_mw = t->power_mw;
+      s.energy_mj = t->energy_mj;
     }
-    if (auto m = st.gpu_used_milli.find(g.uuid); m != st.gpu_used_milli.end())
-      s.allocated_milli = std::min(m->second, 1000);
+    s.allocated_milli = st.AllocatedMilli(g.uuid);
     if (auto m = st.gpu_reserved_mib.find(g.uuid); m != st.gpu_reserved_mib.end())
       s.allocated_memory_mib = m->second;
     out.push_back(std::move(s));

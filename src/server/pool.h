@@ -51,6 +51,7 @@
 // Time comes from the injected Clock.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -172,6 +173,18 @@ struct NodeStatus {
   std::vector<ShareUse> shares;
   int32_t running_tasks = 0;
   std::string status;  // NodeStatusName: available, busy, paused, reclaimed, ...
+
+  // GPU `uuid`'s last telemetry; nullptr when the agent sent none for it.
+  const GpuTelemetry* TelemetryOf(const std::string& uuid) const {
+    for (const GpuTelemetry& t : telemetry)
+      if (t.uuid == uuid) return &t;
+    return nullptr;
+  }
+  // The thousandths of GPU `uuid` the pool's live attempts hold (at most 1000).
+  int32_t AllocatedMilli(const std::string& uuid) const {
+    auto m = gpu_used_milli.find(uuid);
+    return m == gpu_used_milli.end() ? 0 : std::min(m->second, 1000);
+  }
 };
 
 // One entry of the provider event log, with the node's name.

@@ -29,6 +29,8 @@
 #include "server/server_tls.h"
 #include "server/session_gateway.h"
 #include "server/static_files.h"
+#include "server/telemetry_api.h"
+#include "store/history_store.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -104,6 +106,30 @@ Result<std::unique_ptr<net::HttpServer>> StartMetricsListener(
   return server;
 }
 
+// The telemetry history: its store (DATA_DIR/telemetry.db) and the module
+// that records and serves it.
+struct Telemetry {
+  std::unique_ptr<HistoryStore> store;
+  std::unique_ptr<TelemetryApi> api;
+};
+
+Result<Telemetry> OpenTelemetry(const ServerOptions& options,
+                                const std::vector<telemetry::Tier>& tiers, net::EventLoop& loop,
+                                Pool& pool, const Clock& clock) {
+  HistoryOptions history_options;
+  history_options.tiers = tiers;
+  history_options.max_bytes = options.telemetry_max_bytes;
+  Telemetry t;
+  GP_ASSIGN_OR_RETURN(t.store,
+                      HistoryStore::Open(options.data_dir + "/telemetry.db", history_options));
+  if (!t.store->warning().empty()) GP_LOG(kWarn) << "telemetry history: " << t.store->warning();
+  TelemetryOptions telemetry_options;
+  telemetry_options.sample_ms = options.pool.heartbeat_ms;
+  telemetry_options.tiers = tiers;
+  t.api = std::make_unique<TelemetryApi>(loop, pool, clock, *t.store, telemetry_options);
+  return t;
+}
+
 }  // namespace
 
 int RunServer(const ServerOptions& options) {
@@ -159,6 +185,11 @@ int RunServer(const ServerOptions& options) {
       return 2;
     }
     metrics_addr = *std::move(parsed);
+  }
+  auto tiers = ParseTiers(options.telemetry_tiers);
+  if (!tiers.ok()) {
+    std::cerr << "gpupool server: --telemetry-tiers: " << tiers.status().message() << "\n";
+    return 2;
   }
   auto store = OpenState(options);
   if (!store.ok()) {
@@ -289,15 +320,23 @@ int RunServer(const ServerOptions& options) {
                            GP_LOG(kError) << "revoking node " << node << ": " << s.ToString();
                          hooks.schedule_needed();
                        });
+  // Before the Api: its modules outlive it.
+  auto telemetry = OpenTelemetry(options, *tiers, loop, pool, clock);
+  if (!telemetry.ok()) {
+    std::cerr << "gpupool server: telemetry history: " << telemetry.status().ToString() << "\n";
+    return 1;
+  }
   ApiOptions api_options = options.api;
   api_options.observe = [&](std::string_view route, std::string_view method, int status,
                             double seconds) {
     server_metrics.ApiRequest(route, method, status, seconds);
   };
-  Api api(loop, pool, auth, clock, api_options, &blob_api, &identity);
   MetricsApi metrics_api(pool, auth, clock, server_metrics, &blob_api);
   metrics_ptr = &metrics_api;
+  Api api(loop, pool, auth, clock, api_options, &blob_api, &identity);
   api.AddModule(metrics_api);
+  api.AddModule(*telemetry->api);
+  telemetry->api->Start();
   QuotaApi quota_api(auth, quotas);
   api.AddModule(quota_api);
   BackupApiOptions backup_options;

@@ -51,6 +51,11 @@ struct ServerOptions {
   // HOST:PORT of a second, plain-HTTP listener that serves only GET
   // /metrics, without a token (server/metrics_api.h); empty = none.
   std::string metrics_listen;
+  // Telemetry history (server/telemetry_api.h) in DATA_DIR/telemetry.db:
+  // "STEP:KEEP,..." tiers (--telemetry-tiers, default 10s:1d,5m:30d) and
+  // the file's bound (--telemetry-max-size).
+  std::string telemetry_tiers = "10s:1d,5m:30d";
+  int64_t telemetry_max_bytes = 1LL << 30;
 };
 
 // Chunk uploads send up to 8 MiB of records in one request.

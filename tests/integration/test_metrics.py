@@ -209,3 +209,47 @@ scrape_configs:
         prom.wait(timeout=30)
         log.close()
     pool.api("POST", f"/v1/jobs/{job}/cancel")
+
+
+def test_telemetry_history_is_recorded_and_survives_a_kill(pool, tmp_path):
+    """The server's own history (DATA_DIR/telemetry.db): a node's GPUs, the
+    pool and a job's GPU, read back through the API, and still there after
+    the server is killed with SIGKILL and started again."""
+    args = ["--heartbeat-ms", "300", "--telemetry-tiers", "1s:1h,5s:1d"]
+    pool.start_server(extra=args)
+    start_gpu_agent(pool, tmp_path)
+    job = pool.submit({"name": "holds-a-gpu", "run": "sleep 600", "resources": {"gpus": 1}})
+    pool.wait_state(job, ["running"])
+
+    def node_points():
+        status, body = pool.api("GET", "/v1/nodes/gpu-box/telemetry?since=10m&step=1s")
+        assert status == 200, body
+        gpu0 = [g for g in body["gpus"] if g["gpu"] == 0]
+        return gpu0[0]["points"] if gpu0 and len(gpu0[0]["points"]) >= 3 else None
+    points = wait_for(node_points, timeout=30, what="three 1 s points of GPU 0")
+    status, body = pool.api("GET", "/v1/nodes/gpu-box/telemetry?since=10m&step=1s")
+    fields = body["fields"]
+    first = dict(zip(fields, points[0]))
+    assert first["utilization"] == 0.37 and first["power_w"] == 210.0, first
+    assert first["memory_total_mib"] == 81920, first
+
+    status, body = pool.api("GET", "/v1/pool/telemetry?since=10m&step=1s")
+    assert status == 200, body
+    last = dict(zip(body["fields"], body["points"][-1]))
+    assert last["gpus"] == 2 and last["nodes_connected"] == 1, last
+    assert last["allocated_gpus"] == 1.0 and last["jobs_running"] == 1, last
+
+    status, body = pool.api("GET", f"/v1/jobs/{job}/telemetry")
+    assert status == 200, body
+    assert body["attempts"] and body["attempts"][0]["node"] == "gpu-box", body
+    assert body["attempts"][0]["gpus"][0]["points"], body
+
+    # Killed and started again: what was written is still there.
+    before = points[0][0]
+    pool.kill_server()
+    pool.start_server(extra=args)
+    status, body = pool.api("GET", "/v1/nodes/gpu-box/telemetry?since=10m&step=1s")
+    assert status == 200, body
+    times = [p[0] for g in body["gpus"] for p in g["points"]]
+    assert before in times, (before, times[:5])
+    pool.api("POST", f"/v1/jobs/{job}/cancel")

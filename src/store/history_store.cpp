@@ -74,69 +74,6 @@ CREATE TABLE IF NOT EXISTS pool_points (
 // enough rounds to get under the bound, small enough not to overshoot much.
 constexpr int64_t kSizeBatchDivisor = 8;
 
-// One use of a cached statement, like store/sqlite_query.h's Query but with
-// REAL columns, where NaN is NULL.
-class Stmt {
- public:
-  Stmt(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
-  ~Stmt() {
-    if (stmt_ == nullptr) return;
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  Stmt(Stmt&& o) noexcept : db_(o.db_), stmt_(std::exchange(o.stmt_, nullptr)), rc_(o.rc_) {}
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-  Stmt& operator=(Stmt&&) = delete;
-
-  Stmt& Int(int i, int64_t v) { return Check(sqlite3_bind_int64(stmt_, i, v)); }
-  Stmt& Text(int i, std::string_view v) {
-    const char* data = v.data() != nullptr ? v.data() : "";  // '' rather than NULL
-    return Check(sqlite3_bind_text(stmt_, i, data, static_cast<int>(v.size()), SQLITE_TRANSIENT));
-  }
-  Stmt& Real(int i, double v) {
-    return Check(std::isnan(v) ? sqlite3_bind_null(stmt_, i) : sqlite3_bind_double(stmt_, i, v));
-  }
-
-  // true: a row is available; false: done.
-  Result<bool> Step() {
-    if (rc_ != SQLITE_OK) return SqliteError(db_, rc_, "bind");
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return SqliteError(db_, rc, sqlite3_sql(stmt_));
-  }
-  Status Run() {
-    auto r = Step();
-    return r.ok() ? Status::Ok() : r.status();
-  }
-
-  int64_t ColInt(int c) const { return sqlite3_column_int64(stmt_, c); }
-  bool ColNull(int c) const { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
-  double ColReal(int c) const {
-    return ColNull(c) ? telemetry::kNaN : sqlite3_column_double(stmt_, c);
-  }
-  std::string ColText(int c) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, c));
-    return p != nullptr ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, c)))
-                        : std::string();
-  }
-
- private:
-  Stmt& Check(int rc) {
-    if (rc != SQLITE_OK && rc_ == SQLITE_OK) rc_ = rc;
-    return *this;
-  }
-  sqlite3* db_;
-  sqlite3_stmt* stmt_;
-  int rc_ = SQLITE_OK;
-};
-
-struct SqlHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 bool IsUnusable(const Status& s) { return s.code() == StatusCode::kDataLoss; }
 
 std::string TiersText(const std::vector<Tier>& tiers) {
@@ -192,7 +129,7 @@ Result<std::string> MoveAside(const std::string& path) {
 struct HistoryStore::Impl {
   DbPtr db;
   // Declared after db so statements are finalized before the connection closes.
-  std::unordered_map<std::string, StmtPtr, SqlHash, std::equal_to<>> cache;
+  StatementCache cache;
   HistoryOptions options;
   std::string warning;
   // The newest time seen (a written bucket's end, a Prune's now): queries
@@ -203,20 +140,7 @@ struct HistoryStore::Impl {
   // (tiers changed) then. Queries read such a range from a coarser tier.
   std::map<int64_t, int64_t> missing_before;
 
-  Result<Stmt> Prepare(std::string_view sql) {
-    auto it = cache.find(sql);
-    if (it == cache.end()) {
-      sqlite3_stmt* raw = nullptr;
-      int rc = sqlite3_prepare_v3(db.get(), sql.data(), static_cast<int>(sql.size()),
-                                  SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
-      if (rc != SQLITE_OK) {
-        sqlite3_finalize(raw);
-        return SqliteError(db.get(), rc, "prepare " + std::string(sql));
-      }
-      it = cache.emplace(std::string(sql), StmtPtr(raw)).first;
-    }
-    return Stmt(db.get(), it->second.get());
-  }
+  Result<Query> Prepare(std::string_view sql) { return cache.Prepare(db.get(), sql); }
 
   // Multi-statement SQL or a PRAGMA that must be stepped to its end, unprepared.
   Status Exec(const std::string& sql) {
@@ -230,10 +154,10 @@ struct HistoryStore::Impl {
 
   // The first column of a one-row statement.
   Result<int64_t> Scalar(std::string_view sql) {
-    GP_ASSIGN_OR_RETURN(Stmt q, Prepare(sql));
+    GP_ASSIGN_OR_RETURN(Query q, Prepare(sql));
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return Status::Internal("sqlite: " + std::string(sql) + ": no result");
-    return q.ColInt(0);
+    return q.Int(0);
   }
 
   Status RollbackIfActive() {
@@ -258,17 +182,17 @@ struct HistoryStore::Impl {
   }
 
   Status SetMeta(const std::string& key, const std::string& value) {
-    GP_ASSIGN_OR_RETURN(Stmt q,
+    GP_ASSIGN_OR_RETURN(Query q,
                         Prepare("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)"));
-    return q.Text(1, key).Text(2, value).Run();
+    return q.Bind(1, key).Bind(2, value).Run();
   }
 
   Result<std::optional<std::string>> GetMeta(const std::string& key) {
-    GP_ASSIGN_OR_RETURN(Stmt q, Prepare("SELECT value FROM meta WHERE key = ?1"));
-    q.Text(1, key);
+    GP_ASSIGN_OR_RETURN(Query q, Prepare("SELECT value FROM meta WHERE key = ?1"));
+    q.Bind(1, key);
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return std::optional<std::string>();
-    return std::optional<std::string>(q.ColText(0));
+    return std::optional<std::string>(q.Text(0));
   }
 
   // Calls fn(node, gpu) for each GPU with points in the tier (of `node`
@@ -284,15 +208,15 @@ struct HistoryStore::Impl {
       int64_t next_gpu = 0;
       {
         GP_ASSIGN_OR_RETURN(
-            Stmt q, node.empty() ? Prepare("SELECT node, gpu FROM gpu_points WHERE tier = ?1 AND "
-                                           "(node, gpu) > (?2, ?3) ORDER BY node, gpu LIMIT 1")
-                                 : Prepare("SELECT node, gpu FROM gpu_points WHERE tier = ?1 AND "
-                                           "node = ?2 AND gpu > ?3 ORDER BY gpu LIMIT 1"));
-        q.Int(1, tier).Text(2, cur_node).Int(3, cur_gpu);
+            Query q, node.empty() ? Prepare("SELECT node, gpu FROM gpu_points WHERE tier = ?1 AND "
+                                            "(node, gpu) > (?2, ?3) ORDER BY node, gpu LIMIT 1")
+                                  : Prepare("SELECT node, gpu FROM gpu_points WHERE tier = ?1 AND "
+                                            "node = ?2 AND gpu > ?3 ORDER BY gpu LIMIT 1"));
+        q.Bind(1, tier).Bind(2, cur_node).Bind(3, cur_gpu);
         GP_ASSIGN_OR_RETURN(bool row, q.Step());
         if (!row) return Status::Ok();
-        next_node = q.ColText(0);
-        next_gpu = q.ColInt(1);
+        next_node = q.Text(0);
+        next_gpu = q.Int(1);
       }
       GP_RETURN_IF_ERROR(fn(next_node, static_cast<int32_t>(next_gpu)));
       cur_node = std::move(next_node);
@@ -303,24 +227,24 @@ struct HistoryStore::Impl {
   // Deletes the tier's points (GPUs and pool) before `cutoff_ms`.
   Status DeleteBefore(int64_t tier, int64_t cutoff_ms) {
     GP_RETURN_IF_ERROR(ForEachGpu(tier, "", [&](const std::string& node, int32_t gpu) -> Status {
-      GP_ASSIGN_OR_RETURN(Stmt q, Prepare("DELETE FROM gpu_points WHERE tier = ?1 AND node = ?2 "
-                                          "AND gpu = ?3 AND t_ms < ?4"));
-      return q.Int(1, tier).Text(2, node).Int(3, gpu).Int(4, cutoff_ms).Run();
+      GP_ASSIGN_OR_RETURN(Query q, Prepare("DELETE FROM gpu_points WHERE tier = ?1 AND node = ?2 "
+                                           "AND gpu = ?3 AND t_ms < ?4"));
+      return q.Bind(1, tier).Bind(2, node).Bind(3, gpu).Bind(4, cutoff_ms).Run();
     }));
-    GP_ASSIGN_OR_RETURN(Stmt q, Prepare("DELETE FROM pool_points WHERE tier = ?1 AND t_ms < ?2"));
-    return q.Int(1, tier).Int(2, cutoff_ms).Run();
+    GP_ASSIGN_OR_RETURN(Query q, Prepare("DELETE FROM pool_points WHERE tier = ?1 AND t_ms < ?2"));
+    return q.Bind(1, tier).Bind(2, cutoff_ms).Run();
   }
 
   // The first t_ms of a query of (tier, node, gpu) or (tier) ordered by
   // t_ms with LIMIT 1: an index probe, not a scan.
   Result<std::optional<int64_t>> Edge(std::string_view sql, int64_t tier, const std::string* node,
                                       int32_t gpu) {
-    GP_ASSIGN_OR_RETURN(Stmt q, Prepare(sql));
-    q.Int(1, tier);
-    if (node != nullptr) q.Text(2, *node).Int(3, gpu);
+    GP_ASSIGN_OR_RETURN(Query q, Prepare(sql));
+    q.Bind(1, tier);
+    if (node != nullptr) q.Bind(2, *node).Bind(3, gpu);
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return std::optional<int64_t>();
-    return std::optional<int64_t>(q.ColInt(0));
+    return std::optional<int64_t>(q.Int(0));
   }
 
   // The oldest and newest point of the tier; nullopt when it has none.
@@ -379,12 +303,12 @@ Status HistoryStore::Impl::Configure(const std::string& path) {
   sqlite3_busy_timeout(raw, 5000);
 
   {
-    GP_ASSIGN_OR_RETURN(Stmt q, Prepare("PRAGMA quick_check(10)"));
+    GP_ASSIGN_OR_RETURN(Query q, Prepare("PRAGMA quick_check(10)"));
     std::string problems;
     while (true) {
       GP_ASSIGN_OR_RETURN(bool row, q.Step());  // damage bad enough stops it: DataLoss too
       if (!row) break;
-      if (std::string line = q.ColText(0); line != "ok") problems += "\n  " + line;
+      if (std::string line = q.Text(0); line != "ok") problems += "\n  " + line;
     }
     if (!problems.empty()) return Status::DataLoss("PRAGMA quick_check:" + problems);
   }
@@ -408,9 +332,9 @@ Status HistoryStore::Impl::Configure(const std::string& path) {
     GP_RETURN_IF_ERROR(Exec("PRAGMA auto_vacuum = INCREMENTAL"));
   }
   if (!in_memory) {
-    GP_ASSIGN_OR_RETURN(Stmt q, Prepare("PRAGMA journal_mode = WAL"));
+    GP_ASSIGN_OR_RETURN(Query q, Prepare("PRAGMA journal_mode = WAL"));
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row || q.ColText(0) != "wal") {
+    if (!row || q.Text(0) != "wal") {
       return Status::Internal("sqlite: " + path + ": cannot enable WAL mode");
     }
   }
@@ -547,27 +471,35 @@ Status HistoryStore::Write(const telemetry::Downsampler::Flushed& f) {
     for (const GpuBucket& b : f.gpus) {
       const GpuPoint& p = b.point;
       GP_ASSIGN_OR_RETURN(
-          Stmt q, impl_->Prepare("INSERT OR REPLACE INTO gpu_points (tier, node, gpu, t_ms, "
-                                 "samples, util, util_max, mem, mem_max, mem_total, temp, power, "
-                                 "energy, alloc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-                                 "?10, ?11, ?12, ?13, ?14)"));
-      q.Int(1, tiers[static_cast<size_t>(b.tier)].step_ms).Text(2, b.node).Int(3, b.gpu);
-      q.Int(4, p.t_ms).Int(5, p.samples).Real(6, p.utilization).Real(7, p.utilization_max);
-      q.Real(8, p.memory_used_mib).Real(9, p.memory_used_max_mib).Real(10, p.memory_total_mib);
-      q.Real(11, p.temperature_c).Real(12, p.power_w).Real(13, p.energy_j).Real(14, p.allocated);
+          Query q, impl_->Prepare("INSERT OR REPLACE INTO gpu_points (tier, node, gpu, t_ms, "
+                                  "samples, util, util_max, mem, mem_max, mem_total, temp, power, "
+                                  "energy, alloc) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                                  "?10, ?11, ?12, ?13, ?14)"));
+      q.Bind(1, tiers[static_cast<size_t>(b.tier)].step_ms).Bind(2, b.node).Bind(3, b.gpu);
+      q.Bind(4, p.t_ms)
+          .Bind(5, p.samples)
+          .BindReal(6, p.utilization)
+          .BindReal(7, p.utilization_max);
+      q.BindReal(8, p.memory_used_mib)
+          .BindReal(9, p.memory_used_max_mib)
+          .BindReal(10, p.memory_total_mib);
+      q.BindReal(11, p.temperature_c)
+          .BindReal(12, p.power_w)
+          .BindReal(13, p.energy_j)
+          .BindReal(14, p.allocated);
       GP_RETURN_IF_ERROR(q.Run());
     }
     for (const PoolBucket& b : f.pool) {
       const PoolPoint& p = b.point;
       GP_ASSIGN_OR_RETURN(
-          Stmt q, impl_->Prepare("INSERT OR REPLACE INTO pool_points (tier, t_ms, samples, gpus, "
-                                 "gpus_reporting, allocated_gpus, utilization_sum, power, "
-                                 "jobs_running, jobs_pending, nodes_connected) VALUES (?1, ?2, "
-                                 "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"));
-      q.Int(1, tiers[static_cast<size_t>(b.tier)].step_ms).Int(2, p.t_ms).Int(3, p.samples);
-      q.Real(4, p.gpus).Real(5, p.gpus_reporting).Real(6, p.allocated_gpus);
-      q.Real(7, p.utilization_sum).Real(8, p.power_w).Real(9, p.jobs_running);
-      q.Real(10, p.jobs_pending).Real(11, p.nodes_connected);
+          Query q, impl_->Prepare("INSERT OR REPLACE INTO pool_points (tier, t_ms, samples, gpus, "
+                                  "gpus_reporting, allocated_gpus, utilization_sum, power, "
+                                  "jobs_running, jobs_pending, nodes_connected) VALUES (?1, ?2, "
+                                  "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"));
+      q.Bind(1, tiers[static_cast<size_t>(b.tier)].step_ms).Bind(2, p.t_ms).Bind(3, p.samples);
+      q.BindReal(4, p.gpus).BindReal(5, p.gpus_reporting).BindReal(6, p.allocated_gpus);
+      q.BindReal(7, p.utilization_sum).BindReal(8, p.power_w).BindReal(9, p.jobs_running);
+      q.BindReal(10, p.jobs_pending).BindReal(11, p.nodes_connected);
       GP_RETURN_IF_ERROR(q.Run());
     }
     if (latest == impl_->latest_ms) return Status::Ok();
@@ -681,27 +613,27 @@ Status HistoryStore::Impl::PlanQuery(int64_t since_ms, int64_t until_ms, int64_t
 Result<std::vector<GpuPoint>> HistoryStore::Impl::ReadGpu(int64_t tier, const std::string& node,
                                                           int32_t gpu, int64_t since_ms,
                                                           int64_t until_ms) {
-  GP_ASSIGN_OR_RETURN(Stmt q, Prepare("SELECT t_ms, samples, util, util_max, mem, mem_max, "
-                                      "mem_total, temp, power, energy, alloc FROM gpu_points "
-                                      "WHERE tier = ?1 AND node = ?2 AND gpu = ?3 AND t_ms >= ?4 "
-                                      "AND t_ms < ?5 ORDER BY t_ms"));
-  q.Int(1, tier).Text(2, node).Int(3, gpu).Int(4, since_ms).Int(5, until_ms);
+  GP_ASSIGN_OR_RETURN(Query q, Prepare("SELECT t_ms, samples, util, util_max, mem, mem_max, "
+                                       "mem_total, temp, power, energy, alloc FROM gpu_points "
+                                       "WHERE tier = ?1 AND node = ?2 AND gpu = ?3 AND t_ms >= ?4 "
+                                       "AND t_ms < ?5 ORDER BY t_ms"));
+  q.Bind(1, tier).Bind(2, node).Bind(3, gpu).Bind(4, since_ms).Bind(5, until_ms);
   std::vector<GpuPoint> out;
   while (true) {
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
     GpuPoint& p = out.emplace_back();
-    p.t_ms = q.ColInt(0);
-    p.samples = static_cast<int32_t>(q.ColInt(1));
-    p.utilization = q.ColReal(2);
-    p.utilization_max = q.ColReal(3);
-    p.memory_used_mib = q.ColReal(4);
-    p.memory_used_max_mib = q.ColReal(5);
-    p.memory_total_mib = q.ColReal(6);
-    p.temperature_c = q.ColReal(7);
-    p.power_w = q.ColReal(8);
-    p.energy_j = q.ColReal(9);
-    p.allocated = q.ColReal(10);
+    p.t_ms = q.Int(0);
+    p.samples = static_cast<int32_t>(q.Int(1));
+    p.utilization = q.Real(2);
+    p.utilization_max = q.Real(3);
+    p.memory_used_mib = q.Real(4);
+    p.memory_used_max_mib = q.Real(5);
+    p.memory_total_mib = q.Real(6);
+    p.temperature_c = q.Real(7);
+    p.power_w = q.Real(8);
+    p.energy_j = q.Real(9);
+    p.allocated = q.Real(10);
   }
   return out;
 }
@@ -746,26 +678,26 @@ Result<PoolSeries> HistoryStore::Pool(int64_t since_ms, int64_t until_ms, int64_
   int64_t used = 0;
   GP_RETURN_IF_ERROR(impl_->PlanQuery(since_ms, until_ms, step_ms, &tier, &used));
   GP_ASSIGN_OR_RETURN(
-      Stmt q, impl_->Prepare("SELECT t_ms, samples, gpus, gpus_reporting, allocated_gpus, "
-                             "utilization_sum, power, jobs_running, jobs_pending, "
-                             "nodes_connected FROM pool_points WHERE tier = ?1 AND t_ms >= ?2 "
-                             "AND t_ms < ?3 ORDER BY t_ms"));
-  q.Int(1, tier).Int(2, since_ms).Int(3, until_ms);
+      Query q, impl_->Prepare("SELECT t_ms, samples, gpus, gpus_reporting, allocated_gpus, "
+                              "utilization_sum, power, jobs_running, jobs_pending, "
+                              "nodes_connected FROM pool_points WHERE tier = ?1 AND t_ms >= ?2 "
+                              "AND t_ms < ?3 ORDER BY t_ms"));
+  q.Bind(1, tier).Bind(2, since_ms).Bind(3, until_ms);
   std::vector<PoolPoint> points;
   while (true) {
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
     PoolPoint& p = points.emplace_back();
-    p.t_ms = q.ColInt(0);
-    p.samples = static_cast<int32_t>(q.ColInt(1));
-    p.gpus = q.ColReal(2);
-    p.gpus_reporting = q.ColReal(3);
-    p.allocated_gpus = q.ColReal(4);
-    p.utilization_sum = q.ColReal(5);
-    p.power_w = q.ColReal(6);
-    p.jobs_running = q.ColReal(7);
-    p.jobs_pending = q.ColReal(8);
-    p.nodes_connected = q.ColReal(9);
+    p.t_ms = q.Int(0);
+    p.samples = static_cast<int32_t>(q.Int(1));
+    p.gpus = q.Real(2);
+    p.gpus_reporting = q.Real(3);
+    p.allocated_gpus = q.Real(4);
+    p.utilization_sum = q.Real(5);
+    p.power_w = q.Real(6);
+    p.jobs_running = q.Real(7);
+    p.jobs_pending = q.Real(8);
+    p.nodes_connected = q.Real(9);
   }
   PoolSeries out;
   out.step_ms = used;

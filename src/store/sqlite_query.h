@@ -8,11 +8,15 @@
 
 #include <sqlite3.h>
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 
 #include "common/status.h"
@@ -66,6 +70,10 @@ class Query {
     return v ? Bind(i, static_cast<int64_t>(*v)) : BindNull(i);
   }
   Query& BindNull(int i) { return Check(sqlite3_bind_null(stmt_, i)); }
+  // A REAL; NaN (a value not known) is stored as NULL.
+  Query& BindReal(int i, double v) {
+    return Check(std::isnan(v) ? sqlite3_bind_null(stmt_, i) : sqlite3_bind_double(stmt_, i, v));
+  }
   Query& BindBlob(int i, std::string_view v) {
     // A zero-length blob, not NULL, for an empty view.
     const char* data = v.data() != nullptr ? v.data() : "";
@@ -89,6 +97,11 @@ class Query {
 
   int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
   bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  // A REAL column; NaN for NULL.
+  double Real(int col) const {
+    return IsNull(col) ? std::numeric_limits<double>::quiet_NaN()
+                       : sqlite3_column_double(stmt_, col);
+  }
   std::optional<int32_t> OptInt32(int col) const {
     if (IsNull(col)) return std::nullopt;
     return static_cast<int32_t>(sqlite3_column_int64(stmt_, col));
@@ -112,6 +125,35 @@ class Query {
   sqlite3* db_;
   sqlite3_stmt* stmt_;
   int bind_rc_ = SQLITE_OK;
+};
+
+// Statements prepared once per connection, found by their SQL text without
+// allocating. Declare it after the connection's DbPtr, so that statements
+// are finalized before the connection closes.
+class StatementCache {
+ public:
+  Result<Query> Prepare(sqlite3* db, std::string_view sql) {
+    auto it = cache_.find(sql);
+    if (it == cache_.end()) {
+      sqlite3_stmt* raw = nullptr;
+      int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()),
+                                  SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+      if (rc != SQLITE_OK) {
+        sqlite3_finalize(raw);
+        return SqliteError(db, rc, "prepare " + std::string(sql));
+      }
+      it = cache_.emplace(std::string(sql), StmtPtr(raw)).first;
+    }
+    return Query(db, it->second.get());
+  }
+  void Clear() { cache_.clear(); }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, StmtPtr, Hash, std::equal_to<>> cache_;
 };
 
 // The store's connection with its statement cache.

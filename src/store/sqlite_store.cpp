@@ -14,38 +14,15 @@
 #include "store/sqlite_tx.h"
 
 namespace gpupool {
-namespace {
-
-// Transparent hashing so the statement cache is probed without allocating.
-struct SqlHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
-}  // namespace
-
 // ---------------------------------------------------------------------------
 
 struct SqliteStore::Impl : SqliteConn {
   DbPtr db;
   // Declared after db so statements are finalized before the connection closes.
-  std::unordered_map<std::string, StmtPtr, SqlHash, std::equal_to<>> cache;
+  StatementCache cache;
   bool in_tx = false;
 
-  Result<Query> Prepare(std::string_view sql) override {
-    auto it = cache.find(sql);
-    if (it == cache.end()) {
-      sqlite3_stmt* raw = nullptr;
-      int rc = sqlite3_prepare_v3(db.get(), sql.data(), static_cast<int>(sql.size()),
-                                  SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
-      if (rc != SQLITE_OK) {
-        sqlite3_finalize(raw);
-        return SqliteError(db.get(), rc, "prepare " + std::string(sql));
-      }
-      it = cache.emplace(std::string(sql), StmtPtr(raw)).first;
-    }
-    return Query(db.get(), it->second.get());
-  }
+  Result<Query> Prepare(std::string_view sql) override { return cache.Prepare(db.get(), sql); }
 
   sqlite3* handle() override { return db.get(); }
 

@@ -37,7 +37,7 @@ PoolSample TwoGpuPool() {
   s.blob_bytes = 4096;
   GpuSample a100;
   a100.node = "lab-a";
-  a100.index = 0;
+  a100.gpu = 0;
   a100.uuid = "GPU-a";
   a100.model = "NVIDIA A100-SXM4-80GB";
   a100.memory_total_mib = 81920;
@@ -50,7 +50,7 @@ PoolSample TwoGpuPool() {
   a100.allocated_memory_mib = 40960;
   GpuSample sim;  // a simulated GPU that reports no power, temperature or energy
   sim.node = "lab-b";
-  sim.index = 1;
+  sim.gpu = 1;
   sim.uuid = "GPU-SIM-1";
   sim.model = "T4";
   sim.simulated = true;

@@ -42,7 +42,7 @@ void AppendGpus(std::string& out, const std::vector<GpuSample>& gpus) {
                        "for a whole GPU): compare with memory used.",
                        MetricType::Gauge);
   for (const GpuSample& g : gpus) {
-    const std::string index = std::to_string(g.index);
+    const std::string index = std::to_string(g.gpu);
     const std::initializer_list<Label> labels = {{"node", g.node}, {"gpu", index}};
     info.Add({{"node", g.node},
               {"gpu", index},

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "telemetry/points.h"
+
 namespace gpupool::metrics {
 
 struct JobTally {
@@ -22,22 +24,15 @@ struct JobTally {
   int64_t count = 0;
 };
 
-struct GpuSample {
-  std::string node;  // the node's name
-  int32_t index = 0;
+// A GPU: its reading (the agent's last telemetry and what the pool holds
+// on it, telemetry/points.h; `gpu` is its index), and what the info
+// metric and the allocated memory add.
+struct GpuSample : telemetry::GpuReading {
   std::string uuid;
   std::string model;  // as NVML names it
   bool simulated = false;
-  int64_t memory_total_mib = 0;
-  // Telemetry, -1 where not known.
-  int32_t utilization_percent = -1;
-  int64_t memory_used_mib = -1;
-  int32_t temperature_c = -1;
-  int64_t power_mw = -1;
-  int64_t energy_mj = -1;
-  // What the pool's live attempts hold on it: thousandths of the GPU, and
-  // memory (a share's cap; all of it for a whole GPU).
-  int64_t allocated_milli = 0;
+  // GPU memory the pool's live attempts hold: a share's cap; all of it for
+  // a whole GPU.
   int64_t allocated_memory_mib = 0;
 };
 

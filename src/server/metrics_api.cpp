@@ -8,6 +8,7 @@
 #include "common/version.h"
 #include "metrics/families.h"
 #include "metrics/process_families.h"
+#include "server/gpu_readings.h"
 #include "server/http_errors.h"
 
 namespace gpupool::server {
@@ -32,20 +33,10 @@ std::vector<metrics::JobTally> Tally(const std::vector<JobCount>& counts,
 void AddGpus(const NodeStatus& st, std::vector<metrics::GpuSample>& out) {
   for (const GpuInfo& g : st.node.gpus) {
     metrics::GpuSample s;
-    s.node = st.node.name;
-    s.index = g.index;
+    static_cast<telemetry::GpuReading&>(s) = ReadingOf(st, g);
     s.uuid = g.uuid;
     s.model = g.name;
     s.simulated = g.simulated;
-    s.memory_total_mib = g.memory_mib;
-    if (const GpuTelemetry* t = st.TelemetryOf(g.uuid)) {
-      s.utilization_percent = t->utilization_percent;
-      s.memory_used_mib = t->memory_used_mib;
-      s.temperature_c = t->temperature_c;
-      s.power_mw = t->power_mw;
-      s.energy_mj = t->energy_mj;
-    }
-    s.allocated_milli = st.AllocatedMilli(g.uuid);
     if (auto m = st.gpu_reserved_mib.find(g.uuid); m != st.gpu_reserved_mib.end())
       s.allocated_memory_mib = m->second;
     out.push_back(std::move(s));

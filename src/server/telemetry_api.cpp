@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/units.h"
+#include "server/gpu_readings.h"
 #include "server/http_errors.h"
 #include "server/job_access.h"
 
@@ -156,18 +157,7 @@ void TelemetryApi::Sample() {
     if (!st.connected) continue;
     ++pool.nodes_connected;
     for (const GpuInfo& g : st.node.gpus) {
-      telemetry::GpuReading r;
-      r.node = st.node.name;
-      r.gpu = g.index;
-      r.memory_total_mib = g.memory_mib;
-      if (const GpuTelemetry* t = st.TelemetryOf(g.uuid)) {
-        r.utilization_percent = t->utilization_percent;
-        r.memory_used_mib = t->memory_used_mib;
-        r.temperature_c = t->temperature_c;
-        r.power_mw = t->power_mw;
-        r.energy_mj = t->energy_mj;
-      }
-      r.allocated_milli = st.AllocatedMilli(g.uuid);
+      const telemetry::GpuReading r = ReadingOf(st, g);
       ++pool.gpus;
       pool.allocated_gpus += r.allocated_milli / 1000.0;
       if (r.utilization_percent >= 0) {

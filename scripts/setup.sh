@@ -21,7 +21,10 @@ PACKAGES=(
   libzstd-dev
   libsodium-dev                 # argon2id password hashes
   prometheus-cpp-dev            # the server's /metrics (registry, text format)
-  prometheus                    # promtool and a real Prometheus server for the metrics tests
+  prometheus                    # promtool and a real Prometheus for the metrics tests (on a machine
+                                # with systemd Debian also starts its own service on :9090; the
+                                # tests start theirs on a free port: `systemctl disable --now
+                                # prometheus` if you do not want it)
   jupyter-notebook python3-ipykernel  # Jupyter sessions (run inside sessions; their tests)
   python3-websocket tmux        # session tests: a kernel's WebSocket, a shell driven through tmux
   clang libclang-rt-14-dev      # libFuzzer targets (tests/fuzz)

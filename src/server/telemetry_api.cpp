@@ -1,5 +1,6 @@
 #include "server/telemetry_api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -11,6 +12,7 @@
 #include "server/gpu_readings.h"
 #include "server/http_errors.h"
 #include "server/job_access.h"
+#include "server/pool_rules.h"
 
 namespace gpupool::server {
 
@@ -209,13 +211,11 @@ void TelemetryApi::NodeHistory(const net::HttpRequest& req, const std::string& n
                                Respond respond) {
   auto nodes = pool_.ListNodes();
   if (!nodes.ok()) return (*respond)(ErrorResponse(nodes.status()));
-  bool known = false;
-  for (const NodeStatus& st : *nodes) known |= st.node.name == node || st.node.id == node;
-  if (!known) return (*respond)(ErrorResponse(Status::NotFound("no node " + node)));
-  std::string name = node;
-  for (const NodeStatus& st : *nodes) {
-    if (st.node.id == node) name = st.node.name;
-  }
+  auto found = std::find_if(nodes->begin(), nodes->end(), [&](const NodeStatus& st) {
+    return st.node.name == node || st.node.id == node;
+  });
+  if (found == nodes->end()) return (*respond)(ErrorResponse(Status::NotFound("no node " + node)));
+  const std::string name = found->node.name;
   auto range = RangeParams(req, clock_.NowMs(), options_.tiers.front().step_ms);
   if (!range.ok()) return (*respond)(ErrorResponse(range.status()));
   worker_.Submit([this, name, r = *range, respond] {
@@ -271,17 +271,12 @@ void TelemetryApi::JobHistory(const Principal& who, int64_t job, Respond respond
     if (a.started_ms == 0 && a.created_ms == 0) continue;
     const int64_t from = a.started_ms > 0 ? a.started_ms : a.created_ms;
     const int64_t to = a.finished_ms > 0 ? a.finished_ms : now;
-    std::vector<std::pair<std::string, std::vector<std::string>>> holdings;
-    if (a.ranks.empty()) {
-      holdings.emplace_back(a.node_id, a.gpu_uuids);
-    } else {
-      for (const AttemptRank& r : a.ranks) holdings.emplace_back(r.node_id, r.gpu_uuids);
-    }
+    const std::vector<NodeHolding> holdings = HoldingsOf(a);  // rank order
     for (size_t rank = 0; rank < holdings.size(); ++rank) {
-      auto node = by_id.find(holdings[rank].first);
-      if (node == by_id.end() || holdings[rank].second.empty() || to <= from) continue;
+      auto node = by_id.find(holdings[rank].node_id);
+      if (node == by_id.end() || holdings[rank].gpu_uuids.empty() || to <= from) continue;
       Part p{a.id, static_cast<int32_t>(rank), node->second->name, {}, from, to};
-      for (const std::string& uuid : holdings[rank].second) {
+      for (const std::string& uuid : holdings[rank].gpu_uuids) {
         for (const GpuInfo& g : node->second->gpus)
           if (g.uuid == uuid) p.gpus.push_back(g.index);
       }

@@ -569,12 +569,13 @@ class Agent {
     }
     auto poll = [&](const std::string& id, const TaskState& t) {
       if (final_reported_.count(id)) return;
-      if (!ShipOutput(id)) return;  // back-pressure: the rest waits in the file
-      bool ended = tasks_.Ended(t);
-      if (t.started && !ended && reported_running_.insert(id).second) {
+      // That it runs goes ahead of its output: a job whose output is held
+      // back (a flood) still shows as running.
+      if (t.started && !tasks_.Ended(t) && reported_running_.insert(id).second) {
         Push(proto::kTaskStatus, proto::Encode(tasks_.Report(t)));
       }
-      if (ended) {
+      if (!ShipOutput(id)) return;  // back-pressure: the rest waits in the file
+      if (tasks_.Ended(t)) {
         proto::TaskReport r = tasks_.Report(t);
         GP_LOG(kInfo) << "task " << id << " " << proto::TaskStateName(r.state)
                       << (r.state == proto::TaskState::kExited

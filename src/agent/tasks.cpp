@@ -560,6 +560,7 @@ void TaskManager::Stop(const std::string& attempt_id, const std::string& reason,
     (void)WriteFileAtomic(t.paths.stop_grace(), std::to_string(std::max<int64_t>(grace_ms, 0)));
   }
   (void)WriteFileAtomic(t.paths.stop_reason(), reason);
+  t.stop_requested = reason;
   auto start = ProcessStartTime(t.shim_pid);
   if (start && *start == t.shim_start_time) ::kill(t.shim_pid, SIGTERM);
 }

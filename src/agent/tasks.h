@@ -45,6 +45,7 @@ struct TaskState {
   uint64_t shim_start_time = 0;
   bool started = false;              // the job process runs (or ran)
   bool job_exited = false;           // the job's processes are all gone ('x' record)
+  std::string stop_requested;        // the reason of the agent's stop, if it sent one
   std::optional<TaskResult> result;  // set once the result record was read
   bool shim_gone = false;            // the shim process has exited
   int64_t read_offset = 0;           // next byte of output.log to read

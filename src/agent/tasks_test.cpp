@@ -121,6 +121,17 @@ class TasksTest : public ::testing::Test {
     return false;
   }
 
+  // WaitLine while the server answers: the lease renewed every 50 ms, so
+  // that a slow start on a loaded machine does not outlast it.
+  bool WaitLineRenewing(const std::string& id, const std::string& line,
+                        std::vector<OutputRecord>* seen = nullptr) {
+    for (int i = 0; i < 300; ++i) {
+      manager_->RenewLeases(BootTimeMs());
+      if (WaitLine(id, line, seen, 50)) return true;
+    }
+    return false;
+  }
+
   // The job's environment, from `env` as its run line.
   static std::map<std::string, std::string> Environment(const std::vector<OutputRecord>& out) {
     std::map<std::string, std::string> env;
@@ -330,7 +341,9 @@ TEST_F(TasksTest, RankZeroJobSeesTheChosenMaster) {
 }
 
 TEST_F(TasksTest, AnAttemptWhoseLeaseRunsOutIsStopped) {
-  manager_->SetLease(600);
+  // Long enough that a loaded machine starts the shim within it; the test
+  // renews until the job is up and then stops renewing.
+  manager_->SetLease(1500);
   const int64_t sent = BootTimeMs();
   manager_->RenewLeases(sent);
   proto::StartTask t = Task("31.1",
@@ -342,15 +355,18 @@ TEST_F(TasksTest, AnAttemptWhoseLeaseRunsOutIsStopped) {
   ASSERT_TRUE(text.ok());
   auto lease = DecodeLeaseFile(*text);
   ASSERT_TRUE(lease.ok());
-  EXPECT_EQ(lease->lease_ms, 600);
-  EXPECT_EQ(lease->deadline_ms, sent + 600);
+  EXPECT_EQ(lease->lease_ms, 1500);
+  EXPECT_EQ(lease->deadline_ms, sent + 1500);
 
-  auto out = WaitEnded("31.1");
+  // Renewed while the job starts (its trap is set once it says "up").
+  std::vector<OutputRecord> out;
+  ASSERT_TRUE(WaitLineRenewing("31.1", "up", &out));
+  for (auto& r : WaitEnded("31.1")) out.push_back(std::move(r));
   const TaskState& task = manager_->tasks().at("31.1");
   ASSERT_TRUE(task.result);
   EXPECT_FALSE(task.result->failed);
   EXPECT_TRUE(task.result->lost);
-  EXPECT_THAT(task.result->reason, HasSubstr("lost contact with the server for 600ms"));
+  EXPECT_THAT(task.result->reason, HasSubstr("lost contact with the server for 1.5s"));
   EXPECT_THAT(task.result->reason, HasSubstr("(attempt lease)"));
   EXPECT_EQ(task.result->exit_code, 3) << "stopped like a normal stop: SIGTERM first";
   EXPECT_THAT(Events(out), HasSubstr("attempt lease"));
@@ -359,25 +375,27 @@ TEST_F(TasksTest, AnAttemptWhoseLeaseRunsOutIsStopped) {
 }
 
 TEST_F(TasksTest, RenewedLeasesKeepTasksRunningAndStaleAnswersDoNotMoveThemBack) {
-  manager_->SetLease(800);
-  manager_->RenewLeases(BootTimeMs());
-  // The job counts its own time: 30 ticks of 0.1 s outlast the lease 3 times.
+  // Long enough that a loaded machine starts each shim within it.
+  manager_->SetLease(1500);
+  // The job counts its own time: 45 ticks of 0.1 s outlast the lease 3 times.
   proto::StartTask rank =
       Task("32.1", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done");
   rank.gang = Rank(1, 2, Distributed::kNone);
   proto::StartTask single =
       Task("33.1", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done");
+  manager_->RenewLeases(BootTimeMs());
   ASSERT_TRUE(manager_->Start(rank, {}).ok());
+  manager_->RenewLeases(BootTimeMs());
   ASSERT_TRUE(manager_->Start(single, {}).ok());
   for (const char* id : {"32.1", "33.1"}) {
     ASSERT_TRUE(fs::exists(manager_->tasks().at(id).paths.lease())) << id;
   }
-  bool saw_tick_30 = false;
-  while (!saw_tick_30) {
+  bool saw_tick_45 = false;
+  while (!saw_tick_45) {
     manager_->RenewLeases(BootTimeMs());
     manager_->Poll();
     for (const char* id : {"32.1", "33.1"}) {
-      for (const auto& r : manager_->ReadOutput(id, 1 << 20)) saw_tick_30 |= r.text == "tick 30";
+      for (const auto& r : manager_->ReadOutput(id, 1 << 20)) saw_tick_45 |= r.text == "tick 45";
       ASSERT_FALSE(manager_->tasks().at(id).result) << manager_->tasks().at(id).result->reason;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -386,7 +404,7 @@ TEST_F(TasksTest, RenewedLeasesKeepTasksRunningAndStaleAnswersDoNotMoveThemBack)
   const std::string path = manager_->tasks().at("33.1").paths.lease();
   auto before = DecodeLeaseFile(*ReadFile(path));
   ASSERT_TRUE(before.ok());
-  manager_->RenewLeases(before->deadline_ms - 800 - 500);
+  manager_->RenewLeases(before->deadline_ms - 1500 - 500);
   EXPECT_EQ(DecodeLeaseFile(*ReadFile(path))->deadline_ms, before->deadline_ms);
   // Without renewals both go.
   for (const char* id : {"32.1", "33.1"}) {
@@ -472,7 +490,7 @@ TEST_F(TasksTest, ARestartedAgentRenewsLeasesOnceItKnowsTheLease) {
   // alone; the welcome's answer to its hello renews it.
   proto::StartTask late = Task("35.1", "echo up; sleep 30");
   ASSERT_TRUE(manager_->Start(late, {}).ok());
-  ASSERT_TRUE(WaitLine("35.1", "up"));
+  ASSERT_TRUE(WaitLineRenewing("35.1", "up"));
   auto restarted = MakeManager();
   ASSERT_TRUE(restarted->Recover().ok());
   std::string path = manager_->tasks().at("35.1").paths.lease();

@@ -154,6 +154,9 @@ std::string TunnelEndpoint::EndReason(const TaskState& t) {
     return "session ended: exited with code " + std::to_string(t.result->exit_code);
   }
   if (t.shim_gone) return "session ended: the task was lost on this node";
+  // Its processes are gone and the shim's result, which says the same, is
+  // still to come.
+  if (!t.stop_requested.empty()) return "session ended: stopped: " + t.stop_requested;
   return "session ended: its processes exited";
 }
 

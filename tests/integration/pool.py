@@ -34,7 +34,35 @@ def check_sanitizer_reports(directory, pattern="*.log"):
                 raise AssertionError(f"{path.name}: sanitizer report:\n{text[start:start + 3000]}")
 
 
+# Sanitizer builds run several times slower, and CI runs their tests two
+# per core: there the pool's own clocks (heartbeats, attempt leases, the
+# time after which a silent node is lost) and the tests' waits stretch by
+# this factor, so that a slow moment is not taken for a lost agent. The
+# tests' logic is the same at any scale. 1 in the normal build.
+TIME_SCALE = float(os.environ.get("GPUPOOL_TEST_TIME_SCALE") or 1)
+SCALED_FLAGS = ("--heartbeat-ms", "--attempt-lease", "--node-lost-after-ms")
+
+
+def scaled(duration):
+    """A duration flag's value ("500", "3s", "3m") times TIME_SCALE."""
+    text = str(duration)
+    digits = len(text) - len(text.lstrip("0123456789."))
+    number, unit = text[:digits], text[digits:]
+    value = float(number) * TIME_SCALE
+    return (str(int(value)) if unit in ("", "ms") else f"{value:g}") + unit
+
+
+def scaled_args(args):
+    """`args` with the values of SCALED_FLAGS scaled."""
+    out = list(args)
+    for i in range(len(out) - 1):
+        if out[i] in SCALED_FLAGS:
+            out[i + 1] = scaled(out[i + 1])
+    return out
+
+
 def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
+    timeout *= TIME_SCALE
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = predicate()
@@ -75,7 +103,8 @@ class Pool:
         if host != "127.0.0.1":
             extra = ["--tls-san", host, *extra]
         self.server = self._spawn(["server", "--data-dir", self.server_dir, "--listen",
-                                   f"{host}:{self.port}", "--log-level", log_level, *extra], "server")
+                                   f"{host}:{self.port}", "--log-level", log_level,
+                                   *scaled_args(extra)], "server")
         wait_for(lambda: os.path.exists(url_file) and open(url_file).read().strip(), what="server.url")
         self.url = open(url_file).read().strip()
         self.port = int(self.url.rsplit(":", 1)[1])

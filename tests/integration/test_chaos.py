@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.error
 
-from pool import wait_for
+from pool import TIME_SCALE, wait_for
 from test_migration import EXAMPLE_DIR, RESULT, reference
 from test_provider import agent_cmd, start_with
 
@@ -133,13 +133,13 @@ class Chaos:
         elif action == "kill-9":
             pool.kill_agent(name, signal.SIGKILL)
             # Sometimes back within the lease, sometimes after the node is lost.
-            self.down[name] = (time.time() + self.rng.uniform(1, 7), "start")
+            self.down[name] = (time.time() + self.rng.uniform(1, 7) * TIME_SCALE, "start")
         elif action == "restart":
             pool.kill_agent(name, signal.SIGTERM)  # --on-exit keep: its jobs run on
             start_agent(pool, self.tmp_path, name)
         elif action == "cut":
             pool.agents[name].send_signal(signal.SIGSTOP)
-            self.down[name] = (time.time() + LEASE_S + self.rng.uniform(1, 4), "cont")
+            self.down[name] = (time.time() + (LEASE_S + self.rng.uniform(1, 4)) * TIME_SCALE, "cont")
         elif action == "server-kill":
             self.restart_server()
         else:  # everything

@@ -234,16 +234,24 @@ def test_telemetry_history_is_recorded_and_survives_a_kill(pool, tmp_path):
     assert abs(first["utilization"] - 0.37) < 1e-9 and abs(first["power_w"] - 210) < 1e-9, first
     assert first["memory_total_mib"] == 81920, first
 
-    status, body = pool.api("GET", "/v1/pool/telemetry?since=10m&step=1s")
-    assert status == 200, body
-    last = dict(zip(body["fields"], body["points"][-1]))
-    assert last["gpus"] == 2 and last["nodes_connected"] == 1, last
-    assert last["allocated_gpus"] == 1.0 and last["jobs_running"] == 1, last
+    # A bucket wholly after the job started: the node, its two GPUs, one of
+    # them allocated, one job running (earlier buckets may mix in moments
+    # from before the agent connected or before the job ran).
+    def pool_point():
+        status, body = pool.api("GET", "/v1/pool/telemetry?since=10m&step=1s")
+        assert status == 200, body
+        points = [dict(zip(body["fields"], p)) for p in body["points"]]
+        assert all(p["gpus"] <= 2 and p["jobs_running"] <= 1 for p in points), points
+        return [p for p in points if p["gpus"] == 2 and p["nodes_connected"] == 1
+                and p["allocated_gpus"] == 1.0 and p["jobs_running"] == 1]
+    wait_for(pool_point, timeout=30, what="a pool point with the running job")
 
-    status, body = pool.api("GET", f"/v1/jobs/{job}/telemetry")
-    assert status == 200, body
-    assert body["attempts"] and body["attempts"][0]["node"] == "gpu-box", body
-    assert body["attempts"][0]["gpus"][0]["points"], body
+    def job_points():
+        status, body = pool.api("GET", f"/v1/jobs/{job}/telemetry")
+        assert status == 200, body
+        assert body["attempts"] and body["attempts"][0]["node"] == "gpu-box", body
+        return body["attempts"][0]["gpus"][0]["points"]
+    wait_for(job_points, timeout=30, what="the job's GPU points")
 
     # Killed and started again: what was written is still there.
     before = points[0][0]

@@ -37,9 +37,15 @@ def reference(steps):
 
 
 def submit_counter(pool, steps, sleep=0.1, every=0, grace="20s", interval=None, pad=0,
-                   standby=False):
+                   standby=False, first_sleep=None):
     """Submits the counter through the CLI, its directory uploaded as the
-    job's inputs; it runs in the default executor (the sandbox)."""
+    job's inputs; it runs in the default executor (the sandbox).
+    `first_sleep`: the first attempt's sleep per step instead, so that a slow
+    machine does not see it end before the test moves it (the result does
+    not depend on the sleep)."""
+    if first_sleep is not None:
+        sleep = (f'$( [ "$GPUPOOL_ATTEMPT_ID" = "$GPUPOOL_JOB_ID.1" ] && echo {first_sleep} '
+                 f"|| echo {sleep} )")
     args = f"--steps {steps} --sleep {sleep}" + (f" --checkpoint-every {every}" if every else "")
     if pad:
         args += f" --pad-bytes {pad}"
@@ -95,7 +101,7 @@ def finishes_on_b(pool, tmp_path, job_id, steps):
 def test_a_reclaimed_job_resumes_elsewhere_with_the_uninterrupted_result(pool, tmp_path):
     steps = 120
     start_two(pool, tmp_path)
-    job_id = submit_counter(pool, steps, every=10)
+    job_id = submit_counter(pool, steps, every=10, first_sleep=0.5)
     pool.wait_state(job_id, "running")
     wait_checkpoint(pool, job_id, 2)  # background uploads while it runs
     r = agent_cmd(pool, "a", "reclaim")
@@ -134,7 +140,7 @@ def test_a_standby_node_keeps_the_checkpoint_so_a_migration_moves_only_the_delta
     steps = 150
     start_two(pool, tmp_path)
     # 8 MiB of checkpoint of which about 2% changes from one to the next.
-    job_id = submit_counter(pool, steps, every=10, pad=8 << 20, standby=True)
+    job_id = submit_counter(pool, steps, every=10, pad=8 << 20, standby=True, first_sleep=0.5)
     pool.wait_state(job_id, "running")
     start_with(pool, tmp_path, "b")
     wait_checkpoint(pool, job_id, 2)
@@ -159,7 +165,7 @@ def test_a_standby_node_keeps_the_checkpoint_so_a_migration_moves_only_the_delta
 def test_a_reclaim_stages_the_checkpoint_where_the_job_goes_next(pool, tmp_path):
     steps = 150
     start_two(pool, tmp_path)
-    job_id = submit_counter(pool, steps, every=10, pad=8 << 20)  # no standby
+    job_id = submit_counter(pool, steps, every=10, pad=8 << 20, first_sleep=0.5)  # no standby
     pool.wait_state(job_id, "running")
     start_with(pool, tmp_path, "b")
     wait_checkpoint(pool, job_id, 2)

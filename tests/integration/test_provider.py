@@ -15,8 +15,14 @@ from pool import FAKE_NVML_DIR, GPUPOOL, wait_for
 
 # A job that asks to be told, finishes by itself after `secs` seconds, and
 # leaves cleanly when asked to stop (as a checkpointing job would).
-def polite_job(name, secs, gpus=1):
-    run = (f"trap 'echo got SIGTERM; exit 0' TERM; i=0; while [ $i -lt {secs * 10} ]; do "
+# `first_secs`: its first attempt's time instead (one that a slow machine
+# cannot see end before the test stops it).
+def polite_job(name, secs, gpus=1, first_secs=None):
+    ticks = f"$(( {secs * 10} ))"
+    if first_secs is not None:
+        ticks = (f'$( [ "$GPUPOOL_ATTEMPT_ID" = "$GPUPOOL_JOB_ID.1" ] && echo {first_secs * 10} '
+                 f"|| echo {secs * 10} )")
+    run = (f"trap 'echo got SIGTERM; exit 0' TERM; n={ticks}; i=0; while [ $i -lt $n ]; do "
            f"sleep 0.1; i=$((i+1)); done; echo done")
     return {"name": name, "run": run, "resources": {"gpus": gpus}}
 
@@ -63,7 +69,7 @@ def running_on(pool, job_id, name):
 def test_graceful_reclaim_requeues_and_the_job_finishes_elsewhere(pool, tmp_path):
     pool.start_server()
     start_with(pool, tmp_path, "a", "policy: {reclaim_grace: 5s}\n")
-    job_id = pool.submit(polite_job("polite", 8))
+    job_id = pool.submit(polite_job("polite", 2, first_secs=3600))
     running_on(pool, job_id, "a")
     start_with(pool, tmp_path, "b")
 

@@ -28,7 +28,11 @@ PACKAGES=(
   jupyter-notebook python3-ipykernel  # Jupyter sessions (run inside sessions; their tests)
   python3-websocket tmux        # session tests: a kernel's WebSocket, a shell driven through tmux
   clang libclang-rt-14-dev      # libFuzzer targets (tests/fuzz)
+  chromium chromium-driver python3-selenium  # the web dashboard's browser tests
 )
+# npm fetches the dashboard's charting library (web/package.json); Debian's
+# npm unless one is already installed.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -38,11 +42,18 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages are installed"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The dashboard's front-end packages, exactly as web/package-lock.json pins
+# them, from the npm registry (once; the build copies what it needs).
+web="$(dirname "$0")/../web"
+if [ -f "$web/package-lock.json" ] && [ ! -f "$web/node_modules/uplot/dist/uPlot.iife.min.js" ]; then
+  echo "setup: installing the dashboard's npm packages (web/package-lock.json)"
+  npm ci --prefix "$web" --no-audit --no-fund --loglevel=error
+fi

@@ -203,4 +203,42 @@ Status ErrorStatus(const HttpResponse& response, std::string_view what) {
   return Status(code, message);
 }
 
+namespace {
+
+// The items of a Cookie header ("a=1; b=2" -> "a=1", "b=2").
+std::vector<std::string_view> CookieItems(std::string_view header) {
+  std::vector<std::string_view> out;
+  while (!header.empty()) {
+    size_t end = std::min(header.find(';'), header.size());
+    std::string_view item = header.substr(0, end);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    if (!item.empty()) out.push_back(item);
+    header.remove_prefix(std::min(end + 1, header.size()));
+  }
+  return out;
+}
+
+bool IsCookie(std::string_view item, std::string_view name) {
+  return item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=';
+}
+
+}  // namespace
+
+std::string CookieValue(std::string_view header, std::string_view name) {
+  for (std::string_view item : CookieItems(header)) {
+    if (IsCookie(item, name)) return std::string(item.substr(name.size() + 1));
+  }
+  return "";
+}
+
+std::string WithoutCookie(std::string_view header, std::string_view name) {
+  std::string out;
+  for (std::string_view item : CookieItems(header)) {
+    if (IsCookie(item, name)) continue;
+    if (!out.empty()) out += "; ";
+    out += item;
+  }
+  return out;
+}
+
 }  // namespace gpupool::net

@@ -40,6 +40,11 @@ struct HttpResponse {
   std::string body;
 };
 
+// The value of cookie `name` in a Cookie header ("a=1; b=2"), or "".
+std::string CookieValue(std::string_view header, std::string_view name);
+// The Cookie header without cookie `name`.
+std::string WithoutCookie(std::string_view header, std::string_view name);
+
 // The request as HTTP/1.1 bytes: request line with its target, the headers
 // (with Content-Length set to the body's size), the body. For relaying a
 // request to a backend.

@@ -11,6 +11,7 @@
 #include "common/units.h"
 #include "model/job_spec.h"
 #include "sched/wait_reason.h"
+#include "server/browser_session.h"
 #include "server/http_errors.h"
 #include "server/job_access.h"
 
@@ -245,6 +246,11 @@ Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
                    options_.proxy_trusted.end();
     if (!user.empty() && trusted) return auth_.PrincipalForProxyUser(user, req.peer);
   }
+  if (header.empty()) {
+    // The web dashboard: the token is in the browser session's cookie.
+    GP_ASSIGN_OR_RETURN(std::string secret, BrowserSessionSecret(req));
+    if (!secret.empty()) return auth_.Authenticate("Bearer " + secret);
+  }
   return auth_.Authenticate(header);
 }
 
@@ -441,10 +447,13 @@ void Api::ListJobs(const net::HttpRequest& req, const Principal& who, Respond re
   JobQuery q;
   auto limit = QueryInt(req, "limit", 100, 1, 10000);
   auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  auto before = QueryInt(req, "before", 0, 0, INT64_MAX);
   if (!limit.ok()) return (*respond)(ErrorResponse(limit.status()));
   if (!after.ok()) return (*respond)(ErrorResponse(after.status()));
+  if (!before.ok()) return (*respond)(ErrorResponse(before.status()));
   q.limit = static_cast<int32_t>(*limit);
   q.after_id = *after;
+  q.before_id = *before;
   q.newest_first = !req.query.count("after");
   if (auto it = req.query.find("state"); it != req.query.end() && !it->second.empty()) {
     std::string_view rest = it->second;

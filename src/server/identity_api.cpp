@@ -4,6 +4,7 @@
 
 #include "common/json_reader.h"
 #include "common/units.h"
+#include "server/browser_session.h"
 #include "server/http_errors.h"
 #include "server/passwords.h"
 
@@ -87,7 +88,13 @@ void IdentityApi::AddRoutes(ApiRoutes& t) {
   t.AddPublic("POST", "/v1/login",
               [this](R& req, const Principal&, const P&, Respond respond) { Login(req, respond); });
   t.Add("GET", "/v1/whoami", Access::kAnyToken, Action::kJobRead,
-        [this](R&, const Principal& who, const P&, Respond respond) { Whoami(who, respond); });
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          Whoami(req, who, respond);
+        });
+  t.Add("POST", "/v1/logout", Access::kAnyToken, Action::kOwnTokens,
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          Logout(req, who, respond);
+        });
   t.Add("GET", "/v1/users", kFirst, Action::kAdminister,
         [this](R&, const Principal&, const P&, Respond respond) { ListUsers(respond); });
   t.Add("POST", "/v1/users", kInHandler, Action::kAdminister,
@@ -220,12 +227,29 @@ void IdentityApi::RotateJoinToken(const net::HttpRequest& req, const Principal& 
   (*respond)(JsonResponse(200, {{"token", *token}, {"ca_fingerprint", options_.ca_fingerprint}}));
 }
 
-void IdentityApi::Whoami(const Principal& who, Respond respond) {
-  (*respond)(JsonResponse(200, {{"subject", who.subject},
-                                {"role", RoleName(who.role)},
-                                {"scopes", ScopesToString(who.scopes)},
-                                {"groups", who.groups},
-                                {"token_id", who.token_id}}));
+void IdentityApi::Whoami(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  json out = {{"subject", who.subject},
+              {"role", RoleName(who.role)},
+              {"scopes", ScopesToString(who.scopes)},
+              {"groups", who.groups},
+              {"token_id", who.token_id}};
+  // A dashboard page that was reloaded learns its session's CSRF token again.
+  if (req.Header("authorization").empty()) {
+    if (auto secret = BrowserSessionSecret(req); secret.ok() && !secret->empty())
+      out["csrf"] = CsrfTokenFor(*secret);
+  }
+  (*respond)(JsonResponse(200, out));
+}
+
+void IdentityApi::Logout(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  // The token that made this request ends, whichever kind it is.
+  if (!who.token_id.empty()) {
+    auto revoked = auth_.RevokeToken(who.token_id, who);
+    if (!revoked.ok()) return Fail(respond, revoked.status());
+  }
+  net::HttpResponse out = JsonResponse(200, {{"signed_out", who.subject}});
+  out.headers["set-cookie"] = ClearedSessionCookie(req.tls);
+  (*respond)(std::move(out));
 }
 
 void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
@@ -234,10 +258,15 @@ void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
   JsonReader r(*body, "");
   std::string user = r.Str("user");
   std::string password = r.Str("password");
-  std::string name = r.Str("name", false, "login");
-  auto ttl = ReadTtl(r, options_.login_token_ttl_ms);
+  // The web dashboard's sign-in: the token goes into an HttpOnly cookie,
+  // never into the answer (server/browser_session.h).
+  const bool browser = r.Bool("browser", false, false);
+  std::string name = r.Str("name", false, browser ? "browser" : "login");
+  auto ttl = ReadTtl(r, browser ? options_.browser_session_ttl_ms : options_.login_token_ttl_ms);
   if (Status s = r.Finish(); !s.ok()) return Fail(respond, s);
   if (!ttl.ok()) return Fail(respond, ttl.status());
+  if (browser && (*ttl == 0 || *ttl > options_.browser_session_ttl_ms))
+    *ttl = options_.browser_session_ttl_ms;
   // Counted as a failure until the password proves right.
   const std::string address = PeerHost(req.peer);
   // Refusals are not audited: they check nothing, and writing a row for
@@ -254,31 +283,41 @@ void IdentityApi::Login(const net::HttpRequest& req, Respond respond) {
   std::string hash = *record && !(*record)->disabled ? (*record)->password_hash : "";
   std::string peer = req.peer;
   int64_t ttl_ms = *ttl;
-  hasher_.Submit(
-      [this, respond, user, password = std::move(password), hash, peer, ttl_ms, name]() mutable {
-        static const std::string kDummy = HashPassword("not a real password").value_or("");
-        bool ok = VerifyPassword(password, hash.empty() ? kDummy : hash) && !hash.empty();
-        loop_.Post([this, respond, user, ok, peer, ttl_ms, name] {
-          auto current = auth_.GetUser(user);
-          if (!ok || !current.ok() || !*current || (*current)->disabled) {
-            auth_.Audit(user, "login", user, "wrong user name or password", peer, false);
-            return Fail(respond, Status::Unauthenticated("wrong user name or password"));
-          }
-          login_throttle_.Succeeded(PeerHost(peer), user);
-          auto role = ParseUserRole((*current)->role);
-          if (!role.ok()) return Fail(respond, role.status());
-          auto token = auth_.CreateToken(user, *role, name, kAllScopes, ttl_ms);
-          if (!token.ok()) return Fail(respond, token.status());
-          auth_.Audit(user, "login", user, "token " + token->id, peer);
-          (*respond)(JsonResponse(
-              200, {{"token", token->secret},
-                    {"id", token->id},
-                    {"user", user},
-                    {"role", (*current)->role},
-                    {"expires_ms",
-                     token->record.expires_ms ? json(token->record.expires_ms) : json(nullptr)}}));
-        });
-      });
+  const bool tls = req.tls;
+  hasher_.Submit([this, respond, user, password = std::move(password), hash, peer, ttl_ms, name,
+                  browser, tls]() mutable {
+    static const std::string kDummy = HashPassword("not a real password").value_or("");
+    bool ok = VerifyPassword(password, hash.empty() ? kDummy : hash) && !hash.empty();
+    loop_.Post([this, respond, user, ok, peer, ttl_ms, name, browser, tls] {
+      auto current = auth_.GetUser(user);
+      if (!ok || !current.ok() || !*current || (*current)->disabled) {
+        auth_.Audit(user, "login", user, "wrong user name or password", peer, false);
+        return Fail(respond, Status::Unauthenticated("wrong user name or password"));
+      }
+      login_throttle_.Succeeded(PeerHost(peer), user);
+      auto role = ParseUserRole((*current)->role);
+      if (!role.ok()) return Fail(respond, role.status());
+      auto token = auth_.CreateToken(user, *role, name, kAllScopes, ttl_ms);
+      if (!token.ok()) return Fail(respond, token.status());
+      auth_.Audit(user, "login", user, "token " + token->id, peer);
+      const json expires =
+          token->record.expires_ms ? json(token->record.expires_ms) : json(nullptr);
+      if (browser) {
+        net::HttpResponse out = JsonResponse(200, {{"user", user},
+                                                   {"role", (*current)->role},
+                                                   {"csrf", CsrfTokenFor(token->secret)},
+                                                   {"expires_ms", expires}});
+        out.headers["set-cookie"] = SessionCookie(token->secret, ttl_ms / 1000, tls);
+        out.headers["cache-control"] = "no-store";
+        return (*respond)(std::move(out));
+      }
+      (*respond)(JsonResponse(200, {{"token", token->secret},
+                                    {"id", token->id},
+                                    {"user", user},
+                                    {"role", (*current)->role},
+                                    {"expires_ms", expires}}));
+    });
+  });
 }
 
 void IdentityApi::HashOffLoop(std::string password, Respond respond,

@@ -25,6 +25,7 @@ namespace gpupool::server {
 
 struct IdentityApiOptions {
   int64_t login_token_ttl_ms = 30LL * 24 * 3600 * 1000;  // tokens from `gpupool login`
+  int64_t browser_session_ttl_ms = 12LL * 3600 * 1000;   // the dashboard's sign-ins, at most
   // As long as the pool CA lives: the server's record of each node's
   // certificate, not its expiry, is what revokes it, and agents have no
   // renewal to miss.
@@ -49,6 +50,7 @@ class IdentityApi : public ApiModule {
 
  private:
   void Login(const net::HttpRequest& req, Respond respond);
+  void Logout(const net::HttpRequest& req, const Principal& who, Respond respond);
   void ListUsers(Respond respond);
   void SetDisabled(const net::HttpRequest& req, const Principal& who, const std::string& name,
                    bool disable, Respond respond);
@@ -59,7 +61,7 @@ class IdentityApi : public ApiModule {
   void AllowNode(const net::HttpRequest& req, const Principal& who, const std::string& node,
                  Respond respond);
   void RotateJoinToken(const net::HttpRequest& req, const Principal& who, Respond respond);
-  void Whoami(const Principal& who, Respond respond);
+  void Whoami(const net::HttpRequest& req, const Principal& who, Respond respond);
   void AddUser(const net::HttpRequest& req, const Principal& who, Respond respond);
   void SetPassword(const net::HttpRequest& req, const Principal& who, const std::string& user,
                    Respond respond);

@@ -136,8 +136,9 @@ int RunServer(const ServerOptions& options) {
   SetLogComponent("server");
   // A bad config stops the server before it touches the data directory.
   std::unique_ptr<StaticFiles> static_files;
-  if (!options.web_dir.empty()) {
-    auto opened = StaticFiles::Open({.dir = options.web_dir});
+  const std::string web_dir = options.web_dir.empty() ? DefaultWebDir() : options.web_dir;
+  if (!web_dir.empty()) {
+    auto opened = StaticFiles::Open({.dir = web_dir});
     if (!opened.ok()) {
       std::cerr << "gpupool server: " << opened.status().message() << "\n";
       return 2;

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "server/authz.h"
+#include "server/browser_session.h"
 #include "server/http_errors.h"
 #include "server/tunnel_relay.h"
 
@@ -45,42 +46,6 @@ std::optional<Route> ParseRoute(std::string_view path) {
 
 std::string ProxyPrefix(int64_t job_id) {
   return "/v1/sessions/" + std::to_string(job_id) + "/proxy/";
-}
-
-// The items of a Cookie header ("a=1; b=2" -> "a=1", "b=2").
-std::vector<std::string_view> CookieItems(std::string_view header) {
-  std::vector<std::string_view> out;
-  while (!header.empty()) {
-    size_t end = std::min(header.find(';'), header.size());
-    std::string_view item = header.substr(0, end);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    if (!item.empty()) out.push_back(item);
-    header.remove_prefix(std::min(end + 1, header.size()));
-  }
-  return out;
-}
-
-bool IsCookie(std::string_view item, std::string_view name) {
-  return item.size() > name.size() && item.starts_with(name) && item[name.size()] == '=';
-}
-
-// The value of cookie `name` in a Cookie header, or "".
-std::string CookieValue(const std::string& header, std::string_view name) {
-  for (std::string_view item : CookieItems(header)) {
-    if (IsCookie(item, name)) return std::string(item.substr(name.size() + 1));
-  }
-  return "";
-}
-
-// The Cookie header without cookie `name` (Jupyter need not see ours).
-std::string WithoutCookie(const std::string& header, std::string_view name) {
-  std::string out;
-  for (std::string_view item : CookieItems(header)) {
-    if (IsCookie(item, name)) continue;
-    if (!out.empty()) out += "; ";
-    out += item;
-  }
-  return out;
 }
 
 std::string HttpError(int status, const std::string& text) {
@@ -257,7 +222,7 @@ Result<Principal> SessionGateway::Caller(const net::HttpRequest& req, int64_t jo
                                          bool cookie_ok) {
   std::string header = req.Header("authorization");
   if (!header.empty() || !cookie_ok) return auth_.Authenticate(header);
-  std::string cookie = CookieValue(req.Header("cookie"), kCookieName);
+  std::string cookie = net::CookieValue(req.Header("cookie"), kCookieName);
   auto it = cookie.empty() ? cookies_.end() : cookies_.find(cookie);
   if (it == cookies_.end() || it->second.job_id != job_id ||
       it->second.expires_ms <= clock_.MonoMs()) {
@@ -361,7 +326,8 @@ std::shared_ptr<net::RawHandler> SessionGateway::Takeover(const net::HttpRequest
   net::HttpRequest out = req;
   out.headers.erase("authorization");
   if (auto c = out.headers.find("cookie"); c != out.headers.end()) {
-    c->second = WithoutCookie(c->second, kCookieName);
+    c->second =
+        net::WithoutCookie(net::WithoutCookie(c->second, kCookieName), kBrowserSessionCookie);
     if (c->second.empty()) out.headers.erase(c);
   }
   out.headers["authorization"] = "token " + where->job.spec.session->jupyter_token;

@@ -1,5 +1,7 @@
 #include "server/static_files.h"
 
+#include <filesystem>
+
 #include <fcntl.h>
 
 #include <cerrno>
@@ -28,6 +30,15 @@ bool IsPlainSegment(std::string_view s) {
 }
 
 }  // namespace
+
+std::string DefaultWebDir() {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) return "";
+  std::filesystem::path dir =
+      (exe.parent_path().parent_path() / "share" / "gpupool" / "web").lexically_normal();
+  return std::filesystem::is_regular_file(dir / "index.html", ec) ? dir.string() : "";
+}
 
 std::string ContentTypeFor(const std::string& file) {
   static const std::map<std::string, std::string, std::less<>> kTypes = {
@@ -87,6 +98,10 @@ void StaticFiles::Serve(const std::string& file, Respond respond) const {
   r.headers["content-security-policy"] =
       "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
   r.headers["cache-control"] = "no-cache";
+  // No other page of this origin (a session's Jupyter, through the proxy)
+  // keeps a handle on a dashboard window it opened.
+  r.headers["cross-origin-opener-policy"] = "same-origin";
+  r.headers["referrer-policy"] = "no-referrer";
   (*respond)(std::move(r));
 }
 

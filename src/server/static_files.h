@@ -37,6 +37,10 @@ struct StaticFilesOptions {
   std::string index_file = "index.html";  // what GET /ui serves
 };
 
+// The dashboard installed with the binary: BIN/../share/gpupool/web when it
+// holds an index.html, else "" (then /ui is 404 unless --web-dir names one).
+std::string DefaultWebDir();
+
 // "text/html; charset=utf-8" for "index.html"; application/octet-stream
 // for an extension it does not know.
 std::string ContentTypeFor(const std::string& file);

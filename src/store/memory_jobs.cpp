@@ -141,7 +141,7 @@ Result<std::vector<Job>> MemoryTx::ListJobs(const JobQuery& q) {
   const auto limit = static_cast<size_t>(q.limit);
   auto take = [&](int64_t id) {
     const Job& job = s_.jobs.at(id);
-    if (JobMatches(job, q)) out.push_back(job);
+    if ((q.before_id <= 0 || id < q.before_id) && JobMatches(job, q)) out.push_back(job);
     return out.size() < limit;
   };
   if (auto sets = Narrowest(s_, q)) {

@@ -116,14 +116,15 @@ Result<std::vector<Job>> SqliteTx::ListJobs(const JobQuery& jq) {
   if (jq.limit <= 0) return std::vector<Job>();
   // The SQL text varies only with the shape of the query (owner or not, the
   // number of states, the order), so the variants stay few and cached.
-  int next = 2;
-  std::string sql =
-      "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1" + JobFilter(jq, next);
+  int next = 3;
+  std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1 AND id < ?2" +
+                    JobFilter(jq, next);
   sql += jq.newest_first ? " ORDER BY id DESC" : " ORDER BY id";
   sql += " LIMIT ?" + std::to_string(next);
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
   q.Bind(1, jq.after_id);
-  int i = BindJobFilter(q, jq, 2);
+  q.Bind(2, jq.before_id > 0 ? jq.before_id : INT64_MAX);
+  int i = BindJobFilter(q, jq, 3);
   q.Bind(i, static_cast<int64_t>(jq.limit));
   return ReadAll<Job>(q, ReadJob);
 }

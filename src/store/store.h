@@ -36,6 +36,7 @@ struct JobQuery {
   std::vector<std::string> or_groups;  // ... and those of these groups (spec.group)
   std::vector<JobState> states;        // any of these; empty = all
   int64_t after_id = 0;                // id > after_id (paging)
+  int64_t before_id = 0;               // id < before_id when above 0 (paging back)
   int32_t limit = 1000;                // at most this many, by ascending id
   bool newest_first = false;           // order by descending id instead
 };

@@ -154,7 +154,7 @@ TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
   auto expect = [&](const JobQuery& q) {
     std::vector<int64_t> want;
     for (const Job& j : all) {
-      if (j.id <= q.after_id) continue;
+      if (j.id <= q.after_id || (q.before_id > 0 && j.id >= q.before_id)) continue;
       bool in_group =
           std::find(q.or_groups.begin(), q.or_groups.end(), j.spec.group) != q.or_groups.end();
       if (q.owner && j.owner != *q.owner && !in_group) continue;
@@ -193,6 +193,9 @@ TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
   queries.push_back(JQ().Owner("bob").NewestFirst());
   queries.push_back(JQ().States({JobState::kPending, JobState::kFailed}).Limit(1).NewestFirst());
   queries.push_back(JQ().After(6).Limit(2).NewestFirst());
+  queries.push_back(JQ().Before(9).Limit(3).NewestFirst());
+  queries.push_back(JQ().Owner("alice").Before(7).NewestFirst());
+  queries.push_back(JQ().States({JobState::kPending}).After(2).Before(11));
   queries.push_back(JQ().Owner("bob").OrGroups({"vision"}));
   queries.push_back(JQ().Owner("nobody").OrGroups({"vision", "nlp"}).States({JobState::kPending}));
   queries.push_back(JQ().Owner("bob").OrGroups({"nlp"}).Limit(2).NewestFirst());
@@ -201,6 +204,7 @@ TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
     // CountJobs counts what the query selects, whatever its paging.
     JobQuery unpaged = queries[i];
     unpaged.after_id = 0;
+    unpaged.before_id = 0;
     unpaged.limit = 1000;
     auto n = InTx(store(), [&](Tx& tx) { return tx.CountJobs(queries[i]); });
     CONF_ASSERT_OK(n);

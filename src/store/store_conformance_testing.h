@@ -190,6 +190,10 @@ struct JQ {
     q.after_id = id;
     return *this;
   }
+  JQ& Before(int64_t id) {
+    q.before_id = id;
+    return *this;
+  }
   JQ& Limit(int32_t n) {
     q.limit = n;
     return *this;

@@ -69,6 +69,8 @@ def wait_for(predicate, timeout=20.0, interval=0.05, what="condition"):
         if value:
             return value
         time.sleep(interval)
+    if callable(what):  # what was seen, said when the wait is over
+        what = what()
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
@@ -194,7 +196,8 @@ class Pool:
 
     def cli(self, *args, timeout=120, check=False):
         env = self.cli_env()
-        r = subprocess.run([GPUPOOL, *args], capture_output=True, text=True, timeout=timeout, env=env)
+        r = subprocess.run([GPUPOOL, *args], capture_output=True, text=True,
+                           timeout=timeout * TIME_SCALE, env=env)
         if check and r.returncode != 0:
             raise AssertionError(f"gpupool {' '.join(args)} exited {r.returncode}: {r.stderr}")
         return r

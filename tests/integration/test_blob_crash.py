@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 
-from pool import GPUPOOL, wait_for
+from pool import GPUPOOL, TIME_SCALE, wait_for
 
 SUMMARY = re.compile(r"\((\d+) new chunks of (\d+)\)")
 
@@ -61,7 +61,7 @@ def test_a_server_killed_during_an_upload_keeps_no_broken_manifest(pool, tmp_pat
     wait_for(lambda: chunk_files(pool.server_dir) > 500, timeout=60, interval=0.01,
              what="the upload under way")
     pool.kill_server()
-    _, err = upload.communicate(timeout=120)
+    _, err = upload.communicate(timeout=120 * TIME_SCALE)
     assert upload.returncode != 0, "the upload cannot have finished: the server was killed"
     arrived = chunk_files(pool.server_dir)
 

@@ -172,13 +172,15 @@ class Pool:
 
 
     # ---- API and CLI ----
-    def api(self, method, path, body=None, token="admin"):
+    def api(self, method, path, body=None, token="admin", headers=None):
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if token == "admin":
             token = self.token
         if token:
             req.add_header("Authorization", "Bearer " + token)
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:

@@ -8,20 +8,16 @@ signing out ends the session's token.
 
 With GPUPOOL_SCREENSHOT_DIR set, each page's screenshot is written there
 (docs/img/ holds the ones the docs show)."""
-import json
 import os
 import shutil
-import urllib.error
-import urllib.request
 
 import pytest
-
-from pool import wait_for
-
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+
+from pool import wait_for
 
 PASSWORD = "correct horse battery"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -74,20 +70,12 @@ def sign_in(driver, pool, user):
 
 def cookie_request(pool, method, path, secret, csrf=None, origin=None, body=None):
     """A request as the browser would make it: the session cookie, no token."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(pool.url + path, data=data, method=method)
-    req.add_header("Cookie", f"gpupool_session={secret}")
+    headers = {"Cookie": f"gpupool_session={secret}"}
     if csrf:
-        req.add_header("X-CSRF-Token", csrf)
+        headers["X-CSRF-Token"] = csrf
     if origin:
-        req.add_header("Origin", origin)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=60, context=pool.ssl) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+        headers["Origin"] = origin
+    return pool.api(method, path, body, token=None, headers=headers)
 
 
 def test_the_dashboard_in_chromium(pool, browser):

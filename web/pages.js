@@ -400,32 +400,37 @@ const QUEUE_COLUMNS = [
   },
 ];
 
-export async function renderQueue(main, ctx) {
+// A page of one table from one endpoint, refreshed every `everyMs` while
+// shown; `table(items)` builds it, `key` names the list in the answer.
+function tablePage(main, ctx, { title, intro, everyMs, path, key, table }) {
   const err = errorLine("page-error");
   const box = h("div");
-  main.appendChild(pageSection("Queue", h("p", { class: "muted" },
-    "Pending jobs in the order the scheduler considers them."), err, box));
+  main.appendChild(pageSection(title, h("p", { class: "muted" }, intro), err, box));
   const seen = {};
-  ctx.every(5000, () => guarded(err, async () => {
-    const r = await api.get("/v1/queue", { signal: ctx.signal });
-    const jobs = firstArray(r.jobs ? r.jobs : r);
-    if (!changed(seen, "jobs", jobs)) return;
-    fill(box, dataTable("queue-table", QUEUE_COLUMNS, jobs, (j) => ({ "data-job": String(j.id) }), "No jobs are waiting."));
+  ctx.every(everyMs, () => guarded(err, async () => {
+    const r = await api.get(path, { signal: ctx.signal });
+    const items = firstArray(r[key] ? r[key] : r);
+    if (!changed(seen, key, items)) return;
+    fill(box, table(items));
   }));
+}
+
+export async function renderQueue(main, ctx) {
+  tablePage(main, ctx, {
+    title: "Queue", intro: "Pending jobs in the order the scheduler considers them.",
+    everyMs: 5000, path: "/v1/queue", key: "jobs",
+    table: (jobs) => dataTable("queue-table", QUEUE_COLUMNS, jobs,
+      (j) => ({ "data-job": String(j.id) }), "No jobs are waiting."),
+  });
 }
 
 // --- Groups --------------------------------------------------------------
 
 export async function renderGroups(main, ctx) {
-  const err = errorLine("page-error");
-  const box = h("div");
-  main.appendChild(pageSection("Groups", h("p", { class: "muted" },
-    "Fair share per group: weights, guarantees, GPUs in use and recent usage."), err, box));
-  const seen = {};
-  ctx.every(10000, () => guarded(err, async () => {
-    const r = await api.get("/v1/groups", { signal: ctx.signal });
-    const groups = firstArray(r.groups ? r.groups : r);
-    if (!changed(seen, "groups", groups)) return;
-    fill(box, genericTable("groups-table", groups, "No groups."));
-  }));
+  tablePage(main, ctx, {
+    title: "Groups",
+    intro: "Fair share per group: weights, guarantees, GPUs in use and recent usage.",
+    everyMs: 10000, path: "/v1/groups", key: "groups",
+    table: (groups) => genericTable("groups-table", groups, "No groups."),
+  });
 }

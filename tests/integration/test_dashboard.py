@@ -157,9 +157,11 @@ def test_the_dashboard_in_chromium(pool, browser):
     find(browser, f'#jobs-table tr[data-job="{job_id}"]')
     assert not browser.find_elements(By.CSS_SELECTOR, f'#jobs-table tr[data-job="{bobs["id"]}"]')
     screenshot(browser, "jobs")
-    for page in ("machines", "queue", "groups"):
+    for page, shown in (("machines", '#machines [data-node="lab-a"]'),
+                        ("queue", "#queue-table"),
+                        ("groups", "#groups-table")):
         browser.get(pool.url + f"/ui#/{page}")
-        find(browser, "#main *")
+        find(browser, shown)
         screenshot(browser, page)
 
     # Bob's job: not for alice, in the page or through the API behind it.

@@ -18,7 +18,7 @@
 
 namespace gpupool::server {
 
-inline constexpr char kBrowserSessionCookie[] = "gpupool_session";
+inline constexpr char kBrowserSessionCookie[] = "gpupool_dashboard";
 inline constexpr char kCsrfHeader[] = "x-csrf-token";
 
 // The CSRF token of the session whose secret is `secret`.

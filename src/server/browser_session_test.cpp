@@ -17,27 +17,27 @@ net::HttpRequest Request(const std::string& method, const std::string& cookie) {
 
 TEST(BrowserSession, TheCookieIsHttpOnlyStrictAndSecureOverTls) {
   EXPECT_EQ(SessionCookie("s3cret", 3600, true),
-            "gpupool_session=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=3600; Secure");
+            "gpupool_dashboard=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=3600; Secure");
   EXPECT_EQ(SessionCookie("s3cret", 60, false),
-            "gpupool_session=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=60");
+            "gpupool_dashboard=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=60");
   EXPECT_EQ(ClearedSessionCookie(true),
-            "gpupool_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure");
+            "gpupool_dashboard=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure");
 }
 
 TEST(BrowserSession, ReadsNeedNoCsrfTokenAndNoCookieIsNoSession) {
   auto none = BrowserSessionSecret(Request("POST", ""));
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, "");
-  auto other = BrowserSessionSecret(Request("GET", "theme=dark; gpupool_sessionx=1"));
+  auto other = BrowserSessionSecret(Request("GET", "theme=dark; gpupool_dashboardx=1"));
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(*other, "");
-  auto read = BrowserSessionSecret(Request("GET", "theme=dark; gpupool_session=abc"));
+  auto read = BrowserSessionSecret(Request("GET", "theme=dark; gpupool_dashboard=abc"));
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(*read, "abc");
 }
 
 TEST(BrowserSession, AChangeNeedsTheSessionsOwnCsrfToken) {
-  net::HttpRequest req = Request("POST", "gpupool_session=abc");
+  net::HttpRequest req = Request("POST", "gpupool_dashboard=abc");
   auto missing = BrowserSessionSecret(req);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kPermissionDenied);
@@ -55,7 +55,7 @@ TEST(BrowserSession, AChangeNeedsTheSessionsOwnCsrfToken) {
 }
 
 TEST(BrowserSession, AnotherOriginIsRefusedEvenForReads) {
-  net::HttpRequest req = Request("GET", "gpupool_session=abc");
+  net::HttpRequest req = Request("GET", "gpupool_dashboard=abc");
   req.headers["origin"] = "https://evil.example";
   EXPECT_EQ(BrowserSessionSecret(req).status().code(), StatusCode::kPermissionDenied);
   req.headers["origin"] = "http://pool.example:8470";  // not over TLS: another origin

@@ -419,7 +419,7 @@ TEST_F(SessionGatewayTest, TheProxySendsJupyterItsTokenInsteadOfTheCallersCreden
   c.method = "GET";
   c.target = "/v1/sessions/1/proxy/api/status?x=1";
   c.headers["authorization"] = "Bearer " + alice_;
-  c.headers["cookie"] = "gpupool_session=abc; _xsrf=keep";
+  c.headers["cookie"] = "gpupool_session=abc; _xsrf=keep; gpupool_dashboard=dash";
   c.timeout_ms = 3000;
   (void)net::Fetch(c);  // an echo is no HTTP answer; what reached the agent matters
   WaitFor([&] {
@@ -435,6 +435,8 @@ TEST_F(SessionGatewayTest, TheProxySendsJupyterItsTokenInsteadOfTheCallersCreden
   EXPECT_NE(req.find("cookie: _xsrf=keep\r\n"), std::string::npos) << req;
   EXPECT_EQ(req.find(alice_), std::string::npos) << "the user's token reached Jupyter";
   EXPECT_EQ(req.find("gpupool_session"), std::string::npos) << req;
+  EXPECT_EQ(req.find("gpupool_dashboard"), std::string::npos) << "the dashboard's session reached "
+                                                                 "Jupyter";
 }
 
 }  // namespace

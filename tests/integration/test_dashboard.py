@@ -70,7 +70,7 @@ def sign_in(driver, pool, user):
 
 def cookie_request(pool, method, path, secret, csrf=None, origin=None, body=None):
     """A request as the browser would make it: the session cookie, no token."""
-    headers = {"Cookie": f"gpupool_session={secret}"}
+    headers = {"Cookie": f"gpupool_dashboard={secret}"}
     if csrf:
         headers["X-CSRF-Token"] = csrf
     if origin:
@@ -96,10 +96,10 @@ def test_the_dashboard_in_chromium(pool, browser):
     screenshot(browser, "overview")
 
     # The session cookie: HttpOnly, Secure over TLS, invisible to scripts.
-    cookie = next(c for c in browser.get_cookies() if c["name"] == "gpupool_session")
+    cookie = next(c for c in browser.get_cookies() if c["name"] == "gpupool_dashboard")
     assert cookie["httpOnly"] and cookie["secure"], cookie
     assert cookie.get("sameSite") == "Strict", cookie
-    assert "gpupool_session" not in browser.execute_script("return document.cookie")
+    assert "gpupool_dashboard" not in browser.execute_script("return document.cookie")
     secret = cookie["value"]
 
     # Submit from the form. A name that is HTML is refused with the CLI's

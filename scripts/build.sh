@@ -15,7 +15,10 @@ args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g
 targets=()
 if [ "${1:-}" = "--asan" ]; then
   dir=build-asan
-  args=(-DCMAKE_BUILD_TYPE=Debug -DGPUPOOL_SANITIZE=ON)
+  # Line tables only here too: sanitizer reports keep files and lines, and
+  # the objects are about a seventh smaller and faster to compile and link.
+  args=(-DCMAKE_BUILD_TYPE=Debug -DGPUPOOL_SANITIZE=ON -DCMAKE_CXX_FLAGS_DEBUG=-g1
+        -DCMAKE_C_FLAGS_DEBUG=-g1)
   shift
 elif [ "${1:-}" = "--fuzz" ]; then
   dir=build-fuzz

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_scale.h"
 #include "sched/placement.h"
 #include "sched/policies.h"
 
@@ -248,7 +249,7 @@ void RunEquivalence(const std::string& name, TieBreak tb, uint64_t seed) {
 TEST(PlacementIndex, CachedPoliciesChooseAsTheReferenceScans) {
   for (const std::string name : {"best-fit", "dot-product", "fgd"}) {
     for (TieBreak tb : {TieBreak::kLowestIndex, TieBreak::kRandom}) {
-      for (uint64_t seed = 1; seed <= 6; ++seed) {
+      for (uint64_t seed = 1; seed <= uint64_t(TestRounds(6, 2)); ++seed) {
         RunEquivalence(name, tb, seed);
         ASSERT_FALSE(HasFailure()) << name << " seed " << seed;
       }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 
+#include "common/test_scale.h"
 #include "server/pool_testing.h"
 #include "store/sqlite_store.h"
 
@@ -247,7 +248,8 @@ PoolOptions ScenarioOptions() {
 // the test with what differs).
 TEST_F(PoolTest, TheQueueInMemoryNeverDriftsFromTheStore) {
   int64_t placements = 0, reports = 0, submitted = 0;
-  for (uint32_t seed = 1; seed <= 6; ++seed) {
+  const uint32_t seeds = TestRounds(6, 2);
+  for (uint32_t seed = 1; seed <= seeds; ++seed) {
     Restart();
     UseOptions(ScenarioOptions());
     Scenario s(seed);
@@ -257,9 +259,9 @@ TEST_F(PoolTest, TheQueueInMemoryNeverDriftsFromTheStore) {
     submitted += s.submitted;
   }
   // The operations did something (each run starts from the last one's store).
-  EXPECT_GT(placements, 50);
-  EXPECT_GT(reports, 50);
-  EXPECT_GT(submitted, 100);
+  EXPECT_GT(placements, 8 * seeds);
+  EXPECT_GT(reports, 8 * seeds);
+  EXPECT_GT(submitted, 16 * seeds);
 }
 
 // The check mode itself: a job written behind the pool's back is found.

@@ -3,6 +3,8 @@
 //   #/            overview          #/jobs/<id>  one job and its live log
 //   #/machines    nodes and GPUs    #/queue      pending jobs in order
 //   #/jobs        jobs, submit      #/groups     fair share per group
+//   #/sessions    start, open, stop  #/mine       my machines (providers, admins)
+//   #/admin       users, tokens, enrolled nodes, the audit log (admins)
 //
 // Each page renders into #main with a PageContext: its timers, its
 // in-flight requests (an AbortSignal) and its charts all end when the
@@ -12,6 +14,9 @@ import * as api from "./api.js";
 import { h, fill, errorLine, errorText } from "./dom.js";
 import { renderOverview, renderMachines, renderQueue, renderGroups } from "./pages.js";
 import { renderJobs, renderJob } from "./jobs.js";
+import { renderMine } from "./mine.js";
+import { renderSessions } from "./sessions.js";
+import { renderAdmin } from "./admin.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -116,6 +121,9 @@ const ROUTES = [
   { re: /^\/jobs\/([^/]+)\/?$/, page: "jobs", title: "Job", render: renderJob },
   { re: /^\/queue\/?$/, page: "queue", title: "Queue", render: renderQueue },
   { re: /^\/groups\/?$/, page: "groups", title: "Groups", render: renderGroups },
+  { re: /^\/sessions\/?$/, page: "sessions", title: "Sessions", render: renderSessions },
+  { re: /^\/mine\/?$/, page: "mine", title: "My machines", render: renderMine },
+  { re: /^\/admin\/?$/, page: "admin", title: "Admin", render: renderAdmin },
 ];
 
 function currentPath() {
@@ -197,6 +205,9 @@ function showSignedIn(s) {
   fill(whoamiEl, h("span", { class: "who-name" }, s.user), " ", h("span", { class: "who-role" }, s.role));
   whoamiEl.title = s.user + " (" + s.role + ")";
   nav.hidden = false;
+  // Members lend no machines; the page would only say so.
+  document.getElementById("nav-mine").hidden = s.role !== "provider" && s.role !== "admin";
+  document.getElementById("nav-admin").hidden = s.role !== "admin";
   sessionBox.hidden = false;
   document.body.classList.add("signed-in");
   route();

@@ -10,16 +10,16 @@ import { percentChart, alignSeries } from "./charts.js";
 const OFFLINE = ["offline", "lost", "left"];
 const LENDING = ["available", "busy"];
 
-function pageSection(title, ...children) {
+export function pageSection(title, ...children) {
   return h("section", { class: "page" }, h("h1", null, title), ...children);
 }
 
-function card(title, ...children) {
+export function card(title, ...children) {
   return h("section", { class: "card" }, title ? h("h2", null, title) : null, ...children);
 }
 
 // Reports a refresh's failure in `err` without dropping what is shown.
-async function guarded(err, fn) {
+export async function guarded(err, fn) {
   try {
     await fn();
     err.set("");
@@ -183,7 +183,7 @@ export async function renderOverview(main, ctx) {
   }));
 
   ctx.every(30000, () => guarded(err, async () => {
-    const r = await api.get("/v1/events?limit=50", { signal: ctx.signal });
+    const r = await api.get("/v1/events?newest=1&limit=50", { signal: ctx.signal });
     const events = firstArray(r.events ? r.events : r).slice();
     events.sort((a, b) => (b && b.ts_ms ? b.ts_ms : 0) - (a && a.ts_ms ? a.ts_ms : 0));
     if (!changed(seen, "events", events)) return;
@@ -265,7 +265,7 @@ function gpuColumns(n) {
   return GPU_COLUMNS.map((c) => (c.label === "Lent" ? { ...c, cell: (g) => gpuLent(n, g) } : c));
 }
 
-function nodeInfo(n) {
+export function nodeInfo(n) {
   const labels = n.labels && typeof n.labels === "object" ? Object.entries(n.labels) : [];
   const meta = [];
   if (typeof n.cpu_milli === "number") meta.push(fmtGpus(n.cpu_milli / 1000) + " CPUs");

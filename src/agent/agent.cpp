@@ -446,6 +446,11 @@ class Agent {
       stager_.Stage(stage);
       return Status::Ok();
     }
+    if (env.type == proto::kOwnerCommand) {
+      GP_ASSIGN_OR_RETURN(auto command, proto::DecodeOwnerCommand(env.body));
+      if (!shutting_down_) provider_.FromServer(command);
+      return Status::Ok();
+    }
     if (env.type == proto::kStop) {
       GP_ASSIGN_OR_RETURN(auto stop, proto::DecodeStopTask(env.body));
       GP_LOG(kInfo) << "stopping " << stop.attempt_id << ": " << stop.reason;

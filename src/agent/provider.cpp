@@ -374,39 +374,8 @@ void Provider::OnControl(const ControlPeer& peer, const nlohmann::json& request,
   GP_LOG(kInfo) << "control: " << cmd << " (uid " << peer.uid << ", pid " << peer.pid << ")";
   if (stopped_) return Reply(reply, false, "the agent is shutting down");
   if (cmd == "status") return reply(StatusJson());
-  if (cmd == "pause") {
-    lender_.Pause();
-    PushEvent("pause", "paused by the owner");
-    Tick();
-    return Reply(reply, true,
-                 "paused: no new work starts here; " + std::to_string(tasks_.running()) +
-                     " running tasks go on");
-  }
-  if (cmd == "resume") {
-    lender_.Resume();
-    PushEvent("resume", "resumed by the owner");
-    Tick();
-    return Reply(reply, true,
-                 "lending again: " + std::to_string(lending_.gpus.size()) + " GPUs lent (" +
-                     lending_.mode + ")");
-  }
-  if (cmd == "reclaim") {
-    const nlohmann::json* gpus = field("gpus");
-    const nlohmann::json* now = field("now");
-    std::vector<std::string> uuids;
-    if (gpus != nullptr && !gpus->is_array()) return Reply(reply, false, "gpus: must be a list");
-    if (gpus != nullptr) {
-      for (const auto& g : *gpus) {
-        auto uuid = g.is_string() ? FindGpu(g.get<std::string>()) : std::nullopt;
-        if (!uuid) {
-          return Reply(reply, false,
-                       "no GPU " + g.dump() + " on this machine (" + DescribeGpus() + ")");
-        }
-        uuids.push_back(*uuid);
-      }
-    }
-    bool at_once = now != nullptr && now->is_boolean() && now->get<bool>();
-    return Reclaim(uuids, at_once, std::move(reply));
+  if (cmd == "pause" || cmd == "resume" || cmd == "reclaim") {
+    return OwnerHold(cmd, request, "", std::move(reply));
   }
   if (cmd == "leave") {
     if (leave_reply_) return Reply(reply, false, "already leaving: another `leave` waits for it");
@@ -456,6 +425,79 @@ void Provider::OnControl(const ControlPeer& peer, const nlohmann::json& request,
   Reply(reply, false,
         "unknown command " + QuoteForError(cmd) +
             " (one of: status, pause, resume, reclaim, leave, policy, reload)");
+}
+
+void Provider::FromServer(const proto::OwnerCommand& c) {
+  std::string by = c.by.empty() ? "someone" : c.by;
+  GP_LOG(kInfo) << "owner command from the server: " << c.command << " (by " << by << ")";
+  if (stopped_) return;
+  nlohmann::json request = nlohmann::json::object();
+  if (!c.gpus.empty()) request["gpus"] = c.gpus;
+  request["now"] = c.now;
+  OwnerHold(c.command, request, by, [this, c, by](const nlohmann::json& r) {
+    if (r.value("ok", false)) {
+      GP_LOG(kInfo) << c.command << " (from the server): " << r.value("message", std::string());
+      return;
+    }
+    std::string why = r.value("error", std::string());
+    GP_LOG(kWarn) << c.command << " from the server refused: " << why;
+    PushEvent("refused", c.command + " by " + by + " through the server refused: " + why);
+  });
+}
+
+void Provider::OwnerHold(const std::string& cmd, const nlohmann::json& request,
+                         const std::string& by, ControlReply reply) {
+  const bool remote = !by.empty();
+  const std::string origin = remote ? " by " + by + " through the server" : " by the owner";
+  if (cmd == "pause") {
+    lender_.Pause();
+    held_locally_ = held_locally_ || !remote;
+    PushEvent("pause", "paused" + origin);
+    Tick();
+    return Reply(reply, true,
+                 "paused: no new work starts here; " + std::to_string(tasks_.running()) +
+                     " running tasks go on");
+  }
+  if (cmd == "resume") {
+    // The server speaks for the owner only as far as the owner let it: what
+    // was held at the machine is let go at the machine.
+    if (remote && held_locally_) {
+      return Reply(reply, false,
+                   "the owner paused or reclaimed this machine on the machine itself; only "
+                   "`gpupool agent resume` there lends it again");
+    }
+    lender_.Resume();
+    held_locally_ = false;
+    PushEvent("resume", "resumed" + origin);
+    Tick();
+    return Reply(reply, true,
+                 "lending again: " + std::to_string(lending_.gpus.size()) + " GPUs lent (" +
+                     lending_.mode + ")");
+  }
+  auto gpus = request.find("gpus");
+  auto now = request.find("now");
+  std::vector<std::string> uuids;
+  if (gpus != request.end() && !gpus->is_array())
+    return Reply(reply, false, "gpus: must be a list");
+  if (gpus != request.end()) {
+    for (const auto& g : *gpus) {
+      auto uuid = g.is_string() ? FindGpu(g.get<std::string>()) : std::nullopt;
+      if (!uuid) {
+        return Reply(reply, false,
+                     "no GPU " + g.dump() + " on this machine (" + DescribeGpus() + ")");
+      }
+      uuids.push_back(*uuid);
+    }
+  }
+  bool at_once = now != request.end() && now->is_boolean() && now->get<bool>();
+  held_locally_ = held_locally_ || !remote;
+  if (remote) {
+    PushEvent("reclaim",
+              std::string(at_once ? "reclaim at once" : "reclaim") + " of " +
+                  (uuids.empty() ? "every GPU" : std::to_string(uuids.size()) + " GPUs") +
+                  " asked" + origin);
+  }
+  Reclaim(uuids, at_once, std::move(reply));
 }
 
 void Provider::ApplyPolicy(ProviderPolicy policy, const std::string& what, ControlReply reply) {

@@ -106,6 +106,12 @@ class Provider {
     if (mps_) mps_->Release(MpsClients());
   }
 
+  // The owner's pause, resume or reclaim sent through the server
+  // (proto::OwnerCommand): applied as the control socket's command, except
+  // that a resume does not lift what was held on the machine itself. The
+  // answer goes to the server as a node event ("refused" when it failed).
+  void FromServer(const proto::OwnerCommand& command);
+
   // A command from this process itself (SIGHUP: reload); the answer is logged.
   void LocalCommand(const std::string& command);
 
@@ -130,6 +136,10 @@ class Provider {
                       const std::vector<Lender::RunningTask>& running, int64_t now);
   void PushEvent(const std::string& kind, const std::string& reason);
   void ApplyPolicy(ProviderPolicy policy, const std::string& what, ControlReply reply);
+  // pause, resume, reclaim: from the control socket (`by` empty) or from
+  // the server on behalf of `by`.
+  void OwnerHold(const std::string& cmd, const nlohmann::json& request, const std::string& by,
+                 ControlReply reply);
   void Reclaim(const std::vector<std::string>& uuids, bool at_once, ControlReply reply);
   void CheckLeave();
   std::optional<std::string> FindGpu(const std::string& name) const;
@@ -158,7 +168,8 @@ class Provider {
   std::unique_ptr<ControlServer> control_;
   std::vector<Waiter> waiters_;
   ControlReply leave_reply_;
-  int64_t leave_seq_ = 0;  // the seq of our leave message, once drained
+  bool held_locally_ = false;  // paused or reclaimed on the control socket, not yet resumed
+  int64_t leave_seq_ = 0;      // the seq of our leave message, once drained
 };
 
 }  // namespace gpupool::agent

@@ -343,7 +343,10 @@ void AddIdentityCommands(CLI::App& app, CLI::App& admin, GlobalFlags& g, Identit
   audit->add_option("--limit", f.limit, "at most this many")->capture_default_str();
   audit->callback([&] { f.run = [&] { return CmdAudit(g, f); }; });
 
-  auto* node = admin.add_subcommand("node", "agents' credentials: list, revoke, allow");
+  auto* node = admin.add_subcommand(
+      "node",
+      "agents' credentials (list, revoke, allow) and their owners' holds (pause, "
+      "resume, reclaim)");
   node->require_subcommand(1);
   global(node->add_subcommand("list", "enrolled agents"))->callback([&] {
     f.run = [&] { return CmdNodeList(g); };
@@ -358,6 +361,30 @@ void AddIdentityCommands(CLI::App& app, CLI::App& admin, GlobalFlags& g, Identit
           "node " + f.target + " revoked; its running jobs are requeued elsewhere");
     };
   });
+  // The owner's commands, sent through the server to the node's agent.
+  const std::pair<const char*, const char*> holds[] = {
+      {"pause", "no new work starts on the node; running work goes on"},
+      {"resume", "the node lends again (not past a hold made on the machine itself)"},
+      {"reclaim", "take the node's GPUs back: their jobs are checkpointed and requeued"}};
+  for (const auto& [verb, what] : holds) {
+    auto* hold = global(node->add_subcommand(verb, what));
+    hold->add_option("name", f.target, "node name")->required();
+    if (std::string(verb) == "reclaim") {
+      hold->add_option("--gpu", f.gpus, "only this GPU, by index or uuid (repeatable)");
+      hold->add_flag("--now", f.now, "no grace period: stop the jobs at once");
+    }
+    hold->callback([&, verb = std::string(verb)] {
+      f.run = [&, verb] {
+        json body = json::object();
+        if (!f.gpus.empty()) body["gpus"] = f.gpus;
+        if (f.now) body["now"] = true;
+        return CmdPostAndSay(g, "/v1/nodes/" + net::UrlEncode(f.target) + "/" + verb, body,
+                             verb + " sent to node " + f.target +
+                                 "'s agent; `gpupool events --node " + f.target +
+                                 "` shows what it did");
+      };
+    });
+  }
   auto* node_allow = global(node->add_subcommand("allow", "let a revoked node enroll again"));
   node_allow->add_option("name", f.target, "node name")->required();
   node_allow->callback([&] {

@@ -15,8 +15,8 @@ namespace gpupool::cli {
 struct IdentityFlags {
   std::function<int()> run;  // set by whichever of these commands was parsed
   std::string user, role = "member", name, scopes = "*", expires, target;
-  std::vector<std::string> add, remove;
-  bool password_stdin = false, shared_jobs = false, all = false;
+  std::vector<std::string> add, remove, gpus;
+  bool password_stdin = false, shared_jobs = false, all = false, now = false;
   int64_t after = 0;
   int limit = 50;
 };

@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
   add_global(events);
   events->add_option("--node", events_node, "only this node's events");
   events->add_option("--kind", events_kind,
-                     "only this kind: reclaim, pause, resume, leave, policy");
+                     "only this kind: reclaim, pause, resume, leave, policy, refused");
   events->add_option("--limit", events_limit, "at most this many (newest)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -96,8 +96,9 @@ struct NodeEvent {
   std::vector<std::string> attempts;  // the attempts it vacated
   friend bool operator==(const NodeEvent&, const NodeEvent&) = default;
 };
-inline constexpr std::string_view kNodeEventKinds[] = {"reclaim", "pause", "resume", "leave",
-                                                       "policy"};
+// "refused": an owner's command sent through the server that the agent refused.
+inline constexpr std::string_view kNodeEventKinds[] = {"reclaim", "pause",  "resume",
+                                                       "leave",   "policy", "refused"};
 
 // What a start order asks of a node, as far as its lending cares.
 struct LendingRequest {

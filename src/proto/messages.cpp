@@ -655,6 +655,23 @@ Result<StageCheckpoint> DecodeStageCheckpoint(std::string_view body) {
   });
 }
 
+std::string Encode(const OwnerCommand& m) {
+  return json{{"command", m.command}, {"gpus", m.gpus}, {"now", m.now}, {"by", m.by}}.dump();
+}
+
+Result<OwnerCommand> DecodeOwnerCommand(std::string_view body) {
+  return DecodeBody<OwnerCommand>(body, [](JsonReader& r, OwnerCommand* m) {
+    m->command = r.Str("command");
+    m->gpus = r.StrList("gpus", false, kMaxGpus);
+    m->now = r.Bool("now", false);
+    m->by = r.Str("by", false);
+    if (r.ok() && m->command != "pause" && m->command != "resume" && m->command != "reclaim") {
+      r.Fail("command", "must be one of pause, resume, reclaim");
+    }
+    return r.status();
+  });
+}
+
 std::string Encode(const NodeLending& m) { return NodeLendingToJson(m).dump(); }
 
 Result<NodeLending> DecodeLending(std::string_view body) {
@@ -680,7 +697,7 @@ Result<NodeEvent> DecodeNodeEvent(std::string_view body) {
     m->attempts = r.StrList("attempts", false, kMaxEventItems);
     if (r.ok() && std::find(std::begin(kNodeEventKinds), std::end(kNodeEventKinds), m->kind) ==
                       std::end(kNodeEventKinds)) {
-      r.Fail("kind", "must be one of reclaim, pause, resume, leave, policy");
+      r.Fail("kind", "must be one of reclaim, pause, resume, leave, policy, refused");
     }
     return r.status();
   });

@@ -253,6 +253,20 @@ struct StageCheckpoint {
   friend bool operator==(const StageCheckpoint&, const StageCheckpoint&) = default;
 };
 
+// The machine's owner, through the server (the dashboard's My machines, or
+// `POST /v1/nodes/{name}/pause|resume|reclaim`): the agent applies it as it
+// applies its control socket's command of the same name (agent/provider.h),
+// and answers with a node event. The agent does not take the server's word
+// for more than that: a resume does not lift a pause or reclaim made on the
+// machine itself.
+struct OwnerCommand {
+  std::string command;            // "pause", "resume" or "reclaim"
+  std::vector<std::string> gpus;  // reclaim: GPU indexes or uuids; empty: all
+  bool now = false;               // reclaim: no grace period
+  std::string by;                 // who asked, for the node's events
+  friend bool operator==(const OwnerCommand&, const OwnerCommand&) = default;
+};
+
 // Message type names, as in Envelope::type.
 inline constexpr std::string_view kHello = "hello";
 inline constexpr std::string_view kWelcome = "welcome";
@@ -264,6 +278,7 @@ inline constexpr std::string_view kStop = "stop";
 inline constexpr std::string_view kStage = "stage";
 inline constexpr std::string_view kAck = "ack";
 inline constexpr std::string_view kLease = "lease";
+inline constexpr std::string_view kOwnerCommand = "owner_command";
 // Reliable, agent -> server: a new NodeLending; a NodeEvent for the node's
 // log (the server fills its node_id); Leave.
 inline constexpr std::string_view kLending = "lending";
@@ -279,6 +294,7 @@ std::string Encode(const Welcome& m);
 std::string Encode(const StartTask& m);
 std::string Encode(const StopTask& m);
 std::string Encode(const StageCheckpoint& m);
+std::string Encode(const OwnerCommand& m);
 std::string Encode(const NodeLending& m);
 std::string Encode(const NodeEvent& m);
 std::string Encode(const Leave& m);
@@ -292,6 +308,7 @@ Result<Welcome> DecodeWelcome(std::string_view body);
 Result<StartTask> DecodeStartTask(std::string_view body);
 Result<StopTask> DecodeStopTask(std::string_view body);
 Result<StageCheckpoint> DecodeStageCheckpoint(std::string_view body);
+Result<OwnerCommand> DecodeOwnerCommand(std::string_view body);
 Result<NodeLending> DecodeLending(std::string_view body);
 Result<NodeEvent> DecodeNodeEvent(std::string_view body);
 Result<Leave> DecodeLeave(std::string_view body);

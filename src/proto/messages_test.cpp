@@ -513,6 +513,21 @@ TEST(MessagesTest, LendingAndEventsAreValidated) {
   EXPECT_TRUE(DecodeTaskReport(R"({"attempt_id":"1.1","state":"refused","reason":"r"})").ok());
 }
 
+TEST(MessagesTest, OwnerCommandRoundTripsAndRefusesOtherCommands) {
+  OwnerCommand m{"reclaim", {"0", "GPU-abc"}, true, "alice"};
+  EXPECT_EQ(*DecodeOwnerCommand(Encode(m)), m);
+  OwnerCommand pause{"pause", {}, false, ""};
+  EXPECT_EQ(*DecodeOwnerCommand(Encode(pause)), pause);
+  // The server may only ask for what the owner could ask on the machine.
+  EXPECT_THAT(DecodeOwnerCommand(R"({"command":"leave"})").status().message(),
+              HasSubstr("body.command: must be one of pause, resume, reclaim"));
+  EXPECT_THAT(DecodeOwnerCommand(R"({"command":"policy","yaml":"x"})").status().message(),
+              HasSubstr("command"));
+  EXPECT_THAT(DecodeOwnerCommand(R"({"command":"reclaim","gpus":[1]})").status().message(),
+              HasSubstr("body.gpus"));
+  EXPECT_FALSE(DecodeOwnerCommand(R"({"command":"pause","now":"yes"})").ok());
+}
+
 TEST(MessagesTest, StageCheckpointRoundTripsAndChecksItsFields) {
   StageCheckpoint m{12, 4, std::string(64, 'a')};
   EXPECT_EQ(*DecodeStageCheckpoint(Encode(m)), m);

@@ -587,18 +587,21 @@ void Api::ListNodes(Respond respond, const std::string& only) {
 
 void Api::NodeEvents(const net::HttpRequest& req, const std::string& node, Respond respond) {
   auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  auto below = QueryNewestBefore(req);
   auto limit = QueryInt(req, "limit", 100, 1, 10000);
-  for (const Status& s : {after.status(), limit.status()}) {
+  for (const Status& s : {after.status(), below.status(), limit.status()}) {
     if (!s.ok()) return (*respond)(ErrorResponse(s));
   }
   auto kind = req.query.find("kind");
-  auto events = pool_.NodeEvents(node, kind == req.query.end() ? "" : kind->second, *after,
+  auto events = pool_.NodeEvents(node, kind == req.query.end() ? "" : kind->second, *after, *below,
                                  static_cast<int32_t>(*limit));
   if (!events.ok()) return (*respond)(ErrorResponse(events.status()));
   json arr = json::array();
   for (const NodeEventEntry& e : *events) arr.push_back(NodeEventToJson(e));
-  (*respond)(JsonResponse(
-      200, {{"events", arr}, {"next_after", events->empty() ? *after : events->back().event.id}}));
+  json body = {{"events", arr}};
+  AddNextPage(body, *after, *below, *limit, events->size(),
+              events->empty() ? 0 : events->back().event.id);
+  (*respond)(JsonResponse(200, body));
 }
 
 void Api::WaitOn(int64_t job_id, int64_t wait_ms, Probe probe) {

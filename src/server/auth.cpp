@@ -456,9 +456,10 @@ void Auth::Audit(const std::string& actor, const std::string& action, const std:
                 << (detail.empty() ? "" : ": " + detail);
 }
 
-Result<std::vector<AuditEntry>> Auth::ListAudit(int64_t after_id, int32_t limit) {
-  return ReadTx<std::vector<AuditEntry>>(store_,
-                                         [&](Tx& tx) { return tx.ListAudit(after_id, limit); });
+Result<std::vector<AuditEntry>> Auth::ListAudit(int64_t after_id, int64_t before_id,
+                                                int32_t limit) {
+  return ReadTx<std::vector<AuditEntry>>(
+      store_, [&](Tx& tx) { return tx.ListAudit(after_id, before_id, limit); });
 }
 
 }  // namespace gpupool::server

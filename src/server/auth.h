@@ -118,7 +118,7 @@ class Auth {
   // action it records already happened).
   void Audit(const std::string& actor, const std::string& action, const std::string& target,
              const std::string& detail, const std::string& peer = "", bool ok = true);
-  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit);
+  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int64_t before_id, int32_t limit);
 
  private:
   Result<IssuedToken> IssueToken(const std::string& prefix, const std::string& subject, Role role,

@@ -72,4 +72,19 @@ Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, i
   return v;
 }
 
+Result<int64_t> QueryNewestBefore(const net::HttpRequest& req) {
+  GP_ASSIGN_OR_RETURN(int64_t before, QueryInt(req, "before", 0, 1, INT64_MAX));
+  GP_ASSIGN_OR_RETURN(int64_t newest, QueryInt(req, "newest", 0, 0, 1));
+  return before > 0 ? before : (newest == 1 ? INT64_MAX : 0);
+}
+
+void AddNextPage(nlohmann::json& body, int64_t after, int64_t below, int64_t limit,
+                 size_t page_size, int64_t last_id) {
+  if (below > 0) {
+    if (static_cast<int64_t>(page_size) == limit) body["next_before"] = last_id;
+  } else {
+    body["next_after"] = page_size == 0 ? after : last_id;
+  }
+}
+
 }  // namespace gpupool::server

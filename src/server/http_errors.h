@@ -23,4 +23,15 @@ std::string PeerHost(const std::string& peer);
 Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
                          int64_t min, int64_t max);
 
+// Paging a log newest first: `newest=1` (the latest page) or `before=ID`
+// (the page below ID). 0 when neither is given (ascending from `after`),
+// else the exclusive upper bound to read down from.
+Result<int64_t> QueryNewestBefore(const net::HttpRequest& req);
+
+// Sets the answer's cursor for the next page of a log read with
+// QueryNewestBefore's `below` and `after`: `next_before` (only while pages
+// remain: this one was full) or `next_after`. `last_id`: the page's last id.
+void AddNextPage(nlohmann::json& body, int64_t after, int64_t below, int64_t limit,
+                 size_t page_size, int64_t last_id);
+
 }  // namespace gpupool::server

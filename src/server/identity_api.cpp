@@ -519,16 +519,19 @@ void IdentityApi::RevokeNode(const net::HttpRequest& req, const Principal& who,
 
 void IdentityApi::Audit(const net::HttpRequest& req, Respond respond) {
   auto after = QueryInt(req, "after", 0, 0, INT64_MAX);
+  auto below = QueryNewestBefore(req);
   auto limit = QueryInt(req, "limit", 100, 1, 10000);
-  for (const Status& s : {after.status(), limit.status()}) {
+  for (const Status& s : {after.status(), below.status(), limit.status()}) {
     if (!s.ok()) return Fail(respond, s);
   }
-  auto entries = auth_.ListAudit(*after, static_cast<int32_t>(*limit));
+  auto entries = auth_.ListAudit(*after, *below, static_cast<int32_t>(*limit));
   if (!entries.ok()) return Fail(respond, entries.status());
   json arr = json::array();
   for (const AuditEntry& e : *entries) arr.push_back(AuditToJson(e));
-  (*respond)(JsonResponse(
-      200, {{"entries", arr}, {"next_after", entries->empty() ? *after : entries->back().id}}));
+  json body = {{"entries", arr}};
+  AddNextPage(body, *after, *below, *limit, entries->size(),
+              entries->empty() ? 0 : entries->back().id);
+  (*respond)(JsonResponse(200, body));
 }
 
 }  // namespace gpupool::server

@@ -261,11 +261,13 @@ class Pool {
   Result<LogPage> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();
   // The provider event log: events of `node` (an id or a name; "" = every
-  // node) of `kind` ("" = any), with id > after_id, ascending, at most
-  // `limit`. NotFound for an unknown node, InvalidArgument for an unknown
-  // kind.
+  // node) of `kind` ("" = any), with id > after_id, at most `limit`:
+  // ascending, or with before_id > 0 those below it, newest first (as
+  // Tx::ListNodeEvents). NotFound for an unknown node, InvalidArgument for
+  // an unknown kind.
   Result<std::vector<NodeEventEntry>> NodeEvents(const std::string& node, const std::string& kind,
-                                                 int64_t after_id, int32_t limit);
+                                                 int64_t after_id, int64_t before_id,
+                                                 int32_t limit);
   // Pending jobs in the order the scheduler considers them; `owner` limits
   // the list to one user's jobs (positions stay those in the whole queue).
   Result<std::vector<QueuedJob>> Queue(const std::optional<std::string>& owner);
@@ -338,6 +340,14 @@ class Pool {
   // lost at once; its running attempts are requeued once their leases have
   // expired (CheckNodes), since the agent may still be running them.
   Status RevokeNode(const std::string& node_name, const std::string& reason);
+
+  // The node's owner (or an admin) asks its agent to pause, resume or
+  // reclaim (proto::OwnerCommand), through the node's outbox: delivered in
+  // order, and again after a reconnect until the agent acks it. NotFound
+  // for an unknown node; Unavailable when its agent is not connected (the
+  // owner learns at once that nothing happened, rather than the command
+  // taking effect whenever the machine comes back).
+  Status SendOwnerCommand(const std::string& node_name, const proto::OwnerCommand& command);
 
   bool connected(const std::string& node_id) const { return live_.count(node_id) > 0; }
 

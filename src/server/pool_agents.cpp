@@ -7,6 +7,7 @@
 
 #include "common/ids.h"
 #include "common/log.h"
+#include "model/yaml.h"
 #include "server/pool_rules.h"
 
 namespace gpupool::server {
@@ -297,6 +298,30 @@ Status Pool::RefuseForeign(Tx& tx, const std::string& node_id, const Attempt& at
       .AppendAudit({0, clock_.NowMs(), "node:" + name, "agent.foreign_attempt", attempt.id, detail,
                     "", false})
       .status();
+}
+
+Status Pool::SendOwnerCommand(const std::string& node_name, const proto::OwnerCommand& command) {
+  Status s = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto node, tx.GetNodeByName(node_name));
+    if (!node) return Status::NotFound("no node " + QuoteForError(node_name));
+    if (!live_.count(node->id)) {
+      return Status::Unavailable("node " + node_name +
+                                 "'s agent is not connected: the command cannot reach it");
+    }
+    GP_RETURN_IF_ERROR(
+        tx.PushOutbox(node->id, std::string(proto::kOwnerCommand), proto::Encode(command))
+            .status());
+    fx_.nodes.insert(node->id);
+    fx_.log_lines.push_back("node " + node_name + ": " + command.command + " asked by " +
+                            command.by + ", sent to its agent");
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    Discard();
+    return s;
+  }
+  Notify();
+  return Status::Ok();
 }
 
 Status Pool::RevokeNode(const std::string& node_name, const std::string& reason) {

@@ -684,7 +684,7 @@ TEST_F(PoolTest, NodeEventsAreStoredAndListed) {
   ASSERT_TRUE(send(b.node_id, 1, pause).ok());
   ASSERT_TRUE(send(a.node_id, 2, pause).ok());
 
-  auto all = *pool_->NodeEvents("", "", 0, 100);
+  auto all = *pool_->NodeEvents("", "", 0, 0, 100);
   ASSERT_EQ(all.size(), 3u);
   EXPECT_EQ(all[0].node_name, "a");
   EXPECT_EQ(all[0].event.node_id, a.node_id);
@@ -693,25 +693,36 @@ TEST_F(PoolTest, NodeEventsAreStoredAndListed) {
   EXPECT_EQ(all[0].event.gpus, std::vector<std::string>{"a-gpu0"});
   EXPECT_EQ(all[0].event.attempts, std::vector<std::string>{"7.1"});
   EXPECT_EQ(all[1].node_name, "b");
-  auto of_a = *pool_->NodeEvents("a", "", 0, 100);
+  auto of_a = *pool_->NodeEvents("a", "", 0, 0, 100);
   ASSERT_EQ(of_a.size(), 2u);
   EXPECT_EQ(of_a[1].event.kind, "pause");
-  EXPECT_EQ(pool_->NodeEvents(a.node_id, "", 0, 100)->size(), 2u);  // by id too
-  EXPECT_EQ(pool_->NodeEvents("a", "", of_a[0].event.id, 100)->size(), 1u);
-  auto reclaims = *pool_->NodeEvents("", "reclaim", 0, 100);
+  EXPECT_EQ(pool_->NodeEvents(a.node_id, "", 0, 0, 100)->size(), 2u);  // by id too
+  EXPECT_EQ(pool_->NodeEvents("a", "", of_a[0].event.id, 0, 100)->size(), 1u);
+  auto reclaims = *pool_->NodeEvents("", "reclaim", 0, 0, 100);
   ASSERT_EQ(reclaims.size(), 1u);
   EXPECT_EQ(reclaims[0].event.id, all[0].event.id);
   // A kind filter fills its page across the log.
-  auto pauses = *pool_->NodeEvents("", "pause", 0, 1);
+  auto pauses = *pool_->NodeEvents("", "pause", 0, 0, 1);
   ASSERT_EQ(pauses.size(), 1u);
   EXPECT_EQ(pauses[0].node_name, "b");
-  EXPECT_EQ(pool_->NodeEvents("nope", "", 0, 100).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(pool_->NodeEvents("", "nap", 0, 100).status().code(), StatusCode::kInvalidArgument);
+  // Newest first, a kind filter filling its page downwards.
+  auto newest = *pool_->NodeEvents("", "", 0, INT64_MAX, 2);
+  ASSERT_EQ(newest.size(), 2u);
+  EXPECT_EQ(newest[0].event.id, all[2].event.id);
+  EXPECT_EQ(newest[1].event.id, all[1].event.id);
+  auto last_pause = *pool_->NodeEvents("", "pause", 0, INT64_MAX, 1);
+  ASSERT_EQ(last_pause.size(), 1u);
+  EXPECT_EQ(last_pause[0].node_name, "a");
+  auto older = *pool_->NodeEvents("", "pause", 0, last_pause[0].event.id, 100);
+  ASSERT_EQ(older.size(), 1u);
+  EXPECT_EQ(older[0].node_name, "b");
+  EXPECT_EQ(pool_->NodeEvents("nope", "", 0, 0, 100).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(pool_->NodeEvents("", "nap", 0, 0, 100).status().code(), StatusCode::kInvalidArgument);
   // Each event is in the audit log too, once.
   std::vector<AuditEntry> audit;
   ASSERT_TRUE(store_
                   ->Transact([&](Tx& tx) -> Status {
-                    GP_ASSIGN_OR_RETURN(audit, tx.ListAudit(0, 100));
+                    GP_ASSIGN_OR_RETURN(audit, tx.ListAudit(0, 0, 100));
                     return Status::Ok();
                   })
                   .ok());

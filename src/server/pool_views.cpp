@@ -184,10 +184,11 @@ Result<std::vector<NodeStatus>> Pool::ListNodes() {
 
 Result<std::vector<NodeEventEntry>> Pool::NodeEvents(const std::string& node,
                                                      const std::string& kind, int64_t after_id,
-                                                     int32_t limit) {
+                                                     int64_t before_id, int32_t limit) {
   if (!kind.empty() && std::find(std::begin(kNodeEventKinds), std::end(kNodeEventKinds), kind) ==
                            std::end(kNodeEventKinds)) {
-    return Status::InvalidArgument("kind: must be one of reclaim, pause, resume, leave, policy");
+    return Status::InvalidArgument(
+        "kind: must be one of reclaim, pause, resume, leave, policy, refused");
   }
   std::vector<NodeEventEntry> out;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
@@ -204,11 +205,11 @@ Result<std::vector<NodeEventEntry>> Pool::NodeEvents(const std::string& node,
     std::map<std::string, std::string> names;
     for (const Node& n : nodes) names[n.id] = n.name;
     // Pages of the log until `limit` events of the kind are found.
-    int64_t after = after_id;
+    int64_t after = after_id, before = before_id;
     while (static_cast<int32_t>(out.size()) < limit) {
-      GP_ASSIGN_OR_RETURN(auto page, tx.ListNodeEvents(node_id, after, limit));
+      GP_ASSIGN_OR_RETURN(auto page, tx.ListNodeEvents(node_id, after, before, limit));
       for (NodeEvent& e : page) {
-        after = e.id;
+        (before_id > 0 ? before : after) = e.id;
         if (static_cast<int32_t>(out.size()) >= limit) break;
         if (!kind.empty() && e.kind != kind) continue;
         std::string name = names.count(e.node_id) ? names[e.node_id] : e.node_id;

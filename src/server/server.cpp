@@ -24,6 +24,7 @@
 #include "server/http_errors.h"
 #include "server/identity_api.h"
 #include "server/metrics_api.h"
+#include "server/node_control_api.h"
 #include "server/quota_api.h"
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
@@ -340,6 +341,8 @@ int RunServer(const ServerOptions& options) {
   telemetry->api->Start();
   QuotaApi quota_api(auth, quotas);
   api.AddModule(quota_api);
+  NodeControlApi node_control_api(auth, pool);
+  api.AddModule(node_control_api);
   BackupApiOptions backup_options;
   backup_options.db_path = options.data_dir + "/state.db";
   backup_options.backup_dir = options.data_dir + "/backups";

@@ -219,9 +219,15 @@ std::shared_ptr<TunnelRelay> SessionGateway::NewRelay(int64_t job_id, TunnelRela
 bool SessionGateway::Handles(const std::string& path) { return ParseRoute(path).has_value(); }
 
 Result<Principal> SessionGateway::Caller(const net::HttpRequest& req, int64_t job_id,
-                                         bool cookie_ok) {
+                                         Credentials accepted) {
   std::string header = req.Header("authorization");
-  if (!header.empty() || !cookie_ok) return auth_.Authenticate(header);
+  if (header.empty() && accepted == Credentials::kOrDashboard) {
+    GP_ASSIGN_OR_RETURN(std::string secret, BrowserSessionSecret(req));
+    if (!secret.empty()) return auth_.Authenticate("Bearer " + secret);
+  }
+  if (!header.empty() || accepted != Credentials::kOrSessionCookie) {
+    return auth_.Authenticate(header);
+  }
   std::string cookie = net::CookieValue(req.Header("cookie"), kCookieName);
   auto it = cookie.empty() ? cookies_.end() : cookies_.find(cookie);
   if (it == cookies_.end() || it->second.job_id != job_id ||
@@ -272,7 +278,7 @@ std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> SessionGateway:
   auto route = ParseRoute(req.path);
   if (!route || (route->op != "connect" && route->op != "exec"))
     return ErrorResponse(Status::NotFound("no WebSocket endpoint at " + req.path));
-  auto who = Caller(req, route->job_id, false);
+  auto who = Caller(req, route->job_id, Credentials::kBearer);
   if (!who.ok()) return ErrorResponse(who.status());
   auto where = Resolve(*who, route->job_id);
   if (!where.ok()) return ErrorResponse(where.status());
@@ -306,7 +312,7 @@ std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> SessionGateway:
 
 Result<SessionGateway::Target> SessionGateway::ResolveProxy(const net::HttpRequest& req,
                                                             int64_t job_id) {
-  GP_ASSIGN_OR_RETURN(Principal who, Caller(req, job_id, true));
+  GP_ASSIGN_OR_RETURN(Principal who, Caller(req, job_id, Credentials::kOrSessionCookie));
   GP_ASSIGN_OR_RETURN(Target where, Resolve(who, job_id));
   const auto& s = where.job.spec.session;
   if (!s || s->kind != SessionKind::kJupyter) {
@@ -347,7 +353,7 @@ net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
   if (route->op == "link") {
     if (req.method != "POST")
       return ErrorResponse(Status::InvalidArgument("use POST to make a sign-in link"));
-    auto who = Caller(req, route->job_id, false);
+    auto who = Caller(req, route->job_id, Credentials::kOrDashboard);
     if (!who.ok()) return ErrorResponse(who.status());
     auto where = Resolve(*who, route->job_id);
     if (!where.ok()) return ErrorResponse(where.status());
@@ -357,10 +363,13 @@ net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
     std::string code = RandomHex(16);
     codes_[code] = Login{*who, route->job_id, now + kLinkLifetimeMs};
     // The token serves the owner's own tunnel to Jupyter (session connect);
-    // the browser's way is the link.
-    return JsonResponse(200, {{"url", "/v1/sessions/" + id + "/login?code=" + code},
-                              {"expires_in_s", kLinkLifetimeMs / 1000},
-                              {"jupyter_token", where->job.spec.session->jupyter_token}});
+    // the browser's way is the link, and the dashboard (no bearer token)
+    // never gets the token.
+    nlohmann::json body = {{"url", "/v1/sessions/" + id + "/login?code=" + code},
+                           {"expires_in_s", kLinkLifetimeMs / 1000}};
+    if (!req.Header("authorization").empty())
+      body["jupyter_token"] = where->job.spec.session->jupyter_token;
+    return JsonResponse(200, body);
   }
   if (route->op == "login") {
     auto c = req.query.find("code");

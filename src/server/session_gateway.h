@@ -87,8 +87,12 @@ class SessionGateway {
   class WsTunnel;
   class ProxyConnection;
 
-  // Who calls: a bearer token, or for the proxy the cookie set at login.
-  Result<Principal> Caller(const net::HttpRequest& req, int64_t job_id, bool cookie_ok);
+  // What a route accepts besides a bearer token: nothing (tunnels and
+  // shells), the web dashboard's cookie (a sign-in link: a POST, so the
+  // cookie comes with its CSRF token), or the session's own cookie set at
+  // login (the proxy).
+  enum class Credentials : uint8_t { kBearer, kOrDashboard, kOrSessionCookie };
+  Result<Principal> Caller(const net::HttpRequest& req, int64_t job_id, Credentials accepted);
   // The job's running attempt, if `who` may connect to it.
   Result<Target> Resolve(const Principal& who, int64_t job_id);
   Result<Target> ResolveProxy(const net::HttpRequest& req, int64_t job_id);

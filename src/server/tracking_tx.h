@@ -85,8 +85,8 @@ class TrackingTx final : public Tx {
     return in_.AppendNodeEvent(event);
   }
   Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id, int64_t after_id,
-                                                int32_t limit) override {
-    return in_.ListNodeEvents(node_id, after_id, limit);
+                                                int64_t before_id, int32_t limit) override {
+    return in_.ListNodeEvents(node_id, after_id, before_id, limit);
   }
   Status PutAgentCredential(const AgentCredential& c) override { return in_.PutAgentCredential(c); }
   Result<std::optional<AgentCredential>> GetAgentCredential(const std::string& node) override {
@@ -124,8 +124,9 @@ class TrackingTx final : public Tx {
   }
   Result<std::vector<GroupRecord>> ListGroups() override { return in_.ListGroups(); }
   Result<int64_t> AppendAudit(const AuditEntry& e) override { return in_.AppendAudit(e); }
-  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) override {
-    return in_.ListAudit(after_id, limit);
+  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int64_t before_id,
+                                            int32_t limit) override {
+    return in_.ListAudit(after_id, before_id, limit);
   }
   Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) override {
     return in_.AppendLogs(job_id, lines);

@@ -82,9 +82,19 @@ Result<int64_t> MemoryTx::AppendAudit(const AuditEntry& e) {
   return stored.id;
 }
 
-Result<std::vector<AuditEntry>> MemoryTx::ListAudit(int64_t after_id, int32_t limit) {
+Result<std::vector<AuditEntry>> MemoryTx::ListAudit(int64_t after_id, int64_t before_id,
+                                                    int32_t limit) {
   std::vector<AuditEntry> out;
   if (limit <= 0) return out;
+  if (before_id > 0) {  // newest first
+    for (auto it = s_.audit.lower_bound(before_id);
+         it != s_.audit.begin() && out.size() < static_cast<size_t>(limit);) {
+      --it;
+      if (it->first <= after_id) break;
+      out.push_back(it->second);
+    }
+    return out;
+  }
   for (auto it = s_.audit.upper_bound(after_id);
        it != s_.audit.end() && out.size() < static_cast<size_t>(limit); ++it) {
     out.push_back(it->second);

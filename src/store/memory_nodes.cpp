@@ -51,10 +51,19 @@ Result<int64_t> MemoryTx::AppendNodeEvent(const NodeEvent& event) {
 }
 
 Result<std::vector<NodeEvent>> MemoryTx::ListNodeEvents(const std::string& node_id,
-                                                        int64_t after_id, int32_t limit) {
+                                                        int64_t after_id, int64_t before_id,
+                                                        int32_t limit) {
   std::vector<NodeEvent> out;
   if (limit <= 0) return out;
   const auto max = static_cast<size_t>(limit);
+  if (before_id > 0) {  // newest first: walk down from before_id
+    for (auto it = s_.node_events.lower_bound(before_id); it != s_.node_events.begin();) {
+      --it;
+      if (it->first <= after_id || out.size() >= max) break;
+      if (node_id.empty() || it->second.node_id == node_id) out.push_back(it->second);
+    }
+    return out;
+  }
   if (node_id.empty()) {
     for (auto it = s_.node_events.upper_bound(after_id);
          it != s_.node_events.end() && out.size() < max; ++it) {

@@ -278,13 +278,13 @@ void CheckV3(Tx& tx) {
   EXPECT_EQ(node->lending->deny_groups, std::set<std::string>{"nlp"});
   EXPECT_EQ(node->lending->max_runtime_ms, 3600000);
   EXPECT_FALSE(Must(tx.GetNode("n-1"))->lending.has_value());  // older agents lend everything
-  auto events = Must(tx.ListNodeEvents("n-2", 0, 100));
+  auto events = Must(tx.ListNodeEvents("n-2", 0, 0, 100));
   ASSERT_EQ(events.size(), 3u);
   EXPECT_EQ(events[0].kind, "reclaim");
   EXPECT_EQ(events[0].gpus, std::vector<std::string>{"GPU-c"});
   EXPECT_EQ(events[0].attempts, std::vector<std::string>{"10.1"});
   EXPECT_EQ(events[2].reason, "decommissioned");
-  EXPECT_EQ(Must(tx.ListNodeEvents("", events[0].id, 100)).size(), 3u);
+  EXPECT_EQ(Must(tx.ListNodeEvents("", events[0].id, 0, 100)).size(), 3u);
 }
 
 // Version 4: checkpoints (numbers survive retention's deletes), inputs.
@@ -374,7 +374,7 @@ void CheckV5(Tx& tx) {
   ASSERT_TRUE(vision.has_value());
   EXPECT_EQ(vision->members, (std::vector<std::string>{"alice", "dave"}));
   EXPECT_TRUE(vision->shared_jobs);
-  auto audit = Must(tx.ListAudit(0, 10));
+  auto audit = Must(tx.ListAudit(0, 0, 10));
   ASSERT_EQ(audit.size(), 2u);
   EXPECT_FALSE(audit[1].ok);
   EXPECT_EQ(audit[1].peer, "10.1.2.3:50112");

@@ -306,7 +306,7 @@ TEST(SqliteStoreTest, MigratesAVersion2DatabaseKeepingItsNodes) {
     e.kind = "leave";
     GP_ASSIGN_OR_RETURN(int64_t id, tx.AppendNodeEvent(e));
     EXPECT_EQ(id, 1);
-    GP_ASSIGN_OR_RETURN(auto events, tx.ListNodeEvents("n-1", 0, 10));
+    GP_ASSIGN_OR_RETURN(auto events, tx.ListNodeEvents("n-1", 0, 0, 10));
     EXPECT_EQ(events.size(), 1u);
     GP_ASSIGN_OR_RETURN(auto again, tx.GetNode("n-1"));
     EXPECT_EQ(again, node);

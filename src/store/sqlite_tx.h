@@ -51,7 +51,7 @@ class SqliteTx : public Tx {
   Result<std::vector<Node>> ListNodes() override;
   Result<int64_t> AppendNodeEvent(const NodeEvent& e) override;
   Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id, int64_t after_id,
-                                                int32_t limit) override;
+                                                int64_t before_id, int32_t limit) override;
   Status PutAgentCredential(const AgentCredential& c) override;
   Result<std::optional<AgentCredential>> GetAgentCredential(const std::string& node) override;
   Result<std::vector<AgentCredential>> ListAgentCredentials() override;
@@ -73,7 +73,8 @@ class SqliteTx : public Tx {
   Result<std::optional<GroupRecord>> GetGroup(const std::string& name) override;
   Result<std::vector<GroupRecord>> ListGroups() override;
   Result<int64_t> AppendAudit(const AuditEntry& e) override;
-  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) override;
+  Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int64_t before_id,
+                                            int32_t limit) override;
   Result<std::optional<std::string>> GetMeta(const std::string& key) override;
   Status PutMeta(const std::string& key, const std::string& value) override;
 

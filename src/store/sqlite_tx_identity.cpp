@@ -99,12 +99,17 @@ Result<int64_t> SqliteTx::AppendAudit(const AuditEntry& e) {
   return static_cast<int64_t>(sqlite3_last_insert_rowid(conn_.handle()));
 }
 
-Result<std::vector<AuditEntry>> SqliteTx::ListAudit(int64_t after_id, int32_t limit) {
+Result<std::vector<AuditEntry>> SqliteTx::ListAudit(int64_t after_id, int64_t before_id,
+                                                    int32_t limit) {
   if (limit <= 0) return std::vector<AuditEntry>();
-  GP_ASSIGN_OR_RETURN(Query q,
-                      conn_.Prepare("SELECT id, ts_ms, actor, action, target, detail, peer, ok "
-                                    "FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2"));
-  q.Bind(1, after_id).Bind(2, static_cast<int64_t>(limit));
+  GP_ASSIGN_OR_RETURN(
+      Query q,
+      conn_.Prepare(before_id == 0 ? "SELECT id, ts_ms, actor, action, target, detail, peer, ok "
+                                     "FROM audit WHERE id > ?1 AND ?3 = 0 ORDER BY id LIMIT ?2"
+                                   : "SELECT id, ts_ms, actor, action, target, detail, peer, ok "
+                                     "FROM audit WHERE id > ?1 AND id < ?3 ORDER BY id DESC "
+                                     "LIMIT ?2"));
+  q.Bind(1, after_id).Bind(2, static_cast<int64_t>(limit)).Bind(3, before_id);
   return ReadAll<AuditEntry>(q, ReadAudit);
 }
 

@@ -94,14 +94,19 @@ Result<int64_t> SqliteTx::AppendNodeEvent(const NodeEvent& e) {
 }
 
 Result<std::vector<NodeEvent>> SqliteTx::ListNodeEvents(const std::string& node_id,
-                                                        int64_t after_id, int32_t limit) {
+                                                        int64_t after_id, int64_t before_id,
+                                                        int32_t limit) {
   if (limit <= 0) return std::vector<NodeEvent>();
-  // ?1 = '' lists every node's events.
-  GP_ASSIGN_OR_RETURN(Query q,
-                      conn_.Prepare("SELECT id, node_id, ts_ms, kind, reason, gpus, attempts "
-                                    "FROM node_events WHERE (?1 = '' OR node_id = ?1) AND id > ?2 "
-                                    "ORDER BY id LIMIT ?3"));
-  q.Bind(1, node_id).Bind(2, after_id).Bind(3, static_cast<int64_t>(limit));
+  // ?1 = '' lists every node's events; ?4 = 0: ascending from ?2.
+  GP_ASSIGN_OR_RETURN(
+      Query q,
+      conn_.Prepare(before_id == 0 ? "SELECT id, node_id, ts_ms, kind, reason, gpus, attempts "
+                                     "FROM node_events WHERE (?1 = '' OR node_id = ?1) AND id > ?2 "
+                                     "AND ?4 = 0 ORDER BY id LIMIT ?3"
+                                   : "SELECT id, node_id, ts_ms, kind, reason, gpus, attempts "
+                                     "FROM node_events WHERE (?1 = '' OR node_id = ?1) AND id > ?2 "
+                                     "AND id < ?4 ORDER BY id DESC LIMIT ?3"));
+  q.Bind(1, node_id).Bind(2, after_id).Bind(3, static_cast<int64_t>(limit)).Bind(4, before_id);
   return ReadAll<NodeEvent>(q, ReadNodeEvent);
 }
 

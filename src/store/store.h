@@ -314,10 +314,13 @@ class NodesTx {
   // Node events (a provider's reclaims, pauses, ...). AppendNodeEvent
   // ignores event.id, assigns the next id (ascending, never reused) and
   // returns it. ListNodeEvents returns the events of `node_id` ("" = every
-  // node) with id > after_id, by ascending id, at most `limit`.
+  // node) with id > after_id, at most `limit`: by ascending id when
+  // before_id is 0, else those with id < before_id, newest first (by
+  // descending id: the latest page of a log, and the pages before it).
   virtual Result<int64_t> AppendNodeEvent(const NodeEvent& event) = 0;
   virtual Result<std::vector<NodeEvent>> ListNodeEvents(const std::string& node_id,
-                                                        int64_t after_id, int32_t limit) = 0;
+                                                        int64_t after_id, int64_t before_id,
+                                                        int32_t limit) = 0;
 
   // Agent credentials, by node name.
   virtual Status PutAgentCredential(const AgentCredential& c) = 0;
@@ -353,9 +356,12 @@ class IdentityTx {
   virtual Result<std::optional<GroupRecord>> GetGroup(const std::string& name) = 0;
   virtual Result<std::vector<GroupRecord>> ListGroups() = 0;
 
-  // The audit log: append (returns the id) and read in id order.
+  // The audit log: append (returns the id) and read: ids above after_id in
+  // id order, or with before_id > 0 those below it, newest first (as
+  // ListNodeEvents).
   virtual Result<int64_t> AppendAudit(const AuditEntry& e) = 0;
-  virtual Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int32_t limit) = 0;
+  virtual Result<std::vector<AuditEntry>> ListAudit(int64_t after_id, int64_t before_id,
+                                                    int32_t limit) = 0;
 };
 
 // Jobs' output, kept per attempt rank (LogStream), and its retention.

@@ -118,13 +118,23 @@ TEST_P(StoreConformanceTest, AuditAppendsInOrderAndSurvivesRollbackOfOthers) {
   Reopen();
   login.id = first;
   failed.id = second;
-  CONF_ASSERT_OK_AND_ASSIGN(auto all, InTx(store(), [](Tx& tx) { return tx.ListAudit(0, 10); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto all, InTx(store(), [](Tx& tx) { return tx.ListAudit(0, 0, 10); }));
   EXPECT_EQ(all, (std::vector<AuditEntry>{login, failed}));
   CONF_ASSERT_OK_AND_ASSIGN(auto rest,
-                            InTx(store(), [&](Tx& tx) { return tx.ListAudit(first, 10); }));
+                            InTx(store(), [&](Tx& tx) { return tx.ListAudit(first, 0, 10); }));
   EXPECT_EQ(rest, (std::vector<AuditEntry>{failed}));
-  CONF_ASSERT_OK_AND_ASSIGN(auto one, InTx(store(), [](Tx& tx) { return tx.ListAudit(0, 1); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto one, InTx(store(), [](Tx& tx) { return tx.ListAudit(0, 0, 1); }));
   EXPECT_EQ(one.size(), 1u);
+  // Newest first, and the page below an id.
+  CONF_ASSERT_OK_AND_ASSIGN(auto newest,
+                            InTx(store(), [](Tx& tx) { return tx.ListAudit(0, INT64_MAX, 10); }));
+  EXPECT_EQ(newest, (std::vector<AuditEntry>{failed, login}));
+  CONF_ASSERT_OK_AND_ASSIGN(auto below,
+                            InTx(store(), [&](Tx& tx) { return tx.ListAudit(0, second, 10); }));
+  EXPECT_EQ(below, (std::vector<AuditEntry>{login}));
+  CONF_ASSERT_OK_AND_ASSIGN(auto last,
+                            InTx(store(), [](Tx& tx) { return tx.ListAudit(0, INT64_MAX, 1); }));
+  EXPECT_EQ(last, (std::vector<AuditEntry>{failed}));
 }
 
 }  // namespace gpupool

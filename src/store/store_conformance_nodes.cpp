@@ -165,8 +165,8 @@ TEST_P(StoreConformanceTest, NodeEventsAppendListFilterAndPage) {
   EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 4u);
   for (size_t i = 0; i < appended.size(); ++i) appended[i].id = ids[i];
 
-  auto list = [&](const std::string& node, int64_t after, int32_t limit) {
-    auto r = InTx(store(), [&](Tx& tx) { return tx.ListNodeEvents(node, after, limit); });
+  auto list = [&](const std::string& node, int64_t after, int32_t limit, int64_t before = 0) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.ListNodeEvents(node, after, before, limit); });
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? *r : std::vector<NodeEvent>{};
   };
@@ -178,6 +178,13 @@ TEST_P(StoreConformanceTest, NodeEventsAppendListFilterAndPage) {
   EXPECT_EQ(list("n-1", ids[0], 1), (V{appended[2]}));
   EXPECT_EQ(list("", ids[2], 100), (V{appended[3]}));
   EXPECT_EQ(list("", 0, 0), V{});
+  // Newest first: the latest page, then the one before it.
+  EXPECT_EQ(list("", 0, 2, INT64_MAX), (V{appended[3], appended[2]}));
+  EXPECT_EQ(list("", 0, 2, ids[2]), (V{appended[1], appended[0]}));
+  EXPECT_EQ(list("n-1", 0, 100, INT64_MAX), (V{appended[3], appended[2], appended[0]}));
+  EXPECT_EQ(list("n-1", 0, 1, ids[2]), (V{appended[0]}));
+  EXPECT_EQ(list("n-1", ids[0], 100, ids[3]), (V{appended[2]}));
+  EXPECT_EQ(list("", 0, 100, ids[0]), V{});
 
   // A rolled-back append leaves nothing; ids go on ascending after a reopen.
   Status st = InTx(store(), [&](Tx& tx) -> Status {

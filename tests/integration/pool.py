@@ -139,11 +139,16 @@ class Pool:
         return str(self.dir / f"agent-{name}")
 
     def start_agent(self, name, gpus="1xA100:80GiB", env=None, extra=(), data_dir=None, netns=None,
-                    log_level="debug"):
+                    log_level="debug", enroll_as=None):
         """gpus=None: no --simulate-gpus, so the agent uses NVML. `netns`: the
-        network namespace of the "machine" it runs on (machines.py)."""
+        network namespace of the "machine" it runs on (machines.py).
+        `enroll_as`: a provider's API token to enroll with instead of the
+        pool's join token (the node is then that provider's)."""
         data = data_dir or self.agent_dir(name)
-        args = ["agent", "--server", self.url, "--join-token", self.join_token(), "--data-dir", data,
+        join = self.join_token()
+        if enroll_as:
+            join = enroll_as + "." + join.split(".", 1)[1]
+        args = ["agent", "--server", self.url, "--join-token", join, "--data-dir", data,
                 "--name", name, "--log-level", log_level, "--kill-grace-ms", "2000", *extra]
         if gpus:
             args += ["--simulate-gpus", gpus]

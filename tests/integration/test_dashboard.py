@@ -177,3 +177,140 @@ def test_the_dashboard_in_chromium(pool, browser):
     status, body = cookie_request(pool, "GET", "/v1/whoami", secret)
     assert status == 401, body
     screenshot(browser, "signin")
+
+
+def test_an_owner_takes_a_machine_back_from_the_browser(pool, browser):
+    """My machines: a provider sees the machine she enrolled (not another
+    provider's), pauses it and lends it again, and reclaims a GPU, from the
+    buttons; the agent does it and its events show on the page."""
+    pool.start_server()
+    status, body = pool.api("POST", "/v1/users", {"name": "carol", "role": "provider",
+                                                  "password": PASSWORD})
+    assert status == 201, body
+    status, token = pool.api("POST", "/v1/tokens", {"user": "carol", "name": "enroll"})
+    assert status == 201, token
+    pool.start_agent("carols", gpus="2xA100:80GiB", enroll_as=token["token"])
+    pool.start_agent("others", gpus="1xA100:80GiB")  # enrolled with the pool's join token
+    pool.wait_nodes_ready(2)
+
+    sign_in(browser, pool, "carol")
+    find(browser, "#nav-mine").click()
+    card = '#my-machines article[data-node="carols"]'
+    find(browser, card)
+    assert not browser.find_elements(By.CSS_SELECTOR, '#my-machines article[data-node="others"]')
+    screenshot(browser, "my-machines")
+
+    def status_of(name):
+        return next(n for n in pool.nodes() if n["name"] == name)["status"]
+
+    browser.find_element(By.CSS_SELECTOR, card + " button.pause").click()
+    wait_for(lambda: "Pause sent to carols" in text_of(browser, "#mine-said"), what="pause sent")
+    wait_for(lambda: status_of("carols") == "paused", what="carols paused")
+    wait_for(lambda: "paused by carol through the server" in text_of(browser, "#my-events-table"),
+             what="the pause among the machine's events")
+    wait_for(lambda: "paused" in text_of(browser, card + " .node-head"), what="the card paused")
+
+    browser.find_element(By.CSS_SELECTOR, card + " button.resume").click()
+    wait_for(lambda: status_of("carols") == "available", what="carols lending again")
+
+    # Reclaim one GPU, confirmed in the browser's dialog.
+    browser.find_element(By.CSS_SELECTOR, card + " select.reclaim-gpu option[value='1']").click()
+    browser.find_element(By.CSS_SELECTOR, card + " button.reclaim").click()
+    def confirmation():
+        try:
+            return browser.switch_to.alert
+        except NoAlertPresentException:
+            return None
+    alert = wait_for(confirmation, what="the confirmation")
+    assert "Take back GPU 1 of carols" in alert.text, alert.text
+    alert.accept()
+    lent = lambda: (next(n for n in pool.nodes() if n["name"] == "carols")["lending"] or {})["gpus"]
+    wait_for(lambda: len(lent()) == 1, what="one GPU of carols lent")
+    wait_for(lambda: "reclaim of 1 GPUs asked by carol" in text_of(browser, "#my-events-table"),
+             what="the reclaim among the events")
+    assert status_of("others") == "available"
+
+
+def test_a_jupyter_session_from_the_browser(pool, browser):
+    """Sessions: start Jupyter from the page, Open it in a new tab through
+    the one-time link (the tab lands on the notebook server, through the
+    proxy), and Stop it."""
+    pool.start_server()
+    pool.start_agent("gpu1", gpus="1xA100:80GiB")
+    pool.wait_nodes_ready(1)
+    add_user(pool, "alice")
+    sign_in(browser, pool, "alice")
+    browser.get(pool.url + "/ui#/sessions")
+    find(browser, "#session-form")
+    browser.find_element(By.CSS_SELECTOR, "#session-start").click()
+    said = wait_for(lambda: (lambda t: t if "submitted" in t else None)(
+        text_of(browser, "#sessions-said")), what="the session submitted")
+    job_id = int(said.split("Session ", 1)[1].split()[0])
+    assert pool.job(job_id)["spec"]["session"]["kind"] == "jupyter"
+    pool.wait_state(job_id, "running", timeout=120)
+    # The page makes the sign-in link with its cookie and CSRF token; the
+    # cookie alone, or from another site, makes none, and the dashboard never
+    # gets the notebook server's own token.
+    cookie = next(c for c in browser.get_cookies() if c["name"] == "gpupool_dashboard")["value"]
+    csrf = cookie_request(pool, "GET", "/v1/whoami", cookie)[1]["csrf"]
+    link = f"/v1/sessions/{job_id}/link"
+    assert cookie_request(pool, "POST", link, cookie, body={})[0] == 403
+    assert cookie_request(pool, "POST", link, cookie, csrf, "https://evil.example", {})[0] == 403
+    status, made = cookie_request(pool, "POST", link, cookie, csrf, body={})
+    assert status == 200 and made["url"].startswith(link.replace("link", "login?code=")), made
+    assert "jupyter_token" not in made, made
+    opener = find(browser, f'#sessions-table button.open-session[data-job="{job_id}"]', timeout=60)
+    screenshot(browser, "sessions")
+    page = browser.current_window_handle
+    opener.click()
+    wait_for(lambda: len(browser.window_handles) == 2,
+             what=lambda: f"a new tab (the page says {text_of(browser, '#sessions-said')!r}, "
+                          f"{browser.get_log('browser')})")
+    browser.switch_to.window(next(w for w in browser.window_handles if w != page))
+    # The link signs this browser in to the session and lands on Jupyter.
+    wait_for(lambda: f"/v1/sessions/{job_id}/proxy/" in browser.current_url
+             and "Jupyter" in browser.page_source, timeout=120,
+             what="Jupyter in the new tab")
+    assert "/login?code=" not in browser.current_url
+    browser.close()
+    browser.switch_to.window(page)
+
+    browser.find_element(By.CSS_SELECTOR, f'#sessions-table button.stop-session[data-job="{job_id}"]').click()
+    assert pool.wait_finished(job_id, timeout=60)["state"] == "cancelled"
+    wait_for(lambda: f'data-job="{job_id}"' not in browser.find_element(
+        By.CSS_SELECTOR, "#sessions-table").get_attribute("outerHTML"), what="the session gone")
+
+
+def test_the_admin_page(pool, browser):
+    """Admin: users, tokens (never their secrets), enrolled nodes and the
+    audit log newest first; a member neither sees the link nor the data."""
+    pool.start_server()
+    pool.start_agent("lab-a", gpus="1xA100:80GiB")
+    pool.wait_nodes_ready(1)
+    status, body = pool.api("POST", "/v1/users", {"name": "root2", "role": "admin",
+                                                  "password": PASSWORD})
+    assert status == 201, body
+    add_user(pool, "alice")
+    status, made = pool.api("POST", "/v1/tokens", {"user": "alice", "name": "laptop"})
+    assert status == 201, made
+
+    sign_in(browser, pool, "alice")
+    assert not find(browser, "#nav-admin").is_displayed()
+    browser.get(pool.url + "/ui#/admin")
+    wait_for(lambda: "Only the pool's admins" in text_of(browser, "#page-error"),
+             what="the member turned away")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#users-table")
+    browser.find_element(By.CSS_SELECTOR, "#signout").click()
+    find(browser, "#signin")
+
+    sign_in(browser, pool, "root2")
+    find(browser, "#nav-admin").click()
+    find(browser, '#users-table')
+    wait_for(lambda: "alice" in text_of(browser, "#users-table"), what="alice among the users")
+    wait_for(lambda: made["id"] in text_of(browser, "#tokens-table"), what="alice's token")
+    assert made["token"] not in browser.page_source  # secrets are never listed
+    wait_for(lambda: "lab-a" in text_of(browser, "#agents-table"), what="lab-a enrolled")
+    # The newest audit entry first: root2's own sign-in.
+    first = find(browser, "#audit-table tbody tr")
+    assert "root2" in first.text and "login" in first.text, first.text
+    screenshot(browser, "admin")

@@ -6,6 +6,7 @@ import {
   h, fill, dataTable, pill, jobLink, timeEl, fmtGpus, fmtDuration, specGpus, isLive,
   errorLine, errorText, changed, firstArray,
 } from "./dom.js";
+import { gpuUsePanel, checkpointsPanel, logDownload } from "./job_panels.js";
 
 const PAGE = 50;
 
@@ -219,6 +220,8 @@ function submitCard() {
 // --- One job -------------------------------------------------------------
 
 const MAX_LOG_LINES = 20000;
+// Lines kept for Download (the page shows the last MAX_LOG_LINES).
+const MAX_KEPT_LINES = 1000000;
 
 export async function renderJob(main, ctx, idParam) {
   const id = String(idParam);
@@ -231,11 +234,16 @@ export async function renderJob(main, ctx, idParam) {
   const attemptsBox = h("div");
   const logStatus = h("p", { id: "job-log-status", class: "muted small" }, "Loading the log…");
   const log = h("pre", { id: "job-log", class: "log", tabindex: 0 });
+  const kept = [];
+  const download = logDownload(id, () => kept);
+  const gpuUse = gpuUsePanel(ctx, id);
+  const checkpoints = checkpointsPanel(ctx, id);
   const body = h("div", { hidden: true },
     h("section", { class: "card" }, h("h2", null, "Details"), details,
       h("details", null, h("summary", null, "Spec"), specBox)),
     h("section", { class: "card" }, h("h2", null, "Attempts"), attemptsBox),
-    h("section", { class: "card" }, h("h2", null, "Log"), logStatus, log));
+    h("div", { class: "grid-2" }, gpuUse.root, checkpoints.root),
+    h("section", { class: "card" }, h("h2", null, "Log"), logStatus, log, download));
 
   main.appendChild(h("section", { class: "page" },
     h("p", { class: "crumbs" }, h("a", { href: "#/jobs" }, "← Jobs")),
@@ -275,6 +283,7 @@ export async function renderJob(main, ctx, idParam) {
     if (!changed(seen, "job", j)) return;
     specBox.textContent = JSON.stringify(j.spec || {}, null, 2);
     showAttempts(j);
+    download.setRanks(Number((j.spec && j.spec.resources && j.spec.resources.nodes) || 1));
   }
 
   async function refresh() {
@@ -367,6 +376,7 @@ export async function renderJob(main, ctx, idParam) {
       if (l.ts_ms) span.title = new Date(l.ts_ms).toLocaleString() + (l.attempt_id ? " · attempt " + l.attempt_id : "");
       span.textContent = text + "\n";
       frag.appendChild(span);
+      if (kept.length < MAX_KEPT_LINES) kept.push(text);
       shown++;
     }
     log.appendChild(frag);
@@ -418,6 +428,7 @@ function attemptColumns(nodeNames) {
     { label: "Started", cell: (a) => timeEl(a.started_ms) },
     { label: "Ended", cell: (a) => timeEl(a.finished_ms) },
     { label: "Exit", class: "num", cell: (a) => (a.exit_code == null ? "—" : String(a.exit_code)) },
+    { label: "Work lost", class: "num", cell: (a) => (a.lost_work_ms > 0 ? fmtDuration(a.lost_work_ms) : "—") },
     {
       label: "Reason", class: "wide",
       cell: (a) => [

@@ -40,6 +40,10 @@ def browser(tmp_path):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
+    driver.download_dir = tmp_path / "downloads"
+    driver.download_dir.mkdir()
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior",
+                           {"behavior": "allow", "downloadPath": str(driver.download_dir)})
     yield driver
     driver.quit()
 
@@ -132,6 +136,14 @@ def test_the_dashboard_in_chromium(pool, browser):
     job_id = int(browser.current_url.rsplit("/", 1)[1])
     status, job = pool.api("GET", f"/v1/jobs/{job_id}")
     assert job["owner"] == "alice" and job["name"] == "from-the-dashboard", job
+    # Its GPU use and checkpoints beside the log; the log downloads as a file.
+    find(browser, "#job-gpu-chart")
+    wait_for(lambda: "No checkpoints" in text_of(browser, "#job-checkpoints"), what="checkpoints")
+    browser.find_element(By.CSS_SELECTOR, "#log-download").click()
+    saved = browser.download_dir / f"job-{job_id}.log"
+    wait_for(lambda: saved.exists() and "second-line" in saved.read_text(), what=str(saved))
+    assert saved.read_text().startswith("hello-from-the-dashboard\n"), saved.read_text()
+    browser.execute_script("window.scrollTo(0, 0)")
     screenshot(browser, "job")
 
     # A change without the CSRF token, or from another origin, is refused;

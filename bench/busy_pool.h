@@ -7,7 +7,8 @@
 //   (each submitted, placed, run and exited through the Pool), every GPU
 //   held by a running 1-GPU job (8N live attempts), then P pending 1-GPU
 //   jobs that wait (there is no room). The store lives in a temporary
-//   directory under $TMPDIR, removed by the destructor.
+//   directory under $TMPDIR, removed by the destructor, or in `keep_dir`
+//   (DIR/state.db, a server's data dir) when one is given, and stays.
 #pragma once
 
 #include <unistd.h>
@@ -45,12 +46,15 @@ class BusyPool {
   // `nvml_names`: nodes and GPUs named as on a campus ("lab-node-0042",
   // NVML's "GPU-8a3b0c1d-..." uuids, "NVIDIA A100-SXM4-80GB", not simulated)
   // rather than "node-42", "node-42-gpu0", "A100".
-  BusyPool(int nodes, int pending, int history, PoolHooks hooks = {}, bool nvml_names = false)
-      : nvml_names_(nvml_names) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("gpupool-bench-" + std::to_string(::getpid()) + "-" + std::to_string(nodes) + "-" +
-            std::to_string(pending) + "-" + std::to_string(history));
-    std::filesystem::remove_all(dir_);
+  BusyPool(int nodes, int pending, int history, PoolHooks hooks = {}, bool nvml_names = false,
+           std::filesystem::path keep_dir = {}, int64_t start_ms = 1'700'000'000'000)
+      : nvml_names_(nvml_names), keep_(!keep_dir.empty()), clock_(start_ms) {
+    dir_ = keep_ ? keep_dir
+                 : std::filesystem::temp_directory_path() /
+                       ("gpupool-bench-" + std::to_string(::getpid()) + "-" +
+                        std::to_string(nodes) + "-" + std::to_string(pending) + "-" +
+                        std::to_string(history));
+    if (!keep_) std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     auto store = SqliteStore::Open((dir_ / "state.db").string());
     if (!store.ok()) Die("open the store", store.status());
@@ -70,7 +74,7 @@ class BusyPool {
   ~BusyPool() {
     pool_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
+    if (!keep_) std::filesystem::remove_all(dir_);
   }
   Pool& pool() { return *pool_; }
   std::string NodeName(int n) const {
@@ -156,6 +160,7 @@ class BusyPool {
   }
 
   bool nvml_names_ = false;
+  bool keep_ = false;
   std::filesystem::path dir_;
   FakeClock clock_;
   std::unique_ptr<SqliteStore> store_;

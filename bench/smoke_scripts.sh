@@ -11,7 +11,7 @@
 #   smoke_scripts.sh NAME BUILD_DIR
 #
 # NAME is one of: pool, pool-tls, executor, gang, reclaim, agent-load,
-# sched-grid, openb, upload, ddp, tunnel, migration, net, flood. (run_chaos.sh
+# sched-grid, openb, upload, ddp, tunnel, migration, net, flood, dashboard. (run_chaos.sh
 # has none: it is test_chaos.py, which the suite runs as
 # integration_test_chaos.) They need what the end-to-end tests need (root,
 # scripts/setup.sh's packages: bubblewrap, skopeo, umoci, rsync, PyTorch CPU,
@@ -239,6 +239,16 @@ case $name in
     expect "^run 1: .*\"limit_reached\": \\[\"output limit of 1 MiB reached"
     positive "^  during_n +($num)"
     positive "^  output_bytes +($num) MiB"
+    ;;
+  dashboard)
+    # 5 agents, 200 jobs of history, one run: every request answered, every
+    # page showed its data in Chromium.
+    run env AGENTS=5 HISTORY=200 PENDING=5 RUNS=1 "$py" "$here/dashboard_bench.py" "$build"
+    expect "^filled .*: 10 nodes, 200 finished jobs"
+    positive "^  jobs: first page +($num) ms"
+    positive "^  queue +($num) ms"
+    positive "^  overview +first contentful paint +($num) ms"
+    positive "^  machines +first contentful paint +[0-9]+ ms +data shown +($num) ms"
     ;;
   *)
     echo "unknown smoke $name" >&2

@@ -34,7 +34,8 @@ export function isAbort(e) {
 }
 
 // request("GET", "/v1/nodes") -> the parsed JSON answer, or throws ApiError.
-// opts: {body (an object, sent as JSON), signal, noAuthRedirect}.
+// opts: {body (an object, sent as JSON), text and type (a body sent as is,
+// with that Content-Type), signal, noAuthRedirect}.
 export async function request(method, path, opts = {}) {
   const headers = { Accept: "application/json" };
   const init = { method, credentials: "same-origin", headers, cache: "no-store" };
@@ -42,6 +43,9 @@ export async function request(method, path, opts = {}) {
   if (opts.body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(opts.body);
+  } else if (opts.text !== undefined) {
+    headers["Content-Type"] = opts.type;
+    init.body = opts.text;
   }
   if (opts.signal) init.signal = opts.signal;
 

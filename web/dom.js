@@ -230,6 +230,18 @@ export function errorLine(id) {
   return el;
 }
 
+// A status line for what an action did: el.say(text) shows it, el.say(text,
+// true) as an error, el.say("") hides it.
+export function noticeLine(id) {
+  const el = h("p", { id, class: "notice", role: "status", hidden: true });
+  el.say = (text, bad) => {
+    el.textContent = text || "";
+    el.hidden = !text;
+    el.classList.toggle("error", Boolean(bad));
+  };
+  return el;
+}
+
 // Runs fn only when `value` serializes differently from the last call with
 // the same key object: avoids rebuilding identical tables every refresh.
 export function changed(holder, key, value) {

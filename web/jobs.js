@@ -143,14 +143,16 @@ export async function renderJobs(main, ctx) {
   ctx.every(5000, refresh);
 }
 
-// The submit form: fields, or a pasted JSON spec when that is not empty.
+// The submit form: fields, or a pasted spec (YAML, or JSON, which is YAML
+// too) when that is not empty. The server reads a pasted spec as the CLI
+// reads job.yaml, so its errors name the field and the line.
 function submitCard() {
   const name = h("input", { id: "submit-name", name: "name", type: "text", placeholder: "train", autocomplete: "off" });
   const run = h("textarea", { id: "submit-run", name: "run", rows: 3, placeholder: "python3 train.py", spellcheck: "false" });
   const gpus = h("input", { id: "submit-gpus", name: "gpus", type: "number", min: 0, step: 0.1, value: 1, inputmode: "decimal" });
   const spec = h("textarea", {
     id: "submit-spec", name: "spec", rows: 7, spellcheck: "false",
-    placeholder: '{"name": "train", "run": "python3 train.py", "resources": {"gpus": 1}}',
+    placeholder: "name: train\nrun: python3 train.py\nresources:\n  gpus: 1",
   });
   const button = h("button", { id: "submit-button", type: "submit", class: "primary" }, "Submit");
   const error = errorLine("submit-error");
@@ -162,7 +164,7 @@ function submitCard() {
         h("div", { class: "field gpus" }, h("label", { for: "submit-gpus" }, "GPUs"), gpus)),
       h("div", { class: "field" }, h("label", { for: "submit-run" }, "Command (run with /bin/sh -c)"), run)),
     h("div", { class: "field submit-spec" },
-      h("label", { for: "submit-spec" }, "Or paste a JSON spec (used instead of the fields when not empty)"), spec),
+      h("label", { for: "submit-spec" }, "Or paste a job spec, YAML or JSON (used instead of the fields when not empty)"), spec),
     h("div", { class: "submit-actions" }, button, error));
 
   form.addEventListener("submit", async (ev) => {
@@ -170,22 +172,9 @@ function submitCard() {
     error.set("");
     let body;
     const raw = spec.value.trim();
-    if (raw) {
-      try {
-        body = JSON.parse(raw);
-      } catch (e) {
-        error.set("The JSON spec is not valid JSON: " + errorText(e));
-        spec.focus();
-        return;
-      }
-      if (!body || typeof body !== "object" || Array.isArray(body)) {
-        error.set('The JSON spec must be an object, such as {"run": "nvidia-smi", "resources": {"gpus": 1}}.');
-        spec.focus();
-        return;
-      }
-    } else {
+    if (!raw) {
       if (!run.value.trim()) {
-        error.set("Enter a command to run, or paste a JSON spec.");
+        error.set("Enter a command to run, or paste a job spec.");
         run.focus();
         return;
       }
@@ -204,7 +193,9 @@ function submitCard() {
     }
     button.disabled = true;
     try {
-      const r = await api.post("/v1/jobs", body);
+      const r = raw
+        ? await api.request("POST", "/v1/jobs", { text: spec.value, type: "application/yaml" })
+        : await api.post("/v1/jobs", body);
       if (r && r.id != null) location.hash = "#/jobs/" + encodeURIComponent(String(r.id));
       else error.set("The server accepted the job but did not say its id.");
     } catch (e) {

@@ -6,7 +6,7 @@
 // did as the node's events, shown below.
 
 import * as api from "./api.js";
-import { h, fill, firstArray, genericTable, errorLine, errorText, changed } from "./dom.js";
+import { h, fill, firstArray, genericTable, errorLine, errorText, changed, noticeLine } from "./dom.js";
 import { pageSection, card, guarded, nodeInfo } from "./pages.js";
 
 function sendCommand(name, verb, body) {
@@ -73,12 +73,8 @@ function controls(name, say, sentNow) {
 
 export async function renderMine(main, ctx) {
   const err = errorLine("page-error");
-  const said = h("p", { id: "mine-said", class: "notice", role: "status", hidden: true });
-  const say = (text, bad) => {
-    said.textContent = text;
-    said.hidden = !text;
-    said.classList.toggle("error", Boolean(bad));
-  };
+  const said = noticeLine("mine-said");
+  const say = said.say;
   const list = h("div", { id: "my-machines", class: "machines" });
   const empty = h("p", { class: "muted", hidden: true },
     "You have not enrolled a machine. Start an agent with your own token as its join token " +

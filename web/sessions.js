@@ -5,7 +5,10 @@
 // one (an admin's: everyone's).
 
 import * as api from "./api.js";
-import { h, fill, dataTable, firstArray, pill, jobLink, timeEl, fmtGpus, specGpus, errorLine, errorText, changed } from "./dom.js";
+import {
+  h, fill, dataTable, firstArray, pill, jobLink, timeEl, fmtGpus, specGpus, errorLine, errorText, changed,
+  noticeLine,
+} from "./dom.js";
 import { pageSection, card, guarded } from "./pages.js";
 
 const LIVE = "pending,scheduled,running";
@@ -72,12 +75,8 @@ function startForm(say, started) {
 
 export async function renderSessions(main, ctx) {
   const err = errorLine("page-error");
-  const said = h("p", { id: "sessions-said", class: "notice", role: "status", hidden: true });
-  const say = (text, bad) => {
-    said.textContent = text;
-    said.hidden = !text;
-    said.classList.toggle("error", Boolean(bad));
-  };
+  const said = noticeLine("sessions-said");
+  const say = said.say;
   const box = h("div");
   const seen = {};
   let refresh = null;

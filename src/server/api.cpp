@@ -212,6 +212,15 @@ Result<int64_t> QueryWaitMs(const net::HttpRequest& req) {
   return std::min<int64_t>(*ms, 60'000);
 }
 
+// A spec sent as YAML (`Content-Type: application/yaml`, as the dashboard
+// sends a pasted spec) is read by the CLI's own reader, so its errors are
+// the CLI's, with the line.
+bool IsYaml(const std::string& content_type) {
+  std::string_view t = content_type;
+  t = t.substr(0, t.find(';'));
+  return t == "application/yaml" || t == "application/x-yaml" || t == "text/yaml";
+}
+
 }  // namespace
 
 Api::~Api() {
@@ -362,9 +371,14 @@ void Api::AddOwnRoutes() {
 }
 
 void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond) {
-  auto body = ParseJsonObject(req.body, "request body");
-  if (!body.ok()) return (*respond)(ErrorResponse(body.status()));
-  auto spec = JobSpecFromJson(*body);
+  Result<JobSpec> spec = Status::Internal("unset");
+  if (IsYaml(req.Header("content-type"))) {
+    spec = ParseJobSpec(req.body);
+  } else {
+    auto body = ParseJsonObject(req.body, "request body");
+    if (!body.ok()) return (*respond)(ErrorResponse(body.status()));
+    spec = JobSpecFromJson(*body);
+  }
   if (!spec.ok()) return (*respond)(ErrorResponse(spec.status()));
   // A job is charged to its group: only a lab's members may use the lab's
   // name (groups that are not labs are open to all).

@@ -326,3 +326,32 @@ def test_the_admin_page(pool, browser):
     first = find(browser, "#audit-table tbody tr")
     assert "root2" in first.text and "login" in first.text, first.text
     screenshot(browser, "admin")
+
+
+def test_a_pasted_yaml_spec(pool, browser):
+    """A spec pasted into the form is read as the CLI reads job.yaml: a bad
+    one is refused naming the field and its line, a good one runs."""
+    pool.start_server()
+    pool.start_agent("lab-a", gpus="1xA100:80GiB")
+    pool.wait_nodes_ready(1)
+    add_user(pool, "alice")
+    sign_in(browser, pool, "alice")
+    browser.get(pool.url + "/ui#/jobs")
+    spec = find(browser, "#submit-spec")
+    spec.send_keys("name: pasted\nrun: echo from-yaml\nresources:\n  gpus: many\n")
+    browser.find_element(By.CSS_SELECTOR, "#submit-button").click()
+    wait_for(lambda: "resources.gpus (line 4)" in text_of(browser, "#submit-error"),
+             what=lambda: "the refusal with its line, not " + repr(text_of(browser, "#submit-error")))
+    # The CLI says the same of the same file.
+    path = pool.dir / "bad.yaml"
+    path.write_text("name: pasted\nrun: echo from-yaml\nresources:\n  gpus: many\n")
+    cli = pool.cli("submit", str(path))
+    assert cli.returncode != 0 and "resources.gpus (line 4)" in cli.stderr, cli.stderr
+    spec.clear()
+    spec.send_keys("name: pasted\nrun: echo from-yaml\nenv:\n  LEVEL: 007\nresources:\n  gpus: 1\n")
+    browser.find_element(By.CSS_SELECTOR, "#submit-button").click()
+    wait_for(lambda: "from-yaml" in text_of(browser, "#job-log"), timeout=60, what="its output")
+    job_id = int(browser.current_url.rsplit("/", 1)[1])
+    job = pool.job(job_id)
+    assert job["name"] == "pasted" and job["owner"] == "alice", job
+    assert job["spec"]["env"] == {"LEVEL": "007"}, job  # YAML's text, as the CLI keeps it

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
@@ -60,8 +60,25 @@ def find(driver, css, timeout=30):
 
 
 def text_of(driver, css):
-    els = driver.find_elements(By.CSS_SELECTOR, css)
-    return els[0].text if els else ""
+    """The element's text; "" when there is none, or when the page replaced
+    it between finding and reading it (pages re-render their tables on each
+    refresh; the caller's wait reads again)."""
+    try:
+        els = driver.find_elements(By.CSS_SELECTOR, css)
+        return els[0].text if els else ""
+    except StaleElementReferenceException:
+        return ""
+
+
+def click(driver, css, timeout=60):
+    """Clicks the element, finding it again if the page re-rendered it."""
+    def attempt():
+        try:
+            find(driver, css, timeout).click()
+            return True
+        except StaleElementReferenceException:
+            return False
+    wait_for(attempt, timeout=timeout, what=f"a click on {css}")
 
 
 def sign_in(driver, pool, user):
@@ -271,10 +288,10 @@ def test_a_jupyter_session_from_the_browser(pool, browser):
     status, made = cookie_request(pool, "POST", link, cookie, csrf, body={})
     assert status == 200 and made["url"].startswith(link.replace("link", "login?code=")), made
     assert "jupyter_token" not in made, made
-    opener = find(browser, f'#sessions-table button.open-session[data-job="{job_id}"]', timeout=60)
+    find(browser, f'#sessions-table button.open-session[data-job="{job_id}"]', timeout=60)
     screenshot(browser, "sessions")
     page = browser.current_window_handle
-    opener.click()
+    click(browser, f'#sessions-table button.open-session[data-job="{job_id}"]')
     wait_for(lambda: len(browser.window_handles) == 2,
              what=lambda: f"a new tab (the page says {text_of(browser, '#sessions-said')!r}, "
                           f"{browser.get_log('browser')})")
@@ -287,7 +304,7 @@ def test_a_jupyter_session_from_the_browser(pool, browser):
     browser.close()
     browser.switch_to.window(page)
 
-    browser.find_element(By.CSS_SELECTOR, f'#sessions-table button.stop-session[data-job="{job_id}"]').click()
+    click(browser, f'#sessions-table button.stop-session[data-job="{job_id}"]')
     assert pool.wait_finished(job_id, timeout=60)["state"] == "cancelled"
     wait_for(lambda: f'data-job="{job_id}"' not in browser.find_element(
         By.CSS_SELECTOR, "#sessions-table").get_attribute("outerHTML"), what="the session gone")

@@ -415,13 +415,44 @@ function tablePage(main, ctx, { title, intro, everyMs, path, key, table }) {
   }));
 }
 
+const QUEUE_PAGE = 100;
+
+// The queue a page of QUEUE_PAGE at a time (the server pages it).
 export async function renderQueue(main, ctx) {
-  tablePage(main, ctx, {
-    title: "Queue", intro: "Pending jobs in the order the scheduler considers them.",
-    everyMs: 5000, path: "/v1/queue", key: "jobs",
-    table: (jobs) => dataTable("queue-table", QUEUE_COLUMNS, jobs,
-      (j) => ({ "data-job": String(j.id) }), "No jobs are waiting."),
+  const err = errorLine("page-error");
+  const box = h("div");
+  const info = h("span", { id: "queue-range", class: "muted" });
+  const prev = h("button", { id: "queue-prev", type: "button", disabled: true }, "Previous");
+  const next = h("button", { id: "queue-next", type: "button", disabled: true }, "Next");
+  main.appendChild(pageSection("Queue",
+    h("p", { class: "muted" }, "Pending jobs in the order the scheduler considers them."),
+    err, box, h("div", { class: "pager" }, prev, next, info)));
+  const seen = {};
+  let offset = 0;
+  const load = () => guarded(err, async () => {
+    const r = await api.get("/v1/queue?limit=" + QUEUE_PAGE + "&offset=" + offset, { signal: ctx.signal });
+    const jobs = firstArray(r.jobs);
+    const total = typeof r.total === "number" ? r.total : jobs.length;
+    if (offset > 0 && offset >= total) {  // the queue shrank below this page
+      offset = Math.max(0, total - QUEUE_PAGE);
+      return load();
+    }
+    prev.disabled = offset === 0;
+    next.disabled = offset + jobs.length >= total;
+    info.textContent = total ? "jobs " + (offset + 1) + "–" + (offset + jobs.length) + " of " + total : "";
+    if (!changed(seen, "jobs", jobs)) return;
+    fill(box, dataTable("queue-table", QUEUE_COLUMNS, jobs, (j) => ({ "data-job": String(j.id) }),
+      "No jobs are waiting."));
   });
+  prev.addEventListener("click", () => {
+    offset = Math.max(0, offset - QUEUE_PAGE);
+    load();
+  });
+  next.addEventListener("click", () => {
+    offset += QUEUE_PAGE;
+    load();
+  });
+  ctx.every(5000, load);
 }
 
 // --- Groups --------------------------------------------------------------

@@ -344,8 +344,8 @@ void Api::AddOwnRoutes() {
           JobLogs(req, who, id, respond);
         }));
   t.Add("GET", "/v1/queue", kInHandler, Action::kJobRead,
-        [this](net::HttpRequest&, const Principal& who, const PathParams&, Respond respond) {
-          Queue(who, respond);
+        [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
+          Queue(req, who, respond);
         });
   t.Add("GET", "/v1/groups", kFirst, Action::kPoolRead,
         [this](net::HttpRequest&, const Principal&, const PathParams&, Respond respond) {
@@ -504,7 +504,13 @@ void Api::CancelJob(const Principal& who, int64_t id, Respond respond) {
   (*respond)(JsonResponse(200, JobToJson(*job, std::nullopt)));
 }
 
-void Api::Queue(const Principal& who, Respond respond) {
+void Api::Queue(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  // A page of the queue: `limit` jobs from `offset` (default: all of it).
+  auto offset = QueryInt(req, "offset", 0, 0, INT64_MAX);
+  auto limit = QueryInt(req, "limit", INT64_MAX, 1, INT64_MAX);
+  for (const Status& s : {offset.status(), limit.status()}) {
+    if (!s.ok()) return (*respond)(ErrorResponse(s));
+  }
   // Members see their own jobs, with their places in the whole queue.
   if (Status s = Authorize(who, Action::kJobRead, {who.subject}); !s.ok())
     return (*respond)(ErrorResponse(s));
@@ -512,9 +518,12 @@ void Api::Queue(const Principal& who, Respond respond) {
   if (Decide(who, Action::kJobRead) != Decision::kAllowed) owner = who.subject;
   auto queue = pool_.Queue(owner);
   if (!queue.ok()) return (*respond)(ErrorResponse(queue.status()));
+  const auto total = static_cast<int64_t>(queue->size());
+  const int64_t from = std::min(*offset, total);
+  const int64_t to = total - from > *limit ? from + *limit : total;
   json arr = json::array();
-  for (const QueuedJob& q : *queue) arr.push_back(JobToJson(q.job, q.queue));
-  (*respond)(JsonResponse(200, {{"jobs", arr}}));
+  for (int64_t i = from; i < to; ++i) arr.push_back(JobToJson((*queue)[i].job, (*queue)[i].queue));
+  (*respond)(JsonResponse(200, {{"jobs", arr}, {"total", total}, {"offset", from}}));
 }
 
 void Api::Groups(Respond respond) {

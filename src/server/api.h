@@ -85,7 +85,7 @@ class Api {
   void ListNodes(Respond respond, const std::string& only);
   // The provider event log of one node, or of every node when `node` is "".
   void NodeEvents(const net::HttpRequest& req, const std::string& node, Respond respond);
-  void Queue(const Principal& who, Respond respond);
+  void Queue(const net::HttpRequest& req, const Principal& who, Respond respond);
   void Groups(Respond respond);
 
   // The principal of a request: its bearer token, or the reverse proxy's

@@ -227,7 +227,6 @@ def test_an_owner_takes_a_machine_back_from_the_browser(pool, browser):
     card = '#my-machines article[data-node="carols"]'
     find(browser, card)
     assert not browser.find_elements(By.CSS_SELECTOR, '#my-machines article[data-node="others"]')
-    screenshot(browser, "my-machines")
 
     def status_of(name):
         return next(n for n in pool.nodes() if n["name"] == name)["status"]
@@ -257,6 +256,7 @@ def test_an_owner_takes_a_machine_back_from_the_browser(pool, browser):
     wait_for(lambda: len(lent()) == 1, what="one GPU of carols lent")
     wait_for(lambda: "reclaim of 1 GPUs asked by carol" in text_of(browser, "#my-events-table"),
              what="the reclaim among the events")
+    screenshot(browser, "my-machines")
     assert status_of("others") == "available"
 
 
@@ -372,3 +372,32 @@ def test_a_pasted_yaml_spec(pool, browser):
     job = pool.job(job_id)
     assert job["name"] == "pasted" and job["owner"] == "alice", job
     assert job["spec"]["env"] == {"LEVEL": "007"}, job  # YAML's text, as the CLI keeps it
+
+
+def test_the_queue_pages_on_the_server(pool, browser):
+    pool.start_server()  # no agents: every job waits
+    add_user(pool, "alice")
+    ids = [pool.submit({"name": f"q{i}", "run": "true", "resources": {"gpus": 1}})
+           for i in range(105)]
+    status, page = pool.api("GET", "/v1/queue?limit=10&offset=100")
+    assert status == 200 and page["total"] == 105 and page["offset"] == 100, page
+    assert [j["id"] for j in page["jobs"]] == ids[100:], page
+    status, whole = pool.api("GET", "/v1/queue")
+    assert [j["id"] for j in whole["jobs"]] == ids and whole["total"] == 105
+    assert pool.api("GET", "/v1/queue?limit=0")[0] == 400
+    # A member sees her own jobs only, and the total of those.
+    status, made = pool.api("POST", "/v1/login", {"user": "alice", "password": PASSWORD})
+    status, mine = pool.api("GET", "/v1/queue?limit=5", token=made["token"])
+    assert status == 200 and mine["total"] == 0 and mine["jobs"] == [], mine
+
+    status, body = pool.api("POST", "/v1/users", {"name": "root2", "role": "admin",
+                                                  "password": PASSWORD})
+    assert status == 201, body
+    sign_in(browser, pool, "root2")
+    browser.get(pool.url + "/ui#/queue")
+    wait_for(lambda: text_of(browser, "#queue-range") == "jobs 1–100 of 105", what="the first page")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#queue-table tbody tr")) == 100
+    click(browser, "#queue-next")
+    wait_for(lambda: text_of(browser, "#queue-range") == "jobs 101–105 of 105", what="the last page")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#queue-table tbody tr")) == 5
+    assert not find(browser, "#queue-next").is_enabled()

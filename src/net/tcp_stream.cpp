@@ -175,7 +175,10 @@ class RawSession : public internal::Session,
 
   void OnWrite(beast::error_code ec, size_t count) {
     writing_ = false;
-    if (state_ != State::kOpen) return;
+    if (state_ != State::kOpen) {
+      queue_.clear();  // kept for the write until now (Abort)
+      return;
+    }
     if (ec) return Fail(ec);
     for (size_t i = 0; i < count; ++i) {
       queued_bytes_ -= queue_.front().size();
@@ -245,7 +248,12 @@ class RawSession : public internal::Session,
   // Closes the socket; pending operations complete with errors.
   void Abort() {
     state_ = State::kClosed;
-    queue_.clear();
+    // A write in flight may still read its batch's strings: over TLS the
+    // write is a chain of steps that each encrypt from the buffers, and a
+    // step whose completion was already queued when the socket closed
+    // starts the next step (ASan saw SSL_write read a freed string, in a
+    // session proxy's relay). OnWrite drops them when the write is over.
+    if (!writing_) queue_.clear();
     queued_bytes_ = 0;
     held_ = {};
     beast::error_code ignored;

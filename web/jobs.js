@@ -341,6 +341,8 @@ export async function renderJob(main, ctx, idParam) {
       }
       const lines = Array.isArray(r.lines) ? r.lines : [];
       appendLines(lines, (r.nodes || 1) > 1);
+      // Output means it runs: show that now rather than at the next refresh.
+      if (lines.length && job && job.state === "scheduled") refresh();
       if (r.next_cursor != null) cursor = r.next_cursor;
       if (r.complete) {
         logDone = true;

@@ -374,8 +374,21 @@ void Provider::OnControl(const ControlPeer& peer, const nlohmann::json& request,
   GP_LOG(kInfo) << "control: " << cmd << " (uid " << peer.uid << ", pid " << peer.pid << ")";
   if (stopped_) return Reply(reply, false, "the agent is shutting down");
   if (cmd == "status") return reply(StatusJson());
-  if (cmd == "pause" || cmd == "resume" || cmd == "reclaim") {
-    return OwnerHold(cmd, request, "", std::move(reply));
+  if (cmd == "pause" || cmd == "resume") return OwnerHold(cmd, {}, false, "", std::move(reply));
+  if (cmd == "reclaim") {
+    const nlohmann::json* gpus = field("gpus");
+    const nlohmann::json* now = field("now");
+    if (gpus != nullptr && !gpus->is_array()) return Reply(reply, false, "gpus: must be a list");
+    std::vector<std::string> names;
+    for (const auto& g : gpus != nullptr ? *gpus : nlohmann::json::array()) {
+      if (!g.is_string()) {
+        return Reply(reply, false,
+                     "no GPU " + g.dump() + " on this machine (" + DescribeGpus() + ")");
+      }
+      names.push_back(g.get<std::string>());
+    }
+    bool at_once = now != nullptr && now->is_boolean() && now->get<bool>();
+    return OwnerHold(cmd, names, at_once, "", std::move(reply));
   }
   if (cmd == "leave") {
     if (leave_reply_) return Reply(reply, false, "already leaving: another `leave` waits for it");
@@ -431,10 +444,7 @@ void Provider::FromServer(const proto::OwnerCommand& c) {
   std::string by = c.by.empty() ? "someone" : c.by;
   GP_LOG(kInfo) << "owner command from the server: " << c.command << " (by " << by << ")";
   if (stopped_) return;
-  nlohmann::json request = nlohmann::json::object();
-  if (!c.gpus.empty()) request["gpus"] = c.gpus;
-  request["now"] = c.now;
-  OwnerHold(c.command, request, by, [this, c, by](const nlohmann::json& r) {
+  OwnerHold(c.command, c.gpus, c.now, by, [this, c, by](const nlohmann::json& r) {
     if (r.value("ok", false)) {
       GP_LOG(kInfo) << c.command << " (from the server): " << r.value("message", std::string());
       return;
@@ -445,7 +455,7 @@ void Provider::FromServer(const proto::OwnerCommand& c) {
   });
 }
 
-void Provider::OwnerHold(const std::string& cmd, const nlohmann::json& request,
+void Provider::OwnerHold(const std::string& cmd, const std::vector<std::string>& gpus, bool at_once,
                          const std::string& by, ControlReply reply) {
   const bool remote = !by.empty();
   const std::string origin = remote ? " by " + by + " through the server" : " by the owner";
@@ -474,22 +484,16 @@ void Provider::OwnerHold(const std::string& cmd, const nlohmann::json& request,
                  "lending again: " + std::to_string(lending_.gpus.size()) + " GPUs lent (" +
                      lending_.mode + ")");
   }
-  auto gpus = request.find("gpus");
-  auto now = request.find("now");
   std::vector<std::string> uuids;
-  if (gpus != request.end() && !gpus->is_array())
-    return Reply(reply, false, "gpus: must be a list");
-  if (gpus != request.end()) {
-    for (const auto& g : *gpus) {
-      auto uuid = g.is_string() ? FindGpu(g.get<std::string>()) : std::nullopt;
-      if (!uuid) {
-        return Reply(reply, false,
-                     "no GPU " + g.dump() + " on this machine (" + DescribeGpus() + ")");
-      }
-      uuids.push_back(*uuid);
+  for (const std::string& name : gpus) {
+    auto uuid = FindGpu(name);
+    if (!uuid) {
+      return Reply(
+          reply, false,
+          "no GPU " + nlohmann::json(name).dump() + " on this machine (" + DescribeGpus() + ")");
     }
+    uuids.push_back(*uuid);
   }
-  bool at_once = now != request.end() && now->is_boolean() && now->get<bool>();
   held_locally_ = held_locally_ || !remote;
   if (remote) {
     PushEvent("reclaim",

@@ -136,10 +136,11 @@ class Provider {
                       const std::vector<Lender::RunningTask>& running, int64_t now);
   void PushEvent(const std::string& kind, const std::string& reason);
   void ApplyPolicy(ProviderPolicy policy, const std::string& what, ControlReply reply);
-  // pause, resume, reclaim: from the control socket (`by` empty) or from
-  // the server on behalf of `by`.
-  void OwnerHold(const std::string& cmd, const nlohmann::json& request, const std::string& by,
-                 ControlReply reply);
+  // pause, resume, reclaim (of `gpus` by index or uuid, every GPU when
+  // empty; `at_once`: no grace): from the control socket (`by` empty) or
+  // from the server on behalf of `by`.
+  void OwnerHold(const std::string& cmd, const std::vector<std::string>& gpus, bool at_once,
+                 const std::string& by, ControlReply reply);
   void Reclaim(const std::vector<std::string>& uuids, bool at_once, ControlReply reply);
   void CheckLeave();
   std::optional<std::string> FindGpu(const std::string& name) const;

@@ -255,12 +255,9 @@ Result<Principal> Api::Authenticate(const net::HttpRequest& req) {
                    options_.proxy_trusted.end();
     if (!user.empty() && trusted) return auth_.PrincipalForProxyUser(user, req.peer);
   }
-  if (header.empty()) {
-    // The web dashboard: the token is in the browser session's cookie.
-    GP_ASSIGN_OR_RETURN(std::string secret, BrowserSessionSecret(req));
-    if (!secret.empty()) return auth_.Authenticate("Bearer " + secret);
-  }
-  return auth_.Authenticate(header);
+  // A token, or the web dashboard's session cookie.
+  GP_ASSIGN_OR_RETURN(std::string credentials, RequestCredentials(req));
+  return auth_.Authenticate(credentials);
 }
 
 void Api::Handle(net::HttpRequest req, net::Responder responder) {

@@ -50,4 +50,11 @@ Result<std::string> BrowserSessionSecret(const net::HttpRequest& req) {
   return secret;
 }
 
+Result<std::string> RequestCredentials(const net::HttpRequest& req) {
+  std::string header = req.Header("authorization");
+  if (!header.empty()) return header;
+  GP_ASSIGN_OR_RETURN(std::string secret, BrowserSessionSecret(req));
+  return secret.empty() ? std::string() : "Bearer " + secret;
+}
+
 }  // namespace gpupool::server

@@ -34,4 +34,9 @@ std::string ClearedSessionCookie(bool tls);
 // when the cookie is there but the request may not use it.
 Result<std::string> BrowserSessionSecret(const net::HttpRequest& req);
 
+// What authenticates an API request, as an Authorization header value for
+// Auth::Authenticate: the request's own header; without one, the session
+// cookie's secret as "Bearer <secret>" (checked as above); else "".
+Result<std::string> RequestCredentials(const net::HttpRequest& req);
+
 }  // namespace gpupool::server

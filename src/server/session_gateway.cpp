@@ -220,14 +220,12 @@ bool SessionGateway::Handles(const std::string& path) { return ParseRoute(path).
 
 Result<Principal> SessionGateway::Caller(const net::HttpRequest& req, int64_t job_id,
                                          Credentials accepted) {
+  if (accepted == Credentials::kOrDashboard) {
+    GP_ASSIGN_OR_RETURN(std::string credentials, RequestCredentials(req));
+    return auth_.Authenticate(credentials);
+  }
   std::string header = req.Header("authorization");
-  if (header.empty() && accepted == Credentials::kOrDashboard) {
-    GP_ASSIGN_OR_RETURN(std::string secret, BrowserSessionSecret(req));
-    if (!secret.empty()) return auth_.Authenticate("Bearer " + secret);
-  }
-  if (!header.empty() || accepted != Credentials::kOrSessionCookie) {
-    return auth_.Authenticate(header);
-  }
+  if (!header.empty() || accepted == Credentials::kBearer) return auth_.Authenticate(header);
   std::string cookie = net::CookieValue(req.Header("cookie"), kCookieName);
   auto it = cookie.empty() ? cookies_.end() : cookies_.find(cookie);
   if (it == cookies_.end() || it->second.job_id != job_id ||

@@ -89,6 +89,15 @@ def sign_in(driver, pool, user):
     wait_for(lambda: user in text_of(driver, "#whoami"), what=f"{user} signed in")
 
 
+def alice_signed_in(pool, browser):
+    """A server with one agent of one GPU, and the member alice signed in."""
+    pool.start_server()
+    pool.start_agent("lab-a", gpus="1xA100:80GiB")
+    pool.wait_nodes_ready(1)
+    add_user(pool, "alice")
+    sign_in(browser, pool, "alice")
+
+
 def cookie_request(pool, method, path, secret, csrf=None, origin=None, body=None):
     """A request as the browser would make it: the session cookie, no token."""
     headers = {"Cookie": f"gpupool_dashboard={secret}"}
@@ -264,11 +273,7 @@ def test_a_jupyter_session_from_the_browser(pool, browser):
     """Sessions: start Jupyter from the page, Open it in a new tab through
     the one-time link (the tab lands on the notebook server, through the
     proxy), and Stop it."""
-    pool.start_server()
-    pool.start_agent("gpu1", gpus="1xA100:80GiB")
-    pool.wait_nodes_ready(1)
-    add_user(pool, "alice")
-    sign_in(browser, pool, "alice")
+    alice_signed_in(pool, browser)
     browser.get(pool.url + "/ui#/sessions")
     find(browser, "#session-form")
     browser.find_element(By.CSS_SELECTOR, "#session-start").click()
@@ -348,11 +353,7 @@ def test_the_admin_page(pool, browser):
 def test_a_pasted_yaml_spec(pool, browser):
     """A spec pasted into the form is read as the CLI reads job.yaml: a bad
     one is refused naming the field and its line, a good one runs."""
-    pool.start_server()
-    pool.start_agent("lab-a", gpus="1xA100:80GiB")
-    pool.wait_nodes_ready(1)
-    add_user(pool, "alice")
-    sign_in(browser, pool, "alice")
+    alice_signed_in(pool, browser)
     browser.get(pool.url + "/ui#/jobs")
     spec = find(browser, "#submit-spec")
     spec.send_keys("name: pasted\nrun: echo from-yaml\nresources:\n  gpus: many\n")

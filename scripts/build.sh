@@ -28,6 +28,7 @@ elif [ "${1:-}" = "--fuzz" ]; then
   targets=(fuzz_job_spec fuzz_api_json fuzz_agent_proto fuzz_manifest fuzz_oci_image)
   shift
 fi
-cmake -S . -B "$dir" -G Ninja "${args[@]}" > /dev/null
+# GPUPOOL_UNIT_TESTS=OFF: without the unit tests (scripts/test.sh).
+cmake -S . -B "$dir" -G Ninja "${args[@]}" "-DGPUPOOL_UNIT_TESTS=${GPUPOOL_UNIT_TESTS:-ON}" > /dev/null
 # Beast-heavy sources need about 1 GiB each to compile; two at a time fit.
 ninja -C "$dir" -j "${GPUPOOL_BUILD_JOBS:-$(nproc)}" "${targets[@]}" "$@"

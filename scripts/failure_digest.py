@@ -20,6 +20,10 @@ REASON = re.compile(
     r"|Sanitizer|terminate called|Assertion .* failed|Traceback)")
 DETAILS_AFTER = re.compile(r": Failure$")
 PER_TEST = 10
+# What the end-to-end tests' pool printed of its processes' logs on a
+# failure (tests/integration/pool.py, log_digest).
+POOL_LOG = "pool log| "
+POOL_LOG_LINES = 30
 WIDTH = 240
 
 
@@ -81,7 +85,8 @@ def main():
         print(f"-- {name}{more}")
         # Without a recognised reason, the end of its output.
         shown = found[:PER_TEST] or [l for l in lines if not l.startswith("-----")][-8:]
-        for l in shown or ["(no output: it timed out or died before writing any)"]:
+        pool_log = [l for l in lines if l.startswith(POOL_LOG)][-POOL_LOG_LINES:]
+        for l in (shown or ["(no output: it timed out or died before writing any)"]) + pool_log:
             print("   " + (l if len(l) <= WIDTH else l[:WIDTH] + " ..."))
     for name in names:
         if name not in seen:

@@ -20,8 +20,20 @@ def sanitizer_reports(tmp_path_factory, monkeypatch):
     check_sanitizer_reports(reports, "report.*")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item, so that a fixture's
+    teardown knows whether the test failed."""
+    report = (yield).get_result()
+    setattr(item, f"report_{report.when}", report)
+
+
 @pytest.fixture
-def pool(tmp_path):
+def pool(tmp_path, request):
     p = Pool(tmp_path)
     yield p
+    call = getattr(request.node, "report_call", None)
+    if call is not None and call.failed:
+        # What the pool's processes said, for a failure seen only in a CI log.
+        print(p.log_digest())
     p.stop()

@@ -5,6 +5,7 @@ directory per test. Processes are killed at the end of each test.
 """
 import json
 import os
+import pathlib
 import signal
 import ssl
 import subprocess
@@ -175,6 +176,23 @@ class Pool:
             log.close()
         check_sanitizer_reports(self.dir)
 
+
+    def log_digest(self, per_log=25):
+        """The lines of each process log worth reading after a failure: its
+        warnings and errors and its last lines, all but DEBUG, each marked
+        "pool log|" (scripts/failure_digest.py shows them in CI's digest)."""
+        out = []
+        for log in self.logs:
+            path = pathlib.Path(log.name)
+            try:
+                lines = path.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            lines = [l for l in lines if " DEBUG " not in l]
+            notable = [i for i, l in enumerate(lines) if " WARN " in l or " ERROR " in l]
+            keep = sorted(set(notable[-per_log // 2:]) | set(range(max(0, len(lines) - per_log // 2), len(lines))))
+            out += [f"pool log| {path.name}: {lines[i][:300]}" for i in keep]
+        return "\n".join(out)
 
     # ---- API and CLI ----
     def api(self, method, path, body=None, token="admin", headers=None):

@@ -51,6 +51,11 @@ def all_log_lines(pool, job_id):
         cursor = page["next_cursor"]
 
 
+def attempts(job):
+    """What became of each attempt of `job`, for an assertion's message."""
+    return [(a["id"], a["state"], a.get("reason", "")) for a in job.get("attempt_list", [])]
+
+
 def test_floods_are_cut_at_the_limit_and_the_job_goes_on(pool):
     pool.start_server(extra=("--max-job-output", "1MiB"))
     pool.start_agent("a", gpus="3xA100:80GiB")
@@ -69,11 +74,14 @@ def test_floods_are_cut_at_the_limit_and_the_job_goes_on(pool):
         # The marker arrives while the job still runs: it kept running past its limit.
         wait_for(lambda: any(l["text"] == MARKER for l in all_log_lines(pool, job_id)),
                  timeout=120, what=f"the {kind} job's output limit marker")
-        assert pool.job(job_id)["state"] == "running", kind
-        attempt = f"{job_id}.1"
+        # Still its first attempt: the flood ended nothing (an earlier
+        # attempt's end is in the message).
+        job = pool.job(job_id)
+        assert job["state"] == "running" and job["current_attempt"] == f"{job_id}.1", (kind, attempts(job))
         # The shim has written everything it ever will but the end (the
         # marker came from its output.log), so the agent's copy is bounded now.
-        task_dir = os.path.join(tasks, attempt)
+        task_dir = os.path.join(tasks, job["current_attempt"])
+        assert os.path.isdir(os.path.join(task_dir, "work")), (kind, attempts(job))
         assert dir_bytes(task_dir) <= LIMIT + EVENT_ALLOWANCE + 16 * 1024, (kind, dir_bytes(task_dir))
         # Another user is served meanwhile.
         env = dict(pool.cli_env(), GPUPOOL_TOKEN=bob)
@@ -81,6 +89,8 @@ def test_floods_are_cut_at_the_limit_and_the_job_goes_on(pool):
         assert other.returncode == 0, other.stderr
 
     for kind, job_id in jobs.items():
+        job = pool.job(job_id)
+        assert job["state"] == "running" and job["current_attempt"] == f"{job_id}.1", (kind, attempts(job))
         open(os.path.join(tasks, f"{job_id}.1", "work", "release"), "w").close()
     for kind, job_id in jobs.items():
         job = pool.wait_finished(job_id, timeout=120)

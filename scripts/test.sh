@@ -10,11 +10,10 @@
 #   scripts/test.sh --fuzz      the fuzz stage only (clang; GPUPOOL_FUZZ_SECONDS
 #                               per target, default 30)
 #
-# In the full run the unit tests run in the sanitizer build only, and the
-# sanitizer and fuzz trees compile at the lowest priority while the normal
-# build's end-to-end tests run (they mostly wait): together that keeps the
-# suite within CI's budget on 2 cores (docs/performance.md, "The test suite").
-# Each stage's time is printed at the end.
+# In the full run the unit tests run in the sanitizer build only, which
+# runs only the end-to-end tests of hostile input (tests/CMakeLists.txt):
+# that keeps the suite within CI's budget on 2 cores (docs/performance.md,
+# "The test suite"). Each stage's time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -29,10 +28,7 @@ report() {
   echo "== stage times (whole run $((SECONDS - start)) s)"
   for t in "${timings[@]}"; do echo "   $t"; done
 }
-stop_background() {
-  if [ -n "${background:-}" ]; then kill -- "-$background" 2>/dev/null || true; fi
-}
-trap 'stop_background; report' EXIT
+trap report EXIT
 
 timed "setup" scripts/setup.sh
 modes=(normal asan fuzz)
@@ -45,39 +41,6 @@ case "${1:-}" in
 esac
 full=false
 [ "${#modes[@]}" -eq 3 ] && full=true
-
-# The sanitizer and fuzz builds, one after the other, in the background at
-# the lowest CPU and I/O priority, in a process group of their own (stopped
-# if the run ends first); their output goes to a log, shown if one fails.
-background=""
-background_builds() {
-  mkdir -p build-logs
-  rm -f build-logs/*.seconds
-  local low=(nice -n 19)
-  if ionice -c 3 true 2>/dev/null; then low+=(ionice -c 3); fi
-  setsid -w bash -c '
-    set -e
-    for what in asan fuzz; do
-      t0=$SECONDS
-      "$@" scripts/build.sh --$what > build-logs/$what.log 2>&1
-      echo $((SECONDS - t0)) > build-logs/$what.seconds
-    done' background-builds "${low[@]}" &
-  background=$!
-}
-# Waits for the background build of `what` (asan or fuzz) to be done.
-wait_for_build() {
-  local what=$1 t0=$SECONDS
-  while [ ! -f "build-logs/$what.seconds" ]; do
-    if ! kill -0 "$background" 2>/dev/null; then
-      echo "the $what build failed:" >&2
-      tail -n 60 "build-logs/$what.log" >&2
-      exit 1
-    fi
-    sleep 2
-  done
-  timings+=("$(printf '%-34s %5d s' "$what build (background; waited $((SECONDS - t0)) s)" \
-    "$(cat "build-logs/$what.seconds")")")
-}
 
 run_tests() {  # run_tests DIR
   # Twice as many tests as CPUs: the end-to-end tests spend much of their
@@ -93,7 +56,7 @@ run_tests() {  # run_tests DIR
 for mode in "${modes[@]}"; do
   if [ "$mode" = fuzz ]; then
     echo "== fuzz targets (libFuzzer, ASan + UBSan), ${GPUPOOL_FUZZ_SECONDS:-30} s each"
-    if $full; then wait_for_build fuzz; else timed "fuzz build" scripts/build.sh --fuzz; fi
+    timed "fuzz build" scripts/build.sh --fuzz
     # Each target from a copy of its seeds plus the past crashes; a crash, a
     # sanitizer report or a broken invariant fails the test.
     timed "fuzz run" bash -c 'cd build-fuzz && GPUPOOL_FUZZ_SECONDS="${GPUPOOL_FUZZ_SECONDS:-30}" \
@@ -103,7 +66,7 @@ for mode in "${modes[@]}"; do
   fi
   if [ "$mode" = asan ]; then
     echo "== tests under AddressSanitizer + UBSan"
-    if $full; then wait_for_build asan; else timed "sanitizer build" scripts/build.sh --asan; fi
+    timed "sanitizer build" scripts/build.sh --asan
     # Leak checks stay on; any sanitizer report fails the process.
     export ASAN_OPTIONS=abort_on_error=0:halt_on_error=1
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -114,7 +77,6 @@ for mode in "${modes[@]}"; do
     if $full; then
       # The unit tests run under the sanitizers (next stage) only.
       GPUPOOL_UNIT_TESTS=OFF timed "normal build (no unit tests)" scripts/build.sh
-      background_builds
       timed "normal tests (end to end)" run_tests build
     else
       GPUPOOL_UNIT_TESTS=ON timed "normal build" scripts/build.sh

@@ -7,8 +7,6 @@ import {
 } from "./dom.js";
 import { percentChart, alignSeries } from "./charts.js";
 
-const OFFLINE = ["offline", "lost", "left"];
-const LENDING = ["available", "busy"];
 
 export function pageSection(title, ...children) {
   return h("section", { class: "page" }, h("h1", null, title), ...children);
@@ -37,45 +35,62 @@ function gpuModel(g) {
   return g.mig && g.mig.profile ? name + " (MIG " + g.mig.profile + ")" : name;
 }
 
-function isLentGpu(node, g) {
-  if (node.connected === false || !LENDING.includes(node.status)) return false;
-  if (node.lending == null) return true;
-  const lent = node.lending.gpus;
-  return Boolean(lent && typeof lent === "object" && Object.prototype.hasOwnProperty.call(lent, g.uuid));
-}
-
 function usedGpus(g) {
   const m = typeof g.used_milli === "number" ? g.used_milli : 0;
   return Math.min(1000, Math.max(0, m)) / 1000;
 }
 
-// Per GPU model: total, in use, free (lent now and not taken) and not
-// available (not lent, paused, offline...), counting shares as fractions.
-export function gpuSummary(nodes) {
-  const models = new Map();
-  for (const n of nodes) {
-    for (const g of n.gpus || []) {
-      const key = gpuModel(g);
-      let m = models.get(key);
-      if (!m) models.set(key, (m = { model: key, total: 0, used: 0, free: 0, unavailable: 0, simulated: false }));
-      const used = usedGpus(g);
-      m.total += 1;
-      m.used += used;
-      if (isLentGpu(n, g)) m.free += 1 - used;
-      else m.unavailable += 1 - used;
-      if (g.simulated) m.simulated = true;
-    }
-  }
-  return [...models.values()].sort((a, b) => a.model.localeCompare(b.model));
-}
+const QUEUE_PAGE = 100;
+const NODES_PAGE = 50;  // the Overview's table
+const MACHINES_PAGE = 20;  // the Machines page's cards, each with a plot
 
+// Rows of GET /v1/pool/summary's "gpus" (thousandths of a GPU).
+const milli = (v) => fmtGpus((typeof v === "number" ? v : 0) / 1000);
 const SUMMARY_COLUMNS = [
   { label: "Model", cell: (m) => [m.model, m.simulated ? " " : null, m.simulated ? badge("SIMULATED", "sim") : null] },
-  { label: "GPUs", class: "num", cell: (m) => fmtGpus(m.total) },
-  { label: "In use", class: "num", cell: (m) => fmtGpus(m.used) },
-  { label: "Free", class: "num", cell: (m) => h("strong", null, fmtGpus(m.free)) },
-  { label: "Unavailable", class: "num", cell: (m) => fmtGpus(m.unavailable) },
+  { label: "GPUs", class: "num", cell: (m) => fmtGpus(m.gpus) },
+  { label: "In use", class: "num", cell: (m) => milli(m.used_milli) },
+  { label: "Free", class: "num", cell: (m) => h("strong", null, milli(m.free_milli)) },
+  { label: "Unavailable", class: "num", cell: (m) => milli(m.unavailable_milli) },
 ];
+
+// Server-side pages of a list by offset (the queue, the machines): Previous
+// and Next, and "jobs 1–100 of 1234". `load(offset, limit)` answers
+// {items, total}; `show(items)` draws a page. The buttons' ids are
+// ID-prev and ID-next, the range's ID-range.
+function offsetPager(err, { id, what, size, load, show }) {
+  const info = h("span", { id: id + "-range", class: "muted" });
+  const prev = h("button", { id: id + "-prev", type: "button", disabled: true }, "Previous");
+  const next = h("button", { id: id + "-next", type: "button", disabled: true }, "Next");
+  let offset = 0;
+  const refresh = () => guarded(err, async () => {
+    const { items, total } = await load(offset, size);
+    if (offset > 0 && offset >= total) {  // the list shrank below this page
+      offset = Math.max(0, total - size);
+      return refresh();
+    }
+    prev.disabled = offset === 0;
+    next.disabled = offset + items.length >= total;
+    info.textContent = total ? what + " " + (offset + 1) + "–" + (offset + items.length) + " of " + total : "";
+    show(items);
+  });
+  prev.addEventListener("click", () => {
+    offset = Math.max(0, offset - size);
+    refresh();
+  });
+  next.addEventListener("click", () => {
+    offset += size;
+    refresh();
+  });
+  return { element: h("div", { class: "pager" }, prev, next, info), refresh };
+}
+
+// A page of GET /v1/nodes: {items, total}.
+async function nodesPage(ctx, offset, limit) {
+  const r = await api.get("/v1/nodes?limit=" + limit + "&offset=" + offset, { signal: ctx.signal });
+  const nodes = firstArray(r.nodes);
+  return { items: nodes, total: typeof r.total === "number" ? r.total : nodes.length };
+}
 
 const NODE_COLUMNS = [
   { label: "Machine", cell: (n) => h("a", { href: "#/machines", class: "node-name" }, n.name || n.id) },
@@ -110,37 +125,43 @@ export async function renderOverview(main, ctx) {
   const chartInfo = h("p", { class: "muted small" });
   const nodesBox = h("div");
   const eventsBox = h("div");
+  const seen = {};
+  const pager = offsetPager(err, {
+    id: "nodes", what: "machines", size: NODES_PAGE,
+    load: (offset, limit) => nodesPage(ctx, offset, limit),
+    show: (nodes) => {
+      if (!changed(seen, "nodes", nodes)) return;
+      if (document.getElementById("nodes-table")) {
+        replaceBody("nodes-table", NODE_COLUMNS, nodes, (n) => ({ "data-node": n.name }), "No machines have joined yet.");
+      } else {
+        fill(nodesBox, dataTable("nodes-table", NODE_COLUMNS, nodes, (n) => ({ "data-node": n.name }), "No machines have joined yet."));
+      }
+    },
+  });
   main.appendChild(pageSection("Overview", err, stats,
     h("div", { class: "grid-2" },
       h("section", { id: "gpu-summary", class: "card" }, h("h2", null, "GPUs by model"), summaryBox),
       card("Pool, last 24 hours", chartBox, chartInfo)),
-    card("Machines", nodesBox),
+    card("Machines", nodesBox, pager.element),
     card("Recent machine events", eventsBox)));
 
-  const seen = {};
+  // The counts come from the server (GET /v1/pool/summary), the machines a
+  // page at a time.
   ctx.every(5000, () => guarded(err, async () => {
-    const r = await api.get("/v1/nodes", { signal: ctx.signal });
-    const nodes = firstArray(r.nodes ? r.nodes : r);
-    if (!changed(seen, "nodes", nodes)) return;
-    const summary = gpuSummary(nodes);
-    const total = summary.reduce((s, m) => s + m.total, 0);
-    const used = summary.reduce((s, m) => s + m.used, 0);
-    const free = summary.reduce((s, m) => s + m.free, 0);
-    const online = nodes.filter((n) => n.connected !== false && !OFFLINE.includes(n.status)).length;
+    const s = await api.get("/v1/pool/summary", { signal: ctx.signal });
+    const models = firstArray(s.gpus);
+    if (!changed(seen, "summary", s)) return;
+    const sum = (k) => models.reduce((t, m) => t + (typeof m[k] === "number" ? m[k] : 0), 0);
     fill(stats,
-      stat("Machines online", online + " / " + nodes.length),
-      stat("GPUs", fmtGpus(total)),
-      stat("In use", fmtGpus(used)),
-      stat("Free", fmtGpus(free)));
-    fill(summaryBox, summary.length
-      ? dataTable("gpu-summary-table", SUMMARY_COLUMNS, summary, (m) => ({ "data-model": m.model }))
+      stat("Machines online", (s.nodes_online ?? 0) + " / " + (s.nodes ?? 0)),
+      stat("GPUs", fmtGpus(sum("gpus"))),
+      stat("In use", milli(sum("used_milli"))),
+      stat("Free", milli(sum("free_milli"))));
+    fill(summaryBox, models.length
+      ? dataTable("gpu-summary-table", SUMMARY_COLUMNS, models, (m) => ({ "data-model": m.model }))
       : h("p", { class: "muted" }, "No GPUs in the pool yet."));
-    if (document.getElementById("nodes-table")) {
-      replaceBody("nodes-table", NODE_COLUMNS, nodes, (n) => ({ "data-node": n.name }), "No machines have joined yet.");
-    } else {
-      fill(nodesBox, dataTable("nodes-table", NODE_COLUMNS, nodes, (n) => ({ "data-node": n.name }), "No machines have joined yet."));
-    }
   }));
+  ctx.every(5000, pager.refresh);
 
   const chart = percentChart(chartBox, ctx, {
     series: [{ label: "Utilization" }, { label: "Allocated" }],
@@ -290,7 +311,12 @@ export async function renderMachines(main, ctx) {
   const err = errorLine("page-error");
   const list = h("div", { id: "machines", class: "machines" });
   const empty = h("p", { class: "muted", hidden: true }, "No machines have joined yet.");
-  main.appendChild(pageSection("Machines", err, empty, list));
+  const pager = offsetPager(err, {
+    id: "machines-page", what: "machines", size: MACHINES_PAGE,
+    load: (offset, limit) => nodesPage(ctx, offset, limit),
+    show: (nodes) => showCards(nodes),
+  });
+  main.appendChild(pageSection("Machines", err, empty, list, pager.element));
 
   const cards = new Map(); // name -> {root, info, chart, gpus, visible, loaded, json}
   const io = typeof IntersectionObserver === "function"
@@ -343,9 +369,9 @@ export async function renderMachines(main, ctx) {
     });
   }
 
-  ctx.every(5000, () => guarded(err, async () => {
-    const r = await api.get("/v1/nodes", { signal: ctx.signal });
-    const nodes = firstArray(r.nodes ? r.nodes : r);
+  // The cards of one page of machines, in the server's order; the cards of
+  // machines no longer on it go, with their plots.
+  function showCards(nodes) {
     empty.hidden = nodes.length > 0;
     const names = new Set();
     for (const n of nodes) {
@@ -375,7 +401,8 @@ export async function renderMachines(main, ctx) {
       c.root.remove();
       cards.delete(name);
     }
-  }));
+  }
+  ctx.every(5000, pager.refresh);
 
   // Charts of visible machines follow the 10 s buckets.
   ctx.every(15000, async () => {
@@ -415,44 +442,30 @@ function tablePage(main, ctx, { title, intro, everyMs, path, key, table }) {
   }));
 }
 
-const QUEUE_PAGE = 100;
+
 
 // The queue a page of QUEUE_PAGE at a time (the server pages it).
 export async function renderQueue(main, ctx) {
   const err = errorLine("page-error");
   const box = h("div");
-  const info = h("span", { id: "queue-range", class: "muted" });
-  const prev = h("button", { id: "queue-prev", type: "button", disabled: true }, "Previous");
-  const next = h("button", { id: "queue-next", type: "button", disabled: true }, "Next");
+  const seen = {};
+  const pager = offsetPager(err, {
+    id: "queue", what: "jobs", size: QUEUE_PAGE,
+    load: async (offset, limit) => {
+      const r = await api.get("/v1/queue?limit=" + limit + "&offset=" + offset, { signal: ctx.signal });
+      const jobs = firstArray(r.jobs);
+      return { items: jobs, total: typeof r.total === "number" ? r.total : jobs.length };
+    },
+    show: (jobs) => {
+      if (!changed(seen, "jobs", jobs)) return;
+      fill(box, dataTable("queue-table", QUEUE_COLUMNS, jobs, (j) => ({ "data-job": String(j.id) }),
+        "No jobs are waiting."));
+    },
+  });
   main.appendChild(pageSection("Queue",
     h("p", { class: "muted" }, "Pending jobs in the order the scheduler considers them."),
-    err, box, h("div", { class: "pager" }, prev, next, info)));
-  const seen = {};
-  let offset = 0;
-  const load = () => guarded(err, async () => {
-    const r = await api.get("/v1/queue?limit=" + QUEUE_PAGE + "&offset=" + offset, { signal: ctx.signal });
-    const jobs = firstArray(r.jobs);
-    const total = typeof r.total === "number" ? r.total : jobs.length;
-    if (offset > 0 && offset >= total) {  // the queue shrank below this page
-      offset = Math.max(0, total - QUEUE_PAGE);
-      return load();
-    }
-    prev.disabled = offset === 0;
-    next.disabled = offset + jobs.length >= total;
-    info.textContent = total ? "jobs " + (offset + 1) + "–" + (offset + jobs.length) + " of " + total : "";
-    if (!changed(seen, "jobs", jobs)) return;
-    fill(box, dataTable("queue-table", QUEUE_COLUMNS, jobs, (j) => ({ "data-job": String(j.id) }),
-      "No jobs are waiting."));
-  });
-  prev.addEventListener("click", () => {
-    offset = Math.max(0, offset - QUEUE_PAGE);
-    load();
-  });
-  next.addEventListener("click", () => {
-    offset += QUEUE_PAGE;
-    load();
-  });
-  ctx.every(5000, load);
+    err, box, pager.element));
+  ctx.every(5000, pager.refresh);
 }
 
 // --- Groups --------------------------------------------------------------

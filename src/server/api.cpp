@@ -349,12 +349,12 @@ void Api::AddOwnRoutes() {
           Groups(respond);
         });
   t.Add("GET", "/v1/nodes", kFirst, Action::kPoolRead,
-        [this](net::HttpRequest&, const Principal&, const PathParams&, Respond respond) {
-          ListNodes(respond, "");
+        [this](net::HttpRequest& req, const Principal&, const PathParams&, Respond respond) {
+          ListNodes(req, respond);
         });
   t.Add("GET", "/v1/nodes/{node}", kFirst, Action::kPoolRead,
         [this](net::HttpRequest&, const Principal&, const PathParams& params, Respond respond) {
-          ListNodes(respond, params.find("node")->second);
+          GetNode(respond, params.find("node")->second);
         });
   t.Add("GET", "/v1/nodes/{node}/events", kFirst, Action::kPoolRead,
         [this](net::HttpRequest& req, const Principal&, const PathParams& params, Respond respond) {
@@ -502,12 +502,9 @@ void Api::CancelJob(const Principal& who, int64_t id, Respond respond) {
 }
 
 void Api::Queue(const net::HttpRequest& req, const Principal& who, Respond respond) {
-  // A page of the queue: `limit` jobs from `offset` (default: all of it).
-  auto offset = QueryInt(req, "offset", 0, 0, INT64_MAX);
-  auto limit = QueryInt(req, "limit", INT64_MAX, 1, INT64_MAX);
-  for (const Status& s : {offset.status(), limit.status()}) {
-    if (!s.ok()) return (*respond)(ErrorResponse(s));
-  }
+  // A page of the queue (default: all of it).
+  auto page = QueryOffsetPage(req);
+  if (!page.ok()) return (*respond)(ErrorResponse(page.status()));
   // Members see their own jobs, with their places in the whole queue.
   if (Status s = Authorize(who, Action::kJobRead, {who.subject}); !s.ok())
     return (*respond)(ErrorResponse(s));
@@ -516,10 +513,10 @@ void Api::Queue(const net::HttpRequest& req, const Principal& who, Respond respo
   auto queue = pool_.Queue(owner);
   if (!queue.ok()) return (*respond)(ErrorResponse(queue.status()));
   const auto total = static_cast<int64_t>(queue->size());
-  const int64_t from = std::min(*offset, total);
-  const int64_t to = total - from > *limit ? from + *limit : total;
+  const int64_t from = page->From(total);
   json arr = json::array();
-  for (int64_t i = from; i < to; ++i) arr.push_back(JobToJson((*queue)[i].job, (*queue)[i].queue));
+  for (int64_t i = from; i < page->To(total); ++i)
+    arr.push_back(JobToJson((*queue)[i].job, (*queue)[i].queue));
   (*respond)(JsonResponse(200, {{"jobs", arr}, {"total", total}, {"offset", from}}));
 }
 
@@ -588,21 +585,28 @@ void Api::JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id,
   });
 }
 
-void Api::ListNodes(Respond respond, const std::string& only) {
+// A page of the nodes, in the pool's order: `limit` from `offset`
+// (default: all of them), with how many there are.
+void Api::ListNodes(const net::HttpRequest& req, Respond respond) {
+  auto page = QueryOffsetPage(req);
+  if (!page.ok()) return (*respond)(ErrorResponse(page.status()));
   auto nodes = pool_.ListNodes();
   if (!nodes.ok()) return (*respond)(ErrorResponse(nodes.status()));
+  const auto total = static_cast<int64_t>(nodes->size());
+  const int64_t from = page->From(total);
   json arr = json::array();
+  for (int64_t i = from; i < page->To(total); ++i) arr.push_back(NodeToJson((*nodes)[i]));
+  (*respond)(JsonResponse(200, {{"nodes", arr}, {"total", total}, {"offset", from}}));
+}
+
+void Api::GetNode(Respond respond, const std::string& id_or_name) {
+  auto nodes = pool_.ListNodes();
+  if (!nodes.ok()) return (*respond)(ErrorResponse(nodes.status()));
   for (const NodeStatus& n : *nodes) {
-    if (!only.empty()) {
-      if (n.node.id == only || n.node.name == only)
-        return (*respond)(JsonResponse(200, NodeToJson(n)));
-      continue;
-    }
-    arr.push_back(NodeToJson(n));
+    if (n.node.id == id_or_name || n.node.name == id_or_name)
+      return (*respond)(JsonResponse(200, NodeToJson(n)));
   }
-  if (!only.empty())
-    return (*respond)(ErrorResponse(Status::NotFound("node " + only + " does not exist")));
-  (*respond)(JsonResponse(200, {{"nodes", arr}}));
+  (*respond)(ErrorResponse(Status::NotFound("node " + id_or_name + " does not exist")));
 }
 
 void Api::NodeEvents(const net::HttpRequest& req, const std::string& node, Respond respond) {

@@ -82,7 +82,8 @@ class Api {
   void ListJobs(const net::HttpRequest& req, const Principal& who, Respond respond);
   void CancelJob(const Principal& who, int64_t id, Respond respond);
   void JobLogs(const net::HttpRequest& req, const Principal& who, int64_t id, Respond respond);
-  void ListNodes(Respond respond, const std::string& only);
+  void ListNodes(const net::HttpRequest& req, Respond respond);
+  void GetNode(Respond respond, const std::string& id_or_name);
   // The provider event log of one node, or of every node when `node` is "".
   void NodeEvents(const net::HttpRequest& req, const std::string& node, Respond respond);
   void Queue(const net::HttpRequest& req, const Principal& who, Respond respond);

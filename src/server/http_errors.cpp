@@ -72,6 +72,12 @@ Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, i
   return v;
 }
 
+Result<OffsetPage> QueryOffsetPage(const net::HttpRequest& req) {
+  GP_ASSIGN_OR_RETURN(int64_t offset, QueryInt(req, "offset", 0, 0, INT64_MAX));
+  GP_ASSIGN_OR_RETURN(int64_t limit, QueryInt(req, "limit", INT64_MAX, 1, INT64_MAX));
+  return OffsetPage{offset, limit};
+}
+
 Result<int64_t> QueryNewestBefore(const net::HttpRequest& req) {
   GP_ASSIGN_OR_RETURN(int64_t before, QueryInt(req, "before", 0, 1, INT64_MAX));
   GP_ASSIGN_OR_RETURN(int64_t newest, QueryInt(req, "newest", 0, 0, 1));

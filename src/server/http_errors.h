@@ -4,6 +4,9 @@
 // integer query parameters.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/status.h"
@@ -22,6 +25,18 @@ std::string PeerHost(const std::string& peer);
 // InvalidArgument naming the range when it is not an integer in [min, max].
 Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
                          int64_t min, int64_t max);
+
+// A page of a list held whole in memory (the queue, the nodes):
+// `?offset=N&limit=M`, by default all of it. [From, To) of `total` items.
+struct OffsetPage {
+  int64_t offset = 0;
+  int64_t limit = INT64_MAX;
+  int64_t From(int64_t total) const { return std::min(offset, total); }
+  int64_t To(int64_t total) const {
+    return total - From(total) > limit ? From(total) + limit : total;
+  }
+};
+Result<OffsetPage> QueryOffsetPage(const net::HttpRequest& req);
 
 // Paging a log newest first: `newest=1` (the latest page) or `before=ID`
 // (the page below ID). 0 when neither is given (ascending from `after`),

@@ -25,6 +25,7 @@
 #include "server/identity_api.h"
 #include "server/metrics_api.h"
 #include "server/node_control_api.h"
+#include "server/pool_summary.h"
 #include "server/quota_api.h"
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
@@ -343,6 +344,8 @@ int RunServer(const ServerOptions& options) {
   api.AddModule(quota_api);
   NodeControlApi node_control_api(auth, pool);
   api.AddModule(node_control_api);
+  SummaryApi summary_api(pool);
+  api.AddModule(summary_api);
   BackupApiOptions backup_options;
   backup_options.db_path = options.data_dir + "/state.db";
   backup_options.backup_dir = options.data_dir + "/backups";

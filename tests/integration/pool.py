@@ -53,12 +53,22 @@ def scaled(duration):
     return (str(int(value)) if unit in ("", "ms") else f"{value:g}") + unit
 
 
-def scaled_args(args):
-    """`args` with the values of SCALED_FLAGS scaled."""
+# The server's defaults of SCALED_FLAGS (server/pool.h), stretched too when
+# a test leaves them alone.
+SCALED_DEFAULTS = {"--heartbeat-ms": "5000", "--attempt-lease": "30s", "--node-lost-after-ms": "40000"}
+
+
+def scaled_args(args, defaults=None):
+    """`args` with the values of SCALED_FLAGS scaled, and the `defaults`
+    (flag: value) it does not give, scaled, when TIME_SCALE is not 1."""
     out = list(args)
     for i in range(len(out) - 1):
         if out[i] in SCALED_FLAGS:
             out[i + 1] = scaled(out[i + 1])
+    if TIME_SCALE != 1:
+        for flag, value in (defaults or {}).items():
+            if flag not in out:
+                out += [flag, scaled(value)]
     return out
 
 
@@ -107,7 +117,7 @@ class Pool:
             extra = ["--tls-san", host, *extra]
         self.server = self._spawn(["server", "--data-dir", self.server_dir, "--listen",
                                    f"{host}:{self.port}", "--log-level", log_level,
-                                   *scaled_args(extra)], "server")
+                                   *scaled_args(extra, SCALED_DEFAULTS)], "server")
         wait_for(lambda: os.path.exists(url_file) and open(url_file).read().strip(), what="server.url")
         self.url = open(url_file).read().strip()
         self.port = int(self.url.rsplit(":", 1)[1])

@@ -123,6 +123,14 @@ def test_the_dashboard_in_chromium(pool, browser):
     # Signed in, the overview shows the node.
     sign_in(browser, pool, "alice")
     find(browser, '#nodes-table tr[data-node="lab-a"]')
+    # The counts come from the server's summary, the machines a page at a time.
+    wait_for(lambda: text_of(browser, "#nodes-range") == "machines 1–1 of 1", what="the machines' range")
+    wait_for(lambda: text_of(browser, "#pool-stats").split() == ["1", "/", "1", "Machines", "online", "2",
+                                                                "GPUs", "0", "In", "use", "2", "Free"],
+             what=lambda: f"the pool's counts, not {text_of(browser, '#pool-stats')!r}")
+    row = find(browser, "#gpu-summary-table tbody tr")
+    cells = [c.text for c in row.find_elements(By.CSS_SELECTOR, "td")]
+    assert "SIMULATED" in cells[0] and cells[1:] == ["2", "0", "2", "0"], cells
     screenshot(browser, "overview")
 
     # The session cookie: HttpOnly, Secure over TLS, invisible to scripts.
@@ -200,6 +208,9 @@ def test_the_dashboard_in_chromium(pool, browser):
                         ("groups", "#groups-table")):
         browser.get(pool.url + f"/ui#/{page}")
         find(browser, shown)
+        if page == "machines":
+            wait_for(lambda: text_of(browser, "#machines-page-range") == "machines 1–1 of 1",
+                     what="the machines' range")
         screenshot(browser, page)
 
     # Bob's job: not for alice, in the page or through the API behind it.

@@ -29,6 +29,9 @@ elif [ "${1:-}" = "--fuzz" ]; then
   shift
 fi
 # GPUPOOL_UNIT_TESTS=OFF: without the unit tests (scripts/test.sh).
-cmake -S . -B "$dir" -G Ninja "${args[@]}" "-DGPUPOOL_UNIT_TESTS=${GPUPOOL_UNIT_TESTS:-ON}" > /dev/null
+# A unity build, 8 sources to a file, compiles the tree about 40 % faster
+# (CMakeLists.txt); GPUPOOL_UNITY_BUILD=OFF when editing one file at a time.
+cmake -S . -B "$dir" -G Ninja "${args[@]}" "-DGPUPOOL_UNIT_TESTS=${GPUPOOL_UNIT_TESTS:-ON}" \
+  "-DCMAKE_UNITY_BUILD=${GPUPOOL_UNITY_BUILD:-ON}" > /dev/null
 # Beast-heavy sources need about 1 GiB each to compile; two at a time fit.
 ninja -C "$dir" -j "${GPUPOOL_BUILD_JOBS:-$(nproc)}" "${targets[@]}" "$@"

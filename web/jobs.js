@@ -247,19 +247,13 @@ export async function renderJob(main, ctx, idParam) {
   }
 
   let job = null;
-  let nodeNames = new Map();
   const seen = {};
   let logStarted = false;
   let logDone = false;
 
-  api.get("/v1/nodes", { signal: ctx.signal }).then((r) => {
-    nodeNames = new Map(firstArray(r.nodes ? r.nodes : r).map((n) => [n.id, n.name]));
-    if (job) showAttempts(job);
-  }).catch(() => {});
-
   function showAttempts(j) {
     const attempts = Array.isArray(j.attempt_list) ? j.attempt_list : [];
-    fill(attemptsBox, dataTable("attempts", attemptColumns(nodeNames), attempts,
+    fill(attemptsBox, dataTable("attempts", attemptColumns(), attempts,
       (a) => ({ "data-attempt": String(a.id) }), "No attempts yet."));
   }
 
@@ -413,10 +407,10 @@ function detailRows(j) {
   return out;
 }
 
-function attemptColumns(nodeNames) {
+function attemptColumns() {
   return [
     { label: "Attempt", cell: (a) => String(a.id) },
-    { label: "Node", cell: (a) => nodeNames.get(a.node_id) || a.node_id || "—" },
+    { label: "Node", cell: (a) => a.node || a.node_id || "—" },
     { label: "State", cell: (a) => pill(a.state) },
     { label: "Started", cell: (a) => timeEl(a.started_ms) },
     { label: "Ended", cell: (a) => timeEl(a.finished_ms) },
@@ -428,7 +422,7 @@ function attemptColumns(nodeNames) {
         a.reason || "—",
         Array.isArray(a.ranks) && a.ranks.length > 1
           ? h("ul", { class: "ranks" }, a.ranks.map((k) => h("li", null,
-            "rank " + k.rank + ": " + (nodeNames.get(k.node_id) || k.node_id || "?") + " " + (k.state || "")
+            "rank " + k.rank + ": " + (k.node || k.node_id || "?") + " " + (k.state || "")
             + (k.exit_code != null ? " (exit " + k.exit_code + ")" : "") + (k.reason ? ", " + k.reason : ""))))
           : null,
       ],

@@ -20,10 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Status Errno(const std::string& what) {
-  return Status::Internal(what + ": " + std::strerror(errno));
-}
-
 Status CheckId(const ChunkId& id) {
   if (IsChunkId(id)) return Status::Ok();
   return Status::InvalidArgument("chunk id must be 64 lowercase hex digits (SHA-256), got \"" +
@@ -36,13 +32,13 @@ Status WriteWhole(const std::string& path, std::string_view data, bool sync) {
   static std::atomic<uint64_t> serial{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++serial);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create " + tmp);
+  if (fd < 0) return Status::FromErrno("cannot create " + tmp);
   size_t done = 0;
   while (done < data.size()) {
     ssize_t n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      Status s = Errno("cannot write " + tmp);
+      Status s = Status::FromErrno("cannot write " + tmp);
       ::close(fd);
       ::unlink(tmp.c_str());
       return s;
@@ -50,14 +46,14 @@ Status WriteWhole(const std::string& path, std::string_view data, bool sync) {
     done += static_cast<size_t>(n);
   }
   if (sync && ::fsync(fd) != 0) {
-    Status s = Errno("cannot fsync " + tmp);
+    Status s = Status::FromErrno("cannot fsync " + tmp);
     ::close(fd);
     ::unlink(tmp.c_str());
     return s;
   }
   ::close(fd);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = Errno("cannot rename " + tmp);
+    Status s = Status::FromErrno("cannot rename " + tmp);
     ::unlink(tmp.c_str());
     return s;
   }
@@ -175,10 +171,10 @@ Status FsChunkStore::PutVerified(const std::vector<std::pair<ChunkId, std::strin
   }
   if (!wrote || !fsync_) return Status::Ok();
   int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open " + dir_);
+  if (fd < 0) return Status::FromErrno("cannot open " + dir_);
   int rc = ::syncfs(fd);
   ::close(fd);
-  return rc == 0 ? Status::Ok() : Errno("cannot sync " + dir_);
+  return rc == 0 ? Status::Ok() : Status::FromErrno("cannot sync " + dir_);
 }
 
 Result<VerifiedChunk> FsChunkStore::Read(const ChunkId& id) {
@@ -208,7 +204,8 @@ Result<std::string> FsChunkStore::Get(const ChunkId& id) {
 
 Status FsChunkStore::Remove(const ChunkId& id) {
   GP_RETURN_IF_ERROR(CheckId(id));
-  if (::unlink(PathOf(id).c_str()) != 0 && errno != ENOENT) return Errno("cannot remove chunk");
+  if (::unlink(PathOf(id).c_str()) != 0 && errno != ENOENT)
+    return Status::FromErrno("cannot remove chunk");
   return Status::Ok();
 }
 
@@ -241,7 +238,7 @@ Result<std::vector<StoredChunk>> FsChunkStore::Inventory() {
 Status FsChunkStore::Touch(const ChunkId& id) {
   GP_RETURN_IF_ERROR(CheckId(id));
   if (::utimensat(AT_FDCWD, PathOf(id).c_str(), nullptr, 0) != 0 && errno != ENOENT) {
-    return Errno("cannot touch chunk");
+    return Status::FromErrno("cannot touch chunk");
   }
   return Status::Ok();
 }
@@ -251,7 +248,7 @@ Result<std::vector<ChunkId>> FsChunkStore::MissingTouchingTheRest(const std::vec
   for (const ChunkId& id : ids) {
     GP_RETURN_IF_ERROR(CheckId(id));
     if (::utimensat(AT_FDCWD, PathOf(id).c_str(), nullptr, 0) == 0) continue;
-    if (errno != ENOENT) return Errno("cannot touch chunk");
+    if (errno != ENOENT) return Status::FromErrno("cannot touch chunk");
     missing.push_back(id);
   }
   return missing;

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "blob/tree_testing.h"
 #include "common/files.h"
 
 namespace gpupool::blob {
@@ -22,12 +23,7 @@ std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using testing::RandomBytes;
 
 class TempDir {
  public:

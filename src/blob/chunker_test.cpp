@@ -23,7 +23,7 @@ constexpr size_t kMiB = 1024 * 1024;
 
 // `n` bytes from std::mt19937_64 (whose output the standard fixes), taken
 // little-endian by shifts, so the data is the same on every platform.
-std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+std::vector<uint8_t> RandomByteVector(size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> out(n);
   for (size_t i = 0; i < n; i += 8) {
@@ -79,7 +79,7 @@ const ChunkerOptions kTiny{.min_size = 64, .avg_size = 128, .max_size = 256};
 // Sizes
 
 TEST(ChunkLengths, RandomDataSizesAndMean) {
-  const std::vector<uint8_t> data = RandomBytes(64 * kMiB, 1);
+  const std::vector<uint8_t> data = RandomByteVector(64 * kMiB, 1);
   const std::vector<size_t> lengths = ChunkLengths(data, kDefault);
   ExpectWellFormed(lengths, data.size(), kDefault);
   const double mean = static_cast<double>(data.size()) / static_cast<double>(lengths.size());
@@ -103,7 +103,7 @@ TEST(ChunkLengths, RandomDataSizesAndMean) {
 }
 
 TEST(ChunkLengths, OtherOptionsKeepTheBoundsAndMean) {
-  const std::vector<uint8_t> data = RandomBytes(8 * kMiB, 2);
+  const std::vector<uint8_t> data = RandomByteVector(8 * kMiB, 2);
   for (const ChunkerOptions& o :
        {kSmall, kTiny,
         ChunkerOptions{.min_size = 256 * kKiB, .avg_size = kMiB, .max_size = 4 * kMiB},
@@ -128,7 +128,7 @@ TEST(ChunkLengths, AllZerosCutAtMaxSize) {
 }
 
 TEST(ChunkLengths, ShortInputIsOneChunk) {
-  const std::vector<uint8_t> data = RandomBytes(kDefault.min_size + 1, 3);
+  const std::vector<uint8_t> data = RandomByteVector(kDefault.min_size + 1, 3);
   EXPECT_TRUE(ChunkLengths(std::span<const uint8_t>(), kDefault).empty());
   EXPECT_THAT(ChunkLengths(std::span(data).first(1), kDefault), ::testing::ElementsAre(1u));
   EXPECT_THAT(ChunkLengths(std::span(data).first(kDefault.min_size - 1), kDefault),
@@ -141,7 +141,7 @@ TEST(ChunkLengths, ShortInputIsOneChunk) {
 // Determinism and streaming
 
 TEST(ChunkLengths, Deterministic) {
-  const std::vector<uint8_t> data = RandomBytes(8 * kMiB, 4);
+  const std::vector<uint8_t> data = RandomByteVector(8 * kMiB, 4);
   const std::vector<size_t> first = ChunkLengths(data, kDefault);
   EXPECT_EQ(ChunkLengths(data, kDefault), first);
   // A copy at another address (and alignment) cuts the same.
@@ -149,14 +149,14 @@ TEST(ChunkLengths, Deterministic) {
   std::copy(data.begin(), data.end(), shifted.begin() + 3);
   EXPECT_EQ(ChunkLengths(std::span(shifted).subspan(3), kDefault), first);
   // Different data cuts differently.
-  EXPECT_NE(ChunkLengths(RandomBytes(8 * kMiB, 5), kDefault), first);
+  EXPECT_NE(ChunkLengths(RandomByteVector(8 * kMiB, 5), kDefault), first);
 }
 
 // The cut points of a fixed input, recorded when the chunker was written. The
 // gear table, the masks and the normalization are part of the on-disk format
 // (chunker.h): if this test fails, stored chunk ids no longer match.
 TEST(ChunkLengths, Golden) {
-  const std::vector<uint8_t> data = RandomBytes(kMiB, 42);
+  const std::vector<uint8_t> data = RandomByteVector(kMiB, 42);
   EXPECT_EQ(ChunkLengths(data, kWide),
             (std::vector<size_t>{84355, 56488, 56648, 68174, 86724, 62951, 105691, 71042, 69401,
                                  94372, 77452, 76677, 98871, 39730}));
@@ -187,7 +187,7 @@ std::vector<size_t> StreamedLengths(const std::vector<uint8_t>& file, size_t blo
 }
 
 TEST(NextChunkLength, StreamingGivesTheSameCutsAsTheWhole) {
-  const std::vector<uint8_t> data = RandomBytes(8 * kMiB + 12345, 6);
+  const std::vector<uint8_t> data = RandomByteVector(8 * kMiB + 12345, 6);
   for (const ChunkerOptions& o : {kDefault, kSmall, kTiny}) {
     SCOPED_TRACE(o.avg_size);
     const std::vector<size_t> whole = ChunkLengths(data, o);
@@ -197,7 +197,7 @@ TEST(NextChunkLength, StreamingGivesTheSameCutsAsTheWhole) {
 }
 
 TEST(NextChunkLength, ReadsOnlyTheFirstMaxSizeBytes) {
-  const std::vector<uint8_t> data = RandomBytes(4 * kMiB, 7);
+  const std::vector<uint8_t> data = RandomByteVector(4 * kMiB, 7);
   std::vector<uint8_t> changed = data;
   size_t offset = 0;
   for (int i = 0; i < 20; ++i) {
@@ -216,8 +216,8 @@ TEST(NextChunkLength, ReadsOnlyTheFirstMaxSizeBytes) {
 // Boundaries survive edits
 
 TEST(ChunkLengths, InsertionKeepsMostChunks) {
-  const std::vector<uint8_t> original = RandomBytes(8 * kMiB, 8);
-  const std::vector<uint8_t> inserted = RandomBytes(100, 9);
+  const std::vector<uint8_t> original = RandomByteVector(8 * kMiB, 8);
+  const std::vector<uint8_t> inserted = RandomByteVector(100, 9);
   std::vector<uint8_t> edited = original;
   edited.insert(edited.begin() + static_cast<ptrdiff_t>(original.size() / 2), inserted.begin(),
                 inserted.end());
@@ -231,7 +231,7 @@ TEST(ChunkLengths, InsertionKeepsMostChunks) {
 }
 
 TEST(ChunkLengths, DeletionKeepsMostChunks) {
-  const std::vector<uint8_t> original = RandomBytes(8 * kMiB, 10);
+  const std::vector<uint8_t> original = RandomByteVector(8 * kMiB, 10);
   // original[0, half) + original[half + 100, end)
   const auto middle = original.begin() + static_cast<ptrdiff_t>(original.size() / 2);
   std::vector<uint8_t> edited(original.begin(), middle);
@@ -247,7 +247,7 @@ TEST(ChunkLengths, DeletionKeepsMostChunks) {
 // 64 KiB chunks 10 edits cost about 10 x 85 KiB = 10% of 8 MiB: the 95% bar
 // needs the 8 KiB chunks (about 1.3%); with 64 KiB chunks we ask for 85%.
 TEST(ChunkLengths, ScatteredEditsKeepMostChunks) {
-  const std::vector<uint8_t> original = RandomBytes(8 * kMiB, 11);
+  const std::vector<uint8_t> original = RandomByteVector(8 * kMiB, 11);
   std::vector<uint8_t> edited = original;
   std::mt19937_64 rng(12);
   for (int i = 0; i < 10; ++i) {

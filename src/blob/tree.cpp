@@ -23,10 +23,6 @@ namespace {
 
 constexpr size_t kBatchBytes = 32 << 20;  // chunk bytes held before asking the store
 
-Status Errno(const std::string& what) {
-  return Status::Internal(what + ": " + std::strerror(errno));
-}
-
 std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -164,7 +160,7 @@ Status ChunkFile(int fd, int64_t size, ManifestEntry& entry, const StoreTreeOpti
         buf.resize(have);
         continue;
       }
-      if (n < 0) return Errno("cannot read " + entry.path);
+      if (n < 0) return Status::FromErrno("cannot read " + entry.path);
       buf.resize(have + static_cast<size_t>(n));
       left -= n;
       eof = n == 0;

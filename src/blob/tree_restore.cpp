@@ -28,10 +28,6 @@ namespace {
 
 constexpr char kPartial[] = ".gpupool-partial";
 
-Status Errno(const std::string& what) {
-  return Status::Internal(what + ": " + std::strerror(errno));
-}
-
 // "a/b/c" -> "a/b" and "c"; "c" -> "" and "c".
 std::string ParentOf(const std::string& path) {
   size_t slash = path.rfind('/');
@@ -217,24 +213,25 @@ class FileWriter {
       const std::string& path = plan.entry->path;
       GP_ASSIGN_OR_RETURN(int parent, dest_dirs_.Get(ParentOf(path)));
       parent_ = UniqueFd(::fcntl(parent, F_DUPFD_CLOEXEC, 0));
-      if (!parent_.valid()) return Errno("dup");
+      if (!parent_.valid()) return Status::FromErrno("dup");
       tmp_ = NameOf(path) + kPartial;
       if (plan.base.empty()) {
         fd_ = UniqueFd(::openat(parent_.get(), tmp_.c_str(),
                                 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-        if (!fd_.valid()) return Errno("cannot create " + path + kPartial);
+        if (!fd_.valid()) return Status::FromErrno("cannot create " + path + kPartial);
       } else {
         GP_ASSIGN_OR_RETURN(int from, base_dirs_.Get(ParentOf(plan.base)));
         if (RenameNoReplace(from, NameOf(plan.base), parent_.get(), tmp_) != 0) {
-          return Errno("cannot take " + plan.base + " over");
+          return Status::FromErrno("cannot take " + plan.base + " over");
         }
         fd_ = UniqueFd(::openat(parent_.get(), tmp_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
-        if (!fd_.valid()) return Errno("cannot open " + path + kPartial);
+        if (!fd_.valid()) return Status::FromErrno("cannot open " + path + kPartial);
         struct stat st;
         if (::fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
           return Status::Internal("the base file " + plan.base + " is not a regular file");
         }
-        if (::ftruncate(fd_.get(), plan.entry->size) != 0) return Errno("cannot size " + path);
+        if (::ftruncate(fd_.get(), plan.entry->size) != 0)
+          return Status::FromErrno("cannot size " + path);
       }
       next_ = 0;
       if (!plan.needed.empty()) break;
@@ -252,7 +249,7 @@ class FileWriter {
     while (at < iov.size()) {
       ssize_t n = ::pwritev(fd_.get(), iov.data() + at, static_cast<int>(iov.size() - at), offset);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return Errno("cannot write " + plans_[file_].entry->path);
+      if (n <= 0) return Status::FromErrno("cannot write " + plans_[file_].entry->path);
       offset += n;
       for (auto left = static_cast<size_t>(n); left > 0;) {
         size_t step = std::min(left, iov[at].iov_len);
@@ -271,10 +268,10 @@ class FileWriter {
   Status Close() {
     const ManifestEntry& e = *plans_[file_].entry;
     Status s;
-    if (::fchmod(fd_.get(), e.mode) != 0) s = Errno("chmod " + e.path);
+    if (::fchmod(fd_.get(), e.mode) != 0) s = Status::FromErrno("chmod " + e.path);
     fd_.Reset();
     if (s.ok() && RenameNoReplace(parent_.get(), tmp_, parent_.get(), NameOf(e.path)) != 0) {
-      s = Errno("rename " + e.path);
+      s = Status::FromErrno("rename " + e.path);
     }
     if (!s.ok()) ::unlinkat(parent_.get(), tmp_.c_str(), 0);
     parent_.Reset();
@@ -311,7 +308,7 @@ Status MakeDirs(int dest_fd, const std::vector<const ManifestEntry*>& dirs) {
   for (const ManifestEntry* d : dirs) {
     GP_ASSIGN_OR_RETURN(int parent, parents.Get(ParentOf(d->path)));
     if (::mkdirat(parent, NameOf(d->path).c_str(), 0700) != 0) {
-      return Errno("cannot create " + d->path);
+      return Status::FromErrno("cannot create " + d->path);
     }
   }
   return Status::Ok();
@@ -368,7 +365,7 @@ Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::strin
     if (e.type != EntryType::kSymlink) continue;
     GP_ASSIGN_OR_RETURN(int parent, parents.Get(ParentOf(e.path)));
     if (::symlinkat(e.target.c_str(), parent, NameOf(e.path).c_str()) != 0) {
-      return Errno("cannot link " + e.path);
+      return Status::FromErrno("cannot link " + e.path);
     }
   }
   // Directories get their modes last, so a read-only one could still be
@@ -377,7 +374,7 @@ Status RestoreTree(const Manifest& manifest, ChunkStore& store, const std::strin
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
     const ManifestEntry* d = *it;
     GP_ASSIGN_OR_RETURN(UniqueFd fd, OpenDirBeneath(dest_fd.get(), d->path));
-    if (::fchmod(fd.get(), d->mode) != 0) return Errno("cannot chmod " + d->path);
+    if (::fchmod(fd.get(), d->mode) != 0) return Status::FromErrno("cannot chmod " + d->path);
   }
   return Status::Ok();
 }

@@ -21,17 +21,17 @@ constexpr int64_t kQuickMs = 10'000;
 constexpr int64_t kReclaimMs = 2 * 3600 * 1000;
 constexpr int64_t kLeaveMs = int64_t{30} * 24 * 3600 * 1000;
 
-std::string Str(const json& j, const char* key) {
+std::string StringAt(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 void PrintStatus(const json& s) {
-  std::cout << "node " << Str(s, "node")
-            << (Str(s, "node_id").empty() ? "" : " (" + Str(s, "node_id") + ")") << ", "
+  std::cout << "node " << StringAt(s, "node")
+            << (StringAt(s, "node_id").empty() ? "" : " (" + StringAt(s, "node_id") + ")") << ", "
             << (s.value("connected", false) ? "connected to " : "not connected to ")
-            << Str(s, "server") << "\n";
-  std::string mode = Str(s, "mode");
+            << StringAt(s, "server") << "\n";
+  std::string mode = StringAt(s, "mode");
   std::cout << "lending: " << mode
             << (mode == "closed"    ? " (outside the availability windows)"
                 : mode == "paused"  ? " (no new work; `gpupool agent resume` lends again)"
@@ -39,7 +39,7 @@ void PrintStatus(const json& s) {
                                     : "")
             << "\n";
   if (s.contains("lending") && s["lending"].is_object()) {
-    std::string sharing = Str(s["lending"], "sharing");
+    std::string sharing = StringAt(s["lending"], "sharing");
     std::cout << "GPU shares: "
               << (sharing == "none"  ? "none (whole GPUs only)"
                   : sharing == "mps" ? "through MPS (one user per GPU at a time)"
@@ -53,8 +53,8 @@ void PrintStatus(const json& s) {
     for (const json& g : s["gpus"]) {
       std::string lent = g.contains("lent_mib")
                              ? "yes (" + FormatMebibytes(g["lent_mib"].get<int64_t>()) + ")"
-                             : "no: " + Str(g, "not_lent");
-      t.Add({std::to_string(g.value("index", 0)), Str(g, "uuid"), Str(g, "name"), lent});
+                             : "no: " + StringAt(g, "not_lent");
+      t.Add({std::to_string(g.value("index", 0)), StringAt(g, "uuid"), StringAt(g, "name"), lent});
     }
     t.Print(std::cout);
   } else {
@@ -65,17 +65,17 @@ void PrintStatus(const json& s) {
     for (const json& task : s["tasks"]) {
       std::string gpus;
       for (const json& g : task["gpus"]) gpus += (gpus.empty() ? "" : ",") + g.get<std::string>();
-      t.Add({Str(task, "attempt_id"), std::to_string(task.value("job_id", int64_t{0})),
+      t.Add({StringAt(task, "attempt_id"), std::to_string(task.value("job_id", int64_t{0})),
              gpus.empty() ? "-" : gpus,
              task.contains("finishing")  ? "exited, shipping its last checkpoint"
-             : task.contains("vacating") ? "vacating: " + Str(task, "vacating")
+             : task.contains("vacating") ? "vacating: " + StringAt(task, "vacating")
                                          : "running"});
     }
     t.Print(std::cout);
   } else {
     std::cout << "no pool work running\n";
   }
-  std::cout << "policy (" << Str(s, "policy_source") << "):\n";
+  std::cout << "policy (" << StringAt(s, "policy_source") << "):\n";
   if (s.contains("policy") && s["policy"].is_object()) {
     for (const auto& [key, value] : s["policy"].items()) {
       std::cout << "  " << key << ": " << value.dump() << "\n";
@@ -111,7 +111,7 @@ int RunAgentControl(const AgentControlFlags& flags) {
   const json& r = *response;
   bool ok = r.value("ok", false);
   if (!ok) {
-    std::cerr << "gpupool agent " << flags.command << ": " << Str(r, "error") << "\n";
+    std::cerr << "gpupool agent " << flags.command << ": " << StringAt(r, "error") << "\n";
     return 1;
   }
   if (flags.command == "status") {
@@ -122,7 +122,7 @@ int RunAgentControl(const AgentControlFlags& flags) {
     }
     return 0;
   }
-  std::cout << Str(r, "message") << "\n";
+  std::cout << StringAt(r, "message") << "\n";
   return 0;
 }
 

@@ -1,5 +1,8 @@
 #include "common/status.h"
 
+#include <cerrno>
+#include <cstring>
+
 namespace gpupool {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -48,6 +51,10 @@ Status Status::WithContext(std::string_view context) const {
   m += ": ";
   m += message_;
   return {code_, std::move(m)};
+}
+
+Status Status::FromErrno(std::string_view what) {
+  return Internal(std::string(what) + ": " + std::strerror(errno));
 }
 
 }  // namespace gpupool

@@ -64,6 +64,8 @@ class [[nodiscard]] Status {
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
   static Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+  // Internal, "what: <strerror(errno)>", for a failed system call.
+  static Status FromErrno(std::string_view what);
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

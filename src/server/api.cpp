@@ -79,11 +79,17 @@ json OutputToJson(const JobOutput& o) {
           {"removed", o.removed ? RemovalToJson(*o.removed) : json(nullptr)}};
 }
 
-json AttemptToJson(const Attempt& a) {
+// `names`: node id -> name ("node" is "" for a node that is gone).
+json AttemptToJson(const Attempt& a, const std::map<std::string, std::string>& names) {
+  auto name_of = [&](const std::string& id) {
+    auto it = names.find(id);
+    return it == names.end() ? std::string() : it->second;
+  };
   json out = {{"id", a.id},
               {"job_id", a.job_id},
               {"number", a.number},
               {"node_id", a.node_id},
+              {"node", name_of(a.node_id)},
               {"gpus", a.gpu_uuids},
               {"gpu_milli", a.gpu_milli},
               {"gpu_memory_mib", a.gpu_memory_mib},
@@ -101,6 +107,7 @@ json AttemptToJson(const Attempt& a) {
     for (const AttemptRank& r : a.ranks) {
       ranks.push_back({{"rank", r.rank},
                        {"node_id", r.node_id},
+                       {"node", name_of(r.node_id)},
                        {"gpus", r.gpu_uuids},
                        {"state", AttemptStateName(r.state)},
                        {"exit_code", r.exit_code ? json(*r.exit_code) : json(nullptr)},
@@ -437,7 +444,7 @@ void Api::GetJob(const net::HttpRequest& req, const Principal& who, int64_t id, 
     json attempts = json::array();
     int64_t lost = 0;
     for (const Attempt& a : d->attempts) {
-      json aj = AttemptToJson(a);
+      json aj = AttemptToJson(a, d->node_names);
       // A running share: its cap and use, as its agent last reported them.
       if (auto use = pool_.ShareUseOf(a.node_id, a.id); use && IsLive(a.state)) {
         aj["gpu_memory_cap_mib"] = use->memory_cap_mib;

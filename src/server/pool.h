@@ -208,8 +208,9 @@ struct QueueInfo {
 struct JobDetail {
   Job job;
   std::vector<Attempt> attempts;
-  std::optional<QueueInfo> queue;  // pending jobs the last pass ordered
-  JobOutput output;                // what it printed (server/job_logs.h)
+  std::map<std::string, std::string> node_names;  // the attempts' nodes (ranks' too): id -> name
+  std::optional<QueueInfo> queue;                 // pending jobs the last pass ordered
+  JobOutput output;                               // what it printed (server/job_logs.h)
 };
 
 // One pending job in scheduler order (GET /v1/queue).

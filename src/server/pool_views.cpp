@@ -18,6 +18,15 @@ Result<JobDetail> Pool::GetJob(int64_t id) {
     AttemptQuery q;
     q.job_id = id;
     GP_ASSIGN_OR_RETURN(d.attempts, tx.ListAttempts(q));
+    for (const Attempt& a : d.attempts) {
+      std::vector<std::string> ids{a.node_id};
+      for (const AttemptRank& r : a.ranks) ids.push_back(r.node_id);
+      for (const std::string& node : ids) {
+        if (node.empty() || d.node_names.count(node)) continue;
+        GP_ASSIGN_OR_RETURN(auto n, tx.GetNode(node));
+        if (n) d.node_names[node] = n->name;
+      }
+    }
     GP_ASSIGN_OR_RETURN(d.output, SummarizeJobOutput(tx, id));
     return Status::Ok();
   }));

@@ -170,6 +170,9 @@ def test_the_dashboard_in_chromium(pool, browser):
     job_id = int(browser.current_url.rsplit("/", 1)[1])
     status, job = pool.api("GET", f"/v1/jobs/{job_id}")
     assert job["owner"] == "alice" and job["name"] == "from-the-dashboard", job
+    # Its attempts name their machine (the API says it; no node list needed).
+    assert [a["node"] for a in job["attempt_list"]] == ["lab-a"], job["attempt_list"]
+    wait_for(lambda: "lab-a" in text_of(browser, "#attempts"), what="the attempt's machine")
     # Its GPU use and checkpoints beside the log; the log downloads as a file.
     find(browser, "#job-gpu-chart")
     wait_for(lambda: "No checkpoints" in text_of(browser, "#job-checkpoints"), what="checkpoints")

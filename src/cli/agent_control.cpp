@@ -21,6 +21,7 @@ constexpr int64_t kQuickMs = 10'000;
 constexpr int64_t kReclaimMs = 2 * 3600 * 1000;
 constexpr int64_t kLeaveMs = int64_t{30} * 24 * 3600 * 1000;
 
+// The string at `key`; "" when it is absent or not a string.
 std::string StringAt(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";

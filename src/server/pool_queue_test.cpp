@@ -13,7 +13,6 @@
 #include <memory>
 #include <random>
 
-#include "common/test_scale.h"
 #include "server/pool_testing.h"
 #include "store/sqlite_store.h"
 
@@ -248,7 +247,7 @@ PoolOptions ScenarioOptions() {
 // the test with what differs).
 TEST_F(PoolTest, TheQueueInMemoryNeverDriftsFromTheStore) {
   int64_t placements = 0, reports = 0, submitted = 0;
-  const uint32_t seeds = TestRounds(6, 2);
+  const uint32_t seeds = 6;
   for (uint32_t seed = 1; seed <= seeds; ++seed) {
     Restart();
     UseOptions(ScenarioOptions());

@@ -71,6 +71,21 @@ function controls(name, say, sentNow) {
   return root;
 }
 
+// A provider's few machines one by one (GET /v1/nodes/{name}; one never
+// connected is not there yet); many (an admin's view of every machine) in
+// one list.
+const ONE_BY_ONE = 20;
+async function myNodes(names, ctx) {
+  if (names.length > ONE_BY_ONE) {
+    const r = await api.get("/v1/nodes", { signal: ctx.signal });
+    return firstArray(r.nodes);
+  }
+  const found = await Promise.all(names.map((name) =>
+    api.get("/v1/nodes/" + encodeURIComponent(name), { signal: ctx.signal })
+      .catch((e) => { if (e instanceof api.ApiError && e.status === 404) return null; throw e; })));
+  return found.filter(Boolean);
+}
+
 export async function renderMine(main, ctx) {
   const err = errorLine("page-error");
   const said = noticeLine("mine-said");
@@ -104,15 +119,12 @@ export async function renderMine(main, ctx) {
     refreshEvents();
   }, () => {});
   const refreshNodes = ctx.every(5000, () => guarded(err, async () => {
-    const [agents, nodes] = await Promise.all([
-      api.get("/v1/agents", { signal: ctx.signal }),
-      api.get("/v1/nodes", { signal: ctx.signal }),
-    ]);
+    const agents = await api.get("/v1/agents", { signal: ctx.signal });
     const who = ctx.session;
     mine = firstArray(agents.agents ? agents.agents : agents)
       .filter((a) => !a.revoked && (who.role === "admin" || a.owner === who.user))
       .map((a) => a.node);
-    const byName = new Map(firstArray(nodes.nodes ? nodes.nodes : nodes).map((n) => [n.name, n]));
+    const byName = new Map((await myNodes(mine, ctx)).map((n) => [n.name, n]));
     empty.hidden = mine.length > 0;
     for (const name of mine) {
       const n = byName.get(name) || { name, status: "never connected", gpus: [] };

@@ -1,9 +1,9 @@
-// Admin (admins only): users, groups and their members, API tokens (never
+// Admin (admins only): users, groups and their members (editable), API tokens (never
 // their secrets: the API does not list them), enrolled nodes, and the audit
 // log, newest first, a page at a time.
 
 import * as api from "./api.js";
-import { h, fill, dataTable, firstArray, timeEl, badge, errorLine, changed } from "./dom.js";
+import { h, fill, dataTable, firstArray, timeEl, badge, errorLine, errorText, changed, noticeLine } from "./dom.js";
 import { pageSection, card, guarded } from "./pages.js";
 
 const when = (ms) => (ms > 0 ? timeEl(ms) : "—");
@@ -84,6 +84,45 @@ function auditCard(ctx, err) {
   return card("Audit log", h("div", { class: "pager" }, newest, " ", older), box);
 }
 
+// A group's members: show them, add or remove a user
+// (POST /v1/groups/{name}/members, as `gpupool admin group add|remove`).
+function membersCard(ctx) {
+  const group = h("input", { id: "members-group", type: "text", placeholder: "group", "aria-label": "group", autocomplete: "off" });
+  const user = h("input", { id: "members-user", type: "text", placeholder: "user", "aria-label": "user", autocomplete: "off" });
+  const said = noticeLine("members-said");
+  const box = h("div", { id: "members-list" });
+  const path = () => "/v1/groups/" + encodeURIComponent(group.value.trim()) + "/members";
+  const show = async () => {
+    const r = await api.get(path(), { signal: ctx.signal });
+    const members = firstArray(r.members);
+    fill(box, h("p", null, r.name + ": " + (members.length ? members.join(", ") : "no members")));
+  };
+  const act = (verb) => async () => {
+    if (!group.value.trim()) return said.say("Name a group.", true);
+    try {
+      if (verb) {
+        if (!user.value.trim()) return said.say("Name a user.", true);
+        await api.post(path(), { [verb]: [user.value.trim()] });
+        said.say((verb === "add" ? "Added " : "Removed ") + user.value.trim() + (verb === "add" ? " to " : " from ") + group.value.trim() + ".");
+      } else {
+        said.say("");
+      }
+      await show();
+    } catch (e) {
+      if (!api.isAbort(e)) said.say(errorText(e), true);
+    }
+  };
+  const button = (id, text, verb) => {
+    const b = h("button", { id, type: "button" }, text);
+    b.addEventListener("click", act(verb));
+    return b;
+  };
+  return card("Group members",
+    h("div", { class: "pager" }, group, " ", user, " ", button("members-add", "Add", "add"), " ",
+      button("members-remove", "Remove", "remove"), " ", button("members-show", "Show", null)),
+    said, box);
+}
+
 export async function renderAdmin(main, ctx) {
   const err = errorLine("page-error");
   main.appendChild(pageSection("Admin", err));
@@ -96,6 +135,7 @@ export async function renderAdmin(main, ctx) {
   section.appendChild(h("div", { class: "grid-2" },
     listCard(ctx, err, seen, { title: "Users", id: "users-table", path: "/v1/users", key: "users", columns: USER_COLUMNS, empty: "No users." }),
     listCard(ctx, err, seen, { title: "Enrolled nodes", id: "agents-table", path: "/v1/agents", key: "agents", columns: AGENT_COLUMNS, empty: "No node has enrolled." })));
+  section.appendChild(membersCard(ctx));
   section.appendChild(listCard(ctx, err, seen, { title: "API tokens", id: "tokens-table", path: "/v1/tokens?all=1", key: "tokens", columns: TOKEN_COLUMNS, empty: "No tokens." }));
   section.appendChild(auditCard(ctx, err));
 }

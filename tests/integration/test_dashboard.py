@@ -361,6 +361,27 @@ def test_the_admin_page(pool, browser):
     # The newest audit entry first: root2's own sign-in.
     first = find(browser, "#audit-table tbody tr")
     assert "root2" in first.text and "login" in first.text, first.text
+
+    # Group members, edited from the page as `gpupool admin group add` does.
+    status, body = pool.api("POST", "/v1/groups", {"name": "vision"})
+    assert status == 201, body
+    find(browser, "#members-group").send_keys("vision")
+    find(browser, "#members-user").send_keys("alice")
+    click(browser, "#members-add")
+    wait_for(lambda: text_of(browser, "#members-list") == "vision: alice", what="alice in vision")
+    status, group = pool.api("GET", "/v1/groups/vision/members")
+    assert status == 200 and group["members"] == ["alice"], group
+    find(browser, "#members-user").clear()
+    find(browser, "#members-user").send_keys("nobody")
+    click(browser, "#members-add")
+    wait_for(lambda: "nobody" in text_of(browser, "#members-said"), what="the refusal")
+    assert "error" in find(browser, "#members-said").get_attribute("class")
+    assert pool.api("GET", "/v1/groups/vision/members")[1]["members"] == ["alice"]
+    find(browser, "#members-user").clear()
+    find(browser, "#members-user").send_keys("alice")
+    click(browser, "#members-remove")
+    wait_for(lambda: text_of(browser, "#members-list") == "vision: no members", what="alice removed")
+    assert pool.api("GET", "/v1/groups/vision/members")[1]["members"] == []
     screenshot(browser, "admin")
 
 

@@ -134,31 +134,49 @@ Result<Telemetry> OpenTelemetry(const ServerOptions& options,
 
 }  // namespace
 
-int RunServer(const ServerOptions& options) {
-  SetLogComponent("server");
-  // A bad config stops the server before it touches the data directory.
+// Everything RunServer needs before it starts anything, from its options,
+// each checked. A failure has said why on stderr and carries the exit code
+// (2: a bad option; 1: this machine refused).
+struct Startup {
+  int exit_code = 0;
   std::unique_ptr<StaticFiles> static_files;
+  PoolOptions pool_options;
+  std::optional<DirLock> lock;  // one server per data directory
+  std::pair<std::string, uint16_t> addr;
+  std::optional<std::pair<std::string, uint16_t>> metrics_addr;
+  std::vector<telemetry::Tier> tiers;
+  std::unique_ptr<SqliteStore> store;
+  std::optional<ServerTls> tls;
+};
+
+Startup Prepare(const ServerOptions& options) {
+  Startup s;
+  auto fail = [&s](int code) {
+    s.exit_code = code;
+    return std::move(s);
+  };
+  // A bad config stops the server before it touches the data directory.
   const std::string web_dir = options.web_dir.empty() ? DefaultWebDir() : options.web_dir;
   if (!web_dir.empty()) {
     auto opened = StaticFiles::Open({.dir = web_dir});
     if (!opened.ok()) {
       std::cerr << "gpupool server: " << opened.status().message() << "\n";
-      return 2;
+      return fail(2);
     }
-    static_files = *std::move(opened);
+    s.static_files = *std::move(opened);
   }
-  PoolOptions pool_options = options.pool;
+  s.pool_options = options.pool;
   if (!options.scheduler_config.empty()) {
     auto config = LoadSchedulerConfig(options.scheduler_config);
     if (!config.ok()) {
       std::cerr << "gpupool server: --scheduler-config " << config.status().message() << "\n";
-      return 2;
+      return fail(2);
     }
-    pool_options.scheduler = *std::move(config);
+    s.pool_options.scheduler = *std::move(config);
     GP_LOG(kInfo) << "scheduler config " << options.scheduler_config << ": "
-                  << pool_options.scheduler.groups.size() << " groups, half-life "
-                  << pool_options.scheduler.half_life_ms << " ms, preemption "
-                  << (pool_options.scheduler.preemption ? "on" : "off");
+                  << s.pool_options.scheduler.groups.size() << " groups, half-life "
+                  << s.pool_options.scheduler.half_life_ms << " ms, preemption "
+                  << (s.pool_options.scheduler.preemption ? "on" : "off");
   }
 
   std::error_code ec;
@@ -166,40 +184,38 @@ int RunServer(const ServerOptions& options) {
   if (ec) {
     std::cerr << "gpupool server: cannot create " << options.data_dir << ": " << ec.message()
               << "\n";
-    return 1;
+    return fail(1);
   }
   ::chmod(options.data_dir.c_str(), 0700);
   // One server per data directory: two would both schedule the same jobs.
   auto lock = DirLock::Acquire(options.data_dir, "server");
   if (!lock.ok()) {
     std::cerr << "gpupool server: " << lock.status().message() << "\n";
-    return 1;
+    return fail(1);
   }
   auto addr = SplitHostPort(options.listen, "--listen");
   if (!addr.ok()) {
     std::cerr << "gpupool server: " << addr.status().message() << "\n";
-    return 2;
+    return fail(2);
   }
-  std::optional<std::pair<std::string, uint16_t>> metrics_addr;
   if (!options.metrics_listen.empty()) {
     auto parsed = SplitHostPort(options.metrics_listen, "--metrics-listen");
     if (!parsed.ok()) {
       std::cerr << "gpupool server: " << parsed.status().message() << "\n";
-      return 2;
+      return fail(2);
     }
-    metrics_addr = *std::move(parsed);
+    s.metrics_addr = *std::move(parsed);
   }
   auto tiers = ParseTiers(options.telemetry_tiers);
   if (!tiers.ok()) {
     std::cerr << "gpupool server: --telemetry-tiers: " << tiers.status().message() << "\n";
-    return 2;
+    return fail(2);
   }
   auto store = OpenState(options);
   if (!store.ok()) {
     std::cerr << "gpupool server: " << store.status().message() << "\n";
-    return 1;
+    return fail(1);
   }
-  std::optional<ServerTls> tls;
   if (options.insecure) {
     std::cerr << "gpupool server: WARNING: --insecure: serving plain HTTP. Tokens, job specs, "
                  "logs and checkpoints cross the network unencrypted and agents cannot check "
@@ -212,16 +228,34 @@ int RunServer(const ServerOptions& options) {
     auto made = SetUpServerTls(options.data_dir, sans, options.tls_cert_file, options.tls_key_file);
     if (!made.ok()) {
       std::cerr << "gpupool server: TLS: " << made.status().ToString() << "\n";
-      return 1;
+      return fail(1);
     }
-    tls = *std::move(made);
+    s.tls = *std::move(made);
   }
+  s.lock = *std::move(lock);
+  s.addr = *std::move(addr);
+  s.tiers = *std::move(tiers);
+  s.store = *std::move(store);
+  return s;
+}
+
+int RunServer(const ServerOptions& options) {
+  SetLogComponent("server");
+  Startup startup = Prepare(options);
+  if (startup.exit_code != 0) return startup.exit_code;
+  const auto& static_files = startup.static_files;
+  const PoolOptions& pool_options = startup.pool_options;
+  const auto& [host, port] = startup.addr;
+  const auto& metrics_addr = startup.metrics_addr;
+  const std::optional<ServerTls>& tls = startup.tls;
+  SqliteStore& store = *startup.store;
+
   // Everything the server stores and subtracts runs on a wall clock that
   // cannot jump (common/clock.h): a system clock stepped by an operator or
   // NTP neither loses nodes, nor requeues, expires or charges anything.
   RealClock system_clock;
   SteadyWallClock clock(system_clock);
-  Auth auth(**store, clock);
+  Auth auth(store, clock);
   auto boot = auth.Bootstrap(options.data_dir, tls ? tls->ca_fingerprint : "");
   if (!boot.ok()) {
     std::cerr << "gpupool server: " << boot.status().ToString() << "\n";
@@ -288,19 +322,19 @@ int RunServer(const ServerOptions& options) {
   };
   StorageQuotasOptions quota_options = options.storage;
   quota_options.upload_window_ms = options.blob_gc_grace_ms;
-  StorageQuotas quotas(**store, clock, quota_options);
+  StorageQuotas quotas(store, clock, quota_options);
   hooks.within_quota = [&](Tx& tx, const std::string& owner, const std::string& group,
                            std::string_view what, const std::function<Status()>& change) {
     return quotas.Guard(tx, owner, group, what, change);
   };
-  Pool pool(**store, clock, pool_options, hooks);
+  Pool pool(store, clock, pool_options, hooks);
   pool_ptr = &pool;
   if (Status s = pool.Recover(); !s.ok()) {
     std::cerr << "gpupool server: " << s.ToString() << "\n";
     return 1;
   }
   // Log retention (server/job_logs.h): now and then, and with every admin gc.
-  LogCollector log_collector(**store, clock, pool_options.logs);
+  LogCollector log_collector(store, clock, pool_options.logs);
   LogGc log_gc(loop, log_collector);
   BlobApiOptions blob_api_options;
   blob_api_options.gc_grace_ms = options.blob_gc_grace_ms;
@@ -308,7 +342,7 @@ int RunServer(const ServerOptions& options) {
     log_gc.Collect(std::move(done));
   };
   // Agents read only their own node's blobs (agent_blob_scope.h).
-  AgentBlobScope agent_blobs(**store, **blobs, clock);
+  AgentBlobScope agent_blobs(store, **blobs, clock);
   BlobApi blob_api(loop, pool, **blobs, clock, blob_api_options, {&agent_blobs, &auth}, &quotas);
   IdentityApiOptions identity_options;
   identity_options.login_limits = options.login_limits;
@@ -324,7 +358,7 @@ int RunServer(const ServerOptions& options) {
                          hooks.schedule_needed();
                        });
   // Before the Api: its modules outlive it.
-  auto telemetry = OpenTelemetry(options, *tiers, loop, pool, clock);
+  auto telemetry = OpenTelemetry(options, startup.tiers, loop, pool, clock);
   if (!telemetry.ok()) {
     std::cerr << "gpupool server: telemetry history: " << telemetry.status().ToString() << "\n";
     return 1;
@@ -383,8 +417,8 @@ int RunServer(const ServerOptions& options) {
   net::HttpServerOptions http_opts;
   http_opts.max_body_bytes = std::max(options.max_request_body, kMinRequestBody);
   http_opts.max_body_setting = "--max-request-body";
-  http_opts.host = addr->first;
-  http_opts.port = addr->second;
+  http_opts.host = host;
+  http_opts.port = port;
   if (tls) http_opts.tls = tls->config;
   auto http = net::HttpServer::Start(loop, http_opts, handlers);
   if (!http.ok()) {
@@ -392,10 +426,9 @@ int RunServer(const ServerOptions& options) {
               << http.status().message() << "\n";
     return 1;
   }
-  std::string url =
-      std::string(tls ? "https://" : "http://") +
-      (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first) + ":" +
-      std::to_string((*http)->port());
+  std::string url = std::string(tls ? "https://" : "http://") +
+                    (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                    std::to_string((*http)->port());
   // Lets `gpupool dev` and scripts find a server started on port 0.
   (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
   GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";

@@ -74,13 +74,10 @@ for mode in "${modes[@]}"; do
     unset ASAN_OPTIONS UBSAN_OPTIONS
   else
     echo "== tests"
-    if $full; then
-      # The unit tests run under the sanitizers (next stage) only.
-      GPUPOOL_UNIT_TESTS=OFF timed "normal build (no unit tests)" scripts/build.sh
-      timed "normal tests (end to end)" run_tests build
-    else
-      GPUPOOL_UNIT_TESTS=ON timed "normal build" scripts/build.sh
-      timed "normal tests" run_tests build
-    fi
+    # In the full run the unit tests run under the sanitizers (next stage) only.
+    unit_tests=ON
+    if $full; then unit_tests=OFF; fi
+    GPUPOOL_UNIT_TESTS=$unit_tests timed "normal build (unit tests $unit_tests)" scripts/build.sh
+    timed "normal tests" run_tests build
   fi
 done

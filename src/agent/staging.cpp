@@ -29,8 +29,6 @@ std::string PendingMark(const std::string& staging_dir, int64_t job_id) {
   return JobDir(staging_dir, job_id) + ".pending";
 }
 
-bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
 // An exclusive flock on a job's lock file, released on destruction.
 class JobLock {
  public:
@@ -55,10 +53,10 @@ class JobLock {
     }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
     for (;;) {
-      if (until_gone.empty() || !Exists(until_gone)) {
+      if (until_gone.empty() || !PathExists(until_gone)) {
         if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
           // Marked again while this waited for the lock: wait on.
-          if (until_gone.empty() || !Exists(until_gone)) return lock;
+          if (until_gone.empty() || !PathExists(until_gone)) return lock;
           ::flock(fd, LOCK_UN);
         } else if (errno != EWOULDBLOCK && errno != EINTR) {
           return Status::Internal("cannot lock " + path);
@@ -111,7 +109,7 @@ class StoppableStore : public blob::ChunkStore {
 // The staged tree in `dir` (job-<ID> or a moved copy), if complete.
 Result<blob::RestoreBase> ReadStaged(const std::string& dir) {
   std::string path = dir + "/" + kManifestFile;
-  if (!Exists(path)) return Status::NotFound("nothing staged in " + dir);
+  if (!PathExists(path)) return Status::NotFound("nothing staged in " + dir);
   GP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   GP_ASSIGN_OR_RETURN(blob::Manifest m, blob::DecodeManifest(text));
   return blob::RestoreBase{std::move(m), dir + "/tree"};
@@ -163,7 +161,7 @@ Result<blob::RestoreBase> TakeStaged(const std::string& staging_dir, int64_t job
                                      const std::string& into, int64_t wait_ms) {
   const std::string dir = JobDir(staging_dir, job_id);
   const std::string pending = PendingMark(staging_dir, job_id);
-  if (!Exists(dir) && !Exists(dir + ".new") && !Exists(pending)) {
+  if (!PathExists(dir) && !PathExists(dir + ".new") && !PathExists(pending)) {
     return Status::NotFound("nothing staged for job " + std::to_string(job_id));
   }
   auto lock = JobLock::Take(staging_dir, job_id, wait_ms, pending);

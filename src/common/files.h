@@ -7,6 +7,9 @@
 
 namespace gpupool {
 
+// Whether `path` names something (a symbolic link: what it points to).
+bool PathExists(const std::string& path);
+
 // The whole file; NotFound when it cannot be opened.
 Result<std::string> ReadFile(const std::string& path);
 

@@ -17,8 +17,6 @@
 namespace gpupool::exec {
 namespace {
 
-bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
 bool IsDirectory(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -182,8 +180,8 @@ Result<std::string> CgroupTree::Resolve(const std::string& setting, const std::s
           "the agent is in no cgroup v2 hierarchy (no \"0::\" line in " + self_cgroup_file +
           "): this machine uses cgroup v1 only");
     }
-    if (!Exists(base + "/cgroup.controllers")) {
-      if (!Exists(base + "/unified/cgroup.controllers")) {
+    if (!PathExists(base + "/cgroup.controllers")) {
+      if (!PathExists(base + "/unified/cgroup.controllers")) {
         return Status::FailedPrecondition("no cgroup v2 mounted at " + base +
                                           " (no cgroup.controllers): this machine uses cgroup v1");
       }
@@ -195,7 +193,7 @@ Result<std::string> CgroupTree::Resolve(const std::string& setting, const std::s
     // The leaf an earlier Open moved the agent into: the tree is its parent.
     const std::string leaf = "/agent";
     if (rel.size() > leaf.size() && rel.compare(rel.size() - leaf.size(), leaf.size(), leaf) == 0 &&
-        Exists(path.substr(0, path.size() - leaf.size()) + "/cgroup.controllers")) {
+        PathExists(path.substr(0, path.size() - leaf.size()) + "/cgroup.controllers")) {
       path.resize(path.size() - leaf.size());
     }
   } else if (!setting.empty() && setting[0] == '/') {
@@ -239,7 +237,7 @@ Result<std::string> CgroupTree::Resolve(const std::string& setting, const std::s
   // unit's cgroup with this attribute), never a login session's.
   // The hierarchy's root (no cgroup.type) is the agent's own in a container
   // with a private cgroup namespace.
-  if (setting == "auto" && ::geteuid() == 0 && Exists(path + "/cgroup.type") &&
+  if (setting == "auto" && ::geteuid() == 0 && PathExists(path + "/cgroup.type") &&
       ::getxattr(path.c_str(), "trusted.delegate", nullptr, 0) < 0 &&
       ::getxattr(path.c_str(), "user.delegate", nullptr, 0) < 0) {
     return Status::FailedPrecondition(
@@ -256,7 +254,7 @@ Result<CgroupTree> CgroupTree::Open(const std::string& setting, const std::strin
   GP_ASSIGN_OR_RETURN(std::string controllers, ReadFile(path + "/cgroup.controllers"));
   bool has_cpu = Contains(Words(controllers), "cpu");
   // The hierarchy's root has no cgroup.type and may hold processes itself.
-  if (Exists(path + "/cgroup.type")) GP_RETURN_IF_ERROR(MoveProcessesToLeaf(path));
+  if (PathExists(path + "/cgroup.type")) GP_RETURN_IF_ERROR(MoveProcessesToLeaf(path));
   const std::string control = path + "/cgroup.subtree_control";
   Status s = WriteCgroupFile(control, has_cpu ? "+memory +pids +cpu" : "+memory +pids");
   if (!s.ok() && has_cpu) {
@@ -281,9 +279,9 @@ Result<TaskCgroup> CgroupTree::CreateTask(const std::string& name, const Limits&
   }
   auto limit = [](int64_t v) { return v > 0 ? std::to_string(v) : std::string("max"); };
   Status s = WriteCgroupFile(dir + "/memory.max", limit(limits.memory_bytes));
-  if (s.ok() && Exists(dir + "/memory.swap.max"))
+  if (s.ok() && PathExists(dir + "/memory.swap.max"))
     s = WriteCgroupFile(dir + "/memory.swap.max", "0");
-  if (s.ok() && Exists(dir + "/memory.oom.group")) {
+  if (s.ok() && PathExists(dir + "/memory.oom.group")) {
     s = WriteCgroupFile(dir + "/memory.oom.group", "1");
   }
   if (s.ok()) s = WriteCgroupFile(dir + "/pids.max", limit(limits.pids));
@@ -338,7 +336,7 @@ std::vector<pid_t> TaskCgroup::Pids() const {
 
 void TaskCgroup::Kill() const {
   const std::string kill_file = path_ + "/cgroup.kill";
-  if (Exists(kill_file) && WriteCgroupFile(kill_file, "1").ok()) return;
+  if (PathExists(kill_file) && WriteCgroupFile(kill_file, "1").ok()) return;
   for (int round = 0; round < 20; ++round) {
     std::vector<pid_t> pids = Pids();
     if (pids.empty()) return;

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <set>
 
+#include "common/files.h"
 #include "exec/subprocess.h"
 
 namespace gpupool::exec {
@@ -107,11 +108,6 @@ bool ParseEntry(std::string_view line, LdconfigEntry* entry) {
   return !entry->name.empty() && !entry->path.empty() && entry->path.front() == '/';
 }
 
-bool Exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 bool IsExecutableFile(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
@@ -157,7 +153,7 @@ std::vector<std::string> GpuDeviceNodes(const std::string& dev_dir,
   if (nodes.empty()) return {};
   for (std::string_view control : kControlDevices) {
     std::string node = JoinPath(dev_dir, control);
-    if (Exists(node)) nodes.insert(std::move(node));
+    if (PathExists(node)) nodes.insert(std::move(node));
   }
   return {nodes.begin(), nodes.end()};
 }

@@ -101,12 +101,17 @@ std::string UrlEncode(std::string_view s) {
   return out;
 }
 
+std::string AsciiLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 std::optional<Url> ParseUrl(std::string_view text) {
   Url url;
   size_t sep = text.find("://");
   if (sep == std::string_view::npos) return std::nullopt;
-  url.scheme = std::string(text.substr(0, sep));
-  for (char& c : url.scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  url.scheme = AsciiLower(text.substr(0, sep));
   bool tls = url.scheme == "https" || url.scheme == "wss";
   if (!tls && url.scheme != "http" && url.scheme != "ws") return std::nullopt;
   std::string_view rest = text.substr(sep + 3);

@@ -58,6 +58,9 @@ std::vector<std::string_view> SplitPath(std::string_view path);
 std::string UrlDecode(std::string_view s, bool plus_is_space);
 std::string UrlEncode(std::string_view s);
 
+// `s` with ASCII letters lowered (header names, URL schemes).
+std::string AsciiLower(std::string_view s);
+
 // Splits "http://host:port/prefix" into its parts. Schemes http and ws
 // (default port 80), https and wss (default port 443).
 struct Url {

@@ -69,12 +69,6 @@ struct HttpConnection {
 
 namespace {
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 template <typename Stream>
 asio::awaitable<void> Converse(Exchange& x, Stream& stream);
 
@@ -195,7 +189,7 @@ asio::awaitable<void> Converse(Exchange& x, Stream& stream) {
   out.content_type.clear();
   for (const auto& field : res) {
     auto [it, inserted] =
-        out.headers.emplace(Lower(field.name_string()), std::string(field.value()));
+        out.headers.emplace(AsciiLower(field.name_string()), std::string(field.value()));
     if (!inserted) {
       it->second += ", ";
       it->second.append(field.value().data(), field.value().size());

@@ -177,12 +177,6 @@ namespace {
 
 using Millis = std::chrono::milliseconds;
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 // What a connection knows about its TLS peer, copied into each request.
 struct TlsIdentity {
   bool tls = false;
@@ -214,7 +208,8 @@ HttpRequest ToHttpRequest(BeastRequest& req, const std::string& peer, const TlsI
     }
   }
   for (const auto& field : req) {
-    auto [it, inserted] = r.headers.emplace(Lower(field.name_string()), std::string(field.value()));
+    auto [it, inserted] =
+        r.headers.emplace(AsciiLower(field.name_string()), std::string(field.value()));
     if (!inserted) {
       it->second += ", ";
       it->second.append(field.value().data(), field.value().size());

@@ -34,7 +34,7 @@ namespace beast = boost::beast;
 using tcp = boost::asio::ip::tcp;
 using Millis = std::chrono::milliseconds;
 
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kRawReadChunk = 64 * 1024;
 // Queued strings written by one gather write (writev takes up to 1024).
 constexpr size_t kMaxWriteBatch = 64;
 // Bounds a clean close: the TLS close_notify exchange, or the wait for the
@@ -62,7 +62,7 @@ class RawSession : public internal::Session,
         stream_(std::move(stream)),
         handler_(std::move(handler)),
         peer_(std::move(peer)),
-        read_buffer_(std::make_unique<char[]>(kReadChunk)) {}
+        read_buffer_(std::make_unique<char[]>(kRawReadChunk)) {}
 
   ~RawSession() override {
     if (core_) core_->sessions.erase(this);
@@ -149,7 +149,7 @@ class RawSession : public internal::Session,
   void DoRead() {
     reading_ = true;
     stream_.async_read_some(
-        asio::buffer(read_buffer_.get(), kReadChunk),
+        asio::buffer(read_buffer_.get(), kRawReadChunk),
         [self = this->shared_from_this()](beast::error_code ec, size_t n) { self->OnRead(ec, n); });
   }
 
@@ -225,7 +225,7 @@ class RawSession : public internal::Session,
   // closing does not reset a connection whose last bytes the peer has yet
   // to read.
   void Drain() {
-    Lowest().async_read_some(asio::buffer(read_buffer_.get(), kReadChunk),
+    Lowest().async_read_some(asio::buffer(read_buffer_.get(), kRawReadChunk),
                              [self = this->shared_from_this()](beast::error_code ec, size_t) {
                                if (self->state_ != State::kClosing) return;
                                if (ec) return self->Finish("closed");

@@ -2,21 +2,11 @@
 
 #include <cassert>
 
+#include "proto/byte_order.h"
+
 namespace gpupool::proto {
 
 namespace {
-
-void PutU32(std::string* out, uint32_t v) {
-  out->push_back(static_cast<char>(v >> 24));
-  out->push_back(static_cast<char>(v >> 16));
-  out->push_back(static_cast<char>(v >> 8));
-  out->push_back(static_cast<char>(v));
-}
-
-uint32_t GetU32(std::string_view b) {
-  auto u = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(b[i])); };
-  return u(0) << 24 | u(1) << 16 | u(2) << 8 | u(3);
-}
 
 uint16_t GetU16(std::string_view b) {
   return static_cast<uint16_t>(static_cast<uint8_t>(b[0]) << 8 | static_cast<uint8_t>(b[1]));
@@ -44,7 +34,7 @@ std::string EncodeExecFrame(ExecFrameType type, std::string_view payload) {
   std::string out;
   out.reserve(kExecHeaderBytes + payload.size());
   out.push_back(static_cast<char>(type));
-  PutU32(&out, static_cast<uint32_t>(payload.size()));
+  PutU32(out, static_cast<uint32_t>(payload.size()));
   out.append(payload);
   return out;
 }
@@ -62,7 +52,7 @@ std::string EncodeExecSignal(uint8_t signal) {
 
 std::string EncodeExecExit(int32_t code) {
   std::string p;
-  PutU32(&p, static_cast<uint32_t>(code));
+  PutU32(p, static_cast<uint32_t>(code));
   return EncodeExecFrame(ExecFrameType::kExit, p);
 }
 

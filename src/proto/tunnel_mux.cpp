@@ -3,19 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "proto/byte_order.h"
+
 namespace gpupool::proto {
 namespace {
-
-void PutU32(std::string& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8)
-    out.push_back(static_cast<char>((v >> shift) & 0xff));
-}
-
-uint32_t GetU32(std::string_view in) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(in[i]);
-  return v;
-}
 
 bool HasCredit(TunnelFrameKind k) {
   return k == TunnelFrameKind::kOpen || k == TunnelFrameKind::kWindow;

@@ -132,8 +132,6 @@ Result<Telemetry> OpenTelemetry(const ServerOptions& options,
   return t;
 }
 
-}  // namespace
-
 // Everything RunServer needs before it starts anything, from its options,
 // each checked. A failure has said why on stderr and carries the exit code
 // (2: a bad option; 1: this machine refused).
@@ -238,6 +236,8 @@ Startup Prepare(const ServerOptions& options) {
   s.store = *std::move(store);
   return s;
 }
+
+}  // namespace
 
 int RunServer(const ServerOptions& options) {
   SetLogComponent("server");

@@ -58,15 +58,15 @@ def scaled(duration):
 SCALED_DEFAULTS = {"--heartbeat-ms": "5000", "--attempt-lease": "30s", "--node-lost-after-ms": "40000"}
 
 
-def scaled_args(args, defaults=None):
-    """`args` with the values of SCALED_FLAGS scaled, and the `defaults`
-    (flag: value) it does not give, scaled, when TIME_SCALE is not 1."""
+def scaled_args(args):
+    """The server's `args` with the values of SCALED_FLAGS scaled, and the
+    SCALED_DEFAULTS it does not give, scaled, when TIME_SCALE is not 1."""
     out = list(args)
     for i in range(len(out) - 1):
         if out[i] in SCALED_FLAGS:
             out[i + 1] = scaled(out[i + 1])
     if TIME_SCALE != 1:
-        for flag, value in (defaults or {}).items():
+        for flag, value in SCALED_DEFAULTS.items():
             if flag not in out:
                 out += [flag, scaled(value)]
     return out
@@ -117,7 +117,7 @@ class Pool:
             extra = ["--tls-san", host, *extra]
         self.server = self._spawn(["server", "--data-dir", self.server_dir, "--listen",
                                    f"{host}:{self.port}", "--log-level", log_level,
-                                   *scaled_args(extra, SCALED_DEFAULTS)], "server")
+                                   *scaled_args(extra)], "server")
         wait_for(lambda: os.path.exists(url_file) and open(url_file).read().strip(), what="server.url")
         self.url = open(url_file).read().strip()
         self.port = int(self.url.rsplit(":", 1)[1])

@@ -15,6 +15,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "net/http_server.h"
+#include "net/repeating.h"
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -130,6 +131,17 @@ Result<Telemetry> OpenTelemetry(const ServerOptions& options,
   telemetry_options.tiers = tiers;
   t.api = std::make_unique<TelemetryApi>(loop, pool, clock, *t.store, telemetry_options);
   return t;
+}
+
+void ReportLogRetention(const Result<LogGcStats>& stats) {
+  if (!stats.ok()) {
+    GP_LOG(kError) << "log retention failed: " << stats.status().ToString();
+  } else if (stats->jobs_removed > 0) {
+    GP_LOG(kInfo) << "log retention: removed the logs of " << stats->jobs_removed << " jobs ("
+                  << stats->by_retention << " ended too long ago, " << stats->by_budget
+                  << " over the budget), " << stats->bytes_removed << " bytes; kept "
+                  << stats->kept.stored_bytes << " bytes of " << stats->kept.jobs << " jobs";
+  }
 }
 
 // Everything RunServer needs before it starts anything, from its options,
@@ -446,66 +458,43 @@ int RunServer(const ServerOptions& options) {
   }
 
   int64_t reported_skew_s = 0;
-  std::function<void()> tick = [&] {
-    if (Status s = pool.CheckNodes(); !s.ok())
-      GP_LOG(kError) << "node check failed: " << s.ToString();
-    if (int64_t skew_s = clock.SystemClockSkewMs() / 1000; std::abs(skew_s - reported_skew_s) > 1) {
-      reported_skew_s = skew_s;
-      GP_LOG(kWarn) << "the system clock was stepped: it is " << skew_s
-                    << " s off the server's own clock since the start; the server keeps "
-                       "measuring durations on the monotonic clock and shows its own times "
-                       "until it restarts";
-    }
-    hooks.schedule_needed();
-    loop.RunAfter(options.schedule_interval_ms, tick);
-  };
-  loop.RunAfter(1000, tick);
+  net::Repeating node_checks(
+      loop, 1000, options.schedule_interval_ms, [&](const net::Repeating::Done& done) {
+        if (Status s = pool.CheckNodes(); !s.ok())
+          GP_LOG(kError) << "node check failed: " << s.ToString();
+        if (int64_t skew_s = clock.SystemClockSkewMs() / 1000;
+            std::abs(skew_s - reported_skew_s) > 1) {
+          reported_skew_s = skew_s;
+          GP_LOG(kWarn) << "the system clock was stepped: it is " << skew_s
+                        << " s off the server's own clock since the start; the server keeps "
+                           "measuring durations on the monotonic clock and shows its own times "
+                           "until it restarts";
+        }
+        hooks.schedule_needed();
+        done();
+      });
   hooks.schedule_needed();
-
-  std::function<void()> idle_tick = [&] {
+  net::Repeating idle_sessions(loop, 1000, 1000, [&](const net::Repeating::Done& done) {
     gateway.CheckIdle();
-    loop.RunAfter(1000, idle_tick);
-  };
-  loop.RunAfter(1000, idle_tick);
-
-  // Blob garbage collection: one at a time, the next one an interval after
-  // the last one ended.
-  std::function<void()> gc_tick = [&] {
-    blob_api.CollectGarbage([&](Result<GcStats> stats) {
-      if (!stats.ok()) GP_LOG(kError) << "blob gc failed: " << stats.status().ToString();
-      loop.RunAfter(options.blob_gc_interval_ms, gc_tick);
-      std::function<void()> log_gc_tick = [&] {
-        log_gc.Collect([&](Result<LogGcStats> stats) {
-          if (!stats.ok()) {
-            GP_LOG(kError) << "log retention failed: " << stats.status().ToString();
-          } else if (stats->jobs_removed > 0) {
-            GP_LOG(kInfo) << "log retention: removed the logs of " << stats->jobs_removed
-                          << " jobs (" << stats->by_retention << " ended too long ago, "
-                          << stats->by_budget << " over the budget), " << stats->bytes_removed
-                          << " bytes; kept " << stats->kept.stored_bytes << " bytes of "
-                          << stats->kept.jobs << " jobs";
-          }
-          loop.RunAfter(kLogGcIntervalMs, log_gc_tick);
-        });
-      };
-      loop.RunAfter(kLogGcFirstMs, log_gc_tick);
-    });
-  };
-  loop.RunAfter(options.blob_gc_interval_ms, gc_tick);
-  std::function<void()> log_gc_tick = [&] {
-    log_gc.Collect([&](Result<LogGcStats> stats) {
-      if (!stats.ok()) {
-        GP_LOG(kError) << "log retention failed: " << stats.status().ToString();
-      } else if (stats->jobs_removed > 0) {
-        GP_LOG(kInfo) << "log retention: removed the logs of " << stats->jobs_removed << " jobs ("
-                      << stats->by_retention << " ended too long ago, " << stats->by_budget
-                      << " over the budget), " << stats->bytes_removed << " bytes; kept "
-                      << stats->kept.stored_bytes << " bytes of " << stats->kept.jobs << " jobs";
-      }
-      loop.RunAfter(kLogGcIntervalMs, log_gc_tick);
-    });
-  };
-  loop.RunAfter(kLogGcFirstMs, log_gc_tick);
+    done();
+  });
+  // Garbage collection of blobs and log retention: each runs again an
+  // interval after its last run ended.
+  net::Repeating blob_gc(loop, options.blob_gc_interval_ms, options.blob_gc_interval_ms,
+                         [&](net::Repeating::Done done) {
+                           blob_api.CollectGarbage([done = std::move(done)](Result<GcStats> stats) {
+                             if (!stats.ok())
+                               GP_LOG(kError) << "blob gc failed: " << stats.status().ToString();
+                             done();
+                           });
+                         });
+  net::Repeating log_retention(loop, kLogGcFirstMs, kLogGcIntervalMs,
+                               [&](net::Repeating::Done done) {
+                                 log_gc.Collect([done = std::move(done)](Result<LogGcStats> stats) {
+                                   ReportLogRetention(stats);
+                                   done();
+                                 });
+                               });
 
   // SIGHUP: read --scheduler-config again (groups, weights, guarantees, ...).
   // A file that does not parse is reported and the config in force stays.

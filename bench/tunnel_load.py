@@ -188,9 +188,9 @@ class Api:
         self.token = os.environ["GPUPOOL_TOKEN"]
         self.ctx = ssl.create_default_context(cafile=ca) if self.url.startswith("https") else None
 
-    def call(self, method, path, body=None, timeout=90):
+    def call(self, method, path, body=None, timeout=90, base=None):
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req = urllib.request.Request((base or self.url) + path, data=data, method=method)
         req.add_header("Authorization", "Bearer " + self.token)
         if data is not None:
             req.add_header("Content-Type", "application/json")
@@ -238,14 +238,22 @@ def cmd_jupyter(a):
         reader = threading.Thread(target=read_err, daemon=True)
         reader.start()
         t_ready = t_ret = None
-        last = None
+        last = base = None
         while t_ready is None or t_ret is None:
             if t_ret is None and p.poll() is not None:
                 t_ret = now()
                 if p.returncode != 0:
                     raise SystemExit(f"session start exited {p.returncode}")
-            if t_ready is None and ids:
-                status, body = api.call("GET", f"/v1/sessions/{ids[0]}/proxy/api/status", timeout=10)
+            if t_ready is None and ids and base is None:
+                # The proxy is on the sessions' own address; a sign-in link names it.
+                status, body = api.call("POST", f"/v1/sessions/{ids[0]}/link", {}, timeout=10)
+                last = (status, body[:200])
+                if status == 200:
+                    url = json.loads(body)["url"]
+                    base = url[:url.index("/v1/")]
+            if t_ready is None and base is not None:
+                status, body = api.call("GET", f"/v1/sessions/{ids[0]}/proxy/api/status", timeout=10,
+                                        base=base)
                 last = (status, body[:200])
                 if status == 200:
                     t_ready = now()

@@ -24,7 +24,9 @@ async function openJupyter(id, say) {
   const tab = window.open("about:blank", "_blank");
   try {
     const r = await api.post("/v1/sessions/" + encodeURIComponent(String(id)) + "/link", {});
-    if (typeof r.url !== "string" || !r.url.startsWith("/v1/sessions/")) throw new Error("the server sent no link");
+    // The link is on the sessions' own origin (another port, or another
+    // name), so a notebook page can never act as this dashboard.
+    if (typeof r.url !== "string" || !/^https?:\/\/[^/]+\/v1\/sessions\//.test(r.url)) throw new Error("the server sent no link");
     if (tab) {
       tab.opener = null;
       tab.location.href = r.url;

@@ -99,6 +99,12 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--metrics-listen", so.metrics_listen,
                          "HOST:PORT: also serve GET /metrics there, plain HTTP, without a token "
                          "(for a Prometheus on a trusted network)");
+  server_cmd->add_option("--sessions-listen", so.sessions_listen,
+                         "HOST:PORT: serve interactive sessions (Jupyter) there, an origin of "
+                         "their own (default: --listen's host, its port + 1)");
+  server_cmd->add_option("--sessions-url", so.sessions_url,
+                         "the URL browsers reach --sessions-listen at, when not the server's "
+                         "host name with that port (a reverse proxy, a name of its own)");
   server_cmd->add_option("--log-level", log_level, "debug, info, warn or error");
   server_cmd->add_option("--checkpoint-keep", so.pool.checkpoint_keep, "checkpoints kept per job")
       ->check(CLI::PositiveNumber)

@@ -4,6 +4,7 @@
 
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command_util.h"
 #include "cli/table.h"
@@ -29,14 +30,15 @@ std::string Ports(const json& session) {
   return out.empty() ? "-" : out;
 }
 
-// How to get in, for a session that runs.
-void PrintHowToConnect(const json& job, const std::string& server) {
+// How to get in, for a session that runs; `sessions` is the sessions'
+// address.
+void PrintHowToConnect(const json& job, const std::string& sessions) {
   std::string id = std::to_string(Int(job, "id"));
   const json& session = job["spec"]["session"];
   std::cout << "Session " << id << " runs.\n";
   if (Kind(job) == "jupyter") {
     std::cout << "  Jupyter in your browser:  gpupool session open " << id
-              << "   (prints a one-time sign-in link to " << server << "/v1/sessions/" << id
+              << "   (prints a one-time sign-in link to " << sessions << "/v1/sessions/" << id
               << "/proxy/)\n"
               << "  or on a local port:       gpupool session connect " << id << "\n";
   }
@@ -64,13 +66,27 @@ void PrintHowToConnect(const json& job, const std::string& server) {
 }
 
 // A Jupyter session's notebook server takes a moment after the job runs:
-// wait until it answers through the proxy, so the links printed work at
-// once. Gives up quietly at the deadline (the session still starts).
-void WaitForJupyter(ApiClient& api, const std::string& id, int64_t deadline_ms) {
+// wait until it answers through the proxy, on the sessions' own address (a
+// sign-in link names it), so the links printed work at once. Gives up
+// quietly at the deadline (the session still starts). Returns that address
+// (the API's until a link named it).
+std::string WaitForJupyter(ApiClient& api, const std::string& id, int64_t deadline_ms) {
+  std::optional<ApiClient> sessions;
   while (RealClock().NowMs() < deadline_ms) {
-    if (api.Get("/v1/sessions/" + id + "/proxy/api/status", 10'000).ok()) return;
+    if (!sessions) {
+      auto link = api.Post("/v1/sessions/" + id + "/link", json::object(), 10'000);
+      const std::string url = link.ok() ? Str(*link, "url") : "";
+      if (size_t path = url.find("/v1/"); path != std::string::npos) {
+        Endpoint e = api.endpoint();  // the same token and CA: the same server
+        if (url.starts_with("https://") || url.starts_with("http://"))
+          e.server = url.substr(0, path);
+        sessions.emplace(std::move(e));
+      }
+    }
+    if (sessions && sessions->Get("/v1/sessions/" + id + "/proxy/api/status", 10'000).ok()) break;
     ::usleep(100'000);
   }
+  return sessions ? sessions->endpoint().server : api.endpoint().server;
 }
 
 }  // namespace
@@ -113,11 +129,12 @@ int CmdSessionStart(const GlobalFlags& g, const SessionStartFlags& f) {
     if (!cur.ok()) return ReportError(cur.status());
     std::string state = Str(*cur, "state");
     if (state == "running") {
-      if (Kind(*cur) == "jupyter") WaitForJupyter(*api, id, deadline);
+      std::string sessions = api->endpoint().server;
+      if (Kind(*cur) == "jupyter") sessions = WaitForJupyter(*api, id, deadline);
       if (g.output == "json") {
         std::cout << cur->dump(2) << "\n";
       } else {
-        PrintHowToConnect(*cur, api->endpoint().server);
+        PrintHowToConnect(*cur, sessions);
       }
       return 0;
     }
@@ -180,7 +197,12 @@ int CmdSessionOpen(const GlobalFlags& g, const std::string& id_text) {
     std::cout << r->dump(2) << "\n";
     return 0;
   }
-  std::cout << api->endpoint().server << Str(*r, "url") << "\n";
+  // The link is on the sessions' own address (a server before them sent a
+  // path on its own).
+  std::string url = Str(*r, "url");
+  if (!url.starts_with("https://") && !url.starts_with("http://"))
+    url = api->endpoint().server + url;
+  std::cout << url << "\n";
   if (::isatty(STDERR_FILENO)) {
     std::cerr << "Open this link in your browser within " << Int(*r, "expires_in_s")
               << " s; it works once and signs that browser in to session " << *id << ".\n";

@@ -145,9 +145,6 @@ class ApiTestServer : public ::testing::Test {
       if (SessionGateway::Handles(req.path)) return r(gateway_->Handle(req));
       api_->Handle(std::move(req), std::move(r));
     };
-    handlers.on_takeover = [this](const net::HttpRequest& req) -> std::shared_ptr<net::RawHandler> {
-      return SessionGateway::Handles(req.path) ? gateway_->Takeover(req) : nullptr;
-    };
     handlers.on_upgrade = [this](const net::HttpRequest& req)
         -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
       if (SessionGateway::Handles(req.path)) return gateway_->Upgrade(req);
@@ -157,6 +154,13 @@ class ApiTestServer : public ::testing::Test {
     ASSERT_TRUE(http.ok()) << http.status().ToString();
     http_ = *std::move(http);
     base_ = "http://127.0.0.1:" + std::to_string(http_->port());
+    // The sessions' own origin, as --sessions-listen.
+    auto sessions =
+        net::HttpServer::Start(loop_, net::HttpServerOptions{}, gateway_->SessionsOriginHandlers());
+    ASSERT_TRUE(sessions.ok()) << sessions.status().ToString();
+    sessions_http_ = *std::move(sessions);
+    gateway_->ServeSessionsAt({.url = "", .tls = false, .port = sessions_http_->port()});
+    sessions_base_ = "http://127.0.0.1:" + std::to_string(sessions_http_->port());
     thread_ = std::thread([this] { loop_.Run(); });
   }
 
@@ -165,6 +169,7 @@ class ApiTestServer : public ::testing::Test {
     OnLoop([this] {
       hub_->CloseAll();
       http_->Close();
+      sessions_http_->Close();
       return 0;
     });
     loop_.Stop();
@@ -242,8 +247,9 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<AgentHub> hub_;
   std::unique_ptr<SessionGateway> gateway_;
   std::unique_ptr<net::HttpServer> http_;
+  std::unique_ptr<net::HttpServer> sessions_http_;
   std::thread thread_;
-  std::string base_;
+  std::string base_, sessions_base_;
   std::string admin_, join_, agent_, alice_, bob_, pat_;
   std::vector<std::string> revoked_;
 };

@@ -12,7 +12,7 @@ std::string CsrfTokenFor(std::string_view secret) {
 
 std::string SessionCookie(std::string_view secret, int64_t max_age_s, bool tls) {
   // SameSite=Strict: no other site's page makes the browser send it.
-  return std::string(kBrowserSessionCookie) + "=" + std::string(secret) +
+  return std::string(BrowserSessionCookieName(tls)) + "=" + std::string(secret) +
          "; Path=/; HttpOnly; SameSite=Strict; Max-Age=" + std::to_string(max_age_s) +
          (tls ? "; Secure" : "");
 }
@@ -33,7 +33,7 @@ bool SameOrigin(const net::HttpRequest& req, const std::string& origin) {
 }  // namespace
 
 Result<std::string> BrowserSessionSecret(const net::HttpRequest& req) {
-  std::string secret = net::CookieValue(req.Header("cookie"), kBrowserSessionCookie);
+  std::string secret = net::CookieValue(req.Header("cookie"), BrowserSessionCookieName(req.tls));
   if (secret.empty()) return std::string();
   const std::string origin = req.Header("origin");
   if (!origin.empty() && !SameOrigin(req, origin)) {

@@ -18,7 +18,16 @@
 
 namespace gpupool::server {
 
+// The cookie's name. Over TLS it has the `__Host-` prefix: browsers then
+// take it only from a secure response for exactly this host with Path=/,
+// so no page of another port on the host (an interactive session's
+// notebook) can set one of that name beside it, on another path, to shadow
+// it.
 inline constexpr char kBrowserSessionCookie[] = "gpupool_dashboard";
+inline constexpr char kBrowserSessionCookieTls[] = "__Host-gpupool_dashboard";
+inline const char* BrowserSessionCookieName(bool tls) {
+  return tls ? kBrowserSessionCookieTls : kBrowserSessionCookie;
+}
 inline constexpr char kCsrfHeader[] = "x-csrf-token";
 
 // The CSRF token of the session whose secret is `secret`.

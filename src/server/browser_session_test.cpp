@@ -17,11 +17,12 @@ net::HttpRequest Request(const std::string& method, const std::string& cookie) {
 
 TEST(BrowserSession, TheCookieIsHttpOnlyStrictAndSecureOverTls) {
   EXPECT_EQ(SessionCookie("s3cret", 3600, true),
-            "gpupool_dashboard=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=3600; Secure");
+            "__Host-gpupool_dashboard=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=3600; "
+            "Secure");
   EXPECT_EQ(SessionCookie("s3cret", 60, false),
             "gpupool_dashboard=s3cret; Path=/; HttpOnly; SameSite=Strict; Max-Age=60");
   EXPECT_EQ(ClearedSessionCookie(true),
-            "gpupool_dashboard=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure");
+            "__Host-gpupool_dashboard=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure");
 }
 
 TEST(BrowserSession, ReadsNeedNoCsrfTokenAndNoCookieIsNoSession) {
@@ -31,13 +32,26 @@ TEST(BrowserSession, ReadsNeedNoCsrfTokenAndNoCookieIsNoSession) {
   auto other = BrowserSessionSecret(Request("GET", "theme=dark; gpupool_dashboardx=1"));
   ASSERT_TRUE(other.ok());
   EXPECT_EQ(*other, "");
-  auto read = BrowserSessionSecret(Request("GET", "theme=dark; gpupool_dashboard=abc"));
+  auto read = BrowserSessionSecret(Request("GET", "theme=dark; __Host-gpupool_dashboard=abc"));
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(*read, "abc");
 }
 
+TEST(BrowserSession, OverTlsOnlyTheHostPrefixedCookieCounts) {
+  // A cookie of the plain name (a page of another port on the host could
+  // set one) is no session over TLS; without TLS it is the only name.
+  auto plain = BrowserSessionSecret(Request("GET", "gpupool_dashboard=planted"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(*plain, "");
+  net::HttpRequest req = Request("GET", "gpupool_dashboard=abc; __Host-gpupool_dashboard=x");
+  req.tls = false;
+  auto insecure = BrowserSessionSecret(req);
+  ASSERT_TRUE(insecure.ok());
+  EXPECT_EQ(*insecure, "abc");
+}
+
 TEST(BrowserSession, AChangeNeedsTheSessionsOwnCsrfToken) {
-  net::HttpRequest req = Request("POST", "gpupool_dashboard=abc");
+  net::HttpRequest req = Request("POST", "__Host-gpupool_dashboard=abc");
   auto missing = BrowserSessionSecret(req);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kPermissionDenied);
@@ -55,7 +69,7 @@ TEST(BrowserSession, AChangeNeedsTheSessionsOwnCsrfToken) {
 }
 
 TEST(BrowserSession, AnotherOriginIsRefusedEvenForReads) {
-  net::HttpRequest req = Request("GET", "gpupool_dashboard=abc");
+  net::HttpRequest req = Request("GET", "__Host-gpupool_dashboard=abc");
   req.headers["origin"] = "https://evil.example";
   EXPECT_EQ(BrowserSessionSecret(req).status().code(), StatusCode::kPermissionDenied);
   req.headers["origin"] = "http://pool.example:8470";  // not over TLS: another origin

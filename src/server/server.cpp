@@ -109,6 +109,31 @@ Result<std::unique_ptr<net::HttpServer>> StartMetricsListener(
   return server;
 }
 
+// The interactive sessions' own origin: their sign-in links and Jupyter
+// proxies and nothing else, with the server's TLS (server/session_gateway.h).
+Result<std::unique_ptr<net::HttpServer>> StartSessionsListener(
+    net::EventLoop& loop, const std::pair<std::string, uint16_t>& addr,
+    const std::optional<ServerTls>& tls, const ServerOptions& options, SessionGateway& gateway) {
+  const std::string& public_url = options.sessions_url;
+  net::HttpServerOptions opts;
+  opts.host = addr.first;
+  opts.port = addr.second;
+  opts.max_body_bytes = 1 << 20;  // the proxy relays bodies unread; this is for what it answers
+  if (tls) opts.tls = tls->config;
+  GP_ASSIGN_OR_RETURN(auto server,
+                      net::HttpServer::Start(loop, opts, gateway.SessionsOriginHandlers()));
+  gateway.ServeSessionsAt({.url = public_url, .tls = tls.has_value(), .port = server->port()});
+  std::string url =
+      std::string(tls ? "https://" : "http://") +
+      (addr.first.find(':') != std::string::npos ? "[" + addr.first + "]" : addr.first) + ":" +
+      std::to_string(server->port());
+  // Beside server.url: for scripts and tests that start a server on port 0.
+  (void)WriteFileAtomic(options.data_dir + "/sessions.url", url + "\n");
+  GP_LOG(kInfo) << "interactive sessions on " << url
+                << (public_url.empty() ? "" : " (reached at " + public_url + ")");
+  return server;
+}
+
 // The telemetry history: its store (DATA_DIR/telemetry.db) and the module
 // that records and serves it.
 struct Telemetry {
@@ -154,6 +179,7 @@ struct Startup {
   std::optional<DirLock> lock;  // one server per data directory
   std::pair<std::string, uint16_t> addr;
   std::optional<std::pair<std::string, uint16_t>> metrics_addr;
+  std::pair<std::string, uint16_t> sessions_addr;
   std::vector<telemetry::Tier> tiers;
   std::unique_ptr<SqliteStore> store;
   std::optional<ServerTls> tls;
@@ -215,6 +241,26 @@ Startup Prepare(const ServerOptions& options) {
       return fail(2);
     }
     s.metrics_addr = *std::move(parsed);
+  }
+  if (!options.sessions_listen.empty()) {
+    auto parsed = SplitHostPort(options.sessions_listen, "--sessions-listen");
+    if (!parsed.ok()) {
+      std::cerr << "gpupool server: " << parsed.status().message() << "\n";
+      return fail(2);
+    }
+    s.sessions_addr = *std::move(parsed);
+  } else if (addr->second == 65535) {
+    std::cerr << "gpupool server: --listen port 65535 leaves no next port for interactive "
+                 "sessions; set --sessions-listen HOST:PORT\n";
+    return fail(2);
+  } else {
+    s.sessions_addr = {addr->first, addr->second == 0 ? 0 : addr->second + 1};
+  }
+  if (!options.sessions_url.empty() && !options.sessions_url.starts_with("https://") &&
+      !options.sessions_url.starts_with("http://")) {
+    std::cerr << "gpupool server: --sessions-url must start with https:// (or http://), not \""
+              << options.sessions_url << "\"\n";
+    return fail(2);
   }
   auto tiers = ParseTiers(options.telemetry_tiers);
   if (!tiers.ok()) {
@@ -412,9 +458,6 @@ int RunServer(const ServerOptions& options) {
     if (SessionGateway::Handles(req.path)) return r(gateway.Handle(req));
     api.Handle(std::move(req), std::move(r));
   };
-  handlers.on_takeover = [&](const net::HttpRequest& req) -> std::shared_ptr<net::RawHandler> {
-    return SessionGateway::Handles(req.path) ? gateway.Takeover(req) : nullptr;
-  };
   handlers.on_upgrade = [&](const net::HttpRequest& req)
       -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
     if (SessionGateway::Handles(req.path)) return gateway.Upgrade(req);
@@ -450,6 +493,15 @@ int RunServer(const ServerOptions& options) {
               << "/tls/ca.crt)" << std::endl;
   }
 
+  auto sessions_http =
+      StartSessionsListener(loop, startup.sessions_addr, tls, options, gateway);
+  if (!sessions_http.ok()) {
+    std::cerr << "gpupool server: cannot listen for interactive sessions on "
+              << startup.sessions_addr.first << ":" << startup.sessions_addr.second << ": "
+              << sessions_http.status().message()
+              << " (choose another address with --sessions-listen HOST:PORT)\n";
+    return 1;
+  }
   auto metrics_http = StartMetricsListener(loop, metrics_addr, metrics_api);
   if (!metrics_http.ok()) {
     std::cerr << "gpupool server: cannot listen on --metrics-listen " << options.metrics_listen
@@ -518,6 +570,7 @@ int RunServer(const ServerOptions& options) {
     GP_LOG(kInfo) << "signal " << sig << ": shutting down";
     hub.CloseAll();
     (*http)->Close();
+    (*sessions_http)->Close();
     if (*metrics_http) (*metrics_http)->Close();
     loop.RunAfter(200, [&] { loop.Stop(); });
   });

@@ -51,6 +51,14 @@ struct ServerOptions {
   // HOST:PORT of a second, plain-HTTP listener that serves only GET
   // /metrics, without a token (server/metrics_api.h); empty = none.
   std::string metrics_listen;
+  // Interactive sessions' own origin (server/session_gateway.h): HOST:PORT
+  // of the listener that serves only their sign-in links and Jupyter
+  // proxies; empty = --listen's host with its port + 1 (0 with port 0).
+  std::string sessions_listen;
+  // The URL browsers reach that listener at, when it is not the host they
+  // name the server by with the listener's port (a reverse proxy, a name of
+  // its own); empty = that.
+  std::string sessions_url;
   // Telemetry history (server/telemetry_api.h) in DATA_DIR/telemetry.db:
   // "STEP:KEEP,..." tiers (--telemetry-tiers, default 10s:1d,5m:30d) and
   // the file's bound (--telemetry-max-size).

@@ -8,6 +8,7 @@
 #include "server/authz.h"
 #include "server/browser_session.h"
 #include "server/http_errors.h"
+#include "server/proxy_response_guard.h"
 #include "server/tunnel_relay.h"
 
 namespace gpupool::server {
@@ -46,6 +47,26 @@ std::optional<Route> ParseRoute(std::string_view path) {
 
 std::string ProxyPrefix(int64_t job_id) {
   return "/v1/sessions/" + std::to_string(job_id) + "/proxy/";
+}
+
+// The host part of a Host header ("lab.example.edu:8470", "[::1]:8470"), or
+// "" when it is not a plain host name or address.
+std::string HostOf(std::string_view host_header) {
+  std::string_view host = host_header;
+  if (!host.empty() && host.front() == '[') {
+    size_t close = host.find(']');
+    if (close == std::string_view::npos) return "";
+    host = host.substr(0, close + 1);
+  } else if (size_t colon = host.find(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (host.empty() || host.size() > 255) return "";
+  for (char c : host) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == ':' || c == '[' || c == ']';
+    if (!ok) return "";
+  }
+  return std::string(host);
 }
 
 std::string HttpError(int status, const std::string& text) {
@@ -149,17 +170,28 @@ class SessionGateway::ProxyConnection : public net::RawHandler {
   void OnOpen(std::shared_ptr<net::RawConnection> conn) override {
     conn_ = conn;
     std::weak_ptr<net::RawConnection> weak = conn;
-    relay_ = gw_.NewRelay(
-        where_.job.id,
-        UserOf(weak, &net::RawConnection::Write, [this, weak](const std::string& reason) {
-          auto c = weak.lock();
-          if (!c) return;
-          // Before any answer, the browser gets the
-          // reason as an error page.
-          if (!reason.empty() && relay_ && relay_->bytes_to_user() == 0)
-            c->Write(HttpError(502, reason));
-          c->Close();
-        }));
+    auto user = UserOf(weak, &net::RawConnection::Write, [this, weak](const std::string& reason) {
+      auto c = weak.lock();
+      if (!c) return;
+      // Before any answer, the browser gets the reason as an error page.
+      if (!reason.empty() && relay_ && relay_->bytes_to_user() == 0)
+        c->Write(HttpError(502, reason));
+      c->Close();
+    });
+    // What the notebook server answers goes through the guard first.
+    user.send = [weak, guard = std::make_shared<ProxyResponseGuard>(ProxyPrefix(where_.job.id))](
+                    std::string bytes) {
+      auto c = weak.lock();
+      if (!c) return;
+      auto out = guard->Feed(bytes);
+      if (!out.ok()) {
+        c->Write(HttpError(502, out.status().message()));
+        c->Close();
+      } else if (!out->empty()) {
+        c->Write(*std::move(out));
+      }
+    };
+    relay_ = gw_.NewRelay(where_.job.id, std::move(user));
     proto::TunnelTarget target;
     target.attempt_id = where_.attempt_id;
     target.kind = proto::TunnelTarget::Kind::kJupyter;
@@ -331,7 +363,9 @@ std::shared_ptr<net::RawHandler> SessionGateway::Takeover(const net::HttpRequest
   out.headers.erase("authorization");
   if (auto c = out.headers.find("cookie"); c != out.headers.end()) {
     c->second =
-        net::WithoutCookie(net::WithoutCookie(c->second, kCookieName), kBrowserSessionCookie);
+        net::WithoutCookie(net::WithoutCookie(net::WithoutCookie(c->second, kCookieName),
+                                              kBrowserSessionCookie),
+                           kBrowserSessionCookieTls);
     if (c->second.empty()) out.headers.erase(c);
   }
   out.headers["authorization"] = "token " + where->job.spec.session->jupyter_token;
@@ -363,12 +397,38 @@ net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
     // The token serves the owner's own tunnel to Jupyter (session connect);
     // the browser's way is the link, and the dashboard (no bearer token)
     // never gets the token.
-    nlohmann::json body = {{"url", "/v1/sessions/" + id + "/login?code=" + code},
-                           {"expires_in_s", kLinkLifetimeMs / 1000}};
+    nlohmann::json body = {
+        {"url", SessionsBase(req) + "/v1/sessions/" + id + "/login?code=" + code},
+        {"expires_in_s", kLinkLifetimeMs / 1000}};
     if (!req.Header("authorization").empty())
       body["jupyter_token"] = where->job.spec.session->jupyter_token;
     return JsonResponse(200, body);
   }
+  if (route->op == "connect" || route->op == "exec") {
+    return ErrorResponse(
+        Status::InvalidArgument(req.path + " is a WebSocket endpoint: connect with an upgrade"));
+  }
+  // Logins and the proxy are on the sessions' own origin only.
+  return ErrorResponse(Status::NotFound(
+      "interactive sessions are served on their own address: " + SessionsBase(req) + req.path));
+}
+
+std::string SessionGateway::SessionsBase(const net::HttpRequest& req) const {
+  if (!origin_.url.empty()) return origin_.url;
+  std::string host = HostOf(req.Header("host"));
+  if (host.empty()) host = "localhost";
+  return (origin_.tls ? "https://" : "http://") + host + ":" + std::to_string(origin_.port);
+}
+
+net::HttpResponse SessionGateway::HandleOnSessionsOrigin(const net::HttpRequest& req) {
+  auto route = ParseRoute(req.path);
+  if (!route || (route->op != "login" && route->op != "proxy")) {
+    return ErrorResponse(Status::NotFound(
+        "this address serves interactive sessions only (their sign-in links and Jupyter); the "
+        "API and the dashboard are on the server's main address"));
+  }
+  const int64_t now = clock_.MonoMs();
+  const std::string id = std::to_string(route->job_id);
   if (route->op == "login") {
     auto c = req.query.find("code");
     auto it = c == req.query.end() ? codes_.end() : codes_.find(c->second);
@@ -396,6 +456,20 @@ net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
   auto where = ResolveProxy(req, route->job_id);
   if (!where.ok()) return ErrorResponse(where.status());
   return ErrorResponse(Status::Unavailable("the session changed meanwhile; retry"));
+}
+
+net::HttpHandlers SessionGateway::SessionsOriginHandlers() {
+  net::HttpHandlers handlers;
+  handlers.on_request = [this](net::HttpRequest req, net::Responder r) {
+    r(HandleOnSessionsOrigin(req));
+  };
+  handlers.on_takeover = [this](const net::HttpRequest& req) { return Takeover(req); };
+  handlers.on_upgrade = [](const net::HttpRequest& req)
+      -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
+    return ErrorResponse(
+        Status::NotFound("no WebSocket endpoint at " + req.path + " on the sessions' address"));
+  };
+  return handlers;
 }
 
 void SessionGateway::Track(const Job& job) {

@@ -7,12 +7,23 @@
 //   GET /v1/jobs/{id}/exec               WebSocket: the first (text) message
 //       is the command {"argv":[...],"tty":true,"rows":24,"cols":80,
 //       "term":"xterm"}; then binary messages carry proto/exec_stream.h
-//   POST /v1/sessions/{id}/link          a one-time sign-in link (60 s)
+//   POST /v1/sessions/{id}/link          a one-time sign-in link (60 s) on
+//       the sessions' origin
+//
+// and on the sessions' own origin (the --sessions-listen address), nothing
+// else:
+//
 //   GET  /v1/sessions/{id}/login?code=C  sets the proxy's cookie, redirects
 //   /v1/sessions/{id}/proxy/...          the session's Jupyter, any method,
 //       WebSocket upgrades included (the connection is taken over and
-//       relayed byte for byte; each request is sent with Connection: close,
-//       so every request on a connection is checked here)
+//       relayed; each request is sent with Connection: close, so every
+//       request on a connection is checked here, and the response head
+//       goes through ProxyResponseGuard)
+//
+// A notebook page is code its notebook server (a job, an agent) chose: on
+// an origin of its own it cannot make requests to the API or the dashboard
+// with the user's cookie (the dashboard refuses another origin), nor read
+// their pages (docs/security.md, "Interactive sessions").
 //
 // Only the job's owner and admins may connect (authz kJobConnect). A tunnel
 // reaches only the ports the session declared (session.ports) unless it
@@ -49,17 +60,34 @@ class SessionGateway {
   SessionGateway(net::EventLoop& loop, Pool& pool, Auth& auth, AgentHub& hub, const Clock& clock);
   ~SessionGateway();
 
+  // Where browsers reach the sessions' origin.
+  struct SessionsOrigin {
+    // --sessions-url; empty: http(s)://HOST:port, HOST the one the request
+    // for the link named the server by (its Host header).
+    std::string url;
+    bool tls = false;
+    uint16_t port = 0;  // the sessions listener's
+  };
+  void ServeSessionsAt(SessionsOrigin origin) { origin_ = std::move(origin); }
+  // The sessions' origin as the client of `req` reaches it.
+  std::string SessionsBase(const net::HttpRequest& req) const;
+
   // True for the paths above: the server sends them here.
   static bool Handles(const std::string& path);
 
   // HttpHandlers::on_upgrade for /v1/jobs/{id}/connect and /exec.
   std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> Upgrade(
       const net::HttpRequest& req);
-  // HttpHandlers::on_takeover: the proxy, when the request may pass; else
-  // nullptr (Handle then answers with the refusal).
-  std::shared_ptr<net::RawHandler> Takeover(const net::HttpRequest& req);
-  // The links, logins, and refusals of the proxy.
+  // The API's address: links; logins and the proxy are told where they are.
   net::HttpResponse Handle(const net::HttpRequest& req);
+  // The sessions' address: HttpHandlers::on_takeover, the proxy when the
+  // request may pass, else nullptr (HandleOnSessionsOrigin then answers
+  // with the refusal).
+  std::shared_ptr<net::RawHandler> Takeover(const net::HttpRequest& req);
+  // The sessions' address: logins, and refusals of the proxy.
+  net::HttpResponse HandleOnSessionsOrigin(const net::HttpRequest& req);
+  // Every handler of the sessions' listener (it serves nothing else).
+  net::HttpHandlers SessionsOriginHandlers();
 
   // Pool hook: keeps the set of running sessions for idle checks.
   void JobChanged(int64_t job_id);
@@ -106,6 +134,7 @@ class SessionGateway {
   Auth& auth_;
   AgentHub& hub_;
   const Clock& clock_;
+  SessionsOrigin origin_;
   std::map<std::string, Login> codes_;    // one-time sign-in codes
   std::map<std::string, Login> cookies_;  // the proxy's cookies
   std::map<int64_t, Tracked> sessions_;   // running sessions

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
 
 #include "proto/channel.h"
 #include "proto/tunnel_mux.h"
@@ -21,7 +22,8 @@ using proto::TunnelTarget;
 // running, then answers tunnel streams as `behaviour` says.
 class ScriptedAgent : public net::WsHandler {
  public:
-  enum class Behaviour { kEcho, kCloseWithReason };
+  // kAnswer: a notebook server that answers `answer` to any request.
+  enum class Behaviour { kEcho, kCloseWithReason, kAnswer };
   explicit ScriptedAgent(Behaviour b) : behaviour_(b) {}
 
   void OnOpen(std::shared_ptr<net::WsConnection> conn) override {
@@ -52,6 +54,7 @@ class ScriptedAgent : public net::WsHandler {
   std::vector<TunnelTarget> targets;  // guarded by mu
   std::string received;               // every stream's bytes; guarded by mu
   std::string close_reason = "session ended: the provider reclaimed the GPU (test)";
+  std::string answer;
 
  private:
   void Pump() {
@@ -71,6 +74,7 @@ class ScriptedAgent : public net::WsHandler {
   Behaviour behaviour_;
   std::shared_ptr<net::WsConnection> conn_;
   std::map<uint32_t, std::string> held_;
+  std::set<uint32_t> answered_;
   proto::TunnelMux mux_{
       proto::TunnelMuxOptions{.opens_odd = false},
       proto::TunnelMux::Events{[this](uint32_t id, const std::string& target) {
@@ -84,6 +88,14 @@ class ScriptedAgent : public net::WsHandler {
                                    mux_.Close(id, close_reason);
                                },
                                [this](uint32_t id, std::string_view data) {
+                                 if (behaviour_ == Behaviour::kAnswer) {
+                                   mux_.Consumed(id, data.size());
+                                   if (answered_.insert(id).second) {
+                                     mux_.Write(id, answer);
+                                     mux_.Close(id);
+                                   }
+                                   return;
+                                 }
                                  // Echo; bytes the stream cannot take yet are granted back only
                                  // once written, so the user is held at one window.
                                  {
@@ -134,6 +146,7 @@ class SessionGatewayTest : public ApiTestServer {
     spec.session = session;
     node_ = PlaceJob(spec);
     agent_side_ = std::make_shared<ScriptedAgent>(b);
+    agent_side_->answer = agent_side_answer_;
     OnLoop([&] {
       net::WsClientOptions o;
       o.url = "ws://127.0.0.1:" + std::to_string(http_->port()) + "/v1/agent/connect";
@@ -168,8 +181,23 @@ class SessionGatewayTest : public ApiTestServer {
     ASSERT_TRUE(pred()) << "timed out";
   }
 
+  // A request to a URL on either address (a sign-in link is one).
+  static net::HttpResponse Get(const std::string& url, std::map<std::string, std::string> headers) {
+    size_t path = url.find('/', url.find("://") + 3);
+    net::HttpCall c;
+    c.base_url = url.substr(0, path);
+    c.method = "GET";
+    c.target = url.substr(path);
+    c.headers = std::move(headers);
+    c.timeout_ms = 5000;
+    auto r = net::Fetch(c);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : net::HttpResponse{};
+  }
+
   std::string node_;
   std::shared_ptr<ScriptedAgent> agent_side_;
+  std::string agent_side_answer_;  // for Behaviour::kAnswer
 };
 
 TEST_F(SessionGatewayTest, ConnectRelaysBytesBothWaysThroughTheAgentChannel) {
@@ -381,31 +409,67 @@ TEST_F(SessionGatewayTest, SignInLinksWorkOnceAndCookiesOnlyForTheirSession) {
   EXPECT_EQ(Call("POST", "/v1/sessions/1/link", bob_).status, 404);
   auto link = Call("POST", "/v1/sessions/1/link", alice_);
   ASSERT_EQ(link.status, 200) << link.body;
+  // The link is on the sessions' own address, as the caller named the host.
   std::string url = Json(link)["url"];
+  EXPECT_TRUE(url.starts_with(sessions_base_ + "/v1/sessions/1/login?code=")) << url;
   EXPECT_EQ(Json(link)["jupyter_token"], "tok");
-  auto login = Call("GET", url, "");
+  // Its path on the API's address is no way in: it says where sessions are.
+  auto misdirected = Call("GET", url.substr(sessions_base_.size()), "");
+  EXPECT_EQ(misdirected.status, 404);
+  EXPECT_NE(ErrorMessage(misdirected).find(sessions_base_), std::string::npos) << misdirected.body;
+  auto login = Get(url, {});
   ASSERT_EQ(login.status, 302) << login.body;
   EXPECT_EQ(login.headers["location"], "/v1/sessions/1/proxy/");
   std::string cookie = login.headers["set-cookie"].substr(0, login.headers["set-cookie"].find(';'));
   EXPECT_NE(login.headers["set-cookie"].find("Path=/v1/sessions/1/; HttpOnly"), std::string::npos);
-  EXPECT_EQ(Call("GET", url, "").status, 401);  // once only
+  EXPECT_EQ(Get(url, {}).status, 401);  // once only
   // Expired links are refused too.
   std::string url2 = Json(Call("POST", "/v1/sessions/1/link", alice_))["url"];
   clock_.AdvanceMs(61'000);
-  EXPECT_EQ(Call("GET", url2, "").status, 401);
+  EXPECT_EQ(Get(url2, {}).status, 401);
   // Without the cookie, the proxy says how to sign in; a cookie for
   // another session does not open this one.
-  auto anon = Call("GET", "/v1/sessions/1/proxy/api", "");
+  auto anon = Get(sessions_base_ + "/v1/sessions/1/proxy/api", {});
   EXPECT_EQ(anon.status, 401);
   EXPECT_NE(ErrorMessage(anon).find("gpupool session open 1"), std::string::npos);
+  EXPECT_EQ(Get(sessions_base_ + "/v1/sessions/2/proxy/api", {{"cookie", cookie}}).status, 401);
+}
+
+TEST_F(SessionGatewayTest, TheSessionsAddressServesNothingElse) {
+  StartSession();
+  // Not the API, not links, not tunnels: a notebook page on this origin
+  // reaches none of them, whatever credentials its browser holds.
+  for (const char* path : {"/v1/jobs", "/v1/whoami", "/ui/", "/v1/jobs/1/connect?port=8123"}) {
+    auto r = Get(sessions_base_ + path, {{"authorization", "Bearer " + alice_}});
+    EXPECT_EQ(r.status, 404) << path << ": " << r.body;
+  }
   net::HttpCall c;
-  c.base_url = base_;
-  c.method = "GET";
-  c.target = "/v1/sessions/2/proxy/api";
-  c.headers["cookie"] = cookie;
-  auto other = net::Fetch(c);
-  ASSERT_TRUE(other.ok());
-  EXPECT_EQ(other->status, 401);
+  c.base_url = sessions_base_;
+  c.method = "POST";
+  c.target = "/v1/sessions/1/link";
+  c.headers["authorization"] = "Bearer " + alice_;
+  auto r = net::Fetch(c);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 404);
+  // And the proxy is not on the API's address.
+  EXPECT_EQ(Call("GET", "/v1/sessions/1/proxy/api", alice_).status, 404);
+}
+
+TEST_F(SessionGatewayTest, ANotebookServersCookiesStayInsideItsSession) {
+  SessionSpec s;
+  s.kind = SessionKind::kJupyter;
+  s.jupyter_token = "jtok";
+  agent_side_answer_ =
+      "HTTP/1.1 200 OK\r\nSet-Cookie: gpupool_dashboard=evil; Path=/\r\n"
+      "Set-Cookie: _xsrf=1; Path=/v1/sessions/1/proxy/\r\nClear-Site-Data: \"cookies\"\r\n"
+      "Set-Cookie: a=evil; Path=/v1/\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  StartSession(ScriptedAgent::Behaviour::kAnswer, s);
+  auto r =
+      Get(sessions_base_ + "/v1/sessions/1/proxy/tree", {{"authorization", "Bearer " + alice_}});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "ok");
+  EXPECT_EQ(r.headers["set-cookie"], "_xsrf=1; Path=/v1/sessions/1/proxy/");
+  EXPECT_EQ(r.headers.count("clear-site-data"), 0u);
 }
 
 TEST_F(SessionGatewayTest, TheProxySendsJupyterItsTokenInsteadOfTheCallersCredentials) {
@@ -415,7 +479,7 @@ TEST_F(SessionGatewayTest, TheProxySendsJupyterItsTokenInsteadOfTheCallersCreden
   StartSession(ScriptedAgent::Behaviour::kEcho, s);
   // The scripted agent echoes, so the answer is the request Jupyter got.
   net::HttpCall c;
-  c.base_url = base_;
+  c.base_url = sessions_base_;
   c.method = "GET";
   c.target = "/v1/sessions/1/proxy/api/status?x=1";
   c.headers["authorization"] = "Bearer " + alice_;

@@ -92,6 +92,8 @@ class Pool:
         self.server = None
         self.agents = {}
         self.url = None
+        self.sessions_url = None  # interactive sessions' own address (--sessions-listen)
+        self.sessions_port = 0
         self.token = None
         self.port = 0
         self.logs = []
@@ -111,16 +113,25 @@ class Pool:
     def start_server(self, extra=(), host="127.0.0.1", log_level="debug"):
         """`host`: the address the server listens on (and its certificate names)."""
         url_file = os.path.join(self.server_dir, "server.url")
-        if os.path.exists(url_file):
-            os.remove(url_file)
+        sessions_file = os.path.join(self.server_dir, "sessions.url")
+        for f in (url_file, sessions_file):
+            if os.path.exists(f):
+                os.remove(f)
         if host != "127.0.0.1":
             extra = ["--tls-san", host, *extra]
+        # Interactive sessions' own address: any free port at first, then the
+        # same one again (as the server's own) when the server restarts.
+        if "--sessions-listen" not in extra:
+            extra = ["--sessions-listen", f"{host}:{self.sessions_port}", *extra]
         self.server = self._spawn(["server", "--data-dir", self.server_dir, "--listen",
                                    f"{host}:{self.port}", "--log-level", log_level,
                                    *scaled_args(extra)], "server")
-        wait_for(lambda: os.path.exists(url_file) and open(url_file).read().strip(), what="server.url")
+        wait_for(lambda: os.path.exists(sessions_file) and open(sessions_file).read().strip(),
+                 what="server.url and sessions.url")
         self.url = open(url_file).read().strip()
         self.port = int(self.url.rsplit(":", 1)[1])
+        self.sessions_url = open(sessions_file).read().strip()
+        self.sessions_port = int(self.sessions_url.rsplit(":", 1)[1])
         self.token = open(os.path.join(self.server_dir, "admin.token")).read().strip()
         # TLS (the default): trust the pool CA the server made, as users do.
         self.ssl = None
@@ -205,9 +216,10 @@ class Pool:
         return "\n".join(out)
 
     # ---- API and CLI ----
-    def api(self, method, path, body=None, token="admin", headers=None):
+    def api(self, method, path, body=None, token="admin", headers=None, base=None):
+        """`base`: another address of the server's (pool.sessions_url)."""
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req = urllib.request.Request((base or self.url) + path, data=data, method=method)
         if token == "admin":
             token = self.token
         if token:

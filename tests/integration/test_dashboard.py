@@ -23,6 +23,10 @@ PASSWORD = "correct horse battery"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 XSS_NAME = "<img src=x onerror=alert(1)>"
 
+# The dashboard's cookie over TLS (server/browser_session.h): the __Host-
+# prefix keeps a page of another port on the host from shadowing it.
+COOKIE = "__Host-gpupool_dashboard"
+
 
 def screenshot(driver, name):
     out = os.environ.get("GPUPOOL_SCREENSHOT_DIR")
@@ -100,7 +104,7 @@ def alice_signed_in(pool, browser):
 
 def cookie_request(pool, method, path, secret, csrf=None, origin=None, body=None):
     """A request as the browser would make it: the session cookie, no token."""
-    headers = {"Cookie": f"gpupool_dashboard={secret}"}
+    headers = {"Cookie": f"{COOKIE}={secret}"}
     if csrf:
         headers["X-CSRF-Token"] = csrf
     if origin:
@@ -134,7 +138,7 @@ def test_the_dashboard_in_chromium(pool, browser):
     screenshot(browser, "overview")
 
     # The session cookie: HttpOnly, Secure over TLS, invisible to scripts.
-    cookie = next(c for c in browser.get_cookies() if c["name"] == "gpupool_dashboard")
+    cookie = next(c for c in browser.get_cookies() if c["name"] == COOKIE)
     assert cookie["httpOnly"] and cookie["secure"], cookie
     assert cookie.get("sameSite") == "Strict", cookie
     assert "gpupool_dashboard" not in browser.execute_script("return document.cookie")
@@ -299,13 +303,15 @@ def test_a_jupyter_session_from_the_browser(pool, browser):
     # The page makes the sign-in link with its cookie and CSRF token; the
     # cookie alone, or from another site, makes none, and the dashboard never
     # gets the notebook server's own token.
-    cookie = next(c for c in browser.get_cookies() if c["name"] == "gpupool_dashboard")["value"]
+    cookie = next(c for c in browser.get_cookies() if c["name"] == COOKIE)["value"]
     csrf = cookie_request(pool, "GET", "/v1/whoami", cookie)[1]["csrf"]
     link = f"/v1/sessions/{job_id}/link"
     assert cookie_request(pool, "POST", link, cookie, body={})[0] == 403
     assert cookie_request(pool, "POST", link, cookie, csrf, "https://evil.example", {})[0] == 403
     status, made = cookie_request(pool, "POST", link, cookie, csrf, body={})
-    assert status == 200 and made["url"].startswith(link.replace("link", "login?code=")), made
+    # The link is on the sessions' own origin (another port of the host).
+    assert status == 200 and made["url"].startswith(
+        pool.sessions_url + link.replace("link", "login?code=")), made
     assert "jupyter_token" not in made, made
     find(browser, f'#sessions-table button.open-session[data-job="{job_id}"]', timeout=60)
     screenshot(browser, "sessions")
@@ -320,6 +326,16 @@ def test_a_jupyter_session_from_the_browser(pool, browser):
              and "Jupyter" in browser.page_source, timeout=120,
              what="Jupyter in the new tab")
     assert "/login?code=" not in browser.current_url
+    assert browser.current_url.startswith(pool.sessions_url), browser.current_url
+    # A notebook page cannot act as the dashboard: the request a hostile one
+    # would start with (the CSRF token from /v1/whoami) is refused from its
+    # origin, though the browser holds the dashboard's cookie.
+    got = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch(arguments[0] + "/v1/whoami", {credentials: "include"})
+          .then((r) => r.text().then((t) => done("read " + r.status + " " + t)))
+          .catch((e) => done("refused: " + e));""", pool.url)
+    assert got.startswith("refused"), got
     browser.close()
     browser.switch_to.window(page)
 

@@ -310,7 +310,7 @@ def test_a_session_cannot_point_its_jupyter_socket_at_a_host_socket(pool, tmp_pa
         job_id = pool.submit({"name": "jupyter-link", "session": {"kind": "jupyter"}, "run": run})
         pool.wait_state(job_id, "running")
         wait_for(lambda: "linked" in pool.logs_text(job_id), what="the job's symlink")
-        u = urllib.parse.urlsplit(pool.url)
+        u = urllib.parse.urlsplit(pool.sessions_url)
         conn = http.client.HTTPSConnection(u.hostname, u.port, context=pool.ssl, timeout=60)
         conn.request("GET", f"/v1/sessions/{job_id}/proxy/api/status",
                      headers={"Authorization": "Bearer " + pool.token})

@@ -1,9 +1,12 @@
 """Jupyter sessions end to end: Debian's real jupyter-notebook runs inside a
 session's sandbox on a provider that accepts no inbound connection, and the
-browser's way in is the server's proxy (/v1/sessions/{id}/proxy/), signed in
-with a one-time link; a kernel runs code over the proxied WebSocket."""
+browser's way in is the server's proxy (/v1/sessions/{id}/proxy/) on the
+sessions' own address (--sessions-listen), signed in with a one-time link;
+a kernel runs code over the proxied WebSocket."""
 import http.client
 import json
+import socket
+import subprocess
 import ssl
 import time
 import urllib.parse
@@ -31,9 +34,9 @@ def start_jupyter(pool, *extra):
     return job_id
 
 
-def request(pool, method, path, headers=None, body=None):
-    """One HTTP request to the server, without following redirects."""
-    u = urllib.parse.urlsplit(pool.url)
+def request(pool, method, path, headers=None, body=None, base=None):
+    """One HTTP request to the sessions' address (or `base`), without following redirects."""
+    u = urllib.parse.urlsplit(base or pool.sessions_url)
     conn = http.client.HTTPSConnection(u.hostname, u.port, context=pool.ssl, timeout=30)
     conn.request(method, path, body=body, headers=headers or {})
     r = conn.getresponse()
@@ -47,8 +50,9 @@ def sign_in(pool, job_id):
     r = pool.cli("session", "open", str(job_id))
     assert r.returncode == 0, r.stderr
     link = r.stdout.strip()
-    assert link.startswith(pool.url + f"/v1/sessions/{job_id}/login?code="), link
-    path = link[len(pool.url):]
+    assert link.startswith(pool.sessions_url + f"/v1/sessions/{job_id}/login?code="), link
+    assert pool.sessions_url != pool.url
+    path = link[len(pool.sessions_url):]
     status, headers, _ = request(pool, "GET", path)
     assert status == 302, status
     assert headers["location"] == f"/v1/sessions/{job_id}/proxy/"
@@ -86,10 +90,10 @@ def test_a_kernel_runs_code_through_the_proxy(pool):
                               {"Cookie": cookie, "Content-Type": "application/json"}, b"{}")
     assert status == 201, body
     kernel = json.loads(body)["id"]
-    host = pool.url.split("://", 1)[1]
+    host = pool.sessions_url.split("://", 1)[1]
     ws = websocket.create_connection(
         f"wss://{host}/v1/sessions/{job_id}/proxy/api/kernels/{kernel}/channels",
-        header=[f"Cookie: {cookie}"], origin=pool.url,
+        header=[f"Cookie: {cookie}"], origin=pool.sessions_url,
         sslopt={"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": pool.ca_file(), "check_hostname": False},
         timeout=60)
     msg_id = uuid.uuid4().hex
@@ -118,6 +122,13 @@ def test_the_proxy_refuses_callers_without_the_sessions_cookie(pool):
     status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status",
                               {"Authorization": "Bearer " + pool.token})
     assert status == 200, body
+    # The proxy is on the sessions' address only: the API's says where it is,
+    # and the sessions' serves none of the API.
+    status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status",
+                              {"Authorization": "Bearer " + pool.token}, base=pool.url)
+    assert status == 404 and pool.sessions_url.encode() in body, (status, body)
+    status, _, body = request(pool, "GET", "/v1/jobs", {"Authorization": "Bearer " + pool.token})
+    assert status == 404 and b"serves interactive sessions only" in body, (status, body)
     # No credentials: told how to sign in.
     status, _, body = request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status")
     assert status == 401, body
@@ -136,3 +147,33 @@ def test_the_proxy_refuses_callers_without_the_sessions_cookie(pool):
     assert status == 404, body
     status, body = pool.api("POST", f"/v1/sessions/{job_id}/link", {}, token=other)
     assert status == 404, body
+
+
+def test_the_sessions_address_by_default_and_bad_ones(pool, tmp_path):
+    """Without --sessions-listen the sessions are served on the server's port
+    + 1; a bad address or URL stops the server with what was wrong."""
+    from pool import GPUPOOL
+    # A port P with P + 1 free too (both bound to find them, then let go).
+    for _ in range(50):
+        a, b = socket.socket(), socket.socket()
+        try:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            b.bind(("127.0.0.1", port + 1))
+            break
+        except OSError:
+            continue
+        finally:
+            a.close()
+            b.close()
+    pool.port = port
+    pool.start_server(extra=["--sessions-listen", ""])
+    assert pool.url.endswith(f":{port}")
+    assert pool.sessions_url == f"https://127.0.0.1:{port + 1}", pool.sessions_url
+    for flags, said in ((["--sessions-listen", "nowhere"], "--sessions-listen"),
+                        (["--sessions-url", "ftp://x"], "--sessions-url must start with https://"),
+                        (["--listen", "127.0.0.1:65535"], "no next port for interactive sessions")):
+        listen = [] if "--listen" in flags else ["--listen", "127.0.0.1:0"]
+        args = [GPUPOOL, "server", "--data-dir", str(tmp_path / "other"), *listen, *flags]
+        r = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and said in r.stderr, (flags, r.returncode, r.stderr)

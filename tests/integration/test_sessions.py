@@ -308,7 +308,7 @@ def test_another_users_token_is_refused(pool):
     for path in (f"/v1/jobs/{job_id}/connect?port=8123", f"/v1/jobs/{job_id}/exec"):
         assert upgrade_status(pool, path, bob).startswith("HTTP/1.1 404"), path
         assert upgrade_status(pool, path, pool.token).startswith("HTTP/1.1 101"), path
-    status, body = pool.api("GET", f"/v1/sessions/{job_id}/proxy/", token=bob)
+    status, body = pool.api("GET", f"/v1/sessions/{job_id}/proxy/", token=bob, base=pool.sessions_url)
     assert status in (401, 403, 404), (status, body)
     assert pool.api("POST", f"/v1/sessions/{job_id}/link", {}, token=bob)[0] in (401, 403, 404)
     # The owner still gets in.

@@ -295,6 +295,187 @@ Startup Prepare(const ServerOptions& options) {
   return s;
 }
 
+// Scheduling passes on the loop, coalesced (at most one queued) and spaced:
+// the next pass starts no sooner than twice the last pass's duration after
+// it (at most 100 ms), so an idle pool schedules at once and a long queue
+// cannot take more than about a third of the loop.
+class SchedulePacer {
+ public:
+  SchedulePacer(net::EventLoop& loop, const Clock& clock, metrics::ServerMetrics& metrics)
+      : loop_(loop), clock_(clock), metrics_(metrics) {}
+  void SetPool(Pool& pool) { pool_ = &pool; }
+  // PoolHooks::schedule_needed.
+  void Needed() {
+    if (queued_) return;
+    queued_ = true;
+    if (int64_t wait = next_pass_ms_ - clock_.NowMs(); wait > 0) {
+      loop_.RunAfter(wait, [this] { Pass(); });
+    } else {
+      loop_.Post([this] { Pass(); });
+    }
+  }
+
+ private:
+  void Pass() {
+    queued_ = false;
+    auto t0 = std::chrono::steady_clock::now();
+    auto placed = pool_->Schedule();
+    if (!placed.ok()) GP_LOG(kError) << "scheduling pass failed: " << placed.status().ToString();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
+    metrics_.SchedulingPass(took.count());
+    next_pass_ms_ =
+        clock_.NowMs() + std::min<int64_t>(static_cast<int64_t>(2000 * took.count()), 100);
+  }
+
+  net::EventLoop& loop_;
+  const Clock& clock_;
+  metrics::ServerMetrics& metrics_;
+  Pool* pool_ = nullptr;
+  bool queued_ = false;
+  int64_t next_pass_ms_ = 0;
+};
+
+// The server's periodic work on the loop: node checks (and a warning when
+// the system clock was stepped), idle sessions, blob garbage collection and
+// log retention, each run again an interval after its last run ended.
+class Housekeeping {
+ public:
+  struct Parts {
+    Pool& pool;
+    const SteadyWallClock& clock;
+    SessionGateway& gateway;
+    BlobApi& blob_api;
+    LogGc& log_gc;
+    std::function<void()> schedule_needed;
+  };
+  Housekeeping(net::EventLoop& loop, const ServerOptions& options, Parts parts)
+      : parts_(std::move(parts)),
+        node_checks_(loop, 1000, options.schedule_interval_ms,
+                     [this](const net::Repeating::Done& done) {
+                       CheckNodes();
+                       done();
+                     }),
+        idle_sessions_(loop, 1000, 1000,
+                       [this](const net::Repeating::Done& done) {
+                         parts_.gateway.CheckIdle();
+                         done();
+                       }),
+        blob_gc_(loop, options.blob_gc_interval_ms, options.blob_gc_interval_ms,
+                 [this](net::Repeating::Done done) {
+                   parts_.blob_api.CollectGarbage([done = std::move(done)](Result<GcStats> stats) {
+                     if (!stats.ok())
+                       GP_LOG(kError) << "blob gc failed: " << stats.status().ToString();
+                     done();
+                   });
+                 }),
+        log_retention_(loop, kLogGcFirstMs, kLogGcIntervalMs, [this](net::Repeating::Done done) {
+          parts_.log_gc.Collect([done = std::move(done)](Result<LogGcStats> stats) {
+            ReportLogRetention(stats);
+            done();
+          });
+        }) {}
+
+ private:
+  void CheckNodes() {
+    if (Status s = parts_.pool.CheckNodes(); !s.ok())
+      GP_LOG(kError) << "node check failed: " << s.ToString();
+    if (int64_t skew_s = parts_.clock.SystemClockSkewMs() / 1000;
+        std::abs(skew_s - reported_skew_s_) > 1) {
+      reported_skew_s_ = skew_s;
+      GP_LOG(kWarn) << "the system clock was stepped: it is " << skew_s
+                    << " s off the server's own clock since the start; the server keeps "
+                       "measuring durations on the monotonic clock and shows its own times "
+                       "until it restarts";
+    }
+    parts_.schedule_needed();
+  }
+
+  Parts parts_;
+  int64_t reported_skew_s_ = 0;
+  net::Repeating node_checks_, idle_sessions_, blob_gc_, log_retention_;
+};
+
+// SIGHUP: reads --scheduler-config again (groups, weights, guarantees, ...).
+// A file that does not parse is reported and the config in force stays.
+void ReloadSchedulerConfig(const ServerOptions& options, Pool& pool) {
+  if (options.scheduler_config.empty()) {
+    GP_LOG(kWarn) << "SIGHUP: no --scheduler-config to reload";
+    return;
+  }
+  auto config = LoadSchedulerConfig(options.scheduler_config);
+  if (!config.ok()) {
+    GP_LOG(kError) << "SIGHUP: --scheduler-config " << config.status().message()
+                   << "; keeping the config in force";
+    return;
+  }
+  GP_LOG(kInfo) << "SIGHUP: scheduler config reloaded from " << options.scheduler_config << ": "
+                << config->groups.size() << " groups";
+  pool.SetSchedulerConfig(*std::move(config));
+}
+
+// The API's modules that need only the pool's core parts (server/api_module.h).
+struct ApiModules {
+  ApiModules(const ServerOptions& options, Pool& pool, Auth& auth, const Clock& clock,
+             StorageQuotas& quotas)
+      : quota(auth, quotas),
+        node_control(auth, pool),
+        summary(pool),
+        backup(auth, clock,
+               {.db_path = options.data_dir + "/state.db",
+                .backup_dir = options.data_dir + "/backups"}) {}
+  void AddTo(Api& api) {
+    api.AddModule(quota);
+    api.AddModule(node_control);
+    api.AddModule(summary);
+    api.AddModule(backup);
+  }
+  QuotaApi quota;
+  NodeControlApi node_control;
+  SummaryApi summary;
+  BackupApi backup;
+};
+
+// The main listener: the API, the dashboard's files, the agents' channel
+// and the users' tunnels. Writes DATA_DIR/server.url and says where it is.
+Result<std::unique_ptr<net::HttpServer>> StartApiListener(net::EventLoop& loop,
+                                                          const ServerOptions& options,
+                                                          const Startup& startup, Api& api,
+                                                          AgentHub& hub, SessionGateway& gateway) {
+  net::HttpHandlers handlers;
+  handlers.on_request = [&](net::HttpRequest req, net::Responder r) {
+    if (SessionGateway::Handles(req.path)) return r(gateway.Handle(req));
+    api.Handle(std::move(req), std::move(r));
+  };
+  handlers.on_upgrade = [&](const net::HttpRequest& req)
+      -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
+    if (SessionGateway::Handles(req.path)) return gateway.Upgrade(req);
+    if (req.path != "/v1/agent/connect")
+      return ErrorResponse(Status::NotFound("no WebSocket endpoint here"));
+    return hub.Upgrade(req);
+  };
+  const auto& [host, port] = startup.addr;
+  const std::optional<ServerTls>& tls = startup.tls;
+  net::HttpServerOptions opts;
+  opts.max_body_bytes = std::max(options.max_request_body, kMinRequestBody);
+  opts.max_body_setting = "--max-request-body";
+  opts.host = host;
+  opts.port = port;
+  if (tls) opts.tls = tls->config;
+  GP_ASSIGN_OR_RETURN(auto http, net::HttpServer::Start(loop, opts, handlers));
+  std::string url = std::string(tls ? "https://" : "http://") +
+                    (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                    std::to_string(http->port());
+  // Lets `gpupool dev` and scripts find a server started on port 0.
+  (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
+  GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";
+  std::cout << "gpupool server listening on " << url << std::endl;
+  if (tls && !tls->ca_fingerprint.empty()) {
+    std::cout << "pool CA fingerprint: " << tls->ca_fingerprint << " (" << options.data_dir
+              << "/tls/ca.crt)" << std::endl;
+  }
+  return http;
+}
+
 }  // namespace
 
 int RunServer(const ServerOptions& options) {
@@ -303,7 +484,6 @@ int RunServer(const ServerOptions& options) {
   if (startup.exit_code != 0) return startup.exit_code;
   const auto& static_files = startup.static_files;
   const PoolOptions& pool_options = startup.pool_options;
-  const auto& [host, port] = startup.addr;
   const auto& metrics_addr = startup.metrics_addr;
   const std::optional<ServerTls>& tls = startup.tls;
   SqliteStore& store = *startup.store;
@@ -341,39 +521,14 @@ int RunServer(const ServerOptions& options) {
   AgentHub* hub_ptr = nullptr;
   Api* api_ptr = nullptr;
   SessionGateway* gateway_ptr = nullptr;
-  // Scheduling passes are coalesced (at most one queued) and spaced: the next
-  // pass starts no sooner than twice the last pass's duration after it, so
-  // an idle pool schedules at once and a long queue cannot take more than
-  // about a third of the loop.
-  bool schedule_queued = false;
-  int64_t next_pass_ms = 0;
-  Pool* pool_ptr = nullptr;
-  auto run_schedule = [&] {
-    schedule_queued = false;
-    auto t0 = std::chrono::steady_clock::now();
-    auto placed = pool_ptr->Schedule();
-    if (!placed.ok()) GP_LOG(kError) << "scheduling pass failed: " << placed.status().ToString();
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
-    server_metrics.SchedulingPass(took.count());
-    next_pass_ms =
-        clock.NowMs() + std::min<int64_t>(static_cast<int64_t>(2000 * took.count()), 100);
-  };
+  SchedulePacer pacer(loop, clock, server_metrics);
   PoolHooks hooks;
   hooks.outbox_ready = [&](const std::string& node) { hub_ptr->OutboxReady(node); };
   hooks.job_changed = [&](int64_t job) {
     api_ptr->JobChanged(job);
     if (gateway_ptr) gateway_ptr->JobChanged(job);
   };
-  hooks.schedule_needed = [&] {
-    if (schedule_queued) return;
-    schedule_queued = true;
-    int64_t wait = next_pass_ms - clock.NowMs();
-    if (wait > 0) {
-      loop.RunAfter(wait, run_schedule);
-    } else {
-      loop.Post(run_schedule);
-    }
-  };
+  hooks.schedule_needed = [&] { pacer.Needed(); };
   hooks.manifest_stored = [&](const std::string& id) { return (*blobs)->HasManifest(id); };
   hooks.counted = [&](const PoolCounts& counts) {
     if (metrics_ptr) metrics_ptr->Counted(counts);
@@ -386,7 +541,7 @@ int RunServer(const ServerOptions& options) {
     return quotas.Guard(tx, owner, group, what, change);
   };
   Pool pool(store, clock, pool_options, hooks);
-  pool_ptr = &pool;
+  pacer.SetPool(pool);
   if (Status s = pool.Recover(); !s.ok()) {
     std::cerr << "gpupool server: " << s.ToString() << "\n";
     return 1;
@@ -432,17 +587,8 @@ int RunServer(const ServerOptions& options) {
   api.AddModule(metrics_api);
   api.AddModule(*telemetry->api);
   telemetry->api->Start();
-  QuotaApi quota_api(auth, quotas);
-  api.AddModule(quota_api);
-  NodeControlApi node_control_api(auth, pool);
-  api.AddModule(node_control_api);
-  SummaryApi summary_api(pool);
-  api.AddModule(summary_api);
-  BackupApiOptions backup_options;
-  backup_options.db_path = options.data_dir + "/state.db";
-  backup_options.backup_dir = options.data_dir + "/backups";
-  BackupApi backup_api(auth, clock, backup_options);
-  api.AddModule(backup_api);
+  ApiModules modules(options, pool, auth, clock, quotas);
+  modules.AddTo(api);
   if (static_files) api.AddModule(*static_files);
   AgentHubOptions hub_options;
   hub_options.blob_scope = &agent_blobs;
@@ -453,48 +599,13 @@ int RunServer(const ServerOptions& options) {
   hub_ptr = &hub;
   gateway_ptr = &gateway;
 
-  net::HttpHandlers handlers;
-  handlers.on_request = [&](net::HttpRequest req, net::Responder r) {
-    if (SessionGateway::Handles(req.path)) return r(gateway.Handle(req));
-    api.Handle(std::move(req), std::move(r));
-  };
-  handlers.on_upgrade = [&](const net::HttpRequest& req)
-      -> std::variant<std::shared_ptr<net::WsHandler>, net::HttpResponse> {
-    if (SessionGateway::Handles(req.path)) return gateway.Upgrade(req);
-    if (req.path != "/v1/agent/connect") {
-      net::HttpResponse r;
-      r.status = 404;
-      r.body = R"({"error":{"code":"NOT_FOUND","message":"no WebSocket endpoint here"}})";
-      return r;
-    }
-    return hub.Upgrade(req);
-  };
-  net::HttpServerOptions http_opts;
-  http_opts.max_body_bytes = std::max(options.max_request_body, kMinRequestBody);
-  http_opts.max_body_setting = "--max-request-body";
-  http_opts.host = host;
-  http_opts.port = port;
-  if (tls) http_opts.tls = tls->config;
-  auto http = net::HttpServer::Start(loop, http_opts, handlers);
+  auto http = StartApiListener(loop, options, startup, api, hub, gateway);
   if (!http.ok()) {
     std::cerr << "gpupool server: cannot listen on " << options.listen << ": "
               << http.status().message() << "\n";
     return 1;
   }
-  std::string url = std::string(tls ? "https://" : "http://") +
-                    (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                    std::to_string((*http)->port());
-  // Lets `gpupool dev` and scripts find a server started on port 0.
-  (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
-  GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";
-  std::cout << "gpupool server listening on " << url << std::endl;
-  if (tls && !tls->ca_fingerprint.empty()) {
-    std::cout << "pool CA fingerprint: " << tls->ca_fingerprint << " (" << options.data_dir
-              << "/tls/ca.crt)" << std::endl;
-  }
-
-  auto sessions_http =
-      StartSessionsListener(loop, startup.sessions_addr, tls, options, gateway);
+  auto sessions_http = StartSessionsListener(loop, startup.sessions_addr, tls, options, gateway);
   if (!sessions_http.ok()) {
     std::cerr << "gpupool server: cannot listen for interactive sessions on "
               << startup.sessions_addr.first << ":" << startup.sessions_addr.second << ": "
@@ -509,61 +620,11 @@ int RunServer(const ServerOptions& options) {
     return 1;
   }
 
-  int64_t reported_skew_s = 0;
-  net::Repeating node_checks(
-      loop, 1000, options.schedule_interval_ms, [&](const net::Repeating::Done& done) {
-        if (Status s = pool.CheckNodes(); !s.ok())
-          GP_LOG(kError) << "node check failed: " << s.ToString();
-        if (int64_t skew_s = clock.SystemClockSkewMs() / 1000;
-            std::abs(skew_s - reported_skew_s) > 1) {
-          reported_skew_s = skew_s;
-          GP_LOG(kWarn) << "the system clock was stepped: it is " << skew_s
-                        << " s off the server's own clock since the start; the server keeps "
-                           "measuring durations on the monotonic clock and shows its own times "
-                           "until it restarts";
-        }
-        hooks.schedule_needed();
-        done();
-      });
+  Housekeeping housekeeping(loop, options,
+                            {pool, clock, gateway, blob_api, log_gc, hooks.schedule_needed});
   hooks.schedule_needed();
-  net::Repeating idle_sessions(loop, 1000, 1000, [&](const net::Repeating::Done& done) {
-    gateway.CheckIdle();
-    done();
-  });
-  // Garbage collection of blobs and log retention: each runs again an
-  // interval after its last run ended.
-  net::Repeating blob_gc(loop, options.blob_gc_interval_ms, options.blob_gc_interval_ms,
-                         [&](net::Repeating::Done done) {
-                           blob_api.CollectGarbage([done = std::move(done)](Result<GcStats> stats) {
-                             if (!stats.ok())
-                               GP_LOG(kError) << "blob gc failed: " << stats.status().ToString();
-                             done();
-                           });
-                         });
-  net::Repeating log_retention(loop, kLogGcFirstMs, kLogGcIntervalMs,
-                               [&](net::Repeating::Done done) {
-                                 log_gc.Collect([done = std::move(done)](Result<LogGcStats> stats) {
-                                   ReportLogRetention(stats);
-                                   done();
-                                 });
-                               });
-
-  // SIGHUP: read --scheduler-config again (groups, weights, guarantees, ...).
-  // A file that does not parse is reported and the config in force stays.
   loop.OnSignals({SIGHUP}, [&](int) {
-    if (options.scheduler_config.empty()) {
-      GP_LOG(kWarn) << "SIGHUP: no --scheduler-config to reload";
-      return;
-    }
-    auto config = LoadSchedulerConfig(options.scheduler_config);
-    if (!config.ok()) {
-      GP_LOG(kError) << "SIGHUP: --scheduler-config " << config.status().message()
-                     << "; keeping the config in force";
-      return;
-    }
-    GP_LOG(kInfo) << "SIGHUP: scheduler config reloaded from " << options.scheduler_config << ": "
-                  << config->groups.size() << " groups";
-    pool.SetSchedulerConfig(*std::move(config));
+    ReloadSchedulerConfig(options, pool);
     hooks.schedule_needed();
   });
   loop.OnSignals({SIGINT, SIGTERM}, [&](int sig) {

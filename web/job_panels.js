@@ -7,37 +7,60 @@ import * as api from "./api.js";
 import { h, fill, dataTable, firstArray, timeEl, fmtMiB, errorText, changed } from "./dom.js";
 import { percentChart, alignSeries } from "./charts.js";
 
-// GPU utilization of every GPU each attempt held, one series per attempt
-// and GPU ("7.1 · lab-a GPU 0"), refreshed while the job is live.
-export function gpuUsePanel(ctx, id) {
-  const box = h("div", { id: "job-gpu-chart", class: "chart" });
-  const note = h("p", { class: "muted small" });
+// A chart that is remade when its series change (their labels) and fed
+// their points at field `fi` through `map`.
+function seriesChart(box, ctx, title, map) {
   let chart = null;
   let key = "";
-  const load = async () => {
-    const r = await api.get("/v1/jobs/" + encodeURIComponent(id) + "/telemetry", { signal: ctx.signal });
-    const fields = Array.isArray(r.fields) ? r.fields : [];
-    const fi = fields.indexOf("utilization");
-    const series = [];
-    for (const a of firstArray(r.attempts)) {
-      for (const g of firstArray(a.gpus)) {
-        series.push({ label: a.attempt + " · " + (a.node || "?") + " GPU " + g.gpu, points: firstArray(g.points) });
-      }
-    }
+  return (series, fi, empty) => {
     const k = series.map((s) => s.label).join("|");
     if (!chart || k !== key) {
       if (chart) chart.destroy();
       key = k;
-      chart = percentChart(box, ctx, { title: "GPU utilization", series: series.map((s) => ({ label: s.label })), height: 160 });
+      chart = percentChart(box, ctx, { title, series: series.map((s) => ({ label: s.label })), height: 160 });
     }
     if (fi < 0 || !series.some((s) => s.points.length)) {
-      chart.showNote("No GPU telemetry for this job (yet).");
-      note.textContent = "";
-      return;
+      chart.showNote(empty);
+      return false;
     }
-    const { xs, ys } = alignSeries(series.map((s) => s.points), fi, (v) => v * 100);
+    const { xs, ys } = alignSeries(series.map((s) => s.points), fi, map);
     chart.setData(xs, ys);
-    note.textContent = "What the GPUs did while this job's attempts held them (a share's GPU includes its neighbours).";
+    return true;
+  };
+}
+
+// GPU utilization of every GPU each attempt held, one series per attempt
+// and GPU ("7.1 · lab-a GPU 0"), and for a share what its own processes
+// held of its memory cap, refreshed while the job is live.
+export function gpuUsePanel(ctx, id) {
+  const box = h("div", { id: "job-gpu-chart", class: "chart" });
+  const shareBox = h("div", { id: "job-share-chart", class: "chart", hidden: true });
+  const note = h("p", { class: "muted small" });
+  const gpuChart = seriesChart(box, ctx, "GPU utilization", (v) => v * 100);
+  const shareChart = seriesChart(shareBox, ctx, "Share memory (of its cap)", (v) => v * 100);
+  const load = async () => {
+    const r = await api.get("/v1/jobs/" + encodeURIComponent(id) + "/telemetry", { signal: ctx.signal });
+    const fields = Array.isArray(r.fields) ? r.fields : [];
+    const used = fields.indexOf("memory_used_mib");
+    const cap = fields.indexOf("memory_total_mib");
+    const series = [];
+    const shares = [];
+    for (const a of firstArray(r.attempts)) {
+      for (const g of firstArray(a.gpus)) {
+        series.push({ label: a.attempt + " · " + (a.node || "?") + " GPU " + g.gpu, points: firstArray(g.points) });
+      }
+      // Each point as [t, used / cap]: the share's own use of its cap.
+      for (const g of firstArray(a.share)) {
+        const points = firstArray(g.points).map((p) => [p[0], p[used] != null && p[cap] > 0 ? p[used] / p[cap] : null]);
+        shares.push({ label: a.attempt + " · share of GPU " + g.gpu, points });
+      }
+    }
+    const shown = gpuChart(series, fields.indexOf("utilization"), "No GPU telemetry for this job (yet).");
+    shareBox.hidden = shares.length === 0;
+    if (shares.length) shareChart(shares, 1, "No use of the share recorded (yet).");
+    note.textContent = !shown ? "" : shares.length
+      ? "What the GPUs did while this job's attempts held them (a share's GPU includes its neighbours), and what the share's own processes held of its memory cap."
+      : "What the GPUs did while this job's attempts held them (a share's GPU includes its neighbours).";
   };
   const tick = ctx.every(30000, async () => {
     try {
@@ -47,7 +70,7 @@ export function gpuUsePanel(ctx, id) {
       note.textContent = "GPU use: " + errorText(e);
     }
   });
-  return { root: h("section", { class: "card" }, h("h2", null, "GPU use"), box, note), refresh: tick };
+  return { root: h("section", { class: "card" }, h("h2", null, "GPU use"), box, shareBox, note), refresh: tick };
 }
 
 const CHECKPOINT_COLUMNS = [

@@ -209,11 +209,12 @@ class ApiTestServer : public ::testing::Test {
     return j.is_object() && j.contains("error") ? j["error"].value("message", "") : "";
   }
 
-  // A node "a" with one GPU and job 1 of alice placed on it (attempt 1.1).
+  // A node "a" with one GPU and job 1 of alice placed on it (attempt 1.1):
+  // the whole GPU, or the share `spec` asks (resources.gpu_milli).
   std::string PlaceJob(JobSpec spec = {}) {
     if (spec.run.empty()) spec.run = "train";
     spec.name = "j";
-    spec.resources.gpus = 1;
+    if (spec.resources.gpu_milli == 0) spec.resources.gpus = 1;
     return OnLoop([&] {
       auto node = pool_->AgentHello(NodeAHello());
       EXPECT_TRUE(node.ok());

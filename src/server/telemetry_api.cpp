@@ -169,6 +169,18 @@ void TelemetryApi::Sample() {
       if (r.power_mw >= 0) pool.power_w += static_cast<double>(r.power_mw) / 1000.0;
       downsampler_.AddGpu(now, r);
     }
+    // A share's own processes: a series of its own, kept with its job.
+    for (const ShareUse& share : st.shares) {
+      for (const GpuInfo& g : st.node.gpus) {
+        if (g.uuid != share.gpu_uuid) continue;
+        telemetry::GpuReading r;
+        r.node = telemetry::ShareSeriesKey(share.attempt_id);
+        r.gpu = g.index;
+        r.memory_used_mib = share.memory_used_mib;
+        r.memory_total_mib = share.memory_cap_mib;
+        downsampler_.AddGpu(now, r);
+      }
+    }
   }
   if (auto live = pool_.LiveJobCounts(); live.ok()) {
     for (const JobCount& c : *live) {
@@ -297,13 +309,21 @@ void TelemetryApi::JobHistory(const Principal& who, int64_t job, Respond respond
         used_step = s.step_ms;
         gpus.push_back({{"gpu", s.gpu}, {"points", GpuPoints(s.points)}});
       }
-      attempts.push_back({{"attempt", p.attempt},
-                          {"rank", p.rank},
-                          {"node", p.node},
-                          {"from_ms", p.from_ms},
-                          {"to_ms", p.to_ms},
-                          {"step_ms", used_step},
-                          {"gpus", gpus}});
+      json attempt = {{"attempt", p.attempt}, {"rank", p.rank},   {"node", p.node},
+                      {"from_ms", p.from_ms}, {"to_ms", p.to_ms}, {"step_ms", used_step},
+                      {"gpus", gpus}};
+      // A share: what its own processes held, beside its whole GPU's series.
+      auto share = p.rank == 0 ? store_.Gpus(telemetry::ShareSeriesKey(p.attempt), {}, p.from_ms,
+                                             p.to_ms, step)
+                               : Result<std::vector<GpuSeries>>(std::vector<GpuSeries>{});
+      if (!share.ok()) return (*respond)(ErrorResponse(share.status()));
+      if (!share->empty()) {
+        json shares = json::array();
+        for (const GpuSeries& s : *share)
+          shares.push_back({{"gpu", s.gpu}, {"points", GpuPoints(s.points)}});
+        attempt["share"] = std::move(shares);
+      }
+      attempts.push_back(std::move(attempt));
     }
     (*respond)(JsonResponse(200, {{"job", job}, {"fields", kGpuFields}, {"attempts", attempts}}));
   });

@@ -19,7 +19,11 @@
 // `since` and `until` are milliseconds since the epoch or a duration back
 // from now ("24h"); by default the last hour until now. `step` is a
 // duration; by default the range in at most 500 points. A job's
-// telemetry is its attempts' GPUs (every rank's) over each attempt's time.
+// telemetry is its attempts' GPUs (every rank's) over each attempt's time,
+// and for an attempt that holds a GPU share, what the share's own processes
+// held (its series under telemetry::ShareSeriesKey, recorded from the
+// shares its agent reports, which the pool accepts only for attempts that
+// hold that GPU on that node: a hostile agent cannot write another job's).
 //
 // What a hostile user cannot do: read a job's telemetry they may not read
 // (404, as for the job), or make the server read unbounded history (at

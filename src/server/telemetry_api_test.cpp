@@ -102,6 +102,54 @@ TEST_F(TelemetryApiTest, ANodesGpusAreAveragedIntoBucketsAndReadBack) {
   Get("/v1/jobs/1/telemetry", bob_, 404);
 }
 
+TEST_F(TelemetryApiTest, AShareKeepsWhatItsOwnProcessesHeldWithItsJob) {
+  clock_.SetMs(1'800'000'000'000);
+  const int64_t t0 = clock_.NowMs();
+  JobSpec half;
+  half.resources.gpu_milli = 500;
+  PlaceJob(half);
+  // Its agent reports the share's cap and use with two heartbeats, and a
+  // use for an attempt that is not on this GPU (dropped by the pool).
+  for (int64_t used : {1000, 3000}) {
+    OnLoop([&] {
+      auto nodes = pool_->ListNodes();
+      EXPECT_TRUE(nodes.ok());
+      proto::Heartbeat hb;
+      hb.telemetry = {{"a-gpu0", 9000, 50, 60, 200000, -1, {}}};
+      hb.shares = {{"1.1", "a-gpu0", 40960, used}, {"9.9", "a-gpu0", 1, 77777}};
+      pool_->AgentHeartbeat(nodes->at(0).node.id, hb);
+      telemetry_->Sample();
+      return 0;
+    });
+    clock_.AdvanceMs(5000);
+  }
+  Beat(50);  // the first bucket has closed
+  json job = Get("/v1/jobs/1/telemetry", alice_);
+  ASSERT_EQ(job["attempts"].size(), 1u) << job.dump();
+  const json& attempt = job["attempts"][0];
+  ASSERT_TRUE(attempt.contains("share")) << job.dump();
+  ASSERT_EQ(attempt["share"].size(), 1u);
+  EXPECT_EQ(attempt["share"][0]["gpu"], 0);
+  const json& fields = job["fields"];
+  auto field = [&](const json& point, const std::string& name) {
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (fields[i] == name) return point[i];
+    return json();
+  };
+  const json& p = attempt["share"][0]["points"].at(0);
+  EXPECT_EQ(field(p, "t_ms"), t0);
+  EXPECT_DOUBLE_EQ(field(p, "memory_used_mib").get<double>(), 2000.0);  // its own, not 9000
+  EXPECT_DOUBLE_EQ(field(p, "memory_used_max_mib").get<double>(), 3000.0);
+  EXPECT_DOUBLE_EQ(field(p, "memory_total_mib").get<double>(), 40960.0);  // the cap
+  EXPECT_TRUE(field(p, "utilization").is_null());
+  // The whole GPU's series is there too, with the GPU's own memory use.
+  EXPECT_DOUBLE_EQ(field(attempt["gpus"][0]["points"].at(0), "memory_used_mib").get<double>(),
+                   9000.0);
+  // The node's own series are the node's GPUs only.
+  json node = Get("/v1/nodes/a/telemetry?since=" + std::to_string(t0) + "&step=10s", alice_);
+  EXPECT_EQ(node["gpus"].size(), 1u) << node.dump();
+}
+
 TEST_F(TelemetryApiTest, WhoMayReadAndWhatIsRefused) {
   PlaceJob();
   Get("/v1/nodes/a/telemetry", agent_, 403);

@@ -30,9 +30,15 @@ inline std::vector<Tier> DefaultTiers() {
   return {{10'000, kDayMs}, {5 * 60'000, 30 * kDayMs}};
 }
 
+// The series key of a GPU share's own processes (attempt "7.1": "share:7.1"),
+// kept beside the nodes' GPUs (node names have no ':'): memory_used_mib is
+// what the share's processes hold, memory_total_mib its cap; the other
+// readings are not known.
+inline std::string ShareSeriesKey(const std::string& attempt_id) { return "share:" + attempt_id; }
+
 // One GPU at one moment (the agent's last heartbeat); -1 = not known.
 struct GpuReading {
-  std::string node;
+  std::string node;  // the node's name, or a share's series key (above)
   int32_t gpu = 0;
   int32_t utilization_percent = -1;
   int64_t memory_used_mib = -1;

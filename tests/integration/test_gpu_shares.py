@@ -117,13 +117,13 @@ JOB_ENV = {"NVML_JSON": json.dumps(NVML), "ALLOC": ALLOC, "FAKE_NVML_CONFIG": "/
            "FAKE_CUDA_STATE_DIR": "/tmp/fake-cuda"}
 
 
-def start_gpu_agent(pool, tmp_path, more_config=""):
+def start_gpu_agent(pool, tmp_path, more_config="", server_extra=()):
     """An agent whose one GPU (8 GiB) and driver come from a driver directory;
     `more_config`: more of its config file."""
     driver, nvml, sandbox = fake_driver(tmp_path, NVML)
     config = tmp_path / "agent.yaml"
     config.write_text(sandbox + more_config)
-    pool.start_server()
+    pool.start_server(extra=list(server_extra))
     pool.start_agent("gpu-box", gpus=None, env={"FAKE_NVML_CONFIG": str(nvml)},
                      extra=["--gpu-driver-dir", str(driver), "--config", str(config)])
     pool.wait_nodes_ready(1)
@@ -180,6 +180,16 @@ def test_shares_are_held_to_their_memory_cap(pool, tmp_path):
                   {"gpus": 1})
     assert said(out, "whole") == "total_mib=8192 got_mib=8192 rc=2", out
     assert "gpupool=driver" in out and "preload=yes" not in out and "done" in out, out
+
+
+def share_use(pool, job_id):
+    """The most a share's own processes held and its cap, from its job's
+    telemetry history (None before a point of it is written)."""
+    r = pool.api("GET", f"/v1/jobs/{job_id}/telemetry")[1]
+    used_at, cap_at = r["fields"].index("memory_used_max_mib"), r["fields"].index("memory_total_mib")
+    points = [p for a in r["attempts"] for s in a.get("share", []) for p in s["points"]]
+    held = [(p[used_at], p[cap_at]) for p in points if p[used_at] is not None]
+    return max(held) if held else None
 
 
 def test_two_shares_of_one_gpu_each_get_their_own_cap(pool, tmp_path):
@@ -251,8 +261,10 @@ def test_a_share_that_goes_around_the_library_is_stopped_by_nvml(pool, tmp_path)
     """The backstop: whatever the library saw, NVML's figure for the task's
     processes decides. The fake NVML reports what its device file says, so
     the test makes NVML see the job's own process holding 6 GiB of a 4 GiB
-    share, as a static binary or a raw ioctl would."""
-    start_gpu_agent(pool, tmp_path)
+    share, as a static binary or a raw ioctl would. Before that, what the
+    share's processes hold is kept in its job's telemetry history."""
+    # Heartbeats and history buckets of a second: points while it runs.
+    start_gpu_agent(pool, tmp_path, server_extra=["--heartbeat-ms", "1000", "--telemetry-tiers", "1s:1h"])
     marker = "around-the-library"
     job_id = pool.submit({"run": PRELUDE + f"echo up; exec sleep 300 # {marker}",
                           "resources": {"gpus": 0.5}, "env": JOB_ENV})
@@ -277,6 +289,11 @@ def test_a_share_that_goes_around_the_library_is_stopped_by_nvml(pool, tmp_path)
     assert "0.5 of it, 1 GiB of 4 GiB cap" in listed, listed
     listed = pool.cli("nodes", check=True).stdout
     assert f"{attempt}: 1 GiB of 4 GiB cap" in listed, listed
+    # Kept with the job: the share's own 1 GiB under its 4 GiB cap (the
+    # GPU's own series says what the whole GPU held).
+    held = wait_for(lambda: (lambda u: u if u and u[0] == 1024 else None)(share_use(pool, job_id)),
+                    timeout=30, what=lambda: f"the share in its job's history: {share_use(pool, job_id)}")
+    assert held == (1024, 4096), held
     over = dict(NVML, devices=[dict(NVML["devices"][0],
                                     processes=[{"pid": pids[0], "used_mib": 6144}])])
     (tmp_path / "nvml.json").write_text(json.dumps(over))

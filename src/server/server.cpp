@@ -64,6 +64,40 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
+using HostPort = std::pair<std::string, uint16_t>;
+
+// Where the server listens: the API (--listen), the metrics (--metrics-listen,
+// if given) and interactive sessions (--sessions-listen; by default the
+// API's host and its port + 1, or any free port with port 0).
+struct ListenAt {
+  HostPort api;
+  std::optional<HostPort> metrics;
+  HostPort sessions;
+};
+
+Result<ListenAt> ListenAddresses(const ServerOptions& options) {
+  ListenAt at;
+  GP_ASSIGN_OR_RETURN(at.api, SplitHostPort(options.listen, "--listen"));
+  if (!options.metrics_listen.empty()) {
+    GP_ASSIGN_OR_RETURN(at.metrics, SplitHostPort(options.metrics_listen, "--metrics-listen"));
+  }
+  if (!options.sessions_listen.empty()) {
+    GP_ASSIGN_OR_RETURN(at.sessions, SplitHostPort(options.sessions_listen, "--sessions-listen"));
+  } else if (at.api.second == 65535) {
+    return Status::InvalidArgument(
+        "--listen port 65535 leaves no next port for interactive sessions; set "
+        "--sessions-listen HOST:PORT");
+  } else {
+    at.sessions = {at.api.first, at.api.second == 0 ? 0 : at.api.second + 1};
+  }
+  if (!options.sessions_url.empty() && !options.sessions_url.starts_with("https://") &&
+      !options.sessions_url.starts_with("http://")) {
+    return Status::InvalidArgument("--sessions-url must start with https:// (or http://), not \"" +
+                                   options.sessions_url + "\"");
+  }
+  return at;
+}
+
 // The state database, checked first (PRAGMA quick_check) and migrated.
 // A damaged one is refused with how to restore it.
 Result<std::unique_ptr<SqliteStore>> OpenState(const ServerOptions& options) {
@@ -177,9 +211,7 @@ struct Startup {
   std::unique_ptr<StaticFiles> static_files;
   PoolOptions pool_options;
   std::optional<DirLock> lock;  // one server per data directory
-  std::pair<std::string, uint16_t> addr;
-  std::optional<std::pair<std::string, uint16_t>> metrics_addr;
-  std::pair<std::string, uint16_t> sessions_addr;
+  ListenAt listen;
   std::vector<telemetry::Tier> tiers;
   std::unique_ptr<SqliteStore> store;
   std::optional<ServerTls> tls;
@@ -229,37 +261,9 @@ Startup Prepare(const ServerOptions& options) {
     std::cerr << "gpupool server: " << lock.status().message() << "\n";
     return fail(1);
   }
-  auto addr = SplitHostPort(options.listen, "--listen");
-  if (!addr.ok()) {
-    std::cerr << "gpupool server: " << addr.status().message() << "\n";
-    return fail(2);
-  }
-  if (!options.metrics_listen.empty()) {
-    auto parsed = SplitHostPort(options.metrics_listen, "--metrics-listen");
-    if (!parsed.ok()) {
-      std::cerr << "gpupool server: " << parsed.status().message() << "\n";
-      return fail(2);
-    }
-    s.metrics_addr = *std::move(parsed);
-  }
-  if (!options.sessions_listen.empty()) {
-    auto parsed = SplitHostPort(options.sessions_listen, "--sessions-listen");
-    if (!parsed.ok()) {
-      std::cerr << "gpupool server: " << parsed.status().message() << "\n";
-      return fail(2);
-    }
-    s.sessions_addr = *std::move(parsed);
-  } else if (addr->second == 65535) {
-    std::cerr << "gpupool server: --listen port 65535 leaves no next port for interactive "
-                 "sessions; set --sessions-listen HOST:PORT\n";
-    return fail(2);
-  } else {
-    s.sessions_addr = {addr->first, addr->second == 0 ? 0 : addr->second + 1};
-  }
-  if (!options.sessions_url.empty() && !options.sessions_url.starts_with("https://") &&
-      !options.sessions_url.starts_with("http://")) {
-    std::cerr << "gpupool server: --sessions-url must start with https:// (or http://), not \""
-              << options.sessions_url << "\"\n";
+  auto addresses = ListenAddresses(options);
+  if (!addresses.ok()) {
+    std::cerr << "gpupool server: " << addresses.status().message() << "\n";
     return fail(2);
   }
   auto tiers = ParseTiers(options.telemetry_tiers);
@@ -279,8 +283,8 @@ Startup Prepare(const ServerOptions& options) {
     GP_LOG(kWarn) << "--insecure: TLS is off";
   } else {
     std::vector<std::string> sans = options.tls_sans;
-    if (addr->first != "0.0.0.0" && addr->first != "::" && !addr->first.empty())
-      sans.push_back(addr->first);
+    const std::string& host = addresses->api.first;
+    if (host != "0.0.0.0" && host != "::" && !host.empty()) sans.push_back(host);
     auto made = SetUpServerTls(options.data_dir, sans, options.tls_cert_file, options.tls_key_file);
     if (!made.ok()) {
       std::cerr << "gpupool server: TLS: " << made.status().ToString() << "\n";
@@ -289,7 +293,7 @@ Startup Prepare(const ServerOptions& options) {
     s.tls = *std::move(made);
   }
   s.lock = *std::move(lock);
-  s.addr = *std::move(addr);
+  s.listen = *std::move(addresses);
   s.tiers = *std::move(tiers);
   s.store = *std::move(store);
   return s;
@@ -453,7 +457,7 @@ Result<std::unique_ptr<net::HttpServer>> StartApiListener(net::EventLoop& loop,
       return ErrorResponse(Status::NotFound("no WebSocket endpoint here"));
     return hub.Upgrade(req);
   };
-  const auto& [host, port] = startup.addr;
+  const auto& [host, port] = startup.listen.api;
   const std::optional<ServerTls>& tls = startup.tls;
   net::HttpServerOptions opts;
   opts.max_body_bytes = std::max(options.max_request_body, kMinRequestBody);
@@ -484,7 +488,7 @@ int RunServer(const ServerOptions& options) {
   if (startup.exit_code != 0) return startup.exit_code;
   const auto& static_files = startup.static_files;
   const PoolOptions& pool_options = startup.pool_options;
-  const auto& metrics_addr = startup.metrics_addr;
+  const auto& metrics_addr = startup.listen.metrics;
   const std::optional<ServerTls>& tls = startup.tls;
   SqliteStore& store = *startup.store;
 
@@ -605,10 +609,10 @@ int RunServer(const ServerOptions& options) {
               << http.status().message() << "\n";
     return 1;
   }
-  auto sessions_http = StartSessionsListener(loop, startup.sessions_addr, tls, options, gateway);
+  auto sessions_http = StartSessionsListener(loop, startup.listen.sessions, tls, options, gateway);
   if (!sessions_http.ok()) {
     std::cerr << "gpupool server: cannot listen for interactive sessions on "
-              << startup.sessions_addr.first << ":" << startup.sessions_addr.second << ": "
+              << startup.listen.sessions.first << ":" << startup.listen.sessions.second << ": "
               << sessions_http.status().message()
               << " (choose another address with --sessions-listen HOST:PORT)\n";
     return 1;

@@ -4,7 +4,7 @@
 
 import * as api from "./api.js";
 import { h, fill, dataTable, firstArray, timeEl, badge, errorLine, errorText, changed, noticeLine } from "./dom.js";
-import { pageSection, card, guarded } from "./pages.js";
+import { pageSection, card, guarded, offsetPager } from "./pages.js";
 
 const when = (ms) => (ms > 0 ? timeEl(ms) : "—");
 const yes = (v, text, kind) => (v ? badge(text, kind) : "—");
@@ -46,15 +46,25 @@ const AUDIT_COLUMNS = [
   { label: "", cell: (e) => (e.ok ? "" : badge("refused", "bad")) },
 ];
 
+// A list the server pages (?offset=&limit=), 50 rows at a time.
+const ADMIN_PAGE = 50;
+
 function listCard(ctx, err, seen, { title, id, path, key, columns, empty }) {
   const box = h("div");
-  ctx.every(15000, () => guarded(err, async () => {
-    const r = await api.get(path, { signal: ctx.signal });
-    const items = firstArray(r[key] ? r[key] : r);
-    if (!changed(seen, id, items)) return;
-    fill(box, dataTable(id, columns, items, null, empty));
-  }));
-  return card(title, box);
+  const pager = offsetPager(err, {
+    id, what: key, size: ADMIN_PAGE,
+    load: async (offset, limit) => {
+      const r = await api.get(path + (path.includes("?") ? "&" : "?") + "limit=" + limit + "&offset=" + offset, { signal: ctx.signal });
+      const items = firstArray(r[key] ? r[key] : r);
+      return { items, total: typeof r.total === "number" ? r.total : items.length };
+    },
+    show: (items) => {
+      if (!changed(seen, id, items)) return;
+      fill(box, dataTable(id, columns, items, null, empty));
+    },
+  });
+  ctx.every(15000, pager.refresh);
+  return card(title, box, pager.element);
 }
 
 function auditCard(ctx, err) {

@@ -54,11 +54,12 @@ const SUMMARY_COLUMNS = [
   { label: "Unavailable", class: "num", cell: (m) => milli(m.unavailable_milli) },
 ];
 
-// Server-side pages of a list by offset (the queue, the machines): Previous
+// Server-side pages of a list by offset (the queue, the machines, the
+// admin's lists): Previous
 // and Next, and "jobs 1–100 of 1234". `load(offset, limit)` answers
 // {items, total}; `show(items)` draws a page. The buttons' ids are
 // ID-prev and ID-next, the range's ID-range.
-function offsetPager(err, { id, what, size, load, show }) {
+export function offsetPager(err, { id, what, size, load, show }) {
   const info = h("span", { id: id + "-range", class: "muted" });
   const prev = h("button", { id: id + "-prev", type: "button", disabled: true }, "Previous");
   const next = h("button", { id: id + "-next", type: "button", disabled: true }, "Next");

@@ -157,6 +157,37 @@ TEST_F(AuthTest, MissingExpiredRevokedAndDisabledTokensAre401) {
   EXPECT_EQ(Call("POST", "/v1/users/admin/disable", admin_).status, 409);
 }
 
+TEST_F(AuthTest, UsersTokensAndEnrolledNodesComeInPages) {
+  // All of a list without paging (the CLI's way), a page with its total.
+  const nlohmann::json all = Json(Call("GET", "/v1/users", admin_));
+  const size_t users = all["users"].size();
+  ASSERT_GE(users, 3u) << all.dump();  // admin, alice, bob at least
+  EXPECT_EQ(all["total"], users);
+  const nlohmann::json page = Json(Call("GET", "/v1/users?offset=1&limit=2", admin_));
+  ASSERT_EQ(page["users"].size(), 2u) << page.dump();
+  EXPECT_EQ(page["total"], users);
+  EXPECT_EQ(page["offset"], 1);
+  EXPECT_EQ(page["users"][0]["name"], all["users"][1]["name"]);
+  EXPECT_EQ(page["users"][1]["name"], all["users"][2]["name"]);
+  const nlohmann::json past = Json(Call("GET", "/v1/users?offset=1000", admin_));
+  EXPECT_TRUE(past["users"].empty());
+  EXPECT_EQ(past["offset"], users);
+  // Bad paging is refused with the parameter named, on every list.
+  for (const char* path :
+       {"/v1/users?limit=0", "/v1/tokens?all=1&offset=-1", "/v1/agents?limit=x"}) {
+    auto r = Call("GET", path, admin_);
+    EXPECT_EQ(r.status, 400) << path;
+    EXPECT_THAT(ErrorMessage(r), ::testing::AnyOf(HasSubstr("limit"), HasSubstr("offset"))) << path;
+  }
+  // Tokens page over what the caller may see (never agents' tokens).
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(Call("POST", "/v1/tokens", alice_, R"({"name":"t"})").status, 201);
+  const nlohmann::json mine = Json(Call("GET", "/v1/tokens?limit=2", alice_));
+  EXPECT_EQ(mine["tokens"].size(), 2u);
+  EXPECT_GE(mine["total"], 4);  // her own three and the one she signs in with
+  for (const auto& t : mine["tokens"]) EXPECT_EQ(t["user"], "alice");
+}
+
 TEST_F(AuthTest, PasswordLoginIssuesATokenAndAuditsFailures) {
   auto added = Call("POST", "/v1/users", admin_,
                     R"({"name":"dana","role":"provider","password":"s3cret-enough"})");

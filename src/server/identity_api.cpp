@@ -14,6 +14,18 @@ using nlohmann::json;
 
 namespace {
 
+// The page of `items` the request asks for (?offset=N&limit=M, all of them
+// by default): {key: [...], "total": how many, "offset": the first's}.
+template <typename T, typename ToJson>
+Result<json> PageOf(const net::HttpRequest& req, const std::vector<T>& items, const char* key,
+                    ToJson to_json) {
+  GP_ASSIGN_OR_RETURN(OffsetPage page, QueryOffsetPage(req));
+  const auto total = static_cast<int64_t>(items.size());
+  json arr = json::array();
+  for (int64_t i = page.From(total); i < page.To(total); ++i) arr.push_back(to_json(items[i]));
+  return json{{key, std::move(arr)}, {"total", total}, {"offset", page.From(total)}};
+}
+
 json UserToJson(const UserRecord& u) {
   return {{"name", u.name},
           {"role", u.role},
@@ -96,7 +108,7 @@ void IdentityApi::AddRoutes(ApiRoutes& t) {
           Logout(req, who, respond);
         });
   t.Add("GET", "/v1/users", kFirst, Action::kAdminister,
-        [this](R&, const Principal&, const P&, Respond respond) { ListUsers(respond); });
+        [this](R& req, const Principal&, const P&, Respond respond) { ListUsers(req, respond); });
   t.Add("POST", "/v1/users", kInHandler, Action::kAdminister,
         [this](R& req, const Principal& who, const P&, Respond respond) {
           AddUser(req, who, respond);
@@ -143,7 +155,9 @@ void IdentityApi::AddRoutes(ApiRoutes& t) {
           Enroll(req, who, respond);
         });
   t.Add("GET", "/v1/agents", kFirst, Action::kPoolRead,
-        [this](R&, const Principal& who, const P&, Respond respond) { ListAgents(who, respond); });
+        [this](R& req, const Principal& who, const P&, Respond respond) {
+          ListAgents(req, who, respond);
+        });
   t.Add("POST", "/v1/nodes/{node}/revoke", kInHandler, Action::kNodeManage,
         [this](R& req, const Principal& who, const P& params, Respond respond) {
           RevokeNode(req, who, params.find("node")->second, respond);
@@ -163,12 +177,12 @@ void IdentityApi::AddRoutes(ApiRoutes& t) {
         });
 }
 
-void IdentityApi::ListUsers(Respond respond) {
+void IdentityApi::ListUsers(const net::HttpRequest& req, Respond respond) {
   auto users = auth_.ListUsers();
   if (!users.ok()) return Fail(respond, users.status());
-  json arr = json::array();
-  for (const UserRecord& u : *users) arr.push_back(UserToJson(u));
-  (*respond)(JsonResponse(200, {{"users", arr}}));
+  auto page = PageOf(req, *users, "users", UserToJson);
+  if (!page.ok()) return Fail(respond, page.status());
+  (*respond)(JsonResponse(200, *page));
 }
 
 void IdentityApi::SetDisabled(const net::HttpRequest& req, const Principal& who,
@@ -199,15 +213,15 @@ void IdentityApi::RevokeToken(const net::HttpRequest& req, const Principal& who,
   (*respond)(JsonResponse(200, TokenToJson(*t, clock_.NowMs())));
 }
 
-void IdentityApi::ListAgents(const Principal& who, Respond respond) {
+void IdentityApi::ListAgents(const net::HttpRequest& req, const Principal& who, Respond respond) {
   auto creds = auth_.ListAgentCredentials();
   if (!creds.ok()) return Fail(respond, creds.status());
-  json arr = json::array();
-  for (const AgentCredential& c : *creds) {
-    if (Decide(who, Action::kNodeManage, {c.owner}) == Decision::kAllowed)
-      arr.push_back(CredentialToJson(c));
-  }
-  (*respond)(JsonResponse(200, {{"agents", arr}}));
+  std::erase_if(*creds, [&](const AgentCredential& c) {
+    return Decide(who, Action::kNodeManage, {c.owner}) != Decision::kAllowed;
+  });
+  auto page = PageOf(req, *creds, "agents", CredentialToJson);
+  if (!page.ok()) return Fail(respond, page.status());
+  (*respond)(JsonResponse(200, *page));
 }
 
 void IdentityApi::AllowNode(const net::HttpRequest& req, const Principal& who,
@@ -446,13 +460,13 @@ void IdentityApi::ListTokens(const net::HttpRequest& req, const Principal& who, 
   if (Status s = Authorize(who, a); !s.ok()) return Fail(respond, s);
   auto tokens = auth_.ListTokens(user);
   if (!tokens.ok()) return Fail(respond, tokens.status());
-  json arr = json::array();
-  int64_t now = clock_.NowMs();
-  for (const TokenRecord& t : *tokens) {
-    if (t.role == "agent" || t.role == "agent-join") continue;
-    arr.push_back(TokenToJson(t, now));
-  }
-  (*respond)(JsonResponse(200, {{"tokens", arr}}));
+  std::erase_if(*tokens,
+                [](const TokenRecord& t) { return t.role == "agent" || t.role == "agent-join"; });
+  const int64_t now = clock_.NowMs();
+  auto page =
+      PageOf(req, *tokens, "tokens", [now](const TokenRecord& t) { return TokenToJson(t, now); });
+  if (!page.ok()) return Fail(respond, page.status());
+  (*respond)(JsonResponse(200, *page));
 }
 
 void IdentityApi::Enroll(const net::HttpRequest& req, const Principal& who, Respond respond) {

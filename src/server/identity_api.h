@@ -51,13 +51,13 @@ class IdentityApi : public ApiModule {
  private:
   void Login(const net::HttpRequest& req, Respond respond);
   void Logout(const net::HttpRequest& req, const Principal& who, Respond respond);
-  void ListUsers(Respond respond);
+  void ListUsers(const net::HttpRequest& req, Respond respond);
   void SetDisabled(const net::HttpRequest& req, const Principal& who, const std::string& name,
                    bool disable, Respond respond);
   void GroupMembers(const std::string& name, Respond respond);
   void RevokeToken(const net::HttpRequest& req, const Principal& who, const std::string& id,
                    Respond respond);
-  void ListAgents(const Principal& who, Respond respond);
+  void ListAgents(const net::HttpRequest& req, const Principal& who, Respond respond);
   void AllowNode(const net::HttpRequest& req, const Principal& who, const std::string& node,
                  Respond respond);
   void RotateJoinToken(const net::HttpRequest& req, const Principal& who, Respond respond);

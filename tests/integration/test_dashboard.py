@@ -374,6 +374,9 @@ def test_the_admin_page(pool, browser):
     wait_for(lambda: made["id"] in text_of(browser, "#tokens-table"), what="alice's token")
     assert made["token"] not in browser.page_source  # secrets are never listed
     wait_for(lambda: "lab-a" in text_of(browser, "#agents-table"), what="lab-a enrolled")
+    # Each list is a page the server cut, with how many there are.
+    users = pool.api("GET", "/v1/users")[1]["users"]
+    assert text_of(browser, "#users-table-range") == f"users 1–{len(users)} of {len(users)}"
     # The newest audit entry first: root2's own sign-in.
     first = find(browser, "#audit-table tbody tr")
     assert "root2" in first.text and "login" in first.text, first.text

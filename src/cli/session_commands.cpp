@@ -4,12 +4,12 @@
 
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "cli/command_util.h"
 #include "cli/table.h"
 #include "common/clock.h"
 #include "common/units.h"
+#include "net/http_client.h"
 
 namespace gpupool::cli {
 
@@ -68,25 +68,39 @@ void PrintHowToConnect(const json& job, const std::string& sessions) {
 // A Jupyter session's notebook server takes a moment after the job runs:
 // wait until it answers through the proxy, on the sessions' own address (a
 // sign-in link names it), so the links printed work at once. Gives up
-// quietly at the deadline (the session still starts). Returns that address
+// quietly at the deadline (the session still starts), and at once, saying
+// why, when that address cannot be reached from here at all (a host name
+// per session that this machine's DNS does not know). Returns the address
 // (the API's until a link named it).
 std::string WaitForJupyter(ApiClient& api, const std::string& id, int64_t deadline_ms) {
-  std::optional<ApiClient> sessions;
+  std::string base;
   while (RealClock().NowMs() < deadline_ms) {
-    if (!sessions) {
+    if (base.empty()) {
       auto link = api.Post("/v1/sessions/" + id + "/link", json::object(), 10'000);
       const std::string url = link.ok() ? Str(*link, "url") : "";
-      if (size_t path = url.find("/v1/"); path != std::string::npos) {
-        Endpoint e = api.endpoint();  // the same token and CA: the same server
-        if (url.starts_with("https://") || url.starts_with("http://"))
-          e.server = url.substr(0, path);
-        sessions.emplace(std::move(e));
-      }
+      const size_t path = url.find("/v1/");
+      if (path != std::string::npos)
+        base = url.starts_with("http") ? url.substr(0, path) : api.endpoint().server;
     }
-    if (sessions && sessions->Get("/v1/sessions/" + id + "/proxy/api/status", 10'000).ok()) break;
+    if (!base.empty()) {
+      net::HttpCall probe;  // the same token and CA: the same server
+      probe.base_url = base;
+      probe.target = "/v1/sessions/" + id + "/proxy/api/status";
+      probe.tls = api.endpoint().tls;
+      probe.headers["Authorization"] = "Bearer " + api.endpoint().token;
+      probe.timeout_ms = 10'000;
+      auto answer = net::Fetch(probe);
+      if (!answer.ok()) {  // no HTTP answer at all: waiting will not help
+        std::cerr << "gpupool: cannot reach the sessions' address " << base << " from here ("
+                  << answer.status().message()
+                  << "); Jupyter may need a moment after the link below\n";
+        break;
+      }
+      if (answer->status == 200) break;
+    }
     ::usleep(100'000);
   }
-  return sessions ? sessions->endpoint().server : api.endpoint().server;
+  return base.empty() ? api.endpoint().server : base;
 }
 
 }  // namespace

@@ -90,11 +90,8 @@ Result<ListenAt> ListenAddresses(const ServerOptions& options) {
   } else {
     at.sessions = {at.api.first, at.api.second == 0 ? 0 : at.api.second + 1};
   }
-  if (!options.sessions_url.empty() && !options.sessions_url.starts_with("https://") &&
-      !options.sessions_url.starts_with("http://")) {
-    return Status::InvalidArgument("--sessions-url must start with https:// (or http://), not \"" +
-                                   options.sessions_url + "\"");
-  }
+  if (!options.sessions_url.empty())
+    GP_RETURN_IF_ERROR(SessionGateway::CheckSessionsUrl(options.sessions_url));
   return at;
 }
 

@@ -354,7 +354,7 @@ Result<SessionGateway::Target> SessionGateway::ResolveProxy(const net::HttpReque
 
 std::shared_ptr<net::RawHandler> SessionGateway::Takeover(const net::HttpRequest& req) {
   auto route = ParseRoute(req.path);
-  if (!route || route->op != "proxy") return nullptr;
+  if (!route || route->op != "proxy" || !CheckSessionHost(req, route->job_id).ok()) return nullptr;
   auto where = ResolveProxy(req, route->job_id);
   if (!where.ok()) return nullptr;  // Handle answers with the refusal
   // Jupyter serves under the same prefix (its base_url), so the request goes
@@ -362,10 +362,9 @@ std::shared_ptr<net::RawHandler> SessionGateway::Takeover(const net::HttpRequest
   net::HttpRequest out = req;
   out.headers.erase("authorization");
   if (auto c = out.headers.find("cookie"); c != out.headers.end()) {
-    c->second =
-        net::WithoutCookie(net::WithoutCookie(net::WithoutCookie(c->second, kCookieName),
-                                              kBrowserSessionCookie),
-                           kBrowserSessionCookieTls);
+    c->second = net::WithoutCookie(
+        net::WithoutCookie(net::WithoutCookie(c->second, kCookieName), kBrowserSessionCookie),
+        kBrowserSessionCookieTls);
     if (c->second.empty()) out.headers.erase(c);
   }
   out.headers["authorization"] = "token " + where->job.spec.session->jupyter_token;
@@ -398,7 +397,7 @@ net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
     // the browser's way is the link, and the dashboard (no bearer token)
     // never gets the token.
     nlohmann::json body = {
-        {"url", SessionsBase(req) + "/v1/sessions/" + id + "/login?code=" + code},
+        {"url", SessionsBase(req, route->job_id) + "/v1/sessions/" + id + "/login?code=" + code},
         {"expires_in_s", kLinkLifetimeMs / 1000}};
     if (!req.Header("authorization").empty())
       body["jupyter_token"] = where->job.spec.session->jupyter_token;
@@ -409,12 +408,42 @@ net::HttpResponse SessionGateway::Handle(const net::HttpRequest& req) {
         Status::InvalidArgument(req.path + " is a WebSocket endpoint: connect with an upgrade"));
   }
   // Logins and the proxy are on the sessions' own origin only.
-  return ErrorResponse(Status::NotFound(
-      "interactive sessions are served on their own address: " + SessionsBase(req) + req.path));
+  return ErrorResponse(Status::NotFound("interactive sessions are served on their own address: " +
+                                        SessionsBase(req, route->job_id) + req.path));
 }
 
-std::string SessionGateway::SessionsBase(const net::HttpRequest& req) const {
-  if (!origin_.url.empty()) return origin_.url;
+Status SessionGateway::CheckSessionsUrl(const std::string& url) {
+  if (!url.starts_with("https://") && !url.starts_with("http://"))
+    return Status::InvalidArgument("--sessions-url must start with https:// (or http://), not \"" +
+                                   url + "\"");
+  const size_t host = url.find("://") + 3;
+  const size_t path = url.find('/', host);
+  const size_t id = url.find("{id}");
+  if (id != std::string::npos && (id > path || url.find("{id}", id + 1) != std::string::npos)) {
+    return Status::InvalidArgument("--sessions-url: {id} may stand once, in the host name (\"" +
+                                   url + "\")");
+  }
+  if (path != std::string::npos && path + 1 != url.size())
+    return Status::InvalidArgument("--sessions-url names a host, not a path (\"" + url + "\")");
+  return Status::Ok();
+}
+
+Status SessionGateway::CheckSessionHost(const net::HttpRequest& req, int64_t job_id) const {
+  if (origin_.url.find("{id}") == std::string::npos) return Status::Ok();
+  std::string base = SessionsBase(req, job_id);
+  std::string want = net::AsciiLower(base.substr(base.find("://") + 3));
+  if (net::AsciiLower(req.Header("host")) == want) return Status::Ok();
+  return Status::NotFound("session " + std::to_string(job_id) + " is served at " + base + req.path);
+}
+
+std::string SessionGateway::SessionsBase(const net::HttpRequest& req, int64_t job_id) const {
+  if (!origin_.url.empty()) {
+    std::string url = origin_.url;
+    if (url.ends_with("/")) url.pop_back();
+    if (size_t at = url.find("{id}"); at != std::string::npos)
+      url.replace(at, 4, std::to_string(job_id));
+    return url;
+  }
   std::string host = HostOf(req.Header("host"));
   if (host.empty()) host = "localhost";
   return (origin_.tls ? "https://" : "http://") + host + ":" + std::to_string(origin_.port);
@@ -427,6 +456,7 @@ net::HttpResponse SessionGateway::HandleOnSessionsOrigin(const net::HttpRequest&
         "this address serves interactive sessions only (their sign-in links and Jupyter); the "
         "API and the dashboard are on the server's main address"));
   }
+  if (Status s = CheckSessionHost(req, route->job_id); !s.ok()) return ErrorResponse(s);
   const int64_t now = clock_.MonoMs();
   const std::string id = std::to_string(route->job_id);
   if (route->op == "login") {

@@ -63,14 +63,20 @@ class SessionGateway {
   // Where browsers reach the sessions' origin.
   struct SessionsOrigin {
     // --sessions-url; empty: http(s)://HOST:port, HOST the one the request
-    // for the link named the server by (its Host header).
+    // for the link named the server by (its Host header). With "{id}" in
+    // its host ("https://{id}.sessions.example.edu"), every session has a
+    // host name, so an origin, of its own: the sessions' listener then
+    // serves a session only to requests that name its host.
     std::string url;
     bool tls = false;
     uint16_t port = 0;  // the sessions listener's
   };
   void ServeSessionsAt(SessionsOrigin origin) { origin_ = std::move(origin); }
-  // The sessions' origin as the client of `req` reaches it.
-  std::string SessionsBase(const net::HttpRequest& req) const;
+  // Session `job_id`'s origin as the client of `req` reaches it.
+  std::string SessionsBase(const net::HttpRequest& req, int64_t job_id) const;
+  // Whether --sessions-url is usable: http(s), and "{id}" at most once, in
+  // its host. InvalidArgument says what is wrong.
+  static Status CheckSessionsUrl(const std::string& url);
 
   // True for the paths above: the server sends them here.
   static bool Handles(const std::string& path);
@@ -124,6 +130,8 @@ class SessionGateway {
   // The job's running attempt, if `who` may connect to it.
   Result<Target> Resolve(const Principal& who, int64_t job_id);
   Result<Target> ResolveProxy(const net::HttpRequest& req, int64_t job_id);
+  // With a host name per session: OK when `req` names session `job_id`'s.
+  Status CheckSessionHost(const net::HttpRequest& req, int64_t job_id) const;
   Status CheckPort(const Job& job, int port) const;
   void Track(const Job& job);
   // A relay for one of the job's tunnels; its bytes mark the job active.

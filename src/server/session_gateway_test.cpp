@@ -472,6 +472,51 @@ TEST_F(SessionGatewayTest, ANotebookServersCookiesStayInsideItsSession) {
   EXPECT_EQ(r.headers.count("clear-site-data"), 0u);
 }
 
+TEST_F(SessionGatewayTest, WithAHostNamePerSessionEachIsServedOnlyOnItsOwn) {
+  SessionSpec s;
+  s.kind = SessionKind::kJupyter;
+  s.jupyter_token = "jtok";
+  agent_side_answer_ = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+  StartSession(ScriptedAgent::Behaviour::kAnswer, s);
+  const std::string port = std::to_string(sessions_http_->port());
+  OnLoop([&] {
+    gateway_->ServeSessionsAt(
+        {.url = "http://{id}.sessions.test:" + port, .tls = false, .port = sessions_http_->port()});
+    return 0;
+  });
+  std::string url = Json(Call("POST", "/v1/sessions/1/link", alice_))["url"];
+  const std::string own = "1.sessions.test:" + port;
+  ASSERT_TRUE(url.starts_with("http://" + own + "/v1/sessions/1/login?code=")) << url;
+  // The listener is reached at 127.0.0.1 here; the Host header names the
+  // session's host, as a browser's does through DNS.
+  const std::string path = url.substr(url.find("/v1/"));
+  auto other = Get(sessions_base_ + path, {{"host", "2.sessions.test:" + port}});
+  EXPECT_EQ(other.status, 404);
+  EXPECT_NE(ErrorMessage(other).find("http://" + own), std::string::npos) << other.body;
+  EXPECT_EQ(Get(sessions_base_ + path, {{"host", "127.0.0.1:" + port}}).status, 404);
+  EXPECT_EQ(Get(sessions_base_ + path, {{"host", own}}).status, 302);  // the code still worked
+  // The proxy too: session 1 is not reached from session 2's host.
+  const std::string proxy = sessions_base_ + "/v1/sessions/1/proxy/tree";
+  EXPECT_EQ(Get(proxy, {{"host", "2.sessions.test:" + port}, {"authorization", "Bearer " + alice_}})
+                .status,
+            404);
+  auto mine =
+      Get(proxy, {{"host", "1.SESSIONS.test:" + port}, {"authorization", "Bearer " + alice_}});
+  EXPECT_EQ(mine.status, 200) << mine.body;
+  EXPECT_EQ(mine.body, "ok");
+}
+
+TEST(SessionsUrl, WhatIsAcceptedAndWhatIsNot) {
+  EXPECT_TRUE(SessionGateway::CheckSessionsUrl("https://sessions.example.edu:8471").ok());
+  EXPECT_TRUE(SessionGateway::CheckSessionsUrl("https://{id}.sessions.example.edu/").ok());
+  for (const char* bad : {"ftp://x", "sessions.example.edu", "https://x/{id}",
+                          "https://{id}.{id}.x", "https://x/prefix"}) {
+    Status st = SessionGateway::CheckSessionsUrl(bad);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("--sessions-url"), std::string::npos) << bad;
+  }
+}
+
 TEST_F(SessionGatewayTest, TheProxySendsJupyterItsTokenInsteadOfTheCallersCredentials) {
   SessionSpec s;
   s.kind = SessionKind::kJupyter;

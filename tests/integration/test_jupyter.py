@@ -177,3 +177,40 @@ def test_the_sessions_address_by_default_and_bad_ones(pool, tmp_path):
         args = [GPUPOOL, "server", "--data-dir", str(tmp_path / "other"), *listen, *flags]
         r = subprocess.run(args, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and said in r.stderr, (flags, r.returncode, r.stderr)
+
+
+def test_a_host_name_per_session(pool):
+    """--sessions-url with {id}: each session's link names a host of its own
+    (here N.sessions.test, reached at 127.0.0.1 by its Host header, as a
+    browser reaches it through wildcard DNS), and a session is served only
+    on its own host."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    pool.sessions_port = port
+    pool.start_server(extra=["--sessions-url", f"https://{{id}}.sessions.test:{port}",
+                             "--tls-san", "*.sessions.test"])
+    pool.start_agent("gpu1", gpus="1xA100:80GiB")
+    pool.wait_nodes_ready(1)
+    job_id = start_jupyter(pool)
+    own = f"{job_id}.sessions.test:{port}"
+    r = pool.cli("session", "open", str(job_id))
+    assert r.returncode == 0, r.stderr
+    link = r.stdout.strip()
+    assert link.startswith(f"https://{own}/v1/sessions/{job_id}/login?code="), link
+    path = link[len(f"https://{own}"):]
+    # Another session's host, or the listener's plain address, is refused.
+    status, _, body = request(pool, "GET", path, {"Host": f"{job_id + 1}.sessions.test:{port}"})
+    assert status == 404 and own.encode() in body, (status, body)
+    status, _, body = request(pool, "GET", path)
+    assert status == 404, (status, body)
+    status, headers, _ = request(pool, "GET", path, {"Host": own})
+    assert status == 302 and headers["location"] == f"/v1/sessions/{job_id}/proxy/", status
+    cookie = headers["set-cookie"].split(";", 1)[0]
+    # (`session start` could not reach N.sessions.test from here to wait for
+    # Jupyter, and said so: the test waits.)
+    body = wait_for(lambda: (lambda r: r[2] if r[0] == 200 else None)(
+        request(pool, "GET", f"/v1/sessions/{job_id}/proxy/api/status", {"Host": own, "Cookie": cookie})),
+        timeout=60, interval=0.2, what="Jupyter on the session's own host")
+    assert b"started" in body, body

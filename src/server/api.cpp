@@ -519,12 +519,9 @@ void Api::Queue(const net::HttpRequest& req, const Principal& who, Respond respo
   if (Decide(who, Action::kJobRead) != Decision::kAllowed) owner = who.subject;
   auto queue = pool_.Queue(owner);
   if (!queue.ok()) return (*respond)(ErrorResponse(queue.status()));
-  const auto total = static_cast<int64_t>(queue->size());
-  const int64_t from = page->From(total);
-  json arr = json::array();
-  for (int64_t i = from; i < page->To(total); ++i)
-    arr.push_back(JobToJson((*queue)[i].job, (*queue)[i].queue));
-  (*respond)(JsonResponse(200, {{"jobs", arr}, {"total", total}, {"offset", from}}));
+  (*respond)(JsonResponse(
+      200, page->Json("jobs", static_cast<int64_t>(queue->size()),
+                      [&](int64_t i) { return JobToJson((*queue)[i].job, (*queue)[i].queue); })));
 }
 
 void Api::Groups(Respond respond) {
@@ -599,11 +596,8 @@ void Api::ListNodes(const net::HttpRequest& req, Respond respond) {
   if (!page.ok()) return (*respond)(ErrorResponse(page.status()));
   auto nodes = pool_.ListNodes();
   if (!nodes.ok()) return (*respond)(ErrorResponse(nodes.status()));
-  const auto total = static_cast<int64_t>(nodes->size());
-  const int64_t from = page->From(total);
-  json arr = json::array();
-  for (int64_t i = from; i < page->To(total); ++i) arr.push_back(NodeToJson((*nodes)[i]));
-  (*respond)(JsonResponse(200, {{"nodes", arr}, {"total", total}, {"offset", from}}));
+  (*respond)(JsonResponse(200, page->Json("nodes", static_cast<int64_t>(nodes->size()),
+                                          [&](int64_t i) { return NodeToJson((*nodes)[i]); })));
 }
 
 void Api::GetNode(Respond respond, const std::string& id_or_name) {

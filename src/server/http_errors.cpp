@@ -72,6 +72,13 @@ Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, i
   return v;
 }
 
+nlohmann::json OffsetPage::Json(const char* key, int64_t total,
+                                const std::function<nlohmann::json(int64_t)>& item) const {
+  nlohmann::json arr = nlohmann::json::array();
+  for (int64_t i = From(total); i < To(total); ++i) arr.push_back(item(i));
+  return {{key, std::move(arr)}, {"total", total}, {"offset", From(total)}};
+}
+
 Result<OffsetPage> QueryOffsetPage(const net::HttpRequest& req) {
   GP_ASSIGN_OR_RETURN(int64_t offset, QueryInt(req, "offset", 0, 0, INT64_MAX));
   GP_ASSIGN_OR_RETURN(int64_t limit, QueryInt(req, "limit", INT64_MAX, 1, INT64_MAX));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -35,6 +36,10 @@ struct OffsetPage {
   int64_t To(int64_t total) const {
     return total - From(total) > limit ? From(total) + limit : total;
   }
+  // The answer: {key: [item(i) for each i of the page], "total": total,
+  // "offset": the first's}.
+  nlohmann::json Json(const char* key, int64_t total,
+                      const std::function<nlohmann::json(int64_t)>& item) const;
 };
 Result<OffsetPage> QueryOffsetPage(const net::HttpRequest& req);
 

@@ -15,15 +15,13 @@ using nlohmann::json;
 namespace {
 
 // The page of `items` the request asks for (?offset=N&limit=M, all of them
-// by default): {key: [...], "total": how many, "offset": the first's}.
+// by default).
 template <typename T, typename ToJson>
 Result<json> PageOf(const net::HttpRequest& req, const std::vector<T>& items, const char* key,
                     ToJson to_json) {
   GP_ASSIGN_OR_RETURN(OffsetPage page, QueryOffsetPage(req));
-  const auto total = static_cast<int64_t>(items.size());
-  json arr = json::array();
-  for (int64_t i = page.From(total); i < page.To(total); ++i) arr.push_back(to_json(items[i]));
-  return json{{key, std::move(arr)}, {"total", total}, {"offset", page.From(total)}};
+  return page.Json(key, static_cast<int64_t>(items.size()),
+                   [&](int64_t i) { return json(to_json(items[i])); });
 }
 
 json UserToJson(const UserRecord& u) {

@@ -44,9 +44,10 @@ namespace {
 constexpr int64_t kLogGcFirstMs = 60'000;
 constexpr int64_t kLogGcIntervalMs = 10 * 60'000;
 
+using HostPort = std::pair<std::string, uint16_t>;
+
 // `listen` as a host and a port; errors name `flag`.
-Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen,
-                                                       const std::string& flag) {
+Result<HostPort> SplitHostPort(const std::string& listen, const std::string& flag) {
   auto colon = listen.rfind(':');
   if (colon == std::string::npos) {
     return Status::InvalidArgument(flag + ": expected HOST:PORT such as 127.0.0.1:8470");
@@ -64,7 +65,13 @@ Result<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& listen
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
-using HostPort = std::pair<std::string, uint16_t>;
+// What a listener on `host` and `port` is reached at: scheme://host:port,
+// an IPv6 address in brackets.
+std::string UrlOf(bool tls, const std::string& host, uint16_t port) {
+  return std::string(tls ? "https://" : "http://") +
+         (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(port);
+}
 
 // Where the server listens: the API (--listen), the metrics (--metrics-listen,
 // if given) and interactive sessions (--sessions-listen; by default the
@@ -115,9 +122,9 @@ Result<std::unique_ptr<SqliteStore>> OpenState(const ServerOptions& options) {
 
 // The --metrics-listen address's server (none without one): GET /metrics
 // and nothing else, without a token, plain HTTP.
-Result<std::unique_ptr<net::HttpServer>> StartMetricsListener(
-    net::EventLoop& loop, const std::optional<std::pair<std::string, uint16_t>>& addr,
-    MetricsApi& metrics) {
+Result<std::unique_ptr<net::HttpServer>> StartMetricsListener(net::EventLoop& loop,
+                                                              const std::optional<HostPort>& addr,
+                                                              MetricsApi& metrics) {
   if (!addr) return std::unique_ptr<net::HttpServer>();
   net::HttpHandlers handlers;
   handlers.on_request = [&metrics](net::HttpRequest req, net::Responder r) {
@@ -133,18 +140,19 @@ Result<std::unique_ptr<net::HttpServer>> StartMetricsListener(
   opts.port = addr->second;
   opts.max_body_bytes = 4096;
   GP_ASSIGN_OR_RETURN(auto server, net::HttpServer::Start(loop, opts, handlers));
-  GP_LOG(kInfo) << "metrics on http://" << addr->first << ":" << server->port() << "/metrics";
-  std::cout << "gpupool server metrics on http://"
-            << (addr->first.find(':') != std::string::npos ? "[" + addr->first + "]" : addr->first)
-            << ":" << server->port() << "/metrics" << std::endl;
+  const std::string url = UrlOf(false, addr->first, server->port()) + "/metrics";
+  GP_LOG(kInfo) << "metrics on " << url;
+  std::cout << "gpupool server metrics on " << url << std::endl;
   return server;
 }
 
 // The interactive sessions' own origin: their sign-in links and Jupyter
 // proxies and nothing else, with the server's TLS (server/session_gateway.h).
-Result<std::unique_ptr<net::HttpServer>> StartSessionsListener(
-    net::EventLoop& loop, const std::pair<std::string, uint16_t>& addr,
-    const std::optional<ServerTls>& tls, const ServerOptions& options, SessionGateway& gateway) {
+Result<std::unique_ptr<net::HttpServer>> StartSessionsListener(net::EventLoop& loop,
+                                                               const HostPort& addr,
+                                                               const std::optional<ServerTls>& tls,
+                                                               const ServerOptions& options,
+                                                               SessionGateway& gateway) {
   const std::string& public_url = options.sessions_url;
   net::HttpServerOptions opts;
   opts.host = addr.first;
@@ -154,10 +162,7 @@ Result<std::unique_ptr<net::HttpServer>> StartSessionsListener(
   GP_ASSIGN_OR_RETURN(auto server,
                       net::HttpServer::Start(loop, opts, gateway.SessionsOriginHandlers()));
   gateway.ServeSessionsAt({.url = public_url, .tls = tls.has_value(), .port = server->port()});
-  std::string url =
-      std::string(tls ? "https://" : "http://") +
-      (addr.first.find(':') != std::string::npos ? "[" + addr.first + "]" : addr.first) + ":" +
-      std::to_string(server->port());
+  const std::string url = UrlOf(tls.has_value(), addr.first, server->port());
   // Beside server.url: for scripts and tests that start a server on port 0.
   (void)WriteFileAtomic(options.data_dir + "/sessions.url", url + "\n");
   GP_LOG(kInfo) << "interactive sessions on " << url
@@ -244,6 +249,17 @@ Startup Prepare(const ServerOptions& options) {
                   << (s.pool_options.scheduler.preemption ? "on" : "off");
   }
 
+  auto addresses = ListenAddresses(options);
+  if (!addresses.ok()) {
+    std::cerr << "gpupool server: " << addresses.status().message() << "\n";
+    return fail(2);
+  }
+  auto tiers = ParseTiers(options.telemetry_tiers);
+  if (!tiers.ok()) {
+    std::cerr << "gpupool server: --telemetry-tiers: " << tiers.status().message() << "\n";
+    return fail(2);
+  }
+
   std::error_code ec;
   std::filesystem::create_directories(options.data_dir, ec);
   if (ec) {
@@ -257,16 +273,6 @@ Startup Prepare(const ServerOptions& options) {
   if (!lock.ok()) {
     std::cerr << "gpupool server: " << lock.status().message() << "\n";
     return fail(1);
-  }
-  auto addresses = ListenAddresses(options);
-  if (!addresses.ok()) {
-    std::cerr << "gpupool server: " << addresses.status().message() << "\n";
-    return fail(2);
-  }
-  auto tiers = ParseTiers(options.telemetry_tiers);
-  if (!tiers.ok()) {
-    std::cerr << "gpupool server: --telemetry-tiers: " << tiers.status().message() << "\n";
-    return fail(2);
   }
   auto store = OpenState(options);
   if (!store.ok()) {
@@ -463,9 +469,7 @@ Result<std::unique_ptr<net::HttpServer>> StartApiListener(net::EventLoop& loop,
   opts.port = port;
   if (tls) opts.tls = tls->config;
   GP_ASSIGN_OR_RETURN(auto http, net::HttpServer::Start(loop, opts, handlers));
-  std::string url = std::string(tls ? "https://" : "http://") +
-                    (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                    std::to_string(http->port());
+  const std::string url = UrlOf(tls.has_value(), host, http->port());
   // Lets `gpupool dev` and scripts find a server started on port 0.
   (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
   GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";

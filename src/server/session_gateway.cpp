@@ -431,8 +431,16 @@ Status SessionGateway::CheckSessionsUrl(const std::string& url) {
 Status SessionGateway::CheckSessionHost(const net::HttpRequest& req, int64_t job_id) const {
   if (origin_.url.find("{id}") == std::string::npos) return Status::Ok();
   std::string base = SessionsBase(req, job_id);
-  std::string want = net::AsciiLower(base.substr(base.find("://") + 3));
-  if (net::AsciiLower(req.Header("host")) == want) return Status::Ok();
+  // Host names compared without case, and without the scheme's default
+  // port, which browsers leave out of the Host header.
+  const std::string default_port = base.starts_with("https://") ? ":443" : ":80";
+  auto authority = [&](std::string a) {
+    a = net::AsciiLower(a);
+    if (a.ends_with(default_port)) a.resize(a.size() - default_port.size());
+    return a;
+  };
+  if (authority(req.Header("host")) == authority(base.substr(base.find("://") + 3)))
+    return Status::Ok();
   return Status::NotFound("session " + std::to_string(job_id) + " is served at " + base + req.path);
 }
 

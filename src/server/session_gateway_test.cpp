@@ -504,6 +504,16 @@ TEST_F(SessionGatewayTest, WithAHostNamePerSessionEachIsServedOnlyOnItsOwn) {
       Get(proxy, {{"host", "1.SESSIONS.test:" + port}, {"authorization", "Bearer " + alice_}});
   EXPECT_EQ(mine.status, 200) << mine.body;
   EXPECT_EQ(mine.body, "ok");
+  // A URL with the scheme's default port: browsers send the host alone.
+  OnLoop([&] {
+    gateway_->ServeSessionsAt(
+        {.url = "http://{id}.sessions.test:80", .tls = false, .port = sessions_http_->port()});
+    return 0;
+  });
+  auto plain = Get(proxy, {{"host", "1.sessions.test"}, {"authorization", "Bearer " + alice_}});
+  EXPECT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(Get(proxy, {{"host", "2.sessions.test"}, {"authorization", "Bearer " + alice_}}).status,
+            404);
 }
 
 TEST(SessionsUrl, WhatIsAcceptedAndWhatIsNot) {

@@ -50,6 +50,18 @@ json GpuPoints(const std::vector<telemetry::GpuPoint>& points) {
   return out;
 }
 
+// Series of GPUs: [{"gpu", "points"}]; `step`, when given, gets the step
+// they were read at (`asked` when there are none).
+json GpuSeriesJson(const std::vector<GpuSeries>& series, int64_t asked, int64_t* step = nullptr) {
+  json out = json::array();
+  if (step) *step = asked;
+  for (const GpuSeries& s : series) {
+    if (step) *step = s.step_ms;
+    out.push_back({{"gpu", s.gpu}, {"points", GpuPoints(s.points)}});
+  }
+  return out;
+}
+
 json PoolPoints(const std::vector<telemetry::PoolPoint>& points) {
   json out = json::array();
   for (const telemetry::PoolPoint& p : points) {
@@ -171,15 +183,15 @@ void TelemetryApi::Sample() {
     }
     // A share's own processes: a series of its own, kept with its job.
     for (const ShareUse& share : st.shares) {
-      for (const GpuInfo& g : st.node.gpus) {
-        if (g.uuid != share.gpu_uuid) continue;
-        telemetry::GpuReading r;
-        r.node = telemetry::ShareSeriesKey(share.attempt_id);
-        r.gpu = g.index;
-        r.memory_used_mib = share.memory_used_mib;
-        r.memory_total_mib = share.memory_cap_mib;
-        downsampler_.AddGpu(now, r);
-      }
+      auto g = std::find_if(st.node.gpus.begin(), st.node.gpus.end(),
+                            [&](const GpuInfo& gpu) { return gpu.uuid == share.gpu_uuid; });
+      if (g == st.node.gpus.end()) continue;
+      telemetry::GpuReading r;
+      r.node = telemetry::ShareSeriesKey(share.attempt_id);
+      r.gpu = g->index;
+      r.memory_used_mib = share.memory_used_mib;
+      r.memory_total_mib = share.memory_cap_mib;
+      downsampler_.AddGpu(now, r);
     }
   }
   if (auto live = pool_.LiveJobCounts(); live.ok()) {
@@ -233,12 +245,8 @@ void TelemetryApi::NodeHistory(const net::HttpRequest& req, const std::string& n
   worker_.Submit([this, name, r = *range, respond] {
     auto series = store_.Gpus(name, {}, r.since_ms, r.until_ms, r.step_ms);
     if (!series.ok()) return (*respond)(ErrorResponse(series.status()));
-    json gpus = json::array();
-    int64_t step = r.step_ms;
-    for (const GpuSeries& s : *series) {
-      step = s.step_ms;
-      gpus.push_back({{"gpu", s.gpu}, {"points", GpuPoints(s.points)}});
-    }
+    int64_t step = 0;
+    json gpus = GpuSeriesJson(*series, r.step_ms, &step);
     (*respond)(JsonResponse(200, {{"node", name},
                                   {"since_ms", r.since_ms},
                                   {"until_ms", r.until_ms},
@@ -303,25 +311,18 @@ void TelemetryApi::JobHistory(const Principal& who, int64_t job, Respond respond
           std::max(finest, (p.to_ms - p.from_ms + kDefaultPoints - 1) / kDefaultPoints);
       auto series = store_.Gpus(p.node, p.gpus, p.from_ms, p.to_ms, step);
       if (!series.ok()) return (*respond)(ErrorResponse(series.status()));
-      json gpus = json::array();
-      int64_t used_step = step;
-      for (const GpuSeries& s : *series) {
-        used_step = s.step_ms;
-        gpus.push_back({{"gpu", s.gpu}, {"points", GpuPoints(s.points)}});
-      }
+      int64_t used_step = 0;
+      json gpus = GpuSeriesJson(*series, step, &used_step);
       json attempt = {{"attempt", p.attempt}, {"rank", p.rank},   {"node", p.node},
                       {"from_ms", p.from_ms}, {"to_ms", p.to_ms}, {"step_ms", used_step},
                       {"gpus", gpus}};
-      // A share: what its own processes held, beside its whole GPU's series.
-      auto share = p.rank == 0 ? store_.Gpus(telemetry::ShareSeriesKey(p.attempt), {}, p.from_ms,
-                                             p.to_ms, step)
-                               : Result<std::vector<GpuSeries>>(std::vector<GpuSeries>{});
-      if (!share.ok()) return (*respond)(ErrorResponse(share.status()));
-      if (!share->empty()) {
-        json shares = json::array();
-        for (const GpuSeries& s : *share)
-          shares.push_back({{"gpu", s.gpu}, {"points", GpuPoints(s.points)}});
-        attempt["share"] = std::move(shares);
+      // A share (one GPU, rank 0): what its own processes held, beside
+      // its whole GPU's series.
+      if (p.rank == 0) {
+        auto share =
+            store_.Gpus(telemetry::ShareSeriesKey(p.attempt), {}, p.from_ms, p.to_ms, step);
+        if (!share.ok()) return (*respond)(ErrorResponse(share.status()));
+        if (!share->empty()) attempt["share"] = GpuSeriesJson(*share, step);
       }
       attempts.push_back(std::move(attempt));
     }

@@ -49,10 +49,10 @@ const AUDIT_COLUMNS = [
 // A list the server pages (?offset=&limit=), 50 rows at a time.
 const ADMIN_PAGE = 50;
 
-function listCard(ctx, err, seen, { title, id, path, key, columns, empty }) {
+function listCard(ctx, err, seen, { title, id, path, key, what, columns, empty }) {
   const box = h("div");
   const pager = offsetPager(err, {
-    id, what: key, size: ADMIN_PAGE,
+    id, what, size: ADMIN_PAGE,
     load: async (offset, limit) => {
       const r = await api.get(path + (path.includes("?") ? "&" : "?") + "limit=" + limit + "&offset=" + offset, { signal: ctx.signal });
       const items = firstArray(r[key] ? r[key] : r);
@@ -143,9 +143,9 @@ export async function renderAdmin(main, ctx) {
   const seen = {};
   const section = main.lastChild;
   section.appendChild(h("div", { class: "grid-2" },
-    listCard(ctx, err, seen, { title: "Users", id: "users-table", path: "/v1/users", key: "users", columns: USER_COLUMNS, empty: "No users." }),
-    listCard(ctx, err, seen, { title: "Enrolled nodes", id: "agents-table", path: "/v1/agents", key: "agents", columns: AGENT_COLUMNS, empty: "No node has enrolled." })));
+    listCard(ctx, err, seen, { title: "Users", id: "users-table", path: "/v1/users", key: "users", what: "users", columns: USER_COLUMNS, empty: "No users." }),
+    listCard(ctx, err, seen, { title: "Enrolled nodes", id: "agents-table", path: "/v1/agents", key: "agents", what: "nodes", columns: AGENT_COLUMNS, empty: "No node has enrolled." })));
   section.appendChild(membersCard(ctx));
-  section.appendChild(listCard(ctx, err, seen, { title: "API tokens", id: "tokens-table", path: "/v1/tokens?all=1", key: "tokens", columns: TOKEN_COLUMNS, empty: "No tokens." }));
+  section.appendChild(listCard(ctx, err, seen, { title: "API tokens", id: "tokens-table", path: "/v1/tokens?all=1", key: "tokens", what: "tokens", columns: TOKEN_COLUMNS, empty: "No tokens." }));
   section.appendChild(auditCard(ctx, err));
 }

@@ -149,23 +149,29 @@ def test_the_proxy_refuses_callers_without_the_sessions_cookie(pool):
     assert status == 404, body
 
 
+def free_ports(n):
+    """A port P with P .. P + n - 1 free (bound to find them, then let go)."""
+    for _ in range(50):
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            socks[0].bind(("127.0.0.1", 0))
+            port = socks[0].getsockname()[1]
+            for i, s in enumerate(socks[1:], 1):
+                s.bind(("127.0.0.1", port + i))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError(f"no {n} free ports in a row")
+
+
 def test_the_sessions_address_by_default_and_bad_ones(pool, tmp_path):
     """Without --sessions-listen the sessions are served on the server's port
     + 1; a bad address or URL stops the server with what was wrong."""
     from pool import GPUPOOL
-    # A port P with P + 1 free too (both bound to find them, then let go).
-    for _ in range(50):
-        a, b = socket.socket(), socket.socket()
-        try:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            b.bind(("127.0.0.1", port + 1))
-            break
-        except OSError:
-            continue
-        finally:
-            a.close()
-            b.close()
+    port = free_ports(2)  # the server's, and the next for its sessions
     pool.port = port
     pool.start_server(extra=["--sessions-listen", ""])
     assert pool.url.endswith(f":{port}")
@@ -184,10 +190,7 @@ def test_a_host_name_per_session(pool):
     (here N.sessions.test, reached at 127.0.0.1 by its Host header, as a
     browser reaches it through wildcard DNS), and a session is served only
     on its own host."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_ports(1)
     pool.sessions_port = port
     pool.start_server(extra=["--sessions-url", f"https://{{id}}.sessions.test:{port}",
                              "--tls-san", "*.sessions.test"])

@@ -33,9 +33,22 @@ export function isAbort(e) {
   return e != null && e.name === "AbortError";
 }
 
+// How long a request may take before the page says the server did not
+// answer (a long poll asks for more with opts.timeoutMs). Without it a
+// connection that never answers would leave the page waiting for good.
+const REQUEST_TIMEOUT_MS = 60000;
+
+// The caller's signal (a page leaving) and the request's own deadline.
+function deadlineSignal(signal, ms) {
+  const deadline = AbortSignal.timeout(ms);
+  if (!signal) return deadline;
+  if (typeof AbortSignal.any === "function") return AbortSignal.any([signal, deadline]);
+  return signal; // an older browser: the page's own signal only
+}
+
 // request("GET", "/v1/nodes") -> the parsed JSON answer, or throws ApiError.
 // opts: {body (an object, sent as JSON), text and type (a body sent as is,
-// with that Content-Type), signal, noAuthRedirect}.
+// with that Content-Type), signal, timeoutMs, noAuthRedirect}.
 export async function request(method, path, opts = {}) {
   const headers = { Accept: "application/json" };
   const init = { method, credentials: "same-origin", headers, cache: "no-store" };
@@ -47,18 +60,22 @@ export async function request(method, path, opts = {}) {
     headers["Content-Type"] = opts.type;
     init.body = opts.text;
   }
-  if (opts.signal) init.signal = opts.signal;
+  const timeoutMs = opts.timeoutMs || REQUEST_TIMEOUT_MS;
+  init.signal = deadlineSignal(opts.signal, timeoutMs);
 
-  let resp;
+  let resp, text;
   try {
     resp = await fetch(path, init);
+    text = await resp.text();
   } catch (e) {
+    if (e && e.name === "TimeoutError") {
+      throw new ApiError(0, "TIMEOUT", "the server did not answer within " + Math.round(timeoutMs / 1000) + " s");
+    }
     if (isAbort(e)) throw e;
     throw new ApiError(0, "NETWORK", "cannot reach the server (" + (e && e.message ? e.message : "network error") + ")");
   }
 
   let data = null;
-  const text = await resp.text();
   if (text) {
     try {
       data = JSON.parse(text);

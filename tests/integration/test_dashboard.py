@@ -42,6 +42,8 @@ def browser(tmp_path):
                 # The pool's own CA signed the server's certificate.
                 "--ignore-certificate-errors", f"--user-data-dir={tmp_path / 'chromium'}"):
         options.add_argument(arg)
+    # The page's console, for page_state() when a wait fails.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
     driver.download_dir = tmp_path / "downloads"
@@ -58,9 +60,26 @@ def add_user(pool, name):
     assert status == 201, body
 
 
+def page_state(driver):
+    """What the browser shows and loaded, said when a wait for the page fails:
+    a page that never ran its script differs from one that waits for the
+    server or one that said why."""
+    try:
+        state = driver.execute_script(
+            "return {ready: document.readyState, url: location.href,"
+            " body: document.body ? document.body.innerText.slice(0, 400) : '',"
+            " loaded: performance.getEntriesByType('resource').map(e =>"
+            "   e.name.replace(location.origin, '') + ' ' + (e.responseStatus || 0) +"
+            "   ' ' + Math.round(e.duration) + 'ms')}")
+        console = [e.get("message", "") for e in driver.get_log("browser")]
+    except Exception as e:  # the browser itself is stuck: say so
+        return f"(the browser did not answer: {e})"
+    return f"{state}; console: {console}"
+
+
 def find(driver, css, timeout=30):
     return wait_for(lambda: (driver.find_elements(By.CSS_SELECTOR, css) or [None])[0],
-                    timeout=timeout, what=css)
+                    timeout=timeout, what=lambda: f"{css}; the page: {page_state(driver)}")
 
 
 def text_of(driver, css):
@@ -87,7 +106,9 @@ def click(driver, css, timeout=60):
 
 def sign_in(driver, pool, user):
     driver.get(pool.url + "/ui")
-    find(driver, "#signin #user").send_keys(user)
+    # Longer than the page's own deadline for a request (web/api.js): a
+    # check of the session that gets no answer still ends in the form.
+    find(driver, "#signin #user", timeout=90).send_keys(user)
     driver.find_element(By.CSS_SELECTOR, "#password").send_keys(PASSWORD)
     driver.find_element(By.CSS_SELECTOR, "#signin-submit").click()
     wait_for(lambda: user in text_of(driver, "#whoami"), what=f"{user} signed in")

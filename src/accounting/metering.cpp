@@ -1,0 +1,77 @@
+#include "accounting/metering.h"
+
+#include <algorithm>
+
+namespace gpupool::accounting {
+
+namespace {
+
+int64_t NextBoundary(int64_t t, int64_t period) {
+  int64_t p = std::max<int64_t>(period, 1);
+  int64_t floor = t >= 0 ? t / p * p : -((-t + p - 1) / p) * p;
+  return floor + p;
+}
+
+LedgerEntry ChargeEntry(const Holding& h, int64_t from, int64_t to, Micros amount) {
+  LedgerEntry e;
+  e.key = "charge:" + h.SpanId() + ":" + std::to_string(from);
+  e.kind = EntryKind::kCharge;
+  e.debit = h.Account();
+  e.credit = std::string(kPoolAccount);
+  e.amount = amount;
+  e.at_ms = to;
+  e.attempt_id = h.attempt_id;
+  e.rank = h.rank;
+  e.job_id = h.job_id;
+  e.user = h.user;
+  e.group = h.group;
+  e.node_id = h.node_id;
+  e.provider_group = h.provider_group;
+  e.gpu_class = h.use.gpu_class;
+  e.from_ms = from;
+  e.gpu_milli = h.use.gpu_milli;
+  e.cpu_milli = h.use.cpu_milli;
+  e.memory_mib = h.use.memory_mib;
+  return e;
+}
+
+}  // namespace
+
+std::vector<LedgerEntry> EntriesDue(const Holding& h, int64_t posted_to_ms, int64_t now_ms,
+                                    const PriceBook& prices, const MeteringRules& rules) {
+  std::vector<LedgerEntry> out;
+  int64_t from = std::max(posted_to_ms, h.held_from_ms);
+  // Charged up to the end of the last period that is over, or to the end
+  // of the holding once it has ended (and the clock has seen it end).
+  int64_t end = h.freed_ms > 0 ? h.freed_ms : now_ms;
+  bool lends =
+      !h.provider_group.empty() && h.provider_group != h.group && rules.lending_permille > 0;
+  while (from < end) {
+    int64_t boundary = NextBoundary(from, rules.period_ms);
+    int64_t to = std::min(boundary, end);
+    // A period still under way is not posted (unless the holding ended in it).
+    if (to < boundary && h.freed_ms == 0) break;
+    Micros amount = prices.Charge(h.use, h.held_from_ms, from, to);
+    out.push_back(ChargeEntry(h, from, to, amount));
+    if (lends && amount > 0) {
+      LedgerEntry credit = out.back();
+      credit.key = "lending:" + h.SpanId() + ":" + std::to_string(from);
+      credit.kind = EntryKind::kLending;
+      credit.debit = std::string(kPoolAccount);
+      credit.credit = GroupAccount(h.provider_group);
+      credit.amount = static_cast<Micros>(static_cast<__int128>(amount) *
+                                          std::min(rules.lending_permille, 1000) / 1000);
+      if (credit.amount > 0) out.push_back(std::move(credit));
+    }
+    from = to;
+  }
+  return out;
+}
+
+Micros Unposted(const Holding& h, int64_t posted_to_ms, int64_t now_ms, const PriceBook& prices) {
+  int64_t from = std::max(posted_to_ms, h.held_from_ms);
+  int64_t to = h.freed_ms > 0 ? h.freed_ms : now_ms;
+  return prices.Charge(h.use, h.held_from_ms, from, to);
+}
+
+}  // namespace gpupool::accounting

@@ -177,6 +177,22 @@ class TrackingTx final : public Tx {
     return in_.GetStorageQuota(holder);
   }
   Result<std::vector<StorageQuota>> ListStorageQuotas() override { return in_.ListStorageQuotas(); }
+  Result<int64_t> AddPrice(const accounting::PriceVersion& v) override { return in_.AddPrice(v); }
+  Result<std::vector<accounting::PriceVersion>> ListPrices() override { return in_.ListPrices(); }
+  Result<bool> PostEntry(const accounting::LedgerEntry& e) override { return in_.PostEntry(e); }
+  Result<std::vector<accounting::LedgerEntry>> ListLedger(const LedgerQuery& q) override {
+    return in_.ListLedger(q);
+  }
+  Result<int64_t> PostedTo(const std::string& attempt_id, int32_t rank) override {
+    return in_.PostedTo(attempt_id, rank);
+  }
+  Result<std::vector<accounting::AccountBalance>> ListBalances() override {
+    return in_.ListBalances();
+  }
+  Result<accounting::AccountBalance> GetBalance(const std::string& account) override {
+    return in_.GetBalance(account);
+  }
+  Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override { return in_.SumUsage(q); }
   Result<std::optional<std::string>> GetMeta(const std::string& key) override {
     return in_.GetMeta(key);
   }

@@ -145,6 +145,13 @@ struct MemoryState {
   std::map<StorageHolder, std::map<std::string, MemoryStorageRef>> storage_refs;
   std::map<StorageHolder, StorageQuota> storage_quotas;
 
+  // Accounting facet.
+  std::vector<accounting::PriceVersion> prices;               // by id
+  std::map<int64_t, accounting::LedgerEntry> ledger;          // by id
+  std::map<std::string, int64_t> ledger_keys;                 // key -> id
+  std::map<std::pair<std::string, int32_t>, int64_t> posted;  // (attempt, rank) -> PostedTo
+  std::map<std::string, accounting::AccountBalance> balances;
+
   // Meta facet.
   std::map<std::string, std::string> meta;
 };
@@ -228,6 +235,16 @@ class MemoryTx : public Tx {
   Status DeleteStorageQuota(const StorageHolder& holder) override;
   Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& holder) override;
   Result<std::vector<StorageQuota>> ListStorageQuotas() override;
+
+  // Accounting (memory_accounting.cpp).
+  Result<int64_t> AddPrice(const accounting::PriceVersion& v) override;
+  Result<std::vector<accounting::PriceVersion>> ListPrices() override;
+  Result<bool> PostEntry(const accounting::LedgerEntry& e) override;
+  Result<std::vector<accounting::LedgerEntry>> ListLedger(const LedgerQuery& q) override;
+  Result<int64_t> PostedTo(const std::string& attempt_id, int32_t rank) override;
+  Result<std::vector<accounting::AccountBalance>> ListBalances() override;
+  Result<accounting::AccountBalance> GetBalance(const std::string& account) override;
+  Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override;
 
   // Storage bookkeeping the jobs facet calls (memory_storage.cpp): one
   // more or one less reference from `job`'s owner and group to `manifest`.

@@ -447,6 +447,26 @@ void CheckV8(Tx& tx) {
   EXPECT_EQ(Must(tx.ListStorageQuotas()).size(), 2u);
 }
 
+// A price, a charge and the balances it moved, as version 10 wrote them.
+constexpr const char* kRowsV10 = R"sql(
+INSERT INTO prices VALUES (1, 'gpu', 'A100', 2500000, 6000, 'root');
+INSERT INTO ledger VALUES (1, 'charge:40.1/0:6000', 'charge', 'group:vision', 'pool', 2500000,
+  3606000, '40.1', 0, 40, 'gina', 'vision', 'n-1', 'physics', 'A100', 6000, 1000, 0, 0, '', '');
+INSERT INTO balances VALUES ('group:vision', -2500000, 1), ('pool', 2500000, 1);
+)sql";
+
+void CheckV10(Tx& tx) {
+  auto prices = Must(tx.ListPrices());
+  ASSERT_EQ(prices.size(), 1u);
+  EXPECT_EQ(prices[0].gpu_class, "A100");
+  EXPECT_EQ(prices[0].per_unit, 2500000);
+  EXPECT_EQ(Must(tx.GetBalance("group:vision")).balance, -2500000);
+  EXPECT_EQ(Must(tx.PostedTo("40.1", 0)), 3606000);
+  auto ledger = Must(tx.ListLedger(LedgerQuery{}));
+  ASSERT_EQ(ledger.size(), 1u);
+  EXPECT_EQ(ledger[0].GpuMilliMs(), 1000LL * 3600000);
+}
+
 struct VersionRows {
   int version;
   const char* rows;            // SQL against that version's schema; nullptr = none
@@ -455,11 +475,17 @@ struct VersionRows {
 };
 
 const VersionRows kVersions[] = {
-    {1, kRowsV1, CheckV1},        {2, kRowsV2, CheckV2}, {3, kRowsV3, CheckV3},
-    {4, kRowsV4, CheckV4, UseV4}, {5, kRowsV5, CheckV5}, {6, kRowsV6, CheckV6},
+    {1, kRowsV1, CheckV1},
+    {2, kRowsV2, CheckV2},
+    {3, kRowsV3, CheckV3},
+    {4, kRowsV4, CheckV4, UseV4},
+    {5, kRowsV5, CheckV5},
+    {6, kRowsV6, CheckV6},
     {7, nullptr, nullptr},  // log chunks: the v6 lines pass through it (CheckV6)
-    {8, kRowsV8, CheckV8},        {9, nullptr, nullptr},  // attempt states: the rows of
-                                                          // kRowsBeforeV9 below, and CheckV6
+    {8, kRowsV8, CheckV8},
+    {9, nullptr, nullptr},  // attempt states: the rows of
+                            // kRowsBeforeV9 below, and CheckV6
+    {10, kRowsV10, CheckV10},
 };
 static_assert(std::size(kVersions) == SqliteStore::kSchemaVersion,
               "a new migration adds its rows and check to kVersions");

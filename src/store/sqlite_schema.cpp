@@ -382,6 +382,54 @@ UPDATE attempts SET state = 'gang-stopping'
 UPDATE attempts SET preempt_for_job = 0 WHERE preempt_for_job = -1;
 )sql";
 
+// Version 10: money (store/store.h AccountingTx). Price versions are only
+// added; the ledger is append-only, one row per double-entry entry, unique
+// by key (posting is idempotent); balances are kept with each posting.
+// ledger_span finds where an attempt's charges end; ledger_charges_from
+// serves usage reports by time.
+constexpr const char* kSchemaV10 = R"sql(
+CREATE TABLE prices (
+  id         INTEGER PRIMARY KEY AUTOINCREMENT,
+  resource   TEXT NOT NULL,
+  gpu_class  TEXT NOT NULL,
+  per_unit   INTEGER NOT NULL,
+  from_ms    INTEGER NOT NULL,
+  set_by     TEXT NOT NULL
+);
+CREATE TABLE ledger (
+  id             INTEGER PRIMARY KEY AUTOINCREMENT,
+  key            TEXT NOT NULL UNIQUE,
+  kind           TEXT NOT NULL,
+  debit          TEXT NOT NULL,
+  credit         TEXT NOT NULL,
+  amount         INTEGER NOT NULL,
+  at_ms          INTEGER NOT NULL,
+  attempt_id     TEXT NOT NULL,
+  rank           INTEGER NOT NULL,
+  job_id         INTEGER NOT NULL,
+  user           TEXT NOT NULL,
+  grp            TEXT NOT NULL,
+  node_id        TEXT NOT NULL,
+  provider_group TEXT NOT NULL,
+  gpu_class      TEXT NOT NULL,
+  from_ms        INTEGER NOT NULL,
+  gpu_milli      INTEGER NOT NULL,
+  cpu_milli      INTEGER NOT NULL,
+  memory_mib     INTEGER NOT NULL,
+  actor          TEXT NOT NULL,
+  note           TEXT NOT NULL
+);
+CREATE INDEX ledger_span ON ledger(attempt_id, rank, at_ms) WHERE kind = 'charge';
+CREATE INDEX ledger_debit ON ledger(debit, id);
+CREATE INDEX ledger_credit ON ledger(credit, id);
+CREATE INDEX ledger_charges_from ON ledger(from_ms) WHERE kind = 'charge';
+CREATE TABLE balances (
+  account TEXT PRIMARY KEY,
+  balance INTEGER NOT NULL,
+  entries INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+
 // Version 7 (before version 8 above in history): logs in chunks
 // (store/sqlite_logs.h); the v6 rows are packed into chunks by
 // MigrateLogsToChunks, which then drops the logs table.
@@ -396,6 +444,7 @@ constexpr SchemaMigration kMigrations[] = {
     {7, kLogSchemaV7, MigrateLogsToChunks},
     {8, kSchemaV8},
     {9, kSchemaV9},
+    {10, kSchemaV10},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");

@@ -1,7 +1,8 @@
 // SqliteTx: the SQLite store's transaction (store/store.h Tx), declared
 // here and defined facet by facet: sqlite_tx_jobs.cpp (JobsTx),
 // sqlite_tx_nodes.cpp (NodesTx), sqlite_tx_identity.cpp (IdentityTx,
-// MetaTx), sqlite_tx_storage.cpp (StorageTx); the logs facet (LogsTx)
+// MetaTx), sqlite_tx_storage.cpp (StorageTx), sqlite_tx_accounting.cpp
+// (AccountingTx); the logs facet (LogsTx)
 // delegates to SqliteLogs (store/sqlite_logs.h) below. Internal to the
 // SQLite store: SqliteStore::Transact makes one per transaction.
 //
@@ -88,6 +89,17 @@ class SqliteTx : public Tx {
   Status DeleteStorageQuota(const StorageHolder& h) override;
   Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& h) override;
   Result<std::vector<StorageQuota>> ListStorageQuotas() override;
+
+  // ---- accounting facet (sqlite_tx_accounting.cpp)
+
+  Result<int64_t> AddPrice(const accounting::PriceVersion& v) override;
+  Result<std::vector<accounting::PriceVersion>> ListPrices() override;
+  Result<bool> PostEntry(const accounting::LedgerEntry& e) override;
+  Result<std::vector<accounting::LedgerEntry>> ListLedger(const LedgerQuery& q) override;
+  Result<int64_t> PostedTo(const std::string& attempt_id, int32_t rank) override;
+  Result<std::vector<accounting::AccountBalance>> ListBalances() override;
+  Result<accounting::AccountBalance> GetBalance(const std::string& account) override;
+  Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override;
 
   // ---- logs facet (store/sqlite_logs.h)
 

@@ -9,7 +9,8 @@
 // event loop). Tx objects are only valid inside their Transact callback.
 //
 // The transaction's methods are grouped into facets (JobsTx, NodesTx,
-// IdentityTx, LogsTx, StorageTx, MetaTx below); Tx has them all.
+// IdentityTx, LogsTx, StorageTx, AccountingTx, MetaTx below); Tx has them
+// all.
 //
 // Backends: SqliteStore (store/sqlite_store.h) is the embedded default;
 // MemoryStore (store/memory_store.h) keeps everything in memory (the
@@ -25,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "accounting/records.h"
 #include "common/status.h"
 #include "model/job.h"
 #include "model/node.h"
@@ -435,6 +437,79 @@ class StorageTx {
   virtual Result<std::vector<StorageQuota>> ListStorageQuotas() = 0;
 };
 
+// Ledger entries, in id order: those with `account` on either side ("" =
+// every account), of `kind` (unset = any), with at_ms in [since_ms,
+// until_ms), with id > after_id, at most `limit`.
+struct LedgerQuery {
+  std::string account;
+  std::optional<accounting::EntryKind> kind;
+  int64_t since_ms = INT64_MIN;
+  int64_t until_ms = INT64_MAX;
+  int64_t after_id = 0;
+  int32_t limit = 1000;
+};
+
+// What usage reports group charges by.
+enum class UsageBy { kJob, kUser, kGroup, kAccount, kNode, kModel, kDay, kMonth };
+std::string_view UsageByName(UsageBy by);  // "job", "user", ..., "day", "month"
+Result<UsageBy> ParseUsageBy(std::string_view name);
+
+// A charge's key in a report by `by`. A charge counts at the time its
+// interval starts (from_ms): its UTC day and month. (Charges never span a
+// posting period, and periods divide days.)
+std::string UsageKeyOf(const accounting::LedgerEntry& e, UsageBy by);
+
+// Charges with from_ms in [since_ms, until_ms), of `group` and `user` when
+// set, summed per UsageBy key.
+struct UsageQuery {
+  UsageBy by = UsageBy::kUser;
+  int64_t since_ms = INT64_MIN;
+  int64_t until_ms = INT64_MAX;
+  std::string group;
+  std::string user;
+};
+
+struct UsageRow {
+  // The job id, user, group ("" for jobs of no group), account, node id,
+  // GPU class ("" = free), UTC day "2026-11-26" or month "2026-11".
+  std::string key;
+  int64_t gpu_milli_ms = 0;  // GPU milli x ms held
+  int64_t cpu_milli_ms = 0;
+  accounting::Micros cost = 0;
+  int64_t charges = 0;  // entries summed
+  friend bool operator==(const UsageRow&, const UsageRow&) = default;
+};
+
+// Money (accounting/records.h, server/accounting_service.h): price
+// versions, the double-entry ledger and the balances it moves.
+class AccountingTx {
+ public:
+  virtual ~AccountingTx() = default;
+
+  // Price versions are only ever added; ids increase. All, by id.
+  virtual Result<int64_t> AddPrice(const accounting::PriceVersion& v) = 0;
+  virtual Result<std::vector<accounting::PriceVersion>> ListPrices() = 0;
+
+  // Appends `e` (its id assigned) and moves its amount from its debit to
+  // its credit account's balance, in the same transaction. Returns false,
+  // changing nothing, when an entry with e.key is already in the ledger:
+  // posting is idempotent by key. Entries are never changed or removed.
+  virtual Result<bool> PostEntry(const accounting::LedgerEntry& e) = 0;
+  virtual Result<std::vector<accounting::LedgerEntry>> ListLedger(const LedgerQuery& q) = 0;
+  // The end (at_ms) of the latest charge posted for an attempt's rank; 0
+  // when none is.
+  virtual Result<int64_t> PostedTo(const std::string& attempt_id, int32_t rank) = 0;
+
+  // Balances: of every account with an entry, by account; of one (zero
+  // with no entries when it has none).
+  virtual Result<std::vector<accounting::AccountBalance>> ListBalances() = 0;
+  virtual Result<accounting::AccountBalance> GetBalance(const std::string& account) = 0;
+
+  // Usage reports over charges (grants and lending credits are not use),
+  // by key.
+  virtual Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) = 0;
+};
+
 // Small named values (e.g. per-node channel counters, settings).
 class MetaTx {
  public:
@@ -451,6 +526,7 @@ class Tx : public JobsTx,
            public IdentityTx,
            public LogsTx,
            public StorageTx,
+           public AccountingTx,
            public MetaTx {
  public:
   ~Tx() override = default;

@@ -1,0 +1,196 @@
+// SqliteTx's accounting facet (store/sqlite_tx.h): price versions, the
+// append-only ledger (schema version 10) and the balances each posting
+// moves, and usage reports summed by SQLite.
+#include <sqlite3.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/sqlite_rows.h"
+#include "store/sqlite_tx.h"
+
+namespace gpupool {
+namespace {
+
+using accounting::AccountBalance;
+using accounting::LedgerEntry;
+using accounting::PriceVersion;
+
+constexpr const char* kLedgerColumns =
+    "id, key, kind, debit, credit, amount, at_ms, attempt_id, rank, job_id, user, grp, node_id, "
+    "provider_group, gpu_class, from_ms, gpu_milli, cpu_milli, memory_mib, actor, note";
+
+Result<PriceVersion> ReadPrice(const Query& q) {
+  PriceVersion v;
+  v.id = q.Int(0);
+  GP_ASSIGN_OR_RETURN(v.resource, accounting::ParsePricedResource(q.Text(1)));
+  v.gpu_class = q.Text(2);
+  v.per_unit = q.Int(3);
+  v.from_ms = q.Int(4);
+  v.set_by = q.Text(5);
+  return v;
+}
+
+Result<LedgerEntry> ReadEntry(const Query& q) {
+  LedgerEntry e;
+  e.id = q.Int(0);
+  e.key = q.Text(1);
+  GP_ASSIGN_OR_RETURN(e.kind, accounting::ParseEntryKind(q.Text(2)));
+  e.debit = q.Text(3);
+  e.credit = q.Text(4);
+  e.amount = q.Int(5);
+  e.at_ms = q.Int(6);
+  e.attempt_id = q.Text(7);
+  e.rank = static_cast<int32_t>(q.Int(8));
+  e.job_id = q.Int(9);
+  e.user = q.Text(10);
+  e.group = q.Text(11);
+  e.node_id = q.Text(12);
+  e.provider_group = q.Text(13);
+  e.gpu_class = q.Text(14);
+  e.from_ms = q.Int(15);
+  e.gpu_milli = q.Int(16);
+  e.cpu_milli = q.Int(17);
+  e.memory_mib = q.Int(18);
+  e.actor = q.Text(19);
+  e.note = q.Text(20);
+  return e;
+}
+
+Result<AccountBalance> ReadBalance(const Query& q) {
+  return AccountBalance{q.Text(0), q.Int(1), q.Int(2)};
+}
+
+// The SQL expression of a usage report's key (ledger columns).
+const char* UsageKeySql(UsageBy by) {
+  switch (by) {
+    case UsageBy::kJob:
+      return "job_id";
+    case UsageBy::kUser:
+      return "user";
+    case UsageBy::kGroup:
+      return "grp";
+    case UsageBy::kAccount:
+      return "debit";
+    case UsageBy::kNode:
+      return "node_id";
+    case UsageBy::kModel:
+      return "gpu_class";
+    case UsageBy::kDay:
+      return "strftime('%Y-%m-%d', from_ms / 1000, 'unixepoch')";
+    case UsageBy::kMonth:
+      return "strftime('%Y-%m', from_ms / 1000, 'unixepoch')";
+  }
+  return "user";
+}
+
+}  // namespace
+
+Result<int64_t> SqliteTx::AddPrice(const PriceVersion& v) {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO prices (resource, gpu_class, per_unit, "
+                                             "from_ms, set_by) VALUES (?1, ?2, ?3, ?4, ?5)"));
+  q.Bind(1, accounting::PricedResourceName(v.resource)).Bind(2, v.gpu_class);
+  q.Bind(3, v.per_unit).Bind(4, v.from_ms).Bind(5, v.set_by);
+  GP_RETURN_IF_ERROR(q.Run());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(conn_.handle()));
+}
+
+Result<std::vector<PriceVersion>> SqliteTx::ListPrices() {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT id, resource, gpu_class, per_unit, from_ms, "
+                                             "set_by FROM prices ORDER BY id"));
+  return sqlite_rows::ReadAll<PriceVersion>(q, ReadPrice);
+}
+
+Result<bool> SqliteTx::PostEntry(const LedgerEntry& e) {
+  GP_ASSIGN_OR_RETURN(
+      Query q,
+      conn_.Prepare("INSERT INTO ledger (key, kind, debit, credit, amount, at_ms, attempt_id, "
+                    "rank, job_id, user, grp, node_id, provider_group, gpu_class, from_ms, "
+                    "gpu_milli, cpu_milli, memory_mib, actor, note) VALUES (?1, ?2, ?3, ?4, ?5, "
+                    "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
+                    "ON CONFLICT (key) DO NOTHING"));
+  q.Bind(1, e.key).Bind(2, accounting::EntryKindName(e.kind)).Bind(3, e.debit).Bind(4, e.credit);
+  q.Bind(5, e.amount).Bind(6, e.at_ms).Bind(7, e.attempt_id).Bind(8, int64_t{e.rank});
+  q.Bind(9, e.job_id).Bind(10, e.user).Bind(11, e.group).Bind(12, e.node_id);
+  q.Bind(13, e.provider_group).Bind(14, e.gpu_class).Bind(15, e.from_ms).Bind(16, e.gpu_milli);
+  q.Bind(17, e.cpu_milli).Bind(18, e.memory_mib).Bind(19, e.actor).Bind(20, e.note);
+  GP_RETURN_IF_ERROR(q.Run());
+  if (sqlite3_changes(conn_.handle()) == 0) return false;  // the key was there
+  auto move = [&](const std::string& account, accounting::Micros delta) -> Status {
+    GP_ASSIGN_OR_RETURN(Query b, conn_.Prepare("INSERT INTO balances (account, balance, entries) "
+                                               "VALUES (?1, ?2, 1) ON CONFLICT (account) DO "
+                                               "UPDATE SET balance = balance + excluded.balance, "
+                                               "entries = entries + 1"));
+    b.Bind(1, account).Bind(2, delta);
+    return b.Run();
+  };
+  GP_RETURN_IF_ERROR(move(e.debit, -e.amount));
+  GP_RETURN_IF_ERROR(move(e.credit, e.amount));
+  return true;
+}
+
+Result<std::vector<LedgerEntry>> SqliteTx::ListLedger(const LedgerQuery& lq) {
+  std::string sql = std::string("SELECT ") + kLedgerColumns +
+                    " FROM ledger WHERE id > ?1 AND at_ms >= ?2 AND at_ms < ?3";
+  if (!lq.account.empty()) {
+    // Either side, through each side's index.
+    sql +=
+        " AND id IN (SELECT id FROM ledger WHERE debit = ?4 AND id > ?1 UNION ALL "
+        "SELECT id FROM ledger WHERE credit = ?4 AND id > ?1)";
+  }
+  if (lq.kind) sql += " AND kind = ?5";
+  sql += " ORDER BY id LIMIT ?6";
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
+  q.Bind(1, lq.after_id).Bind(2, lq.since_ms).Bind(3, lq.until_ms);
+  if (!lq.account.empty()) q.Bind(4, lq.account);
+  if (lq.kind) q.Bind(5, accounting::EntryKindName(*lq.kind));
+  q.Bind(6, int64_t{lq.limit});
+  return sqlite_rows::ReadAll<LedgerEntry>(q, ReadEntry);
+}
+
+Result<int64_t> SqliteTx::PostedTo(const std::string& attempt_id, int32_t rank) {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT coalesce(max(at_ms), 0) FROM ledger WHERE "
+                                             "attempt_id = ?1 AND rank = ?2 AND kind = 'charge'"));
+  q.Bind(1, attempt_id).Bind(2, int64_t{rank});
+  GP_ASSIGN_OR_RETURN(bool row, q.Step());
+  return row ? q.Int(0) : 0;
+}
+
+Result<std::vector<AccountBalance>> SqliteTx::ListBalances() {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT account, balance, entries FROM balances "
+                                             "ORDER BY account"));
+  return sqlite_rows::ReadAll<AccountBalance>(q, ReadBalance);
+}
+
+Result<AccountBalance> SqliteTx::GetBalance(const std::string& account) {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT account, balance, entries FROM balances "
+                                             "WHERE account = ?1"));
+  q.Bind(1, account);
+  GP_ASSIGN_OR_RETURN(auto found, sqlite_rows::ReadOne<AccountBalance>(q, ReadBalance));
+  return found ? *found : AccountBalance{account, 0, 0};
+}
+
+Result<std::vector<UsageRow>> SqliteTx::SumUsage(const UsageQuery& uq) {
+  std::string key = UsageKeySql(uq.by);
+  std::string sql = "SELECT " + key +
+                    " AS k, sum(gpu_milli * (at_ms - from_ms)), sum(cpu_milli * (at_ms - "
+                    "from_ms)), sum(amount), count(*) FROM ledger WHERE kind = 'charge' AND "
+                    "from_ms >= ?1 AND from_ms < ?2";
+  if (!uq.group.empty()) sql += " AND grp = ?3";
+  if (!uq.user.empty()) sql += " AND user = ?4";
+  sql += " GROUP BY k ORDER BY k";
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
+  q.Bind(1, uq.since_ms).Bind(2, uq.until_ms);
+  if (!uq.group.empty()) q.Bind(3, uq.group);
+  if (!uq.user.empty()) q.Bind(4, uq.user);
+  std::vector<UsageRow> out;
+  while (true) {
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out.push_back(UsageRow{q.Text(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4)});
+  }
+  return out;
+}
+
+}  // namespace gpupool

@@ -93,8 +93,9 @@ TEST(MeteringTest, LendingEarnsTheOwnerGroupItsShareButNotForItsOwnJobs) {
   h.provider_group = "physics";
   EXPECT_EQ(Sum(EntriesDue(h, 0, kHour, Book(), rules), EntryKind::kLending), kCredit);
   // A job of no group pays from its owner's account, and lends to the group.
-  h.group = "";
+  h.group = "default";
   EXPECT_EQ(EntriesDue(h, 0, kHour, Book(), rules)[0].debit, "user:alice");
+  EXPECT_EQ(EntriesDue(h, 0, kHour, Book(), rules)[1].credit, "group:physics");
 }
 
 TEST(MeteringTest, AJobAcrossAPriceChangePaysEachPriceForItsTime) {

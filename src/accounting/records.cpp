@@ -5,7 +5,7 @@ namespace gpupool::accounting {
 std::string GroupAccount(std::string_view group) { return "group:" + std::string(group); }
 std::string UserAccount(std::string_view user) { return "user:" + std::string(user); }
 std::string JobAccount(std::string_view owner, std::string_view group) {
-  return group.empty() ? UserAccount(owner) : GroupAccount(group);
+  return group.empty() || group == kNoGroup ? UserAccount(owner) : GroupAccount(group);
 }
 
 Status CheckAccountName(std::string_view account) {

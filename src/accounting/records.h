@@ -20,7 +20,10 @@ namespace gpupool::accounting {
 inline constexpr std::string_view kPoolAccount = "pool";
 std::string GroupAccount(std::string_view group);  // "group:vision"
 std::string UserAccount(std::string_view user);    // "user:alice"
-// The account a job pays from: its group's, or its owner's without one.
+// The group of every job that names none (no lab may take the name).
+inline constexpr std::string_view kNoGroup = "default";
+// The account a job pays from: its group's, or its owner's when it names
+// none ("" or "default").
 std::string JobAccount(std::string_view owner, std::string_view group);
 // "group:vision", "user:alice" or "pool"; InvalidArgument otherwise.
 Status CheckAccountName(std::string_view account);

@@ -15,6 +15,7 @@
 #include "cli/dev.h"
 #include "cli/identity_commands.h"
 #include "cli/limit_commands.h"
+#include "cli/money_commands.h"
 #include "cli/server_flags.h"
 #include "cli/session_commands.h"
 #include "common/files.h"
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--ca-file", g.ca_file, "trust this CA bundle (or GPUPOOL_CA_FILE)");
   app.add_flag("--insecure", g.insecure,
                "do not check the server's certificate (development only)");
-  app.add_option("-o,--output", g.output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  app.add_option("-o,--output", g.output, "table, json, or csv (reports: usage, ledger, invoice)")
+      ->check(CLI::IsMember({"table", "json", "csv"}));
   auto add_global = [](CLI::App* c) { c->fallthrough(); };
 
   // server
@@ -458,6 +460,8 @@ int main(int argc, char** argv) {
   cli::AddIdentityCommands(app, *admin, g, idf);
   cli::LimitFlags lf;
   cli::AddLimitCommands(app, *admin, *checkpoint, g, lf);
+  cli::MoneyFlags mf;
+  cli::AddMoneyCommands(app, *admin, g, mf);
 
   // sim openb: the FGD paper's experiment on the openb trace (docs/evaluation.md)
   auto* sim_cmd = app.add_subcommand("sim", "simulate the scheduler on a trace");
@@ -579,6 +583,7 @@ int main(int argc, char** argv) {
   if (server_cmd->parsed()) return server::RunServer(so);
   if (idf.run) return idf.run();
   if (lf.run) return lf.run();
+  if (mf.run) return mf.run();
   for (CLI::App* c : agent_controls) {
     if (!c->parsed()) continue;
     // `gpupool agent --data-dir D status` works too.

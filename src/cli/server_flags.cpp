@@ -1,6 +1,7 @@
 #include "cli/server_flags.h"
 
 #include <string>
+#include <string_view>
 
 #include "common/units.h"
 #include "server/rate_limiter.h"
@@ -57,6 +58,51 @@ void AddServerLimitFlags(CLI::App& server, server::ServerOptions& so) {
        "failed password logins from one client address: RATE[,BURST] (default 1/s,10)");
   rate("--login-failures-per-user", so.login_limits.per_user,
        "failed password logins for one user name: RATE[,BURST] (default 1/m,10)");
+  AddServerMoneyFlags(server, so);
+}
+
+void AddServerMoneyFlags(CLI::App& server, server::ServerOptions& so) {
+  auto duration = [&server](const char* name, int64_t& out, int64_t min_ms, int64_t max_ms,
+                            const char* help) {
+    server.add_option_function<std::string>(
+        name,
+        [=, &out](const std::string& v) {
+          auto ms = ParseDurationMs(v);
+          // A period that divides a day puts every charge inside one UTC
+          // day and month (reports and invoices by day or month are exact).
+          bool divides = std::string_view(name) != "--ledger-period" ||
+                         (ms.ok() && *ms > 0 && 86'400'000 % *ms == 0);
+          if (!ms.ok() || *ms < min_ms || *ms > max_ms || !divides) {
+            throw CLI::ValidationError(name, "a duration from " + FormatDurationMs(min_ms) +
+                                                 " to " + FormatDurationMs(max_ms));
+          }
+          out = *ms;
+        },
+        help);
+  };
+  auto& money = so.accounting;
+  duration("--ledger-period", money.rules.period_ms, 1'000, 86'400'000,
+           "running work is posted to the ledger once per period of this length, aligned to "
+           "UTC (default 1h; it must divide a day)");
+  duration("--accrual-interval", money.tick_ms, 1'000, 60'000,
+           "how often running work's charges are brought up to date for balances and budgets "
+           "(default 1m)");
+  server.add_option_function<std::string>(
+      "--lending-credit",
+      [&money](const std::string& v) {
+        size_t used = 0;
+        double percent = -1;
+        try {
+          percent = std::stod(v.substr(0, v.find('%')), &used);
+        } catch (...) {
+        }
+        if (used == 0 || percent < 0 || percent > 100) {
+          throw CLI::ValidationError("--lending-credit", "a percentage from 0% to 100%");
+        }
+        money.rules.lending_permille = static_cast<int32_t>(percent * 10 + 0.5);
+      },
+      "the share of what others pay for a machine's time that its owner group earns "
+      "(default 80%)");
 }
 
 }  // namespace gpupool::cli

@@ -27,4 +27,20 @@ void Table::Print(std::ostream& out) const {
   }
 }
 
+void Table::PrintCsv(std::ostream& out) const {
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      const std::string& cell = row[i];
+      if (cell.find_first_of(",\"\r\n") == std::string::npos) {
+        out << cell;
+      } else {
+        out << '"';
+        for (char c : cell) out << (c == '"' ? "\"\"" : std::string(1, c));
+        out << '"';
+      }
+      out << (i + 1 < row.size() ? "," : "\r\n");
+    }
+  }
+}
+
 }  // namespace gpupool::cli

@@ -12,6 +12,9 @@ class Table {
   explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
   void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
   void Print(std::ostream& out) const;
+  // The same as CSV (RFC 4180): a header line, then a line per row; a cell
+  // with a comma, quote or line break is quoted, its quotes doubled.
+  void PrintCsv(std::ostream& out) const;
 
  private:
   std::vector<std::vector<std::string>> rows_;

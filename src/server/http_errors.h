@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string_view>
+#include <utility>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -26,6 +28,17 @@ std::string PeerHost(const std::string& peer);
 // InvalidArgument naming the range when it is not an integer in [min, max].
 Result<int64_t> QueryInt(const net::HttpRequest& req, const std::string& name, int64_t fallback,
                          int64_t min, int64_t max);
+
+// The time query parameter `name`: milliseconds since the epoch (digits
+// only), a UTC date ("2026-11-01", its midnight), or a duration back from
+// `now` ("24h", "7d"); `fallback` when absent or empty. InvalidArgument
+// names the parameter and the forms it takes.
+Result<int64_t> QueryTime(const net::HttpRequest& req, const char* name, int64_t now,
+                          int64_t fallback);
+
+// "2026-11" -> [its first millisecond, the next month's) in UTC;
+// InvalidArgument naming `what` otherwise.
+Result<std::pair<int64_t, int64_t>> ParseMonth(std::string_view text, std::string_view what);
 
 // A page of a list held whole in memory (the queue, the nodes):
 // `?offset=N&limit=M`, by default all of it. [From, To) of `total` items.

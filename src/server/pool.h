@@ -137,6 +137,11 @@ struct PoolHooks {
   std::function<Status(Tx& tx, const std::string& owner, const std::string& group,
                        std::string_view what, const std::function<Status()>& change)>
       within_quota;
+  // An attempt closed (every rank ended): runs in the closing transaction,
+  // so that what it does (the accounting posts the attempt's last charges,
+  // server/accounting_service.h) commits with the close or not at all.
+  // Unset: nothing.
+  std::function<Status(Tx& tx, const Job& job, const Attempt& attempt)> attempt_closed;
   // What a committed transaction counted for the metrics (placements,
   // preemptions, queue waits, checkpoints, migrations, reclaims).
   std::function<void(const PoolCounts&)> counted;

@@ -115,6 +115,7 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         // Its group is charged for the time the attempt held its GPUs.
         GP_RETURN_IF_ERROR(
             ChargeUsage(tx, job.spec.group, TotalMilli(attempt), attempt.created_ms, now));
+        if (hooks_.attempt_closed) GP_RETURN_IF_ERROR(hooks_.attempt_closed(tx, job, attempt));
         job.current_attempt.clear();
         fx_.schedule = true;  // its GPUs are free again
         break;

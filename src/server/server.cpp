@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "net/http_server.h"
 #include "net/repeating.h"
+#include "server/accounting_api.h"
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -343,8 +344,9 @@ class SchedulePacer {
 };
 
 // The server's periodic work on the loop: node checks (and a warning when
-// the system clock was stepped), idle sessions, blob garbage collection and
-// log retention, each run again an interval after its last run ended.
+// the system clock was stepped), idle sessions, blob garbage collection,
+// log retention and the accrual of running work's charges, each run again
+// an interval after its last run ended.
 class Housekeeping {
  public:
   struct Parts {
@@ -353,6 +355,7 @@ class Housekeeping {
     SessionGateway& gateway;
     BlobApi& blob_api;
     LogGc& log_gc;
+    AccountingService& accounting;
     std::function<void()> schedule_needed;
   };
   Housekeeping(net::EventLoop& loop, const ServerOptions& options, Parts parts)
@@ -375,11 +378,17 @@ class Housekeeping {
                      done();
                    });
                  }),
-        log_retention_(loop, kLogGcFirstMs, kLogGcIntervalMs, [this](net::Repeating::Done done) {
-          parts_.log_gc.Collect([done = std::move(done)](Result<LogGcStats> stats) {
-            ReportLogRetention(stats);
-            done();
-          });
+        log_retention_(loop, kLogGcFirstMs, kLogGcIntervalMs,
+                       [this](net::Repeating::Done done) {
+                         parts_.log_gc.Collect([done = std::move(done)](Result<LogGcStats> stats) {
+                           ReportLogRetention(stats);
+                           done();
+                         });
+                       }),
+        accrual_(loop, 0, parts_.accounting.tick_ms(), [this](const net::Repeating::Done& done) {
+          if (auto posted = parts_.accounting.Tick(); !posted.ok())
+            GP_LOG(kError) << "accounting: " << posted.status().ToString();
+          done();
         }) {}
 
  private:
@@ -399,7 +408,7 @@ class Housekeeping {
 
   Parts parts_;
   int64_t reported_skew_s_ = 0;
-  net::Repeating node_checks_, idle_sessions_, blob_gc_, log_retention_;
+  net::Repeating node_checks_, idle_sessions_, blob_gc_, log_retention_, accrual_;
 };
 
 // SIGHUP: reads --scheduler-config again (groups, weights, guarantees, ...).
@@ -423,8 +432,9 @@ void ReloadSchedulerConfig(const ServerOptions& options, Pool& pool) {
 // The API's modules that need only the pool's core parts (server/api_module.h).
 struct ApiModules {
   ApiModules(const ServerOptions& options, Pool& pool, Auth& auth, const Clock& clock,
-             StorageQuotas& quotas)
+             StorageQuotas& quotas, AccountingService& accounting, Store& store)
       : quota(auth, quotas),
+        money(auth, accounting, store, clock),
         node_control(auth, pool),
         summary(pool),
         backup(auth, clock,
@@ -432,11 +442,13 @@ struct ApiModules {
                 .backup_dir = options.data_dir + "/backups"}) {}
   void AddTo(Api& api) {
     api.AddModule(quota);
+    api.AddModule(money);
     api.AddModule(node_control);
     api.AddModule(summary);
     api.AddModule(backup);
   }
   QuotaApi quota;
+  AccountingApi money;
   NodeControlApi node_control;
   SummaryApi summary;
   BackupApi backup;
@@ -545,6 +557,10 @@ int RunServer(const ServerOptions& options) {
                            std::string_view what, const std::function<Status()>& change) {
     return quotas.Guard(tx, owner, group, what, change);
   };
+  AccountingService accounting(store, clock, options.accounting);
+  hooks.attempt_closed = [&](Tx& tx, const Job& job, const Attempt& attempt) {
+    return accounting.AttemptClosed(tx, job, attempt);
+  };
   Pool pool(store, clock, pool_options, hooks);
   pacer.SetPool(pool);
   if (Status s = pool.Recover(); !s.ok()) {
@@ -592,7 +608,7 @@ int RunServer(const ServerOptions& options) {
   api.AddModule(metrics_api);
   api.AddModule(*telemetry->api);
   telemetry->api->Start();
-  ApiModules modules(options, pool, auth, clock, quotas);
+  ApiModules modules(options, pool, auth, clock, quotas, accounting, store);
   modules.AddTo(api);
   if (static_files) api.AddModule(*static_files);
   AgentHubOptions hub_options;
@@ -625,8 +641,8 @@ int RunServer(const ServerOptions& options) {
     return 1;
   }
 
-  Housekeeping housekeeping(loop, options,
-                            {pool, clock, gateway, blob_api, log_gc, hooks.schedule_needed});
+  Housekeeping housekeeping(
+      loop, options, {pool, clock, gateway, blob_api, log_gc, accounting, hooks.schedule_needed});
   hooks.schedule_needed();
   loop.OnSignals({SIGHUP}, [&](int) {
     ReloadSchedulerConfig(options, pool);

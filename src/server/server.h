@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "server/accounting_service.h"
 #include "server/api.h"
 #include "server/login_throttle.h"
 #include "server/pool.h"
@@ -45,6 +46,9 @@ struct ServerOptions {
   // --user-storage-quota, --group-storage-quota (the upload window is the
   // blob GC grace).
   StorageQuotasOptions storage;
+  // Money (server/accounting_service.h): --ledger-period, --lending-credit,
+  // --accrual-interval.
+  AccountingOptions accounting;
   // The web dashboard's files, served under /ui (server/static_files.h);
   // empty = none.
   std::string web_dir;

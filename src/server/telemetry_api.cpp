@@ -72,34 +72,14 @@ json PoolPoints(const std::vector<telemetry::PoolPoint>& points) {
   return out;
 }
 
-// A time: milliseconds since the epoch (digits only), or a duration back
-// from now ("24h", "7d").
-Result<int64_t> TimeParam(const net::HttpRequest& req, const char* name, int64_t now,
-                          int64_t fallback) {
-  auto it = req.query.find(name);
-  if (it == req.query.end() || it->second.empty()) return fallback;
-  const std::string& v = it->second;
-  if (v.find_first_not_of("0123456789") == std::string::npos) {
-    int64_t ms = 0;
-    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
-    if (ec == std::errc() && p == v.data() + v.size()) return ms;
-  } else if (auto back = ParseDurationMs(v); back.ok()) {
-    return now - *back;
-  }
-  return Status::InvalidArgument(std::string("query parameter ") + name +
-                                 ": expected milliseconds since the epoch or a duration back "
-                                 "from now such as 24h, got \"" +
-                                 v + "\"");
-}
-
 struct Range {
   int64_t since_ms = 0, until_ms = 0, step_ms = 0;
 };
 
 Result<Range> RangeParams(const net::HttpRequest& req, int64_t now, int64_t finest_step) {
   Range r;
-  GP_ASSIGN_OR_RETURN(r.until_ms, TimeParam(req, "until", now, now));
-  GP_ASSIGN_OR_RETURN(r.since_ms, TimeParam(req, "since", now, r.until_ms - kDefaultRangeMs));
+  GP_ASSIGN_OR_RETURN(r.until_ms, QueryTime(req, "until", now, now));
+  GP_ASSIGN_OR_RETURN(r.since_ms, QueryTime(req, "since", now, r.until_ms - kDefaultRangeMs));
   if (auto it = req.query.find("step"); it != req.query.end() && !it->second.empty()) {
     auto step = ParseDurationMs(it->second);
     if (!step.ok()) return step.status().WithContext("query parameter step");

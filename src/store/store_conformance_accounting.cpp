@@ -61,6 +61,15 @@ LedgerEntry Grant(std::string key, std::string account, Micros amount, int64_t a
   return e;
 }
 
+// A query with the fields `set` sets (designated initializers would have
+// to name every field to keep -Wextra quiet).
+template <typename Q, typename F>
+Q With(F set) {
+  Q q;
+  set(q);
+  return q;
+}
+
 std::map<std::string, Micros> Balances(Store& store) {
   auto all = InTx(store, [](Tx& tx) { return tx.ListBalances(); });
   EXPECT_TRUE(all.ok()) << all.status().ToString();
@@ -191,15 +200,28 @@ TEST_P(StoreConformanceTest, LedgerPagesByAccountKindAndTime) {
     return out;
   };
   using V = std::vector<std::string>;
-  EXPECT_EQ(keys({.account = "group:vision"}), (V{"g1", entries[1].key, "g3"}));
-  EXPECT_EQ(keys({.account = "user:bob"}), (V{"g2", entries[3].key}));
-  EXPECT_EQ(keys({.kind = EntryKind::kGrant}), (V{"g1", "g2", "g3"}));
-  EXPECT_EQ(keys({.since_ms = 20, .until_ms = 50}), (V{entries[1].key, "g2", entries[3].key}));
-  EXPECT_EQ(keys({.account = "group:vision", .limit = 2}), (V{"g1", entries[1].key}));
-  CONF_ASSERT_OK_AND_ASSIGN(auto first,
-                            InTx(store(), [](Tx& tx) { return tx.ListLedger({.limit = 2}); }));
+  EXPECT_EQ(keys(With<LedgerQuery>([](auto& q) { q.account = "group:vision"; })),
+            (V{"g1", entries[1].key, "g3"}));
+  EXPECT_EQ(keys(With<LedgerQuery>([](auto& q) { q.account = "user:bob"; })),
+            (V{"g2", entries[3].key}));
+  EXPECT_EQ(keys(With<LedgerQuery>([](auto& q) { q.kind = EntryKind::kGrant; })),
+            (V{"g1", "g2", "g3"}));
+  EXPECT_EQ(keys(With<LedgerQuery>([](auto& q) {
+              q.since_ms = 20;
+              q.until_ms = 50;
+            })),
+            (V{entries[1].key, "g2", entries[3].key}));
+  EXPECT_EQ(keys(With<LedgerQuery>([](auto& q) {
+              q.account = "group:vision";
+              q.limit = 2;
+            })),
+            (V{"g1", entries[1].key}));
+  CONF_ASSERT_OK_AND_ASSIGN(auto first, InTx(store(), [](Tx& tx) {
+                              return tx.ListLedger(With<LedgerQuery>([](auto& q) { q.limit = 2; }));
+                            }));
   ASSERT_EQ(first.size(), 2u);
-  EXPECT_EQ(keys({.after_id = first[1].id}), (V{"g2", entries[3].key, "g3"}));
+  EXPECT_EQ(keys(With<LedgerQuery>([&](auto& q) { q.after_id = first[1].id; })),
+            (V{"g2", entries[3].key, "g3"}));
 }
 
 TEST_P(StoreConformanceTest, UsageIsSummedPerKeyOverCharges) {
@@ -220,31 +242,52 @@ TEST_P(StoreConformanceTest, UsageIsSummedPerKeyOverCharges) {
   };
   using Rows = std::vector<UsageRow>;
   const int64_t h = kHourMs;
-  EXPECT_EQ(usage({.by = UsageBy::kUser}),
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kUser; })),
             (Rows{{"alice", 1000 * (h + h / 2), 2000 * h, 1'500'000, 2},
                   {"bob", 1000 * h, 2000 * h, 3'000'000, 1}}));
-  EXPECT_EQ(usage({.by = UsageBy::kGroup}),
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kGroup; })),
             (Rows{{"", 1000 * h, 2000 * h, 3'000'000, 1},
                   {"vision", 1000 * (h + h / 2), 2000 * h, 1'500'000, 2}}));
-  EXPECT_EQ(usage({.by = UsageBy::kAccount})[1].key, "user:bob");
-  EXPECT_EQ(usage({.by = UsageBy::kModel})[1].key, "T4");
-  EXPECT_EQ(usage({.by = UsageBy::kNode})[1].key, "n-2");
-  Rows by_job = usage({.by = UsageBy::kJob});  // numerically: 7 before 12
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kAccount; }))[1].key, "user:bob");
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kModel; }))[1].key, "T4");
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kNode; }))[1].key, "n-2");
+  Rows by_job =
+      usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kJob; }));  // numerically: 7 before 12
   ASSERT_EQ(by_job.size(), 2u);
   EXPECT_EQ(by_job[0].key, "7");
   EXPECT_EQ(by_job[1].key, "12");
-  Rows by_day = usage({.by = UsageBy::kDay});
+  Rows by_day = usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kDay; }));
   ASSERT_EQ(by_day.size(), 2u);
   EXPECT_EQ(by_day[0].key, "2026-11-25");
   EXPECT_EQ(by_day[0].cost, 1'000'000);
   EXPECT_EQ(by_day[1].key, "2026-11-26");
   EXPECT_EQ(by_day[1].cost, 3'500'000);
-  EXPECT_EQ(usage({.by = UsageBy::kMonth}).at(0).key, "2026-11");
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) { q.by = UsageBy::kMonth; })).at(0).key, "2026-11");
   // Filters: by interval start, by group, by user.
-  EXPECT_EQ(usage({.by = UsageBy::kUser, .since_ms = kNov26}).at(0).cost, 500'000);
-  EXPECT_EQ(usage({.by = UsageBy::kUser, .until_ms = kNov26}).size(), 1u);
-  EXPECT_EQ(usage({.by = UsageBy::kUser, .group = "vision"}).size(), 1u);
-  EXPECT_EQ(usage({.by = UsageBy::kDay, .user = "bob"}).at(0).cost, 3'000'000);
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) {
+              q.by = UsageBy::kUser;
+              q.since_ms = kNov26;
+            }))
+                .at(0)
+                .cost,
+            500'000);
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) {
+              q.by = UsageBy::kUser;
+              q.until_ms = kNov26;
+            })).size(),
+            1u);
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) {
+              q.by = UsageBy::kUser;
+              q.group = "vision";
+            })).size(),
+            1u);
+  EXPECT_EQ(usage(With<UsageQuery>([](auto& q) {
+              q.by = UsageBy::kDay;
+              q.user = "bob";
+            }))
+                .at(0)
+                .cost,
+            3'000'000);
 }
 
 // The books balance after any sequence of postings, repeats and rolled
@@ -273,8 +316,10 @@ TEST_P(StoreConformanceTest, TheBooksAlwaysBalance) {
     EXPECT_EQ(st.ok(), !fail);
     if (!fail && !repeat) tried.push_back(e);
   }
-  CONF_ASSERT_OK_AND_ASSIGN(auto ledger,
-                            InTx(store(), [](Tx& tx) { return tx.ListLedger({.limit = 100000}); }));
+  CONF_ASSERT_OK_AND_ASSIGN(
+      auto ledger, InTx(store(), [](Tx& tx) {
+        return tx.ListLedger(With<LedgerQuery>([](auto& q) { q.limit = 100000; }));
+      }));
   std::map<std::string, Micros> expected;
   std::map<std::string, int> seen;
   for (const LedgerEntry& e : ledger) {

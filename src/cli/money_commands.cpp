@@ -1,0 +1,243 @@
+#include "cli/money_commands.h"
+
+#include <iostream>
+
+#include "cli/command_util.h"
+#include "cli/table.h"
+#include "net/http.h"
+
+namespace gpupool::cli {
+
+using nlohmann::json;
+
+namespace {
+
+// "2.50" from {"<name>_micros": 2500000}: exact, as the server keeps it.
+std::string Credits(const json& j, const std::string& name) {
+  int64_t m = Int(j, (name + "_micros").c_str());
+  bool neg = m < 0;
+  uint64_t a = neg ? 0 - static_cast<uint64_t>(m) : static_cast<uint64_t>(m);
+  std::string frac = std::to_string(a % 1'000'000);
+  frac.insert(0, 6 - frac.size(), '0');
+  while (frac.size() > 2 && frac.back() == '0') frac.pop_back();
+  return (neg ? "-" : "") + std::to_string(a / 1'000'000) + "." + frac;
+}
+
+std::string Hours(const json& j, const char* key) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", j.contains(key) ? j[key].get<double>() : 0.0);
+  return buf;
+}
+
+void AddQuery(std::string& path, const char* name, const std::string& value) {
+  if (value.empty()) return;
+  path += (path.find('?') == std::string::npos ? "?" : "&");
+  path += std::string(name) + "=" + net::UrlEncode(value);
+}
+
+// Prints `t` as the output flag asks (json prints `raw` instead).
+int Print(const GlobalFlags& g, const Table& t, const json& raw) {
+  if (g.output == "json") {
+    std::cout << raw.dump(2) << "\n";
+  } else if (g.output == "csv") {
+    t.PrintCsv(std::cout);
+  } else {
+    t.Print(std::cout);
+  }
+  return 0;
+}
+
+int CmdBalance(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/accounts");
+  if (!r.ok()) return ReportError(r.status());
+  Table t({"ACCOUNT", "BALANCE", "POSTED", "ACCRUING"});
+  for (const json& a : (*r)["accounts"]) {
+    t.Add({Str(a, "account"), Credits(a, "balance"), Credits(a, "posted"), Credits(a, "accruing")});
+  }
+  return Print(g, t, *r);
+}
+
+int CmdUsage(const GlobalFlags& g, const MoneyFlags& f) {
+  std::string path = "/v1/usage";
+  AddQuery(path, "by", f.by);
+  AddQuery(path, "group", f.group);
+  AddQuery(path, "user", f.user);
+  AddQuery(path, "since", f.since);
+  AddQuery(path, "until", f.until);
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get(path, 120'000);
+  if (!r.ok()) return ReportError(r.status());
+  std::string key = f.by;
+  for (char& c : key) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  Table t({key, "GPU_HOURS", "CPU_HOURS", "COST"});
+  for (const json& row : (*r)["rows"]) {
+    std::string k = Str(row, "key");
+    if (k.empty()) k = f.by == "model" ? "(unpriced)" : "-";
+    t.Add({k, Hours(row, "gpu_hours"), Hours(row, "cpu_hours"), Credits(row, "cost")});
+  }
+  const json& total = (*r)["total"];
+  if (g.output != "csv") {
+    t.Add({"total", Hours(total, "gpu_hours"), Hours(total, "cpu_hours"), Credits(total, "cost")});
+  }
+  return Print(g, t, *r);
+}
+
+int CmdLedger(const GlobalFlags& g, const MoneyFlags& f) {
+  if (!f.group.empty() && !f.user.empty()) {
+    return ReportError(Status::InvalidArgument("give --group or --user, not both"));
+  }
+  std::string path = "/v1/ledger";
+  AddQuery(path, "account",
+           !f.group.empty()  ? "group:" + f.group
+           : !f.user.empty() ? "user:" + f.user
+                             : "");
+  AddQuery(path, "kind", f.kind);
+  AddQuery(path, "since", f.since);
+  AddQuery(path, "until", f.until);
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  Table t({"ID", "AT_MS", "KIND", "DEBIT", "CREDIT", "AMOUNT", "JOB", "ATTEMPT", "CLASS",
+           "GPU_HOURS", "NOTE"});
+  json all = json::array();
+  std::string page = path;
+  while (true) {  // every page
+    auto r = api->Get(page);
+    if (!r.ok()) return ReportError(r.status());
+    for (const json& e : (*r)["entries"]) {
+      bool grant = Str(e, "kind") == "grant";
+      t.Add({std::to_string(Int(e, "id")), std::to_string(Int(e, "at_ms")), Str(e, "kind"),
+             Str(e, "debit"), Str(e, "credit"), Credits(e, "amount"),
+             grant ? "" : std::to_string(Int(e, "job_id")), Str(e, "attempt"), Str(e, "class"),
+             grant ? "" : Hours(e, "gpu_hours"), Str(e, "note")});
+      all.push_back(e);
+    }
+    if (!r->contains("next_after")) break;
+    page = path;
+    AddQuery(page, "after", std::to_string((*r)["next_after"].get<int64_t>()));
+  }
+  return Print(g, t, json{{"entries", all}});
+}
+
+int CmdPriceList(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/prices");
+  if (!r.ok()) return ReportError(r.status());
+  static const std::map<std::string, std::string> kUnit = {
+      {"gpu", "GPU-hour"}, {"cpu", "CPU-hour"}, {"memory", "GiB-hour"}, {"storage", "GiB-month"}};
+  Table t({"RESOURCE", "CLASS", "PRICE", "PER", "SINCE_MS", "SET_BY"});
+  for (const json& p : (*r)["prices"]) {
+    auto unit = kUnit.find(Str(p, "resource"));
+    t.Add({Str(p, "resource"), Str(p, "class"), Credits(p, "price"),
+           unit == kUnit.end() ? "" : unit->second, std::to_string(Int(p, "from_ms")),
+           Str(p, "set_by")});
+  }
+  return Print(g, t, *r);
+}
+
+int CmdPriceSet(const GlobalFlags& g, const MoneyFlags& f) {
+  bool gpu = f.resource == "gpu";
+  if (f.args.size() != (gpu ? 2u : 1u)) {
+    return ReportError(Status::InvalidArgument(
+        gpu ? "give the GPU class and its price per GPU-hour: price set A100 2.50"
+            : "give only the price: price set --resource " + f.resource + " 0.05"));
+  }
+  json body = {{"resource", f.resource}, {"price", f.args.back()}};
+  if (gpu) body["class"] = f.args[0];
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Post("/v1/prices", body);
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  std::cout << Str(*r, "resource") << (gpu ? " " + Str(*r, "class") : "") << ": "
+            << Credits(*r, "price") << " credits from now on (version " << Int(*r, "id") << ")\n";
+  return 0;
+}
+
+int CmdCreditAdd(const GlobalFlags& g, const MoneyFlags& f) {
+  if (f.args.size() != 2) {
+    return ReportError(Status::InvalidArgument(
+        "give the account and the amount: credit add vision 1000 (a lab), user:alice 50"));
+  }
+  std::string account = AccountArg(f.args[0]);
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Post("/v1/accounts/" + net::UrlEncode(account) + "/credits",
+                     {{"amount", f.args[1]}, {"note", f.note}});
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  auto now = api->Get("/v1/accounts/" + net::UrlEncode(account));
+  std::cout << "granted " << Credits(*r, "amount") << " credits to " << account;
+  if (now.ok()) std::cout << "; its balance is " << Credits(*now, "balance");
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+std::string AccountArg(const std::string& text) {
+  if (text == "pool" || text.rfind("group:", 0) == 0 || text.rfind("user:", 0) == 0) return text;
+  return "group:" + text;
+}
+
+void AddMoneyCommands(CLI::App& app, CLI::App& admin, GlobalFlags& g, MoneyFlags& f) {
+  auto* balance = app.add_subcommand("balance", "your balance and your labs': credits");
+  balance->fallthrough();
+  balance->callback([&] { f.run = [&] { return CmdBalance(g); }; });
+
+  auto times = [&](CLI::App* c) {
+    c->add_option("--since", f.since, "from (2026-11-01, 30d back, or ms since the epoch)");
+    c->add_option("--until", f.until, "until, the same forms (default: now)");
+  };
+  auto* usage = app.add_subcommand("usage", "GPU-hours, CPU-hours and cost, summed by a key");
+  usage->fallthrough();
+  usage->add_option("--group", f.group, "a lab's (its members' jobs charged to it)");
+  usage->add_option("--user", f.user, "a user's (admins: anyone's; others: their own)");
+  usage->add_option("--by", f.by, "job, user, group, account, node, model, day or month")
+      ->check(CLI::IsMember({"job", "user", "group", "account", "node", "model", "day", "month"}));
+  times(usage);
+  usage->callback([&] { f.run = [&] { return CmdUsage(g, f); }; });
+
+  auto* ledger = app.add_subcommand("ledger", "an account's ledger entries, oldest first");
+  ledger->fallthrough();
+  ledger->add_option("--group", f.group, "a lab's account");
+  ledger->add_option("--user", f.user, "a user's account (for jobs of no lab)");
+  ledger->add_option("--kind", f.kind, "charge, lending or grant")
+      ->check(CLI::IsMember({"charge", "lending", "grant"}));
+  times(ledger);
+  ledger->callback([&] { f.run = [&] { return CmdLedger(g, f); }; });
+
+  auto* price = admin.add_subcommand("price", "prices per GPU class, CPU, memory, storage");
+  price->require_subcommand(1);
+  auto* plist = price->add_subcommand("list", "the prices in force");
+  plist->fallthrough();
+  plist->callback([&] { f.run = [&] { return CmdPriceList(g); }; });
+  auto* pset = price->add_subcommand(
+      "set", "a new price from now on: CLASS PRICE (credits per GPU-hour), or --resource R PRICE");
+  pset->fallthrough();
+  pset->add_option("--resource", f.resource,
+                   "gpu (per GPU-hour, the default), cpu (per CPU-hour), memory (per "
+                   "GiB-hour), storage (per GiB-month of checkpoints)")
+      ->check(CLI::IsMember({"gpu", "cpu", "memory", "storage"}));
+  pset->add_option("args", f.args, "[CLASS] PRICE")->required();
+  pset->callback([&] { f.run = [&] { return CmdPriceSet(g, f); }; });
+
+  auto* credit = admin.add_subcommand("credit", "grant credits to a lab or a user");
+  credit->require_subcommand(1);
+  auto* cadd = credit->add_subcommand("add", "ACCOUNT AMOUNT: a lab's name, or user:NAME");
+  cadd->fallthrough();
+  cadd->add_option("args", f.args, "ACCOUNT AMOUNT")->required();
+  cadd->add_option("--note", f.note, "why (kept in the ledger and the audit log)");
+  cadd->callback([&] { f.run = [&] { return CmdCreditAdd(g, f); }; });
+}
+
+}  // namespace gpupool::cli

@@ -1,0 +1,65 @@
+// AccountingApi: prices, accounts, the ledger and usage over REST
+// (docs/api.md#accounting):
+//
+//   GET  /v1/prices                        the prices in force and every
+//                                          version ever set (anyone signed in)
+//   POST /v1/prices                        {"resource", "class", "price"}: a new
+//                                          version from now on (admins)
+//   POST /v1/prices/quote                  a job spec -> what it would cost per
+//                                          hour (the range over the GPU classes
+//                                          it may land on) and, with
+//                                          max_runtime, at most
+//   GET  /v1/accounts                      balances: an admin sees every
+//                                          account, others their own and their
+//                                          labs'
+//   GET  /v1/accounts/{account}            one (the same rule)
+//   POST /v1/accounts/{account}/credits    {"amount", "note"}: a grant (admins)
+//   GET  /v1/ledger?account=&kind=&since=&until=&after=&limit=
+//                                          entries, oldest first (one's own
+//                                          accounts; admins any)
+//   GET  /v1/usage?by=&group=&user=&since=&until=
+//                                          GPU-hours, CPU-hours and cost summed
+//                                          per job, user, group, account, node,
+//                                          model, day or month
+//
+// Amounts travel twice: as a number of credits ("cost": 2.5, for people and
+// plots) and exactly in micro-credits ("cost_micros": 2500000). Price
+// changes and grants are audited ("price.set", "credit.add").
+//
+// Who sees what: a member sees her own user account and her labs'; her own
+// usage, or a lab's she belongs to (every member's in it). Admins see all.
+//
+// Single-threaded: the server's event loop.
+#pragma once
+
+#include "server/accounting_service.h"
+#include "server/api_module.h"
+#include "server/auth.h"
+
+namespace gpupool::server {
+
+class AccountingApi : public ApiModule {
+ public:
+  AccountingApi(Auth& auth, AccountingService& accounting, Store& store, const Clock& clock)
+      : auth_(auth), accounting_(accounting), store_(store), clock_(clock) {}
+
+  void AddRoutes(ApiRoutes& routes) override;
+
+ private:
+  void ListPrices(Respond respond);
+  void SetPrice(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void Quote(const net::HttpRequest& req, Respond respond);
+  void ListAccounts(const Principal& who, Respond respond);
+  void GetAccount(const Principal& who, const std::string& account, Respond respond);
+  void AddCredits(const net::HttpRequest& req, const Principal& who, const std::string& account,
+                  Respond respond);
+  void Ledger(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void Usage(const net::HttpRequest& req, const Principal& who, Respond respond);
+
+  Auth& auth_;
+  AccountingService& accounting_;
+  Store& store_;
+  const Clock& clock_;
+};
+
+}  // namespace gpupool::server

@@ -1,0 +1,113 @@
+// AccountingService: the pool's money (docs/user-guide.md#paying-for-gpus):
+// it meters every attempt into the ledger, keeps what running work owes,
+// grants credits and sets prices. The pure parts are accounting/ (prices,
+// metering); the records are the store's (store/store.h AccountingTx).
+//
+// Lending credits go to a node's owner group only when that is a lab and
+// the provider who enrolled the node belongs to it (or the operator's join
+// token enrolled it): an agent names its owner group itself.
+//
+// Metering: an attempt is charged for what it holds (per rank of a gang:
+// its node's GPUs, their class, the job's CPUs and memory) from its
+// placement (Attempt::created_ms) until it is freed (finished_ms, a rank's
+// own for a gang), at the prices in force second by second.
+// - When an attempt closes, the pool calls AttemptClosed in the closing
+//   transaction (PoolHooks::attempt_closed): the rest of its charges are
+//   posted with it, so a crash can neither lose nor double them.
+// - Tick() (every `tick_ms`, at least once a minute) posts the charges of
+//   running attempts for the posting periods that are over, in one
+//   transaction, and recomputes what they owe for the period under way
+//   (accruing): balances and budgets count it, so they act on running
+//   work. A killed server's next tick posts what is due from the ledger's
+//   own record (PostedTo), so nothing is lost or charged twice.
+//
+// Threading: the server's event loop; time from the injected Clock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "accounting/metering.h"
+#include "accounting/prices.h"
+#include "common/clock.h"
+#include "store/store.h"
+
+namespace gpupool::server {
+
+struct AccountingOptions {
+  accounting::MeteringRules rules;  // --ledger-period, --lending-credit
+  int64_t tick_ms = 60'000;         // how often running work accrues
+};
+
+// An account's money as the API shows it.
+struct AccountMoney {
+  std::string account;
+  accounting::Micros posted = 0;    // what its ledger entries sum to
+  accounting::Micros accruing = 0;  // what its running attempts owe since
+  accounting::Micros balance() const { return posted - accruing; }
+};
+
+class AccountingService {
+ public:
+  AccountingService(Store& store, const Clock& clock, AccountingOptions options);
+
+  // ---- metering
+  // Posts the rest of a closed attempt's charges (all its ranks), in the
+  // pool's closing transaction.
+  Status AttemptClosed(Tx& tx, const Job& job, const Attempt& attempt);
+  // Posts what running attempts owe for the periods that are over and
+  // recomputes what they are accruing. Returns the entries posted.
+  Result<int64_t> Tick();
+
+  // ---- prices
+  // A new version of a price from now on. InvalidArgument (the field named)
+  // for a bad one; nothing is stored then.
+  Result<accounting::PriceVersion> SetPrice(accounting::PricedResource resource,
+                                            const std::string& gpu_class,
+                                            accounting::Micros per_unit, const std::string& by);
+  Result<accounting::PriceBook> Prices();
+
+  // ---- accounts
+  // Credits `amount` (> 0) to `account` from the pool, with a note.
+  Result<accounting::LedgerEntry> Grant(const std::string& account, accounting::Micros amount,
+                                        const std::string& note, const std::string& by);
+  // The money of each account with ledger entries or running work, by
+  // account; of one (zero when it has none).
+  Result<std::vector<AccountMoney>> Accounts();
+  Result<AccountMoney> Account(const std::string& account);
+
+  int64_t tick_ms() const { return options_.tick_ms; }
+  const accounting::MeteringRules& rules() const { return options_.rules; }
+
+ private:
+  struct NodeFacts;
+  Result<const NodeFacts*> FactsOf(Tx& tx, const std::string& node_id,
+                                   std::map<std::string, NodeFacts>& cache);
+  // Every holding of `attempt` (one per rank), charged as of the price
+  // book's classes and the nodes' records (read through `nodes`).
+  Result<std::vector<accounting::Holding>> HoldingsOf(Tx& tx, const Job& job,
+                                                      const Attempt& attempt,
+                                                      const accounting::PriceBook& book,
+                                                      std::map<std::string, NodeFacts>& nodes);
+  // Posts `entries`; the posted_to of each charge's span in `posted`.
+  Status Post(Tx& tx, const std::vector<accounting::LedgerEntry>& entries,
+              std::map<std::pair<std::string, int32_t>, int64_t>* posted);
+
+  Store& store_;
+  const Clock& clock_;
+  AccountingOptions options_;
+  // What each running span owes beyond the ledger, and its account, as of
+  // the last tick (recomputed whole each time; a closed attempt's spans
+  // leave at once).
+  std::map<std::pair<std::string, int32_t>, std::pair<std::string, accounting::Micros>> accruing_;
+  std::map<std::string, accounting::Micros> AccruingByAccount() const;
+  // Where each running span's charges end in the ledger (spans of closed
+  // attempts are dropped at each tick); filled from the store on a miss.
+  std::map<std::pair<std::string, int32_t>, int64_t> posted_to_;
+};
+
+}  // namespace gpupool::server

@@ -1,0 +1,198 @@
+"""Money end to end, on a real pool: prices per GPU class, every attempt
+charged in the ledger for exactly the time it held its GPUs, lending credits
+to the machine's lab, grants and balances, `gpupool usage` and `gpupool
+ledger` as tables, JSON and CSV; bad prices and grants refused with nothing
+stored; and a server killed with SIGKILL while a job accrues, twice, after
+which every millisecond of the job's holding is charged exactly once.
+
+The ledger period is 2 s here (--ledger-period; 1 h by default), so that a
+running job crosses several periods in a few seconds."""
+import csv
+import io
+import json
+import subprocess
+
+from pool import GPUPOOL, wait_for
+
+MONEY = ["--ledger-period", "2s", "--accrual-interval", "1s"]
+PERIOD_MS = 2000
+# A price's cost over a holding, exactly as the server computes it
+# (accounting/prices.h): price x GPU milli x ms, in 128-bit integers, over
+# one denominator, rounded down once.
+DENOMINATOR = 1000 * 1024 * 3_600_000
+
+
+def exact_cost(price_micros, gpu_milli, ms):
+    return price_micros * gpu_milli * ms * 1024 // DENOMINATOR
+
+
+def add_member(pool, name, lab=None):
+    """A member (in `lab` if given) and a token of hers."""
+    r = subprocess.run([GPUPOOL, "admin", "user", "add", name], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, env=pool.cli_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    if lab:
+        status, body = pool.api("POST", f"/v1/groups/{lab}/members", {"add": [name]})
+        assert status == 200, body
+    return pool.cli("token", "create", "--user", name, "--name", name, check=True).stdout.strip()
+
+
+def cli_as(pool, token, *args):
+    return subprocess.run([GPUPOOL, *args], capture_output=True, text=True, timeout=120,
+                          env=pool.cli_env(token))
+
+
+def ledger(pool, account):
+    status, body = pool.api("GET", f"/v1/ledger?account={account}&limit=10000")
+    assert status == 200, body
+    return body["entries"]
+
+
+def charges_of(pool, account, attempt):
+    return sorted((e for e in ledger(pool, account)
+                   if e["kind"] == "charge" and e["attempt"] == attempt),
+                  key=lambda e: e["from_ms"])
+
+
+def assert_charged_once(charges, attempt, price_micros):
+    """The charges cover the attempt's holding without a gap or an overlap,
+    none crosses a ledger period, and they add up to its exact cost."""
+    assert charges, f"no charges for attempt {attempt['id']}"
+    assert len({c["id"] for c in charges}) == len(charges)
+    assert charges[0]["from_ms"] == attempt["created_ms"], (charges[0], attempt)
+    assert charges[-1]["at_ms"] == attempt["finished_ms"], (charges[-1], attempt)
+    for a, b in zip(charges, charges[1:]):
+        assert a["at_ms"] == b["from_ms"], (a, b)
+    for c in charges:
+        assert c["from_ms"] // PERIOD_MS == (c["at_ms"] - 1) // PERIOD_MS, c
+    held_ms = attempt["finished_ms"] - attempt["created_ms"]
+    assert sum(c["amount_micros"] for c in charges) == exact_cost(price_micros, 1000, held_ms)
+
+
+def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
+    pool.start_server(extra=MONEY)
+    for lab in ("vision", "physics"):
+        status, body = pool.api("POST", "/v1/groups", {"name": lab})
+        assert status == 201, body
+    alice = add_member(pool, "alice", "vision")
+    bob = add_member(pool, "bob")
+    # Physics' machine, enrolled with the operator's join token.
+    pool.start_agent("phys-1", extra=["--owner-group", "physics"])
+    pool.wait_nodes_ready(1)
+
+    # 36 credits per A100-hour: 10,000 micro-credits a second.
+    r = pool.cli("admin", "price", "set", "A100", "36")
+    assert r.returncode == 0 and "A100: 36.00 credits" in r.stdout, r.stdout + r.stderr
+    r = pool.cli("admin", "credit", "add", "vision", "100", "--note", "fall allocation")
+    assert r.returncode == 0 and "balance is 100.00" in r.stdout, r.stdout + r.stderr
+
+    # Bad input: a clear error naming the field, and nothing stored.
+    before = (pool.api("GET", "/v1/prices")[1], ledger(pool, "group:vision"))
+    for args, field in ((["price", "set", "A100", "-1"], "price"),
+                        (["price", "set", "A100", "2.5x"], "price"),
+                        (["price", "set", "A 100", "2"], "class"),
+                        (["price", "set", "A100", "2000000"], "price"),
+                        (["credit", "add", "nosuchlab", "5"], "account"),
+                        (["credit", "add", "user:nobody", "5"], "account"),
+                        (["credit", "add", "vision", "0"], "amount"),
+                        (["credit", "add", "pool", "5"], "account")):
+        r = pool.cli("admin", *args)
+        assert r.returncode != 0 and f"{field}:" in r.stderr, (args, r.stderr)
+    assert (pool.api("GET", "/v1/prices")[1], ledger(pool, "group:vision")) == before
+    # Members neither set prices nor grant themselves credits.
+    r = cli_as(pool, alice, "admin", "credit", "add", "vision", "1000")
+    assert r.returncode != 0, r.stdout
+
+    # Alice's job for vision on physics' machine; Bob's job of no lab.
+    jobs = {}
+    for who, token, group in (("alice", alice, "vision"), ("bob", bob, None)):
+        args = ["submit", "--gpus", "1", "--name", f"{who}-job"]
+        if group:
+            args += ["--group", group]
+        r = cli_as(pool, token, *args, "--", "sleep", "3")
+        assert r.returncode == 0, r.stderr
+        jobs[who] = int(r.stdout.split()[-1]) if r.stdout.split()[-1].isdigit() else None
+    assert all(jobs.values()), jobs
+    for job_id in jobs.values():
+        pool.wait_state(job_id, "succeeded", timeout=120)
+
+    price = 36_000_000
+    attempt = {w: pool.job(j)["attempt_list"][0] for w, j in jobs.items()}
+    alice_charges = charges_of(pool, "group:vision", attempt["alice"]["id"])
+    assert_charged_once(alice_charges, attempt["alice"], price)
+    bob_charges = charges_of(pool, "user:bob", attempt["bob"]["id"])
+    assert_charged_once(bob_charges, attempt["bob"], price)
+    spent = {w: sum(c["amount_micros"] for c in cs)
+             for w, cs in (("alice", alice_charges), ("bob", bob_charges))}
+    assert spent["alice"] >= 30_000  # 0.01 credits a second, for at least the 3 s it slept
+    # Physics earned 80% of each charge, vision paid from its grant.
+    lending = [e for e in ledger(pool, "group:physics") if e["kind"] == "lending"]
+    assert sorted(e["amount_micros"] for e in lending) == sorted(
+        c["amount_micros"] * 8 // 10 for c in alice_charges + bob_charges if c["amount_micros"])
+    status, accounts = pool.api("GET", "/v1/accounts")
+    money = {a["account"]: a for a in accounts["accounts"]}
+    assert money["group:vision"]["balance_micros"] == 100_000_000 - spent["alice"]
+    assert money["user:bob"]["balance_micros"] == -spent["bob"]
+    assert money["group:physics"]["balance_micros"] == sum(e["amount_micros"] for e in lending)
+    assert sum(a["posted_micros"] for a in accounts["accounts"]) == 0  # the books balance
+
+    # Alice sees her own and her lab's accounts, not physics' or Bob's.
+    r = cli_as(pool, alice, "-o", "json", "balance")
+    assert r.returncode == 0, r.stderr
+    assert {a["account"] for a in json.loads(r.stdout)["accounts"]} == {"user:alice", "group:vision"}
+    assert cli_as(pool, alice, "ledger", "--group", "physics").returncode != 0
+    assert cli_as(pool, alice, "usage", "--user", "bob").returncode != 0
+    r = cli_as(pool, alice, "ledger", "--group", "vision")
+    assert r.returncode == 0 and "fall allocation" in r.stdout and "charge" in r.stdout, r.stdout
+
+    # Usage: by user as JSON rows, by model as CSV.
+    r = pool.cli("-o", "json", "usage", "--by", "user")
+    assert r.returncode == 0, r.stderr
+    rows = {row["key"]: row for row in json.loads(r.stdout)["rows"]}
+    assert rows["alice"]["cost_micros"] == spent["alice"]
+    held_h = (attempt["alice"]["finished_ms"] - attempt["alice"]["created_ms"]) / 3_600_000
+    assert abs(rows["alice"]["gpu_hours"] - held_h) < 1e-9
+    assert rows["bob"]["cost"] == spent["bob"] / 1e6
+    r = pool.cli("-o", "csv", "usage", "--by", "model", "--since", "1d")
+    assert r.returncode == 0, r.stderr
+    table = list(csv.reader(io.StringIO(r.stdout)))
+    assert table[0] == ["MODEL", "GPU_HOURS", "CPU_HOURS", "COST"], table
+    assert [row[0] for row in table[1:]] == ["A100"], table
+    r = cli_as(pool, alice, "usage")  # her own only
+    assert r.returncode == 0 and "alice" in r.stdout and "bob" not in r.stdout, r.stdout
+
+    # Every price change and grant is in the audit log.
+    status, audit = pool.api("GET", "/v1/audit?limit=200")
+    actions = [e["action"] for e in audit["entries"]]
+    assert "price.set" in actions and "credit.add" in actions, actions
+
+
+def test_a_killed_server_charges_every_millisecond_once(pool):
+    pool.start_server(extra=MONEY)
+    pool.start_agent("lab-a")
+    pool.wait_nodes_ready(1)
+    assert pool.cli("admin", "price", "set", "A100", "7.2").returncode == 0
+    job_id = pool.submit({"name": "long", "run": "sleep 600", "resources": {"gpus": 1}})
+    pool.wait_state(job_id, "running", timeout=60)
+    attempt_id = pool.job(job_id)["attempt_list"][0]["id"]
+    user_account = "user:admin"
+
+    def posted():
+        return len(charges_of(pool, user_account, attempt_id))
+
+    # Killed twice while the job accrues, each time after more was posted.
+    for _ in range(2):
+        seen = posted()
+        wait_for(lambda: posted() >= seen + 2, timeout=30, what="two more periods posted")
+        pool.kill_server()
+        pool.start_server(extra=MONEY)
+    seen = posted()
+    wait_for(lambda: posted() >= seen + 1, timeout=30, what="a period posted after the restart")
+    status, body = pool.api("GET", "/v1/accounts/" + user_account)
+    assert status == 200 and body["accruing_micros"] >= 0, body
+    assert pool.cli("cancel", str(job_id)).returncode == 0
+    pool.wait_state(job_id, "cancelled", timeout=60)
+    attempt = pool.job(job_id)["attempt_list"][0]
+    assert_charged_once(charges_of(pool, user_account, attempt_id), attempt, 7_200_000)
+    status, body = pool.api("GET", "/v1/accounts/" + user_account)
+    assert body["accruing_micros"] == 0 and body["posted_micros"] < 0, body

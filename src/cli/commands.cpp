@@ -233,6 +233,31 @@ Result<json> SubmitFromFlags(ApiClient& api, const SubmitFlags& f, const json& e
   return api.Post("/v1/jobs", JobSpecToJson(spec));
 }
 
+namespace {
+
+// "costs 2.50 credits per hour; at most 5.00 in its max_runtime of 2h", from
+// POST /v1/prices/quote's answer.
+std::string QuoteText(const json& quote) {
+  auto credits = [&](const char* key) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.2f", quote.value(key, 0.0));
+    return std::string(buf);
+  };
+  std::string text = "costs " + credits("per_hour_min");
+  if (Int(quote, "per_hour_min_micros") != Int(quote, "per_hour_max_micros")) {
+    text += " to " + credits("per_hour_max") + " credits per hour, by the GPUs it lands on";
+  } else {
+    text += " credits per hour";
+  }
+  if (quote.contains("most")) {
+    text += "; at most " + credits("most") + " in its max_runtime of " +
+            FormatDurationMs(Int(quote, "max_runtime_ms"));
+  }
+  return text;
+}
+
+}  // namespace
+
 int ReportError(const Status& s) {
   std::cerr << "gpupool: " << s.message() << "\n";
   return ExitCodeFor(s);
@@ -246,9 +271,29 @@ int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
   }
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
+  if (f.dry_run) {
+    auto spec = BuildSpec(f, json::object());
+    if (!spec.ok()) return ReportError(spec.status());
+    auto quote = api->Post("/v1/prices/quote", JobSpecToJson(*spec));
+    if (!quote.ok()) return ReportError(quote.status());
+    if (g.output == "json") {
+      std::cout << quote->dump(2) << "\n";
+    } else {
+      std::cout << "not submitted (--dry-run); the job " << QuoteText(*quote) << "\n";
+    }
+    return 0;
+  }
   auto job = SubmitFromFlags(*api, f, json::object());
   if (!job.ok()) return ReportError(job.status());
   int64_t id = Int(*job, "id");
+  // What it costs, said beside the id (stdout stays the id for scripts);
+  // a pool without prices, or a server without them, says nothing.
+  if (!f.quiet) {
+    if (auto quote = api->Post("/v1/prices/quote", (*job)["spec"]);
+        quote.ok() && Int(*quote, "per_hour_max_micros") > 0) {
+      std::cerr << "job " << id << " " << QuoteText(*quote) << "\n";
+    }
+  }
   if (!f.wait && !f.follow) {
     if (g.output == "json")
       std::cout << job->dump(2) << "\n";
@@ -294,7 +339,8 @@ int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f) {
   }
 }
 
-int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all_users) {
+int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all_users,
+            bool accounting) {
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
   std::string target = "/v1/jobs?limit=" + std::to_string(limit);
@@ -302,16 +348,48 @@ int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all
   (void)all_users;
   auto r = api->Get(target);
   if (!r.ok()) return ReportError(r.status());
+  // The ledger's sums per job (one's own; an admin's: everyone's).
+  std::map<int64_t, json> used;
+  if (accounting) {
+    auto u = api->Get("/v1/usage?by=job", 120'000);
+    if (!u.ok()) return ReportError(u.status());
+    for (const json& row : (*u)["rows"]) used[std::stoll(Str(row, "key"))] = row;
+    if (g.output == "json") {
+      for (json& j : (*r)["jobs"]) {
+        auto it = used.find(Int(j, "id"));
+        if (it != used.end()) j["usage"] = it->second;
+      }
+    }
+  }
   if (g.output == "json") {
     std::cout << (*r)["jobs"].dump(2) << "\n";
     return 0;
   }
-  Table t({"ID", "NAME", "STATE", "POS", "OWNER", "GPUS", "SUBMITTED", "REASON"});
+  std::vector<std::string> header{"ID", "NAME", "STATE", "POS", "OWNER", "GPUS", "SUBMITTED"};
+  if (accounting) header.insert(header.end(), {"GPU_HOURS", "COST"});
+  header.push_back("REASON");
+  Table t(header);
   auto jobs = (*r)["jobs"];
   for (auto it = jobs.rbegin(); it != jobs.rend(); ++it) {
     const json& j = *it;
-    t.Add({std::to_string(Int(j, "id")), Str(j, "name"), StateText(j), PositionOf(j),
-           Str(j, "owner"), GpusOf(j["spec"]), Ago(Int(j, "created_ms")), Str(j, "reason")});
+    std::vector<std::string> row{std::to_string(Int(j, "id")),
+                                 Str(j, "name"),
+                                 StateText(j),
+                                 PositionOf(j),
+                                 Str(j, "owner"),
+                                 GpusOf(j["spec"]),
+                                 Ago(Int(j, "created_ms"))};
+    if (accounting) {
+      auto u = used.find(Int(j, "id"));
+      char hours[32] = "-", cost[32] = "-";
+      if (u != used.end()) {
+        std::snprintf(hours, sizeof hours, "%.2f", u->second.value("gpu_hours", 0.0));
+        std::snprintf(cost, sizeof cost, "%.2f", u->second.value("cost", 0.0));
+      }
+      row.insert(row.end(), {hours, cost});
+    }
+    row.push_back(Str(j, "reason"));
+    t.Add(row);
   }
   t.Print(std::cout);
   return 0;

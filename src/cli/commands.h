@@ -42,10 +42,13 @@ struct SubmitFlags {
   bool wait = false;
   bool follow = false;  // stream logs while waiting
   bool quiet = false;   // no upload progress or summary
+  bool dry_run = false;  // show what it would cost; submit nothing
 };
 
 int CmdSubmit(const GlobalFlags& g, const SubmitFlags& f);
-int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all_users);
+// `accounting`: with each job's GPU-hours and cost as the ledger has them.
+int CmdJobs(const GlobalFlags& g, const std::string& states, int limit, bool all_users,
+            bool accounting = false);
 int CmdJob(const GlobalFlags& g, const std::string& id);
 // `rank` >= 0: only that rank of a multi-node job; -1: every rank, each
 // line prefixed "[rank R] " when the job has several.

@@ -330,7 +330,10 @@ int main(int argc, char** argv) {
   submit->add_option("--workdir", sf.workdir,
                      "upload this directory as the job's work directory (honours "
                      ".gpupoolignore; overrides the spec's workdir)");
-  submit->add_flag("-q,--quiet", sf.quiet, "no upload progress or summary");
+  submit->add_flag("-q,--quiet", sf.quiet, "no upload progress, summary or price");
+  submit->add_flag("--dry-run", sf.dry_run,
+                   "say what the job would cost per hour (and at most, with --max-runtime); "
+                   "submit nothing");
 
   std::string states, id;
   int limit = 50;
@@ -340,6 +343,9 @@ int main(int argc, char** argv) {
   jobs->add_option("--state", states, "only these states, e.g. pending,running");
   jobs->add_option("--limit", limit, "at most this many (newest)")->capture_default_str();
   jobs->add_flag("--all", all_users, "every user's jobs (admins)");
+  bool accounting = false;
+  jobs->add_flag("--accounting", accounting,
+                 "each job's GPU-hours and cost so far, from the ledger (as sacct shows them)");
   auto* job = app.add_subcommand("job", "show one job and its attempts");
   add_global(job);
   job->add_option("id", id, "job id")->required();
@@ -658,7 +664,7 @@ int main(int argc, char** argv) {
     sf.command = job_command;
     return cli::CmdSubmit(g, sf);
   }
-  if (jobs->parsed()) return cli::CmdJobs(g, states, limit, all_users);
+  if (jobs->parsed()) return cli::CmdJobs(g, states, limit, all_users, accounting);
   if (job->parsed()) return cli::CmdJob(g, id);
   if (logs->parsed()) return cli::CmdLogs(g, id, follow, log_rank);
   if (cancel->parsed()) return cli::CmdCancel(g, id);

@@ -182,7 +182,128 @@ int CmdCreditAdd(const GlobalFlags& g, const MoneyFlags& f) {
   return 0;
 }
 
+int CmdInvoice(const GlobalFlags& g, const MoneyFlags& f) {
+  if (f.group.empty() == f.user.empty()) {
+    return ReportError(Status::InvalidArgument("give --group LAB or --user NAME"));
+  }
+  std::string path = "/v1/statement";
+  AddQuery(path, "account", f.group.empty() ? "user:" + f.user : "group:" + f.group);
+  AddQuery(path, "month", f.month);
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get(path, 120'000);
+  if (!r.ok()) return ReportError(r.status());
+  if (f.html) {
+    std::cout << StatementHtml(*r);
+    return 0;
+  }
+  const json& s = *r;
+  Table t({"JOB", "USER", "CLASS", "GPU_HOURS", "COST"});
+  for (const json& j : s["jobs"]) {
+    t.Add({std::to_string(Int(j, "job_id")), Str(j, "user"), Str(j, "class"), Hours(j, "gpu_hours"),
+           Credits(j, "cost")});
+  }
+  if (g.output == "csv") {
+    const json& tot = s["totals"];
+    t.Add({"lending credits earned", "", "", Hours(s["lending"], "gpu_hours"),
+           "-" + Credits(s["lending"], "earned")});
+    t.Add({"credits granted", "", "", "", "-" + Credits(tot, "granted")});
+    t.Add({"total charged", "", "", Hours(tot, "gpu_hours"), Credits(tot, "charged")});
+    t.PrintCsv(std::cout);
+    return 0;
+  }
+  if (g.output == "json") return Print(g, t, s);
+  std::cout << "Statement of " << Str(s, "account") << " for " << Str(s, "month") << "\n\n";
+  t.Print(std::cout);
+  const json& tot = s["totals"];
+  std::cout << "\ncharged " << Credits(tot, "charged") << " for " << Hours(tot, "gpu_hours")
+            << " GPU-hours; earned " << Credits(tot, "earned") << " by lending; granted "
+            << Credits(tot, "granted") << "; net " << Credits(tot, "net") << "\n";
+  if (s.contains("balance_now_micros"))
+    std::cout << "balance now: " << Credits(s, "balance_now") << "\n";
+  return 0;
+}
+
 }  // namespace
+
+std::string StatementHtml(const json& s) {
+  auto esc = [](const std::string& text) {
+    std::string out;
+    for (char c : text) {
+      switch (c) {
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        case '\'':
+          out += "&#39;";
+          break;
+        default:
+          out += c;
+      }
+    }
+    return out;
+  };
+  std::string title = "Statement of " + Str(s, "account") + " for " + Str(s, "month");
+  std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" +
+                  esc(title) +
+                  "</title>\n<style>body{font:14px/1.4 system-ui,sans-serif;margin:2em}"
+                  "table{border-collapse:collapse;margin:1em 0}td,th{border-bottom:1px solid #ccc;"
+                  "padding:.3em .8em;text-align:left}td.n,th.n{text-align:right}"
+                  "@media print{body{margin:0}}</style></head><body>\n<h1>" +
+                  esc(title) + "</h1>\n";
+  h += "<h2>Jobs</h2>\n<table><tr><th>Job</th><th>User</th><th>GPU class</th>"
+       "<th class=\"n\">GPU-hours</th><th class=\"n\">Cost</th></tr>\n";
+  for (const json& j : s["jobs"]) {
+    h += "<tr><td>" + std::to_string(Int(j, "job_id")) + "</td><td>" + esc(Str(j, "user")) +
+         "</td><td>" + esc(Str(j, "class")) + "</td><td class=\"n\">" + Hours(j, "gpu_hours") +
+         "</td><td class=\"n\">" + Credits(j, "cost") + "</td></tr>\n";
+  }
+  h += "</table>\n<h2>By GPU class</h2>\n<table><tr><th>GPU class</th><th class=\"n\">GPU-hours"
+       "</th><th class=\"n\">Cost</th><th class=\"n\">Per GPU-hour</th></tr>\n";
+  for (const json& c : s["classes"]) {
+    double hours = c.value("gpu_hours", 0.0);
+    char per[32] = "-";
+    if (hours > 0) std::snprintf(per, sizeof per, "%.4f", c.value("cost", 0.0) / hours);
+    h += "<tr><td>" + esc(Str(c, "class").empty() ? "(unpriced)" : Str(c, "class")) +
+         "</td><td class=\"n\">" + Hours(c, "gpu_hours") + "</td><td class=\"n\">" +
+         Credits(c, "cost") + "</td><td class=\"n\">" + per + "</td></tr>\n";
+  }
+  h += "</table>\n<h2>Credits</h2>\n<table><tr><th>When (ms)</th><th>What</th><th>By</th>"
+       "<th class=\"n\">Amount</th></tr>\n";
+  h += "<tr><td></td><td>earned by lending (" + Hours(s["lending"], "gpu_hours") +
+       " GPU-hours served)</td><td></td><td class=\"n\">" + Credits(s["lending"], "earned") +
+       "</td></tr>\n";
+  for (const json& gr : s["grants"]) {
+    h += "<tr><td>" + std::to_string(Int(gr, "at_ms")) + "</td><td>grant: " + esc(Str(gr, "note")) +
+         "</td><td>" + esc(Str(gr, "actor")) + "</td><td class=\"n\">" + Credits(gr, "amount") +
+         "</td></tr>\n";
+  }
+  const json& tot = s["totals"];
+  h += "</table>\n<h2>Total</h2>\n<table>"
+       "<tr><td>charged</td><td class=\"n\">" +
+       Credits(tot, "charged") +
+       "</td></tr>"
+       "<tr><td>earned by lending</td><td class=\"n\">" +
+       Credits(tot, "earned") +
+       "</td></tr>"
+       "<tr><td>granted</td><td class=\"n\">" +
+       Credits(tot, "granted") +
+       "</td></tr>"
+       "<tr><th>net</th><th class=\"n\">" +
+       Credits(tot, "net") + "</th></tr></table>\n";
+  if (s.contains("balance_now_micros"))
+    h += "<p>Balance now: " + Credits(s, "balance_now") + " credits.</p>\n";
+  return h + "</body></html>\n";
+}
 
 std::string AccountArg(const std::string& text) {
   if (text == "pool" || text.rfind("group:", 0) == 0 || text.rfind("user:", 0) == 0) return text;
@@ -215,6 +336,15 @@ void AddMoneyCommands(CLI::App& app, CLI::App& admin, GlobalFlags& g, MoneyFlags
       ->check(CLI::IsMember({"charge", "lending", "grant"}));
   times(ledger);
   ledger->callback([&] { f.run = [&] { return CmdLedger(g, f); }; });
+
+  auto* invoice = app.add_subcommand(
+      "invoice", "a month's statement of a lab or a user: jobs, hours, prices, credits, total");
+  invoice->fallthrough();
+  invoice->add_option("--group", f.group, "the lab");
+  invoice->add_option("--user", f.user, "the user (jobs of no lab)");
+  invoice->add_option("--month", f.month, "e.g. 2026-11 (UTC)")->required();
+  invoice->add_flag("--html", f.html, "a self-contained HTML page, ready to print or save as PDF");
+  invoice->callback([&] { f.run = [&] { return CmdInvoice(g, f); }; });
 
   auto* price = admin.add_subcommand("price", "prices per GPU class, CPU, memory, storage");
   price->require_subcommand(1);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/json_reader.h"
 #include "model/job_spec.h"
@@ -112,6 +113,10 @@ void AccountingApi::AddRoutes(ApiRoutes& t) {
         [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
           Ledger(req, who, respond);
         });
+  t.Add("GET", "/v1/statement", Access::kHandlerAuthorizes, Action::kJobRead,
+        [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
+          Statement(req, who, respond);
+        });
   t.Add("GET", "/v1/usage", Access::kHandlerAuthorizes, Action::kJobRead,
         [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
           Usage(req, who, respond);
@@ -166,22 +171,36 @@ void AccountingApi::Quote(const net::HttpRequest& req, Respond respond) {
   int64_t now = clock_.NowMs();
   const Resources& res = spec->resources;
   const int64_t nodes = std::max<int32_t>(res.nodes, 1);
-  // The classes it may land on: those its gpu_models name (all without
-  // any), and "default" (or free) for GPUs of no priced class.
-  std::vector<std::string> classes;
-  for (const auto& v : book->InForce(now)) {
-    if (v.resource != accounting::PricedResource::kGpu ||
-        v.gpu_class == accounting::kDefaultGpuClass)
-      continue;
-    bool named = res.gpu_models.empty() ||
-                 std::any_of(res.gpu_models.begin(), res.gpu_models.end(), [&](const auto& w) {
-                   return GpuModelMatches(v.gpu_class, w) || GpuModelMatches(w, v.gpu_class);
-                 });
-    if (named) classes.push_back(v.gpu_class);
+  // The classes it may land on: those of the pool's GPUs that its
+  // gpu_models allow (any without); in a pool with no machines yet, every
+  // priced class its gpu_models name, and the rest at "default" or free.
+  std::set<std::string> classes;
+  auto allowed = [&](const std::string& gpu_name) {
+    return res.gpu_models.empty() ||
+           std::any_of(res.gpu_models.begin(), res.gpu_models.end(),
+                       [&](const auto& w) { return GpuModelMatches(gpu_name, w); });
+  };
+  std::vector<Node> pool_nodes;
+  Status read = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(pool_nodes, tx.ListNodes());
+    return Status::Ok();
+  });
+  if (!read.ok()) return fail(read);
+  for (const Node& n : pool_nodes) {
+    if (n.state == NodeState::kLeft) continue;
+    for (const GpuInfo& g : n.gpus)
+      if (allowed(g.name)) classes.insert(book->ClassOf(g));
   }
-  bool has_default = book->PriceAt(accounting::PricedResource::kGpu,
-                                   std::string(accounting::kDefaultGpuClass), now) > 0;
-  classes.push_back(has_default ? std::string(accounting::kDefaultGpuClass) : "");
+  if (classes.empty()) {
+    for (const auto& v : book->InForce(now)) {
+      if (v.resource == accounting::PricedResource::kGpu &&
+          v.gpu_class != accounting::kDefaultGpuClass && allowed(v.gpu_class))
+        classes.insert(v.gpu_class);
+    }
+    bool has_default = book->PriceAt(accounting::PricedResource::kGpu,
+                                     std::string(accounting::kDefaultGpuClass), now) > 0;
+    classes.insert(has_default ? std::string(accounting::kDefaultGpuClass) : "");
+  }
   json per_class = json::array();
   Micros lo = INT64_MAX, hi = 0;
   for (const std::string& cls : classes) {
@@ -357,6 +376,96 @@ void AccountingApi::Usage(const net::HttpRequest& req, const Principal& who, Res
             {"charges", total.charges}};
   PutAmount(t, "cost", total.cost);
   (*respond)(JsonResponse(200, {{"by", UsageByName(q.by)}, {"rows", arr}, {"total", t}}));
+}
+
+void AccountingApi::Statement(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
+  auto param = [&](const char* name) {
+    auto it = req.query.find(name);
+    return it == req.query.end() ? std::string() : it->second;
+  };
+  std::string account = param("account");
+  if (Status s = accounting::CheckAccountName(account); !s.ok()) return fail(s);
+  if (!MaySee(who, account)) return fail(NotYours(account));
+  auto month = ParseMonth(param("month"), "month");
+  if (!month.ok()) return fail(month.status());
+  auto [from, to] = *month;
+  // Entries with at_ms in (from, to]: a charge's interval never spans a
+  // ledger period and periods divide days, so these are exactly the
+  // charges that began in the month (one ending at its first midnight
+  // belongs to the month before). A grant made at midnight exactly counts
+  // for the month before.
+  std::vector<accounting::LedgerEntry> entries;
+  Status st = store_.Transact([&](Tx& tx) -> Status {
+    LedgerQuery q;
+    q.account = account;
+    q.since_ms = from + 1;
+    q.until_ms = to + 1;
+    q.limit = 10'000;
+    while (true) {
+      GP_ASSIGN_OR_RETURN(auto page, tx.ListLedger(q));
+      entries.insert(entries.end(), page.begin(), page.end());
+      if (static_cast<int32_t>(page.size()) < q.limit) return Status::Ok();
+      q.after_id = page.back().id;
+    }
+  });
+  if (!st.ok()) return fail(st);
+  struct Sum {
+    int64_t gpu_milli_ms = 0;
+    Micros amount = 0;
+  };
+  std::map<std::pair<int64_t, std::string>, std::pair<std::string, Sum>> jobs;  // (job, class)
+  std::map<std::string, Sum> classes;
+  Sum charged, earned;
+  Micros granted = 0;
+  json grants = json::array();
+  for (const auto& e : entries) {
+    if (e.kind == accounting::EntryKind::kCharge && e.debit == account) {
+      auto& [user, sum] = jobs[{e.job_id, e.gpu_class}];
+      user = e.user;
+      for (Sum* s : {&sum, &classes[e.gpu_class], &charged}) {
+        s->gpu_milli_ms += e.GpuMilliMs();
+        s->amount += e.amount;
+      }
+    } else if (e.kind == accounting::EntryKind::kLending && e.credit == account) {
+      earned.gpu_milli_ms += e.GpuMilliMs();
+      earned.amount += e.amount;
+    } else if (e.kind == accounting::EntryKind::kGrant && e.credit == account) {
+      granted += e.amount;
+      json g = {{"at_ms", e.at_ms}, {"note", e.note}, {"actor", e.actor}};
+      PutAmount(g, "amount", e.amount);
+      grants.push_back(g);
+    }
+  }
+  auto hours = [](int64_t milli_ms) { return static_cast<double>(milli_ms) / 1000.0 / kMsPerHour; };
+  json job_rows = json::array(), class_rows = json::array();
+  for (const auto& [key, v] : jobs) {
+    json j = {{"job_id", key.first},
+              {"class", key.second},
+              {"user", v.first},
+              {"gpu_hours", hours(v.second.gpu_milli_ms)}};
+    PutAmount(j, "cost", v.second.amount);
+    job_rows.push_back(j);
+  }
+  for (const auto& [cls, v] : classes) {
+    json c = {{"class", cls}, {"gpu_hours", hours(v.gpu_milli_ms)}};
+    PutAmount(c, "cost", v.amount);
+    class_rows.push_back(c);
+  }
+  json lending = {{"gpu_hours", hours(earned.gpu_milli_ms)}};
+  PutAmount(lending, "earned", earned.amount);
+  json totals = json::object();
+  PutAmount(totals, "charged", charged.amount);
+  PutAmount(totals, "earned", earned.amount);
+  PutAmount(totals, "granted", granted);
+  PutAmount(totals, "net", granted + earned.amount - charged.amount);
+  totals["gpu_hours"] = hours(charged.gpu_milli_ms);
+  json out = {{"account", account}, {"month", param("month")}, {"from_ms", from},
+              {"to_ms", to},        {"jobs", job_rows},        {"classes", class_rows},
+              {"lending", lending}, {"grants", grants},        {"totals", totals}};
+  auto now = accounting_.Account(account);
+  if (now.ok()) PutAmount(out, "balance_now", now->balance());
+  (*respond)(JsonResponse(200, out));
 }
 
 }  // namespace gpupool::server

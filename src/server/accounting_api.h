@@ -17,6 +17,11 @@
 //   GET  /v1/ledger?account=&kind=&since=&until=&after=&limit=
 //                                          entries, oldest first (one's own
 //                                          accounts; admins any)
+//   GET  /v1/statement?account=&month=2026-11
+//                                          a month's statement: charges by job
+//                                          and GPU class, lending credits
+//                                          earned, grants, totals (the same
+//                                          rule as the ledger)
 //   GET  /v1/usage?by=&group=&user=&since=&until=
 //                                          GPU-hours, CPU-hours and cost summed
 //                                          per job, user, group, account, node,
@@ -55,6 +60,7 @@ class AccountingApi : public ApiModule {
                   Respond respond);
   void Ledger(const net::HttpRequest& req, const Principal& who, Respond respond);
   void Usage(const net::HttpRequest& req, const Principal& who, Respond respond);
+  void Statement(const net::HttpRequest& req, const Principal& who, Respond respond);
 
   Auth& auth_;
   AccountingService& accounting_;

@@ -8,6 +8,8 @@ which every millisecond of the job's holding is charged exactly once.
 The ledger period is 2 s here (--ledger-period; 1 h by default), so that a
 running job crosses several periods in a few seconds."""
 import csv
+import datetime
+import html.parser
 import io
 import json
 import subprocess
@@ -16,6 +18,7 @@ from pool import GPUPOOL, wait_for
 
 MONEY = ["--ledger-period", "2s", "--accrual-interval", "1s"]
 PERIOD_MS = 2000
+HOSTILE_NOTE = "<script>alert(1)</script> & co"
 # A price's cost over a holding, exactly as the server computes it
 # (accounting/prices.h): price x GPU milli x ms, in 128-bit integers, over
 # one denominator, rounded down once.
@@ -24,6 +27,12 @@ DENOMINATOR = 1000 * 1024 * 3_600_000
 
 def exact_cost(price_micros, gpu_milli, ms):
     return price_micros * gpu_milli * ms * 1024 // DENOMINATOR
+
+
+def credits(micros):
+    """As the CLI prints amounts: at least two decimals, more when not zero."""
+    whole, frac = divmod(micros, 1_000_000)
+    return f"{whole}." + f"{frac:06d}".rstrip("0").ljust(2, "0")
 
 
 def add_member(pool, name, lab=None):
@@ -85,6 +94,19 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
     assert r.returncode == 0 and "A100: 36.00 credits" in r.stdout, r.stdout + r.stderr
     r = pool.cli("admin", "credit", "add", "vision", "100", "--note", "fall allocation")
     assert r.returncode == 0 and "balance is 100.00" in r.stdout, r.stdout + r.stderr
+    # A note is the admin's text, shown in statements as text, never markup.
+    r = pool.cli("admin", "credit", "add", "vision", "0.5", "--note", HOSTILE_NOTE)
+    assert r.returncode == 0, r.stderr
+
+    # What a job would cost, without submitting it.
+    r = cli_as(pool, alice, "submit", "--dry-run", "--gpus", "2", "--max-runtime", "30m",
+               "--group", "vision", "--", "true")
+    assert r.returncode == 0, r.stderr
+    assert "not submitted" in r.stdout and "72.00 credits per hour" in r.stdout, r.stdout
+    assert "at most 36.00 in its max_runtime of 30m" in r.stdout, r.stdout
+    assert pool.api("GET", "/v1/jobs")[1]["jobs"] == []
+    r = cli_as(pool, alice, "-o", "json", "submit", "--dry-run", "--gpus", "0.25", "--", "true")
+    assert json.loads(r.stdout)["per_hour_max_micros"] == 9_000_000, r.stdout
 
     # Bad input: a clear error naming the field, and nothing stored.
     before = (pool.api("GET", "/v1/prices")[1], ledger(pool, "group:vision"))
@@ -111,8 +133,8 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
             args += ["--group", group]
         r = cli_as(pool, token, *args, "--", "sleep", "3")
         assert r.returncode == 0, r.stderr
-        jobs[who] = int(r.stdout.split()[-1]) if r.stdout.split()[-1].isdigit() else None
-    assert all(jobs.values()), jobs
+        jobs[who] = int(r.stdout)
+        assert f"job {jobs[who]} costs 36.00 credits per hour" in r.stderr, r.stderr
     for job_id in jobs.values():
         pool.wait_state(job_id, "succeeded", timeout=120)
 
@@ -131,7 +153,7 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
         c["amount_micros"] * 8 // 10 for c in alice_charges + bob_charges if c["amount_micros"])
     status, accounts = pool.api("GET", "/v1/accounts")
     money = {a["account"]: a for a in accounts["accounts"]}
-    assert money["group:vision"]["balance_micros"] == 100_000_000 - spent["alice"]
+    assert money["group:vision"]["balance_micros"] == 100_500_000 - spent["alice"]
     assert money["user:bob"]["balance_micros"] == -spent["bob"]
     assert money["group:physics"]["balance_micros"] == sum(e["amount_micros"] for e in lending)
     assert sum(a["posted_micros"] for a in accounts["accounts"]) == 0  # the books balance
@@ -160,6 +182,45 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
     assert [row[0] for row in table[1:]] == ["A100"], table
     r = cli_as(pool, alice, "usage")  # her own only
     assert r.returncode == 0 and "alice" in r.stdout and "bob" not in r.stdout, r.stdout
+
+    # sacct's view: each job with its GPU-hours and cost.
+    r = cli_as(pool, alice, "jobs", "--accounting")
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith(str(jobs["alice"]) + " "))
+    assert f"{spent['alice'] / 1e6:.2f}" in line.split(), (line, spent)
+
+    # The month's statement: as a table, CSV, and printable HTML.
+    month = datetime.datetime.fromtimestamp(attempt["alice"]["created_ms"] / 1000,
+                                            datetime.timezone.utc).strftime("%Y-%m")
+    r = cli_as(pool, alice, "invoice", "--group", "vision", "--month", month)
+    assert r.returncode == 0, r.stderr
+    assert f"Statement of group:vision for {month}" in r.stdout, r.stdout
+    assert f"charged {credits(spent['alice'])} for" in r.stdout, r.stdout
+    assert "granted 100.50" in r.stdout, r.stdout
+    r = cli_as(pool, alice, "-o", "csv", "invoice", "--group", "vision", "--month", month)
+    rows = list(csv.reader(io.StringIO(r.stdout)))
+    assert rows[0] == ["JOB", "USER", "CLASS", "GPU_HOURS", "COST"], rows
+    assert rows[1][:3] == [str(jobs["alice"]), "alice", "A100"], rows
+    r = pool.cli("invoice", "--group", "physics", "--month", month, "--html")
+    assert r.returncode == 0, r.stderr
+    texts = []
+
+    class Page(html.parser.HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            assert tag != "script", "a note became markup"
+
+        def handle_data(self, data):
+            texts.append(data)
+    Page().feed(r.stdout)
+    earned = sum(e["amount_micros"] for e in lending)
+    assert any("earned by lending" in t for t in texts), texts
+    r = pool.cli("invoice", "--group", "vision", "--month", month, "--html")
+    Page().feed(r.stdout)
+    assert "grant: " + HOSTILE_NOTE in "".join(texts), texts
+    assert earned > 0
+    for bad in ("2026-13", "2026-1", "last month", ""):
+        r = cli_as(pool, alice, "invoice", "--group", "vision", "--month", bad)
+        assert r.returncode != 0 and "month" in r.stderr, (bad, r.stderr)
 
     # Every price change and grant is in the audit log.
     status, audit = pool.api("GET", "/v1/audit?limit=200")

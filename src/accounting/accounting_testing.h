@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "accounting/money.h"
+#include "common/money.h"
 
 namespace gpupool::accounting::testing {
 

@@ -1,6 +1,6 @@
 // Credits as exact micro-credits: parsing refuses what is not an amount,
 // formatting gives what people read.
-#include "accounting/money.h"
+#include "common/money.h"
 
 #include <gtest/gtest.h>
 

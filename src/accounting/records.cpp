@@ -62,4 +62,16 @@ Result<EntryKind> ParseEntryKind(std::string_view name) {
                                  "\" is not one of charge, lending, grant");
 }
 
+std::string_view BudgetActionName(BudgetAction a) {
+  return a == BudgetAction::kStop ? "stop" : "hold";
+}
+
+Result<BudgetAction> ParseBudgetAction(std::string_view name) {
+  if (name == "hold") return BudgetAction::kHold;
+  if (name == "stop") return BudgetAction::kStop;
+  return Status::InvalidArgument("action: \"" + std::string(name) +
+                                 "\" is not hold (new jobs wait) or stop (running jobs "
+                                 "checkpoint, stop and wait too)");
+}
+
 }  // namespace gpupool::accounting

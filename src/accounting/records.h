@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "accounting/money.h"
+#include "common/money.h"
 #include "common/status.h"
 
 namespace gpupool::accounting {
@@ -98,6 +98,26 @@ struct LedgerEntry {
   // GPU milli x ms of the interval (0 for grants).
   int64_t GpuMilliMs() const { return gpu_milli * (at_ms - from_ms); }
   friend bool operator==(const LedgerEntry&, const LedgerEntry&) = default;
+};
+
+// ---------------------------------------------------------------------------
+// Budgets.
+
+// What happens to an account's work at its limit: `hold` (new work waits)
+// or `stop` (running work also checkpoints and stops, and is requeued).
+enum class BudgetAction { kHold, kStop };
+std::string_view BudgetActionName(BudgetAction a);  // "hold", "stop"
+Result<BudgetAction> ParseBudgetAction(std::string_view name);
+
+// An account with a budget may spend at most `monthly` in each calendar
+// month (UTC; 0 = no monthly cap), and never more than its balance.
+struct Budget {
+  std::string account;
+  Micros monthly = 0;
+  BudgetAction action = BudgetAction::kHold;
+  int64_t set_ms = 0;
+  std::string set_by;
+  friend bool operator==(const Budget&, const Budget&) = default;
 };
 
 // An account's balance: what it was credited minus what it was debited.

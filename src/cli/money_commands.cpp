@@ -47,16 +47,58 @@ int Print(const GlobalFlags& g, const Table& t, const json& raw) {
   return 0;
 }
 
+// "spent 80.00 of 100.00 this month (80%, alert 75%), then stop" or
+// "-" without a budget.
+std::string BudgetText(const json& account) {
+  if (!account.contains("budget") || !account["budget"].is_object()) return "-";
+  const json& b = account["budget"];
+  std::string text = Int(b, "monthly_micros") > 0
+                         ? "spent " + Credits(b, "spent") + " of " + Credits(b, "monthly") +
+                               " in " + Str(b, "month") + " (" + std::to_string(Int(b, "percent")) +
+                               "%)"
+                         : "up to its balance";
+  text += ", then " + Str(b, "action");
+  if (b.value("at_limit", false)) {
+    text += ": AT ITS LIMIT";
+  } else if (Int(b, "alert") > 0) {
+    text += ": over " + std::to_string(Int(b, "alert")) + "%";
+  }
+  return text;
+}
+
 int CmdBalance(const GlobalFlags& g) {
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
   auto r = api->Get("/v1/accounts");
   if (!r.ok()) return ReportError(r.status());
-  Table t({"ACCOUNT", "BALANCE", "POSTED", "ACCRUING"});
+  Table t({"ACCOUNT", "BALANCE", "POSTED", "ACCRUING", "BUDGET"});
   for (const json& a : (*r)["accounts"]) {
-    t.Add({Str(a, "account"), Credits(a, "balance"), Credits(a, "posted"), Credits(a, "accruing")});
+    t.Add({Str(a, "account"), Credits(a, "balance"), Credits(a, "posted"), Credits(a, "accruing"),
+           BudgetText(a)});
   }
   return Print(g, t, *r);
+}
+
+int CmdBudget(const GlobalFlags& g, const MoneyFlags& f, bool clear) {
+  if (f.args.size() != (clear ? 1u : 2u)) {
+    return ReportError(Status::InvalidArgument(
+        clear ? "give the account: budget clear vision"
+              : "give the account and its monthly amount: budget set vision 1000 --action stop "
+                "(0: no monthly cap, only its balance)"));
+  }
+  std::string account = AccountArg(f.args[0]);
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  std::string target = "/v1/budgets/" + net::UrlEncode(account);
+  auto r = clear ? api->Delete(target)
+                 : api->Put(target, {{"monthly", f.args[1]}, {"action", f.action}});
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  std::cout << account << ": " << (clear ? "no budget" : BudgetText(*r)) << "\n";
+  return 0;
 }
 
 int CmdUsage(const GlobalFlags& g, const MoneyFlags& f) {
@@ -360,6 +402,24 @@ void AddMoneyCommands(CLI::App& app, CLI::App& admin, GlobalFlags& g, MoneyFlags
       ->check(CLI::IsMember({"gpu", "cpu", "memory", "storage"}));
   pset->add_option("args", f.args, "[CLASS] PRICE")->required();
   pset->callback([&] { f.run = [&] { return CmdPriceSet(g, f); }; });
+
+  auto* budget = admin.add_subcommand("budget", "budgets of labs and users");
+  budget->require_subcommand(1);
+  auto* bset = budget->add_subcommand(
+      "set",
+      "ACCOUNT MONTHLY: at most MONTHLY credits a month (0: none) and never more than "
+      "its balance");
+  bset->fallthrough();
+  bset->add_option("args", f.args, "ACCOUNT MONTHLY")->required();
+  bset->add_option("--action", f.action,
+                   "at the limit: hold (new jobs wait, the default) or stop (running jobs "
+                   "checkpoint, stop and wait too)")
+      ->check(CLI::IsMember({"hold", "stop"}));
+  bset->callback([&] { f.run = [&] { return CmdBudget(g, f, false); }; });
+  auto* bclear = budget->add_subcommand("clear", "ACCOUNT: no budget (no limit)");
+  bclear->fallthrough();
+  bclear->add_option("args", f.args, "ACCOUNT")->required();
+  bclear->callback([&] { f.run = [&] { return CmdBudget(g, f, true); }; });
 
   auto* credit = admin.add_subcommand("credit", "grant credits to a lab or a user");
   credit->require_subcommand(1);

@@ -11,6 +11,8 @@
 //   gpupool admin price set [CLASS] PRICE [--resource gpu|cpu|memory|storage]
 //   gpupool admin price list
 //   gpupool admin credit add ACCOUNT AMOUNT [--note TEXT]
+//   gpupool admin budget set ACCOUNT MONTHLY [--action hold|stop]
+//   gpupool admin budget clear ACCOUNT
 //
 // Reports print a table, or with -o json the API's answer, or with -o csv
 // the table as CSV. Times are dates (2026-11-01), durations back from now
@@ -28,6 +30,7 @@ namespace gpupool::cli {
 struct MoneyFlags {
   std::function<int()> run;  // set by whichever of these commands was parsed
   std::string group, user, since, until, by = "user", kind, note, resource = "gpu", month;
+  std::string action = "hold";
   bool html = false;
   std::vector<std::string> args;  // positional: [CLASS] PRICE, or ACCOUNT AMOUNT
 };

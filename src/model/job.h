@@ -97,6 +97,9 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   Resources resources;
   int64_t max_runtime_ms = 0;  // 0 = no limit
+  // Credits it may spend in all, in micro-credits (common/money.h); 0 = no
+  // limit. It is stopped (checkpointing) when its charges reach this.
+  int64_t max_cost_micros = 0;
   JobPriority priority = JobPriority::kNormal;
   std::string group = "default";  // the group (lab) whose share the job uses
   std::optional<CheckpointSpec> checkpoint;

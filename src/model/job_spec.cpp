@@ -8,6 +8,8 @@
 // checks the invariants.
 #include "model/job_spec.h"
 
+#include "common/money.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -50,7 +52,7 @@ constexpr const char* kTorchRendezvousEnv[] = {"MASTER_ADDR", "MASTER_PORT", "WO
 constexpr const char* kTopFields[] = {
     "name",     "run",    "command",     "env",          "resources", "max_runtime",
     "priority", "group",  "image",       "executor",     "network",   "checkpoint",
-    "workdir",  "inputs", "distributed", "max_restarts", "session"};
+    "workdir",  "inputs", "distributed", "max_restarts", "session",   "max_cost"};
 constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal", "standby"};
 constexpr const char* kSessionFields[] = {"kind", "idle_timeout", "ports", "any_port",
                                           "jupyter_token"};
@@ -330,6 +332,26 @@ Result<JobSpec> JobSpecFromJson(const json& j, const SpecLimits& limits) {
           "must be a duration such as \"2h\" or a number of seconds, got " + DescribeValue(*v));
     }
   }
+  if (const json* v = Field(j, "max_cost")) {
+    // Credits: a number (50, 12.5) or the same as a string ("12.50").
+    std::string text;
+    if (v->is_string()) {
+      text = v->get_ref<const std::string&>();
+    } else if (v->is_number_integer()) {
+      text = std::to_string(v->get<int64_t>());
+    } else if (v->is_number_float()) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.6f", v->get<double>());
+      text = buf;
+    } else {
+      return FieldError("max_cost",
+                        "must be a number of credits such as 50, got " + DescribeValue(*v));
+    }
+    GP_ASSIGN_OR_RETURN(spec.max_cost_micros, accounting::ParseCredits(text, "max_cost"));
+    if (spec.max_cost_micros == 0) {
+      return FieldError("max_cost", "must be more than zero (leave it out for no limit)");
+    }
+  }
   if (const json* v = Field(j, "priority")) {
     GP_ASSIGN_OR_RETURN(std::string text, StringField(*v, "priority"));
     auto p = ParseJobPriority(text);
@@ -547,6 +569,7 @@ nlohmann::json JobSpecToJson(const JobSpec& spec) {
   if (spec.network == NetworkMode::kHost) j["network"] = "host";
   j["resources"] = ResourcesToJson(spec.resources);
   if (spec.max_runtime_ms != 0) j["max_runtime"] = ExactDuration(spec.max_runtime_ms);
+  if (spec.max_cost_micros != 0) j["max_cost"] = accounting::FormatCredits(spec.max_cost_micros);
   if (spec.priority != JobPriority::kNormal) j["priority"] = JobPriorityName(spec.priority);
   if (spec.group != "default") j["group"] = spec.group;
   if (spec.checkpoint) {

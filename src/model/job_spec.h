@@ -44,6 +44,8 @@
 //           with all of the above: gpus, cpus, memory... are per node.
 //           Whole GPUs only.
 //   max_runtime: duration ("2h", "90s", or a number of seconds), at most 365d
+//   max_cost: credits the job may spend in all (50, "12.50"); it is stopped,
+//           checkpointing, once its charges reach it
 //   priority: interactive | normal | opportunistic    (default normal)
 //   group: the group (lab) whose share the job uses; same rules as name
 //                                                     (default "default")

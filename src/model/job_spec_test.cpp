@@ -1241,3 +1241,24 @@ TEST(ParseJobSpec, MigIsNotCombinedWithOtherGpuAmounts) {
 
 }  // namespace
 }  // namespace gpupool
+
+namespace gpupool {
+namespace {
+
+TEST(JobSpecTest, MaxCostIsCreditsExactly) {
+  auto spec = ParseJobSpec("run: train\nmax_cost: 12.5\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->max_cost_micros, 12'500'000);
+  EXPECT_EQ(JobSpecToJson(*spec)["max_cost"], "12.50");
+  EXPECT_EQ(ParseJobSpec("run: train\nmax_cost: \"0.000001\"\n")->max_cost_micros, 1);
+  EXPECT_EQ(ParseJobSpec("run: train\nmax_cost: 50\n")->max_cost_micros, 50'000'000);
+  for (const char* bad : {"max_cost: 0", "max_cost: -1", "max_cost: abc", "max_cost: [1]",
+                          "max_cost: 1e30", "max_cost: 0.0000001"}) {
+    auto r = ParseJobSpec(std::string("run: train\n") + bad + "\n");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("max_cost"), std::string::npos) << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace gpupool

@@ -58,11 +58,24 @@ json EntryJson(const accounting::LedgerEntry& e) {
   return j;
 }
 
-json MoneyJson(const AccountMoney& m) {
+json MoneyJson(const AccountMoney& m,
+               const std::map<std::string, accounting::BudgetStanding>& standings) {
   json j = {{"account", m.account}};
   PutAmount(j, "balance", m.balance());
   PutAmount(j, "posted", m.posted);
   PutAmount(j, "accruing", m.accruing);
+  auto s = standings.find(m.account);
+  if (s != standings.end()) {
+    json b = {{"action", accounting::BudgetActionName(s->second.budget.action)},
+              {"month", s->second.month},
+              {"percent", s->second.percent},
+              {"alert", s->second.alert},
+              {"at_limit", s->second.at_limit},
+              {"reason", s->second.reason}};
+    PutAmount(b, "monthly", s->second.budget.monthly);
+    PutAmount(b, "spent", s->second.spent);
+    j["budget"] = b;
+  }
   return j;
 }
 
@@ -109,6 +122,11 @@ void AccountingApi::AddRoutes(ApiRoutes& t) {
         [this](net::HttpRequest& req, const Principal& who, const PathParams& p, Respond respond) {
           AddCredits(req, who, p.find("account")->second, respond);
         });
+  for (const char* method : {"PUT", "DELETE"}) {
+    t.Add(method, "/v1/budgets/{account}", Access::kAuthorizedFirst, Action::kAdminister,
+          [this](net::HttpRequest& req, const Principal& who, const PathParams& p,
+                 Respond respond) { SetBudget(req, who, p.find("account")->second, respond); });
+  }
   t.Add("GET", "/v1/ledger", Access::kHandlerAuthorizes, Action::kJobRead,
         [this](net::HttpRequest& req, const Principal& who, const PathParams&, Respond respond) {
           Ledger(req, who, respond);
@@ -238,7 +256,7 @@ void AccountingApi::ListAccounts(const Principal& who, Respond respond) {
     for (const auto& a : mine) shown.emplace(a, AccountMoney{a, 0, 0});
   }
   json arr = json::array();
-  for (const auto& [account, m] : shown) arr.push_back(MoneyJson(m));
+  for (const auto& [account, m] : shown) arr.push_back(MoneyJson(m, budgets_.Standings()));
   (*respond)(JsonResponse(200, {{"accounts", arr}}));
 }
 
@@ -248,7 +266,7 @@ void AccountingApi::GetAccount(const Principal& who, const std::string& account,
   if (!MaySee(who, account)) return (*respond)(ErrorResponse(NotYours(account)));
   auto m = accounting_.Account(account);
   if (!m.ok()) return (*respond)(ErrorResponse(m.status()));
-  (*respond)(JsonResponse(200, MoneyJson(*m)));
+  (*respond)(JsonResponse(200, MoneyJson(*m, budgets_.Standings())));
 }
 
 void AccountingApi::AddCredits(const net::HttpRequest& req, const Principal& who,
@@ -262,22 +280,59 @@ void AccountingApi::AddCredits(const net::HttpRequest& req, const Principal& who
   if (Status s = r.Finish(); !s.ok()) return fail(s);
   auto amount = accounting::ParseCredits(amount_text, "amount");
   if (!amount.ok()) return fail(amount.status());
-  // Only accounts of users and labs that exist: a typo is not an account.
-  if (account.rfind("group:", 0) == 0) {
-    auto lab = auth_.IsLab(account.substr(6));
-    if (!lab.ok()) return fail(lab.status());
-    if (!*lab) return fail(Status::NotFound("account: there is no lab " + account.substr(6)));
-  } else if (account.rfind("user:", 0) == 0) {
-    auto user = auth_.GetUser(account.substr(5));
-    if (!user.ok()) return fail(user.status());
-    if (!*user) return fail(Status::NotFound("account: there is no user " + account.substr(5)));
-  }
+  if (Status s = CheckAccountExists(account); !s.ok()) return fail(s);
   auto e = accounting_.Grant(account, *amount, note, who.subject);
   if (!e.ok()) return fail(e.status());
+  // Money came back: held work may run now.
+  if (Status s = budgets_.Evaluate(); !s.ok()) return fail(s);
   auth_.Audit(who.subject, "credit.add", account,
               accounting::FormatCredits(*amount) + " credits" + (note.empty() ? "" : ": " + note),
               req.peer);
   (*respond)(JsonResponse(201, EntryJson(*e)));
+}
+
+Status AccountingApi::CheckAccountExists(const std::string& account) {
+  GP_RETURN_IF_ERROR(accounting::CheckAccountName(account));
+  // Only accounts of users and labs that exist: a typo is not an account.
+  if (account.rfind("group:", 0) == 0) {
+    GP_ASSIGN_OR_RETURN(bool lab, auth_.IsLab(account.substr(6)));
+    if (!lab) return Status::NotFound("account: there is no lab " + account.substr(6));
+  } else if (account.rfind("user:", 0) == 0) {
+    GP_ASSIGN_OR_RETURN(auto user, auth_.GetUser(account.substr(5)));
+    if (!user) return Status::NotFound("account: there is no user " + account.substr(5));
+  }
+  return Status::Ok();
+}
+
+void AccountingApi::SetBudget(const net::HttpRequest& req, const Principal& who,
+                              const std::string& account, Respond respond) {
+  auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
+  if (Status s = CheckAccountExists(account); !s.ok()) return fail(s);
+  if (req.method == "DELETE") {
+    if (Status s = budgets_.ClearBudget(account); !s.ok()) return fail(s);
+    auth_.Audit(who.subject, "budget.clear", account, "no budget", req.peer);
+    return (*respond)(JsonResponse(200, {{"account", account}, {"budget", nullptr}}));
+  }
+  auto body = ParseJsonObject(req.body, "request body");
+  if (!body.ok()) return fail(body.status());
+  JsonReader r(*body, "");
+  std::string monthly_text = r.Str("monthly", false, "0");
+  std::string action_text = r.Str("action", false, "hold");
+  if (Status s = r.Finish(); !s.ok()) return fail(s);
+  auto monthly = accounting::ParseCredits(monthly_text, "monthly");
+  if (!monthly.ok()) return fail(monthly.status());
+  auto action = accounting::ParseBudgetAction(action_text);
+  if (!action.ok()) return fail(action.status());
+  auto b = budgets_.SetBudget(account, *monthly, *action, who.subject);
+  if (!b.ok()) return fail(b.status());
+  auth_.Audit(who.subject, "budget.set", account,
+              (*monthly > 0 ? accounting::FormatCredits(*monthly) + " credits a month"
+                            : std::string("its balance")) +
+                  ", then " + action_text,
+              req.peer);
+  auto m = accounting_.Account(account);
+  if (!m.ok()) return fail(m.status());
+  (*respond)(JsonResponse(200, MoneyJson(*m, budgets_.Standings())));
 }
 
 void AccountingApi::Ledger(const net::HttpRequest& req, const Principal& who, Respond respond) {

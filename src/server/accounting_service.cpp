@@ -122,7 +122,8 @@ Status AccountingService::AttemptClosed(Tx& tx, const Job& job, const Attempt& a
 Result<int64_t> AccountingService::Tick() {
   int64_t now = clock_.NowMs();
   int64_t posted_count = 0;
-  std::map<Span, std::pair<std::string, Micros>> accruing;
+  std::map<Span, Owed> accruing;
+  std::map<int64_t, Micros> max_cost;
   std::map<Span, int64_t> posted_to = posted_to_;
   std::set<Span> live;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
@@ -140,6 +141,7 @@ Result<int64_t> AccountingService::Tick() {
         if (!job) continue;
         it = jobs.emplace(a.job_id, *std::move(job)).first;
       }
+      if (it->second.spec.max_cost_micros > 0) max_cost[a.job_id] = it->second.spec.max_cost_micros;
       GP_ASSIGN_OR_RETURN(auto holdings, HoldingsOf(tx, it->second, a, book, nodes));
       for (const Holding& h : holdings) {
         Span span{h.attempt_id, h.rank};
@@ -152,8 +154,8 @@ Result<int64_t> AccountingService::Tick() {
         auto due = accounting::EntriesDue(h, known->second, now, book, options_.rules);
         posted_count += static_cast<int64_t>(due.size());
         GP_RETURN_IF_ERROR(Post(tx, due, &posted_to));
-        Micros owed = accounting::Unposted(h, posted_to[span], now, book);
-        if (owed != 0) accruing[span] = {h.Account(), owed};
+        accruing[span] = {h.Account(), h.job_id,
+                          accounting::Unposted(h, posted_to[span], now, book)};
       }
     }
     return Status::Ok();
@@ -162,6 +164,7 @@ Result<int64_t> AccountingService::Tick() {
   std::erase_if(posted_to, [&](const auto& kv) { return !live.count(kv.first); });
   posted_to_ = std::move(posted_to);
   accruing_ = std::move(accruing);
+  max_cost_ = std::move(max_cost);
   return posted_count;
 }
 
@@ -217,7 +220,7 @@ Result<std::vector<AccountMoney>> AccountingService::Accounts() {
     for (const auto& b : balances) out[b.account] = {b.account, b.balance, 0};
     return Status::Ok();
   }));
-  for (const auto& [account, owed] : AccruingByAccount()) {
+  for (const auto& [account, owed] : Running().accruing_by_account) {
     AccountMoney& m = out[account];
     m.account = account;
     m.accruing = owed;
@@ -235,15 +238,22 @@ Result<AccountMoney> AccountingService::Account(const std::string& account) {
     return Status::Ok();
   }));
   for (const auto& [span, owed] : accruing_) {
-    if (owed.first == account) m.accruing += owed.second;
+    if (owed.account == account) m.accruing += owed.amount;
   }
   return m;
 }
 
-std::map<std::string, Micros> AccountingService::AccruingByAccount() const {
-  std::map<std::string, Micros> out;
-  for (const auto& [span, owed] : accruing_) out[owed.first] += owed.second;
-  return out;
+RunningWork AccountingService::Running() const {
+  RunningWork w;
+  for (const auto& [span, owed] : accruing_) {
+    w.accruing_by_account[owed.account] += owed.amount;
+    w.accruing_by_job[owed.job_id] += owed.amount;
+    w.jobs_by_account[owed.account].insert(owed.job_id);
+  }
+  for (const auto& [job, limit] : max_cost_) {
+    if (w.accruing_by_job.count(job)) w.max_cost[job] = limit;
+  }
+  return w;
 }
 
 }  // namespace gpupool::server

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,14 @@ namespace gpupool::server {
 struct AccountingOptions {
   accounting::MeteringRules rules;  // --ledger-period, --lending-credit
   int64_t tick_ms = 60'000;         // how often running work accrues
+};
+
+// What the last tick saw of running work (for budgets and max_cost).
+struct RunningWork {
+  std::map<std::string, accounting::Micros> accruing_by_account;
+  std::map<int64_t, accounting::Micros> accruing_by_job;
+  std::map<std::string, std::set<int64_t>> jobs_by_account;  // live jobs
+  std::map<int64_t, accounting::Micros> max_cost;            // of live jobs that have one
 };
 
 // An account's money as the API shows it.
@@ -80,6 +89,10 @@ class AccountingService {
   Result<std::vector<AccountMoney>> Accounts();
   Result<AccountMoney> Account(const std::string& account);
 
+  // Running work as of the last tick (a closed attempt's part leaves at
+  // once).
+  RunningWork Running() const;
+
   int64_t tick_ms() const { return options_.tick_ms; }
   const accounting::MeteringRules& rules() const { return options_.rules; }
 
@@ -103,8 +116,14 @@ class AccountingService {
   // What each running span owes beyond the ledger, and its account, as of
   // the last tick (recomputed whole each time; a closed attempt's spans
   // leave at once).
-  std::map<std::pair<std::string, int32_t>, std::pair<std::string, accounting::Micros>> accruing_;
-  std::map<std::string, accounting::Micros> AccruingByAccount() const;
+  struct Owed {
+    std::string account;
+    int64_t job_id = 0;
+    accounting::Micros amount = 0;
+  };
+  std::map<std::pair<std::string, int32_t>, Owed> accruing_;
+  // Live jobs' max_cost, as of the last tick.
+  std::map<int64_t, accounting::Micros> max_cost_;
   // Where each running span's charges end in the ledger (spans of closed
   // attempts are dropped at each tick); filled from the store on a miss.
   std::map<std::pair<std::string, int32_t>, int64_t> posted_to_;

@@ -1,5 +1,7 @@
 #include "server/pass_input.h"
 
+#include "accounting/records.h"
+
 #include <algorithm>
 #include <iterator>
 #include <optional>
@@ -257,6 +259,13 @@ PassInput BuildPassInput(const PoolView& view, const PassContext& ctx) {
     p.request.user = j.owner;
     p.runtime_limit_ms = j.spec.max_runtime_ms;
     p.front = j.front;
+    if (!ctx.held_accounts.empty()) {
+      auto held = ctx.held_accounts.find(accounting::JobAccount(j.owner, j.spec.group));
+      if (held != ctx.held_accounts.end()) {
+        in.skipped[j.id] = "held: " + held->second;
+        continue;
+      }
+    }
     if (Status st = sched::ValidateRequest(p.request); !st.ok()) {
       // One bad record must not stop every other job from being scheduled.
       in.skipped[j.id] = "cannot be scheduled: " + st.message();

@@ -5,7 +5,8 @@
 // GPUs not lent are left out, a job its policy refuses (user, group, runtime,
 // shares, host network) excludes the node, and so does a node that refused
 // the job lately. Running attempts are charged to their groups' fair-share
-// usage for their time so far, without being written.
+// usage for their time so far, without being written. A pending job whose
+// account is at its budget's limit is left out, with the reason.
 //
 // Contract: BuildPassInput is pure (its result depends on its arguments
 // only) and never fails: a pending job whose stored request the scheduler
@@ -63,12 +64,16 @@ struct PassContext {
   std::function<bool(const std::string& node_id)> connected;
   // Job -> node id -> until when the job avoids the node (it refused it).
   const std::map<int64_t, std::map<std::string, int64_t>>* refused = nullptr;
+  // Accounts at their budget's limit (accounting/budgets.h) -> why: their
+  // pending jobs wait, with that reason.
+  std::map<std::string, std::string> held_accounts;
 };
 
 // The scheduler's input, and what the pass tells waiting jobs besides.
 struct PassInput {
   sched::Snapshot snapshot;
-  // Pending jobs whose request the scheduler would reject, with the reason.
+  // Pending jobs whose request the scheduler would reject, or whose account
+  // is at its budget's limit, with the reason.
   std::map<int64_t, std::string> skipped;
   // Why jobs are kept off nodes ("alpha (refused by the provider's ...)").
   std::map<int64_t, std::string> exclusions;

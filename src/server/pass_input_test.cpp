@@ -179,3 +179,28 @@ TEST(PassInputTest, AJobTheSchedulerWouldRejectIsSkippedNotFatal) {
 
 }  // namespace
 }  // namespace gpupool::server
+
+namespace gpupool::server {
+namespace {
+
+// An account at its budget's limit: its pending jobs are left out with the
+// reason, others' (and other accounts' of the same user) are not.
+TEST(PassInputTest, JobsOfAnAccountAtItsLimitWaitWithTheReason) {
+  PoolView view;
+  view.nodes.push_back(MakeNode("a", 4));
+  Job lab = MakeJob(1, 1, "vision");
+  Job own = MakeJob(2, 1, "default");  // alice's own account
+  Job other = MakeJob(3, 1, "physics");
+  for (const Job& j : {lab, own, other}) view.pending.push_back(std::make_shared<const Job>(j));
+  PassContext ctx = Context(1000);
+  ctx.held_accounts = {{"group:vision", "group vision reached its budget"},
+                       {"user:alice", "user alice has no credits left"}};
+  PassInput in = BuildPassInput(view, ctx);
+  ASSERT_EQ(in.snapshot.pending.size(), 1u);
+  EXPECT_EQ(in.snapshot.pending[0].job_id, 3);
+  EXPECT_EQ(in.skipped.at(1), "held: group vision reached its budget");
+  EXPECT_EQ(in.skipped.at(2), "held: user alice has no credits left");
+}
+
+}  // namespace
+}  // namespace gpupool::server

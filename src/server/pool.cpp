@@ -164,4 +164,30 @@ Result<Job> Pool::StopForGood(int64_t id, const std::string& reason, bool checkp
   return job;
 }
 
+Result<bool> Pool::StopAndRequeue(int64_t id, const std::string& reason) {
+  bool stopped = false;
+  Status s = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto job, tx.GetJob(id));
+    if (!job) return Status::NotFound("job " + std::to_string(id) + " does not exist");
+    if (IsTerminal(job->state) || job->current_attempt.empty()) return Status::Ok();
+    GP_ASSIGN_OR_RETURN(auto attempt, tx.GetAttempt(job->current_attempt));
+    if (!attempt) return Status::Ok();
+    // The preemption path: its checkpoint signal and grace, then requeued.
+    AttemptTransition order = OrderStop(*attempt, AttemptEvent::kPreempt, clock_.NowMs());
+    if (!order.accepted) return Status::Ok();  // already leaving
+    attempt->reason = reason;
+    GP_RETURN_IF_ERROR(tx.PutAttempt(*attempt));
+    StopOrder stop{reason, PreemptGraceMs(job->spec), /*requeue=*/true};
+    GP_RETURN_IF_ERROR(ApplyEvent(tx, *job, *attempt, *order.job_event, nullptr, &stop));
+    stopped = true;
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    Discard();
+    return s;
+  }
+  Notify();
+  return stopped;
+}
+
 }  // namespace gpupool::server

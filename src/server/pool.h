@@ -142,6 +142,9 @@ struct PoolHooks {
   // server/accounting_service.h) commits with the close or not at all.
   // Unset: nothing.
   std::function<Status(Tx& tx, const Job& job, const Attempt& attempt)> attempt_closed;
+  // Accounts at their budget's limit -> why (AccountingService::Held):
+  // their pending jobs wait with that reason. Unset: none.
+  std::function<std::map<std::string, std::string>()> held_accounts;
   // What a committed transaction counted for the metrics (placements,
   // preemptions, queue waits, checkpoints, migrations, reclaims).
   std::function<void(const PoolCounts&)> counted;
@@ -263,6 +266,12 @@ class Pool {
   // is first stopped like a preemption (its checkpoint signal, its newest
   // checkpoint uploaded) and is cancelled once its attempt has left.
   Result<Job> StopForGood(int64_t id, const std::string& reason, bool checkpoint_first);
+  // Stops the job's live attempt for the server's own reason (its account
+  // reached a budget that stops work), as a preemption: a job that
+  // checkpoints does, and the job is requeued as pending (not counted as a
+  // failure) once the attempt has left. False, and nothing done, for a job
+  // without a live attempt or one already leaving.
+  Result<bool> StopAndRequeue(int64_t id, const std::string& reason);
   // A page of the job's log, or that retention removed it.
   Result<LogPage> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();

@@ -57,6 +57,7 @@ PassContext Pool::PassContextAt(int64_t now) const {
   ctx.half_life_ms = options_.scheduler.half_life_ms;
   ctx.connected = [this](const std::string& node_id) { return live_.count(node_id) > 0; };
   ctx.refused = &refused_;
+  if (hooks_.held_accounts) ctx.held_accounts = hooks_.held_accounts();
   return ctx;
 }
 

@@ -23,6 +23,7 @@
 #include "server/backup_api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
+#include "server/budget_keeper.h"
 #include "server/http_errors.h"
 #include "server/identity_api.h"
 #include "server/metrics_api.h"
@@ -356,6 +357,7 @@ class Housekeeping {
     BlobApi& blob_api;
     LogGc& log_gc;
     AccountingService& accounting;
+    BudgetKeeper& budgets;
     std::function<void()> schedule_needed;
   };
   Housekeeping(net::EventLoop& loop, const ServerOptions& options, Parts parts)
@@ -388,6 +390,8 @@ class Housekeeping {
         accrual_(loop, 0, parts_.accounting.tick_ms(), [this](const net::Repeating::Done& done) {
           if (auto posted = parts_.accounting.Tick(); !posted.ok())
             GP_LOG(kError) << "accounting: " << posted.status().ToString();
+          if (Status s = parts_.budgets.Evaluate(); !s.ok())
+            GP_LOG(kError) << "budgets: " << s.ToString();
           done();
         }) {}
 
@@ -429,12 +433,35 @@ void ReloadSchedulerConfig(const ServerOptions& options, Pool& pool) {
   pool.SetSchedulerConfig(*std::move(config));
 }
 
+// What budgets and spending limits do to jobs, through the pool (set once
+// the pool exists). A job whose attempt is already leaving is left alone:
+// stopping it for good again would cancel it before its checkpoint.
+BudgetHooks BudgetHooksFor(Pool*& pool, PoolHooks& hooks) {
+  BudgetHooks b;
+  b.stop_and_requeue = [&pool](int64_t job, const std::string& reason) {
+    if (auto s = pool->StopAndRequeue(job, reason); !s.ok())
+      GP_LOG(kError) << "budget: stopping job " << job << ": " << s.status().ToString();
+  };
+  b.stop_for_good = [&pool](int64_t job, const std::string& reason) {
+    auto d = pool->GetJob(job);
+    if (!d.ok() || IsTerminal(d->job.state)) return;
+    for (const Attempt& a : d->attempts)
+      if (a.id == d->job.current_attempt && IsStopping(a.state)) return;
+    GP_LOG(kInfo) << "job " << job << ": " << reason;
+    if (auto s = pool->StopForGood(job, reason, /*checkpoint_first=*/true); !s.ok())
+      GP_LOG(kError) << "stopping job " << job << ": " << s.status().ToString();
+  };
+  b.limits_changed = [&hooks] { hooks.schedule_needed(); };
+  return b;
+}
+
 // The API's modules that need only the pool's core parts (server/api_module.h).
 struct ApiModules {
   ApiModules(const ServerOptions& options, Pool& pool, Auth& auth, const Clock& clock,
-             StorageQuotas& quotas, AccountingService& accounting, Store& store)
+             StorageQuotas& quotas, AccountingService& accounting, BudgetKeeper& budgets,
+             Store& store)
       : quota(auth, quotas),
-        money(auth, accounting, store, clock),
+        money(auth, accounting, budgets, store, clock),
         node_control(auth, pool),
         summary(pool),
         backup(auth, clock,
@@ -561,7 +588,11 @@ int RunServer(const ServerOptions& options) {
   hooks.attempt_closed = [&](Tx& tx, const Job& job, const Attempt& attempt) {
     return accounting.AttemptClosed(tx, job, attempt);
   };
+  Pool* pool_ptr = nullptr;
+  BudgetKeeper budgets(store, clock, accounting, BudgetHooksFor(pool_ptr, hooks));
+  hooks.held_accounts = [&] { return budgets.Held(); };
   Pool pool(store, clock, pool_options, hooks);
+  pool_ptr = &pool;
   pacer.SetPool(pool);
   if (Status s = pool.Recover(); !s.ok()) {
     std::cerr << "gpupool server: " << s.ToString() << "\n";
@@ -608,7 +639,7 @@ int RunServer(const ServerOptions& options) {
   api.AddModule(metrics_api);
   api.AddModule(*telemetry->api);
   telemetry->api->Start();
-  ApiModules modules(options, pool, auth, clock, quotas, accounting, store);
+  ApiModules modules(options, pool, auth, clock, quotas, accounting, budgets, store);
   modules.AddTo(api);
   if (static_files) api.AddModule(*static_files);
   AgentHubOptions hub_options;
@@ -642,7 +673,8 @@ int RunServer(const ServerOptions& options) {
   }
 
   Housekeeping housekeeping(
-      loop, options, {pool, clock, gateway, blob_api, log_gc, accounting, hooks.schedule_needed});
+      loop, options,
+      {pool, clock, gateway, blob_api, log_gc, accounting, budgets, hooks.schedule_needed});
   hooks.schedule_needed();
   loop.OnSignals({SIGHUP}, [&](int) {
     ReloadSchedulerConfig(options, pool);

@@ -193,6 +193,10 @@ class TrackingTx final : public Tx {
     return in_.GetBalance(account);
   }
   Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override { return in_.SumUsage(q); }
+  Result<accounting::Micros> JobSpend(int64_t job_id) override { return in_.JobSpend(job_id); }
+  Status PutBudget(const accounting::Budget& b) override { return in_.PutBudget(b); }
+  Status DeleteBudget(const std::string& account) override { return in_.DeleteBudget(account); }
+  Result<std::vector<accounting::Budget>> ListBudgets() override { return in_.ListBudgets(); }
   Result<std::optional<std::string>> GetMeta(const std::string& key) override {
     return in_.GetMeta(key);
   }

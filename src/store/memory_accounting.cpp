@@ -26,6 +26,7 @@ Result<bool> MemoryTx::PostEntry(const LedgerEntry& e) {
   stored.id = s_.ledger.empty() ? 1 : s_.ledger.rbegin()->first + 1;
   j_.Put(s_.ledger_keys, stored.key, stored.id);
   if (stored.kind == accounting::EntryKind::kCharge) {
+    j_.Put(s_.job_spend, stored.job_id, s_.job_spend[stored.job_id] + stored.amount);
     std::pair<std::string, int32_t> span{stored.attempt_id, stored.rank};
     auto it = s_.posted.find(span);
     if (it == s_.posted.end() || it->second < stored.at_ms) j_.Put(s_.posted, span, stored.at_ms);
@@ -94,6 +95,27 @@ Result<std::vector<UsageRow>> MemoryTx::SumUsage(const UsageQuery& q) {
       return std::stoll(a.key) < std::stoll(b.key);
     });
   }
+  return out;
+}
+
+Result<accounting::Micros> MemoryTx::JobSpend(int64_t job_id) {
+  auto it = s_.job_spend.find(job_id);
+  return it == s_.job_spend.end() ? 0 : it->second;
+}
+
+Status MemoryTx::PutBudget(const accounting::Budget& b) {
+  j_.Put(s_.budgets, b.account, b);
+  return Status::Ok();
+}
+
+Status MemoryTx::DeleteBudget(const std::string& account) {
+  j_.Erase(s_.budgets, account);
+  return Status::Ok();
+}
+
+Result<std::vector<accounting::Budget>> MemoryTx::ListBudgets() {
+  std::vector<accounting::Budget> out;
+  for (const auto& [account, b] : s_.budgets) out.push_back(b);
   return out;
 }
 

@@ -151,6 +151,8 @@ struct MemoryState {
   std::map<std::string, int64_t> ledger_keys;                 // key -> id
   std::map<std::pair<std::string, int32_t>, int64_t> posted;  // (attempt, rank) -> PostedTo
   std::map<std::string, accounting::AccountBalance> balances;
+  std::map<int64_t, accounting::Micros> job_spend;  // job id -> its charges' sum
+  std::map<std::string, accounting::Budget> budgets;
 
   // Meta facet.
   std::map<std::string, std::string> meta;
@@ -245,6 +247,10 @@ class MemoryTx : public Tx {
   Result<std::vector<accounting::AccountBalance>> ListBalances() override;
   Result<accounting::AccountBalance> GetBalance(const std::string& account) override;
   Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override;
+  Result<accounting::Micros> JobSpend(int64_t job_id) override;
+  Status PutBudget(const accounting::Budget& b) override;
+  Status DeleteBudget(const std::string& account) override;
+  Result<std::vector<accounting::Budget>> ListBudgets() override;
 
   // Storage bookkeeping the jobs facet calls (memory_storage.cpp): one
   // more or one less reference from `job`'s owner and group to `manifest`.

@@ -386,7 +386,8 @@ UPDATE attempts SET preempt_for_job = 0 WHERE preempt_for_job = -1;
 // added; the ledger is append-only, one row per double-entry entry, unique
 // by key (posting is idempotent); balances are kept with each posting.
 // ledger_span finds where an attempt's charges end; ledger_charges_from
-// serves usage reports by time.
+// serves usage reports by time; ledger_job a job's spend (max_cost).
+// Budgets per account.
 constexpr const char* kSchemaV10 = R"sql(
 CREATE TABLE prices (
   id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -423,10 +424,18 @@ CREATE INDEX ledger_span ON ledger(attempt_id, rank, at_ms) WHERE kind = 'charge
 CREATE INDEX ledger_debit ON ledger(debit, id);
 CREATE INDEX ledger_credit ON ledger(credit, id);
 CREATE INDEX ledger_charges_from ON ledger(from_ms) WHERE kind = 'charge';
+CREATE INDEX ledger_job ON ledger(job_id) WHERE kind = 'charge';
 CREATE TABLE balances (
   account TEXT PRIMARY KEY,
   balance INTEGER NOT NULL,
   entries INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE budgets (
+  account TEXT PRIMARY KEY,
+  monthly INTEGER NOT NULL,
+  action  TEXT NOT NULL,
+  set_ms  INTEGER NOT NULL,
+  set_by  TEXT NOT NULL
 ) WITHOUT ROWID;
 )sql";
 

@@ -100,6 +100,10 @@ class SqliteTx : public Tx {
   Result<std::vector<accounting::AccountBalance>> ListBalances() override;
   Result<accounting::AccountBalance> GetBalance(const std::string& account) override;
   Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override;
+  Result<accounting::Micros> JobSpend(int64_t job_id) override;
+  Status PutBudget(const accounting::Budget& b) override;
+  Status DeleteBudget(const std::string& account) override;
+  Result<std::vector<accounting::Budget>> ListBudgets() override;
 
   // ---- logs facet (store/sqlite_logs.h)
 

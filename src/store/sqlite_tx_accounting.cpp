@@ -193,4 +193,45 @@ Result<std::vector<UsageRow>> SqliteTx::SumUsage(const UsageQuery& uq) {
   return out;
 }
 
+Result<accounting::Micros> SqliteTx::JobSpend(int64_t job_id) {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT coalesce(sum(amount), 0) FROM ledger WHERE "
+                                             "job_id = ?1 AND kind = 'charge'"));
+  q.Bind(1, job_id);
+  GP_ASSIGN_OR_RETURN(bool row, q.Step());
+  return row ? q.Int(0) : 0;
+}
+
+Status SqliteTx::PutBudget(const accounting::Budget& b) {
+  GP_ASSIGN_OR_RETURN(Query q,
+                      conn_.Prepare("INSERT OR REPLACE INTO budgets (account, monthly, "
+                                    "action, set_ms, set_by) VALUES (?1, ?2, ?3, ?4, ?5)"));
+  q.Bind(1, b.account).Bind(2, b.monthly).Bind(3, accounting::BudgetActionName(b.action));
+  q.Bind(4, b.set_ms).Bind(5, b.set_by);
+  return q.Run();
+}
+
+Status SqliteTx::DeleteBudget(const std::string& account) {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("DELETE FROM budgets WHERE account = ?1"));
+  q.Bind(1, account);
+  return q.Run();
+}
+
+Result<std::vector<accounting::Budget>> SqliteTx::ListBudgets() {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT account, monthly, action, set_ms, set_by "
+                                             "FROM budgets ORDER BY account"));
+  std::vector<accounting::Budget> out;
+  while (true) {
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    accounting::Budget b;
+    b.account = q.Text(0);
+    b.monthly = q.Int(1);
+    GP_ASSIGN_OR_RETURN(b.action, accounting::ParseBudgetAction(q.Text(2)));
+    b.set_ms = q.Int(3);
+    b.set_by = q.Text(4);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 }  // namespace gpupool

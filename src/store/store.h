@@ -508,6 +508,14 @@ class AccountingTx {
   // Usage reports over charges (grants and lending credits are not use),
   // by key.
   virtual Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) = 0;
+  // What job `job_id`'s charges sum to, every attempt's.
+  virtual Result<accounting::Micros> JobSpend(int64_t job_id) = 0;
+
+  // Budgets: insert or replace by account; delete (absent is no error);
+  // all, by account.
+  virtual Status PutBudget(const accounting::Budget& b) = 0;
+  virtual Status DeleteBudget(const std::string& account) = 0;
+  virtual Result<std::vector<accounting::Budget>> ListBudgets() = 0;
 };
 
 // Small named values (e.g. per-node channel counters, settings).

@@ -338,3 +338,44 @@ TEST_P(StoreConformanceTest, TheBooksAlwaysBalance) {
 }
 
 }  // namespace gpupool
+
+namespace gpupool {
+
+TEST_P(StoreConformanceTest, AJobsSpendSumsItsAttemptsCharges) {
+  for (const auto& e : {Charge("7.1", 0, 0, 10, 100), Charge("7.2", 0, 20, 30, 50),
+                        Charge("7.2", 1, 20, 30, 25), Charge("8.1", 0, 0, 10, 1)}) {
+    CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PostEntry(e); }));
+  }
+  LedgerEntry lending = Charge("7.1", 0, 10, 20, 999);
+  lending.kind = EntryKind::kLending;
+  lending.key = "lending:x";
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PostEntry(lending); }));
+  auto spend = [&](int64_t job) {
+    auto r = InTx(store(), [&](Tx& tx) { return tx.JobSpend(job); });
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : -1;
+  };
+  EXPECT_EQ(spend(7), 175);
+  EXPECT_EQ(spend(8), 1);
+  EXPECT_EQ(spend(9), 0);
+}
+
+TEST_P(StoreConformanceTest, BudgetsAreSetReplacedAndDeletedByAccount) {
+  accounting::Budget a{"group:vision", 100'000'000, accounting::BudgetAction::kStop, 5, "root"};
+  accounting::Budget b{"user:bob", 0, accounting::BudgetAction::kHold, 6, "root"};
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutBudget(a); }));
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutBudget(b); }));
+  a.monthly = 5;
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutBudget(a); }));
+  CONF_ASSERT_OK_AND_ASSIGN(auto all, InTx(store(), [](Tx& tx) { return tx.ListBudgets(); }));
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0], a);
+  EXPECT_EQ(all[1], b);
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) { return tx.DeleteBudget("group:vision"); }));
+  CONF_ASSERT_OK(InTx(store(), [](Tx& tx) { return tx.DeleteBudget("group:none"); }));
+  CONF_ASSERT_OK_AND_ASSIGN(all, InTx(store(), [](Tx& tx) { return tx.ListBudgets(); }));
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0], b);
+}
+
+}  // namespace gpupool

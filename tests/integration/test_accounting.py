@@ -257,3 +257,88 @@ def test_a_killed_server_charges_every_millisecond_once(pool):
     assert_charged_once(charges_of(pool, user_account, attempt_id), attempt, 7_200_000)
     status, body = pool.api("GET", "/v1/accounts/" + user_account)
     assert body["accruing_micros"] == 0 and body["posted_micros"] < 0, body
+
+
+# A job that checkpoints when it is told to stop (its checkpoint signal,
+# then SIGTERM): the shell's trap says so and exits 0.
+CHECKPOINTING = ("trap 'echo checkpointing; exit 0' USR1 TERM; echo attempt=$GPUPOOL_ATTEMPT_ID; "
+                 "while true; do sleep 0.2; done")
+
+
+def submit_spec(pool, token, spec):
+    """Submits `spec` as the token's user (from a file, as users do)."""
+    path = pool.dir / f"{spec['name']}.json"
+    path.write_text(json.dumps(spec))
+    r = cli_as(pool, token, "submit", "-q", str(path))
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout)
+
+
+def vision_pool(pool):
+    """A pool at 1 credit per A100-second, the lab vision with alice in it."""
+    pool.start_server(extra=MONEY)
+    status, body = pool.api("POST", "/v1/groups", {"name": "vision"})
+    assert status == 201, body
+    alice = add_member(pool, "alice", "vision")
+    pool.start_agent("lab-a")
+    pool.wait_nodes_ready(1)
+    assert pool.cli("admin", "price", "set", "A100", "3600").returncode == 0
+    return alice
+
+
+def test_a_stop_budget_checkpoints_the_job_and_money_brings_it_back(pool):
+    alice = vision_pool(pool)
+    assert pool.cli("admin", "credit", "add", "vision", "3").returncode == 0
+    # Bad budgets: refused, naming the field; nothing stored.
+    for args, field in ((["nosuchlab", "5"], "account"), (["vision", "5x"], "monthly"),
+                        (["vision", "-5"], "monthly"), (["pool", "5"], "account")):
+        r = pool.cli("admin", "budget", "set", *args)
+        assert r.returncode != 0 and f"{field}:" in r.stderr, (args, r.stderr)
+    assert "budget" not in pool.api("GET", "/v1/accounts/group:vision")[1]
+    r = pool.cli("admin", "budget", "set", "vision", "0", "--action", "stop")
+    assert r.returncode == 0 and "up to its balance, then stop" in r.stdout, r.stdout + r.stderr
+
+    job = submit_spec(pool, alice, {"name": "train", "run": CHECKPOINTING, "group": "vision",
+                                    "resources": {"gpus": 1}, "checkpoint": {"grace": "5s"}})
+    pool.wait_state(job, "running", timeout=60)
+    # Three credits last about three seconds: then it is stopped, having
+    # checkpointed, and waits for money.
+    held = wait_for(lambda: (lambda j: j if j["state"] == "pending" and j["attempts"] == 1 and
+                             "held: group vision has no credits left" in j["reason"] else None)(
+        pool.job(job)), timeout=60, what="the job stopped and held by the budget")
+    first = held["attempt_list"][0]
+    assert first["state"] == "preempted" and "stopped: group vision" in first["reason"], first
+    assert "checkpointing" in pool.logs_text(job)
+    r = cli_as(pool, alice, "balance")
+    assert "AT ITS LIMIT" in r.stdout, r.stdout
+    # Every millisecond it held the GPU is charged, though the money ran out.
+    assert_charged_once(charges_of(pool, "group:vision", first["id"]), first, 3_600_000_000)
+
+    # Money comes back: it runs again, a new attempt.
+    assert pool.cli("admin", "credit", "add", "vision", "1000").returncode == 0
+    wait_for(lambda: pool.job(job)["attempts"] == 2 and pool.job(job)["state"] == "running",
+             timeout=60, what="the job running again")
+    assert pool.cli("cancel", str(job)).returncode == 0
+    pool.wait_state(job, "cancelled", timeout=60)
+    status, audit = pool.api("GET", "/v1/audit?limit=200")
+    assert "budget.set" in [e["action"] for e in audit["entries"]]
+
+
+def test_a_job_is_stopped_at_its_spending_limit(pool):
+    alice = vision_pool(pool)
+    # No budget: vision may run into debt, but this job may spend 2 credits.
+    for bad in ("0", "-1", "\"x\"", "[]"):
+        status, body = pool.api("POST", "/v1/jobs", json.loads(
+            '{"name": "x", "run": "true", "max_cost": %s}' % bad))
+        assert status == 400 and "max_cost" in body["error"]["message"], (bad, body)
+    job = submit_spec(pool, alice, {"name": "capped", "run": CHECKPOINTING, "group": "vision",
+                                    "max_cost": 2, "resources": {"gpus": 1},
+                                    "checkpoint": {"grace": "5s"}})
+    done = pool.wait_state(job, "cancelled", timeout=60)
+    assert "its spending limit of 2.00 credits was reached" in done["reason"], done
+    assert done["spec"]["max_cost"] == "2.00"
+    assert "checkpointing" in pool.logs_text(job)
+    attempt = done["attempt_list"][0]
+    charges = charges_of(pool, "group:vision", attempt["id"])
+    assert_charged_once(charges, attempt, 3_600_000_000)
+    assert sum(c["amount_micros"] for c in charges) >= 2_000_000

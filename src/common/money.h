@@ -1,6 +1,7 @@
 // Credits as exact integers: micro-credits (1 credit = 1,000,000 micros),
 // so that sums and balances never drift the way binary fractions would.
-// Prices, charges, grants, balances and budgets are all Micros.
+// Prices, charges, grants, balances and budgets are all Micros (accounting/);
+// here in common because a job spec carries an amount too (max_cost).
 //
 // Contract: pure functions, no I/O; errors are InvalidArgument naming the
 // field (`what`) and the text that was wrong.

@@ -1,4 +1,4 @@
-#include "accounting/money.h"
+#include "common/money.h"
 
 #include <cstdlib>
 

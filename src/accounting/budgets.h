@@ -1,0 +1,43 @@
+// Budgets: where an account stands against its budget, and what its work
+// may do (docs/user-guide.md#budgets-and-what-happens-at-the-limit).
+//
+// An account with a budget may spend at most its monthly amount in each
+// calendar month (UTC), and never more than its balance: it is at its
+// limit once this month's charges reach the monthly amount, or its balance
+// reaches zero (running work's accruing charges counted in both). At the
+// limit its pending jobs wait (hold and stop); with `stop` its running jobs
+// also checkpoint, stop and wait. Money coming back (a grant, lending
+// credits, a raised budget, the next month) lifts the limit. Alerts at 75%
+// and 90% of the monthly amount.
+//
+// Contract: pure.
+#pragma once
+
+#include <string>
+
+#include "accounting/records.h"
+
+namespace gpupool::accounting {
+
+struct BudgetStanding {
+  Budget budget;
+  std::string month;    // "2026-11"
+  Micros spent = 0;     // this month's charges, accruing ones included
+  Micros balance = 0;   // accruing charges taken off
+  int32_t percent = 0;  // of the monthly amount spent (0 without one)
+  // 0, 75, 90 or 100: the highest alert threshold reached.
+  int32_t alert = 0;
+  bool at_limit = false;
+  // Why its work waits or stopped, for a job's reason: "group vision
+  // reached its budget: 100.00 of 100.00 credits spent in 2026-11 (an
+  // admin can grant credits or raise the budget)".
+  std::string reason;
+};
+
+BudgetStanding Standing(const Budget& budget, const std::string& month, Micros spent,
+                        Micros balance);
+
+// "a job's spending limit of 50.00 credits reached (it spent 50.01)".
+std::string MaxCostReason(Micros max_cost, Micros spent);
+
+}  // namespace gpupool::accounting

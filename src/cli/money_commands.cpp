@@ -4,6 +4,7 @@
 
 #include "cli/command_util.h"
 #include "cli/table.h"
+#include "common/markup.h"
 #include "net/http.h"
 
 namespace gpupool::cli {
@@ -269,31 +270,7 @@ int CmdInvoice(const GlobalFlags& g, const MoneyFlags& f) {
 }  // namespace
 
 std::string StatementHtml(const json& s) {
-  auto esc = [](const std::string& text) {
-    std::string out;
-    for (char c : text) {
-      switch (c) {
-        case '&':
-          out += "&amp;";
-          break;
-        case '<':
-          out += "&lt;";
-          break;
-        case '>':
-          out += "&gt;";
-          break;
-        case '"':
-          out += "&quot;";
-          break;
-        case '\'':
-          out += "&#39;";
-          break;
-        default:
-          out += c;
-      }
-    }
-    return out;
-  };
+  auto esc = [](const std::string& text) { return XmlEscape(text); };
   std::string title = "Statement of " + Str(s, "account") + " for " + Str(s, "month");
   std::string h = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>" +
                   esc(title) +

@@ -56,29 +56,6 @@ std::string Frame() {
 
 }  // namespace
 
-std::string XmlEscape(std::string_view text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 double NiceStep(double range, int target_lines) {
   if (!(range > 0) || target_lines <= 0) return 1;
   const double raw = range / target_lines;

@@ -9,13 +9,15 @@
 // is XML-escaped. Lines are clipped to the plot frame.
 #pragma once
 
+#include "common/markup.h"
+
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace gpupool::sim {
 
-std::string XmlEscape(std::string_view text);
+using ::gpupool::XmlEscape;  // common/markup.h
 
 struct LineSeries {
   std::string name;  // shown in the legend

@@ -50,9 +50,9 @@ constexpr const char* kTorchRendezvousEnv[] = {"MASTER_ADDR", "MASTER_PORT", "WO
                                                "NODE_RANK",   "GROUP_RANK"};
 
 constexpr const char* kTopFields[] = {
-    "name",     "run",    "command",     "env",          "resources", "max_runtime",
-    "priority", "group",  "image",       "executor",     "network",   "checkpoint",
-    "workdir",  "inputs", "distributed", "max_restarts", "session",   "max_cost"};
+    "name",       "run",      "command", "env",         "resources",    "max_runtime",
+    "max_cost",   "priority", "group",   "image",       "executor",     "network",
+    "checkpoint", "workdir",  "inputs",  "distributed", "max_restarts", "session"};
 constexpr const char* kCheckpointFields[] = {"interval", "grace", "signal", "standby"};
 constexpr const char* kSessionFields[] = {"kind", "idle_timeout", "ports", "any_port",
                                           "jupyter_token"};

@@ -547,9 +547,8 @@ const BadSpec kBadSpecs[] = {
     // unknown fields
     {"run: x\nfoo: 1",
      "foo (line 2): unknown field (known: name, run, command, env, resources, max_runtime, "
-     "priority, "
-     "group, image, executor, network, checkpoint, workdir, inputs, distributed, max_restarts, "
-     "session)"},
+     "max_cost, priority, group, image, executor, network, checkpoint, workdir, inputs, "
+     "distributed, max_restarts, session)"},
     {"run: x\nresources: {foo: 1}",
      "resources.foo (line 2): unknown field (known: gpus, gpu_memory, gpu_models, cpus, memory, "
      "min_compute_capability, node_labels, prefer, disk, nodes, mig)"},

@@ -23,6 +23,12 @@
 #     runs the server's scheduling pass at 10 nodes x 100 pending briefly;
 #     passes when it ran without an error (a pass that placed a job, with no
 #     room for one, is an error).
+#   smoke.sh --accounting ACCOUNTING_BENCH_BIN   (accounting_bench_smoke)
+#     runs the accounting benchmarks' small sets briefly (ticks with 1,000
+#     running attempts, usage reports and the ledger's size over a year of
+#     10,000 attempts); passes when all seven ran without an error, the
+#     boundary tick posted a charge per attempt (and lending credits) and
+#     the ledger reported its bytes per attempt-hour.
 set -euo pipefail
 
 # google_bench BIN FILTER COUNT KEYS: runs the benchmarks FILTER names
@@ -66,6 +72,16 @@ if [[ ${1:-} == --history ]]; then
   # A week of 8 GPUs at 5 min: 8 x 2,016 points.
   points=$(first_value points)
   awk -v p="${points:-0}" 'BEGIN { exit !(p == 16128) }' || { echo "the week query returned ${points:-0} points"; exit 1; }
+  exit 0
+fi
+
+if [[ ${1:-} == --accounting ]]; then
+  google_bench "$2" '^BM_Tick(Steady|Boundary)/attempts:1000$|^BM_Usage[A-Za-z]*/attempts:10000$|^BM_LedgerGrowth/attempts:10000/' 7 \
+    '"posted"|"rows"|"bytes_per_attempt_hour"|"bytes_per_entry"'
+  posted=$(first_value posted)
+  awk -v p="${posted:-0}" 'BEGIN { exit !(p >= 1000) }' || { echo "the boundary tick posted ${posted:-0} entries"; exit 1; }
+  per_hour=$(first_value bytes_per_attempt_hour)
+  awk -v b="${per_hour:-0}" 'BEGIN { exit !(b > 0) }' || { echo "no bytes per attempt-hour reported"; exit 1; }
   exit 0
 fi
 

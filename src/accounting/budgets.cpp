@@ -27,16 +27,16 @@ BudgetStanding Standing(const Budget& budget, const std::string& month, Micros s
     for (int32_t threshold : {75, 90, 100})
       if (s.percent >= threshold) s.alert = threshold;
   }
-  const std::string fix = " (an admin can grant credits or raise the budget)";
   if (budget.monthly > 0 && spent >= budget.monthly) {
     s.at_limit = true;
     s.reason = Who(budget.account) + " reached its budget: " + FormatCredits(spent) + " of " +
-               FormatCredits(budget.monthly) + " credits spent in " + month + fix;
+               FormatCredits(budget.monthly) + " credits spent in " + month +
+               " (until the next month, or an admin raises the budget)";
   } else if (balance <= 0) {
     s.at_limit = true;
     s.alert = 100;
-    s.reason =
-        Who(budget.account) + " has no credits left (balance " + FormatCredits(balance) + ")" + fix;
+    s.reason = Who(budget.account) + " has no credits left (balance " + FormatCredits(balance) +
+               "; an admin can grant credits)";
   }
   return s;
 }

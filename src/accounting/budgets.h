@@ -29,8 +29,8 @@ struct BudgetStanding {
   int32_t alert = 0;
   bool at_limit = false;
   // Why its work waits or stopped, for a job's reason: "group vision
-  // reached its budget: 100.00 of 100.00 credits spent in 2026-11 (an
-  // admin can grant credits or raise the budget)".
+  // reached its budget: 100.00 of 100.00 credits spent in 2026-11 (until
+  // the next month, or an admin raises the budget)".
   std::string reason;
 };
 

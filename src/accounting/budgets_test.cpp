@@ -26,14 +26,15 @@ TEST(BudgetsTest, AlertsAt75And90AndStopsAtTheMonthlyAmount) {
   EXPECT_TRUE(full.at_limit);
   EXPECT_EQ(full.alert, 100);
   EXPECT_EQ(full.reason,
-            "group vision reached its budget: 100.00 of 100.00 credits spent in 2026-11 (an "
-            "admin can grant credits or raise the budget)");
+            "group vision reached its budget: 100.00 of 100.00 credits spent in 2026-11 (until "
+            "the next month, or an admin raises the budget)");
 }
 
 TEST(BudgetsTest, NoMoneyLeftIsALimitWithOrWithoutAMonthlyAmount) {
   auto broke = Standing(Of(0), "2026-11", 5 * kCredit, 0);
   EXPECT_TRUE(broke.at_limit);
-  EXPECT_EQ(broke.reason.rfind("group vision has no credits left (balance 0.00)", 0), 0u);
+  EXPECT_EQ(broke.reason,
+            "group vision has no credits left (balance 0.00; an admin can grant credits)");
   EXPECT_TRUE(Standing(Of(100 * kCredit), "2026-11", kCredit, -1).at_limit);
   EXPECT_FALSE(Standing(Of(0), "2026-11", 500 * kCredit, 1).at_limit);
   EXPECT_EQ(Standing(Of(0), "2026-11", 500 * kCredit, 1).alert, 0);

@@ -49,7 +49,12 @@ struct Holding {
   int64_t held_from_ms = 0;
   int64_t freed_ms = 0;  // 0 = still held
 
-  std::string Account() const { return JobAccount(user, group); }
+  // Whether its group is a lab, whose account pays; a job of no group, or
+  // of a group that is not a lab (open to anyone, an account of no one),
+  // pays from its owner's.
+  bool group_pays = true;
+
+  std::string Account() const { return group_pays ? JobAccount(user, group) : UserAccount(user); }
   // Charges' keys are "charge:" + SpanId() + ":" + from_ms.
   std::string SpanId() const { return attempt_id + "/" + std::to_string(rank); }
 };

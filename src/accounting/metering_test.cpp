@@ -96,6 +96,10 @@ TEST(MeteringTest, LendingEarnsTheOwnerGroupItsShareButNotForItsOwnJobs) {
   h.group = "default";
   EXPECT_EQ(EntriesDue(h, 0, kHour, Book(), rules)[0].debit, "user:alice");
   EXPECT_EQ(EntriesDue(h, 0, kHour, Book(), rules)[1].credit, "group:physics");
+  // A group that is not a lab pays nothing: its owner does.
+  h.group = "open-queue";
+  h.group_pays = false;
+  EXPECT_EQ(EntriesDue(h, 0, kHour, Book(), rules)[0].debit, "user:alice");
 }
 
 TEST(MeteringTest, AJobAcrossAPriceChangePaysEachPriceForItsTime) {

@@ -48,8 +48,8 @@ int Print(const GlobalFlags& g, const Table& t, const json& raw) {
   return 0;
 }
 
-// "spent 80.00 of 100.00 this month (80%, alert 75%), then stop" or
-// "-" without a budget.
+// "spent 80.00 of 100.00 in 2026-11 (80%), then stop: over 75%", "up to
+// its balance, then hold: AT ITS LIMIT", or "-" without a budget.
 std::string BudgetText(const json& account) {
   if (!account.contains("budget") || !account["budget"].is_object()) return "-";
   const json& b = account["budget"];

@@ -73,8 +73,12 @@ void AddServerMoneyFlags(CLI::App& server, server::ServerOptions& so) {
           bool divides = std::string_view(name) != "--ledger-period" ||
                          (ms.ok() && *ms > 0 && 86'400'000 % *ms == 0);
           if (!ms.ok() || *ms < min_ms || *ms > max_ms || !divides) {
-            throw CLI::ValidationError(name, "a duration from " + FormatDurationMs(min_ms) +
-                                                 " to " + FormatDurationMs(max_ms));
+            throw CLI::ValidationError(name,
+                                       "a duration from " + FormatDurationMs(min_ms) + " to " +
+                                           FormatDurationMs(max_ms) +
+                                           (std::string_view(name) == "--ledger-period"
+                                                ? " that divides a day (1m, 15m, 1h, 6h, 1d, ...)"
+                                                : ""));
           }
           out = *ms;
         },
@@ -90,13 +94,17 @@ void AddServerMoneyFlags(CLI::App& server, server::ServerOptions& so) {
   server.add_option_function<std::string>(
       "--lending-credit",
       [&money](const std::string& v) {
+        // "80%" or "80": digits and one dot, nothing else but the sign.
+        std::string number = v.size() > 1 && v.back() == '%' ? v.substr(0, v.size() - 1) : v;
         size_t used = 0;
         double percent = -1;
         try {
-          percent = std::stod(v.substr(0, v.find('%')), &used);
+          percent = std::stod(number, &used);
         } catch (...) {
         }
-        if (used == 0 || percent < 0 || percent > 100) {
+        bool plain =
+            !number.empty() && number.find_first_not_of("0123456789.") == std::string::npos;
+        if (!plain || used != number.size() || percent < 0 || percent > 100) {
           throw CLI::ValidationError("--lending-credit", "a percentage from 0% to 100%");
         }
         money.rules.lending_permille = static_cast<int32_t>(percent * 10 + 0.5);

@@ -29,7 +29,7 @@ Result<Micros> ParseCredits(std::string_view text, std::string_view what, Micros
     return bad("is not a number of credits such as 2.50");
   }
   if (frac.size() > 6) return bad("has more than six decimals (the smallest amount is 0.000001)");
-  // Leading zeros aside, more than 10 digits is past any limit we allow.
+  // Leading zeros aside, more than 12 digits is past any limit we allow.
   while (whole.size() > 1 && whole[0] == '0') whole.remove_prefix(1);
   if (whole.size() > 12) return bad("is too large");
   Micros value = 0;

@@ -243,6 +243,10 @@ void AccountingApi::Quote(const net::HttpRequest& req, Respond respond) {
 }
 
 void AccountingApi::ListAccounts(const Principal& who, Respond respond) {
+  // The role and the token's scopes first (an agent's or a join token, a
+  // token without jobs:read, reads no money), then whose accounts.
+  if (Status st = Authorize(who, Action::kJobRead, {who.subject}); !st.ok())
+    return (*respond)(ErrorResponse(st));
   auto all = accounting_.Accounts();
   if (!all.ok()) return (*respond)(ErrorResponse(all.status()));
   std::map<std::string, AccountMoney> shown;
@@ -261,6 +265,10 @@ void AccountingApi::ListAccounts(const Principal& who, Respond respond) {
 }
 
 void AccountingApi::GetAccount(const Principal& who, const std::string& account, Respond respond) {
+  // The role and the token's scopes first (an agent's or a join token, a
+  // token without jobs:read, reads no money), then whose accounts.
+  if (Status st = Authorize(who, Action::kJobRead, {who.subject}); !st.ok())
+    return (*respond)(ErrorResponse(st));
   if (Status s = accounting::CheckAccountName(account); !s.ok())
     return (*respond)(ErrorResponse(s));
   if (!MaySee(who, account)) return (*respond)(ErrorResponse(NotYours(account)));
@@ -336,6 +344,10 @@ void AccountingApi::SetBudget(const net::HttpRequest& req, const Principal& who,
 }
 
 void AccountingApi::Ledger(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  // The role and the token's scopes first (an agent's or a join token, a
+  // token without jobs:read, reads no money), then whose accounts.
+  if (Status st = Authorize(who, Action::kJobRead, {who.subject}); !st.ok())
+    return (*respond)(ErrorResponse(st));
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
   LedgerQuery q;
   if (auto it = req.query.find("account"); it != req.query.end()) q.account = it->second;
@@ -378,6 +390,10 @@ void AccountingApi::Ledger(const net::HttpRequest& req, const Principal& who, Re
 }
 
 void AccountingApi::Usage(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  // The role and the token's scopes first (an agent's or a join token, a
+  // token without jobs:read, reads no money), then whose accounts.
+  if (Status st = Authorize(who, Action::kJobRead, {who.subject}); !st.ok())
+    return (*respond)(ErrorResponse(st));
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
   UsageQuery q;
   if (auto it = req.query.find("by"); it != req.query.end() && !it->second.empty()) {
@@ -434,6 +450,10 @@ void AccountingApi::Usage(const net::HttpRequest& req, const Principal& who, Res
 }
 
 void AccountingApi::Statement(const net::HttpRequest& req, const Principal& who, Respond respond) {
+  // The role and the token's scopes first (an agent's or a join token, a
+  // token without jobs:read, reads no money), then whose accounts.
+  if (Status st = Authorize(who, Action::kJobRead, {who.subject}); !st.ok())
+    return (*respond)(ErrorResponse(st));
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
   auto param = [&](const char* name) {
     auto it = req.query.find(name);

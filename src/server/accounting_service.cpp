@@ -46,9 +46,9 @@ Result<const AccountingService::NodeFacts*> AccountingService::FactsOf(
   return &cache.emplace(node_id, std::move(f)).first->second;
 }
 
-Result<std::vector<Holding>> AccountingService::HoldingsOf(
-    Tx& tx, const Job& job, const Attempt& attempt, const PriceBook& book,
-    std::map<std::string, NodeFacts>& nodes) {
+Result<std::vector<Holding>> AccountingService::HoldingsOf(Tx& tx, const Job& job,
+                                                           const Attempt& attempt,
+                                                           const PriceBook& book, TxCache& cache) {
   struct Part {
     int32_t rank;
     std::string node_id;
@@ -60,10 +60,16 @@ Result<std::vector<Holding>> AccountingService::HoldingsOf(
     parts.push_back({0, attempt.node_id, &attempt.gpu_uuids, attempt.finished_ms});
   } else {
     for (const AttemptRank& r : attempt.ranks) {
-      // A rank that ended before the others freed its node then.
-      int64_t freed = r.finished_ms > 0 ? r.finished_ms : attempt.finished_ms;
+      // A rank that ended before the others freed its node then (0 while
+      // it holds it).
+      int64_t freed = !IsLive(r.state) && r.finished_ms > 0 ? r.finished_ms : attempt.finished_ms;
       parts.push_back({r.rank, r.node_id, &r.gpu_uuids, freed});
     }
+  }
+  auto lab = cache.labs.find(job.spec.group);
+  if (lab == cache.labs.end()) {
+    GP_ASSIGN_OR_RETURN(auto group, tx.GetGroup(job.spec.group));
+    lab = cache.labs.emplace(job.spec.group, group.has_value()).first;
   }
   std::vector<Holding> out;
   for (const Part& p : parts) {
@@ -73,8 +79,9 @@ Result<std::vector<Holding>> AccountingService::HoldingsOf(
     h.job_id = job.id;
     h.user = job.owner;
     h.group = job.spec.group;
+    h.group_pays = lab->second;
     h.node_id = p.node_id;
-    GP_ASSIGN_OR_RETURN(const NodeFacts* node, FactsOf(tx, p.node_id, nodes));
+    GP_ASSIGN_OR_RETURN(const NodeFacts* node, FactsOf(tx, p.node_id, cache.nodes));
     h.provider_group = node->lending_group;
     for (const GpuInfo& g : node->gpus) {
       if (!p.gpus->empty() && g.uuid == p.gpus->front()) h.use.gpu_class = book.ClassOf(g);
@@ -84,7 +91,7 @@ Result<std::vector<Holding>> AccountingService::HoldingsOf(
     h.use.cpu_milli = job.spec.resources.cpu_milli;
     h.use.memory_mib = job.spec.resources.memory_mib;
     h.held_from_ms = attempt.created_ms;
-    h.freed_ms = IsLive(attempt.state) ? 0 : std::max(p.finished_ms, attempt.created_ms);
+    h.freed_ms = p.finished_ms > 0 ? std::max(p.finished_ms, attempt.created_ms) : 0;
     out.push_back(std::move(h));
   }
   return out;
@@ -104,8 +111,8 @@ Status AccountingService::Post(Tx& tx, const std::vector<LedgerEntry>& entries,
 Status AccountingService::AttemptClosed(Tx& tx, const Job& job, const Attempt& attempt) {
   GP_ASSIGN_OR_RETURN(auto versions, tx.ListPrices());
   PriceBook book(std::move(versions));
-  std::map<std::string, NodeFacts> nodes;
-  GP_ASSIGN_OR_RETURN(auto holdings, HoldingsOf(tx, job, attempt, book, nodes));
+  TxCache cache;
+  GP_ASSIGN_OR_RETURN(auto holdings, HoldingsOf(tx, job, attempt, book, cache));
   int64_t now = clock_.NowMs();
   for (const Holding& h : holdings) {
     GP_ASSIGN_OR_RETURN(int64_t posted_to, tx.PostedTo(h.attempt_id, h.rank));
@@ -124,6 +131,7 @@ Result<int64_t> AccountingService::Tick() {
   int64_t posted_count = 0;
   std::map<Span, Owed> accruing;
   std::map<int64_t, Micros> max_cost;
+  std::set<std::string> labs;
   std::map<Span, int64_t> posted_to = posted_to_;
   std::set<Span> live;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
@@ -133,7 +141,9 @@ Result<int64_t> AccountingService::Tick() {
     live_only.live_only = true;
     GP_ASSIGN_OR_RETURN(auto attempts, tx.ListAttempts(live_only));
     std::map<int64_t, Job> jobs;
-    std::map<std::string, NodeFacts> nodes;
+    TxCache cache;
+    GP_ASSIGN_OR_RETURN(auto groups, tx.ListGroups());
+    for (const GroupRecord& g : groups) labs.insert(g.name);
     for (const Attempt& a : attempts) {
       auto it = jobs.find(a.job_id);
       if (it == jobs.end()) {
@@ -142,7 +152,7 @@ Result<int64_t> AccountingService::Tick() {
         it = jobs.emplace(a.job_id, *std::move(job)).first;
       }
       if (it->second.spec.max_cost_micros > 0) max_cost[a.job_id] = it->second.spec.max_cost_micros;
-      GP_ASSIGN_OR_RETURN(auto holdings, HoldingsOf(tx, it->second, a, book, nodes));
+      GP_ASSIGN_OR_RETURN(auto holdings, HoldingsOf(tx, it->second, a, book, cache));
       for (const Holding& h : holdings) {
         Span span{h.attempt_id, h.rank};
         live.insert(span);
@@ -165,6 +175,7 @@ Result<int64_t> AccountingService::Tick() {
   posted_to_ = std::move(posted_to);
   accruing_ = std::move(accruing);
   max_cost_ = std::move(max_cost);
+  labs_ = std::move(labs);
   return posted_count;
 }
 
@@ -241,6 +252,11 @@ Result<AccountMoney> AccountingService::Account(const std::string& account) {
     if (owed.account == account) m.accruing += owed.amount;
   }
   return m;
+}
+
+std::string AccountingService::AccountOf(const Job& job) const {
+  return labs_.count(job.spec.group) ? accounting::GroupAccount(job.spec.group)
+                                     : accounting::UserAccount(job.owner);
 }
 
 RunningWork AccountingService::Running() const {

@@ -92,6 +92,9 @@ class AccountingService {
   // Running work as of the last tick (a closed attempt's part leaves at
   // once).
   RunningWork Running() const;
+  // The account job `job` pays from: its group's when that is a lab (as of
+  // the last tick), else its owner's.
+  std::string AccountOf(const Job& job) const;
 
   int64_t tick_ms() const { return options_.tick_ms; }
   const accounting::MeteringRules& rules() const { return options_.rules; }
@@ -100,12 +103,17 @@ class AccountingService {
   struct NodeFacts;
   Result<const NodeFacts*> FactsOf(Tx& tx, const std::string& node_id,
                                    std::map<std::string, NodeFacts>& cache);
+  // What a transaction has read: nodes' facts, and whether groups are labs.
+  struct TxCache {
+    std::map<std::string, NodeFacts> nodes;
+    std::map<std::string, bool> labs;
+  };
   // Every holding of `attempt` (one per rank), charged as of the price
   // book's classes and the nodes' records (read through `nodes`).
   Result<std::vector<accounting::Holding>> HoldingsOf(Tx& tx, const Job& job,
                                                       const Attempt& attempt,
                                                       const accounting::PriceBook& book,
-                                                      std::map<std::string, NodeFacts>& nodes);
+                                                      TxCache& cache);
   // Posts `entries`; the posted_to of each charge's span in `posted`.
   Status Post(Tx& tx, const std::vector<accounting::LedgerEntry>& entries,
               std::map<std::pair<std::string, int32_t>, int64_t>* posted);
@@ -122,6 +130,8 @@ class AccountingService {
     accounting::Micros amount = 0;
   };
   std::map<std::pair<std::string, int32_t>, Owed> accruing_;
+  // The labs, as of the last tick (for AccountOf).
+  std::set<std::string> labs_;
   // Live jobs' max_cost, as of the last tick.
   std::map<int64_t, accounting::Micros> max_cost_;
   // Where each running span's charges end in the ledger (spans of closed

@@ -1,5 +1,5 @@
 // BudgetKeeper: budgets per account and jobs' spending limits, enforced
-// (accounting/budgets.h has the rules; docs/user-guide.md#budgets).
+// (accounting/budgets.h has the rules; docs/user-guide.md#budgets-and-what-happens-at-the-limit).
 //
 // Evaluate(), after each accrual tick and after every grant or budget
 // change, reads each budget's account (this month's charges and its

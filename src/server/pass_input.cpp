@@ -260,7 +260,8 @@ PassInput BuildPassInput(const PoolView& view, const PassContext& ctx) {
     p.runtime_limit_ms = j.spec.max_runtime_ms;
     p.front = j.front;
     if (!ctx.held_accounts.empty()) {
-      auto held = ctx.held_accounts.find(accounting::JobAccount(j.owner, j.spec.group));
+      auto held = ctx.held_accounts.find(
+          ctx.account_of ? ctx.account_of(j) : accounting::JobAccount(j.owner, j.spec.group));
       if (held != ctx.held_accounts.end()) {
         in.skipped[j.id] = "held: " + held->second;
         continue;

@@ -67,6 +67,9 @@ struct PassContext {
   // Accounts at their budget's limit (accounting/budgets.h) -> why: their
   // pending jobs wait, with that reason.
   std::map<std::string, std::string> held_accounts;
+  // The account a job pays from (AccountingService::AccountOf); unset: its
+  // group's, or its owner's without one.
+  std::function<std::string(const Job&)> account_of;
 };
 
 // The scheduler's input, and what the pass tells waiting jobs besides.

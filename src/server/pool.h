@@ -145,6 +145,9 @@ struct PoolHooks {
   // Accounts at their budget's limit -> why (AccountingService::Held):
   // their pending jobs wait with that reason. Unset: none.
   std::function<std::map<std::string, std::string>()> held_accounts;
+  // The account a job pays from (AccountingService::AccountOf). Unset: its
+  // group's, or its owner's without one.
+  std::function<std::string(const Job&)> account_of;
   // What a committed transaction counted for the metrics (placements,
   // preemptions, queue waits, checkpoints, migrations, reclaims).
   std::function<void(const PoolCounts&)> counted;

@@ -58,6 +58,7 @@ PassContext Pool::PassContextAt(int64_t now) const {
   ctx.connected = [this](const std::string& node_id) { return live_.count(node_id) > 0; };
   ctx.refused = &refused_;
   if (hooks_.held_accounts) ctx.held_accounts = hooks_.held_accounts();
+  ctx.account_of = hooks_.account_of;
   return ctx;
 }
 

@@ -591,6 +591,7 @@ int RunServer(const ServerOptions& options) {
   Pool* pool_ptr = nullptr;
   BudgetKeeper budgets(store, clock, accounting, BudgetHooksFor(pool_ptr, hooks));
   hooks.held_accounts = [&] { return budgets.Held(); };
+  hooks.account_of = [&](const Job& job) { return accounting.AccountOf(job); };
   Pool pool(store, clock, pool_options, hooks);
   pool_ptr = &pool;
   pacer.SetPool(pool);

@@ -125,9 +125,10 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
     r = cli_as(pool, alice, "admin", "credit", "add", "vision", "1000")
     assert r.returncode != 0, r.stdout
 
-    # Alice's job for vision on physics' machine; Bob's job of no lab.
+    # Alice's job for vision on physics' machine; Bob's in a group that is
+    # not a lab (open to anyone): that is no account, Bob pays.
     jobs = {}
-    for who, token, group in (("alice", alice, "vision"), ("bob", bob, None)):
+    for who, token, group in (("alice", alice, "vision"), ("bob", bob, "open-queue")):
         args = ["submit", "--gpus", "1", "--name", f"{who}-job"]
         if group:
             args += ["--group", group]
@@ -157,6 +158,14 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
     assert money["user:bob"]["balance_micros"] == -spent["bob"]
     assert money["group:physics"]["balance_micros"] == sum(e["amount_micros"] for e in lending)
     assert sum(a["posted_micros"] for a in accounts["accounts"]) == 0  # the books balance
+
+    # A token without jobs:read reads no money, even its own user's.
+    metrics_only = pool.cli("token", "create", "--user", "alice", "--name", "scrape",
+                            "--scopes", "metrics", check=True).stdout.strip()
+    for path in ("/v1/accounts", "/v1/accounts/user:alice", "/v1/usage",
+                 "/v1/ledger?account=user:alice", "/v1/statement?account=user:alice&month=2026-11"):
+        status, body = pool.api("GET", path, token=metrics_only)
+        assert status == 403, (path, status, body)
 
     # Alice sees her own and her lab's accounts, not physics' or Bob's.
     r = cli_as(pool, alice, "-o", "json", "balance")

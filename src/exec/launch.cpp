@@ -16,6 +16,20 @@
 #include "exec/limits.h"
 
 namespace gpupool::exec {
+// A LaunchPlan as the child uses it: every string and array built, so the
+// child of a vfork (which shares this memory) allocates nothing.
+struct PreparedPlan {
+  const LaunchPlan* plan = nullptr;
+  std::vector<int> keep;  // sorted: plan.keep_fds and the error pipe
+  std::vector<std::string> stage_targets;
+  std::vector<char*> argv, envp;
+  // Where execve looks, in order (execvpe's search of the plan's PATH).
+  std::vector<std::string> candidates;
+  // {"/bin/sh", <candidate>, argv[1]..., nullptr}: a file without a "#!"
+  // line runs as a shell script, as execvpe runs it.
+  std::vector<char*> script_argv;
+};
+
 namespace {
 
 [[noreturn]] void Fail(int error_fd, LaunchStep step, int err) {
@@ -34,20 +48,6 @@ void CloseAllExcept(const std::vector<int>& keep) noexcept {
   }
   ::close_range(next, ~0U, 0);
 }
-
-// A LaunchPlan as the child uses it: every string and array built, so the
-// child of a vfork (which shares this memory) allocates nothing.
-struct PreparedPlan {
-  const LaunchPlan* plan = nullptr;
-  std::vector<int> keep;  // sorted: plan.keep_fds and the error pipe
-  std::vector<std::string> stage_targets;
-  std::vector<char*> argv, envp;
-  // Where execve looks, in order (execvpe's search of the plan's PATH).
-  std::vector<std::string> candidates;
-  // {"/bin/sh", <candidate>, argv[1]..., nullptr}: a file without a "#!"
-  // line runs as a shell script, as execvpe runs it.
-  std::vector<char*> script_argv;
-};
 
 PreparedPlan Prepare(const LaunchPlan& plan, int error_fd) {
   PreparedPlan p;
@@ -193,6 +193,17 @@ void ExecPlan(const LaunchPlan& plan, int error_fd) {
   PreparedPlan p = Prepare(plan, error_fd);
   RunPrepared(p, error_fd, nullptr);
 }
+
+struct ForkExec::Prepared {
+  PreparedPlan plan;
+};
+
+ForkExec::ForkExec(const LaunchPlan& plan, int error_fd)
+    : p_(std::make_unique<Prepared>(Prepared{Prepare(plan, error_fd)})), error_fd_(error_fd) {}
+
+ForkExec::~ForkExec() = default;
+
+void ForkExec::Run() noexcept { RunPrepared(p_->plan, error_fd_, nullptr); }
 
 Result<pid_t> SpawnPlan(const LaunchPlan& plan, const ChildStdio& stdio, const sigset_t& mask,
                         int error_fd) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,27 @@ enum class LaunchStep : int { kCgroup = 1, kRlimits, kStage, kSetUser, kChdir, k
 // without '/' is looked up on the PATH of plan.env (the job's), not the
 // caller's. Never returns.
 [[noreturn]] void ExecPlan(const LaunchPlan& plan, int error_fd);
+
+// ExecPlan for a child of fork() in a process that has other threads:
+// everything the child needs is built here, in the parent, so the child
+// allocates nothing. (After fork() another thread may have held the
+// allocator's lock; a child that allocates can then wait for it forever:
+// the agent's sandbox probe hung so under the sanitizers.) `plan` must
+// outlive it.
+class ForkExec {
+ public:
+  ForkExec(const LaunchPlan& plan, int error_fd);
+  ~ForkExec();
+  ForkExec(const ForkExec&) = delete;
+  ForkExec& operator=(const ForkExec&) = delete;
+  // In the child: what ExecPlan does. Never returns.
+  [[noreturn]] void Run() noexcept;
+
+ private:
+  struct Prepared;
+  std::unique_ptr<Prepared> p_;
+  int error_fd_;
+};
 
 // The standard descriptors of SpawnPlan's child.
 struct ChildStdio {

@@ -485,3 +485,46 @@ TEST(ExecPlanTest, StageBindsReachAnUnreachableDirAndFileForTheTaskAccount) {
 
 }  // namespace
 }  // namespace gpupool::exec
+
+namespace gpupool::exec {
+namespace {
+
+// ForkExec: the plan built before the fork, run in the child, its output
+// and its launch failure reported as ExecPlan reports them.
+TEST(ForkExecTest, RunsThePlanPreparedBeforeTheFork) {
+  for (bool missing : {false, true}) {
+    LaunchPlan plan = ShellPlan("echo prepared-$A");
+    plan.env.push_back("A=before");
+    if (missing) plan.argv = {"no-such-program-here"};
+    int out[2], err[2];
+    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    ASSERT_EQ(::pipe2(err, O_CLOEXEC), 0);
+    ForkExec exec(plan, err[1]);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::dup2(out[1], 1);
+      exec.Run();
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    std::string text = ReadToEndAndClose(out[0]);
+    int failure[2] = {0, 0};
+    bool failed = ::read(err[0], failure, sizeof failure) == sizeof failure;
+    ::close(err[0]);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    if (missing) {
+      EXPECT_TRUE(failed);
+      EXPECT_EQ(failure[0], static_cast<int>(LaunchStep::kExec));
+      EXPECT_EQ(failure[1], ENOENT);
+    } else {
+      EXPECT_FALSE(failed);
+      EXPECT_EQ(text, "prepared-before\n");
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::exec

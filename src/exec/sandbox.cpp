@@ -502,6 +502,7 @@ Status ProbeSandbox(const SandboxOptions& options, int uid, int gid) {
     ::close(err_pipe[1]);
     return Status::Internal("pipe failed");
   }
+  ForkExec exec(plan, err_pipe[1]);
   pid_t pid = ::fork();
   if (pid < 0) {
     for (int fd : {err_pipe[0], err_pipe[1], out_pipe[0], out_pipe[1]}) ::close(fd);
@@ -512,7 +513,7 @@ Status ProbeSandbox(const SandboxOptions& options, int uid, int gid) {
     ::dup2(devnull, 0);
     ::dup2(out_pipe[1], 1);
     ::dup2(out_pipe[1], 2);
-    ExecPlan(plan, err_pipe[1]);
+    exec.Run();
   }
   ::close(err_pipe[1]);
   ::close(out_pipe[1]);

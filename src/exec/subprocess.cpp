@@ -220,6 +220,7 @@ Result<CommandResult> RunPlan(const LaunchPlan& plan,
     return Status::Internal("cannot run " + program + ": pipe: " + std::strerror(errno));
   }
   UniqueFd exec_r(exec_pipe[0]), exec_w(exec_pipe[1]);
+  ForkExec exec(plan, exec_w.get());
   pid_t pid = ::fork();
   if (pid < 0) return Status::Internal("cannot run " + program + ": fork: " + std::strerror(errno));
   if (pid == 0) {
@@ -235,7 +236,7 @@ Result<CommandResult> RunPlan(const LaunchPlan& plan,
     }
     // A helper never gains privileges by exec (setuid files, file caps).
     ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    ExecPlan(plan, exec_w.get());
+    exec.Run();
   }
   ::setpgid(pid, pid);  // also here, so the group exists before a kill
   out_w.Reset();

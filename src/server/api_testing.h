@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
+#include "server/accounting_api.h"
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/backup_api.h"
@@ -130,6 +131,11 @@ class ApiTestServer : public ::testing::Test {
     api_->AddModule(*metrics_api_);
     quota_api_ = std::make_unique<QuotaApi>(*auth_, *quotas_);
     api_->AddModule(*quota_api_);
+    accounting_ = std::make_unique<AccountingService>(*store_, clock_, AccountingOptions{});
+    budgets_ = std::make_unique<BudgetKeeper>(*store_, clock_, *accounting_, BudgetHooks{});
+    accounting_api_ =
+        std::make_unique<AccountingApi>(*auth_, *accounting_, *budgets_, *store_, clock_);
+    api_->AddModule(*accounting_api_);
     BackupApiOptions backups;
     backups.db_path = dir_.path() + "/state.db";
     backups.backup_dir = dir_.path() + "/backups";
@@ -240,6 +246,9 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<BlobApi> blob_api_;
   std::unique_ptr<QuotaApi> quota_api_;
+  std::unique_ptr<AccountingService> accounting_;
+  std::unique_ptr<BudgetKeeper> budgets_;
+  std::unique_ptr<AccountingApi> accounting_api_;
   std::unique_ptr<BackupApi> backup_api_;
   std::unique_ptr<IdentityApi> identity_;
   std::unique_ptr<Api> api_;

@@ -5,6 +5,7 @@
 #include "cli/command_util.h"
 #include "cli/table.h"
 #include "common/markup.h"
+#include "common/money.h"
 #include "net/http.h"
 
 namespace gpupool::cli {
@@ -15,13 +16,7 @@ namespace {
 
 // "2.50" from {"<name>_micros": 2500000}: exact, as the server keeps it.
 std::string Credits(const json& j, const std::string& name) {
-  int64_t m = Int(j, (name + "_micros").c_str());
-  bool neg = m < 0;
-  uint64_t a = neg ? 0 - static_cast<uint64_t>(m) : static_cast<uint64_t>(m);
-  std::string frac = std::to_string(a % 1'000'000);
-  frac.insert(0, 6 - frac.size(), '0');
-  while (frac.size() > 2 && frac.back() == '0') frac.pop_back();
-  return (neg ? "-" : "") + std::to_string(a / 1'000'000) + "." + frac;
+  return accounting::FormatCredits(Int(j, (name + "_micros").c_str()));
 }
 
 std::string Hours(const json& j, const char* key) {

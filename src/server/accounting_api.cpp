@@ -6,6 +6,7 @@
 
 #include "common/json_reader.h"
 #include "model/job_spec.h"
+#include "server/api.h"
 #include "server/http_errors.h"
 
 namespace gpupool::server {
@@ -175,14 +176,7 @@ void AccountingApi::SetPrice(const net::HttpRequest& req, const Principal& who, 
 
 void AccountingApi::Quote(const net::HttpRequest& req, Respond respond) {
   auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
-  Result<JobSpec> spec = Status::Internal("unset");
-  if (req.Header("content-type").find("yaml") != std::string::npos) {
-    spec = ParseJobSpec(req.body);
-  } else {
-    auto body = ParseJsonObject(req.body, "request body");
-    if (!body.ok()) return fail(body.status());
-    spec = JobSpecFromJson(*body);
-  }
+  Result<JobSpec> spec = JobSpecFromRequest(req);
   if (!spec.ok()) return fail(spec.status());
   auto book = accounting_.Prices();
   if (!book.ok()) return fail(book.status());

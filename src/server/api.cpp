@@ -219,9 +219,6 @@ Result<int64_t> QueryWaitMs(const net::HttpRequest& req) {
   return std::min<int64_t>(*ms, 60'000);
 }
 
-// A spec sent as YAML (`Content-Type: application/yaml`, as the dashboard
-// sends a pasted spec) is read by the CLI's own reader, so its errors are
-// the CLI's, with the line.
 bool IsYaml(const std::string& content_type) {
   std::string_view t = content_type;
   t = t.substr(0, t.find(';'));
@@ -229,6 +226,12 @@ bool IsYaml(const std::string& content_type) {
 }
 
 }  // namespace
+
+Result<JobSpec> JobSpecFromRequest(const net::HttpRequest& req) {
+  if (IsYaml(req.Header("content-type"))) return ParseJobSpec(req.body);
+  GP_ASSIGN_OR_RETURN(auto body, ParseJsonObject(req.body, "request body"));
+  return JobSpecFromJson(body);
+}
 
 Api::~Api() {
   for (auto& [job, waiters] : waiters_) {
@@ -375,14 +378,7 @@ void Api::AddOwnRoutes() {
 }
 
 void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond) {
-  Result<JobSpec> spec = Status::Internal("unset");
-  if (IsYaml(req.Header("content-type"))) {
-    spec = ParseJobSpec(req.body);
-  } else {
-    auto body = ParseJsonObject(req.body, "request body");
-    if (!body.ok()) return (*respond)(ErrorResponse(body.status()));
-    spec = JobSpecFromJson(*body);
-  }
+  Result<JobSpec> spec = JobSpecFromRequest(req);
   if (!spec.ok()) return (*respond)(ErrorResponse(spec.status()));
   // A job is charged to its group: only a lab's members may use the lab's
   // name (groups that are not labs are open to all).

@@ -54,6 +54,12 @@ struct ApiOptions {
       observe;
 };
 
+// The job spec in a request's body: JSON, or YAML with a YAML Content-Type
+// (`application/yaml`, as the dashboard sends a pasted spec), read by the
+// CLI's own reader so its errors are the CLI's, with the line.
+// InvalidArgument says what was wrong and where.
+Result<JobSpec> JobSpecFromRequest(const net::HttpRequest& req);
+
 class Api {
  public:
   // `blobs` and `identity` may be null (their endpoints are then not found).

@@ -45,12 +45,20 @@ Status BudgetKeeper::ClearBudget(const std::string& account) {
   return Evaluate();
 }
 
-std::map<std::string, std::string> BudgetKeeper::Held() const {
+namespace {
+
+// The accounts of `standings` at their limit -> why.
+std::map<std::string, std::string> AtLimit(
+    const std::map<std::string, accounting::BudgetStanding>& standings) {
   std::map<std::string, std::string> out;
-  for (const auto& [account, s] : standings_)
+  for (const auto& [account, s] : standings)
     if (s.at_limit) out[account] = s.reason;
   return out;
 }
+
+}  // namespace
+
+std::map<std::string, std::string> BudgetKeeper::Held() const { return AtLimit(standings_); }
 
 Status BudgetKeeper::Evaluate() {
   const RunningWork work = accounting_.Running();
@@ -80,12 +88,8 @@ Status BudgetKeeper::Evaluate() {
     }
     return Status::Ok();
   }));
-  bool changed = Held() != [&] {
-    std::map<std::string, std::string> held;
-    for (const auto& [account, s] : standings)
-      if (s.at_limit) held[account] = s.reason;
-    return held;
-  }();
+  bool changed = Held() != AtLimit(standings);
+
   standings_ = std::move(standings);
   if (changed && hooks_.limits_changed) hooks_.limits_changed();
   // Stopping runs the pool's own transactions, after this one.

@@ -351,3 +351,44 @@ def test_a_job_is_stopped_at_its_spending_limit(pool):
     charges = charges_of(pool, "group:vision", attempt["id"])
     assert_charged_once(charges, attempt, 3_600_000_000)
     assert sum(c["amount_micros"] for c in charges) >= 2_000_000
+
+
+def test_an_agent_cannot_send_lending_credits_to_a_lab_its_provider_is_not_in(pool):
+    """An agent names its owner group itself. Mallory, a provider outside
+    physics, enrolls a machine claiming physics; Carol, in physics, one
+    claiming it too. Only Carol's earns physics anything."""
+    pool.start_server(extra=MONEY)
+    for lab in ("physics", "vision"):
+        assert pool.api("POST", "/v1/groups", {"name": lab})[0] == 201
+    tokens = {}
+    for name in ("mallory", "carol"):
+        status, body = pool.api("POST", "/v1/users", {"name": name, "role": "provider"})
+        assert status == 201, body
+        status, body = pool.api("POST", "/v1/tokens", {"user": name, "name": "t"})
+        assert status == 201, body
+        tokens[name] = body["token"]
+    assert pool.api("POST", "/v1/groups/physics/members", {"add": ["carol"]})[0] == 200
+    alice = add_member(pool, "alice", "vision")
+    assert pool.cli("admin", "price", "set", "A100", "36").returncode == 0
+    pool.start_agent("mallorys", enroll_as=tokens["mallory"], extra=["--owner-group", "physics"])
+    pool.wait_nodes_ready(1)
+    job = submit_spec(pool, alice, {"name": "on-mallorys", "run": "sleep 2", "group": "vision",
+                                    "resources": {"gpus": 1}})
+    done = pool.wait_state(job, "succeeded", timeout=60)
+    attempt = done["attempt_list"][0]
+    assert attempt["node"] == "mallorys", attempt
+    assert_charged_once(charges_of(pool, "group:vision", attempt["id"]), attempt, 36_000_000)
+    assert [e for e in ledger(pool, "group:physics") if e["kind"] == "lending"] == []
+    # Carol's machine, vouched for by her membership, earns physics its share.
+    pool.kill_agent("mallorys")
+    pool.start_agent("carols", enroll_as=tokens["carol"], extra=["--owner-group", "physics"])
+    wait_for(lambda: any(n["name"] == "carols" and n["state"] == "ready" for n in pool.nodes()),
+             what="carol's machine ready")
+    job = submit_spec(pool, alice, {"name": "on-carols", "run": "sleep 2", "group": "vision",
+                                    "resources": {"gpus": 1}})
+    done = pool.wait_state(job, "succeeded", timeout=60)
+    charges = charges_of(pool, "group:vision", done["attempt_list"][0]["id"])
+    lending = [e for e in ledger(pool, "group:physics") if e["kind"] == "lending"]
+    assert sorted(e["amount_micros"] for e in lending) == sorted(
+        c["amount_micros"] * 8 // 10 for c in charges if c["amount_micros"])
+    assert lending

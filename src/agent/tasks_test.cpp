@@ -375,27 +375,32 @@ TEST_F(TasksTest, AnAttemptWhoseLeaseRunsOutIsStopped) {
 }
 
 TEST_F(TasksTest, RenewedLeasesKeepTasksRunningAndStaleAnswersDoNotMoveThemBack) {
-  // Long enough that a loaded machine starts each shim within it.
-  manager_->SetLease(1500);
-  // The job counts its own time: 45 ticks of 0.1 s outlast the lease 3 times.
+  // Long enough that a loaded machine (the sanitizer build on two busy
+  // cores) starts each shim and comes round this loop within it.
+  const int64_t lease = 3000;
+  manager_->SetLease(lease);
   proto::StartTask rank =
       Task("32.1", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done");
   rank.gang = Rank(1, 2, Distributed::kNone);
   proto::StartTask single =
       Task("33.1", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done");
-  manager_->RenewLeases(BootTimeMs());
+  const int64_t first = BootTimeMs();
+  manager_->RenewLeases(first);
   ASSERT_TRUE(manager_->Start(rank, {}).ok());
   manager_->RenewLeases(BootTimeMs());
   ASSERT_TRUE(manager_->Start(single, {}).ok());
   for (const char* id : {"32.1", "33.1"}) {
     ASSERT_TRUE(fs::exists(manager_->tasks().at(id).paths.lease())) << id;
   }
-  bool saw_tick_45 = false;
-  while (!saw_tick_45) {
+  // Renewed, both outlive the first lease three times over, still ticking.
+  std::map<std::string, int> ticks;
+  while (BootTimeMs() < first + 3 * lease || ticks.size() < 2) {
     manager_->RenewLeases(BootTimeMs());
     manager_->Poll();
     for (const char* id : {"32.1", "33.1"}) {
-      for (const auto& r : manager_->ReadOutput(id, 1 << 20)) saw_tick_45 |= r.text == "tick 45";
+      for (const auto& r : manager_->ReadOutput(id, 1 << 20)) {
+        if (r.text.starts_with("tick ")) ++ticks[id];
+      }
       ASSERT_FALSE(manager_->tasks().at(id).result) << manager_->tasks().at(id).result->reason;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -404,7 +409,7 @@ TEST_F(TasksTest, RenewedLeasesKeepTasksRunningAndStaleAnswersDoNotMoveThemBack)
   const std::string path = manager_->tasks().at("33.1").paths.lease();
   auto before = DecodeLeaseFile(*ReadFile(path));
   ASSERT_TRUE(before.ok());
-  manager_->RenewLeases(before->deadline_ms - 1500 - 500);
+  manager_->RenewLeases(before->deadline_ms - lease - 500);
   EXPECT_EQ(DecodeLeaseFile(*ReadFile(path))->deadline_ms, before->deadline_ms);
   // Without renewals both go.
   for (const char* id : {"32.1", "33.1"}) {
@@ -484,7 +489,8 @@ TEST_F(TasksTest, AShareKeepsItsComputeShareAndModeAcrossARestart) {
 }
 
 TEST_F(TasksTest, ARestartedAgentRenewsLeasesOnceItKnowsTheLease) {
-  manager_->SetLease(2000);
+  // Far longer than the test takes: only the lease file is under test here.
+  manager_->SetLease(30'000);
   manager_->RenewLeases(BootTimeMs());
   // A recovered agent that has no lease yet leaves a running task's lease
   // alone; the welcome's answer to its hello renews it.

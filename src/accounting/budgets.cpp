@@ -1,8 +1,25 @@
 #include "accounting/budgets.h"
 
 #include <algorithm>
+#include <ctime>
 
 namespace gpupool::accounting {
+
+UtcMonth MonthOf(int64_t ms) {
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char name[16];
+  std::strftime(name, sizeof name, "%Y-%m", &tm);
+  std::tm first{};
+  first.tm_year = tm.tm_year;
+  first.tm_mon = tm.tm_mon;
+  first.tm_mday = 1;
+  std::tm next = first;
+  next.tm_mon += 1;  // timegm normalises December + 1
+  return {name, static_cast<int64_t>(timegm(&first)) * 1000,
+          static_cast<int64_t>(timegm(&next)) * 1000};
+}
 
 namespace {
 

@@ -13,11 +13,19 @@
 // Contract: pure.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "accounting/records.h"
 
 namespace gpupool::accounting {
+
+// "2026-11" and its first and the next month's first millisecond (UTC).
+struct UtcMonth {
+  std::string name;
+  int64_t from_ms = 0, to_ms = 0;
+};
+UtcMonth MonthOf(int64_t ms);
 
 struct BudgetStanding {
   Budget budget;

@@ -34,13 +34,6 @@ struct BudgetHooks {
   std::function<void()> limits_changed;
 };
 
-// "2026-11" and its first and next month's first millisecond (UTC).
-struct UtcMonth {
-  std::string name;
-  int64_t from_ms = 0, to_ms = 0;
-};
-UtcMonth MonthOf(int64_t ms);
-
 class BudgetKeeper {
  public:
   BudgetKeeper(Store& store, const Clock& clock, AccountingService& accounting, BudgetHooks hooks);

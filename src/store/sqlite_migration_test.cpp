@@ -467,6 +467,18 @@ void CheckV10(Tx& tx) {
   EXPECT_EQ(ledger[0].GpuMilliMs(), 1000LL * 3600000);
 }
 
+// Version 11 fills the usage rollups from the ledger: a report over whole
+// months (from them) finds version 10's charge.
+void CheckV11(Tx& tx) {
+  UsageQuery q;
+  q.by = UsageBy::kUser;
+  q.since_ms = 0;
+  EXPECT_EQ(Must(tx.SumUsage(q)),
+            (std::vector<UsageRow>{{"gina", 1000LL * 3600000, 0, 2500000, 1}}));
+  q.by = UsageBy::kNode;
+  EXPECT_EQ(Must(tx.SumUsage(q)).at(0).key, "n-1");
+}
+
 struct VersionRows {
   int version;
   const char* rows;            // SQL against that version's schema; nullptr = none
@@ -486,6 +498,7 @@ const VersionRows kVersions[] = {
     {9, nullptr, nullptr},  // attempt states: the rows of
                             // kRowsBeforeV9 below, and CheckV6
     {10, kRowsV10, CheckV10},
+    {11, nullptr, CheckV11},
 };
 static_assert(std::size(kVersions) == SqliteStore::kSchemaVersion,
               "a new migration adds its rows and check to kVersions");

@@ -439,6 +439,51 @@ CREATE TABLE budgets (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 11: usage rollups, as slurmdbd keeps its daily and monthly usage
+// tables: each charge is also added, in the transaction that posts it, to
+// four sums per UTC day and month, one by who used (user, group, account,
+// GPU class; node_id '') and one by where (node, GPU class; user, group
+// and account ''). Reports over whole days or months read these instead
+// of the ledger (store/sqlite_tx_accounting.cpp). Filled from the ledger.
+constexpr const char* kSchemaV11 = R"sql(
+CREATE TABLE usage_rollup (
+  grain        TEXT NOT NULL,
+  start_ms     INTEGER NOT NULL,
+  user         TEXT NOT NULL,
+  grp          TEXT NOT NULL,
+  debit        TEXT NOT NULL,
+  node_id      TEXT NOT NULL,
+  gpu_class    TEXT NOT NULL,
+  gpu_milli_ms INTEGER NOT NULL,
+  cpu_milli_ms INTEGER NOT NULL,
+  cost         INTEGER NOT NULL,
+  charges      INTEGER NOT NULL,
+  PRIMARY KEY (grain, start_ms, user, grp, debit, node_id, gpu_class)
+) WITHOUT ROWID;
+INSERT INTO usage_rollup
+  SELECT 'who-day', from_ms - from_ms % 86400000, user, grp, debit, '', gpu_class,
+         sum(gpu_milli * (at_ms - from_ms)), sum(cpu_milli * (at_ms - from_ms)),
+         sum(amount), count(*)
+    FROM ledger WHERE kind = 'charge' GROUP BY 2, 3, 4, 5, 7;
+INSERT INTO usage_rollup
+  SELECT 'node-day', from_ms - from_ms % 86400000, '', '', '', node_id, gpu_class,
+         sum(gpu_milli * (at_ms - from_ms)), sum(cpu_milli * (at_ms - from_ms)),
+         sum(amount), count(*)
+    FROM ledger WHERE kind = 'charge' GROUP BY 2, 6, 7;
+INSERT INTO usage_rollup
+  SELECT 'who-month', CAST(strftime('%s', start_ms / 1000, 'unixepoch', 'start of month')
+                           AS INTEGER) * 1000,
+         user, grp, debit, node_id, gpu_class, sum(gpu_milli_ms), sum(cpu_milli_ms),
+         sum(cost), sum(charges)
+    FROM usage_rollup WHERE grain = 'who-day' GROUP BY 2, 3, 4, 5, 6, 7;
+INSERT INTO usage_rollup
+  SELECT 'node-month', CAST(strftime('%s', start_ms / 1000, 'unixepoch', 'start of month')
+                            AS INTEGER) * 1000,
+         user, grp, debit, node_id, gpu_class, sum(gpu_milli_ms), sum(cpu_milli_ms),
+         sum(cost), sum(charges)
+    FROM usage_rollup WHERE grain = 'node-day' GROUP BY 2, 3, 4, 5, 6, 7;
+)sql";
+
 // Version 7 (before version 8 above in history): logs in chunks
 // (store/sqlite_logs.h); the v6 rows are packed into chunks by
 // MigrateLogsToChunks, which then drops the logs table.
@@ -454,6 +499,7 @@ constexpr SchemaMigration kMigrations[] = {
     {8, kSchemaV8},
     {9, kSchemaV9},
     {10, kSchemaV10},
+    {11, kSchemaV11},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");

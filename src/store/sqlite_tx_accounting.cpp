@@ -1,12 +1,15 @@
 // SqliteTx's accounting facet (store/sqlite_tx.h): price versions, the
 // append-only ledger (schema version 10) and the balances each posting
-// moves, and usage reports summed by SQLite.
+// moves, and usage reports summed by SQLite: over whole days or months from
+// the usage rollups (version 11) each charge also adds to, else from the
+// ledger.
 #include <sqlite3.h>
 
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "accounting/budgets.h"
 #include "store/sqlite_rows.h"
 #include "store/sqlite_tx.h"
 
@@ -62,8 +65,11 @@ Result<AccountBalance> ReadBalance(const Query& q) {
   return AccountBalance{q.Text(0), q.Int(1), q.Int(2)};
 }
 
-// The SQL expression of a usage report's key (ledger columns).
-const char* UsageKeySql(UsageBy by) {
+constexpr int64_t kDayMs = 86'400'000;
+
+// The SQL expression of a usage report's key, over the ledger's or the
+// rollup's columns (`start` is the time column: from_ms or start_ms).
+std::string UsageKeySql(UsageBy by, const std::string& start) {
   switch (by) {
     case UsageBy::kJob:
       return "job_id";
@@ -78,11 +84,51 @@ const char* UsageKeySql(UsageBy by) {
     case UsageBy::kModel:
       return "gpu_class";
     case UsageBy::kDay:
-      return "strftime('%Y-%m-%d', from_ms / 1000, 'unixepoch')";
+      return "strftime('%Y-%m-%d', " + start + " / 1000, 'unixepoch')";
     case UsageBy::kMonth:
-      return "strftime('%Y-%m', from_ms / 1000, 'unixepoch')";
+      return "strftime('%Y-%m', " + start + " / 1000, 'unixepoch')";
   }
   return "user";
+}
+
+// The rollup (schema version 11) a usage report can be summed from, or
+// nullptr when only the ledger answers it: reports by job, reports by node
+// of one user or lab, and windows that are not whole days.
+const char* RollupGrain(const UsageQuery& q) {
+  auto aligned = [&](int64_t ms, bool month) {
+    if (ms == INT64_MIN || ms == INT64_MAX) return true;
+    return month ? accounting::MonthOf(ms).from_ms == ms : ms % kDayMs == 0;
+  };
+  const bool where = q.by == UsageBy::kNode;
+  if (q.by == UsageBy::kJob || (where && !(q.group.empty() && q.user.empty()))) return nullptr;
+  if (q.by != UsageBy::kDay && aligned(q.since_ms, true) && aligned(q.until_ms, true)) {
+    return where ? "node-month" : "who-month";
+  }
+  if (aligned(q.since_ms, false) && aligned(q.until_ms, false)) {
+    return where ? "node-day" : "who-day";
+  }
+  return nullptr;
+}
+
+// Adds a posted charge to the four rollups that count it.
+Status AddToRollups(SqliteConn& conn, const LedgerEntry& e) {
+  for (const char* grain : {"who-day", "who-month", "node-day", "node-month"}) {
+    GP_ASSIGN_OR_RETURN(
+        Query q,
+        conn.Prepare("INSERT INTO usage_rollup VALUES (?1, CASE WHEN ?1 LIKE '%-day' THEN ?2 - ?2 "
+                     "% 86400000 ELSE CAST(strftime('%s', ?2 / 1000, 'unixepoch', 'start of "
+                     "month') AS INTEGER) * 1000 END, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1) ON "
+                     "CONFLICT DO UPDATE SET gpu_milli_ms = gpu_milli_ms + excluded.gpu_milli_ms, "
+                     "cpu_milli_ms = cpu_milli_ms + excluded.cpu_milli_ms, cost = cost + "
+                     "excluded.cost, charges = charges + 1"));
+    const bool who = grain[0] == 'w';
+    q.Bind(1, std::string(grain)).Bind(2, e.from_ms);
+    q.Bind(3, who ? e.user : "").Bind(4, who ? e.group : "").Bind(5, who ? e.debit : "");
+    q.Bind(6, who ? "" : e.node_id).Bind(7, e.gpu_class);
+    q.Bind(8, e.GpuMilliMs()).Bind(9, e.cpu_milli * (e.at_ms - e.from_ms)).Bind(10, e.amount);
+    GP_RETURN_IF_ERROR(q.Run());
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -127,6 +173,7 @@ Result<bool> SqliteTx::PostEntry(const LedgerEntry& e) {
   };
   GP_RETURN_IF_ERROR(move(e.debit, -e.amount));
   GP_RETURN_IF_ERROR(move(e.credit, e.amount));
+  if (e.kind == accounting::EntryKind::kCharge) GP_RETURN_IF_ERROR(AddToRollups(conn_, e));
   return true;
 }
 
@@ -172,11 +219,18 @@ Result<AccountBalance> SqliteTx::GetBalance(const std::string& account) {
 }
 
 Result<std::vector<UsageRow>> SqliteTx::SumUsage(const UsageQuery& uq) {
-  std::string key = UsageKeySql(uq.by);
-  std::string sql = "SELECT " + key +
-                    " AS k, sum(gpu_milli * (at_ms - from_ms)), sum(cpu_milli * (at_ms - "
-                    "from_ms)), sum(amount), count(*) FROM ledger WHERE kind = 'charge' AND "
-                    "from_ms >= ?1 AND from_ms < ?2";
+  std::string sql;
+  if (const char* grain = RollupGrain(uq)) {
+    sql = std::string("SELECT ") + UsageKeySql(uq.by, "start_ms") +
+          " AS k, sum(gpu_milli_ms), sum(cpu_milli_ms), sum(cost), sum(charges) FROM "
+          "usage_rollup WHERE grain = '" +
+          grain + "' AND start_ms >= ?1 AND start_ms < ?2";
+  } else {
+    sql = std::string("SELECT ") + UsageKeySql(uq.by, "from_ms") +
+          " AS k, sum(gpu_milli * (at_ms - from_ms)), sum(cpu_milli * (at_ms - from_ms)), "
+          "sum(amount), count(*) FROM ledger WHERE kind = 'charge' AND from_ms >= ?1 AND "
+          "from_ms < ?2";
+  }
   if (!uq.group.empty()) sql += " AND grp = ?3";
   if (!uq.user.empty()) sql += " AND user = ?4";
   sql += " GROUP BY k ORDER BY k";

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/budgets.h"
 #include "store/store_conformance.h"
 #include "store/store_conformance_testing.h"
 
@@ -376,6 +377,90 @@ TEST_P(StoreConformanceTest, BudgetsAreSetReplacedAndDeletedByAccount) {
   CONF_ASSERT_OK_AND_ASSIGN(all, InTx(store(), [](Tx& tx) { return tx.ListBudgets(); }));
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0], b);
+}
+
+}  // namespace gpupool
+
+namespace gpupool {
+
+// Reports over whole days and months may be kept apart from the ledger
+// (SQLite's rollups); whatever a backend does, every report equals the sum
+// of the ledger's charges, over any window, by any key, with any filter,
+// after repeated posts and rolled-back transactions.
+TEST_P(StoreConformanceTest, UsageReportsEqualTheLedgersChargesOverAnyWindow) {
+  std::mt19937_64 rng(11);
+  const char* users[] = {"alice", "bob", "carol", "dan"};
+  const char* groups[] = {"vision", "nlp", ""};
+  const char* classes[] = {"A100", "T4", "", "MIG 1g.10gb"};
+  const int64_t oct1 = accounting::MonthOf(kNov26).from_ms - 31 * 24 * kHourMs;
+  std::vector<LedgerEntry> posted;
+  for (int i = 0; i < 400; ++i) {
+    const bool repeat = !posted.empty() && rng() % 5 == 0;
+    LedgerEntry e;
+    if (repeat) {
+      e = posted[rng() % posted.size()];
+    } else {
+      const int64_t from = oct1 + static_cast<int64_t>(rng() % (92 * 24)) * kHourMs;
+      e = Charge(std::to_string(1 + rng() % 40) + "." + std::to_string(i), 0, from,
+                 from + kHourMs / static_cast<int64_t>(1 + rng() % 4),
+                 static_cast<Micros>(rng() % 5'000'000), users[rng() % 4], groups[rng() % 3]);
+      e.node_id = "n-" + std::to_string(rng() % 3);
+      e.gpu_class = classes[rng() % 4];
+      e.gpu_milli = static_cast<int32_t>(250 * (1 + rng() % 8));
+    }
+    const bool fail = rng() % 6 == 0;
+    Status st = store().Transact([&](Tx& tx) -> Status {
+      GP_RETURN_IF_ERROR(tx.PostEntry(e).status());
+      return fail ? Status::Internal("rolled back") : Status::Ok();
+    });
+    ASSERT_EQ(st.ok(), !fail);
+    if (!fail && !repeat) posted.push_back(e);
+    if (i % 50 == 0) {
+      CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) {
+        return tx.PostEntry(Grant("g" + std::to_string(i), "group:nlp", 7, e.from_ms));
+      }));
+    }
+  }
+  const int64_t day = 24 * kHourMs;
+  const std::pair<int64_t, int64_t> windows[] = {
+      {INT64_MIN, INT64_MAX},
+      {kNov26 - 25 * day, INT64_MAX},                  // from Nov 1
+      {INT64_MIN, kNov26 - 25 * day},                  // until Nov 1
+      {kNov26 - 25 * day, kNov26 + 5 * day},           // Nov 1 to Dec 1
+      {kNov26 - 3 * day, kNov26 + 2 * day},            // five days
+      {kNov26 - 3 * day + kHourMs, kNov26 + 2 * day},  // not whole days
+      {kNov26 - 40 * day + 5 * kHourMs, kNov26 - 9 * kHourMs}};
+  const UsageBy keys[] = {UsageBy::kJob,  UsageBy::kUser,  UsageBy::kGroup, UsageBy::kAccount,
+                          UsageBy::kNode, UsageBy::kModel, UsageBy::kDay,   UsageBy::kMonth};
+  for (const auto& [since, until] : windows) {
+    for (UsageBy by : keys) {
+      for (int filter = 0; filter < 3; ++filter) {
+        UsageQuery q;
+        q.by = by;
+        q.since_ms = since;
+        q.until_ms = until;
+        if (filter == 1) q.group = "vision";
+        if (filter == 2) q.user = "bob";
+        std::map<std::string, UsageRow> want;
+        for (const LedgerEntry& e : posted) {
+          if (e.from_ms < since || e.from_ms >= until) continue;
+          if (!q.group.empty() && e.group != q.group) continue;
+          if (!q.user.empty() && e.user != q.user) continue;
+          UsageRow& r = want[UsageKeyOf(e, by)];
+          r.key = UsageKeyOf(e, by);
+          r.gpu_milli_ms += e.GpuMilliMs();
+          r.cpu_milli_ms += e.cpu_milli * (e.at_ms - e.from_ms);
+          r.cost += e.amount;
+          ++r.charges;
+        }
+        CONF_ASSERT_OK_AND_ASSIGN(auto rows, InTx(store(), [&](Tx& tx) { return tx.SumUsage(q); }));
+        std::map<std::string, UsageRow> got;
+        for (const UsageRow& r : rows) EXPECT_TRUE(got.emplace(r.key, r).second) << r.key;
+        EXPECT_EQ(got, want) << "by " << UsageByName(by) << " from " << since << " to " << until
+                             << " filter " << filter;
+      }
+    }
+  }
 }
 
 }  // namespace gpupool

@@ -1,6 +1,7 @@
 #include "server/accounting_api.h"
 
 #include <algorithm>
+#include <array>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -118,6 +119,10 @@ void AccountingApi::AddRoutes(ApiRoutes& t) {
   t.Add("GET", "/v1/accounts/{account}", Access::kHandlerAuthorizes, Action::kJobRead,
         [this](net::HttpRequest&, const Principal& who, const PathParams& p, Respond respond) {
           GetAccount(who, p.find("account")->second, respond);
+        });
+  t.Add("GET", "/v1/accounts/{account}/history", Access::kHandlerAuthorizes, Action::kJobRead,
+        [this](net::HttpRequest& req, const Principal& who, const PathParams& p, Respond respond) {
+          History(req, who, p.find("account")->second, respond);
         });
   t.Add("POST", "/v1/accounts/{account}/credits", Access::kAuthorizedFirst, Action::kAdminister,
         [this](net::HttpRequest& req, const Principal& who, const PathParams& p, Respond respond) {
@@ -269,6 +274,51 @@ void AccountingApi::GetAccount(const Principal& who, const std::string& account,
   auto m = accounting_.Account(account);
   if (!m.ok()) return (*respond)(ErrorResponse(m.status()));
   (*respond)(JsonResponse(200, MoneyJson(*m, budgets_.Standings())));
+}
+
+void AccountingApi::History(const net::HttpRequest& req, const Principal& who,
+                            const std::string& account, Respond respond) {
+  auto fail = [&](const Status& s) { (*respond)(ErrorResponse(s)); };
+  if (Status st = Authorize(who, Action::kJobRead, {who.subject}); !st.ok()) return fail(st);
+  if (Status s = accounting::CheckAccountName(account); !s.ok()) return fail(s);
+  if (!MaySee(who, account)) return fail(NotYours(account));
+  // Whole UTC days: from since's day (default 30 days back) to until's.
+  constexpr int64_t kDayMs = 86'400'000;
+  constexpr int64_t kMaxDays = 731;
+  const int64_t now = clock_.NowMs();
+  auto since = QueryTime(req, "since", now, now - 29 * kDayMs);
+  auto until = QueryTime(req, "until", now, now);
+  if (!since.ok()) return fail(since.status());
+  if (!until.ok()) return fail(until.status());
+  const int64_t first = *since - *since % kDayMs;
+  const int64_t end = *until - *until % kDayMs + kDayMs;
+  if (*since < 0 || *until < *since)
+    return fail(Status::InvalidArgument("since: must be after 1970 and before until"));
+  if ((end - first) / kDayMs > kMaxDays)
+    return fail(Status::InvalidArgument("until: at most 731 days after since"));
+  std::vector<AccountFlow> flows;
+  Status st = store_.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(flows, tx.AccountFlows(account, first, end));
+    return Status::Ok();
+  });
+  if (!st.ok()) return fail(st);
+  // Every day of the window, in order, with what each kind of entry moved
+  // into the account (negative: out of it).
+  std::map<int64_t, std::array<Micros, 3>> net;
+  for (int64_t d = first; d < end; d += kDayMs) net[d] = {0, 0, 0};
+  for (const AccountFlow& f : flows) net[f.day_ms][static_cast<size_t>(f.kind)] += f.in - f.out;
+  json days = json::array();
+  accounting::LedgerEntry at;  // names each day as usage reports do
+  for (const auto& [day, by_kind] : net) {
+    at.from_ms = day;
+    json d = {{"day", UsageKeyOf(at, UsageBy::kDay)}, {"from_ms", day}};
+    PutAmount(d, "charges", by_kind[0]);
+    PutAmount(d, "lending", by_kind[1]);
+    PutAmount(d, "grants", by_kind[2]);
+    days.push_back(d);
+  }
+  (*respond)(JsonResponse(
+      200, {{"account", account}, {"since_ms", first}, {"until_ms", end}, {"days", days}}));
 }
 
 void AccountingApi::AddCredits(const net::HttpRequest& req, const Principal& who,

@@ -65,6 +65,8 @@ class AccountingApi : public ApiModule {
   void Quote(const net::HttpRequest& req, Respond respond);
   void ListAccounts(const Principal& who, Respond respond);
   void GetAccount(const Principal& who, const std::string& account, Respond respond);
+  void History(const net::HttpRequest& req, const Principal& who, const std::string& account,
+               Respond respond);
   void AddCredits(const net::HttpRequest& req, const Principal& who, const std::string& account,
                   Respond respond);
   void Ledger(const net::HttpRequest& req, const Principal& who, Respond respond);

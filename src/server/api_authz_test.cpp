@@ -69,6 +69,8 @@ constexpr Row kMatrix[] = {
     {"GET", "/v1/accounts", "", "UFAFAAAAA"},
     {"GET", "/v1/accounts/user:alice", "", "UFAFFFAFA"},
     {"GET", "/v1/accounts/group:vision", "", "UFAFFAAFA"},
+    {"GET", "/v1/accounts/user:alice/history", "", "UFAFFFAFA"},
+    {"GET", "/v1/accounts/group:vision/history?since=7d", "", "UFAFFAAFA"},
     {"GET", "/v1/ledger?account=user:alice", "", "UFAFFFAFA"},
     {"GET", "/v1/ledger?account=group:vision", "", "UFAFFAAFA"},
     {"GET", "/v1/statement?account=group:vision&month=2026-11", "", "UFAFFAAFA"},

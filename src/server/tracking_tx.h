@@ -194,6 +194,10 @@ class TrackingTx final : public Tx {
   }
   Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override { return in_.SumUsage(q); }
   Result<accounting::Micros> JobSpend(int64_t job_id) override { return in_.JobSpend(job_id); }
+  Result<std::vector<AccountFlow>> AccountFlows(const std::string& account, int64_t since_ms,
+                                                int64_t until_ms) override {
+    return in_.AccountFlows(account, since_ms, until_ms);
+  }
   Status PutBudget(const accounting::Budget& b) override { return in_.PutBudget(b); }
   Status DeleteBudget(const std::string& account) override { return in_.DeleteBudget(account); }
   Result<std::vector<accounting::Budget>> ListBudgets() override { return in_.ListBudgets(); }

@@ -103,6 +103,26 @@ Result<accounting::Micros> MemoryTx::JobSpend(int64_t job_id) {
   return it == s_.job_spend.end() ? 0 : it->second;
 }
 
+Result<std::vector<AccountFlow>> MemoryTx::AccountFlows(const std::string& account,
+                                                        int64_t since_ms, int64_t until_ms) {
+  constexpr int64_t kDayMs = 86'400'000;
+  std::map<std::pair<int64_t, accounting::EntryKind>, AccountFlow> flows;
+  for (const auto& [id, e] : s_.ledger) {
+    if (e.from_ms < since_ms || e.from_ms >= until_ms) continue;
+    if (e.debit != account && e.credit != account) continue;
+    const int64_t day = e.from_ms - e.from_ms % kDayMs;
+    AccountFlow& f = flows[{day, e.kind}];
+    f.day_ms = day;
+    f.kind = e.kind;
+    if (e.credit == account) f.in += e.amount;
+    if (e.debit == account) f.out += e.amount;
+    ++f.entries;
+  }
+  std::vector<AccountFlow> out;
+  for (auto& [key, f] : flows) out.push_back(f);
+  return out;
+}
+
 Status MemoryTx::PutBudget(const accounting::Budget& b) {
   j_.Put(s_.budgets, b.account, b);
   return Status::Ok();

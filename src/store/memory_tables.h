@@ -248,6 +248,8 @@ class MemoryTx : public Tx {
   Result<accounting::AccountBalance> GetBalance(const std::string& account) override;
   Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) override;
   Result<accounting::Micros> JobSpend(int64_t job_id) override;
+  Result<std::vector<AccountFlow>> AccountFlows(const std::string& account, int64_t since_ms,
+                                                int64_t until_ms) override;
   Status PutBudget(const accounting::Budget& b) override;
   Status DeleteBudget(const std::string& account) override;
   Result<std::vector<accounting::Budget>> ListBudgets() override;

@@ -5,6 +5,7 @@
 // ledger.
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -253,6 +254,35 @@ Result<accounting::Micros> SqliteTx::JobSpend(int64_t job_id) {
   q.Bind(1, job_id);
   GP_ASSIGN_OR_RETURN(bool row, q.Step());
   return row ? q.Int(0) : 0;
+}
+
+Result<std::vector<AccountFlow>> SqliteTx::AccountFlows(const std::string& account,
+                                                        int64_t since_ms, int64_t until_ms) {
+  // Through each side's index (ledger_debit, ledger_credit).
+  GP_ASSIGN_OR_RETURN(
+      Query q, conn_.Prepare("SELECT from_ms - from_ms % 86400000 AS d, kind, sum(CASE WHEN "
+                             "credit = ?1 THEN amount ELSE 0 END), sum(CASE WHEN debit = ?1 THEN "
+                             "amount ELSE 0 END), count(*) FROM ledger WHERE id IN (SELECT id "
+                             "FROM ledger WHERE debit = ?1 UNION ALL SELECT id FROM ledger WHERE "
+                             "credit = ?1) AND from_ms >= ?2 AND from_ms < ?3 GROUP BY d, kind"));
+  q.Bind(1, account).Bind(2, since_ms).Bind(3, until_ms);
+  std::vector<AccountFlow> out;
+  while (true) {
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    AccountFlow f;
+    f.day_ms = q.Int(0);
+    GP_ASSIGN_OR_RETURN(f.kind, accounting::ParseEntryKind(q.Text(1)));
+    f.in = q.Int(2);
+    f.out = q.Int(3);
+    f.entries = q.Int(4);
+    out.push_back(f);
+  }
+  // By day, then kind as the enum orders them (SQL ordered the names).
+  std::sort(out.begin(), out.end(), [](const AccountFlow& a, const AccountFlow& b) {
+    return std::pair(a.day_ms, a.kind) < std::pair(b.day_ms, b.kind);
+  });
+  return out;
 }
 
 Status SqliteTx::PutBudget(const accounting::Budget& b) {

@@ -480,6 +480,17 @@ struct UsageRow {
   friend bool operator==(const UsageRow&, const UsageRow&) = default;
 };
 
+// What came into and went out of an account on one UTC day (of each
+// entry's from_ms: when the use it charges began), by kind of entry.
+struct AccountFlow {
+  int64_t day_ms = 0;  // the day's first millisecond
+  accounting::EntryKind kind = accounting::EntryKind::kCharge;
+  accounting::Micros in = 0;   // entries crediting the account
+  accounting::Micros out = 0;  // entries debiting it
+  int64_t entries = 0;
+  friend bool operator==(const AccountFlow&, const AccountFlow&) = default;
+};
+
 // Money (accounting/records.h, server/accounting_service.h): price
 // versions, the double-entry ledger and the balances it moves.
 class AccountingTx {
@@ -510,6 +521,10 @@ class AccountingTx {
   virtual Result<std::vector<UsageRow>> SumUsage(const UsageQuery& q) = 0;
   // What job `job_id`'s charges sum to, every attempt's.
   virtual Result<accounting::Micros> JobSpend(int64_t job_id) = 0;
+  // `account`'s entries with from_ms in [since_ms, until_ms), summed per
+  // day and kind, by day then kind.
+  virtual Result<std::vector<AccountFlow>> AccountFlows(const std::string& account,
+                                                        int64_t since_ms, int64_t until_ms) = 0;
 
   // Budgets: insert or replace by account; delete (absent is no error);
   // all, by account.

@@ -386,8 +386,9 @@ namespace gpupool {
 // Reports over whole days and months may be kept apart from the ledger
 // (SQLite's rollups); whatever a backend does, every report equals the sum
 // of the ledger's charges, over any window, by any key, with any filter,
-// after repeated posts and rolled-back transactions.
-TEST_P(StoreConformanceTest, UsageReportsEqualTheLedgersChargesOverAnyWindow) {
+// after repeated posts and rolled-back transactions; and an account's
+// daily flows equal its entries'.
+TEST_P(StoreConformanceTest, UsageReportsAndFlowsEqualTheLedgersOverAnyWindow) {
   std::mt19937_64 rng(11);
   const char* users[] = {"alice", "bob", "carol", "dan"};
   const char* groups[] = {"vision", "nlp", ""};
@@ -419,6 +420,15 @@ TEST_P(StoreConformanceTest, UsageReportsEqualTheLedgersChargesOverAnyWindow) {
       CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) {
         return tx.PostEntry(Grant("g" + std::to_string(i), "group:nlp", 7, e.from_ms));
       }));
+    }
+    if (i % 7 == 0) {
+      LedgerEntry lend = e;
+      lend.key = "lending:" + e.key;
+      lend.kind = EntryKind::kLending;
+      lend.debit = "pool";
+      lend.credit = "group:vision";
+      lend.amount = e.amount * 4 / 5;
+      CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PostEntry(lend); }));
     }
   }
   const int64_t day = 24 * kHourMs;
@@ -459,6 +469,29 @@ TEST_P(StoreConformanceTest, UsageReportsEqualTheLedgersChargesOverAnyWindow) {
         EXPECT_EQ(got, want) << "by " << UsageByName(by) << " from " << since << " to " << until
                              << " filter " << filter;
       }
+    }
+    // An account's flows per day and kind are its entries', both sides.
+    CONF_ASSERT_OK_AND_ASSIGN(
+        auto ledger, InTx(store(), [](Tx& tx) {
+          return tx.ListLedger(With<LedgerQuery>([](auto& q) { q.limit = 100000; }));
+        }));
+    for (const char* account : {"group:vision", "group:nlp", "user:bob", "pool", "group:none"}) {
+      std::map<std::pair<int64_t, EntryKind>, AccountFlow> want;
+      for (const LedgerEntry& e : ledger) {
+        if (e.from_ms < since || e.from_ms >= until) continue;
+        if (e.debit != account && e.credit != account) continue;
+        AccountFlow& f = want[{e.from_ms - e.from_ms % (24 * kHourMs), e.kind}];
+        f.day_ms = e.from_ms - e.from_ms % (24 * kHourMs);
+        f.kind = e.kind;
+        (e.credit == account ? f.in : f.out) += e.amount;
+        ++f.entries;
+      }
+      std::vector<AccountFlow> expected;
+      for (const auto& [key, f] : want) expected.push_back(f);
+      CONF_ASSERT_OK_AND_ASSIGN(auto flows, InTx(store(), [&](Tx& tx) {
+                                  return tx.AccountFlows(account, since, until);
+                                }));
+      EXPECT_EQ(flows, expected) << account << " from " << since << " to " << until;
     }
   }
 }

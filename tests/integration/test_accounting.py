@@ -158,6 +158,21 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
     assert money["user:bob"]["balance_micros"] == -spent["bob"]
     assert money["group:physics"]["balance_micros"] == sum(e["amount_micros"] for e in lending)
     assert sum(a["posted_micros"] for a in accounts["accounts"]) == 0  # the books balance
+    # The dashboard's plot: each day's flows into an account, by kind.
+    for account, balance in (("group:physics", money["group:physics"]["balance_micros"]),
+                             ("group:vision", money["group:vision"]["balance_micros"])):
+        status, history = pool.api("GET", "/v1/accounts/" + account + "/history?since=2d")
+        assert status == 200, history
+        days = history["days"]
+        assert len(days) in (3, 4)  # two days back to today, whole UTC days
+        assert all(b["from_ms"] - a["from_ms"] == 86_400_000 for a, b in zip(days, days[1:]))
+        assert sum(d["charges_micros"] + d["lending_micros"] + d["grants_micros"]
+                   for d in days) == balance
+    physics_days = pool.api("GET", "/v1/accounts/group:physics/history")[1]["days"]
+    assert len(physics_days) == 30
+    assert sum(d["lending_micros"] for d in physics_days) == sum(
+        e["amount_micros"] for e in lending)
+    assert pool.api("GET", "/v1/accounts/group:vision/history?since=soon")[0] == 400
 
     # A token without jobs:read reads no money, even its own user's.
     metrics_only = pool.cli("token", "create", "--user", "alice", "--name", "scrape",

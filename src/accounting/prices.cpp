@@ -138,4 +138,16 @@ Micros PriceBook::PerHour(const MeteredUse& use, int64_t at_ms) const {
   return static_cast<Micros>(n / kDenominator);
 }
 
+int64_t PriceBook::UsageWeightMilli(const GpuInfo& gpu, int64_t at_ms) const {
+  Micros cheapest = 0;
+  for (const PriceVersion& v : InForce(at_ms)) {
+    if (v.resource == PricedResource::kGpu && v.per_unit > 0 &&
+        (cheapest == 0 || v.per_unit < cheapest))
+      cheapest = v.per_unit;
+  }
+  if (cheapest == 0) return 1000;
+  const Micros price = std::max(PriceAt(PricedResource::kGpu, ClassOf(gpu), at_ms), cheapest);
+  return static_cast<int64_t>(static_cast<__int128>(price) * 1000 / cheapest);
+}
+
 }  // namespace gpupool::accounting

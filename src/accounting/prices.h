@@ -65,6 +65,13 @@ class PriceBook {
   // Credits per hour `use` costs at `at_ms` (the price a job is shown).
   Micros PerHour(const MeteredUse& use, int64_t at_ms) const;
 
+  // What an hour of `gpu` counts in fair share, in thousandths of a
+  // GPU-hour, as Slurm's billing weights do: its class's GPU-hour price
+  // over the cheapest priced GPU class's at `at_ms` (an A100 at 2.00 next to
+  // a T4 at 0.50 counts 4000). 1000 when no GPU class has a price; a GPU of
+  // no price (free, or unpriced) counts as the cheapest.
+  int64_t UsageWeightMilli(const GpuInfo& gpu, int64_t at_ms) const;
+
   const std::vector<PriceVersion>& versions() const { return versions_; }
 
  private:

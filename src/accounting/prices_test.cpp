@@ -59,6 +59,23 @@ TEST(PricesTest, TheMostSpecificClassNamesAGpu) {
   EXPECT_EQ(with_default.ClassOf(Named("NVIDIA A100-PCIE-40GB")), "A100");
 }
 
+TEST(PricesTest, FairShareWeighsAGpuByItsPriceOverTheCheapest) {
+  EXPECT_EQ(PriceBook().UsageWeightMilli(Named("NVIDIA A100"), 0), 1000);  // no prices
+  PriceBook book({Gpu("A100", 2 * kCredit, 0), Gpu("T4", kCredit / 2, 0), Gpu("H100", 0, 0),
+                  Gpu("T4", kCredit, 100), Other(PricedResource::kCpu, kCredit / 100, 0)});
+  EXPECT_EQ(book.UsageWeightMilli(Named("NVIDIA A100-SXM4-80GB"), 50), 4000);
+  EXPECT_EQ(book.UsageWeightMilli(Named("Tesla T4"), 50), 1000);
+  // Free and unpriced GPUs count as the cheapest; a CPU price is no GPU's.
+  EXPECT_EQ(book.UsageWeightMilli(Named("NVIDIA H100 80GB HBM3"), 50), 1000);
+  EXPECT_EQ(book.UsageWeightMilli(Named("NVIDIA L4"), 50), 1000);
+  // From a price change on, the weights are the new prices'.
+  EXPECT_EQ(book.UsageWeightMilli(Named("NVIDIA A100-SXM4-80GB"), 100), 2000);
+  EXPECT_EQ(book.UsageWeightMilli(Named("Tesla T4"), 100), 1000);
+  PriceBook thirds({Gpu("A100", kCredit, 0), Gpu("T4", 3 * kCredit, 0)});
+  EXPECT_EQ(thirds.UsageWeightMilli(Named("NVIDIA A100"), 0), 1000);
+  EXPECT_EQ(thirds.UsageWeightMilli(Named("Tesla T4"), 0), 3000);
+}
+
 TEST(PricesTest, AChangeAppliesFromItsTimeOnNeverBefore) {
   PriceBook book({Gpu("A100", 2 * kCredit, 0, 1), Gpu("A100", 4 * kCredit, 10 * kHour, 2)});
   MeteredUse one{"A100", 1000, 0, 0};

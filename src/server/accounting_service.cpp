@@ -137,6 +137,7 @@ Result<int64_t> AccountingService::Tick() {
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto versions, tx.ListPrices());
     PriceBook book(std::move(versions));
+    cached_prices_ = book;
     AttemptQuery live_only;
     live_only.live_only = true;
     GP_ASSIGN_OR_RETURN(auto attempts, tx.ListAttempts(live_only));
@@ -187,9 +188,17 @@ Result<accounting::PriceVersion> AccountingService::SetPrice(accounting::PricedR
   GP_RETURN_IF_ERROR(accounting::CheckPriceVersion(v));
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(v.id, tx.AddPrice(v));
+    GP_ASSIGN_OR_RETURN(auto versions, tx.ListPrices());
+    cached_prices_.emplace(std::move(versions));
     return Status::Ok();
   }));
   return v;
+}
+
+Status AccountingService::LoadPrices() {
+  GP_ASSIGN_OR_RETURN(PriceBook book, Prices());
+  cached_prices_ = std::move(book);
+  return Status::Ok();
 }
 
 Result<PriceBook> AccountingService::Prices() {

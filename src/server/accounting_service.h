@@ -79,6 +79,14 @@ class AccountingService {
                                             const std::string& gpu_class,
                                             accounting::Micros per_unit, const std::string& by);
   Result<accounting::PriceBook> Prices();
+  // The price book kept in memory for fair-share weights (the scheduler
+  // reads it every pass, and the pool in its closing transactions, so it
+  // never reads the store itself): as of LoadPrices (at start), the last
+  // Tick or SetPrice; nullptr before any.
+  Status LoadPrices();
+  const accounting::PriceBook* CachedPrices() const {
+    return cached_prices_ ? &*cached_prices_ : nullptr;
+  }
 
   // ---- accounts
   // Credits `amount` (> 0) to `account` from the pool, with a note.
@@ -130,6 +138,7 @@ class AccountingService {
     accounting::Micros amount = 0;
   };
   std::map<std::pair<std::string, int32_t>, Owed> accruing_;
+  std::optional<accounting::PriceBook> cached_prices_;
   // The labs, as of the last tick (for AccountOf).
   std::set<std::string> labs_;
   // Live jobs' max_cost, as of the last tick.

@@ -230,12 +230,19 @@ std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, const 
   }
   std::map<int64_t, const Job*> live_by_id;
   for (const Job& j : view.live_jobs) live_by_id[j.id] = &j;
+  std::map<std::string, const std::vector<GpuInfo>*> gpus;
+  for (const Node& n : view.nodes) gpus[n.id] = &n.gpus;
+  auto gpus_of = [&](const std::string& id) -> const std::vector<GpuInfo>* {
+    auto it = gpus.find(id);
+    return it == gpus.end() ? nullptr : it->second;
+  };
   for (const Attempt& a : view.live_attempts) {
     auto j = live_by_id.find(a.job_id);
     if (j == live_by_id.end()) continue;
     // Added virtually: the charge is written when the attempt ends.
     sched::DecayedUsage& u = usage[j->second->spec.group];
-    u = sched::Charge(u, TotalMilli(a), a.created_ms, now, half_life);
+    u = sched::Charge(u, WeightedMilli(a, ctx.usage_prices, now, gpus_of), a.created_ms, now,
+                      half_life);
   }
   return usage;
 }

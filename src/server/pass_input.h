@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/prices.h"
 #include "common/status.h"
 #include "model/job.h"
 #include "model/node.h"
@@ -70,6 +71,9 @@ struct PassContext {
   // The account a job pays from (AccountingService::AccountOf); unset: its
   // group's, or its owner's without one.
   std::function<std::string(const Job&)> account_of;
+  // Fair-share usage is weighted by these prices (pool_rules.h
+  // WeightedMilli); nullptr: every GPU counts the same.
+  const accounting::PriceBook* usage_prices = nullptr;
 };
 
 // The scheduler's input, and what the pass tells waiting jobs besides.

@@ -114,6 +114,41 @@ TEST(PassInputTest, LiveAttemptsHoldTheirGpusAndOnlyTheCurrentOneRuns) {
   EXPECT_GT(in.snapshot.usage.at("lab").milli_ms, 0);
 }
 
+// With prices, fair share counts an hour of a GPU by its price: a lab on an
+// A100 at 2.00 is charged four times a lab on a T4 at 0.50 for the same
+// time; without prices, the same.
+TEST(PassInputTest, FairShareUsageIsWeightedByTheGpusPrices) {
+  PoolView view;
+  view.nodes = {MakeNode("a", 1), MakeNode("b", 1)};
+  view.nodes[1].gpus[0].name = "Simulated T4";
+  for (int64_t id : {1, 2}) {
+    Job j = MakeJob(id, 1, id == 1 ? "vision" : "nlp");
+    j.state = JobState::kRunning;
+    j.current_attempt = std::to_string(id) + ".1";
+    view.live_jobs.push_back(j);
+    Attempt a;
+    a.id = j.current_attempt;
+    a.job_id = id;
+    a.node_id = id == 1 ? "a" : "b";
+    a.gpu_uuids = {view.nodes[id - 1].gpus[0].uuid};
+    a.gpu_milli = 500;  // a half share pays half, in fair share too
+    view.live_attempts.push_back(a);
+  }
+  PassContext undecayed = Context(60'000);
+  undecayed.half_life_ms = 0;  // exact sums, no decay's rounding
+  PassInput plain = BuildPassInput(view, undecayed);
+  EXPECT_EQ(plain.snapshot.usage.at("vision").milli_ms, plain.snapshot.usage.at("nlp").milli_ms);
+  accounting::PriceBook prices(
+      {{1, accounting::PricedResource::kGpu, "A100", 2'000'000, 0, "admin"},
+       {2, accounting::PricedResource::kGpu, "T4", 500'000, 0, "admin"}});
+  PassContext ctx = undecayed;
+  ctx.usage_prices = &prices;
+  PassInput weighted = BuildPassInput(view, ctx);
+  EXPECT_EQ(weighted.snapshot.usage.at("vision").milli_ms,
+            4 * weighted.snapshot.usage.at("nlp").milli_ms);
+  EXPECT_EQ(weighted.snapshot.usage.at("nlp").milli_ms, plain.snapshot.usage.at("nlp").milli_ms);
+}
+
 // What a preemption would cost is the work since the attempt's newest
 // checkpoint, not since its start.
 TEST(PassInputTest, ARunningAttemptsNewestCheckpointBoundsTheWorkAtStake) {

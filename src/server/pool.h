@@ -148,6 +148,10 @@ struct PoolHooks {
   // The account a job pays from (AccountingService::AccountOf). Unset: its
   // group's, or its owner's without one.
   std::function<std::string(const Job&)> account_of;
+  // The prices fair-share usage is weighted by (a GPU class's price over
+  // the cheapest's; AccountingService::CachedPrices), or nullptr. Unset:
+  // every GPU counts the same.
+  std::function<const accounting::PriceBook*()> usage_prices;
   // What a committed transaction counted for the metrics (placements,
   // preemptions, queue waits, checkpoints, migrations, reclaims).
   std::function<void(const PoolCounts&)> counted;
@@ -394,8 +398,7 @@ class Pool {
   Status ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
                     const proto::TaskReport* report, const StopOrder* stop = nullptr);
   // Charges `group` for `gpu_milli` held over [from_ms, to_ms].
-  Status ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, int64_t from_ms,
-                     int64_t to_ms);
+  Status ChargeUsage(Tx& tx, const std::string& group, const Attempt& attempt, int64_t to_ms);
   // What BuildPassInput needs besides the store's view, as of `now`.
   PassContext PassContextAt(int64_t now) const;
   // The agent's reliable messages, one method per type (AgentMessage).

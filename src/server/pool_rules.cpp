@@ -37,6 +37,26 @@ int64_t TotalMilli(const Attempt& a) {
   return int64_t{MilliPerGpu(a)} * static_cast<int64_t>(a.gpu_uuids.size()) * a.NodeCount();
 }
 
+int64_t WeightedMilli(
+    const Attempt& a, const accounting::PriceBook* prices, int64_t at_ms,
+    const std::function<const std::vector<GpuInfo>*(const std::string&)>& gpus_of) {
+  if (prices == nullptr) return TotalMilli(a);
+  const int64_t milli = MilliPerGpu(a);
+  int64_t sum = 0;
+  for (const NodeHolding& h : HoldingsOf(a)) {
+    const std::vector<GpuInfo>* gpus = gpus_of(h.node_id);
+    for (const std::string& uuid : h.gpu_uuids) {
+      int64_t weight = 1000;
+      if (gpus != nullptr) {
+        for (const GpuInfo& g : *gpus)
+          if (g.uuid == uuid) weight = prices->UsageWeightMilli(g, at_ms);
+      }
+      sum += milli * weight / 1000;
+    }
+  }
+  return sum;
+}
+
 std::vector<NodeHolding> HoldingsOf(const Attempt& a) {
   if (a.ranks.empty()) return {{a.node_id, a.gpu_uuids}};
   std::vector<NodeHolding> out;

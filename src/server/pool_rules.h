@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "accounting/prices.h"
 #include "model/attempt_state.h"
 #include "model/job.h"
 #include "model/job_state.h"
@@ -24,6 +26,13 @@ sched::Request RequestFor(const JobSpec& spec);
 int32_t MilliPerGpu(const Attempt& a);
 // The GPU milli the attempt holds in all, every rank included.
 int64_t TotalMilli(const Attempt& a);
+// What the attempt's GPUs count in fair share per ms: each GPU's milli
+// times its price weight (accounting::PriceBook::UsageWeightMilli) at
+// `at_ms`; TotalMilli without a price book. `gpus_of(node_id)` gives a
+// node's GPUs (nullptr for one not known: its GPUs weigh 1).
+int64_t WeightedMilli(
+    const Attempt& a, const accounting::PriceBook* prices, int64_t at_ms,
+    const std::function<const std::vector<GpuInfo>*(const std::string&)>& gpus_of);
 
 // Where an attempt holds GPUs: each rank's node and GPUs, or its one node's.
 struct NodeHolding {

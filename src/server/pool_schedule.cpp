@@ -59,6 +59,7 @@ PassContext Pool::PassContextAt(int64_t now) const {
   ctx.refused = &refused_;
   if (hooks_.held_accounts) ctx.held_accounts = hooks_.held_accounts();
   ctx.account_of = hooks_.account_of;
+  if (hooks_.usage_prices) ctx.usage_prices = hooks_.usage_prices();
   return ctx;
 }
 

@@ -19,8 +19,23 @@ Status Pool::PushStop(Tx& tx, const std::string& node_id, const std::string& att
   return Status::Ok();
 }
 
-Status Pool::ChargeUsage(Tx& tx, const std::string& group, int64_t gpu_milli, int64_t from_ms,
-                         int64_t to_ms) {
+Status Pool::ChargeUsage(Tx& tx, const std::string& group, const Attempt& attempt, int64_t to_ms) {
+  // Weighted by the prices of the GPUs it held, when the pool has prices.
+  const accounting::PriceBook* prices = hooks_.usage_prices ? hooks_.usage_prices() : nullptr;
+  std::map<std::string, std::optional<Node>> nodes;
+  Status read = Status::Ok();
+  auto gpus_of = [&](const std::string& id) -> const std::vector<GpuInfo>* {
+    auto it = nodes.find(id);
+    if (it == nodes.end()) {
+      auto node = tx.GetNode(id);
+      if (!node.ok()) read = node.status();
+      it = nodes.emplace(id, node.ok() ? *node : std::nullopt).first;
+    }
+    return it->second ? &it->second->gpus : nullptr;
+  };
+  const int64_t gpu_milli = WeightedMilli(attempt, prices, to_ms, gpus_of);
+  GP_RETURN_IF_ERROR(read);
+  const int64_t from_ms = attempt.created_ms;
   if (gpu_milli <= 0) return Status::Ok();
   GP_ASSIGN_OR_RETURN(auto stored, tx.GetGroupUsage(group));
   sched::DecayedUsage u;
@@ -113,8 +128,7 @@ Status Pool::ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
         }
         GP_RETURN_IF_ERROR(tx.PutAttempt(attempt));
         // Its group is charged for the time the attempt held its GPUs.
-        GP_RETURN_IF_ERROR(
-            ChargeUsage(tx, job.spec.group, TotalMilli(attempt), attempt.created_ms, now));
+        GP_RETURN_IF_ERROR(ChargeUsage(tx, job.spec.group, attempt, now));
         if (hooks_.attempt_closed) GP_RETURN_IF_ERROR(hooks_.attempt_closed(tx, job, attempt));
         job.current_attempt.clear();
         fx_.schedule = true;  // its GPUs are free again

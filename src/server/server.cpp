@@ -585,6 +585,10 @@ int RunServer(const ServerOptions& options) {
     return quotas.Guard(tx, owner, group, what, change);
   };
   AccountingService accounting(store, clock, options.accounting);
+  if (Status s = accounting.LoadPrices(); !s.ok()) {
+    std::cerr << "gpupool server: reading prices: " << s.ToString() << "\n";
+    return 1;
+  }
   hooks.attempt_closed = [&](Tx& tx, const Job& job, const Attempt& attempt) {
     return accounting.AttemptClosed(tx, job, attempt);
   };
@@ -592,6 +596,7 @@ int RunServer(const ServerOptions& options) {
   BudgetKeeper budgets(store, clock, accounting, BudgetHooksFor(pool_ptr, hooks));
   hooks.held_accounts = [&] { return budgets.Held(); };
   hooks.account_of = [&](const Job& job) { return accounting.AccountOf(job); };
+  hooks.usage_prices = [&] { return accounting.CachedPrices(); };
   Pool pool(store, clock, pool_options, hooks);
   pool_ptr = &pool;
   pacer.SetPool(pool);

@@ -92,6 +92,9 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
     # 36 credits per A100-hour: 10,000 micro-credits a second.
     r = pool.cli("admin", "price", "set", "A100", "36")
     assert r.returncode == 0 and "A100: 36.00 credits" in r.stdout, r.stdout + r.stderr
+    # A cheaper class: in fair share an A100-hour now counts 4 T4-hours.
+    r = pool.cli("admin", "price", "set", "T4", "9")
+    assert r.returncode == 0, r.stdout + r.stderr
     r = pool.cli("admin", "credit", "add", "vision", "100", "--note", "fall allocation")
     assert r.returncode == 0 and "balance is 100.00" in r.stdout, r.stdout + r.stderr
     # A note is the admin's text, shown in statements as text, never markup.
@@ -141,6 +144,13 @@ def test_jobs_pay_for_their_gpu_time_and_the_machines_lab_earns(pool):
 
     price = 36_000_000
     attempt = {w: pool.job(j)["attempt_list"][0] for w, j in jobs.items()}
+    # Fair share charged each lab 4 GPU-ms a millisecond of its A100 (the
+    # price weight, 36 over the cheapest class's 9), decayed a little since.
+    groups = {g["name"]: g for g in pool.api("GET", "/v1/groups")[1]["groups"]}
+    for who, group in (("alice", "vision"), ("bob", "open-queue")):
+        held_ms = attempt[who]["finished_ms"] - attempt[who]["created_ms"]
+        ratio = groups[group]["usage_gpu_milli_ms"] / (1000 * held_ms)
+        assert 3.99 < ratio <= 4.0, (group, ratio, groups[group])
     alice_charges = charges_of(pool, "group:vision", attempt["alice"]["id"])
     assert_charged_once(alice_charges, attempt["alice"], price)
     bob_charges = charges_of(pool, "user:bob", attempt["bob"]["id"])

@@ -4,6 +4,7 @@
 //   #/machines    nodes and GPUs    #/queue      pending jobs in order
 //   #/jobs        jobs, submit      #/groups     fair share per group
 //   #/sessions    start, open, stop  #/mine       my machines (providers, admins)
+//   #/money       balances, budgets, spending over time, prices
 //   #/admin       users, tokens, enrolled nodes, the audit log (admins)
 //
 // Each page renders into #main with a PageContext: its timers, its
@@ -16,6 +17,7 @@ import { renderOverview, renderMachines, renderQueue, renderGroups } from "./pag
 import { renderJobs, renderJob } from "./jobs.js";
 import { renderMine } from "./mine.js";
 import { renderSessions } from "./sessions.js";
+import { renderMoney } from "./money.js";
 import { renderAdmin } from "./admin.js";
 
 const main = document.getElementById("main");
@@ -122,6 +124,7 @@ const ROUTES = [
   { re: /^\/queue\/?$/, page: "queue", title: "Queue", render: renderQueue },
   { re: /^\/groups\/?$/, page: "groups", title: "Groups", render: renderGroups },
   { re: /^\/sessions\/?$/, page: "sessions", title: "Sessions", render: renderSessions },
+  { re: /^\/money\/?$/, page: "money", title: "Money", render: renderMoney },
   { re: /^\/mine\/?$/, page: "mine", title: "My machines", render: renderMine },
   { re: /^\/admin\/?$/, page: "admin", title: "Admin", render: renderAdmin },
 ];

@@ -22,10 +22,18 @@ function pct(v) {
   return v == null || !Number.isFinite(v) ? "—" : v.toFixed(1) + " %";
 }
 
-// A chart of percentages (0..100) over time inside `box`.
-// series: [{label, color}], height: px. Returns {setData(xsSeconds, ys[][]), destroy()}.
-// ctx (the page's lifetime) destroys it when the page goes away.
-export function percentChart(box, ctx, { series, height = 180, title }) {
+const localTime = (u, v) => (v == null ? "—" : new Date(v * 1000).toLocaleString());
+
+// A chart of values over time inside `box`: the one way the dashboard makes
+// charts (percentChart and valueChart below say how to scale and write the
+// values). series: [{label, color}], height: px; y: {range (a uPlot scale
+// range: [min, max] or a function), tick(v) -> text on the axis, size:
+// the axis' width in px, value(v) -> text in the legend}; x: {label,
+// value(u, seconds) -> the time in the legend}; utc: the time axis in UTC (days that
+// are UTC days); points: show each point, not only the lines.
+// Returns {setData(xsSeconds, ys[][]), showNote(text), destroy()}; ctx
+// (the page's lifetime) destroys it when the page goes away.
+export function timeChart(box, ctx, { series, height = 180, title, y = {}, x = {}, utc = false, points = false }) {
   let plot = null;
   let pending = null;
   let destroyed = false;
@@ -42,6 +50,8 @@ export function percentChart(box, ctx, { series, height = 180, title }) {
   const muted = cssVar("--muted", "#6b7280");
   const grid = cssVar("--grid", "rgba(127,127,127,0.2)");
   const axis = { stroke: muted, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+  const tick = y.tick || ((v) => String(v));
+  const value = y.value || ((v) => (v == null ? "—" : String(v)));
 
   function width() {
     return Math.max(200, Math.floor(holder.clientWidth || box.clientWidth || 300));
@@ -51,24 +61,25 @@ export function percentChart(box, ctx, { series, height = 180, title }) {
     const opts = {
       width: width(),
       height,
-      scales: { x: { time: true }, y: { range: [0, 100] } },
+      scales: { x: { time: true }, y: y.range ? { range: y.range } : {} },
       axes: [
         { ...axis },
-        { ...axis, size: 48, values: (u, vals) => vals.map((v) => v + "%") },
+        { ...axis, size: y.size || 48, values: (u, vals) => vals.map(tick) },
       ],
       series: [
-        { value: (u, v) => (v == null ? "—" : new Date(v * 1000).toLocaleString()) },
+        { label: x.label || "Time", value: x.value || localTime },
         ...series.map((s, i) => ({
           label: s.label,
           stroke: s.color || seriesColor(i),
           width: 1.5,
-          points: { show: false },
-          value: (u, v) => pct(v),
+          points: { show: points },
+          value: (u, v) => value(v),
         })),
       ],
       cursor: { drag: { x: true, y: false } },
       legend: { show: true },
     };
+    if (utc) opts.tzDate = (ts) => globalThis.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
     plot = new globalThis.uPlot(opts, data, holder);
   }
 
@@ -121,6 +132,33 @@ export function percentChart(box, ctx, { series, height = 180, title }) {
   };
   if (ctx) ctx.onDispose(() => api.destroy());
   return api;
+}
+
+// A chart of percentages (0..100) over time: see timeChart.
+export function percentChart(box, ctx, { series, height = 180, title }) {
+  return timeChart(box, ctx, {
+    series, height, title,
+    y: { range: [0, 100], tick: (v) => v + "%", value: pct },
+  });
+}
+
+// A chart of amounts over time whose scale always shows zero: see
+// timeChart. format(v) writes a value in the legend, tick(v) on the axis
+// (format unless given); x, utc and points as timeChart's.
+export function valueChart(box, ctx, { series, height = 180, title, format = String, tick, x, utc = false, points = false }) {
+  return timeChart(box, ctx, {
+    series, height, title, x, utc, points,
+    y: {
+      range: (u, min, max) => {
+        const lo = Math.min(0, min ?? 0);
+        const hi = Math.max(0, max ?? 0);
+        return lo === hi ? [0, 1] : globalThis.uPlot.rangeNum(lo, hi, 0.1, true);
+      },
+      tick: tick || format,
+      size: 64,
+      value: (v) => (v == null || !Number.isFinite(v) ? "—" : format(v)),
+    },
+  });
 }
 
 // Merges per-GPU point lists ([[t_ms, ...], ...]) onto one time axis:

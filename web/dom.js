@@ -198,6 +198,41 @@ export function fmtGpus(n) {
   return String(Math.round(n * 1000) / 1000);
 }
 
+// Credits from micro-credits, exactly, as the CLI prints them: at least
+// two decimals, more only when they are not zero (2.50, 0.000375, -3.20).
+export function fmtCredits(micros) {
+  if (typeof micros !== "number" || !Number.isFinite(micros)) return "—";
+  const m = Math.abs(Math.round(micros));
+  const frac = String(m % 1000000).padStart(6, "0").replace(/0+$/, "").padEnd(2, "0");
+  return (micros < 0 ? "-" : "") + Math.floor(m / 1000000) + "." + frac;
+}
+
+// "group:vision" -> "vision", "user:alice" -> "alice", "pool" -> "pool".
+export function accountName(account) {
+  const s = String(account || "");
+  const colon = s.indexOf(":");
+  return colon >= 0 ? s.slice(colon + 1) : s;
+}
+
+// "2026-11" -> "November" (budget months are UTC months).
+function monthName(month) {
+  const m = /^(\d{4})-(\d{2})$/.exec(month || "");
+  if (!m) return month || "this month's";
+  return new Date(Date.UTC(+m[1], +m[2] - 1, 1)).toLocaleString("en", { month: "long", timeZone: "UTC" });
+}
+
+// What an account's budget alert says (GET /v1/accounts): "vision has spent
+// 78% of its November budget" at 75 or 90, "vision is at its budget limit"
+// at 100 (or when at_limit: also a balance used up); "" below 75.
+export function budgetAlertText(a) {
+  const b = a && a.budget;
+  if (!b) return "";
+  const name = accountName(a.account);
+  if (b.at_limit || b.alert >= 100) return name + " is at its budget limit";
+  if (b.alert >= 75) return name + " has spent " + b.percent + "% of its " + monthName(b.month) + " budget";
+  return "";
+}
+
 // A spec's resources.gpus: a number, or text such as "500m" or "0.5".
 export function specGpus(job) {
   const r = job && job.spec && job.spec.resources;

@@ -3,7 +3,7 @@
 import * as api from "./api.js";
 import {
   h, fill, dataTable, replaceBody, genericTable, firstArray, pill, badge, jobLink, attemptLink,
-  timeEl, fmtMiB, fmtGpus, fmtDuration, specGpus, known, errorLine, errorText, changed,
+  timeEl, fmtMiB, fmtGpus, fmtDuration, specGpus, known, errorLine, errorText, changed, budgetAlertText,
 } from "./dom.js";
 import { percentChart, alignSeries } from "./charts.js";
 
@@ -118,6 +118,24 @@ const NODE_COLUMNS = [
   { label: "Memory", class: "num", cell: (n) => fmtMiB(n.memory_mib) },
 ];
 
+// One line on the overview when an account the user sees has passed 75%
+// of its budget (or is at its limit), linking to the Money page.
+function moneyBanner(ctx, err) {
+  const line = h("p", { id: "money-banner", class: "money-banner", hidden: true });
+  const seen = {};
+  ctx.every(30000, () => guarded(err, async () => {
+    const r = await api.get("/v1/accounts", { signal: ctx.signal });
+    const alerts = firstArray(r.accounts).filter((a) => a.budget && a.budget.alert >= 75);
+    if (!changed(seen, "alerts", alerts)) return;
+    const texts = alerts.map(budgetAlertText);
+    const more = texts.length > 2 ? " (and " + (texts.length - 2) + " more)" : "";
+    line.classList.toggle("at-limit", alerts.some((a) => a.budget.at_limit || a.budget.alert >= 100));
+    fill(line, texts.slice(0, 2).join("; ") + more + ". ", h("a", { href: "#/money" }, "See Money"));
+    line.hidden = alerts.length === 0;
+  }));
+  return line;
+}
+
 export async function renderOverview(main, ctx) {
   const err = errorLine("page-error");
   const stats = h("div", { class: "stats", id: "pool-stats" });
@@ -139,7 +157,7 @@ export async function renderOverview(main, ctx) {
       }
     },
   });
-  main.appendChild(pageSection("Overview", err, stats,
+  main.appendChild(pageSection("Overview", err, moneyBanner(ctx, err), stats,
     h("div", { class: "grid-2" },
       h("section", { id: "gpu-summary", class: "card" }, h("h2", null, "GPUs by model"), summaryBox),
       card("Pool, last 24 hours", chartBox, chartInfo)),

@@ -4,10 +4,12 @@ submit a job from the form and watch its log arrive, cancel it; a job name
 refused with its reason and output that is HTML render as text; the session cookie is HttpOnly and Secure and
 no page script can read it; a change without the session's CSRF token, or
 from another origin, is refused; a member cannot open another member's job;
-signing out ends the session's token.
+signing out ends the session's token; the Money page shows a lab's balance,
+budget alert, spending over time and usage as the API reports them.
 
 With GPUPOOL_SCREENSHOT_DIR set, each page's screenshot is written there
 (docs/img/ holds the ones the docs show)."""
+import calendar
 import os
 import shutil
 
@@ -16,6 +18,7 @@ from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from pool import wait_for
 
@@ -477,3 +480,115 @@ def test_the_queue_pages_on_the_server(pool, browser):
     wait_for(lambda: text_of(browser, "#queue-range") == "jobs 101–105 of 105", what="the last page")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#queue-table tbody tr")) == 5
     assert not find(browser, "#queue-next").is_enabled()
+
+
+def credits(micros):
+    """An amount as the dashboard (and the CLI) prints it: at least two
+    decimals, more when they are not zero."""
+    whole, frac = divmod(abs(micros), 1_000_000)
+    return ("-" if micros < 0 else "") + f"{whole}." + f"{frac:06d}".rstrip("0").ljust(2, "0")
+
+
+def test_the_money_page(pool, browser):
+    """Money: a member of a lab that paid for a job sees the lab's balance
+    and her own as the API reports them, the lab's budget alert (also as a
+    banner on the overview), a chart of what moved the balance each day with
+    the window's totals, the lab's usage this month and the prices; then the
+    warning, with the reason, once the lab is at its limit."""
+    pool.start_server()
+    pool.start_agent("lab-a", gpus="1xA100:80GiB")
+    pool.wait_nodes_ready(1)
+    status, body = pool.api("POST", "/v1/groups", {"name": "vision"})
+    assert status == 201, body
+    add_user(pool, "alice")
+    status, body = pool.api("POST", "/v1/groups/vision/members", {"add": ["alice"]})
+    assert status == 200, body
+    pool.cli("admin", "price", "set", "default", "36", check=True)  # no A100 price: the default
+    pool.cli("admin", "credit", "add", "vision", "100", "--note", "fall allocation", check=True)
+
+    # Alice's short job for vision: its charges are posted when it ends.
+    status, made = pool.api("POST", "/v1/login", {"user": "alice", "password": PASSWORD})
+    assert status == 200, made
+    status, job = pool.api("POST", "/v1/jobs", {"name": "paid", "run": "sleep 2", "group": "vision",
+                                                "resources": {"gpus": 1}}, token=made["token"])
+    assert status == 201, job
+    pool.wait_state(job["id"], "succeeded", timeout=120)
+
+    def vision():
+        status, body = pool.api("GET", "/v1/accounts/group:vision")
+        assert status == 200, body
+        return body
+    wait_for(lambda: vision()["accruing_micros"] == 0, what="vision's charges posted")
+    status, ledger = pool.api("GET", "/v1/ledger?account=group:vision&kind=charge")
+    assert status == 200, ledger
+    spent = sum(e["amount_micros"] for e in ledger["entries"] if e["debit"] == "group:vision")
+    assert spent > 0 and vision()["balance_micros"] == 100_000_000 - spent, (spent, vision())
+
+    # A monthly budget the job spent about 80% of: the 75% alert.
+    whole, frac = divmod(spent * 5 // 4, 1_000_000)
+    pool.cli("admin", "budget", "set", "vision", f"{whole}.{frac:06d}", "--action", "hold",
+             check=True)
+    account = vision()
+    budget = account["budget"]
+    assert budget["alert"] == 75 and not budget["at_limit"], budget
+    month = calendar.month_name[int(budget["month"][5:])]
+    alert = f"vision has spent {budget['percent']}% of its {month} budget"
+
+    # The overview says so in one line that leads to the Money page.
+    sign_in(browser, pool, "alice")
+    wait_for(lambda: alert in text_of(browser, "#money-banner"),
+             what=lambda: f"the banner, not {text_of(browser, '#money-banner')!r}")
+    click(browser, "#money-banner a")
+    vision_card = '#money-accounts article[data-account="group:vision"]'
+    alice_card = '#money-accounts article[data-account="user:alice"]'
+    find(browser, vision_card)
+    # The balances, as /v1/accounts reports them, and only her accounts.
+    status, listed = pool.api("GET", "/v1/accounts", token=made["token"])
+    assert status == 200, listed
+    balances = {a["account"]: a["balance_micros"] for a in listed["accounts"]}
+    assert set(balances) == {"group:vision", "user:alice"}, balances
+    for css, name in ((vision_card, "group:vision"), (alice_card, "user:alice")):
+        wait_for(lambda: text_of(browser, css + " .account-balance") == credits(balances[name]),
+                 what=lambda: f"{name}'s balance {credits(balances[name])}, not "
+                              f"{text_of(browser, css + ' .account-balance')!r}")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#money-accounts article")) == 2
+    assert text_of(browser, vision_card + " .money-alert") == alert + "."
+    assert not browser.find_elements(By.CSS_SELECTOR, alice_card + " .money-alert")
+    assert f"of {credits(budget['monthly_micros'])} in {budget['month']}" in text_of(
+        browser, vision_card + " .budget-line")
+
+    # The lab's days: a chart, and the window's totals as the ledger has them.
+    assert find(browser, "#money-account").get_attribute("value") == "group:vision"
+    find(browser, "#money-chart canvas")
+    wait_for(lambda: text_of(browser, "#money-totals td.spent") == credits(spent),
+             what=lambda: f"spent {credits(spent)}, not {text_of(browser, '#money-totals td.spent')!r}")
+    assert text_of(browser, "#money-totals td.granted") == "100.00"
+    assert text_of(browser, "#money-totals td.net") == credits(100_000_000 - spent)
+    # Her usage this month, and the price in force.
+    def usage_row():
+        cells = text_of(browser, "#money-usage tbody tr").split()
+        return cells if cells[:1] == ["alice"] else None
+    cells = wait_for(usage_row, what=lambda: f"alice's usage: {text_of(browser, '#money-usage')!r}")
+    assert cells[2] == credits(spent), cells
+    wait_for(lambda: "GPU default" in text_of(browser, "#money-prices")
+             and "36.00" in text_of(browser, "#money-prices"), what="the price in force")
+    screenshot(browser, "money")
+
+    # Her own account over a longer window: nothing moved it, though her
+    # usage report counts the job she ran for her lab.
+    Select(find(browser, "#money-account")).select_by_value("user:alice")
+    Select(find(browser, "#money-window")).select_by_value("90")
+    wait_for(lambda: text_of(browser, "#money-totals td.spent") == "0.00",
+             what=lambda: f"alice's own totals: {text_of(browser, '#money-totals')!r}")
+    assert text_of(browser, "#money-totals td.granted") == "0.00"
+    wait_for(lambda: text_of(browser, "#money-usage-title") == "Usage this month: user:alice",
+             what="alice's own usage")
+
+    # At its limit: the warning, with the server's reason.
+    pool.cli("admin", "budget", "set", "vision", credits(spent // 2), check=True)
+    reason = vision()["budget"]["reason"]
+    assert vision()["budget"]["at_limit"] and "reached its budget" in reason, vision()
+    browser.refresh()
+    wait_for(lambda: reason in text_of(browser, vision_card + " .money-limit"),
+             what=lambda: f"the limit's reason, not {text_of(browser, vision_card)!r}")
+    assert "vision is at its budget limit" in text_of(browser, vision_card + " .money-limit")

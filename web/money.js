@@ -127,13 +127,13 @@ function monthStart() {
 }
 
 // The report that fits the account -> {query, label (of the key column)}:
-// a lab's by member, a user's by GPU class (every charge of hers: the API
-// has no filter by account), the pool's by account.
+// a lab's by member, a user's by GPU class (what her own account paid),
+// the pool's by account.
 function usageReport(account) {
   const since = monthStart();
   const name = accountName(account);
   if (account.startsWith("group:")) return { query: { by: "user", group: name, since }, label: "User" };
-  if (account.startsWith("user:")) return { query: { by: "model", user: name, since }, label: "GPU class" };
+  if (account.startsWith("user:")) return { query: { by: "model", account, since }, label: "GPU class" };
   return { query: { by: "account", since }, label: "Account" };
 }
 
@@ -233,9 +233,7 @@ export async function renderMoney(main, ctx) {
       const shown = rows.length && r.total ? [...rows, { ...r.total, total: true }] : rows;
       fill(usageBox,
         dataTable("money-usage", usageColumns(report.label), shown, (row) => (row.total ? { class: "total" } : null),
-          "No charges this month."),
-        report.query.user ? h("p", { class: "muted small" },
-          "Every charge of " + accountName(c.account) + "'s jobs, also those paid by her labs.") : null);
+          "No charges this month."));
     })), false);
 
   ctx.every(60000, () => guarded(err, async () => {

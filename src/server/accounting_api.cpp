@@ -447,6 +447,7 @@ void AccountingApi::Usage(const net::HttpRequest& req, const Principal& who, Res
   }
   if (auto it = req.query.find("group"); it != req.query.end()) q.group = it->second;
   if (auto it = req.query.find("user"); it != req.query.end()) q.user = it->second;
+  if (auto it = req.query.find("account"); it != req.query.end()) q.account = it->second;
   int64_t now = clock_.NowMs();
   auto since = QueryTime(req, "since", now, INT64_MIN);
   auto until = QueryTime(req, "until", now, INT64_MAX);
@@ -454,7 +455,13 @@ void AccountingApi::Usage(const net::HttpRequest& req, const Principal& who, Res
   if (!until.ok()) return fail(until.status());
   q.since_ms = *since;
   q.until_ms = *until;
-  if (!who.is_admin()) {
+  if (!q.account.empty()) {
+    if (Status s = accounting::CheckAccountName(q.account); !s.ok()) return fail(s);
+    if (!MaySee(who, q.account)) return fail(NotYours(q.account));
+  }
+  // Charges paid from an account the caller may see are hers to see, by
+  // any key; otherwise a member sees her labs' or her own charges.
+  if (!who.is_admin() && q.account.empty()) {
     bool member = std::find(who.groups.begin(), who.groups.end(), q.group) != who.groups.end();
     if (!q.group.empty() && !member) {
       return fail(Status::PermissionDenied("group: you are not a member of " + q.group));

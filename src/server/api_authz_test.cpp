@@ -75,6 +75,7 @@ constexpr Row kMatrix[] = {
     {"GET", "/v1/ledger?account=group:vision", "", "UFAFFAAFA"},
     {"GET", "/v1/statement?account=group:vision&month=2026-11", "", "UFAFFAAFA"},
     {"GET", "/v1/usage", "", "UFAFAAAAA"},
+    {"GET", "/v1/usage?account=group:vision", "", "UFAFFAAFA"},
     {"POST", "/v1/accounts/group:vision/credits", R"({"amount":"5"})", "UFFFFFFFA"},
     {"PUT", "/v1/budgets/group:vision", R"({"monthly":"5"})", "UFFFFFFFA"},
     {"GET", "/v1/whoami", "", "UAAAAAAAA"},

@@ -80,6 +80,7 @@ Result<std::vector<UsageRow>> MemoryTx::SumUsage(const UsageQuery& q) {
     if (e.from_ms < q.since_ms || e.from_ms >= q.until_ms) continue;
     if (!q.group.empty() && e.group != q.group) continue;
     if (!q.user.empty() && e.user != q.user) continue;
+    if (!q.account.empty() && e.debit != q.account) continue;
     std::string key = UsageKeyOf(e, q.by);
     UsageRow& r = rows[key];
     r.key = key;

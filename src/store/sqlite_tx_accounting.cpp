@@ -101,7 +101,8 @@ const char* RollupGrain(const UsageQuery& q) {
     return month ? accounting::MonthOf(ms).from_ms == ms : ms % kDayMs == 0;
   };
   const bool where = q.by == UsageBy::kNode;
-  if (q.by == UsageBy::kJob || (where && !(q.group.empty() && q.user.empty()))) return nullptr;
+  const bool filtered = !(q.group.empty() && q.user.empty() && q.account.empty());
+  if (q.by == UsageBy::kJob || (where && filtered)) return nullptr;
   if (q.by != UsageBy::kDay && aligned(q.since_ms, true) && aligned(q.until_ms, true)) {
     return where ? "node-month" : "who-month";
   }
@@ -234,11 +235,13 @@ Result<std::vector<UsageRow>> SqliteTx::SumUsage(const UsageQuery& uq) {
   }
   if (!uq.group.empty()) sql += " AND grp = ?3";
   if (!uq.user.empty()) sql += " AND user = ?4";
+  if (!uq.account.empty()) sql += " AND debit = ?5";
   sql += " GROUP BY k ORDER BY k";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
   q.Bind(1, uq.since_ms).Bind(2, uq.until_ms);
   if (!uq.group.empty()) q.Bind(3, uq.group);
   if (!uq.user.empty()) q.Bind(4, uq.user);
+  if (!uq.account.empty()) q.Bind(5, uq.account);
   std::vector<UsageRow> out;
   while (true) {
     GP_ASSIGN_OR_RETURN(bool row, q.Step());

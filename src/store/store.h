@@ -459,14 +459,15 @@ Result<UsageBy> ParseUsageBy(std::string_view name);
 // posting period, and periods divide days.)
 std::string UsageKeyOf(const accounting::LedgerEntry& e, UsageBy by);
 
-// Charges with from_ms in [since_ms, until_ms), of `group` and `user` when
-// set, summed per UsageBy key.
+// Charges with from_ms in [since_ms, until_ms), of `group`, `user` and
+// paid from `account` when set, summed per UsageBy key.
 struct UsageQuery {
   UsageBy by = UsageBy::kUser;
   int64_t since_ms = INT64_MIN;
   int64_t until_ms = INT64_MAX;
   std::string group;
   std::string user;
+  std::string account;
 };
 
 struct UsageRow {

@@ -444,18 +444,20 @@ TEST_P(StoreConformanceTest, UsageReportsAndFlowsEqualTheLedgersOverAnyWindow) {
                           UsageBy::kNode, UsageBy::kModel, UsageBy::kDay,   UsageBy::kMonth};
   for (const auto& [since, until] : windows) {
     for (UsageBy by : keys) {
-      for (int filter = 0; filter < 3; ++filter) {
+      for (int filter = 0; filter < 4; ++filter) {
         UsageQuery q;
         q.by = by;
         q.since_ms = since;
         q.until_ms = until;
         if (filter == 1) q.group = "vision";
         if (filter == 2) q.user = "bob";
+        if (filter == 3) q.account = "user:carol";
         std::map<std::string, UsageRow> want;
         for (const LedgerEntry& e : posted) {
           if (e.from_ms < since || e.from_ms >= until) continue;
           if (!q.group.empty() && e.group != q.group) continue;
           if (!q.user.empty() && e.user != q.user) continue;
+          if (!q.account.empty() && e.debit != q.account) continue;
           UsageRow& r = want[UsageKeyOf(e, by)];
           r.key = UsageKeyOf(e, by);
           r.gpu_milli_ms += e.GpuMilliMs();

@@ -574,8 +574,8 @@ def test_the_money_page(pool, browser):
              and "36.00" in text_of(browser, "#money-prices"), what="the price in force")
     screenshot(browser, "money")
 
-    # Her own account over a longer window: nothing moved it, though her
-    # usage report counts the job she ran for her lab.
+    # Her own account over a longer window: nothing moved it, and it paid
+    # for nothing (her lab paid for the job she ran for it).
     Select(find(browser, "#money-account")).select_by_value("user:alice")
     Select(find(browser, "#money-window")).select_by_value("90")
     wait_for(lambda: text_of(browser, "#money-totals td.spent") == "0.00",
@@ -583,6 +583,8 @@ def test_the_money_page(pool, browser):
     assert text_of(browser, "#money-totals td.granted") == "0.00"
     wait_for(lambda: text_of(browser, "#money-usage-title") == "Usage this month: user:alice",
              what="alice's own usage")
+    wait_for(lambda: "No charges this month." in text_of(browser, "#money-usage-box"),
+             what=lambda: f"alice's own usage: {text_of(browser, '#money-usage-box')!r}")
 
     # At its limit: the warning, with the server's reason.
     pool.cli("admin", "budget", "set", "vision", credits(spent // 2), check=True)

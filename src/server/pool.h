@@ -397,7 +397,8 @@ class Pool {
   // out the transition's actions inside `tx`.
   Status ApplyEvent(Tx& tx, Job& job, Attempt& attempt, JobEvent event,
                     const proto::TaskReport* report, const StopOrder* stop = nullptr);
-  // Charges `group` for `gpu_milli` held over [from_ms, to_ms].
+  // Charges `group`'s fair-share usage for what `attempt` held from its
+  // placement to `to_ms`, weighted by its GPUs' prices (WeightedMilli).
   Status ChargeUsage(Tx& tx, const std::string& group, const Attempt& attempt, int64_t to_ms);
   // What BuildPassInput needs besides the store's view, as of `now`.
   PassContext PassContextAt(int64_t now) const;

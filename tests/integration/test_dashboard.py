@@ -365,8 +365,11 @@ def test_a_jupyter_session_from_the_browser(pool, browser):
 
     click(browser, f'#sessions-table button.stop-session[data-job="{job_id}"]')
     assert pool.wait_finished(job_id, timeout=60)["state"] == "cancelled"
-    wait_for(lambda: f'data-job="{job_id}"' not in browser.find_element(
-        By.CSS_SELECTOR, "#sessions-table").get_attribute("outerHTML"), what="the session gone")
+    # Read in one script: the page re-renders the table on each refresh, so
+    # an element found first may be gone by the time it is read.
+    wait_for(lambda: f'data-job="{job_id}"' not in browser.execute_script(
+        "const t = document.querySelector('#sessions-table'); return t ? t.outerHTML : '';"),
+        what="the session gone")
 
 
 def test_the_admin_page(pool, browser):

@@ -68,6 +68,29 @@ std::vector<LedgerEntry> EntriesDue(const Holding& h, int64_t posted_to_ms, int6
   return out;
 }
 
+std::optional<LedgerEntry> StorageChargeDue(const std::string& account, int64_t bytes,
+                                            int64_t now_ms, const PriceBook& prices,
+                                            const MeteringRules& rules) {
+  const int64_t to = NextBoundary(now_ms, rules.period_ms) - std::max<int64_t>(rules.period_ms, 1);
+  const int64_t from = to - std::max<int64_t>(rules.period_ms, 1);
+  const Micros amount = prices.StorageCost(bytes, from, to);
+  if (amount <= 0) return std::nullopt;
+  LedgerEntry e;
+  e.key = "storage:" + account + ":" + std::to_string(from);
+  e.kind = EntryKind::kCharge;
+  e.debit = account;
+  e.credit = std::string(kPoolAccount);
+  e.amount = amount;
+  e.at_ms = to;
+  e.from_ms = from;
+  e.attempt_id = "storage:" + account;
+  e.gpu_class = "storage";
+  if (account.rfind("user:", 0) == 0) e.user = account.substr(5);
+  if (account.rfind("group:", 0) == 0) e.group = account.substr(6);
+  e.note = std::to_string(bytes) + " bytes stored";
+  return e;
+}
+
 Micros Unposted(const Holding& h, int64_t posted_to_ms, int64_t now_ms, const PriceBook& prices) {
   int64_t from = std::max(posted_to_ms, h.held_from_ms);
   int64_t to = h.freed_ms > 0 ? h.freed_ms : now_ms;

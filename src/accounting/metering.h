@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,16 @@ struct Holding {
 // than the job's and the charge is not zero. In time order.
 std::vector<LedgerEntry> EntriesDue(const Holding& h, int64_t posted_to_ms, int64_t now_ms,
                                     const PriceBook& prices, const MeteringRules& rules);
+
+// Storage: an account pays for the bytes it stores (checkpoints, and the
+// inputs of its live jobs) once per posting period, at the bytes stored
+// when the first accrual tick after the period's end counts them. The
+// charge for the last period over at `now_ms`, keyed by account and
+// period ("storage:group:vision:<from_ms>"; attempt "storage:<account>",
+// class "storage", job 0); nullopt when it costs nothing.
+std::optional<LedgerEntry> StorageChargeDue(const std::string& account, int64_t bytes,
+                                            int64_t now_ms, const PriceBook& prices,
+                                            const MeteringRules& rules);
 
 // What `h` owes beyond posted_to_ms as of now_ms (up to freed_ms once
 // freed): the charge for the period under way.

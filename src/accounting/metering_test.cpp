@@ -63,6 +63,39 @@ TEST(MeteringTest, ARunningAttemptIsPostedPerPeriodOverAndOwesTheRest) {
   EXPECT_TRUE(EntriesDue(h, 12 * kHour, 12 * kHour + 59 * kMin, Book(), rules).empty());
 }
 
+// Storage is charged per GiB-month (30 days), once per period that is over,
+// at the bytes stored when counted, under a key naming account and period.
+TEST(MeteringTest, StorageIsChargedPerPeriodOverByTheGibMonth) {
+  const int64_t gib = int64_t{1} << 30;
+  MeteringRules rules;  // hour periods
+  PriceBook none({{1, PricedResource::kGpu, "A100", 2 * kCredit, 0, "admin"}});
+  EXPECT_FALSE(none.PricesStorage());
+  EXPECT_FALSE(StorageChargeDue("group:vision", gib, 10 * kHour + 30 * kMin, none, rules));
+  PriceBook book({{1, PricedResource::kStorage, "", kCredit, 0, "admin"},
+                  {2, PricedResource::kStorage, "", 2 * kCredit, 9 * kHour + 30 * kMin, "admin"}});
+  EXPECT_TRUE(book.PricesStorage());
+  // 30 GiB for the hour from 08:00: 30/720 credits; from 09:00, half the
+  // hour at 1.00 and half at 2.00.
+  auto due = StorageChargeDue("group:vision", 30 * gib, 9 * kHour + 5 * kMin, book, rules);
+  ASSERT_TRUE(due);
+  EXPECT_EQ(due->from_ms, 8 * kHour);
+  EXPECT_EQ(due->at_ms, 9 * kHour);
+  EXPECT_EQ(due->amount, 30 * kCredit / 720);
+  EXPECT_EQ(due->key, "storage:group:vision:" + std::to_string(8 * kHour));
+  EXPECT_EQ(due->debit, "group:vision");
+  EXPECT_EQ(due->credit, "pool");
+  EXPECT_EQ(due->group, "vision");
+  EXPECT_EQ(due->gpu_class, "storage");
+  EXPECT_EQ(due->GpuMilliMs(), 0);
+  due = StorageChargeDue("user:alice", 30 * gib, 10 * kHour, book, rules);  // at the boundary
+  ASSERT_TRUE(due);
+  EXPECT_EQ(due->from_ms, 9 * kHour);
+  EXPECT_EQ(due->amount, 62'500);  // 30 GiB x 1.5 credit-hours / 720 hours, exactly
+  EXPECT_EQ(due->user, "alice");
+  // Too little to cost a micro-credit: nothing.
+  EXPECT_FALSE(StorageChargeDue("user:alice", 1, 10 * kHour, book, rules));
+}
+
 TEST(MeteringTest, AnEndedAttemptIsPostedToItsEndAndNoFurther) {
   MeteringRules rules;
   Holding h = Held(10 * kHour, 10 * kHour + 20 * kMin);

@@ -138,6 +138,15 @@ Micros PriceBook::PerHour(const MeteredUse& use, int64_t at_ms) const {
   return static_cast<Micros>(n / kDenominator);
 }
 
+Micros PriceBook::StorageCost(int64_t bytes, int64_t a_ms, int64_t b_ms) const {
+  constexpr __int128 kGiB = __int128{1} << 30;
+  constexpr __int128 kMonthMs = __int128{30} * 24 * kMsPerHour;
+  return static_cast<Micros>(Numerator(PricedResource::kStorage, "", bytes, a_ms, b_ms) /
+                             (kGiB * kMonthMs * ScaleOf(PricedResource::kStorage)));
+}
+
+bool PriceBook::PricesStorage() const { return by_key_.count({PricedResource::kStorage, ""}) > 0; }
+
 int64_t PriceBook::UsageWeightMilli(const GpuInfo& gpu, int64_t at_ms) const {
   Micros cheapest = 0;
   for (const PriceVersion& v : InForce(at_ms)) {

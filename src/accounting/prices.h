@@ -65,6 +65,12 @@ class PriceBook {
   // Credits per hour `use` costs at `at_ms` (the price a job is shown).
   Micros PerHour(const MeteredUse& use, int64_t at_ms) const;
 
+  // What storing `bytes` over [a_ms, b_ms) costs at the storage prices in
+  // force (per GiB-month; a month is 30 days), rounded down.
+  Micros StorageCost(int64_t bytes, int64_t a_ms, int64_t b_ms) const;
+  // Whether a storage price was ever set (none: storage is not metered).
+  bool PricesStorage() const;
+
   // What an hour of `gpu` counts in fair share, in thousandths of a
   // GPU-hour, as Slurm's billing weights do: its class's GPU-hour price
   // over the cheapest priced GPU class's at `at_ms` (an A100 at 2.00 next to

@@ -134,6 +134,7 @@ Result<int64_t> AccountingService::Tick() {
   std::set<std::string> labs;
   std::map<Span, int64_t> posted_to = posted_to_;
   std::set<Span> live;
+  int64_t storage_done = storage_posted_for_;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto versions, tx.ListPrices());
     PriceBook book(std::move(versions));
@@ -169,8 +170,11 @@ Result<int64_t> AccountingService::Tick() {
                           accounting::Unposted(h, posted_to[span], now, book)};
       }
     }
+    GP_ASSIGN_OR_RETURN(int64_t stored, PostStorage(tx, book, now, &storage_done));
+    posted_count += stored;
     return Status::Ok();
   }));
+  storage_posted_for_ = storage_done;
   // Committed: keep what the ledger now says, for running spans only.
   std::erase_if(posted_to, [&](const auto& kv) { return !live.count(kv.first); });
   posted_to_ = std::move(posted_to);
@@ -178,6 +182,26 @@ Result<int64_t> AccountingService::Tick() {
   max_cost_ = std::move(max_cost);
   labs_ = std::move(labs);
   return posted_count;
+}
+
+Result<int64_t> AccountingService::PostStorage(Tx& tx, const PriceBook& book, int64_t now,
+                                               int64_t* done) {
+  // Once per period: the period over is charged at the bytes stored now
+  // (posting is idempotent by key, so a restart within the next period
+  // charges nothing twice).
+  const int64_t period = std::max<int64_t>(options_.rules.period_ms, 1);
+  const int64_t period_over = now - now % period;
+  if (!book.PricesStorage() || period_over == storage_posted_for_) return 0;
+  GP_ASSIGN_OR_RETURN(auto stored, tx.StorageByAccount());
+  int64_t posted = 0;
+  for (const auto& [account, bytes] : stored) {
+    auto due = accounting::StorageChargeDue(account, bytes, now, book, options_.rules);
+    if (!due) continue;
+    GP_ASSIGN_OR_RETURN(bool fresh, tx.PostEntry(*due));
+    posted += fresh ? 1 : 0;
+  }
+  *done = period_over;
+  return posted;
 }
 
 Result<accounting::PriceVersion> AccountingService::SetPrice(accounting::PricedResource resource,

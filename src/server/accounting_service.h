@@ -20,6 +20,10 @@
 //   (accruing): balances and budgets count it, so they act on running
 //   work. A killed server's next tick posts what is due from the ledger's
 //   own record (PostedTo), so nothing is lost or charged twice.
+// - Storage (accounting::StorageChargeDue): the first tick after each
+//   period's end charges every account for the bytes it stores then
+//   (Tx::StorageByAccount) over that period; a period that ends while the
+//   server is down is not charged.
 //
 // Threading: the server's event loop; time from the injected Clock.
 #pragma once
@@ -122,6 +126,11 @@ class AccountingService {
                                                       const Attempt& attempt,
                                                       const accounting::PriceBook& book,
                                                       TxCache& cache);
+  // Posts the storage charges of the period last over unless they were
+  // (storage_posted_for_); `*done` is that period's end once posted.
+  // Returns the entries posted.
+  Result<int64_t> PostStorage(Tx& tx, const accounting::PriceBook& book, int64_t now,
+                              int64_t* done);
   // Posts `entries`; the posted_to of each charge's span in `posted`.
   Status Post(Tx& tx, const std::vector<accounting::LedgerEntry>& entries,
               std::map<std::pair<std::string, int32_t>, int64_t>* posted);
@@ -139,6 +148,9 @@ class AccountingService {
   };
   std::map<std::pair<std::string, int32_t>, Owed> accruing_;
   std::optional<accounting::PriceBook> cached_prices_;
+  // The period whose storage charges were posted (its end); a failed
+  // transaction leaves it for the next tick to try again.
+  int64_t storage_posted_for_ = 0;
   // The labs, as of the last tick (for AccountOf).
   std::set<std::string> labs_;
   // Live jobs' max_cost, as of the last tick.

@@ -165,6 +165,9 @@ class TrackingTx final : public Tx {
   Result<std::vector<std::string>> ListActiveJobInputs() override {
     return in_.ListActiveJobInputs();
   }
+  Result<std::vector<std::pair<std::string, int64_t>>> StorageByAccount() override {
+    return in_.StorageByAccount();
+  }
   Result<StorageUsage> StorageUsed(const StorageHolder& holder) override {
     return in_.StorageUsed(holder);
   }

@@ -73,6 +73,28 @@ Result<StorageUsage> MemoryTx::StorageUsed(const StorageHolder& holder) {
   return u;
 }
 
+Result<std::vector<std::pair<std::string, int64_t>>> MemoryTx::StorageByAccount() {
+  std::set<std::string> lab_manifests;
+  std::map<std::string, int64_t> by_account;
+  for (const auto& [holder, refs] : s_.storage_refs) {
+    if (holder.kind != StorageHolderKind::kGroup || !s_.groups.count(holder.name)) continue;
+    for (const auto& [manifest, ref] : refs) {
+      lab_manifests.insert(manifest);
+      by_account["group:" + holder.name] += ref.bytes;
+    }
+  }
+  for (const auto& [holder, refs] : s_.storage_refs) {
+    if (holder.kind != StorageHolderKind::kUser) continue;
+    for (const auto& [manifest, ref] : refs) {
+      if (!lab_manifests.count(manifest)) by_account["user:" + holder.name] += ref.bytes;
+    }
+  }
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [account, bytes] : by_account)
+    if (bytes > 0) out.emplace_back(account, bytes);
+  return out;
+}
+
 Result<std::vector<StorageUsage>> MemoryTx::ListStorageUsage() {
   // StorageHolder orders users before groups, each by name.
   std::vector<StorageUsage> out;

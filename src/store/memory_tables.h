@@ -233,6 +233,7 @@ class MemoryTx : public Tx {
   Result<std::vector<std::string>> ListActiveJobInputs() override;
   Result<StorageUsage> StorageUsed(const StorageHolder& holder) override;
   Result<std::vector<StorageUsage>> ListStorageUsage() override;
+  Result<std::vector<std::pair<std::string, int64_t>>> StorageByAccount() override;
   Status PutStorageQuota(const StorageQuota& q) override;
   Status DeleteStorageQuota(const StorageHolder& holder) override;
   Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& holder) override;

@@ -85,6 +85,7 @@ class SqliteTx : public Tx {
   Result<std::vector<std::string>> ListActiveJobInputs() override;
   Result<StorageUsage> StorageUsed(const StorageHolder& h) override;
   Result<std::vector<StorageUsage>> ListStorageUsage() override;
+  Result<std::vector<std::pair<std::string, int64_t>>> StorageByAccount() override;
   Status PutStorageQuota(const StorageQuota& quota) override;
   Status DeleteStorageQuota(const StorageHolder& h) override;
   Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& h) override;

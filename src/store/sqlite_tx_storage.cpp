@@ -59,6 +59,24 @@ Result<StorageUsage> SqliteTx::StorageUsed(const StorageHolder& h) {
   return u;
 }
 
+Result<std::vector<std::pair<std::string, int64_t>>> SqliteTx::StorageByAccount() {
+  GP_ASSIGN_OR_RETURN(
+      Query q,
+      conn_.Prepare("SELECT 'group:' || name AS a, sum(bytes) AS b FROM storage_refs WHERE kind = "
+                    "'group' AND name IN (SELECT name FROM user_groups) GROUP BY name "
+                    "UNION ALL SELECT 'user:' || u.name, sum(u.bytes) FROM storage_refs u WHERE "
+                    "u.kind = 'user' AND NOT EXISTS (SELECT 1 FROM storage_refs g WHERE g.kind "
+                    "= 'group' AND g.manifest = u.manifest AND g.name IN (SELECT name FROM "
+                    "user_groups)) GROUP BY u.name ORDER BY a"));
+  std::vector<std::pair<std::string, int64_t>> out;
+  while (true) {
+    GP_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    if (q.Int(1) > 0) out.emplace_back(q.Text(0), q.Int(1));
+  }
+  return out;
+}
+
 Result<std::vector<StorageUsage>> SqliteTx::ListStorageUsage() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT kind, name, sum(bytes), count(*) FROM "
                                              "storage_refs GROUP BY kind, name "

@@ -428,6 +428,11 @@ class StorageTx {
   virtual Result<StorageUsage> StorageUsed(const StorageHolder& holder) = 0;
   // Every holder that stores something: users, then groups, each by name.
   virtual Result<std::vector<StorageUsage>> ListStorageUsage() = 0;
+  // Stored bytes by the account that pays for them (storage charges,
+  // server/accounting_service.h), as jobs pay: a lab's manifests (a group
+  // with a GroupRecord) to "group:LAB"; a user's manifests that no lab
+  // holds to "user:NAME". Accounts with bytes > 0, by account.
+  virtual Result<std::vector<std::pair<std::string, int64_t>>> StorageByAccount() = 0;
 
   // Storage quotas: insert or replace by holder; delete (absent is no
   // error); by holder; all: users, then groups, each by name.

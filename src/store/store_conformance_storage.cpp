@@ -140,3 +140,43 @@ TEST_P(StoreConformanceTest, StorageQuotasPutGetListReplaceDelete) {
 }
 
 }  // namespace gpupool
+
+namespace gpupool {
+
+// Who pays for stored bytes, as jobs pay: a lab for its manifests, a user
+// for hers that no lab holds (jobs of no lab, or of a group that is not
+// one).
+TEST_P(StoreConformanceTest, StoredBytesArePaidByTheJobsAccounts) {
+  GroupRecord vision;
+  vision.name = "vision";
+  vision.members = {"alice"};
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.PutGroup(vision); }));
+  JobSpec lab = RunSpec();
+  lab.group = "vision";
+  JobSpec open = RunSpec();
+  open.group = "open-queue";  // not a lab
+  CONF_ASSERT_OK_AND_ASSIGN(Job lab_job,
+                            Insert(store(), MakeJob("alice", lab, JobState::kRunning)));
+  CONF_ASSERT_OK_AND_ASSIGN(Job own_job,
+                            Insert(store(), MakeJob("alice", RunSpec(), JobState::kRunning)));
+  CONF_ASSERT_OK_AND_ASSIGN(Job bob_job, Insert(store(), MakeJob("bob", open, JobState::kRunning)));
+  auto checkpoint = [](int64_t job, char digit, int64_t bytes) {
+    Checkpoint c = MakeCheckpoint(job, MakeAttemptId(job, 1), digit, 1);
+    c.bytes = bytes;
+    return c;
+  };
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(checkpoint(lab_job.id, 'c', 1000)).status());
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(checkpoint(own_job.id, 'd', 7)).status());
+    return tx.AddCheckpoint(checkpoint(bob_job.id, 'e', 50)).status();
+  }));
+  using Rows = std::vector<std::pair<std::string, int64_t>>;
+  CONF_ASSERT_OK_AND_ASSIGN(auto paid, InTx(store(), [](Tx& tx) { return tx.StorageByAccount(); }));
+  EXPECT_EQ(paid, (Rows{{"group:vision", 1000}, {"user:alice", 7}, {"user:bob", 50}}));
+  // Deleted, a checkpoint is paid by no one.
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) { return tx.DeleteCheckpoint(lab_job.id, 1); }));
+  CONF_ASSERT_OK_AND_ASSIGN(paid, InTx(store(), [](Tx& tx) { return tx.StorageByAccount(); }));
+  EXPECT_EQ(paid, (Rows{{"user:alice", 7}, {"user:bob", 50}}));
+}
+
+}  // namespace gpupool

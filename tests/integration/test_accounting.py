@@ -417,3 +417,48 @@ def test_an_agent_cannot_send_lending_credits_to_a_lab_its_provider_is_not_in(po
     assert sorted(e["amount_micros"] for e in lending) == sorted(
         c["amount_micros"] * 8 // 10 for c in charges if c["amount_micros"])
     assert lending
+
+
+def test_stored_checkpoints_are_charged_by_the_gib_month(pool):
+    """A lab pays for its jobs' checkpoints per GiB-month, once per ledger
+    period, at the bytes they hold when the period is over."""
+    alice = vision_pool(pool)
+    # A million credits per GiB-month, so that a MiB costs something in 2 s.
+    r = pool.cli("admin", "price", "set", "--resource", "storage", "1000000")
+    assert r.returncode == 0, r.stdout + r.stderr
+    script = ('ck=$GPUPOOL_CHECKPOINT_DIR; mkdir -p "$ck/.staging"; '
+              'head -c 1048576 /dev/urandom > "$ck/.staging/state.bin"; '
+              'mv "$ck/.staging" "$ck/ckpt-1"; sleep 60')
+    job = submit_spec(pool, alice, {"name": "saver", "run": script, "group": "vision",
+                                    "resources": {"gpus": 0}, "checkpoint": {}})
+
+    def stored():
+        c = pool.api("GET", f"/v1/jobs/{job}/checkpoints")[1].get("checkpoints", [])
+        return c[0]["bytes"] if c else None
+    size = wait_for(stored, timeout=60, what="the checkpoint uploaded")
+    assert size >= 1048576
+
+    priced = next(v["from_ms"] for v in pool.api("GET", "/v1/prices")[1]["prices"]
+                  if v["resource"] == "storage")
+    saved = pool.api("GET", f"/v1/jobs/{job}/checkpoints")[1]["checkpoints"][0]["created_ms"]
+
+    def storage_charges():
+        # Whole periods at that price since the checkpoint was stored (the
+        # one it was stored in is charged at the bytes counted at its end).
+        got = [e for e in ledger(pool, "group:vision") if e["attempt"] == "storage:group:vision"
+               and e["from_ms"] >= max(priced, saved)]
+        return got if len(got) >= 2 else None
+    charges = wait_for(storage_charges, timeout=60, what="two periods of storage charged")
+    # Each is one whole period at the stored bytes: price x bytes x period
+    # over a GiB-month, rounded down; no period twice.
+    month_ms = 30 * 24 * 3_600_000
+    for c in charges:
+        assert c["at_ms"] - c["from_ms"] == PERIOD_MS, c
+        assert c["class"] == "storage" and c["job_id"] == 0 and c["credit"] == "pool", c
+        assert c["amount_micros"] == 10**12 * size * PERIOD_MS // (2**30 * month_ms), (c, size)
+    froms = [c["from_ms"] for c in charges]
+    assert len(set(froms)) == len(froms)
+    # Reports show storage as its own class.
+    r = pool.cli("-o", "json", "usage", "--by", "model")
+    assert "storage" in [row["key"] for row in json.loads(r.stdout)["rows"]], r.stdout
+    assert pool.cli("cancel", str(job)).returncode == 0

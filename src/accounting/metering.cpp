@@ -1,6 +1,7 @@
 #include "accounting/metering.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace gpupool::accounting {
 
@@ -89,6 +90,23 @@ std::optional<LedgerEntry> StorageChargeDue(const std::string& account, int64_t 
   if (account.rfind("group:", 0) == 0) e.group = account.substr(6);
   e.note = std::to_string(bytes) + " bytes stored";
   return e;
+}
+
+int64_t LendingBonusMilliMs(const std::vector<std::pair<int64_t, Micros>>& lending_by_day,
+                            int64_t now_ms, int64_t half_life_ms, Micros cheapest_gpu_per_hour,
+                            const MeteringRules& rules, int32_t bonus_permille) {
+  if (cheapest_gpu_per_hour <= 0 || rules.lending_permille <= 0 || bonus_permille <= 0) return 0;
+  constexpr int64_t kHalfDayMs = 43'200'000;
+  double credits = 0;  // decayed micro-credits
+  for (const auto& [day, amount] : lending_by_day) {
+    const double age = static_cast<double>(std::max<int64_t>(now_ms - (day + kHalfDayMs), 0));
+    credits += static_cast<double>(amount) *
+               (half_life_ms > 0 ? std::exp2(-age / static_cast<double>(half_life_ms)) : 1.0);
+  }
+  // Credits -> what the borrowers paid -> weighted GPU-milli x ms.
+  const double paid = credits * 1000.0 / rules.lending_permille;
+  const double milli_ms = paid / static_cast<double>(cheapest_gpu_per_hour) * 1000.0 * 3'600'000.0;
+  return static_cast<int64_t>(milli_ms * bonus_permille / 1000.0);
 }
 
 Micros Unposted(const Holding& h, int64_t posted_to_ms, int64_t now_ms, const PriceBook& prices) {

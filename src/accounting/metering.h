@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "accounting/prices.h"
@@ -77,6 +78,19 @@ std::vector<LedgerEntry> EntriesDue(const Holding& h, int64_t posted_to_ms, int6
 std::optional<LedgerEntry> StorageChargeDue(const std::string& account, int64_t bytes,
                                             int64_t now_ms, const PriceBook& prices,
                                             const MeteringRules& rules);
+
+// Lending in fair share (--lending-fair-share): what a lab lent counts
+// against its own fair-share usage. `lending_by_day` is its lending credits
+// per UTC day (the day's first ms -> micro-credits); each day's is decayed
+// from the day's middle with `half_life_ms` (<= 0: no decay), converted back
+// into what the borrowers' GPU time counted in fair share (the credits
+// over the lending share, over the cheapest GPU class's price per hour:
+// weighted GPU-milli x ms, see PriceBook::UsageWeightMilli) and scaled by
+// `bonus_permille` (1000: a lent GPU-hour offsets one of the lab's own).
+// 0 without GPU prices or lending credits.
+int64_t LendingBonusMilliMs(const std::vector<std::pair<int64_t, Micros>>& lending_by_day,
+                            int64_t now_ms, int64_t half_life_ms, Micros cheapest_gpu_per_hour,
+                            const MeteringRules& rules, int32_t bonus_permille);
 
 // What `h` owes beyond posted_to_ms as of now_ms (up to freed_ms once
 // freed): the charge for the period under way.

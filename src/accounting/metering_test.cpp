@@ -96,6 +96,29 @@ TEST(MeteringTest, StorageIsChargedPerPeriodOverByTheGibMonth) {
   EXPECT_FALSE(StorageChargeDue("user:alice", 1, 10 * kHour, book, rules));
 }
 
+// What a lab lent, back in the fair-share units of the borrowers' GPU time,
+// decayed like usage.
+TEST(MeteringTest, LendingCountsAgainstTheLendersUsageDecayedLikeIt) {
+  MeteringRules rules;  // lending credits are 80% of the charge
+  const int64_t day = 24 * kHour;
+  // An A100-hour at 2.00 earns 1.60; with the cheapest GPU at 0.50 that
+  // hour counted 4 GPU-hours in fair share.
+  const std::vector<std::pair<int64_t, Micros>> lent = {{10 * day, 8 * kCredit / 5}};
+  const int64_t four_gpu_hours = 4 * 1000 * kHour;
+  const int64_t midday = 10 * day + 12 * kHour;
+  EXPECT_EQ(LendingBonusMilliMs(lent, midday, 0, kCredit / 2, rules, 1000), four_gpu_hours);
+  EXPECT_EQ(LendingBonusMilliMs(lent, midday, 0, kCredit / 2, rules, 500), four_gpu_hours / 2);
+  // One half-life after the day's middle it counts half.
+  EXPECT_NEAR(LendingBonusMilliMs(lent, midday + 7 * day, 7 * day, kCredit / 2, rules, 1000),
+              four_gpu_hours / 2, 1);
+  // Off, without GPU prices, or without lending credits: nothing.
+  EXPECT_EQ(LendingBonusMilliMs(lent, midday, 0, kCredit / 2, rules, 0), 0);
+  EXPECT_EQ(LendingBonusMilliMs(lent, midday, 0, 0, rules, 1000), 0);
+  MeteringRules no_credit;
+  no_credit.lending_permille = 0;
+  EXPECT_EQ(LendingBonusMilliMs(lent, midday, 0, kCredit / 2, no_credit, 1000), 0);
+}
+
 TEST(MeteringTest, AnEndedAttemptIsPostedToItsEndAndNoFurther) {
   MeteringRules rules;
   Holding h = Held(10 * kHour, 10 * kHour + 20 * kMin);

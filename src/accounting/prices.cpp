@@ -147,13 +147,18 @@ Micros PriceBook::StorageCost(int64_t bytes, int64_t a_ms, int64_t b_ms) const {
 
 bool PriceBook::PricesStorage() const { return by_key_.count({PricedResource::kStorage, ""}) > 0; }
 
-int64_t PriceBook::UsageWeightMilli(const GpuInfo& gpu, int64_t at_ms) const {
+Micros PriceBook::CheapestGpu(int64_t at_ms) const {
   Micros cheapest = 0;
   for (const PriceVersion& v : InForce(at_ms)) {
     if (v.resource == PricedResource::kGpu && v.per_unit > 0 &&
         (cheapest == 0 || v.per_unit < cheapest))
       cheapest = v.per_unit;
   }
+  return cheapest;
+}
+
+int64_t PriceBook::UsageWeightMilli(const GpuInfo& gpu, int64_t at_ms) const {
+  const Micros cheapest = CheapestGpu(at_ms);
   if (cheapest == 0) return 1000;
   const Micros price = std::max(PriceAt(PricedResource::kGpu, ClassOf(gpu), at_ms), cheapest);
   return static_cast<int64_t>(static_cast<__int128>(price) * 1000 / cheapest);

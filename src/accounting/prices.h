@@ -77,6 +77,8 @@ class PriceBook {
   // a T4 at 0.50 counts 4000). 1000 when no GPU class has a price; a GPU of
   // no price (free, or unpriced) counts as the cheapest.
   int64_t UsageWeightMilli(const GpuInfo& gpu, int64_t at_ms) const;
+  // The lowest positive GPU-hour price in force at `at_ms`; 0 without one.
+  Micros CheapestGpu(int64_t at_ms) const;
 
   const std::vector<PriceVersion>& versions() const { return versions_; }
 

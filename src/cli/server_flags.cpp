@@ -111,6 +111,24 @@ void AddServerMoneyFlags(CLI::App& server, server::ServerOptions& so) {
       },
       "the share of what others pay for a machine's time that its owner group earns "
       "(default 80%)");
+  server.add_option_function<std::string>(
+      "--lending-fair-share",
+      [&money](const std::string& v) {
+        size_t used = 0;
+        double factor = -1;
+        try {
+          factor = std::stod(v, &used);
+        } catch (...) {
+        }
+        bool plain = !v.empty() && v.find_first_not_of("0123456789.") == std::string::npos;
+        if (!plain || used != v.size() || factor < 0 || factor > 10) {
+          throw CLI::ValidationError("--lending-fair-share", "a number from 0 to 10, such as 1");
+        }
+        money.lending_fair_share_permille = static_cast<int32_t>(factor * 1000 + 0.5);
+      },
+      "what a lab lent counts against its own fair-share usage: 1 = each GPU-hour others "
+      "used on its machines (as fair share weighs it) offsets one of its own, decayed "
+      "alike (default 0: off; needs GPU prices)");
 }
 
 }  // namespace gpupool::cli

@@ -135,6 +135,7 @@ Result<int64_t> AccountingService::Tick() {
   std::map<Span, int64_t> posted_to = posted_to_;
   std::set<Span> live;
   int64_t storage_done = storage_posted_for_;
+  std::map<std::string, int64_t> bonus;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
     GP_ASSIGN_OR_RETURN(auto versions, tx.ListPrices());
     PriceBook book(std::move(versions));
@@ -172,9 +173,11 @@ Result<int64_t> AccountingService::Tick() {
     }
     GP_ASSIGN_OR_RETURN(int64_t stored, PostStorage(tx, book, now, &storage_done));
     posted_count += stored;
+    GP_ASSIGN_OR_RETURN(bonus, LendingBonusOf(tx, labs, book, now));
     return Status::Ok();
   }));
   storage_posted_for_ = storage_done;
+  lending_bonus_ = std::move(bonus);
   // Committed: keep what the ledger now says, for running spans only.
   std::erase_if(posted_to, [&](const auto& kv) { return !live.count(kv.first); });
   posted_to_ = std::move(posted_to);
@@ -182,6 +185,29 @@ Result<int64_t> AccountingService::Tick() {
   max_cost_ = std::move(max_cost);
   labs_ = std::move(labs);
   return posted_count;
+}
+
+Result<std::map<std::string, int64_t>> AccountingService::LendingBonusOf(
+    Tx& tx, const std::set<std::string>& labs, const PriceBook& book, int64_t now) {
+  std::map<std::string, int64_t> out;
+  const int32_t permille = options_.lending_fair_share_permille;
+  const Micros cheapest = book.CheapestGpu(now);
+  if (permille <= 0 || cheapest <= 0) return out;
+  // Ten half-lives back (a thousandth of its weight left), or a year
+  // without decay.
+  constexpr int64_t kYearMs = 365LL * 86'400'000;
+  const int64_t half_life = options_.half_life_ms;
+  const int64_t since = now - (half_life > 0 ? std::min(10 * half_life, kYearMs) : kYearMs);
+  for (const std::string& lab : labs) {
+    GP_ASSIGN_OR_RETURN(auto flows, tx.AccountFlows(accounting::GroupAccount(lab), since, now + 1));
+    std::vector<std::pair<int64_t, Micros>> lent;
+    for (const AccountFlow& f : flows)
+      if (f.kind == accounting::EntryKind::kLending && f.in > 0) lent.emplace_back(f.day_ms, f.in);
+    const int64_t bonus =
+        accounting::LendingBonusMilliMs(lent, now, half_life, cheapest, options_.rules, permille);
+    if (bonus > 0) out[lab] = bonus;
+  }
+  return out;
 }
 
 Result<int64_t> AccountingService::PostStorage(Tx& tx, const PriceBook& book, int64_t now,

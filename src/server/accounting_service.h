@@ -46,6 +46,10 @@ namespace gpupool::server {
 struct AccountingOptions {
   accounting::MeteringRules rules;  // --ledger-period, --lending-credit
   int64_t tick_ms = 60'000;         // how often running work accrues
+  // --lending-fair-share (permille; 0 = off): what a lab lent counts
+  // against its fair-share usage, decayed with the scheduler's half-life.
+  int32_t lending_fair_share_permille = 0;
+  int64_t half_life_ms = 0;
 };
 
 // What the last tick saw of running work (for budgets and max_cost).
@@ -88,6 +92,10 @@ class AccountingService {
   // never reads the store itself): as of LoadPrices (at start), the last
   // Tick or SetPrice; nullptr before any.
   Status LoadPrices();
+  // Lab -> what its lending takes off its fair-share usage (weighted
+  // GPU-milli x ms; accounting::LendingBonusMilliMs), as of the last tick;
+  // empty when --lending-fair-share is off.
+  const std::map<std::string, int64_t>& LendingBonus() const { return lending_bonus_; }
   const accounting::PriceBook* CachedPrices() const {
     return cached_prices_ ? &*cached_prices_ : nullptr;
   }
@@ -129,6 +137,10 @@ class AccountingService {
   // Posts the storage charges of the period last over unless they were
   // (storage_posted_for_); `*done` is that period's end once posted.
   // Returns the entries posted.
+  // Each lab's lending bonus (LendingBonus) from its ledger.
+  Result<std::map<std::string, int64_t>> LendingBonusOf(Tx& tx, const std::set<std::string>& labs,
+                                                        const accounting::PriceBook& book,
+                                                        int64_t now);
   Result<int64_t> PostStorage(Tx& tx, const accounting::PriceBook& book, int64_t now,
                               int64_t* done);
   // Posts `entries`; the posted_to of each charge's span in `posted`.
@@ -148,6 +160,7 @@ class AccountingService {
   };
   std::map<std::pair<std::string, int32_t>, Owed> accruing_;
   std::optional<accounting::PriceBook> cached_prices_;
+  std::map<std::string, int64_t> lending_bonus_;
   // The period whose storage charges were posted (its end); a failed
   // transaction leaves it for the next tick to try again.
   int64_t storage_posted_for_ = 0;

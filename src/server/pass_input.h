@@ -74,6 +74,9 @@ struct PassContext {
   // Fair-share usage is weighted by these prices (pool_rules.h
   // WeightedMilli); nullptr: every GPU counts the same.
   const accounting::PriceBook* usage_prices = nullptr;
+  // Lab -> weighted GPU-milli x ms its lending takes off its usage (never
+  // below zero; --lending-fair-share).
+  std::map<std::string, int64_t> lending_bonus;
 };
 
 // The scheduler's input, and what the pass tells waiting jobs besides.

@@ -147,6 +147,12 @@ TEST(PassInputTest, FairShareUsageIsWeightedByTheGpusPrices) {
   EXPECT_EQ(weighted.snapshot.usage.at("vision").milli_ms,
             4 * weighted.snapshot.usage.at("nlp").milli_ms);
   EXPECT_EQ(weighted.snapshot.usage.at("nlp").milli_ms, plain.snapshot.usage.at("nlp").milli_ms);
+  // What a lab lent comes off its usage, never below zero; others' stay.
+  const int64_t vision = weighted.snapshot.usage.at("vision").milli_ms;
+  ctx.lending_bonus = {{"vision", vision / 4}, {"nlp", 1'000'000'000'000}};
+  PassInput lent = BuildPassInput(view, ctx);
+  EXPECT_EQ(lent.snapshot.usage.at("vision").milli_ms, vision - vision / 4);
+  EXPECT_EQ(lent.snapshot.usage.at("nlp").milli_ms, 0);
 }
 
 // What a preemption would cost is the work since the attempt's newest

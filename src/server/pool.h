@@ -152,6 +152,9 @@ struct PoolHooks {
   // the cheapest's; AccountingService::CachedPrices), or nullptr. Unset:
   // every GPU counts the same.
   std::function<const accounting::PriceBook*()> usage_prices;
+  // Lab -> what its lending takes off its fair-share usage
+  // (AccountingService::LendingBonus). Unset: nothing.
+  std::function<std::map<std::string, int64_t>()> lending_bonus;
   // What a committed transaction counted for the metrics (placements,
   // preemptions, queue waits, checkpoints, migrations, reclaims).
   std::function<void(const PoolCounts&)> counted;

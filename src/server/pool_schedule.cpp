@@ -60,6 +60,7 @@ PassContext Pool::PassContextAt(int64_t now) const {
   if (hooks_.held_accounts) ctx.held_accounts = hooks_.held_accounts();
   ctx.account_of = hooks_.account_of;
   if (hooks_.usage_prices) ctx.usage_prices = hooks_.usage_prices();
+  if (hooks_.lending_bonus) ctx.lending_bonus = hooks_.lending_bonus();
   return ctx;
 }
 

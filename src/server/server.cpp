@@ -584,7 +584,9 @@ int RunServer(const ServerOptions& options) {
                            std::string_view what, const std::function<Status()>& change) {
     return quotas.Guard(tx, owner, group, what, change);
   };
-  AccountingService accounting(store, clock, options.accounting);
+  AccountingOptions accounting_options = options.accounting;
+  accounting_options.half_life_ms = pool_options.scheduler.half_life_ms;
+  AccountingService accounting(store, clock, accounting_options);
   if (Status s = accounting.LoadPrices(); !s.ok()) {
     std::cerr << "gpupool server: reading prices: " << s.ToString() << "\n";
     return 1;
@@ -597,6 +599,7 @@ int RunServer(const ServerOptions& options) {
   hooks.held_accounts = [&] { return budgets.Held(); };
   hooks.account_of = [&](const Job& job) { return accounting.AccountOf(job); };
   hooks.usage_prices = [&] { return accounting.CachedPrices(); };
+  hooks.lending_bonus = [&] { return accounting.LendingBonus(); };
   Pool pool(store, clock, pool_options, hooks);
   pool_ptr = &pool;
   pacer.SetPool(pool);

@@ -47,7 +47,7 @@ struct ServerOptions {
   // blob GC grace).
   StorageQuotasOptions storage;
   // Money (server/accounting_service.h): --ledger-period, --lending-credit,
-  // --accrual-interval.
+  // --accrual-interval, --lending-fair-share.
   AccountingOptions accounting;
   // The web dashboard's files, served under /ui (server/static_files.h);
   // empty = none.

@@ -462,3 +462,52 @@ def test_stored_checkpoints_are_charged_by_the_gib_month(pool):
     r = pool.cli("-o", "json", "usage", "--by", "model")
     assert "storage" in [row["key"] for row in json.loads(r.stdout)["rows"]], r.stdout
     assert pool.cli("cancel", str(job)).returncode == 0
+
+
+def test_what_a_lab_lent_counts_against_its_fair_share_usage(pool):
+    """--lending-fair-share 1: each GPU-millisecond others used on a lab's
+    machine takes one off the lab's own fair-share usage (no decay here, so
+    the sums are exact)."""
+    config = pool.dir / "scheduler.yaml"
+    config.write_text("half_life: 0\n")
+    pool.start_server(extra=MONEY + ["--lending-fair-share", "1",
+                                     "--scheduler-config", str(config)])
+    for lab in ("vision", "physics"):
+        assert pool.api("POST", "/v1/groups", {"name": lab})[0] == 201
+    alice = add_member(pool, "alice", "vision")
+    carol = add_member(pool, "carol", "physics")
+    pool.start_agent("phys-1", extra=["--owner-group", "physics"])
+    pool.wait_nodes_ready(1)
+    assert pool.cli("admin", "price", "set", "A100", "36").returncode == 0
+    # Physics' own job, then vision's on physics' machine.
+    jobs = {}
+    for who, token, group, seconds in (("carol", carol, "physics", 4), ("alice", alice, "vision", 2)):
+        r = cli_as(pool, token, "submit", "--gpus", "1", "--group", group, "--", "sleep", str(seconds))
+        assert r.returncode == 0, r.stderr
+        jobs[who] = int(r.stdout)
+        pool.wait_state(jobs[who], "succeeded", timeout=120)
+    held = {w: (lambda a: a["finished_ms"] - a["created_ms"])(pool.job(j)["attempt_list"][0])
+            for w, j in jobs.items()}
+    lent = [e for e in ledger(pool, "group:physics") if e["kind"] == "lending"]
+    assert lent, "physics earned lending credits"
+    # What vision paid, back in GPU-ms at the A100's (the cheapest) price.
+    paid = sum(e["amount_micros"] for e in lent) * 10 // 8
+    lent_milli_ms = paid * 1000 * 3_600_000 // 36_000_000
+
+    want = 1000 * held["carol"] - lent_milli_ms
+
+    def physics_usage():
+        groups = {g["name"]: g for g in pool.api("GET", "/v1/groups")[1]["groups"]}
+        return groups["physics"]["usage_gpu_milli_ms"]
+    # The next accrual tick counts the last lending credit.
+    wait_for(lambda: abs(physics_usage() - want) <= 1000, timeout=30,
+             what=lambda: f"physics' usage {physics_usage()} to be its own less what it lent, "
+                          f"{want} ({held}, lent {lent_milli_ms})")
+    assert abs(lent_milli_ms - 1000 * held["alice"]) <= 2000, (lent_milli_ms, held)
+    # Vision's usage is its own, whole.
+    groups = {g["name"]: g for g in pool.api("GET", "/v1/groups")[1]["groups"]}
+    assert groups["vision"]["usage_gpu_milli_ms"] == 1000 * held["alice"], groups["vision"]
+    # A bad factor is refused at start.
+    r = subprocess.run([GPUPOOL, "server", "--lending-fair-share", "lots"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode != 0 and "--lending-fair-share" in r.stderr, r.stderr

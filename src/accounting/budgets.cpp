@@ -58,6 +58,13 @@ BudgetStanding Standing(const Budget& budget, const std::string& month, Micros s
   return s;
 }
 
+std::string AlertText(const BudgetStanding& s) {
+  if (s.at_limit || s.alert >= 100) return "budget: " + s.reason;
+  return "budget: " + Who(s.budget.account) + " has spent " + std::to_string(s.percent) +
+         "% of its " + s.month + " budget (" + FormatCredits(s.spent) + " of " +
+         FormatCredits(s.budget.monthly) + " credits)";
+}
+
 std::string MaxCostReason(Micros max_cost, Micros spent) {
   return "its spending limit of " + FormatCredits(max_cost) + " credits was reached (it spent " +
          FormatCredits(spent) + ")";

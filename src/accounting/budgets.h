@@ -45,6 +45,11 @@ struct BudgetStanding {
 BudgetStanding Standing(const Budget& budget, const std::string& month, Micros spent,
                         Micros balance);
 
+// What a running job's log says when its account's alert rises: "budget:
+// group vision has spent 78% of its 2026-11 budget (780.00 of 1000.00
+// credits)", or at the limit "budget: " + the reason.
+std::string AlertText(const BudgetStanding& s);
+
 // "a job's spending limit of 50.00 credits reached (it spent 50.01)".
 std::string MaxCostReason(Micros max_cost, Micros spent);
 

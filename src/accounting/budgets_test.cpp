@@ -30,6 +30,13 @@ TEST(BudgetsTest, AlertsAt75And90AndStopsAtTheMonthlyAmount) {
             "the next month, or an admin raises the budget)");
 }
 
+TEST(BudgetsTest, AnAlertSaysWhoSpentHowMuchOfWhichMonth) {
+  EXPECT_EQ(AlertText(Standing(Of(100 * kCredit), "2026-11", 78 * kCredit, kCredit)),
+            "budget: group vision has spent 78% of its 2026-11 budget (78.00 of 100.00 credits)");
+  EXPECT_EQ(AlertText(Standing(Of(0), "2026-11", 5 * kCredit, 0)),
+            "budget: group vision has no credits left (balance 0.00; an admin can grant credits)");
+}
+
 TEST(BudgetsTest, NoMoneyLeftIsALimitWithOrWithoutAMonthlyAmount) {
   auto broke = Standing(Of(0), "2026-11", 5 * kCredit, 0);
   EXPECT_TRUE(broke.at_limit);

@@ -74,6 +74,7 @@ Status BudgetKeeper::Evaluate() {
   }));
   bool changed = Held() != AtLimit(standings);
 
+  Alert(standings, work);
   standings_ = std::move(standings);
   if (changed && hooks_.limits_changed) hooks_.limits_changed();
   // Stopping runs the pool's own transactions, after this one.
@@ -92,6 +93,21 @@ Status BudgetKeeper::Evaluate() {
     }
   }
   return Status::Ok();
+}
+
+void BudgetKeeper::Alert(const std::map<std::string, accounting::BudgetStanding>& standings,
+                         const RunningWork& work) {
+  for (const auto& [account, s] : standings) {
+    auto& [month, level] = alerted_[account];
+    const bool rose = s.alert > (month == s.month ? level : 0);
+    month = s.month;
+    level = s.alert;
+    if (!primed_ || !rose || !hooks_.job_event) continue;
+    auto jobs = work.jobs_by_account.find(account);
+    if (jobs == work.jobs_by_account.end()) continue;
+    for (int64_t job : jobs->second) hooks_.job_event(job, accounting::AlertText(s));
+  }
+  primed_ = true;
 }
 
 }  // namespace gpupool::server

@@ -11,7 +11,11 @@
 // - for a running job whose charges reached its max_cost, stops it for
 //   good, checkpointing first (hooks.stop_for_good);
 // - says when the set of held accounts changed (hooks.limits_changed), so
-//   that a pass runs at once when money came back.
+//   that a pass runs at once when money came back;
+// - when an account's alert rises (75%, 90%, its limit) within a month,
+//   writes it as an event into the log of each of its running jobs
+//   (hooks.job_event). The first Evaluate after a start only notes where
+//   each account stands, so a restart repeats no alert.
 //
 // Threading: the server's event loop.
 #pragma once
@@ -32,6 +36,7 @@ struct BudgetHooks {
   std::function<void(int64_t job_id, const std::string& reason)> stop_and_requeue;
   std::function<void(int64_t job_id, const std::string& reason)> stop_for_good;
   std::function<void()> limits_changed;
+  std::function<void(int64_t job_id, const std::string& text)> job_event;
 };
 
 class BudgetKeeper {
@@ -57,7 +62,14 @@ class BudgetKeeper {
   const Clock& clock_;
   AccountingService& accounting_;
   BudgetHooks hooks_;
+  // Writes the alerts that rose since the last Evaluate (see above).
+  void Alert(const std::map<std::string, accounting::BudgetStanding>& standings,
+             const RunningWork& work);
+
   std::map<std::string, accounting::BudgetStanding> standings_;
+  // Account -> the month and alert level last announced.
+  std::map<std::string, std::pair<std::string, int32_t>> alerted_;
+  bool primed_ = false;
 };
 
 }  // namespace gpupool::server

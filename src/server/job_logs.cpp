@@ -52,6 +52,20 @@ Result<std::vector<LogLine>> TakeLogLines(Tx& tx, const LogOptions& options, int
   return kept;
 }
 
+std::string PoolEventsStream(int64_t job_id) { return std::to_string(job_id) + ".pool"; }
+
+Status AppendPoolEvent(Tx& tx, int64_t job_id, const std::string& text, int64_t now_ms) {
+  const std::string stream_id = PoolEventsStream(job_id);
+  GP_ASSIGN_OR_RETURN(auto stream, tx.GetLogStream(stream_id, 0));
+  LogLine l;
+  l.attempt_id = stream_id;
+  l.offset = (stream ? stream->last_offset : -1) + 1;
+  l.stream = "event";
+  l.ts_ms = now_ms;
+  l.text = text;
+  return tx.AppendLogs(job_id, {l});
+}
+
 Result<LogPage> ReadLogPage(Tx& tx, int64_t job_id, int64_t after_cursor, int32_t limit) {
   LogPage page;
   GP_ASSIGN_OR_RETURN(page.removed, tx.GetLogRemoval(job_id));

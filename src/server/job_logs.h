@@ -44,6 +44,13 @@ struct LogOptions {
   int64_t budget_bytes = int64_t{20} << 30;
 };
 
+// The pool's own events about a job (budget alerts) go to a log stream of
+// the server's: attempt "<job>.pool", rank 0, its offsets counted by the
+// server, so they never meet what an agent ships (whose offsets are
+// positions in its own files). Readers show them as any "event" line.
+std::string PoolEventsStream(int64_t job_id);
+Status AppendPoolEvent(Tx& tx, int64_t job_id, const std::string& text, int64_t now_ms);
+
 // Applies the output limit to `lines` (of one attempt rank, in offset
 // order, as shipped) and stores what is kept. Returns the lines stored.
 Result<std::vector<LogLine>> TakeLogLines(Tx& tx, const LogOptions& options, int64_t job_id,

@@ -190,4 +190,16 @@ Result<bool> Pool::StopAndRequeue(int64_t id, const std::string& reason) {
   return stopped;
 }
 
+Status Pool::AddPoolEvent(int64_t id, const std::string& text) {
+  Status s = store_.Transact(
+      [&](Tx& tx) -> Status { return AppendPoolEvent(tx, id, text, clock_.NowMs()); });
+  if (!s.ok()) {
+    Discard();
+    return s;
+  }
+  fx_.jobs.insert(id);
+  Notify();
+  return Status::Ok();
+}
+
 }  // namespace gpupool::server

@@ -282,6 +282,9 @@ class Pool {
   // failure) once the attempt has left. False, and nothing done, for a job
   // without a live attempt or one already leaving.
   Result<bool> StopAndRequeue(int64_t id, const std::string& reason);
+  // Adds the pool's own event `text` to the job's log (server/job_logs.h
+  // AppendPoolEvent); followers of its log see it at once.
+  Status AddPoolEvent(int64_t id, const std::string& text);
   // A page of the job's log, or that retention removed it.
   Result<LogPage> ReadLogs(int64_t job_id, int64_t after_cursor, int32_t limit);
   Result<std::vector<NodeStatus>> ListNodes();

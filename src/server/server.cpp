@@ -452,6 +452,10 @@ BudgetHooks BudgetHooksFor(Pool*& pool, PoolHooks& hooks) {
       GP_LOG(kError) << "stopping job " << job << ": " << s.status().ToString();
   };
   b.limits_changed = [&hooks] { hooks.schedule_needed(); };
+  b.job_event = [&pool](int64_t job, const std::string& text) {
+    if (Status s = pool->AddPoolEvent(job, text); !s.ok())
+      GP_LOG(kError) << "budget: an event for job " << job << ": " << s.ToString();
+  };
   return b;
 }
 

@@ -343,6 +343,10 @@ def test_a_stop_budget_checkpoints_the_job_and_money_brings_it_back(pool):
     first = held["attempt_list"][0]
     assert first["state"] == "preempted" and "stopped: group vision" in first["reason"], first
     assert "checkpointing" in pool.logs_text(job)
+    # The alert is an event in the job's log: once, though ticks went on.
+    alerts = [t for t in pool.logs_text(job) if t.startswith("budget: ")]
+    assert len(alerts) == 1, alerts
+    assert alerts[0].startswith("budget: group vision has no credits left (balance "), alerts
     r = cli_as(pool, alice, "balance")
     assert "AT ITS LIMIT" in r.stdout, r.stdout
     # Every millisecond it held the GPU is charged, though the money ran out.

@@ -244,11 +244,10 @@ std::map<std::string, sched::DecayedUsage> UsageNow(const PoolView& view, const 
     u = sched::Charge(u, WeightedMilli(a, ctx.usage_prices, now, gpus_of), a.created_ms, now,
                       half_life);
   }
-  // What a lab lent counts against its own use (decayed to now already).
+  // What a lab lent counts against its own use (every entry is as of now).
   for (const auto& [group, bonus] : ctx.lending_bonus) {
     auto it = usage.find(group);
     if (it == usage.end()) continue;
-    it->second = sched::Decay(it->second, now, half_life);
     it->second.milli_ms = std::max<int64_t>(it->second.milli_ms - bonus, 0);
   }
   return usage;

@@ -62,6 +62,16 @@ Result<LedgerEntry> ReadEntry(const Query& q) {
   return e;
 }
 
+Result<AccountFlow> ReadFlow(const Query& q) {
+  AccountFlow f;
+  f.day_ms = q.Int(0);
+  GP_ASSIGN_OR_RETURN(f.kind, accounting::ParseEntryKind(q.Text(1)));
+  f.in = q.Int(2);
+  f.out = q.Int(3);
+  f.entries = q.Int(4);
+  return f;
+}
+
 Result<AccountBalance> ReadBalance(const Query& q) {
   return AccountBalance{q.Text(0), q.Int(1), q.Int(2)};
 }
@@ -242,13 +252,9 @@ Result<std::vector<UsageRow>> SqliteTx::SumUsage(const UsageQuery& uq) {
   if (!uq.group.empty()) q.Bind(3, uq.group);
   if (!uq.user.empty()) q.Bind(4, uq.user);
   if (!uq.account.empty()) q.Bind(5, uq.account);
-  std::vector<UsageRow> out;
-  while (true) {
-    GP_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    out.push_back(UsageRow{q.Text(0), q.Int(1), q.Int(2), q.Int(3), q.Int(4)});
-  }
-  return out;
+  return sqlite_rows::ReadAll<UsageRow>(q, [](const Query& row) -> Result<UsageRow> {
+    return UsageRow{row.Text(0), row.Int(1), row.Int(2), row.Int(3), row.Int(4)};
+  });
 }
 
 Result<accounting::Micros> SqliteTx::JobSpend(int64_t job_id) {
@@ -269,18 +275,7 @@ Result<std::vector<AccountFlow>> SqliteTx::AccountFlows(const std::string& accou
                              "FROM ledger WHERE debit = ?1 UNION ALL SELECT id FROM ledger WHERE "
                              "credit = ?1) AND from_ms >= ?2 AND from_ms < ?3 GROUP BY d, kind"));
   q.Bind(1, account).Bind(2, since_ms).Bind(3, until_ms);
-  std::vector<AccountFlow> out;
-  while (true) {
-    GP_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    AccountFlow f;
-    f.day_ms = q.Int(0);
-    GP_ASSIGN_OR_RETURN(f.kind, accounting::ParseEntryKind(q.Text(1)));
-    f.in = q.Int(2);
-    f.out = q.Int(3);
-    f.entries = q.Int(4);
-    out.push_back(f);
-  }
+  GP_ASSIGN_OR_RETURN(auto out, sqlite_rows::ReadAll<AccountFlow>(q, ReadFlow));
   // By day, then kind as the enum orders them (SQL ordered the names).
   std::sort(out.begin(), out.end(), [](const AccountFlow& a, const AccountFlow& b) {
     return std::pair(a.day_ms, a.kind) < std::pair(b.day_ms, b.kind);

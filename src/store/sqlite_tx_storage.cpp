@@ -62,19 +62,17 @@ Result<StorageUsage> SqliteTx::StorageUsed(const StorageHolder& h) {
 Result<std::vector<std::pair<std::string, int64_t>>> SqliteTx::StorageByAccount() {
   GP_ASSIGN_OR_RETURN(
       Query q,
-      conn_.Prepare("SELECT 'group:' || name AS a, sum(bytes) AS b FROM storage_refs WHERE kind = "
-                    "'group' AND name IN (SELECT name FROM user_groups) GROUP BY name "
-                    "UNION ALL SELECT 'user:' || u.name, sum(u.bytes) FROM storage_refs u WHERE "
-                    "u.kind = 'user' AND NOT EXISTS (SELECT 1 FROM storage_refs g WHERE g.kind "
-                    "= 'group' AND g.manifest = u.manifest AND g.name IN (SELECT name FROM "
-                    "user_groups)) GROUP BY u.name ORDER BY a"));
-  std::vector<std::pair<std::string, int64_t>> out;
-  while (true) {
-    GP_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    if (q.Int(1) > 0) out.emplace_back(q.Text(0), q.Int(1));
-  }
-  return out;
+      conn_.Prepare(
+          "SELECT 'group:' || name AS a, sum(bytes) FROM storage_refs WHERE kind = 'group' "
+          "AND name IN (SELECT name FROM user_groups) GROUP BY name HAVING sum(bytes) > "
+          "0 UNION ALL SELECT 'user:' || u.name, sum(u.bytes) FROM storage_refs u "
+          "WHERE u.kind = 'user' AND NOT EXISTS (SELECT 1 FROM storage_refs g WHERE "
+          "g.kind = 'group' AND g.manifest = u.manifest AND g.name IN (SELECT name FROM "
+          "user_groups)) GROUP BY u.name HAVING sum(u.bytes) > 0 ORDER BY a"));
+  using Paid = std::pair<std::string, int64_t>;
+  return ReadAll<Paid>(q, [](const Query& row) -> Result<Paid> {
+    return Paid{row.Text(0), row.Int(1)};
+  });
 }
 
 Result<std::vector<StorageUsage>> SqliteTx::ListStorageUsage() {

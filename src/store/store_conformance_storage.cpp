@@ -26,6 +26,13 @@ namespace {
 StorageHolder User(std::string name) { return {StorageHolderKind::kUser, std::move(name)}; }
 StorageHolder Group(std::string name) { return {StorageHolderKind::kGroup, std::move(name)}; }
 
+// Checkpoint 1 of `job`'s first attempt, its tree named by `digit`.
+Checkpoint SizedCheckpoint(int64_t job, char digit, int64_t bytes) {
+  Checkpoint c = MakeCheckpoint(job, MakeAttemptId(job, 1), digit, 1);
+  c.bytes = bytes;
+  return c;
+}
+
 }  // namespace
 
 TEST_P(StoreConformanceTest, StorageCountsInputsOfLiveJobsAndKeptCheckpointsOnce) {
@@ -58,15 +65,10 @@ TEST_P(StoreConformanceTest, StorageCountsInputsOfLiveJobsAndKeptCheckpointsOnce
   EXPECT_EQ(used(Group("vision")), 150);
   EXPECT_EQ(used(Group("default")), 0);
 
-  auto checkpoint = [](int64_t job, char digit, int64_t bytes) {
-    Checkpoint c = MakeCheckpoint(job, MakeAttemptId(job, 1), digit, 1);
-    c.bytes = bytes;
-    return c;
-  };
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
-    GP_RETURN_IF_ERROR(tx.AddCheckpoint(checkpoint(j1.id, 'c', 1000)).status());
-    GP_RETURN_IF_ERROR(tx.AddCheckpoint(checkpoint(j2.id, 'c', 1000)).status());  // same tree
-    return tx.AddCheckpoint(checkpoint(j4.id, 'd', 7)).status();
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(SizedCheckpoint(j1.id, 'c', 1000)).status());
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(SizedCheckpoint(j2.id, 'c', 1000)).status());  // same tree
+    return tx.AddCheckpoint(SizedCheckpoint(j4.id, 'd', 7)).status();
   }));
   EXPECT_EQ(used(User("alice")), 1107);
   EXPECT_EQ(used(Group("vision")), 1150);
@@ -74,7 +76,7 @@ TEST_P(StoreConformanceTest, StorageCountsInputsOfLiveJobsAndKeptCheckpointsOnce
 
   // A transaction that fails counts nothing.
   Status failed = store().Transact([&](Tx& tx) -> Status {
-    GP_RETURN_IF_ERROR(tx.AddCheckpoint(checkpoint(j3.id, 'e', 5000)).status());
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(SizedCheckpoint(j3.id, 'e', 5000)).status());
     return Status::Aborted("no");
   });
   EXPECT_EQ(failed.code(), StatusCode::kAborted);
@@ -160,15 +162,10 @@ TEST_P(StoreConformanceTest, StoredBytesArePaidByTheJobsAccounts) {
   CONF_ASSERT_OK_AND_ASSIGN(Job own_job,
                             Insert(store(), MakeJob("alice", RunSpec(), JobState::kRunning)));
   CONF_ASSERT_OK_AND_ASSIGN(Job bob_job, Insert(store(), MakeJob("bob", open, JobState::kRunning)));
-  auto checkpoint = [](int64_t job, char digit, int64_t bytes) {
-    Checkpoint c = MakeCheckpoint(job, MakeAttemptId(job, 1), digit, 1);
-    c.bytes = bytes;
-    return c;
-  };
   CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
-    GP_RETURN_IF_ERROR(tx.AddCheckpoint(checkpoint(lab_job.id, 'c', 1000)).status());
-    GP_RETURN_IF_ERROR(tx.AddCheckpoint(checkpoint(own_job.id, 'd', 7)).status());
-    return tx.AddCheckpoint(checkpoint(bob_job.id, 'e', 50)).status();
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(SizedCheckpoint(lab_job.id, 'c', 1000)).status());
+    GP_RETURN_IF_ERROR(tx.AddCheckpoint(SizedCheckpoint(own_job.id, 'd', 7)).status());
+    return tx.AddCheckpoint(SizedCheckpoint(bob_job.id, 'e', 50)).status();
   }));
   using Rows = std::vector<std::pair<std::string, int64_t>>;
   CONF_ASSERT_OK_AND_ASSIGN(auto paid, InTx(store(), [](Tx& tx) { return tx.StorageByAccount(); }));

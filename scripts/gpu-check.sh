@@ -143,8 +143,14 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "== interposer overhead (median of 5 runs; microseconds per step)"
 task_files o "$total_mib"
 for kind in train launch; do
-  base=$(for i in 1 2 3 4 5; do "$PY" "$out/overhead.py" $kind; done | median)
-  hooked=$(for i in 1 2 3 4 5; do under_share o "$PY" "$out/overhead.py" $kind; done | median)
+  # Alternating, so that a drift of the machine (clocks, a neighbour) moves both.
+  : >"$out/base-$kind"; : >"$out/hooked-$kind"
+  for i in 1 2 3 4 5; do
+    "$PY" "$out/overhead.py" $kind >>"$out/base-$kind"
+    under_share o "$PY" "$out/overhead.py" $kind >>"$out/hooked-$kind"
+  done
+  base=$(median <"$out/base-$kind")
+  hooked=$(median <"$out/hooked-$kind")
   echo "$kind: without ${base} us, with ${hooked} us, $(awk -v a="$base" -v b="$hooked" 'BEGIN {printf "%+.2f%%", (b - a) / a * 100}')"
 done
 

@@ -1,6 +1,7 @@
 #include "agent/share_loop.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "common/log.h"
@@ -48,8 +49,7 @@ void ShareLoop::Sync(const std::vector<ShareTask>& tasks) {
     loop_.Cancel(timer_);
     timer_ = 0;
   } else if (timer_ == 0) {
-    TickOnce();
-    Schedule();
+    Schedule(TickOnce());
   }
 }
 
@@ -88,8 +88,9 @@ void ShareLoop::Stop() {
   failed_.clear();
 }
 
-void ShareLoop::TickOnce() {
+int64_t ShareLoop::TickOnce() {
   const int64_t now = now_ns_();
+  int64_t next_change = std::numeric_limits<int64_t>::max();
   std::vector<share::TaskDemand> demands;
   for (auto& [uuid, gpu] : gpus_) {
     demands.clear();
@@ -99,15 +100,22 @@ void ShareLoop::TickOnce() {
     share::Decision d = gpu.arbiter.Tick(demands, now);
     for (size_t i = 0; i < gpu.members.size(); ++i)
       gpu.members[i].files.WriteGrant(d.grants[i], now);
+    next_change = std::min(next_change, d.next_change_ns);
   }
+  return next_change;
 }
 
-void ShareLoop::Schedule() {
-  timer_ = loop_.RunAfter(kTickMs, [this] {
+void ShareLoop::Schedule(int64_t next_change_ns) {
+  int64_t delay_ms = kTickMs;
+  const int64_t now = now_ns_();
+  if (next_change_ns < now + kTickMs * 1'000'000) {
+    // At least 1 ms: never a busy loop, whatever an arbiter answers.
+    delay_ms = std::max<int64_t>(1, (next_change_ns - now + 999'999) / 1'000'000);
+  }
+  timer_ = loop_.RunAfter(delay_ms, [this] {
     timer_ = 0;
     if (gpus_.empty()) return;
-    TickOnce();
-    Schedule();
+    Schedule(TickOnce());
   });
 }
 

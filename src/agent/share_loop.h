@@ -64,8 +64,9 @@ class ShareLoop {
   void Stop();
 
   // One round: every GPU's wants read, arbiters ticked, grants written.
-  // The timer calls it; tests may too.
-  void TickOnce();
+  // The timer calls it; tests may too. Returns the earliest time at which
+  // an arbiter's grants change by themselves (Decision::next_change_ns).
+  int64_t TickOnce();
 
   // For tests and status: the GPUs with an arbiter, the tasks with open
   // files, and whether the timer runs.
@@ -84,7 +85,9 @@ class ShareLoop {
   };
 
   void Open(const ShareTask& task);
-  void Schedule();
+  // The next tick: every kTickMs, sooner when a slice ends before that
+  // (a new holder waits for the tick that grants its turn).
+  void Schedule(int64_t next_change_ns);
 
   net::EventLoop& loop_;
   std::function<int64_t()> now_ns_;

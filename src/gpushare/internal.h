@@ -44,6 +44,9 @@
   X(cuLaunchKernelEx_ptsz, "cuLaunchKernelEx", 0, 0, 1)                   \
   X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 0, 0, 0)      \
   X(cuLaunchCooperativeKernel_ptsz, "cuLaunchCooperativeKernel", 0, 0, 1) \
+  X(cuCtxSynchronize, "cuCtxSynchronize", 0, 0, 0)                        \
+  X(cuStreamSynchronize, "cuStreamSynchronize", 0, 0, 0)                  \
+  X(cuStreamSynchronize_ptsz, "cuStreamSynchronize", 0, 0, 1)             \
   X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0, 0)                 \
   X(cuGetProcAddress, "cuGetProcAddress", 0, 12000, 0)
 
@@ -61,6 +64,7 @@ typedef cuMemFreeAsync_t cuMemFreeAsync_ptsz_t;
 typedef cuLaunchKernel_t cuLaunchKernel_ptsz_t;
 typedef cuLaunchKernelEx_t cuLaunchKernelEx_ptsz_t;
 typedef cuLaunchCooperativeKernel_t cuLaunchCooperativeKernel_ptsz_t;
+typedef cuStreamSynchronize_t cuStreamSynchronize_ptsz_t;
 
 /* The real driver's entry point `id` (NULL when the driver lacks it). */
 void* gs_real(enum gs_entry id);
@@ -138,6 +142,9 @@ GS_W cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int grid_x, unsigned 
                                     unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                                     unsigned int block_z, unsigned int shared_mem_bytes,
                                     CUstream stream, void** kernel_params);
+GS_W cuCtxSynchronize(void);
+GS_W cuStreamSynchronize(CUstream stream);
+GS_W cuStreamSynchronize_ptsz(CUstream stream);
 GS_W cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags);
 GS_W cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                          CUdriverProcAddressQueryResult* symbol_status);

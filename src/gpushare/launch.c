@@ -25,7 +25,14 @@
  * synchronizes after `batch` of them (or once a queue's depth of time has
  * passed), and adapts `batch` to how long that synchronize waited, which is
  * how long the queue was: halved when it waited more than the depth,
- * doubled when it waited less than half of it.
+ * doubled when it waited less than half of it. The task's own synchronizes
+ * (cuCtxSynchronize; cuStreamSynchronize of the one stream it launched on
+ * since) empty the queue too, and count as the gate's: a PyTorch loop
+ * synchronizes every few kernels (torch.cuda.synchronize(), .item()), and
+ * had the gate counted those launches as still queued, its next synchronize
+ * would have found the queue empty and doubled `batch` again and again, and
+ * the queue, once it outgrew the loop's own, would have run that long into
+ * the next holder's turn (seen on an H200 as a 0.3 share getting 0.34).
  *
  * Threads of a process share the counters through relaxed atomics: a race
  * only moves a synchronize by a launch. The fast path (FREE, nothing due)
@@ -69,6 +76,15 @@ static _Atomic int64_t stamped_ns; /* this process's last store into want */
 static _Atomic int64_t synced_ns;  /* its last synchronize */
 static _Atomic unsigned pending;   /* launches since */
 static _Atomic unsigned batch = BATCH_START;
+/* The stream every pending launch went to (stream_key), or STREAMS_MIXED. */
+static _Atomic uintptr_t pending_stream;
+#define STREAMS_MIXED UINTPTR_MAX
+
+/* A stream as the gate tells them apart: the handle, and whether a NULL
+ * handle meant the per-thread default stream (the _ptsz entry points). */
+static inline uintptr_t stream_key(CUstream stream, int ptsz) {
+  return ((uintptr_t)stream << 1) | (uintptr_t)(ptsz != 0);
+}
 
 static int64_t clock_ns(clockid_t clock) {
   struct timespec ts;
@@ -143,11 +159,16 @@ static int64_t synchronize(void) {
 /* Before a launch the grant allows: synchronizes when `batch` launches or
  * `depth` have passed since the last synchronize, and adapts `batch` so
  * that the queue stays about `depth` long. */
-static void bound_queue(int64_t now, int64_t depth) {
+static void bound_queue(int64_t now, int64_t depth, uintptr_t stream) {
   unsigned n = atomic_load_explicit(&pending, memory_order_relaxed);
   unsigned b = atomic_load_explicit(&batch, memory_order_relaxed);
   int64_t since = now - atomic_load_explicit(&synced_ns, memory_order_relaxed);
   if (n < b && (n == 0 || since < depth)) {
+    if (n == 0) {
+      atomic_store_explicit(&pending_stream, stream, memory_order_relaxed);
+    } else if (atomic_load_explicit(&pending_stream, memory_order_relaxed) != stream) {
+      atomic_store_explicit(&pending_stream, STREAMS_MIXED, memory_order_relaxed);
+    }
     atomic_store_explicit(&pending, n + 1, memory_order_relaxed);
     return;
   }
@@ -158,7 +179,19 @@ static void bound_queue(int64_t now, int64_t depth) {
     b *= 2;
   }
   atomic_store_explicit(&batch, b, memory_order_relaxed);
+  atomic_store_explicit(&pending_stream, stream, memory_order_relaxed);
   atomic_store_explicit(&pending, 1, memory_order_relaxed);
+}
+
+/* The task's own synchronize returned: nothing it launched (with `stream`
+ * at 0 for the whole context; else nothing on that stream) is queued. */
+static void synchronized_by_task(int whole_context, uintptr_t stream) {
+  if (atomic_load_explicit(&gate_mode, memory_order_acquire) != GATE_ON) return;
+  if (!whole_context && atomic_load_explicit(&pending_stream, memory_order_relaxed) != stream) {
+    return;
+  }
+  atomic_store_explicit(&synced_ns, clock_ns(CLOCK_MONOTONIC), memory_order_relaxed);
+  atomic_store_explicit(&pending, 0, memory_order_relaxed);
 }
 
 /* The queue depth the grant allows at `now` (precise clock); 0: none. */
@@ -174,13 +207,13 @@ static int64_t allowed_depth(int64_t now) {
   return 0;
 }
 
-static void gate_slow(void);
+static void gate_slow(uintptr_t stream);
 
-static inline void gate(void) {
-  if (atomic_load_explicit(&gate_mode, memory_order_acquire) != GATE_OFF) gate_slow();
+static inline void gate(uintptr_t stream) {
+  if (atomic_load_explicit(&gate_mode, memory_order_acquire) != GATE_OFF) gate_slow(stream);
 }
 
-static void gate_slow(void) {
+static void gate_slow(uintptr_t stream) {
   if (atomic_load_explicit(&gate_mode, memory_order_acquire) == GATE_UNKNOWN) {
     pthread_once(&gate_once, open_gate);
     if (atomic_load_explicit(&gate_mode, memory_order_acquire) != GATE_ON) return;
@@ -189,7 +222,7 @@ static void gate_slow(void) {
   stamp(now);
   uint64_t grant = __atomic_load_n(grant_word, __ATOMIC_ACQUIRE);
   if (gpushare_grant_state_of(grant) == GPUSHARE_GRANT_FREE) {
-    bound_queue(now, FREE_DEPTH_NS);
+    bound_queue(now, FREE_DEPTH_NS, stream);
     return;
   }
   now = clock_ns(CLOCK_MONOTONIC);
@@ -204,39 +237,59 @@ static void gate_slow(void) {
       depth = allowed_depth(now);
     }
   }
-  bound_queue(now, depth);
+  bound_queue(now, depth, stream);
 }
 
-#define LAUNCH(name)                                                                              \
+#define LAUNCH(name, ptsz)                                                                        \
   CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
                 unsigned int by, unsigned int bz, unsigned int shared, CUstream stream,           \
                 void** params, void** extra) {                                                    \
     name##_t real = GS_REAL(name);                                                                \
     if (real == NULL) return CUDA_ERROR_NOT_INITIALIZED;                                          \
-    gate();                                                                                       \
+    gate(stream_key(stream, ptsz));                                                               \
     return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);                        \
   }
-LAUNCH(cuLaunchKernel)
-LAUNCH(cuLaunchKernel_ptsz)
+LAUNCH(cuLaunchKernel, 0)
+LAUNCH(cuLaunchKernel_ptsz, 1)
 
-#define LAUNCH_EX(name)                                                                    \
+#define LAUNCH_EX(name, ptsz)                                                              \
   CUresult name(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) { \
     name##_t real = GS_REAL(name);                                                         \
     if (real == NULL) return CUDA_ERROR_NOT_INITIALIZED;                                   \
-    gate();                                                                                \
+    gate(config != NULL ? stream_key(config->hStream, ptsz) : STREAMS_MIXED);              \
     return real(config, f, params, extra);                                                 \
   }
-LAUNCH_EX(cuLaunchKernelEx)
-LAUNCH_EX(cuLaunchKernelEx_ptsz)
+LAUNCH_EX(cuLaunchKernelEx, 0)
+LAUNCH_EX(cuLaunchKernelEx_ptsz, 1)
 
-#define LAUNCH_COOPERATIVE(name)                                                                  \
+#define LAUNCH_COOPERATIVE(name, ptsz)                                                            \
   CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
                 unsigned int by, unsigned int bz, unsigned int shared, CUstream stream,           \
                 void** params) {                                                                  \
     name##_t real = GS_REAL(name);                                                                \
     if (real == NULL) return CUDA_ERROR_NOT_INITIALIZED;                                          \
-    gate();                                                                                       \
+    gate(stream_key(stream, ptsz));                                                               \
     return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);                               \
   }
-LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
-LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
+LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, 0)
+LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, 1)
+
+/* The task's own synchronizes: passed through, then noted (see the top). */
+CUresult cuCtxSynchronize(void) {
+  cuCtxSynchronize_t real = GS_REAL(cuCtxSynchronize);
+  if (real == NULL) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult r = real();
+  if (r == CUDA_SUCCESS) synchronized_by_task(1, 0);
+  return r;
+}
+
+#define STREAM_SYNCHRONIZE(name, ptsz)                                        \
+  CUresult name(CUstream stream) {                                            \
+    name##_t real = GS_REAL(name);                                            \
+    if (real == NULL) return CUDA_ERROR_NOT_INITIALIZED;                      \
+    CUresult r = real(stream);                                                \
+    if (r == CUDA_SUCCESS) synchronized_by_task(0, stream_key(stream, ptsz)); \
+    return r;                                                                 \
+  }
+STREAM_SYNCHRONIZE(cuStreamSynchronize, 0)
+STREAM_SYNCHRONIZE(cuStreamSynchronize_ptsz, 1)

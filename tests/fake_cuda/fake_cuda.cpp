@@ -43,6 +43,8 @@
 //   unsigned long long fakeCudaUsedBytes(const char* uuid)   all live processes
 //   unsigned long long fakeCudaProcessUsedBytes(const char* uuid, int pid)
 //   unsigned long long fakeCudaBusyMicros(const char* uuid, int pid)  pid 0: all
+//   unsigned long long fakeCudaSynchronizeCalls(void)   this process's
+//       cuCtxSynchronize and cuStreamSynchronize calls, whoever made them
 //   void fakeCudaReset(void)   removes the state files; forgets allocations
 //   CUresult fakeCudaGetFunction(CUfunction* f)   a handle to launch
 //
@@ -53,6 +55,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -270,7 +273,10 @@ CUresult Launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz)
   return CUDA_SUCCESS;
 }
 
+std::atomic<unsigned long long> synchronize_calls{0};  // this process's
+
 CUresult Synchronize() {
+  synchronize_calls.fetch_add(1, std::memory_order_relaxed);
   int64_t own_end = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -690,6 +696,8 @@ unsigned long long fakeCudaUsedBytes(const char* uuid) { return MemorySum(uuid, 
 unsigned long long fakeCudaProcessUsedBytes(const char* uuid, int pid) {
   return pid == 0 ? 0 : MemorySum(uuid, pid);
 }
+
+unsigned long long fakeCudaSynchronizeCalls(void) { return synchronize_calls.load(); }
 
 unsigned long long fakeCudaBusyMicros(const char* uuid, int pid) {
   unsigned long long sum = 0;

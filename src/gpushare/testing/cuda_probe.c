@@ -9,13 +9,16 @@
  *   cuda_probe fork-fill PATH CHUNK_MIB MAX_MIB HOLD_MIB
  *       holds HOLD_MIB, then a forked child fills and prints its count.
  *   cuda_probe hold MIB FILE         allocates MIB, writes FILE, sleeps.
- *   cuda_probe spin SECONDS [START_NS]
+ *   cuda_probe spin SECONDS [START_NS [SYNC_EVERY]]
  *       from START_NS (CLOCK_MONOTONIC; default: now) launches 1000 µs
  *       kernels (grid 1000) by cuLaunchKernel until SECONDS have passed,
- *       synchronizing after the first only; prints "first_us F" (from the
- *       start to the end of the first kernel), "launches N", "wall_us W"
- *       and "busy B" (the device µs reserved for this process, by the fake
- *       driver's fakeCudaBusyMicros).
+ *       synchronizing after the first only, or also after every SYNC_EVERY
+ *       launches (cuCtxSynchronize; a negative count: cuStreamSynchronize
+ *       of the default stream they went to); prints "first_us F" (from the
+ *       start to the end of the first kernel), "launches N", "wall_us W",
+ *       "busy B" (the device µs reserved for this process, by the fake
+ *       driver's fakeCudaBusyMicros) and "syncs S" (every synchronize the
+ *       driver saw from this process, by fakeCudaSynchronizeCalls).
  *
  *   cuda_probe nvml LIBRARY          dlopens NVML at LIBRARY, looks its
  *       memory query up by dlsym and prints "nvml total T used U free F"
@@ -57,11 +60,13 @@ CUresult cuArray3DCreate_v2(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc)
 CUresult cuArrayDestroy(CUarray array);
 CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev);
 CUresult cuCtxSynchronize(void);
+CUresult cuStreamSynchronize(CUstream stream);
 CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                         CUstream stream, void** params, void** extra);
 /* The fake driver's test hooks (tests/fake_cuda). */
 unsigned long long fakeCudaBusyMicros(const char* uuid, int pid);
+unsigned long long fakeCudaSynchronizeCalls(void);
 CUresult fakeCudaGetFunction(CUfunction* f);
 
 #define MIB (1024ULL * 1024ULL)
@@ -191,7 +196,10 @@ static long long monotonic_ns(void) {
   return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static int spin(double seconds, long long start_ns) {
+/* Keeps the GPU busy with 1 ms kernels from `start_ns` for `seconds`; with
+ * `sync_every`, synchronizes itself after every that many launches, as a
+ * PyTorch loop does (torch.cuda.synchronize(), .item()). */
+static int spin(double seconds, long long start_ns, int sync_every) {
   CUfunction f = NULL;
   CUuuid id;
   if (fakeCudaGetFunction(&f) != CUDA_SUCCESS || cuDeviceGetUuid(&id, 0) != CUDA_SUCCESS) return 4;
@@ -216,11 +224,14 @@ static int spin(double seconds, long long start_ns) {
   while (monotonic_ns() < end_ns) {
     if (cuLaunchKernel(f, 1000, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) != CUDA_SUCCESS) return 5;
     ++launches;
+    if (sync_every > 0 && launches % (unsigned)sync_every == 0) cuCtxSynchronize();
+    if (sync_every < 0 && launches % (unsigned)-sync_every == 0) cuStreamSynchronize(NULL);
   }
   long long wall_ns = monotonic_ns() - start_ns;
   cuCtxSynchronize();
-  printf("first_us %lld\nlaunches %llu\nwall_us %lld\nbusy %llu\n", first_ns / 1000, launches,
-         wall_ns / 1000, fakeCudaBusyMicros(uuid, (int)getpid()));
+  printf("first_us %lld\nlaunches %llu\nwall_us %lld\nbusy %llu\nsyncs %llu\n", first_ns / 1000,
+         launches, wall_ns / 1000, fakeCudaBusyMicros(uuid, (int)getpid()),
+         fakeCudaSynchronizeCalls());
   return 0;
 }
 
@@ -272,8 +283,8 @@ int main(int argc, char** argv) {
     release(&h);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 5;
   }
-  if (strcmp(argv[1], "spin") == 0 && (argc == 3 || argc == 4)) {
-    return spin(atof(argv[2]), argc == 4 ? atoll(argv[3]) : 0);
+  if (strcmp(argv[1], "spin") == 0 && argc >= 3 && argc <= 5) {
+    return spin(atof(argv[2]), argc >= 4 ? atoll(argv[3]) : 0, argc == 5 ? atoi(argv[4]) : 0);
   }
   if (strcmp(argv[1], "hold") == 0 && argc == 4) {
     struct held h;

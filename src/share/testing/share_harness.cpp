@@ -3,8 +3,8 @@
 // libgpushare.so's gate are tested together in real processes:
 //
 //   share_harness --probe CUDA_PROBE --preload LIBGPUSHARE --dir DIR
-//                 --task NAME:SHARE_MILLI:MODE:START_MS:SECONDS [--task ...]
-//                 [--tick-ms 5] [--no-gate]
+//                 --task NAME:SHARE_MILLI:MODE:START_MS:SECONDS[:SYNC_EVERY] [--task ...]
+//                 [--tick-ms 5] [--no-gate] [--trace FILE]
 //
 // MODE is wc (work-conserving) or strict. For each task it writes DIR/NAME.want,
 // NAME.grant and NAME.limits (as the agent would) and runs `cuda_probe spin
@@ -57,6 +57,7 @@ struct TaskSpec {
   uint32_t share = 1000;
   int64_t start_ms = 0;
   double seconds = 1;
+  unsigned sync_every = 0;  // the probe synchronizes itself after every N launches
 };
 
 struct Options {
@@ -64,6 +65,7 @@ struct Options {
   std::vector<TaskSpec> tasks;
   int64_t tick_ns = 5'000'000;
   bool gate = true;
+  std::string trace;  // each change of a grant: time, task, state, until, last active
 };
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -75,11 +77,15 @@ TaskSpec ParseTask(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
   for (std::string p; std::getline(in, p, ':');) parts.push_back(p);
-  if (parts.size() != 5 || (parts[2] != "wc" && parts[2] != "strict")) {
-    Fail("--task NAME:SHARE_MILLI:wc|strict:START_MS:SECONDS, not " + text);
+  if (parts.size() < 5 || parts.size() > 6 || (parts[2] != "wc" && parts[2] != "strict")) {
+    Fail("--task NAME:SHARE_MILLI:wc|strict:START_MS:SECONDS[:SYNC_EVERY], not " + text);
   }
-  return {parts[0], parts[2], static_cast<uint32_t>(std::stoul(parts[1])), std::stoll(parts[3]),
-          std::stod(parts[4])};
+  return {parts[0],
+          parts[2],
+          static_cast<uint32_t>(std::stoul(parts[1])),
+          std::stoll(parts[3]),
+          std::stod(parts[4]),
+          parts.size() == 6 ? static_cast<unsigned>(std::stoul(parts[5])) : 0};
 }
 
 Options ParseArgs(int argc, char** argv) {
@@ -100,6 +106,8 @@ Options ParseArgs(int argc, char** argv) {
       o.tasks.push_back(ParseTask(value()));
     } else if (a == "--tick-ms") {
       o.tick_ns = std::stoll(value()) * 1'000'000;
+    } else if (a == "--trace") {
+      o.trace = value();
     } else if (a == "--no-gate") {
       o.gate = false;
     } else {
@@ -186,8 +194,9 @@ int main(int argc, char** argv) {
     if (const char* ubsan = std::getenv("UBSAN_OPTIONS")) {
       env.push_back(std::string("UBSAN_OPTIONS=") + ubsan);
     }
-    pids.push_back(Spawn({o.probe, "spin", std::to_string(t.seconds), std::to_string(start)}, env,
-                         p + ".out", p + ".err"));
+    pids.push_back(Spawn({o.probe, "spin", std::to_string(t.seconds), std::to_string(start),
+                          std::to_string(t.sync_every)},
+                         env, p + ".out", p + ".err"));
     exits.push_back(-1);
   }
 
@@ -196,6 +205,9 @@ int main(int argc, char** argv) {
   int running = static_cast<int>(pids.size());
   long ticks = 0;
   int64_t late_max = 0;
+  std::ofstream trace;
+  if (!o.trace.empty()) trace.open(o.trace);
+  std::vector<gpupool::share::Grant> last(files.size());
   while (running > 0) {
     int64_t now = MonotonicNs();
     if (now > deadline) {
@@ -205,7 +217,14 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < files.size(); ++i)
       demands[i].last_active_ns = files[i].ReadLastActiveNs();
     Decision d = arbiter->Tick(demands, now);
-    for (size_t i = 0; i < files.size(); ++i) files[i].WriteGrant(d.grants[i], now);
+    for (size_t i = 0; i < files.size(); ++i) {
+      files[i].WriteGrant(d.grants[i], now);
+      if (trace.is_open() && (ticks == 0 || !(d.grants[i] == last[i]))) {
+        trace << now << ' ' << o.tasks[i].name << ' ' << static_cast<int>(d.grants[i].state) << ' '
+              << d.grants[i].until_ns << ' ' << demands[i].last_active_ns << '\n';
+      }
+      last[i] = d.grants[i];
+    }
     ++ticks;
     for (size_t i = 0; i < pids.size(); ++i) {
       int st = 0;

@@ -1,5 +1,5 @@
 // gpupool-accounting-bench: what the pool's money costs the server
-// (server/accounting_service.h, store/sqlite_tx_accounting.cpp;
+// (server/accounting_service.h, store/sql_tx_accounting.cpp;
 // docs/performance.md, "Accounting"). The accounting issue's targets:
 // accrual under 5% of one core with 10,000 running attempts, `usage --by
 // user` over a year of 1 million attempts under 1 s, and the ledger's

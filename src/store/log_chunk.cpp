@@ -21,9 +21,9 @@ void PutSigned(int64_t v, std::string& out) {
   PutVarint((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63), out);
 }
 
-class Reader {
+class PackedReader {
  public:
-  explicit Reader(std::string_view data) : data_(data) {}
+  explicit PackedReader(std::string_view data) : data_(data) {}
   bool done() const { return pos_ >= data_.size(); }
   bool Varint(uint64_t& v) {
     v = 0;
@@ -84,7 +84,7 @@ void PackLogLine(const LogLine& line, int64_t cursor, PackState& prev, std::stri
 Result<std::vector<LogLine>> UnpackLogLines(std::string_view packed, const std::string& attempt_id,
                                             int32_t rank) {
   std::vector<LogLine> out;
-  Reader r(packed);
+  PackedReader r(packed);
   PackState prev;
   while (!r.done()) {
     LogLine l;

@@ -1,25 +1,24 @@
-// Internal to the SQLite store (store/sqlite_store.cpp, sqlite_tx_*.cpp and the units it
-// delegates to, such as store/sqlite_logs.h): RAII for SQLite's C API, one
-// use of a cached prepared statement (Query), and the connection those
-// units prepare statements on (SqliteConn). Not for use outside store/.
+// Internal to the SQLite store (store/sqlite_store.cpp, sqlite_schema.cpp,
+// sqlite_files.cpp): RAII for SQLite's C API, its SqlStatement
+// (store/sql_query.h), the cache of prepared statements, and the
+// connection (SqliteConn: a SqlConn that also hands out its sqlite3*, for
+// what only SQLite has: migrations, backups, PRAGMAs). Not for use outside
+// store/.
 //
 // Threading: as SqliteStore, one thread at a time.
 #pragma once
 
 #include <sqlite3.h>
 
-#include <cmath>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <utility>
 
 #include "common/status.h"
+#include "store/sql_query.h"
 
 namespace gpupool {
 
@@ -30,11 +29,6 @@ struct DbCloser {
 };
 using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
 
-struct StmtFinalizer {
-  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
-};
-using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
-
 inline Status SqliteError(sqlite3* db, int rc, std::string_view what) {
   std::string msg = "sqlite: " + std::string(what) + ": " +
                     (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -44,83 +38,67 @@ inline Status SqliteError(sqlite3* db, int rc, std::string_view what) {
   return Status::Internal(msg);
 }
 
-// One use of a cached prepared statement: binds, steps, reads columns, and
-// resets the statement when it goes out of scope so the cache can reuse it.
-class Query {
+// A prepared sqlite3_stmt.
+class SqliteStatement final : public SqlStatement {
  public:
-  Query(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
-  ~Query() {
-    if (stmt_ == nullptr) return;
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  Query(Query&& o) noexcept
-      : db_(o.db_), stmt_(std::exchange(o.stmt_, nullptr)), bind_rc_(o.bind_rc_) {}
-  Query(const Query&) = delete;
-  Query& operator=(const Query&) = delete;
-  Query& operator=(Query&&) = delete;
+  SqliteStatement(sqlite3* db, sqlite3_stmt* stmt) : db_(db), stmt_(stmt) {}
+  ~SqliteStatement() override { sqlite3_finalize(stmt_); }
+  SqliteStatement(const SqliteStatement&) = delete;
+  SqliteStatement& operator=(const SqliteStatement&) = delete;
 
-  Query& Bind(int i, int64_t v) { return Check(sqlite3_bind_int64(stmt_, i, v)); }
-  Query& Bind(int i, std::string_view v) {
+  void BindInt(int i, int64_t v) override { Check(sqlite3_bind_int64(stmt_, i, v)); }
+  void BindText(int i, std::string_view v) override {
     // A null data pointer would bind SQL NULL; an empty view must bind ''.
     const char* data = v.data() != nullptr ? v.data() : "";
-    return Check(sqlite3_bind_text(stmt_, i, data, static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    Check(sqlite3_bind_text(stmt_, i, data, static_cast<int>(v.size()), SQLITE_TRANSIENT));
   }
-  Query& Bind(int i, const std::optional<int32_t>& v) {
-    return v ? Bind(i, static_cast<int64_t>(*v)) : BindNull(i);
-  }
-  Query& BindNull(int i) { return Check(sqlite3_bind_null(stmt_, i)); }
-  // A REAL; NaN (a value not known) is stored as NULL.
-  Query& BindReal(int i, double v) {
-    return Check(std::isnan(v) ? sqlite3_bind_null(stmt_, i) : sqlite3_bind_double(stmt_, i, v));
-  }
-  Query& BindBlob(int i, std::string_view v) {
-    // A zero-length blob, not NULL, for an empty view.
+  void BindNull(int i) override { Check(sqlite3_bind_null(stmt_, i)); }
+  void BindDouble(int i, double v) override { Check(sqlite3_bind_double(stmt_, i, v)); }
+  void BindBlob(int i, std::string_view v) override {
     const char* data = v.data() != nullptr ? v.data() : "";
-    return Check(sqlite3_bind_blob64(stmt_, i, data, v.size(), SQLITE_TRANSIENT));
+    Check(sqlite3_bind_blob64(stmt_, i, data, v.size(), SQLITE_TRANSIENT));
   }
-
-  // true: a row is available; false: done.
-  Result<bool> Step() {
+  Result<bool> Step() override {
     if (bind_rc_ != SQLITE_OK) return SqliteError(db_, bind_rc_, "bind");
     int rc = sqlite3_step(stmt_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
     return SqliteError(db_, rc, sqlite3_sql(stmt_));
   }
-  // Runs a statement that returns no rows.
-  Status Run() {
-    auto r = Step();
-    return r.ok() ? Status::Ok() : r.status();
+  void Reset() override {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    bind_rc_ = SQLITE_OK;
   }
-  int extended_error() const { return sqlite3_extended_errcode(db_); }
-
-  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
-  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
-  // A REAL column; NaN for NULL.
-  double Real(int col) const {
-    return IsNull(col) ? std::numeric_limits<double>::quiet_NaN()
-                       : sqlite3_column_double(stmt_, col);
-  }
-  std::optional<int32_t> OptInt32(int col) const {
-    if (IsNull(col)) return std::nullopt;
-    return static_cast<int32_t>(sqlite3_column_int64(stmt_, col));
-  }
-  std::string Text(int col) const {
+  bool IsNull(int col) const override { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  int64_t Int(int col) const override { return sqlite3_column_int64(stmt_, col); }
+  double Double(int col) const override { return sqlite3_column_double(stmt_, col); }
+  std::string Text(int col) const override {
     const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
     int n = sqlite3_column_bytes(stmt_, col);
     return p != nullptr ? std::string(p, static_cast<size_t>(n)) : std::string();
   }
-  std::string Blob(int col) const {
+  std::string Blob(int col) const override {
     const auto* p = static_cast<const char*>(sqlite3_column_blob(stmt_, col));
     int n = sqlite3_column_bytes(stmt_, col);
     return p != nullptr ? std::string(p, static_cast<size_t>(n)) : std::string();
   }
+  SqlConstraint violated() const override {
+    switch (sqlite3_extended_errcode(db_)) {
+      case SQLITE_CONSTRAINT_FOREIGNKEY:
+        return SqlConstraint::kForeignKey;
+      case SQLITE_CONSTRAINT_UNIQUE:
+      case SQLITE_CONSTRAINT_PRIMARYKEY:
+        return SqlConstraint::kUnique;
+      default:
+        return (sqlite3_extended_errcode(db_) & 0xff) == SQLITE_CONSTRAINT ? SqlConstraint::kOther
+                                                                           : SqlConstraint::kNone;
+    }
+  }
 
  private:
-  Query& Check(int rc) {
+  void Check(int rc) {
     if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
-    return *this;
   }
   sqlite3* db_;
   sqlite3_stmt* stmt_;
@@ -142,9 +120,9 @@ class StatementCache {
         sqlite3_finalize(raw);
         return SqliteError(db, rc, "prepare " + std::string(sql));
       }
-      it = cache_.emplace(std::string(sql), StmtPtr(raw)).first;
+      it = cache_.emplace(std::string(sql), std::make_unique<SqliteStatement>(db, raw)).first;
     }
-    return Query(db, it->second.get());
+    return Query(it->second.get());
   }
   void Clear() { cache_.clear(); }
 
@@ -153,18 +131,15 @@ class StatementCache {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  std::unordered_map<std::string, StmtPtr, Hash, std::equal_to<>> cache_;
+  std::unordered_map<std::string, std::unique_ptr<SqliteStatement>, Hash, std::equal_to<>> cache_;
 };
 
-// The store's connection with its statement cache.
-class SqliteConn {
+// The SQLite store's connection.
+class SqliteConn : public SqlConn {
  public:
-  virtual ~SqliteConn() = default;
-  // A statement for `sql`, prepared once per connection.
-  virtual Result<Query> Prepare(std::string_view sql) = 0;
   virtual sqlite3* handle() = 0;
+  int64_t Changes() override { return sqlite3_changes64(handle()); }
+  SqlDialect dialect() const override { return SqlDialect::kSqlite; }
 };
-
-inline bool IsForeignKeyError(int extended) { return extended == SQLITE_CONSTRAINT_FOREIGNKEY; }
 
 }  // namespace gpupool

@@ -3,7 +3,7 @@
 #include <iterator>
 #include <span>
 
-#include "store/sqlite_logs.h"
+#include "store/sql_logs.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool {
@@ -444,7 +444,7 @@ CREATE TABLE budgets (
 // four sums per UTC day and month, one by who used (user, group, account,
 // GPU class; node_id '') and one by where (node, GPU class; user, group
 // and account ''). Reports over whole days or months read these instead
-// of the ledger (store/sqlite_tx_accounting.cpp). Filled from the ledger.
+// of the ledger (store/sql_tx_accounting.cpp). Filled from the ledger.
 constexpr const char* kSchemaV11 = R"sql(
 CREATE TABLE usage_rollup (
   grain        TEXT NOT NULL,
@@ -485,7 +485,7 @@ INSERT INTO usage_rollup
 )sql";
 
 // Version 7 (before version 8 above in history): logs in chunks
-// (store/sqlite_logs.h); the v6 rows are packed into chunks by
+// (store/sql_logs.h); the v6 rows are packed into chunks by
 // MigrateLogsToChunks, which then drops the logs table.
 
 constexpr SchemaMigration kMigrations[] = {

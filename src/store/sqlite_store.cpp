@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "store/sqlite_files.h"
-#include "store/sqlite_logs.h"
+#include "store/sql_logs.h"
 #include "store/sqlite_query.h"
-#include "store/sqlite_tx.h"
+#include "store/sql_tx.h"
 
 namespace gpupool {
 // ---------------------------------------------------------------------------
@@ -190,7 +190,7 @@ Status SqliteStore::Transact(const std::function<Status(Tx&)>& fn) {
   }
   GP_RETURN_IF_ERROR(impl_->Run("BEGIN IMMEDIATE"));
   impl_->in_tx = true;
-  SqliteTx tx(*impl_);
+  SqlTx tx(*impl_);
   Status st;
   try {
     st = fn(tx);

@@ -50,7 +50,7 @@
 
 namespace gpupool {
 
-class SqliteConn;  // store/sqlite_query.h
+class SqlConn;  // store/sql_query.h
 
 // One step of the schema: the SQL that moves a database from version-1 to
 // version. Released migrations are never edited; a new one is appended.
@@ -58,7 +58,7 @@ struct SchemaMigration {
   int version;
   const char* sql;
   // Runs after `sql`, in the same transaction, where SQL alone cannot migrate.
-  Status (*then)(SqliteConn&) = nullptr;
+  Status (*then)(SqlConn&) = nullptr;
 };
 
 struct SqliteOptions {

@@ -1,5 +1,5 @@
 // Test helpers of the SQLite store's own tests (sqlite_store_test.cpp,
-// sqlite_logs_test.cpp, sqlite_migration_test.cpp): a temporary directory
+// sql_logs_test.cpp, sqlite_migration_test.cpp): a temporary directory
 // for a database, a raw connection to look behind the store's back (or to
 // write an old version's rows), and opening a store that must open.
 #pragma once

@@ -549,7 +549,7 @@ class MetaTx {
 };
 
 // One transaction: every facet. A backend implements each facet's methods
-// (SqliteTx, MemoryTx); callers hold a Tx&.
+// (SqlTx, MemoryTx); callers hold a Tx&.
 class Tx : public JobsTx,
            public NodesTx,
            public IdentityTx,

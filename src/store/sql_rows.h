@@ -1,8 +1,8 @@
-// How the SQLite store's rows and JSON columns become records and back:
-// the column lists its SELECTs use, a reader per table that decodes one
-// row (a row that cannot be decoded is Internal naming the table, the row's
-// key and the column), and the JSON encoders its writes use. Internal to
-// the SQLite store (sqlite_tx_*.cpp).
+// How the SQL stores' rows and JSON columns become records and back: the
+// column lists their SELECTs use, a reader per table that decodes one row
+// (a row that cannot be decoded is Internal naming the table, the row's
+// key and the column), and the JSON encoders their writes use. Internal to
+// the SQL stores (sql_tx_*.cpp, sql_logs.cpp).
 //
 // Threading: stateless; any thread.
 #pragma once
@@ -17,10 +17,10 @@
 #include "common/status.h"
 #include "model/job.h"
 #include "model/node.h"
-#include "store/sqlite_query.h"
+#include "store/sql_query.h"
 #include "store/store.h"
 
-namespace gpupool::sqlite_rows {
+namespace gpupool::sql_rows {
 
 using json = nlohmann::json;
 
@@ -103,4 +103,19 @@ Result<std::optional<T>> ReadOne(Query& q, Reader<T> read) {
   return std::optional<T>(std::move(item));
 }
 
-}  // namespace gpupool::sqlite_rows
+// "INSERT INTO table (columns) VALUES (?1, ...) ON CONFLICT (keys) DO UPDATE
+// SET" every other column: insert or replace by key, in both dialects.
+// `columns` and `keys` are comma-separated; keys must be among the columns.
+std::string UpsertSql(std::string_view table, std::string_view columns, std::string_view keys);
+
+// Runs an INSERT ... RETURNING id; the id.
+inline Result<int64_t> RunReturningId(Query& q) {
+  GP_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return Status::Internal("an INSERT ... RETURNING id returned no row");
+  const int64_t id = q.Int(0);
+  GP_ASSIGN_OR_RETURN(bool more, q.Step());
+  (void)more;
+  return id;
+}
+
+}  // namespace gpupool::sql_rows

@@ -1,12 +1,13 @@
-// SqliteTx: the SQLite store's transaction (store/store.h Tx), declared
-// here and defined facet by facet: sqlite_tx_jobs.cpp (JobsTx),
-// sqlite_tx_nodes.cpp (NodesTx), sqlite_tx_identity.cpp (IdentityTx,
-// MetaTx), sqlite_tx_storage.cpp (StorageTx), sqlite_tx_accounting.cpp
-// (AccountingTx); the logs facet (LogsTx)
-// delegates to SqliteLogs (store/sqlite_logs.h) below. Internal to the
-// SQLite store: SqliteStore::Transact makes one per transaction.
+// SqlTx: the SQL stores' transaction (store/store.h Tx), written once over
+// a SqlConn (store/sql_query.h) for SQLite and PostgreSQL, declared here and
+// defined facet by facet: sql_tx_jobs.cpp (JobsTx), sql_tx_nodes.cpp
+// (NodesTx), sql_tx_identity.cpp (IdentityTx, MetaTx), sql_tx_storage.cpp
+// (StorageTx), sql_tx_accounting.cpp (AccountingTx); the logs facet (LogsTx)
+// delegates to SqlLogs (store/sql_logs.h) below. Internal to the SQL
+// stores: SqliteStore::Transact and PgStore::Transact make one per
+// transaction.
 //
-// Threading: as SqliteStore; valid only inside its Transact callback.
+// Threading: as the store; valid only inside its Transact callback.
 #pragma once
 
 #include <cstdint>
@@ -15,17 +16,17 @@
 #include <vector>
 
 #include "common/status.h"
-#include "store/sqlite_logs.h"
-#include "store/sqlite_query.h"
+#include "store/sql_logs.h"
+#include "store/sql_query.h"
 #include "store/store.h"
 
 namespace gpupool {
 
-class SqliteTx : public Tx {
+class SqlTx : public Tx {
  public:
-  explicit SqliteTx(SqliteConn& conn) : conn_(conn), logs_(conn) {}
+  explicit SqlTx(SqlConn& conn) : conn_(conn), logs_(conn) {}
 
-  // ---- jobs facet (sqlite_tx_jobs.cpp)
+  // ---- jobs facet (sql_tx_jobs.cpp)
 
   Result<int64_t> InsertJob(const Job& job) override;
   Status UpdateJob(const Job& job) override;
@@ -44,7 +45,7 @@ class SqliteTx : public Tx {
   Result<std::optional<GroupUsage>> GetGroupUsage(const std::string& group) override;
   Result<std::vector<GroupUsage>> ListGroupUsage() override;
 
-  // ---- nodes facet (sqlite_tx_nodes.cpp)
+  // ---- nodes facet (sql_tx_nodes.cpp)
 
   Status PutNode(const Node& n) override;
   Result<std::optional<Node>> GetNode(const std::string& id) override;
@@ -62,7 +63,7 @@ class SqliteTx : public Tx {
                                                 int64_t after_seq) override;
   Status AckOutbox(const std::string& node_id, int64_t upto_seq) override;
 
-  // ---- identity and meta facets (sqlite_tx_identity.cpp)
+  // ---- identity and meta facets (sql_tx_identity.cpp)
 
   Status PutToken(const TokenRecord& t) override;
   Result<std::optional<TokenRecord>> GetToken(const std::string& hash) override;
@@ -79,7 +80,7 @@ class SqliteTx : public Tx {
   Result<std::optional<std::string>> GetMeta(const std::string& key) override;
   Status PutMeta(const std::string& key, const std::string& value) override;
 
-  // ---- storage facet (sqlite_tx_storage.cpp)
+  // ---- storage facet (sql_tx_storage.cpp)
 
   Result<std::vector<std::string>> ListCheckpointManifests() override;
   Result<std::vector<std::string>> ListActiveJobInputs() override;
@@ -91,7 +92,7 @@ class SqliteTx : public Tx {
   Result<std::optional<StorageQuota>> GetStorageQuota(const StorageHolder& h) override;
   Result<std::vector<StorageQuota>> ListStorageQuotas() override;
 
-  // ---- accounting facet (sqlite_tx_accounting.cpp)
+  // ---- accounting facet (sql_tx_accounting.cpp)
 
   Result<int64_t> AddPrice(const accounting::PriceVersion& v) override;
   Result<std::vector<accounting::PriceVersion>> ListPrices() override;
@@ -108,7 +109,7 @@ class SqliteTx : public Tx {
   Status DeleteBudget(const std::string& account) override;
   Result<std::vector<accounting::Budget>> ListBudgets() override;
 
-  // ---- logs facet (store/sqlite_logs.h)
+  // ---- logs facet (store/sql_logs.h)
 
   Status AppendLogs(int64_t job_id, const std::vector<LogLine>& lines) override {
     return logs_.Append(job_id, lines);
@@ -145,8 +146,8 @@ class SqliteTx : public Tx {
  private:
   Result<int64_t> NextCheckpointNumber(int64_t job_id);
 
-  SqliteConn& conn_;
-  SqliteLogs logs_;
+  SqlConn& conn_;
+  SqlLogs logs_;
 };
 
 }  // namespace gpupool

@@ -1,28 +1,28 @@
-// SqliteTx's jobs facet (store/sqlite_tx.h): jobs, attempts, checkpoints,
+// SqlTx's jobs facet (store/sql_tx.h): jobs, attempts, checkpoints,
 // the groups' fair-share usage.
-#include <sqlite3.h>
 
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "model/job_spec.h"
-#include "store/sqlite_rows.h"
-#include "store/sqlite_tx.h"
+#include "store/sql_rows.h"
+#include "store/sql_tx.h"
 
 namespace gpupool {
 namespace {
 
-using namespace ::gpupool::sqlite_rows;  // NOLINT: the store's row codecs
+using namespace ::gpupool::sql_rows;  // NOLINT: the store's row codecs
 
 // The WHERE conditions of a JobQuery (owner, groups, states) after a
 // first condition, numbering parameters from `next` (advanced past them).
-std::string JobFilter(const JobQuery& jq, int& next) {
+std::string JobFilter(SqlDialect d, const JobQuery& jq, int& next) {
   std::string sql;
   if (jq.owner) {
     sql += " AND (owner = ?" + std::to_string(next++);
     for (size_t i = 0; i < jq.or_groups.size(); ++i) {
-      sql += (i == 0 ? " OR json_extract(spec, '$.group') IN (?" : ", ?") + std::to_string(next++);
+      sql += (i == 0 ? " OR " + SqlJsonText(d, "spec", "group") + " IN (?" : std::string(", ?")) +
+             std::to_string(next++);
     }
     sql += jq.or_groups.empty() ? ")" : "))";
   }
@@ -74,20 +74,19 @@ void BindJob(Query& q, const Job& job) {
 
 }  // namespace
 
-Result<int64_t> SqliteTx::InsertJob(const Job& job) {
+Result<int64_t> SqlTx::InsertJob(const Job& job) {
   GP_ASSIGN_OR_RETURN(
       Query q, conn_.Prepare("INSERT INTO jobs (owner, name, state, reason, exit_code, "
                              "attempts, current_attempt, created_ms, updated_ms, "
                              "started_ms, finished_ms, spec, last_preempted_ms, front, "
                              "restarts, input_bytes) "
                              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?14, "
-                             "?15, ?16, ?17)"));
+                             "?15, ?16, ?17) RETURNING id"));
   BindJob(q, job);
-  GP_RETURN_IF_ERROR(q.Run());
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(conn_.handle()));
+  return RunReturningId(q);
 }
 
-Status SqliteTx::UpdateJob(const Job& job) {
+Status SqlTx::UpdateJob(const Job& job) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("UPDATE jobs SET owner = ?1, name = ?2, state = ?3, "
                                              "reason = ?4, exit_code = ?5, attempts = ?6, "
                                              "current_attempt = ?7, created_ms = ?8, "
@@ -99,26 +98,26 @@ Status SqliteTx::UpdateJob(const Job& job) {
   BindJob(q, job);
   q.Bind(13, job.id);
   GP_RETURN_IF_ERROR(q.Run());
-  if (sqlite3_changes(conn_.handle()) == 0) {
+  if (conn_.Changes() == 0) {
     return Status::NotFound("job " + std::to_string(job.id) + " does not exist");
   }
   return Status::Ok();
 }
 
-Result<std::optional<Job>> SqliteTx::GetJob(int64_t id) {
+Result<std::optional<Job>> SqlTx::GetJob(int64_t id) {
   static const std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id = ?1";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
   q.Bind(1, id);
   return ReadOne<Job>(q, ReadJob);
 }
 
-Result<std::vector<Job>> SqliteTx::ListJobs(const JobQuery& jq) {
+Result<std::vector<Job>> SqlTx::ListJobs(const JobQuery& jq) {
   if (jq.limit <= 0) return std::vector<Job>();
   // The SQL text varies only with the shape of the query (owner or not, the
   // number of states, the order), so the variants stay few and cached.
   int next = 3;
   std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id > ?1 AND id < ?2" +
-                    JobFilter(jq, next);
+                    JobFilter(conn_.dialect(), jq, next);
   sql += jq.newest_first ? " ORDER BY id DESC" : " ORDER BY id";
   sql += " LIMIT ?" + std::to_string(next);
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -129,16 +128,16 @@ Result<std::vector<Job>> SqliteTx::ListJobs(const JobQuery& jq) {
   return ReadAll<Job>(q, ReadJob);
 }
 
-Result<int64_t> SqliteTx::CountJobs(const JobQuery& jq) {
+Result<int64_t> SqlTx::CountJobs(const JobQuery& jq) {
   int next = 1;
-  std::string sql = "SELECT count(*) FROM jobs WHERE 1" + JobFilter(jq, next);
+  std::string sql = "SELECT count(*) FROM jobs WHERE 1 = 1" + JobFilter(conn_.dialect(), jq, next);
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
   BindJobFilter(q, jq, 1);
   GP_ASSIGN_OR_RETURN(bool row, q.Step());
   return row ? q.Int(0) : 0;
 }
 
-Status SqliteTx::PutAttempt(const Attempt& a) {
+Status SqlTx::PutAttempt(const Attempt& a) {
   GP_ASSIGN_OR_RETURN(
       Query q, conn_.Prepare("INSERT INTO attempts (id, job_id, number, node_id, gpu_uuids, "
                              "state, exit_code, reason, created_ms, started_ms, finished_ms, "
@@ -177,7 +176,7 @@ Status SqliteTx::PutAttempt(const Attempt& a) {
       .Bind(16, a.last_checkpoint_ms)
       .Bind(17, GangColumn(a));
   Status st = q.Run();
-  if (!st.ok() && IsForeignKeyError(q.extended_error())) {
+  if (!st.ok() && q.violated() == SqlConstraint::kForeignKey) {
     return Status::NotFound("attempt " + a.id + ": job " + std::to_string(a.job_id) +
                             " does not exist");
   }
@@ -193,7 +192,7 @@ Status SqliteTx::PutAttempt(const Attempt& a) {
   return Status::Ok();
 }
 
-Result<std::optional<Attempt>> SqliteTx::GetAttempt(const std::string& id) {
+Result<std::optional<Attempt>> SqlTx::GetAttempt(const std::string& id) {
   static const std::string sql =
       "SELECT " + std::string(kAttemptColumns) + " FROM attempts WHERE id = ?1";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -201,8 +200,8 @@ Result<std::optional<Attempt>> SqliteTx::GetAttempt(const std::string& id) {
   return ReadOne<Attempt>(q, ReadAttempt);
 }
 
-Result<std::vector<Attempt>> SqliteTx::ListAttempts(const AttemptQuery& aq) {
-  std::string sql = "SELECT " + std::string(kAttemptColumns) + " FROM attempts WHERE 1";
+Result<std::vector<Attempt>> SqlTx::ListAttempts(const AttemptQuery& aq) {
+  std::string sql = "SELECT " + std::string(kAttemptColumns) + " FROM attempts WHERE 1 = 1";
   int next = 1;
   if (aq.job_id) sql += " AND job_id = ?" + std::to_string(next++);
   if (aq.node_id) {
@@ -232,7 +231,7 @@ Result<std::vector<Attempt>> SqliteTx::ListAttempts(const AttemptQuery& aq) {
   return ReadAll<Attempt>(q, ReadAttempt);
 }
 
-Result<Checkpoint> SqliteTx::AddCheckpoint(const Checkpoint& c) {
+Result<Checkpoint> SqlTx::AddCheckpoint(const Checkpoint& c) {
   GP_ASSIGN_OR_RETURN(auto job, GetJob(c.job_id));
   if (!job) return Status::NotFound("job " + std::to_string(c.job_id) + " does not exist");
   Checkpoint out = c;
@@ -246,7 +245,7 @@ Result<Checkpoint> SqliteTx::AddCheckpoint(const Checkpoint& c) {
   return out;
 }
 
-Result<std::vector<Checkpoint>> SqliteTx::ListCheckpoints(int64_t job_id) {
+Result<std::vector<Checkpoint>> SqlTx::ListCheckpoints(int64_t job_id) {
   static const std::string sql = "SELECT " + std::string(kCheckpointColumns) +
                                  " FROM checkpoints WHERE job_id = ?1 ORDER BY number";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -254,7 +253,7 @@ Result<std::vector<Checkpoint>> SqliteTx::ListCheckpoints(int64_t job_id) {
   return ReadAll<Checkpoint>(q, ReadCheckpoint);
 }
 
-Result<std::optional<Checkpoint>> SqliteTx::GetCheckpoint(int64_t job_id, int64_t number) {
+Result<std::optional<Checkpoint>> SqlTx::GetCheckpoint(int64_t job_id, int64_t number) {
   static const std::string sql = "SELECT " + std::string(kCheckpointColumns) +
                                  " FROM checkpoints WHERE job_id = ?1 AND number = ?2";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -262,7 +261,7 @@ Result<std::optional<Checkpoint>> SqliteTx::GetCheckpoint(int64_t job_id, int64_
   return ReadOne<Checkpoint>(q, ReadCheckpoint);
 }
 
-Result<std::optional<Checkpoint>> SqliteTx::LatestCheckpoint(int64_t job_id) {
+Result<std::optional<Checkpoint>> SqlTx::LatestCheckpoint(int64_t job_id) {
   static const std::string sql = "SELECT " + std::string(kCheckpointColumns) +
                                  " FROM checkpoints WHERE job_id = ?1 ORDER BY number DESC LIMIT 1";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -270,14 +269,14 @@ Result<std::optional<Checkpoint>> SqliteTx::LatestCheckpoint(int64_t job_id) {
   return ReadOne<Checkpoint>(q, ReadCheckpoint);
 }
 
-Status SqliteTx::DeleteCheckpoint(int64_t job_id, int64_t number) {
+Status SqlTx::DeleteCheckpoint(int64_t job_id, int64_t number) {
   GP_ASSIGN_OR_RETURN(Query q,
                       conn_.Prepare("DELETE FROM checkpoints WHERE job_id = ?1 AND number = ?2"));
   q.Bind(1, job_id).Bind(2, number);
   return q.Run();
 }
 
-Status SqliteTx::PutGroupUsage(const GroupUsage& u) {
+Status SqlTx::PutGroupUsage(const GroupUsage& u) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO group_usage (grp, milli_ms, as_of_ms) "
                                              "VALUES (?1, ?2, ?3) ON CONFLICT (grp) DO UPDATE "
                                              "SET milli_ms = excluded.milli_ms, "
@@ -286,7 +285,7 @@ Status SqliteTx::PutGroupUsage(const GroupUsage& u) {
   return q.Run();
 }
 
-Result<std::optional<GroupUsage>> SqliteTx::GetGroupUsage(const std::string& group) {
+Result<std::optional<GroupUsage>> SqlTx::GetGroupUsage(const std::string& group) {
   GP_ASSIGN_OR_RETURN(
       Query q, conn_.Prepare("SELECT grp, milli_ms, as_of_ms FROM group_usage WHERE grp = ?1"));
   q.Bind(1, group);
@@ -295,7 +294,7 @@ Result<std::optional<GroupUsage>> SqliteTx::GetGroupUsage(const std::string& gro
   return std::optional<GroupUsage>(GroupUsage{q.Text(0), q.Int(1), q.Int(2)});
 }
 
-Result<std::vector<GroupUsage>> SqliteTx::ListGroupUsage() {
+Result<std::vector<GroupUsage>> SqlTx::ListGroupUsage() {
   GP_ASSIGN_OR_RETURN(
       Query q, conn_.Prepare("SELECT grp, milli_ms, as_of_ms FROM group_usage ORDER BY grp"));
   std::vector<GroupUsage> out;
@@ -307,7 +306,7 @@ Result<std::vector<GroupUsage>> SqliteTx::ListGroupUsage() {
   return out;
 }
 
-Result<int64_t> SqliteTx::NextCheckpointNumber(int64_t job_id) {
+Result<int64_t> SqlTx::NextCheckpointNumber(int64_t job_id) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO checkpoint_seq (job_id, last_number) "
                                              "VALUES (?1, 1) ON CONFLICT (job_id) DO UPDATE "
                                              "SET last_number = last_number + 1 "

@@ -1,7 +1,7 @@
-// The SQLite store's log chunks (store/sqlite_logs.h): what the shared
+// The SQLite store's log chunks (store/sql_logs.h): what the shared
 // conformance suite cannot see (chunk rows, compression, freeing in steps)
 // and the version 7 migration of a version 6 database full of log rows.
-#include "store/sqlite_logs.h"
+#include "store/sql_logs.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>

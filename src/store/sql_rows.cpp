@@ -1,5 +1,6 @@
-#include "store/sqlite_rows.h"
+#include "store/sql_rows.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -7,7 +8,7 @@
 
 #include "model/job_spec.h"
 
-namespace gpupool::sqlite_rows {
+namespace gpupool::sql_rows {
 namespace {
 
 Status ReadGangColumn(const std::string& text, const std::string& row, Attempt& a) {
@@ -283,4 +284,32 @@ Result<NodeEvent> ReadNodeEvent(const Query& q) {
   return e;
 }
 
-}  // namespace gpupool::sqlite_rows
+std::string UpsertSql(std::string_view table, std::string_view columns, std::string_view keys) {
+  auto split = [](std::string_view list) {
+    std::vector<std::string> out;
+    for (size_t at = 0; at <= list.size();) {
+      size_t end = list.find(',', at);
+      if (end == std::string_view::npos) end = list.size();
+      std::string_view name = list.substr(at, end - at);
+      while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+      while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+      out.emplace_back(name);
+      at = end + 1;
+    }
+    return out;
+  };
+  const std::vector<std::string> cols = split(columns), key = split(keys);
+  std::string sql =
+      "INSERT INTO " + std::string(table) + " (" + std::string(columns) + ") VALUES (";
+  for (size_t i = 0; i < cols.size(); ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 1);
+  sql += ") ON CONFLICT (" + std::string(keys) + ") DO UPDATE SET ";
+  bool first = true;
+  for (const std::string& c : cols) {
+    if (std::find(key.begin(), key.end(), c) != key.end()) continue;
+    sql += (first ? "" : ", ") + c + " = excluded." + c;
+    first = false;
+  }
+  return sql;
+}
+
+}  // namespace gpupool::sql_rows

@@ -1,4 +1,4 @@
-#include "store/sqlite_logs.h"
+#include "store/sql_logs.h"
 
 #include <algorithm>
 #include <map>
@@ -33,7 +33,7 @@ LogStream ReadStream(const Query& q) {
   return s;
 }
 
-Status PutStream(SqliteConn& conn, const LogStream& s) {
+Status PutStream(SqlConn& conn, const LogStream& s) {
   GP_ASSIGN_OR_RETURN(
       Query q,
       conn.Prepare("INSERT INTO log_streams (job_id, attempt_id, rank, last_offset, lines, bytes, "
@@ -52,7 +52,7 @@ Status PutStream(SqliteConn& conn, const LogStream& s) {
 
 // Gives the job its log_jobs row if it has none yet. false: its logs were
 // removed (nothing more is stored for it); NotFound: there is no such job.
-Result<bool> OpenJob(SqliteConn& conn, int64_t job_id) {
+Result<bool> OpenJob(SqlConn& conn, int64_t job_id) {
   {
     GP_ASSIGN_OR_RETURN(Query q, conn.Prepare("INSERT INTO log_jobs (job_id, finished_ms, lines, "
                                               "bytes, stored_bytes, removed_ms, removed_reason, "
@@ -61,7 +61,7 @@ Result<bool> OpenJob(SqliteConn& conn, int64_t job_id) {
     q.Bind(1, job_id);
     Status st = q.Run();
     if (!st.ok()) {
-      if (IsForeignKeyError(q.extended_error())) {
+      if (q.violated() == SqlConstraint::kForeignKey) {
         return Status::NotFound("logs of job " + std::to_string(job_id) +
                                 ": the job does not exist");
       }
@@ -74,7 +74,7 @@ Result<bool> OpenJob(SqliteConn& conn, int64_t job_id) {
   return row && q.Int(0) == 0;
 }
 
-Status AddToJob(SqliteConn& conn, int64_t job_id, int64_t lines, int64_t bytes, int64_t stored) {
+Status AddToJob(SqlConn& conn, int64_t job_id, int64_t lines, int64_t bytes, int64_t stored) {
   GP_ASSIGN_OR_RETURN(Query q, conn.Prepare("UPDATE log_jobs SET lines = lines + ?2, "
                                             "bytes = bytes + ?3, stored_bytes = stored_bytes + ?4 "
                                             "WHERE job_id = ?1"));
@@ -93,7 +93,7 @@ constexpr int64_t kMinCompressBytes = 1024;
 // stored_bytes, last_offset) and counts what it added for the job.
 class ChunkWriter {
  public:
-  ChunkWriter(SqliteConn& conn, int64_t job_id) : conn_(conn), job_id_(job_id) {}
+  ChunkWriter(SqlConn& conn, int64_t job_id) : conn_(conn), job_id_(job_id) {}
 
   Status Add(const LogLine& l, int64_t cursor, LogStream& stream) {
     StreamKey key(l.attempt_id, l.rank);
@@ -186,13 +186,12 @@ class ChunkWriter {
           Query q,
           conn_.Prepare("INSERT INTO log_chunks (job_id, attempt_id, rank, first_cursor, "
                         "last_cursor, last_offset, last_ts_ms, lines, raw_bytes, zstd, data) "
-                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"));
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id"));
       q.Bind(1, job_id_).Bind(2, c.attempt_id).Bind(3, static_cast<int64_t>(c.rank));
       q.Bind(4, c.first_cursor).Bind(5, c.last.cursor).Bind(6, c.last.offset);
       q.Bind(7, c.last.ts_ms).Bind(8, c.lines).Bind(9, raw).Bind(10, int64_t{zstd ? 1 : 0});
       q.BindBlob(11, data);
-      GP_RETURN_IF_ERROR(q.Run());
-      c.id = sqlite3_last_insert_rowid(conn_.handle());
+      GP_ASSIGN_OR_RETURN(c.id, sql_rows::RunReturningId(q));
     } else {
       GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("UPDATE log_chunks SET last_cursor = ?2, "
                                                  "last_offset = ?3, last_ts_ms = ?4, lines = ?5, "
@@ -209,21 +208,21 @@ class ChunkWriter {
     return Status::Ok();
   }
 
-  SqliteConn& conn_;
+  SqlConn& conn_;
   int64_t job_id_;
   std::map<StreamKey, Chunk> open_;  // being filled, per attempt rank
   std::set<StreamKey> full_;         // ranks whose newest chunk was filled here
   int64_t lines_ = 0, bytes_ = 0, stored_ = 0;
 };
 
-Result<int64_t> LastCursor(SqliteConn& conn) {
+Result<int64_t> LastCursor(SqlConn& conn) {
   GP_ASSIGN_OR_RETURN(Query q, conn.Prepare("SELECT last FROM log_cursor WHERE id = 1"));
   GP_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return Status::Internal("log_cursor: the row is missing");
   return q.Int(0);
 }
 
-Status SetLastCursor(SqliteConn& conn, int64_t cursor) {
+Status SetLastCursor(SqlConn& conn, int64_t cursor) {
   GP_ASSIGN_OR_RETURN(Query q, conn.Prepare("UPDATE log_cursor SET last = ?1 WHERE id = 1"));
   q.Bind(1, cursor);
   return q.Run();
@@ -231,7 +230,7 @@ Status SetLastCursor(SqliteConn& conn, int64_t cursor) {
 
 }  // namespace
 
-Status SqliteLogs::Append(int64_t job_id, const std::vector<LogLine>& lines) {
+Status SqlLogs::Append(int64_t job_id, const std::vector<LogLine>& lines) {
   if (lines.empty()) return Status::Ok();
   GP_ASSIGN_OR_RETURN(bool open, OpenJob(conn_, job_id));
   if (!open) return Status::Ok();  // its logs were removed: nothing comes back
@@ -263,7 +262,7 @@ Status SqliteLogs::Append(int64_t job_id, const std::vector<LogLine>& lines) {
   return SetLastCursor(conn_, cursor);
 }
 
-Result<std::vector<LogLine>> SqliteLogs::Read(int64_t job_id, int64_t after_cursor, int32_t limit) {
+Result<std::vector<LogLine>> SqlLogs::Read(int64_t job_id, int64_t after_cursor, int32_t limit) {
   std::vector<LogLine> out;
   if (limit <= 0) return out;
   GP_ASSIGN_OR_RETURN(auto removed, GetRemoval(job_id));
@@ -300,13 +299,12 @@ Result<std::vector<LogLine>> SqliteLogs::Read(int64_t job_id, int64_t after_curs
   return out;
 }
 
-Result<int64_t> SqliteLogs::LastOffset(const std::string& attempt_id, int32_t rank) {
+Result<int64_t> SqlLogs::LastOffset(const std::string& attempt_id, int32_t rank) {
   GP_ASSIGN_OR_RETURN(auto s, GetStream(attempt_id, rank));
   return s ? s->last_offset : int64_t{-1};
 }
 
-Result<std::optional<LogStream>> SqliteLogs::GetStream(const std::string& attempt_id,
-                                                       int32_t rank) {
+Result<std::optional<LogStream>> SqlLogs::GetStream(const std::string& attempt_id, int32_t rank) {
   static const std::string sql = "SELECT " + std::string(kStreamColumns) +
                                  " FROM log_streams WHERE attempt_id = ?1 AND rank = ?2";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -316,7 +314,7 @@ Result<std::optional<LogStream>> SqliteLogs::GetStream(const std::string& attemp
   return std::optional<LogStream>(ReadStream(q));
 }
 
-Result<std::vector<LogStream>> SqliteLogs::ListStreams(int64_t job_id) {
+Result<std::vector<LogStream>> SqlLogs::ListStreams(int64_t job_id) {
   static const std::string sql = "SELECT " + std::string(kStreamColumns) +
                                  " FROM log_streams WHERE job_id = ?1 ORDER BY attempt_id, rank";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -330,7 +328,7 @@ Result<std::vector<LogStream>> SqliteLogs::ListStreams(int64_t job_id) {
   return out;
 }
 
-Status SqliteLogs::Skip(const LogSkip& skip) {
+Status SqlLogs::Skip(const LogSkip& skip) {
   GP_ASSIGN_OR_RETURN(bool open, OpenJob(conn_, skip.job_id));
   if (!open) return Status::Ok();
   GP_ASSIGN_OR_RETURN(auto stored, GetStream(skip.attempt_id, skip.rank));
@@ -338,7 +336,7 @@ Status SqliteLogs::Skip(const LogSkip& skip) {
   return PutStream(conn_, s);
 }
 
-Result<LogTotals> SqliteLogs::Totals() {
+Result<LogTotals> SqlLogs::Totals() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT COUNT(*), COALESCE(SUM(lines), 0), "
                                              "COALESCE(SUM(bytes), 0), "
                                              "COALESCE(SUM(stored_bytes), 0) FROM log_jobs "
@@ -349,14 +347,15 @@ Result<LogTotals> SqliteLogs::Totals() {
   return t;
 }
 
-Result<std::vector<JobLogSize>> SqliteLogs::ListEnded(int32_t limit) {
+Result<std::vector<JobLogSize>> SqlLogs::ListEnded(int32_t limit) {
   std::vector<JobLogSize> out;
   if (limit <= 0) return out;
   // Jobs that ended since the last look get their end time (the index
   // orders by it); only rows not known to have ended are looked at.
   static const std::string close_sql =
-      "UPDATE log_jobs SET finished_ms = (SELECT MAX(1, CASE WHEN j.finished_ms > 0 THEN "
-      "j.finished_ms ELSE j.updated_ms END) FROM jobs j WHERE j.id = log_jobs.job_id) "
+      "UPDATE log_jobs SET finished_ms = (SELECT CASE WHEN j.finished_ms > 0 THEN "
+      "j.finished_ms WHEN j.updated_ms > 1 THEN j.updated_ms ELSE 1 END FROM jobs j WHERE "
+      "j.id = log_jobs.job_id) "
       "WHERE removed_ms = 0 AND finished_ms = 0 AND EXISTS (SELECT 1 FROM jobs j WHERE "
       "j.id = log_jobs.job_id AND j.state IN ('" +
       std::string(JobStateName(JobState::kSucceeded)) + "', '" +
@@ -377,21 +376,21 @@ Result<std::vector<JobLogSize>> SqliteLogs::ListEnded(int32_t limit) {
   return out;
 }
 
-Status SqliteLogs::Remove(int64_t job_id, int64_t now_ms, const std::string& reason) {
+Status SqlLogs::Remove(int64_t job_id, int64_t now_ms, const std::string& reason) {
   {
     GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("UPDATE log_jobs SET removed_ms = ?2, "
                                                "removed_reason = ?3 WHERE job_id = ?1 AND "
                                                "removed_ms = 0"));
     q.Bind(1, job_id).Bind(2, std::max<int64_t>(now_ms, 1)).Bind(3, reason);
     GP_RETURN_IF_ERROR(q.Run());
-    if (sqlite3_changes(conn_.handle()) == 0) return Status::Ok();
+    if (conn_.Changes() == 0) return Status::Ok();
   }
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("DELETE FROM log_streams WHERE job_id = ?1"));
   q.Bind(1, job_id);
   return q.Run();
 }
 
-Result<std::optional<LogRemoval>> SqliteLogs::GetRemoval(int64_t job_id) {
+Result<std::optional<LogRemoval>> SqlLogs::GetRemoval(int64_t job_id) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT removed_ms, removed_reason, lines, bytes, "
                                              "stored_bytes FROM log_jobs WHERE job_id = ?1 AND "
                                              "removed_ms > 0"));
@@ -402,7 +401,7 @@ Result<std::optional<LogRemoval>> SqliteLogs::GetRemoval(int64_t job_id) {
       LogRemoval{job_id, q.Int(0), q.Text(1), q.Int(2), q.Int(3), q.Int(4)});
 }
 
-Result<int64_t> SqliteLogs::DeleteRemovedChunks(int64_t max_chunks) {
+Result<int64_t> SqlLogs::DeleteRemovedChunks(int64_t max_chunks) {
   int64_t freed = 0;
   while (freed < max_chunks) {
     int64_t job_id = 0;
@@ -420,7 +419,7 @@ Result<int64_t> SqliteLogs::DeleteRemovedChunks(int64_t max_chunks) {
       q.Bind(1, job_id).Bind(2, want);
       GP_RETURN_IF_ERROR(q.Run());
     }
-    int64_t n = sqlite3_changes(conn_.handle());
+    int64_t n = conn_.Changes();
     freed += n;
     if (n < want) {
       GP_ASSIGN_OR_RETURN(Query q,
@@ -434,7 +433,7 @@ Result<int64_t> SqliteLogs::DeleteRemovedChunks(int64_t max_chunks) {
 
 namespace {
 
-Status PackV6Rows(SqliteConn& conn) {
+Status PackV6Rows(SqlConn& conn) {
   // The v6 rows, each job's in cursor order; a run of one attempt rank's
   // lines fills chunks as AppendLogs would, keeping the rows' cursors.
   // Offsets are not checked: v6 kept lines whose offset went backwards.
@@ -488,7 +487,7 @@ Status PackV6Rows(SqliteConn& conn) {
 
 }  // namespace
 
-Status MigrateLogsToChunks(SqliteConn& conn) {
+Status MigrateLogsToChunks(SqlConn& conn) {
   GP_RETURN_IF_ERROR(PackV6Rows(conn));  // its statement on logs is reset on return
   GP_ASSIGN_OR_RETURN(Query drop, conn.Prepare("DROP TABLE logs"));
   return drop.Run();

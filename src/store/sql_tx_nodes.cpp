@@ -1,18 +1,17 @@
-// SqliteTx's nodes facet (store/sqlite_tx.h): nodes, node events, agent
+// SqlTx's nodes facet (store/sql_tx.h): nodes, node events, agent
 // credentials, the outbox.
-#include <sqlite3.h>
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "store/sqlite_rows.h"
-#include "store/sqlite_tx.h"
+#include "store/sql_rows.h"
+#include "store/sql_tx.h"
 
 namespace gpupool {
 namespace {
 
-using namespace ::gpupool::sqlite_rows;  // NOLINT: the store's row codecs
+using namespace ::gpupool::sql_rows;  // NOLINT: the store's row codecs
 
 constexpr const char* kCredentialColumns =
     "node_name, token_hash, cert_serial, cert_fingerprint, owner, enrolled_ms, revoked, "
@@ -20,7 +19,7 @@ constexpr const char* kCredentialColumns =
 
 }  // namespace
 
-Status SqliteTx::PutNode(const Node& n) {
+Status SqlTx::PutNode(const Node& n) {
   GP_ASSIGN_OR_RETURN(
       Query q, conn_.Prepare("INSERT INTO nodes (id, name, state, gpus, cpu_milli, memory_mib, "
                              "driver_version, cuda_version, agent_version, labels, "
@@ -54,13 +53,13 @@ Status SqliteTx::PutNode(const Node& n) {
   Status st = q.Run();
   // The id conflict is resolved by the upsert, so a unique violation can
   // only be the name.
-  if (!st.ok() && q.extended_error() == SQLITE_CONSTRAINT_UNIQUE) {
+  if (!st.ok() && q.violated() == SqlConstraint::kUnique) {
     return Status::AlreadyExists("node name \"" + n.name + "\" is already used by another node");
   }
   return st;
 }
 
-Result<std::optional<Node>> SqliteTx::GetNode(const std::string& id) {
+Result<std::optional<Node>> SqlTx::GetNode(const std::string& id) {
   static const std::string sql =
       "SELECT " + std::string(kNodeColumns) + " FROM nodes WHERE id = ?1";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -68,7 +67,7 @@ Result<std::optional<Node>> SqliteTx::GetNode(const std::string& id) {
   return ReadOne<Node>(q, ReadNode);
 }
 
-Result<std::optional<Node>> SqliteTx::GetNodeByName(const std::string& name) {
+Result<std::optional<Node>> SqlTx::GetNodeByName(const std::string& name) {
   static const std::string sql =
       "SELECT " + std::string(kNodeColumns) + " FROM nodes WHERE name = ?1";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -76,26 +75,24 @@ Result<std::optional<Node>> SqliteTx::GetNodeByName(const std::string& name) {
   return ReadOne<Node>(q, ReadNode);
 }
 
-Result<std::vector<Node>> SqliteTx::ListNodes() {
+Result<std::vector<Node>> SqlTx::ListNodes() {
   static const std::string sql =
       "SELECT " + std::string(kNodeColumns) + " FROM nodes ORDER BY name";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
   return ReadAll<Node>(q, ReadNode);
 }
 
-Result<int64_t> SqliteTx::AppendNodeEvent(const NodeEvent& e) {
-  GP_ASSIGN_OR_RETURN(Query q,
-                      conn_.Prepare("INSERT INTO node_events (node_id, ts_ms, kind, reason, "
-                                    "gpus, attempts) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+Result<int64_t> SqlTx::AppendNodeEvent(const NodeEvent& e) {
+  GP_ASSIGN_OR_RETURN(
+      Query q, conn_.Prepare("INSERT INTO node_events (node_id, ts_ms, kind, reason, "
+                             "gpus, attempts) VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id"));
   q.Bind(1, e.node_id).Bind(2, e.ts_ms).Bind(3, e.kind).Bind(4, e.reason);
   q.Bind(5, Dump(json(e.gpus))).Bind(6, Dump(json(e.attempts)));
-  GP_RETURN_IF_ERROR(q.Run());
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(conn_.handle()));
+  return RunReturningId(q);
 }
 
-Result<std::vector<NodeEvent>> SqliteTx::ListNodeEvents(const std::string& node_id,
-                                                        int64_t after_id, int64_t before_id,
-                                                        int32_t limit) {
+Result<std::vector<NodeEvent>> SqlTx::ListNodeEvents(const std::string& node_id, int64_t after_id,
+                                                     int64_t before_id, int32_t limit) {
   if (limit <= 0) return std::vector<NodeEvent>();
   // ?1 = '' lists every node's events; ?4 = 0: ascending from ?2.
   GP_ASSIGN_OR_RETURN(
@@ -110,31 +107,30 @@ Result<std::vector<NodeEvent>> SqliteTx::ListNodeEvents(const std::string& node_
   return ReadAll<NodeEvent>(q, ReadNodeEvent);
 }
 
-Status SqliteTx::PutAgentCredential(const AgentCredential& c) {
-  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT OR REPLACE INTO agent_credentials (" +
-                                             std::string(kCredentialColumns) +
-                                             ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+Status SqlTx::PutAgentCredential(const AgentCredential& c) {
+  GP_ASSIGN_OR_RETURN(
+      Query q, conn_.Prepare(UpsertSql("agent_credentials", kCredentialColumns, "node_name")));
   q.Bind(1, c.node_name).Bind(2, c.token_hash).Bind(3, c.cert_serial).Bind(4, c.cert_fingerprint);
   q.Bind(5, c.owner).Bind(6, c.enrolled_ms).Bind(7, int64_t{c.revoked ? 1 : 0});
   q.Bind(8, c.revoked_ms);
   return q.Run();
 }
 
-Result<std::optional<AgentCredential>> SqliteTx::GetAgentCredential(const std::string& node) {
+Result<std::optional<AgentCredential>> SqlTx::GetAgentCredential(const std::string& node) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT " + std::string(kCredentialColumns) +
                                              " FROM agent_credentials WHERE node_name = ?1"));
   q.Bind(1, node);
   return ReadOne<AgentCredential>(q, ReadAgentCredential);
 }
 
-Result<std::vector<AgentCredential>> SqliteTx::ListAgentCredentials() {
+Result<std::vector<AgentCredential>> SqlTx::ListAgentCredentials() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT " + std::string(kCredentialColumns) +
                                              " FROM agent_credentials ORDER BY node_name"));
   return ReadAll<AgentCredential>(q, ReadAgentCredential);
 }
 
-Result<int64_t> SqliteTx::PushOutbox(const std::string& node_id, const std::string& type,
-                                     const std::string& body) {
+Result<int64_t> SqlTx::PushOutbox(const std::string& node_id, const std::string& type,
+                                  const std::string& body) {
   int64_t seq = 0;
   {
     GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO outbox_seq (node_id, last_seq) "
@@ -155,8 +151,8 @@ Result<int64_t> SqliteTx::PushOutbox(const std::string& node_id, const std::stri
   return seq;
 }
 
-Result<std::vector<OutboxMessage>> SqliteTx::ListOutbox(const std::string& node_id,
-                                                        int64_t after_seq) {
+Result<std::vector<OutboxMessage>> SqlTx::ListOutbox(const std::string& node_id,
+                                                     int64_t after_seq) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT seq, type, body FROM outbox WHERE "
                                              "node_id = ?1 AND seq > ?2 ORDER BY seq"));
   q.Bind(1, node_id).Bind(2, after_seq);
@@ -169,7 +165,7 @@ Result<std::vector<OutboxMessage>> SqliteTx::ListOutbox(const std::string& node_
   return out;
 }
 
-Status SqliteTx::AckOutbox(const std::string& node_id, int64_t upto_seq) {
+Status SqlTx::AckOutbox(const std::string& node_id, int64_t upto_seq) {
   GP_ASSIGN_OR_RETURN(Query q,
                       conn_.Prepare("DELETE FROM outbox WHERE node_id = ?1 AND seq <= ?2"));
   q.Bind(1, node_id).Bind(2, upto_seq);

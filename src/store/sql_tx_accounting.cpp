@@ -1,9 +1,8 @@
-// SqliteTx's accounting facet (store/sqlite_tx.h): price versions, the
+// SqlTx's accounting facet (store/sql_tx.h): price versions, the
 // append-only ledger (schema version 10) and the balances each posting
 // moves, and usage reports summed by SQLite: over whole days or months from
 // the usage rollups (version 11) each charge also adds to, else from the
 // ledger.
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <string>
@@ -11,8 +10,8 @@
 #include <vector>
 
 #include "accounting/budgets.h"
-#include "store/sqlite_rows.h"
-#include "store/sqlite_tx.h"
+#include "store/sql_rows.h"
+#include "store/sql_tx.h"
 
 namespace gpupool {
 namespace {
@@ -22,7 +21,8 @@ using accounting::LedgerEntry;
 using accounting::PriceVersion;
 
 constexpr const char* kLedgerColumns =
-    "id, key, kind, debit, credit, amount, at_ms, attempt_id, rank, job_id, user, grp, node_id, "
+    "id, key, kind, debit, credit, amount, at_ms, attempt_id, rank, job_id, \"user\", grp, "
+    "node_id, "
     "provider_group, gpu_class, from_ms, gpu_milli, cpu_milli, memory_mib, actor, note";
 
 Result<PriceVersion> ReadPrice(const Query& q) {
@@ -80,12 +80,12 @@ constexpr int64_t kDayMs = 86'400'000;
 
 // The SQL expression of a usage report's key, over the ledger's or the
 // rollup's columns (`start` is the time column: from_ms or start_ms).
-std::string UsageKeySql(UsageBy by, const std::string& start) {
+std::string UsageKeySql(SqlDialect d, UsageBy by, const std::string& start) {
   switch (by) {
     case UsageBy::kJob:
       return "job_id";
     case UsageBy::kUser:
-      return "user";
+      return "\"user\"";
     case UsageBy::kGroup:
       return "grp";
     case UsageBy::kAccount:
@@ -95,11 +95,11 @@ std::string UsageKeySql(UsageBy by, const std::string& start) {
     case UsageBy::kModel:
       return "gpu_class";
     case UsageBy::kDay:
-      return "strftime('%Y-%m-%d', " + start + " / 1000, 'unixepoch')";
+      return SqlUtcDay(d, start);
     case UsageBy::kMonth:
-      return "strftime('%Y-%m', " + start + " / 1000, 'unixepoch')";
+      return SqlUtcMonth(d, start);
   }
-  return "user";
+  return "\"user\"";
 }
 
 // The rollup (schema version 11) a usage report can be summed from, or
@@ -123,18 +123,20 @@ const char* RollupGrain(const UsageQuery& q) {
 }
 
 // Adds a posted charge to the four rollups that count it.
-Status AddToRollups(SqliteConn& conn, const LedgerEntry& e) {
+Status AddToRollups(SqlConn& conn, const LedgerEntry& e) {
   for (const char* grain : {"who-day", "who-month", "node-day", "node-month"}) {
     GP_ASSIGN_OR_RETURN(
         Query q,
-        conn.Prepare("INSERT INTO usage_rollup VALUES (?1, CASE WHEN ?1 LIKE '%-day' THEN ?2 - ?2 "
-                     "% 86400000 ELSE CAST(strftime('%s', ?2 / 1000, 'unixepoch', 'start of "
-                     "month') AS INTEGER) * 1000 END, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1) ON "
-                     "CONFLICT DO UPDATE SET gpu_milli_ms = gpu_milli_ms + excluded.gpu_milli_ms, "
-                     "cpu_milli_ms = cpu_milli_ms + excluded.cpu_milli_ms, cost = cost + "
-                     "excluded.cost, charges = charges + 1"));
+        conn.Prepare("INSERT INTO usage_rollup VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                     "1) ON CONFLICT (grain, start_ms, \"user\", grp, debit, node_id, gpu_class) "
+                     "DO UPDATE SET gpu_milli_ms = usage_rollup.gpu_milli_ms + "
+                     "excluded.gpu_milli_ms, cpu_milli_ms = usage_rollup.cpu_milli_ms + "
+                     "excluded.cpu_milli_ms, cost = usage_rollup.cost + excluded.cost, charges = "
+                     "usage_rollup.charges + 1"));
     const bool who = grain[0] == 'w';
-    q.Bind(1, std::string(grain)).Bind(2, e.from_ms);
+    const bool day = std::string_view(grain).ends_with("-day");
+    q.Bind(1, std::string(grain));
+    q.Bind(2, day ? e.from_ms - e.from_ms % kDayMs : accounting::MonthOf(e.from_ms).from_ms);
     q.Bind(3, who ? e.user : "").Bind(4, who ? e.group : "").Bind(5, who ? e.debit : "");
     q.Bind(6, who ? "" : e.node_id).Bind(7, e.gpu_class);
     q.Bind(8, e.GpuMilliMs()).Bind(9, e.cpu_milli * (e.at_ms - e.from_ms)).Bind(10, e.amount);
@@ -145,26 +147,26 @@ Status AddToRollups(SqliteConn& conn, const LedgerEntry& e) {
 
 }  // namespace
 
-Result<int64_t> SqliteTx::AddPrice(const PriceVersion& v) {
+Result<int64_t> SqlTx::AddPrice(const PriceVersion& v) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO prices (resource, gpu_class, per_unit, "
-                                             "from_ms, set_by) VALUES (?1, ?2, ?3, ?4, ?5)"));
+                                             "from_ms, set_by) VALUES (?1, ?2, ?3, ?4, ?5) "
+                                             "RETURNING id"));
   q.Bind(1, accounting::PricedResourceName(v.resource)).Bind(2, v.gpu_class);
   q.Bind(3, v.per_unit).Bind(4, v.from_ms).Bind(5, v.set_by);
-  GP_RETURN_IF_ERROR(q.Run());
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(conn_.handle()));
+  return sql_rows::RunReturningId(q);
 }
 
-Result<std::vector<PriceVersion>> SqliteTx::ListPrices() {
+Result<std::vector<PriceVersion>> SqlTx::ListPrices() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT id, resource, gpu_class, per_unit, from_ms, "
                                              "set_by FROM prices ORDER BY id"));
-  return sqlite_rows::ReadAll<PriceVersion>(q, ReadPrice);
+  return sql_rows::ReadAll<PriceVersion>(q, ReadPrice);
 }
 
-Result<bool> SqliteTx::PostEntry(const LedgerEntry& e) {
+Result<bool> SqlTx::PostEntry(const LedgerEntry& e) {
   GP_ASSIGN_OR_RETURN(
       Query q,
       conn_.Prepare("INSERT INTO ledger (key, kind, debit, credit, amount, at_ms, attempt_id, "
-                    "rank, job_id, user, grp, node_id, provider_group, gpu_class, from_ms, "
+                    "rank, job_id, \"user\", grp, node_id, provider_group, gpu_class, from_ms, "
                     "gpu_milli, cpu_milli, memory_mib, actor, note) VALUES (?1, ?2, ?3, ?4, ?5, "
                     "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) "
                     "ON CONFLICT (key) DO NOTHING"));
@@ -174,7 +176,7 @@ Result<bool> SqliteTx::PostEntry(const LedgerEntry& e) {
   q.Bind(13, e.provider_group).Bind(14, e.gpu_class).Bind(15, e.from_ms).Bind(16, e.gpu_milli);
   q.Bind(17, e.cpu_milli).Bind(18, e.memory_mib).Bind(19, e.actor).Bind(20, e.note);
   GP_RETURN_IF_ERROR(q.Run());
-  if (sqlite3_changes(conn_.handle()) == 0) return false;  // the key was there
+  if (conn_.Changes() == 0) return false;  // the key was there
   auto move = [&](const std::string& account, accounting::Micros delta) -> Status {
     GP_ASSIGN_OR_RETURN(Query b, conn_.Prepare("INSERT INTO balances (account, balance, entries) "
                                                "VALUES (?1, ?2, 1) ON CONFLICT (account) DO "
@@ -189,7 +191,7 @@ Result<bool> SqliteTx::PostEntry(const LedgerEntry& e) {
   return true;
 }
 
-Result<std::vector<LedgerEntry>> SqliteTx::ListLedger(const LedgerQuery& lq) {
+Result<std::vector<LedgerEntry>> SqlTx::ListLedger(const LedgerQuery& lq) {
   std::string sql = std::string("SELECT ") + kLedgerColumns +
                     " FROM ledger WHERE id > ?1 AND at_ms >= ?2 AND at_ms < ?3";
   if (!lq.account.empty()) {
@@ -205,10 +207,10 @@ Result<std::vector<LedgerEntry>> SqliteTx::ListLedger(const LedgerQuery& lq) {
   if (!lq.account.empty()) q.Bind(4, lq.account);
   if (lq.kind) q.Bind(5, accounting::EntryKindName(*lq.kind));
   q.Bind(6, int64_t{lq.limit});
-  return sqlite_rows::ReadAll<LedgerEntry>(q, ReadEntry);
+  return sql_rows::ReadAll<LedgerEntry>(q, ReadEntry);
 }
 
-Result<int64_t> SqliteTx::PostedTo(const std::string& attempt_id, int32_t rank) {
+Result<int64_t> SqlTx::PostedTo(const std::string& attempt_id, int32_t rank) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT coalesce(max(at_ms), 0) FROM ledger WHERE "
                                              "attempt_id = ?1 AND rank = ?2 AND kind = 'charge'"));
   q.Bind(1, attempt_id).Bind(2, int64_t{rank});
@@ -216,35 +218,35 @@ Result<int64_t> SqliteTx::PostedTo(const std::string& attempt_id, int32_t rank) 
   return row ? q.Int(0) : 0;
 }
 
-Result<std::vector<AccountBalance>> SqliteTx::ListBalances() {
+Result<std::vector<AccountBalance>> SqlTx::ListBalances() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT account, balance, entries FROM balances "
                                              "ORDER BY account"));
-  return sqlite_rows::ReadAll<AccountBalance>(q, ReadBalance);
+  return sql_rows::ReadAll<AccountBalance>(q, ReadBalance);
 }
 
-Result<AccountBalance> SqliteTx::GetBalance(const std::string& account) {
+Result<AccountBalance> SqlTx::GetBalance(const std::string& account) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT account, balance, entries FROM balances "
                                              "WHERE account = ?1"));
   q.Bind(1, account);
-  GP_ASSIGN_OR_RETURN(auto found, sqlite_rows::ReadOne<AccountBalance>(q, ReadBalance));
+  GP_ASSIGN_OR_RETURN(auto found, sql_rows::ReadOne<AccountBalance>(q, ReadBalance));
   return found ? *found : AccountBalance{account, 0, 0};
 }
 
-Result<std::vector<UsageRow>> SqliteTx::SumUsage(const UsageQuery& uq) {
+Result<std::vector<UsageRow>> SqlTx::SumUsage(const UsageQuery& uq) {
   std::string sql;
   if (const char* grain = RollupGrain(uq)) {
-    sql = std::string("SELECT ") + UsageKeySql(uq.by, "start_ms") +
+    sql = std::string("SELECT ") + UsageKeySql(conn_.dialect(), uq.by, "start_ms") +
           " AS k, sum(gpu_milli_ms), sum(cpu_milli_ms), sum(cost), sum(charges) FROM "
           "usage_rollup WHERE grain = '" +
           grain + "' AND start_ms >= ?1 AND start_ms < ?2";
   } else {
-    sql = std::string("SELECT ") + UsageKeySql(uq.by, "from_ms") +
+    sql = std::string("SELECT ") + UsageKeySql(conn_.dialect(), uq.by, "from_ms") +
           " AS k, sum(gpu_milli * (at_ms - from_ms)), sum(cpu_milli * (at_ms - from_ms)), "
           "sum(amount), count(*) FROM ledger WHERE kind = 'charge' AND from_ms >= ?1 AND "
           "from_ms < ?2";
   }
   if (!uq.group.empty()) sql += " AND grp = ?3";
-  if (!uq.user.empty()) sql += " AND user = ?4";
+  if (!uq.user.empty()) sql += " AND \"user\" = ?4";
   if (!uq.account.empty()) sql += " AND debit = ?5";
   sql += " GROUP BY k ORDER BY k";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));
@@ -252,12 +254,12 @@ Result<std::vector<UsageRow>> SqliteTx::SumUsage(const UsageQuery& uq) {
   if (!uq.group.empty()) q.Bind(3, uq.group);
   if (!uq.user.empty()) q.Bind(4, uq.user);
   if (!uq.account.empty()) q.Bind(5, uq.account);
-  return sqlite_rows::ReadAll<UsageRow>(q, [](const Query& row) -> Result<UsageRow> {
+  return sql_rows::ReadAll<UsageRow>(q, [](const Query& row) -> Result<UsageRow> {
     return UsageRow{row.Text(0), row.Int(1), row.Int(2), row.Int(3), row.Int(4)};
   });
 }
 
-Result<accounting::Micros> SqliteTx::JobSpend(int64_t job_id) {
+Result<accounting::Micros> SqlTx::JobSpend(int64_t job_id) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT coalesce(sum(amount), 0) FROM ledger WHERE "
                                              "job_id = ?1 AND kind = 'charge'"));
   q.Bind(1, job_id);
@@ -265,8 +267,8 @@ Result<accounting::Micros> SqliteTx::JobSpend(int64_t job_id) {
   return row ? q.Int(0) : 0;
 }
 
-Result<std::vector<AccountFlow>> SqliteTx::AccountFlows(const std::string& account,
-                                                        int64_t since_ms, int64_t until_ms) {
+Result<std::vector<AccountFlow>> SqlTx::AccountFlows(const std::string& account, int64_t since_ms,
+                                                     int64_t until_ms) {
   // Through each side's index (ledger_debit, ledger_credit).
   GP_ASSIGN_OR_RETURN(
       Query q, conn_.Prepare("SELECT from_ms - from_ms % 86400000 AS d, kind, sum(CASE WHEN "
@@ -275,7 +277,7 @@ Result<std::vector<AccountFlow>> SqliteTx::AccountFlows(const std::string& accou
                              "FROM ledger WHERE debit = ?1 UNION ALL SELECT id FROM ledger WHERE "
                              "credit = ?1) AND from_ms >= ?2 AND from_ms < ?3 GROUP BY d, kind"));
   q.Bind(1, account).Bind(2, since_ms).Bind(3, until_ms);
-  GP_ASSIGN_OR_RETURN(auto out, sqlite_rows::ReadAll<AccountFlow>(q, ReadFlow));
+  GP_ASSIGN_OR_RETURN(auto out, sql_rows::ReadAll<AccountFlow>(q, ReadFlow));
   // By day, then kind as the enum orders them (SQL ordered the names).
   std::sort(out.begin(), out.end(), [](const AccountFlow& a, const AccountFlow& b) {
     return std::pair(a.day_ms, a.kind) < std::pair(b.day_ms, b.kind);
@@ -283,22 +285,22 @@ Result<std::vector<AccountFlow>> SqliteTx::AccountFlows(const std::string& accou
   return out;
 }
 
-Status SqliteTx::PutBudget(const accounting::Budget& b) {
+Status SqlTx::PutBudget(const accounting::Budget& b) {
   GP_ASSIGN_OR_RETURN(Query q,
-                      conn_.Prepare("INSERT OR REPLACE INTO budgets (account, monthly, "
-                                    "action, set_ms, set_by) VALUES (?1, ?2, ?3, ?4, ?5)"));
+                      conn_.Prepare(sql_rows::UpsertSql(
+                          "budgets", "account, monthly, action, set_ms, set_by", "account")));
   q.Bind(1, b.account).Bind(2, b.monthly).Bind(3, accounting::BudgetActionName(b.action));
   q.Bind(4, b.set_ms).Bind(5, b.set_by);
   return q.Run();
 }
 
-Status SqliteTx::DeleteBudget(const std::string& account) {
+Status SqlTx::DeleteBudget(const std::string& account) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("DELETE FROM budgets WHERE account = ?1"));
   q.Bind(1, account);
   return q.Run();
 }
 
-Result<std::vector<accounting::Budget>> SqliteTx::ListBudgets() {
+Result<std::vector<accounting::Budget>> SqlTx::ListBudgets() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT account, monthly, action, set_ms, set_by "
                                              "FROM budgets ORDER BY account"));
   std::vector<accounting::Budget> out;

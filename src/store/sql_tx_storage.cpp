@@ -1,19 +1,18 @@
-// SqliteTx's storage facet (store/sqlite_tx.h): the manifests blob garbage
+// SqlTx's storage facet (store/sql_tx.h): the manifests blob garbage
 // collection keeps, what each user and group stores (kept by the schema's
 // storage_refs triggers, sqlite_schema.cpp), and their quotas.
-#include <sqlite3.h>
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "store/sqlite_rows.h"
-#include "store/sqlite_tx.h"
+#include "store/sql_rows.h"
+#include "store/sql_tx.h"
 
 namespace gpupool {
 namespace {
 
-using namespace ::gpupool::sqlite_rows;  // NOLINT: the store's row codecs
+using namespace ::gpupool::sql_rows;  // NOLINT: the store's row codecs
 
 Result<std::vector<std::string>> ReadStrings(Query& q) {
   std::vector<std::string> out;
@@ -27,25 +26,26 @@ Result<std::vector<std::string>> ReadStrings(Query& q) {
 
 }  // namespace
 
-Result<std::vector<std::string>> SqliteTx::ListCheckpointManifests() {
+Result<std::vector<std::string>> SqlTx::ListCheckpointManifests() {
   GP_ASSIGN_OR_RETURN(Query q,
                       conn_.Prepare("SELECT DISTINCT manifest FROM checkpoints ORDER BY manifest"));
   return ReadStrings(q);
 }
 
-Result<std::vector<std::string>> SqliteTx::ListActiveJobInputs() {
+Result<std::vector<std::string>> SqlTx::ListActiveJobInputs() {
   // Non-terminal states are few and small; the inputs live in the spec.
   GP_ASSIGN_OR_RETURN(Query q,
-                      conn_.Prepare("SELECT DISTINCT json_extract(spec, '$.inputs') AS inputs "
-                                    "FROM jobs WHERE state IN (?1, ?2, ?3) "
-                                    "AND inputs IS NOT NULL AND inputs <> '' ORDER BY inputs"));
+                      conn_.Prepare("SELECT DISTINCT inputs FROM (SELECT " +
+                                    SqlJsonText(conn_.dialect(), "spec", "inputs") +
+                                    " AS inputs FROM jobs WHERE state IN (?1, ?2, ?3)) AS t "
+                                    "WHERE inputs IS NOT NULL AND inputs <> '' ORDER BY inputs"));
   q.Bind(1, JobStateName(JobState::kPending));
   q.Bind(2, JobStateName(JobState::kScheduled));
   q.Bind(3, JobStateName(JobState::kRunning));
   return ReadStrings(q);
 }
 
-Result<StorageUsage> SqliteTx::StorageUsed(const StorageHolder& h) {
+Result<StorageUsage> SqlTx::StorageUsed(const StorageHolder& h) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT coalesce(sum(bytes), 0), count(*) FROM "
                                              "storage_refs WHERE kind = ?1 AND name = ?2"));
   q.Bind(1, StorageHolderKindName(h.kind)).Bind(2, h.name);
@@ -59,7 +59,7 @@ Result<StorageUsage> SqliteTx::StorageUsed(const StorageHolder& h) {
   return u;
 }
 
-Result<std::vector<std::pair<std::string, int64_t>>> SqliteTx::StorageByAccount() {
+Result<std::vector<std::pair<std::string, int64_t>>> SqlTx::StorageByAccount() {
   GP_ASSIGN_OR_RETURN(
       Query q,
       conn_.Prepare(
@@ -75,7 +75,7 @@ Result<std::vector<std::pair<std::string, int64_t>>> SqliteTx::StorageByAccount(
   });
 }
 
-Result<std::vector<StorageUsage>> SqliteTx::ListStorageUsage() {
+Result<std::vector<StorageUsage>> SqlTx::ListStorageUsage() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT kind, name, sum(bytes), count(*) FROM "
                                              "storage_refs GROUP BY kind, name "
                                              "ORDER BY kind DESC, name"));
@@ -93,29 +93,29 @@ Result<std::vector<StorageUsage>> SqliteTx::ListStorageUsage() {
   return out;
 }
 
-Status SqliteTx::PutStorageQuota(const StorageQuota& quota) {
-  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT OR REPLACE INTO storage_quotas (kind, "
-                                             "name, bytes, set_ms) VALUES (?1, ?2, ?3, ?4)"));
+Status SqlTx::PutStorageQuota(const StorageQuota& quota) {
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql_rows::UpsertSql(
+                                   "storage_quotas", "kind, name, bytes, set_ms", "kind, name")));
   q.Bind(1, StorageHolderKindName(quota.holder.kind)).Bind(2, quota.holder.name);
   q.Bind(3, quota.bytes).Bind(4, quota.set_ms);
   return q.Run();
 }
 
-Status SqliteTx::DeleteStorageQuota(const StorageHolder& h) {
+Status SqlTx::DeleteStorageQuota(const StorageHolder& h) {
   GP_ASSIGN_OR_RETURN(Query q,
                       conn_.Prepare("DELETE FROM storage_quotas WHERE kind = ?1 AND name = ?2"));
   q.Bind(1, StorageHolderKindName(h.kind)).Bind(2, h.name);
   return q.Run();
 }
 
-Result<std::optional<StorageQuota>> SqliteTx::GetStorageQuota(const StorageHolder& h) {
+Result<std::optional<StorageQuota>> SqlTx::GetStorageQuota(const StorageHolder& h) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT kind, name, bytes, set_ms FROM "
                                              "storage_quotas WHERE kind = ?1 AND name = ?2"));
   q.Bind(1, StorageHolderKindName(h.kind)).Bind(2, h.name);
   return ReadOne<StorageQuota>(q, ReadStorageQuota);
 }
 
-Result<std::vector<StorageQuota>> SqliteTx::ListStorageQuotas() {
+Result<std::vector<StorageQuota>> SqlTx::ListStorageQuotas() {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("SELECT kind, name, bytes, set_ms FROM "
                                              "storage_quotas ORDER BY kind DESC, name"));
   return ReadAll<StorageQuota>(q, ReadStorageQuota);

@@ -1,6 +1,6 @@
-// SqliteLogs: the SQLite store's job logs (the log methods of store/store.h
+// SqlLogs: the SQLite store's job logs (the log methods of store/store.h
 // Tx), in bounded chunks rather than a row per line. Internal to the SQLite
-// store: SqliteTx delegates to it inside its transaction.
+// store: SqlTx delegates to it inside its transaction.
 //
 // Tables (schema version 7, kLogSchemaV7):
 //   log_chunks   runs of one attempt rank's lines, packed (store/log_chunk.h),
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "store/sqlite_query.h"
+#include "store/sql_query.h"
 #include "store/store.h"
 
 namespace gpupool {
@@ -92,11 +92,11 @@ INSERT INTO log_cursor (id, last) VALUES (1, MAX(
 
 // The second half of the v7 migration: packs every row of the v6 logs
 // table into chunks, keeping its cursor, and drops the table.
-Status MigrateLogsToChunks(SqliteConn& conn);
+Status MigrateLogsToChunks(SqlConn& conn);
 
-class SqliteLogs {
+class SqlLogs {
  public:
-  explicit SqliteLogs(SqliteConn& conn) : conn_(conn) {}
+  explicit SqlLogs(SqlConn& conn) : conn_(conn) {}
 
   Status Append(int64_t job_id, const std::vector<LogLine>& lines);
   Result<std::vector<LogLine>> Read(int64_t job_id, int64_t after_cursor, int32_t limit);
@@ -111,7 +111,7 @@ class SqliteLogs {
   Result<int64_t> DeleteRemovedChunks(int64_t max_chunks);
 
  private:
-  SqliteConn& conn_;
+  SqlConn& conn_;
 };
 
 }  // namespace gpupool

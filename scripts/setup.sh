@@ -20,6 +20,10 @@ PACKAGES=(
   libhowardhinnant-date-dev tzdata
   libzstd-dev
   libsodium-dev                 # argon2id password hashes
+  libpq-dev postgresql          # the PostgreSQL store, and the tests' own PostgreSQL servers (on a
+                                # machine with systemd Debian also starts a cluster of its own on
+                                # :5432; the tests never use it: `systemctl disable --now
+                                # postgresql` if you do not want it)
   prometheus-cpp-dev            # the server's /metrics (registry, text format)
   prometheus                    # promtool and a real Prometheus for the metrics tests (on a machine
                                 # with systemd Debian also starts its own service on :9090; the

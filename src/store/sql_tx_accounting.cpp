@@ -180,8 +180,8 @@ Result<bool> SqlTx::PostEntry(const LedgerEntry& e) {
   auto move = [&](const std::string& account, accounting::Micros delta) -> Status {
     GP_ASSIGN_OR_RETURN(Query b, conn_.Prepare("INSERT INTO balances (account, balance, entries) "
                                                "VALUES (?1, ?2, 1) ON CONFLICT (account) DO "
-                                               "UPDATE SET balance = balance + excluded.balance, "
-                                               "entries = entries + 1"));
+                                               "UPDATE SET balance = balances.balance + "
+                                               "excluded.balance, entries = balances.entries + 1"));
     b.Bind(1, account).Bind(2, delta);
     return b.Run();
   };

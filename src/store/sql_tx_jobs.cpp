@@ -309,7 +309,7 @@ Result<std::vector<GroupUsage>> SqlTx::ListGroupUsage() {
 Result<int64_t> SqlTx::NextCheckpointNumber(int64_t job_id) {
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO checkpoint_seq (job_id, last_number) "
                                              "VALUES (?1, 1) ON CONFLICT (job_id) DO UPDATE "
-                                             "SET last_number = last_number + 1 "
+                                             "SET last_number = checkpoint_seq.last_number + 1 "
                                              "RETURNING last_number"));
   q.Bind(1, job_id);
   GP_ASSIGN_OR_RETURN(bool row, q.Step());

@@ -135,7 +135,8 @@ Result<int64_t> SqlTx::PushOutbox(const std::string& node_id, const std::string&
   {
     GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO outbox_seq (node_id, last_seq) "
                                                "VALUES (?1, 1) ON CONFLICT (node_id) DO UPDATE "
-                                               "SET last_seq = last_seq + 1 RETURNING last_seq"));
+                                               "SET last_seq = outbox_seq.last_seq + 1 RETURNING "
+                                               "last_seq"));
     q.Bind(1, node_id);
     GP_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return Status::Internal("sqlite: outbox_seq: no seq returned");

@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
       ->add_option("--node-lost-after-ms", so.pool.node_lost_after_ms,
                    "requeue a disconnected node's jobs after this long")
       ->capture_default_str();
+  server_cmd->add_option("--store", so.store_url,
+                         "postgresql://USER@HOST/DB: keep the pool's state in PostgreSQL (default: "
+                         "SQLite in the data directory)");
   server_cmd->add_flag("--fsync", so.fsync,
                        "flush every commit and blob upload to disk (survives power loss)");
   server_cmd->add_option("--scheduler-config", so.scheduler_config,

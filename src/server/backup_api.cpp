@@ -90,6 +90,11 @@ void BackupApi::Expire(size_t room_for) {
 
 void BackupApi::Create(const net::HttpRequest& req, const Principal& who,
                        std::shared_ptr<net::Responder> respond) {
+  if (options_.db_path.empty()) {
+    return (*respond)(ErrorResponse(Status::FailedPrecondition(
+        "this pool's state is in PostgreSQL: back it up with PostgreSQL's own tools (pg_dump, or "
+        "your provider's backups); see docs/operator-guide.md#postgresql")));
+  }
   {
     std::lock_guard lock(mu_);
     if (running_) {

@@ -38,7 +38,7 @@
 namespace gpupool::server {
 
 struct BackupApiOptions {
-  std::string db_path;     // DATA_DIR/state.db
+  std::string db_path;     // DATA_DIR/state.db; empty: the state is not in SQLite (PostgreSQL)
   std::string backup_dir;  // DATA_DIR/backups
   int64_t keep_ms = 3'600'000;
   size_t max_kept = 2;

@@ -36,6 +36,7 @@
 #include "server/static_files.h"
 #include "server/telemetry_api.h"
 #include "store/history_store.h"
+#include "store/pg_store.h"
 #include "store/sqlite_store.h"
 
 namespace gpupool::server {
@@ -104,15 +105,32 @@ Result<ListenAt> ListenAddresses(const ServerOptions& options) {
   return at;
 }
 
-// The state database, checked first (PRAGMA quick_check) and migrated.
-// A damaged one is refused with how to restore it.
-Result<std::unique_ptr<SqliteStore>> OpenState(const ServerOptions& options) {
+// Whether --store names PostgreSQL; InvalidArgument for a scheme that is
+// neither that nor empty (SQLite).
+Result<bool> IsPostgresStore(const std::string& url) {
+  if (url.empty()) return false;
+  if (url.starts_with("postgres://") || url.starts_with("postgresql://")) return true;
+  return Status::InvalidArgument("--store: " + PgStore::Redacted(url) +
+                                 ": expected a postgres:// or postgresql:// URL (or none, for "
+                                 "SQLite in the data directory)");
+}
+
+// The state database. PostgreSQL: connected and migrated. SQLite: checked
+// first (PRAGMA quick_check) and migrated; a damaged one is refused with
+// how to restore it.
+Result<std::unique_ptr<Store>> OpenState(const ServerOptions& options) {
+  GP_ASSIGN_OR_RETURN(bool postgres, IsPostgresStore(options.store_url));
+  if (postgres) {
+    GP_ASSIGN_OR_RETURN(auto pg, PgStore::Open(options.store_url));
+    return std::unique_ptr<Store>(std::move(pg));
+  }
   const std::string path = options.data_dir + "/state.db";
   SqliteOptions sqlite_opts;
   sqlite_opts.fsync_every_commit = options.fsync;
   sqlite_opts.check_integrity = true;
   auto store = SqliteStore::Open(path, sqlite_opts);
-  if (store.ok() || store.status().code() != StatusCode::kDataLoss) return store;
+  if (store.ok()) return std::unique_ptr<Store>(*std::move(store));
+  if (store.status().code() != StatusCode::kDataLoss) return store.status();
   return Status::DataLoss(
       store.status().message() +
       "\nThe server will not run on a damaged database. Restore the latest backup "
@@ -217,7 +235,7 @@ struct Startup {
   std::optional<DirLock> lock;  // one server per data directory
   ListenAt listen;
   std::vector<telemetry::Tier> tiers;
-  std::unique_ptr<SqliteStore> store;
+  std::unique_ptr<Store> store;
   std::optional<ServerTls> tls;
 };
 
@@ -251,6 +269,10 @@ Startup Prepare(const ServerOptions& options) {
                   << (s.pool_options.scheduler.preemption ? "on" : "off");
   }
 
+  if (auto store_kind = IsPostgresStore(options.store_url); !store_kind.ok()) {
+    std::cerr << "gpupool server: " << store_kind.status().message() << "\n";
+    return fail(2);
+  }
   auto addresses = ListenAddresses(options);
   if (!addresses.ok()) {
     std::cerr << "gpupool server: " << addresses.status().message() << "\n";
@@ -469,7 +491,7 @@ struct ApiModules {
         node_control(auth, pool),
         summary(pool),
         backup(auth, clock,
-               {.db_path = options.data_dir + "/state.db",
+               {.db_path = options.store_url.empty() ? options.data_dir + "/state.db" : "",
                 .backup_dir = options.data_dir + "/backups"}) {}
   void AddTo(Api& api) {
     api.AddModule(quota);
@@ -534,7 +556,7 @@ int RunServer(const ServerOptions& options) {
   const PoolOptions& pool_options = startup.pool_options;
   const auto& metrics_addr = startup.listen.metrics;
   const std::optional<ServerTls>& tls = startup.tls;
-  SqliteStore& store = *startup.store;
+  Store& store = *startup.store;
 
   // Everything the server stores and subtracts runs on a wall clock that
   // cannot jump (common/clock.h): a system clock stepped by an operator or

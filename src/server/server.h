@@ -21,6 +21,10 @@ struct ServerOptions {
   PoolOptions pool;
   int64_t schedule_interval_ms = 2000;  // a pass at least this often
   bool fsync = false;                   // flush every commit and upload to disk (power-loss safe)
+  // Where the pool's state lives: empty = SQLite in DATA_DIR/state.db; a
+  // postgres:// or postgresql:// URL = that PostgreSQL database
+  // (store/pg_store.h; docs/operator-guide.md#postgresql).
+  std::string store_url;
   // YAML file with fair-share groups, quotas and preemption settings
   // (server/scheduler_config.h); empty = the defaults. Replaces pool.scheduler.
   std::string scheduler_config;

@@ -95,6 +95,11 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--store", so.store_url,
                          "postgresql://USER@HOST/DB: keep the pool's state in PostgreSQL (default: "
                          "SQLite in the data directory)");
+  server_cmd
+      ->add_option("--leader-lease-ms", so.leader_lease_ms,
+                   "on PostgreSQL: the leader's lease; a standby takes over within about this "
+                   "long of the leader's death")
+      ->capture_default_str();
   server_cmd->add_flag("--fsync", so.fsync,
                        "flush every commit and blob upload to disk (survives power loss)");
   server_cmd->add_option("--scheduler-config", so.scheduler_config,

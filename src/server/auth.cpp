@@ -90,6 +90,15 @@ Result<Auth::Bootstrapped> Auth::Bootstrap(const std::string& data_dir,
       GP_RETURN_IF_ERROR(WriteFileAtomic(join_path, join_secret + "\n", {0600, true}));
       GP_RETURN_IF_ERROR(tx.PutMeta("auth/bootstrapped", "1"));
     }
+    // The join secret in the database too: every server of a pool on
+    // PostgreSQL hands out the same join token (kept from pools made
+    // before, which had it in their file only).
+    GP_ASSIGN_OR_RETURN(auto shared, tx.GetMeta("auth/join_secret"));
+    if (!join_secret.empty()) {
+      GP_RETURN_IF_ERROR(tx.PutMeta("auth/join_secret", join_secret));
+    } else if (shared) {
+      join_secret = *shared;
+    }
     // The bootstrap token's subject is the first admin user (pools made before
     // users existed get that user now).
     GP_ASSIGN_OR_RETURN(auto admin, tx.GetUser("admin"));
@@ -99,6 +108,8 @@ Result<Auth::Bootstrapped> Auth::Bootstrap(const std::string& data_dir,
   if (join_secret.empty()) {
     GP_ASSIGN_OR_RETURN(std::string stored, ReadFileTrimmed(join_path));
     join_secret = std::string(SecretPart(stored));
+    GP_RETURN_IF_ERROR(
+        store_.Transact([&](Tx& tx) { return tx.PutMeta("auth/join_secret", join_secret); }));
   }
   join_path_ = join_path;
   ca_fingerprint_ = ca_fingerprint;
@@ -118,6 +129,7 @@ Result<std::string> Auth::RotateJoinToken() {
     GP_RETURN_IF_ERROR(RevokeTokenHash(tx, Sha256Hex(SecretPart(join_token_))));
     GP_RETURN_IF_ERROR(
         tx.PutToken({Sha256Hex(secret), "join", "agent-join", now, 0, false, "join", "*"}));
+    GP_RETURN_IF_ERROR(tx.PutMeta("auth/join_secret", secret));
     // Last: if writing the file fails, the transaction rolls back and the old
     // token stays in force.
     return WriteFileAtomic(join_path_, token + "\n", {0600, true});

@@ -1,7 +1,9 @@
 #include "server/server.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +15,7 @@
 
 #include "common/dir_lock.h"
 #include "common/files.h"
+#include "common/ids.h"
 #include "common/log.h"
 #include "net/http_server.h"
 #include "net/repeating.h"
@@ -33,9 +36,11 @@
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
 #include "server/session_gateway.h"
+#include "server/standby.h"
 #include "server/static_files.h"
 #include "server/telemetry_api.h"
 #include "store/history_store.h"
+#include "store/pg_leader.h"
 #include "store/pg_store.h"
 #include "store/sqlite_store.h"
 
@@ -70,11 +75,6 @@ Result<HostPort> SplitHostPort(const std::string& listen, const std::string& fla
 
 // What a listener on `host` and `port` is reached at: scheme://host:port,
 // an IPv6 address in brackets.
-std::string UrlOf(bool tls, const std::string& host, uint16_t port) {
-  return std::string(tls ? "https://" : "http://") +
-         (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-         std::to_string(port);
-}
 
 // Where the server listens: the API (--listen), the metrics (--metrics-listen,
 // if given) and interactive sessions (--sessions-listen; by default the
@@ -118,10 +118,14 @@ Result<bool> IsPostgresStore(const std::string& url) {
 // The state database. PostgreSQL: connected and migrated. SQLite: checked
 // first (PRAGMA quick_check) and migrated; a damaged one is refused with
 // how to restore it.
-Result<std::unique_ptr<Store>> OpenState(const ServerOptions& options) {
+Result<std::unique_ptr<Store>> OpenState(const ServerOptions& options,
+                                         const std::shared_ptr<std::atomic<int64_t>>& epoch) {
   GP_ASSIGN_OR_RETURN(bool postgres, IsPostgresStore(options.store_url));
   if (postgres) {
-    GP_ASSIGN_OR_RETURN(auto pg, PgStore::Open(options.store_url));
+    // Fenced: every transaction checks that this server still leads.
+    PgOptions pg_options;
+    pg_options.fence_epoch = [epoch] { return epoch->load(); };
+    GP_ASSIGN_OR_RETURN(auto pg, PgStore::Open(options.store_url, pg_options));
     return std::unique_ptr<Store>(std::move(pg));
   }
   const std::string path = options.data_dir + "/state.db";
@@ -160,7 +164,7 @@ Result<std::unique_ptr<net::HttpServer>> StartMetricsListener(net::EventLoop& lo
   opts.port = addr->second;
   opts.max_body_bytes = 4096;
   GP_ASSIGN_OR_RETURN(auto server, net::HttpServer::Start(loop, opts, handlers));
-  const std::string url = UrlOf(false, addr->first, server->port()) + "/metrics";
+  const std::string url = ApiUrl(false, addr->first, server->port()) + "/metrics";
   GP_LOG(kInfo) << "metrics on " << url;
   std::cout << "gpupool server metrics on " << url << std::endl;
   return server;
@@ -182,7 +186,7 @@ Result<std::unique_ptr<net::HttpServer>> StartSessionsListener(net::EventLoop& l
   GP_ASSIGN_OR_RETURN(auto server,
                       net::HttpServer::Start(loop, opts, gateway.SessionsOriginHandlers()));
   gateway.ServeSessionsAt({.url = public_url, .tls = tls.has_value(), .port = server->port()});
-  const std::string url = UrlOf(tls.has_value(), addr.first, server->port());
+  const std::string url = ApiUrl(tls.has_value(), addr.first, server->port());
   // Beside server.url: for scripts and tests that start a server on port 0.
   (void)WriteFileAtomic(options.data_dir + "/sessions.url", url + "\n");
   GP_LOG(kInfo) << "interactive sessions on " << url
@@ -236,6 +240,8 @@ struct Startup {
   ListenAt listen;
   std::vector<telemetry::Tier> tiers;
   std::unique_ptr<Store> store;
+  // On PostgreSQL: the epoch this server leads in (0 until it does).
+  std::shared_ptr<std::atomic<int64_t>> epoch;
   std::optional<ServerTls> tls;
 };
 
@@ -298,7 +304,8 @@ Startup Prepare(const ServerOptions& options) {
     std::cerr << "gpupool server: " << lock.status().message() << "\n";
     return fail(1);
   }
-  auto store = OpenState(options);
+  if (!options.store_url.empty()) s.epoch = std::make_shared<std::atomic<int64_t>>(0);
+  auto store = OpenState(options, s.epoch);
   if (!store.ok()) {
     std::cerr << "gpupool server: " << store.status().message() << "\n";
     return fail(1);
@@ -534,7 +541,7 @@ Result<std::unique_ptr<net::HttpServer>> StartApiListener(net::EventLoop& loop,
   opts.port = port;
   if (tls) opts.tls = tls->config;
   GP_ASSIGN_OR_RETURN(auto http, net::HttpServer::Start(loop, opts, handlers));
-  const std::string url = UrlOf(tls.has_value(), host, http->port());
+  const std::string url = ApiUrl(tls.has_value(), host, http->port());
   // Lets `gpupool dev` and scripts find a server started on port 0.
   (void)WriteFileAtomic(options.data_dir + "/server.url", url + "\n");
   GP_LOG(kInfo) << "listening on " << url << " (data in " << options.data_dir << ")";
@@ -548,10 +555,38 @@ Result<std::unique_ptr<net::HttpServer>> StartApiListener(net::EventLoop& loop,
 
 }  // namespace
 
+// On PostgreSQL: stands by until this server leads (server/standby.h);
+// the full server then takes the standby's port. nullptr on SQLite.
+Result<std::unique_ptr<PgLeader>> Lead(const ServerOptions& options, Startup& startup) {
+  if (!startup.epoch) return std::unique_ptr<PgLeader>();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  GP_ASSIGN_OR_RETURN(
+      auto leader, PgLeader::Connect({.url = options.store_url,
+                                      .id = std::string(host) + ":" + std::to_string(::getpid()) +
+                                            ":" + RandomHex(4),
+                                      .address = "",
+                                      .lease_ms = options.leader_lease_ms}));
+  StandbyOptions standby{.host = startup.listen.api.first,
+                         .port = startup.listen.api.second,
+                         .tls = std::nullopt,
+                         .lease_ms = options.leader_lease_ms};
+  if (startup.tls) standby.tls = startup.tls->config;
+  GP_ASSIGN_OR_RETURN(Led led, StandBy(*leader, standby));
+  startup.listen.api.second = led.port;
+  startup.epoch->store(led.epoch);
+  return leader;
+}
+
 int RunServer(const ServerOptions& options) {
   SetLogComponent("server");
   Startup startup = Prepare(options);
   if (startup.exit_code != 0) return startup.exit_code;
+  auto leader = Lead(options, startup);
+  if (!leader.ok()) {
+    std::cerr << "gpupool server: " << leader.status().message() << "\n";
+    return 1;
+  }
   const auto& static_files = startup.static_files;
   const PoolOptions& pool_options = startup.pool_options;
   const auto& metrics_addr = startup.listen.metrics;
@@ -715,8 +750,11 @@ int RunServer(const ServerOptions& options) {
     ReloadSchedulerConfig(options, pool);
     hooks.schedule_needed();
   });
+  std::optional<LeaseKeeper> lease;
+  if (*leader) lease.emplace(loop, **leader, startup.epoch->load(), options.leader_lease_ms);
   loop.OnSignals({SIGINT, SIGTERM}, [&](int sig) {
     GP_LOG(kInfo) << "signal " << sig << ": shutting down";
+    if (*leader) (void)(*leader)->Resign();  // a standby takes over at once
     hub.CloseAll();
     (*http)->Close();
     (*sessions_http)->Close();

@@ -25,6 +25,9 @@ struct ServerOptions {
   // postgres:// or postgresql:// URL = that PostgreSQL database
   // (store/pg_store.h; docs/operator-guide.md#postgresql).
   std::string store_url;
+  // On PostgreSQL: how long a leader's lease lasts (renewed every third of
+  // it); a standby takes over within about this long of the leader's death.
+  int64_t leader_lease_ms = 6000;
   // YAML file with fair-share groups, quotas and preemption settings
   // (server/scheduler_config.h); empty = the defaults. Replaces pool.scheduler.
   std::string scheduler_config;

@@ -17,12 +17,13 @@
 #include "store/sql_tx.h"
 
 namespace gpupool {
-namespace {
 
-struct ResultFree {
+struct PgResultFree {
   void operator()(PGresult* r) const { PQclear(r); }
 };
-using ResultPtr = std::unique_ptr<PGresult, ResultFree>;
+using ResultPtr = std::unique_ptr<PGresult, PgResultFree>;
+
+namespace {
 
 // SQLSTATE classes the caller may retry: a lost connection (08), a
 // serialization failure or deadlock (40), a lock not available (55P03), a
@@ -98,6 +99,8 @@ int HexValue(char c) {
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return 0;
 }
+
+}  // namespace
 
 class PgConn;
 
@@ -281,8 +284,6 @@ Result<bool> PgStatement::Step() {
   ++row_;
   return row_ < PQntuples(result_.get());
 }
-
-}  // namespace
 
 struct PgStore::Impl {
   PgConn conn;

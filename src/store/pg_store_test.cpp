@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "store/pg_leader.h"
 #include "store/pg_test_server.h"
 #include "store/store_conformance.h"
 #include "store/store_conformance_testing.h"
@@ -185,6 +186,41 @@ TEST(PgStoreTest, ADeposedLeaderCannotWrite) {
   EXPECT_EQ(
       Admin(Server().url(), "SELECT string_agg(owner, ',' ORDER BY id) FROM " + schema + ".jobs"),
       "ann,bob");
+}
+
+Result<std::unique_ptr<PgLeader>> Leader(const std::string& url, const std::string& id) {
+  return PgLeader::Connect(
+      {.url = url, .id = id, .address = "https://" + id + ":8470", .lease_ms = 1000});
+}
+
+TEST(PgLeaderTest, OneLeadsAtATimeAndEveryChangeOfLeaderIsANewEpoch) {
+  const std::string url = SchemaUrl("leaders");
+  CONF_ASSERT_OK(PgStore::Open(url).status());  // the tables
+  CONF_ASSERT_OK_AND_ASSIGN(auto a, Leader(url, "a"));
+  CONF_ASSERT_OK_AND_ASSIGN(auto b, Leader(url, "b"));
+  CONF_ASSERT_OK_AND_ASSIGN(LeaderView va, a->Tick());
+  EXPECT_TRUE(va.leading);
+  EXPECT_EQ(va.epoch, 1);
+  CONF_ASSERT_OK_AND_ASSIGN(LeaderView vb, b->Tick());
+  EXPECT_FALSE(vb.leading);
+  EXPECT_EQ(vb.leader_id, "a");
+  EXPECT_EQ(vb.leader_address, "https://a:8470");
+  CONF_ASSERT_OK_AND_ASSIGN(va, a->Tick());  // a renewal keeps the epoch
+  EXPECT_TRUE(va.leading);
+  EXPECT_EQ(va.epoch, 1);
+  // a stops renewing (it died): b takes over once a's lease has ended.
+  do {
+    CONF_ASSERT_OK_AND_ASSIGN(vb, b->Tick());
+  } while (!vb.leading);
+  EXPECT_EQ(vb.epoch, 2);
+  CONF_ASSERT_OK_AND_ASSIGN(va, a->Tick());  // a, back, is a standby now
+  EXPECT_FALSE(va.leading);
+  EXPECT_EQ(va.leader_id, "b");
+  // A clean shutdown hands over at once.
+  CONF_ASSERT_OK(b->Resign());
+  CONF_ASSERT_OK_AND_ASSIGN(va, a->Tick());
+  EXPECT_TRUE(va.leading);
+  EXPECT_EQ(va.epoch, 3);
 }
 
 TEST(PgStoreTest, AServerThatRestartsLosesNothingCommittedAndTheStoreReconnects) {

@@ -1,0 +1,119 @@
+"""Several servers on one PostgreSQL: one leads, the others stand by
+(redirecting to the leader and saying so in /healthz); kill -9 of the
+leader: a standby leads within about the lease and has every acknowledged
+job; the old leader, started again, stands by."""
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from pg_server import PgServer
+from pool import GPUPOOL, wait_for
+
+LEASE_MS = 3000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, tmp_path, name, store):
+        self.dir = tmp_path / name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.store = store
+        self.proc = None
+
+    def start(self):
+        log = open(str(self.dir) + ".log", "ab")
+        self.proc = subprocess.Popen(
+            [GPUPOOL, "server", "--data-dir", str(self.dir), "--listen", f"127.0.0.1:{self.port}",
+             "--insecure", "--store", self.store, "--leader-lease-ms", str(LEASE_MS),
+             "--log-level", "debug"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=20)
+
+    def get(self, path, token=None):
+        """(status, body as JSON or text, Location) without following redirects."""
+        req = urllib.request.Request(self.url + path)
+        if token:
+            req.add_header("Authorization", "Bearer " + token)
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            with opener.open(req, timeout=10) as r:
+                return r.status, json.loads(r.read() or b"null"), None
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), e.headers.get("Location")
+        except OSError:
+            return None, None, None
+
+    def role(self):
+        status, body, _ = self.get("/healthz")
+        if status != 200:
+            return None
+        return body.get("role", "leader")
+
+    def submit(self, token, spec):
+        req = urllib.request.Request(self.url + "/v1/jobs", data=json.dumps(spec).encode(),
+                                     method="POST", headers={"Authorization": "Bearer " + token,
+                                                             "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())["id"]
+
+
+@pytest.fixture
+def pg(tmp_path):
+    with PgServer(tmp_path) as server:
+        yield server
+
+
+def test_a_standby_takes_over_from_a_killed_leader_with_every_acknowledged_job(tmp_path, pg):
+    a = Server(tmp_path, "a", pg.url).start()
+    wait_for(lambda: a.role() == "leader", timeout=30, what="a to lead")
+    b = Server(tmp_path, "b", pg.url).start()
+    wait_for(lambda: b.role() == "standby", timeout=30, what="b to stand by")
+    token = (a.dir / "admin.token").read_text().strip()
+
+    # The standby sends clients on to the leader.
+    status, body, _ = b.get("/healthz")
+    assert body["leader"] == a.url, body
+    status, _, location = b.get("/v1/jobs", token)
+    assert status == 307 and location == a.url + "/v1/jobs", (status, location)
+
+    jobs = [a.submit(token, {"command": ["true"], "name": f"j{i}"}) for i in range(5)]
+
+    a.kill()
+    killed = time.monotonic()
+    wait_for(lambda: b.role() == "leader", timeout=LEASE_MS / 1000 * 4, what="b to lead")
+    took = time.monotonic() - killed
+    print(f"failover: b leads {took:.2f} s after a was killed (lease {LEASE_MS / 1000} s)")
+    assert took < LEASE_MS / 1000 * 3
+
+    status, listed, _ = b.get("/v1/jobs", token)
+    assert status == 200, listed
+    assert sorted(j["id"] for j in listed["jobs"]) == sorted(jobs)
+    more = b.submit(token, {"command": ["true"], "name": "after"})
+    assert more > max(jobs)
+
+    # The old leader, started again, stands by behind the new one.
+    a.start()
+    wait_for(lambda: a.role() == "standby", timeout=30, what="a to stand by")
+    status, body, _ = a.get("/healthz")
+    assert body["leader"] == b.url and body["epoch"] == 2, body
+    for s in (a, b):
+        s.kill()

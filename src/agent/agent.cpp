@@ -30,6 +30,7 @@
 #include "model/node.h"
 #include "net/event_loop.h"
 #include "net/http.h"
+#include "net/server_list.h"
 #include "net/websocket.h"
 #include "proto/channel.h"
 #include "proto/messages.h"
@@ -140,12 +141,18 @@ class Agent {
       }
       return Status::FailedPrecondition("no allowed executor works on this machine (" + why + ")");
     }
-    auto url = net::ParseUrl(options_.server_url);
-    if (!url)
-      return Status::InvalidArgument("--server: invalid URL \"" + options_.server_url + "\"");
-    ws_url_ = std::string(url->scheme == "https" ? "wss://" : "ws://") +
-              (url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host) + ":" +
-              std::to_string(url->port) + url->path + "/v1/agent/connect";
+    // One server, or a pool's several (net/server_list.h): the agent
+    // connects to one and moves on to the next when it cannot connect or
+    // loses the connection (a standby refuses the channel with a redirect).
+    for (const std::string& server : net::SplitServerList(options_.server_url)) {
+      auto url = net::ParseUrl(server);
+      if (!url) return Status::InvalidArgument("--server: invalid URL \"" + server + "\"");
+      ws_urls_.push_back(
+          std::string(url->scheme == "https" ? "wss://" : "ws://") +
+          (url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host) + ":" +
+          std::to_string(url->port) + url->path + "/v1/agent/connect");
+    }
+    if (ws_urls_.empty()) return Status::InvalidArgument("--server: no URL");
     instance_ = RandomHex(8);
     LoadState();
     GP_RETURN_IF_ERROR(tasks_.Recover());
@@ -320,6 +327,7 @@ class Agent {
     } else {
       GP_LOG(kDebug) << "cannot connect to " << options_.server_url << ": " << reason;
     }
+    if (ws_urls_.size() > 1) ++server_;  // the next server of the pool
     // Exponential backoff with jitter, so many agents do not return at once.
     backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, options_.max_backoff_ms);
     std::uniform_int_distribution<int64_t> jitter(0, backoff_ms_ / 2);
@@ -330,7 +338,7 @@ class Agent {
   void Connect() {
     if (shutting_down_) return;
     net::WsClientOptions o;
-    o.url = ws_url_;
+    o.url = ws_urls_[server_ % ws_urls_.size()];
     o.headers["Authorization"] = "Bearer " + creds_.node_token;
     o.tls = creds_.tls;
     o.idle_timeout_ms = 0;
@@ -694,8 +702,9 @@ class Agent {
   bool interposer_usable_ = false;  // libgpushare.so can be injected (ResolveGpuSharing)
   TaskManager tasks_;
   std::unique_ptr<GpuSource> gpu_;
-  std::vector<GpuInfo> gpus_;  // as last reported in a hello
-  std::string ws_url_;
+  std::vector<GpuInfo> gpus_;         // as last reported in a hello
+  std::vector<std::string> ws_urls_;  // one per server of the pool
+  size_t server_ = 0;                 // the one connected to, or tried next
   std::string instance_;
   std::string node_id_;
   std::shared_ptr<net::WsConnection> conn_;

@@ -10,6 +10,7 @@
 #include "net/http.h"
 #include "net/http_client.h"
 #include "net/pki.h"
+#include "net/server_list.h"
 
 namespace gpupool::agent {
 
@@ -53,7 +54,8 @@ net::TlsClientConfig ServerCheck(const EnrollOptions& o, const std::string& pin)
 
 Result<AgentCredentials> Enroll(const EnrollOptions& o, const Paths& paths) {
   GP_ASSIGN_OR_RETURN(JoinToken join, ParseJoinToken(o.join_token));
-  auto url = net::ParseUrl(o.server_url);
+  const std::vector<std::string> servers = net::SplitServerList(o.server_url);
+  auto url = net::ParseUrl(servers.empty() ? o.server_url : servers.front());
   bool tls_on = url && (url->scheme == "https" || url->scheme == "wss");
   if (tls_on && join.ca_fingerprint.empty() && o.ca_file.empty() && !o.insecure) {
     GP_LOG(kWarn) << "the join token carries no CA fingerprint; trusting the system's CAs";

@@ -5,6 +5,8 @@
 // io_context and stream) between exchanges.
 #include "net/http_client.h"
 
+#include "net/server_list.h"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -260,10 +262,12 @@ const RealClock kClock;
 }  // namespace
 
 Result<HttpResponse> Fetch(const HttpCall& call) {
-  GP_ASSIGN_OR_RETURN(auto prepared, Prepare(call));
-  HttpConnection c;
-  Exchange x = MakeExchange(call, prepared.first, std::move(prepared.second), false);
-  return RunOn(x, c);
+  return FetchFromServerList(call, [](const HttpCall& one) -> Result<HttpResponse> {
+    GP_ASSIGN_OR_RETURN(auto prepared, Prepare(one));
+    HttpConnection c;
+    Exchange x = MakeExchange(one, prepared.first, std::move(prepared.second), false);
+    return RunOn(x, c);
+  });
 }
 
 KeepAliveClient::KeepAliveClient() = default;
@@ -297,6 +301,10 @@ void KeepAliveClient::GiveBack(std::unique_ptr<HttpConnection> c) {
 }
 
 Result<HttpResponse> KeepAliveClient::Fetch(const HttpCall& call) {
+  return FetchFromServerList(call, [this](const HttpCall& one) { return FetchOne(one); });
+}
+
+Result<HttpResponse> KeepAliveClient::FetchOne(const HttpCall& call) {
   GP_ASSIGN_OR_RETURN(auto prepared, Prepare(call));
   const bool idempotent = call.method == "GET" || call.method == "HEAD" || call.method == "PUT" ||
                           call.method == "DELETE";

@@ -19,7 +19,9 @@
 namespace gpupool::net {
 
 struct HttpCall {
-  std::string base_url;  // "http://127.0.0.1:8470" or "https://..."
+  // "http://127.0.0.1:8470" or "https://...", or a list of a pool's servers
+  // "https://a:8470,https://b:8470" (net/server_list.h).
+  std::string base_url;
   std::string method = "GET";
   std::string target;  // "/v1/jobs?state=running"
   std::map<std::string, std::string> headers;
@@ -70,6 +72,7 @@ class KeepAliveClient {
   int64_t connections_opened() const;
 
  private:
+  Result<HttpResponse> FetchOne(const HttpCall& call);
   std::unique_ptr<HttpConnection> TakeIdle(const std::string& base_url,
                                            const std::shared_ptr<internal::ClientTls>& tls);
   void GiveBack(std::unique_ptr<HttpConnection> c);

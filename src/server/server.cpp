@@ -319,6 +319,17 @@ Startup Prepare(const ServerOptions& options) {
     std::vector<std::string> sans = options.tls_sans;
     const std::string& host = addresses->api.first;
     if (host != "0.0.0.0" && host != "::" && !host.empty()) sans.push_back(host);
+    if (!options.store_url.empty()) {
+      // Every server of the pool has its CA (an unfenced connection of its
+      // own: a standby does this too).
+      auto unfenced = PgStore::Open(options.store_url);
+      Status shared =
+          unfenced.ok() ? ShareCaThroughStore(**unfenced, options.data_dir) : unfenced.status();
+      if (!shared.ok()) {
+        std::cerr << "gpupool server: TLS: the pool CA: " << shared.ToString() << "\n";
+        return fail(1);
+      }
+    }
     auto made = SetUpServerTls(options.data_dir, sans, options.tls_cert_file, options.tls_key_file);
     if (!made.ok()) {
       std::cerr << "gpupool server: TLS: " << made.status().ToString() << "\n";

@@ -34,7 +34,42 @@ Result<net::PemPair> LoadOrCreateCa(const std::string& dir) {
   return ca;
 }
 
+Result<std::pair<std::string, std::string>> SharedCa(Store& store) {
+  std::pair<std::string, std::string> ca;
+  GP_RETURN_IF_ERROR(store.Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(auto cert, tx.GetMeta("tls/ca_cert"));
+    GP_ASSIGN_OR_RETURN(auto key, tx.GetMeta("tls/ca_key"));
+    if (cert && key) ca = {*cert, *key};
+    return Status::Ok();
+  }));
+  return ca;
+}
+
 }  // namespace
+
+Status ShareCaThroughStore(Store& store, const std::string& data_dir) {
+  const std::string dir = data_dir + "/tls";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Internal("cannot create " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+  GP_ASSIGN_OR_RETURN(auto shared, SharedCa(store));
+  if (shared.first.empty()) {
+    // The first server: its own CA becomes the pool's. Two first servers at
+    // once both store theirs; both then read back the one that stayed.
+    GP_ASSIGN_OR_RETURN(net::PemPair mine, LoadOrCreateCa(dir));
+    GP_RETURN_IF_ERROR(store.Transact([&](Tx& tx) -> Status {
+      GP_RETURN_IF_ERROR(tx.PutMeta("tls/ca_key", mine.key));
+      return tx.PutMeta("tls/ca_cert", mine.cert);
+    }));
+    GP_ASSIGN_OR_RETURN(shared, SharedCa(store));
+  }
+  GP_ASSIGN_OR_RETURN(auto info, net::ReadCert(shared.first));
+  if (!info.is_ca) return Status::DataLoss("the database's pool CA is not a CA certificate");
+  // The key first: a crash between the two leaves no CA without its key.
+  GP_RETURN_IF_ERROR(WriteFileAtomic(dir + "/ca.key", shared.second, {0600, true}));
+  return WriteFileAtomic(dir + "/ca.crt", shared.first, {0644, true});
+}
 
 Result<ServerTls> SetUpServerTls(const std::string& data_dir, std::vector<std::string> sans,
                                  const std::string& cert_file, const std::string& key_file) {

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "net/pki.h"
 #include "net/tls.h"
+#include "store/store.h"
 
 namespace gpupool::server {
 
@@ -22,6 +23,16 @@ struct ServerTls {
   // client, against the system's CAs or --ca-file).
   std::string ca_fingerprint;
 };
+
+// The servers of one pool on PostgreSQL share its CA: the first to start
+// keeps its CA (DATA_DIR/tls/ca.crt and ca.key, made if missing) in the
+// database (meta tls/ca_cert, tls/ca_key); every server then writes the
+// database's to its DATA_DIR/tls before SetUpServerTls, and issues its own
+// certificate from it. So an agent or user that pins the CA trusts every
+// server of the pool. (Whoever can read the database can sign as the pool:
+// keep it as private as the CA key.) `store` must not be fenced: a standby
+// runs this too.
+Status ShareCaThroughStore(Store& store, const std::string& data_dir);
 
 // `sans`: extra DNS names or IP addresses for the server certificate
 // (localhost, 127.0.0.1, ::1 and this host's name are always included).

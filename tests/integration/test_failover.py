@@ -5,6 +5,7 @@ job; the old leader, started again, stands by."""
 import json
 import os
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -25,10 +26,11 @@ def free_port():
 
 
 class Server:
-    def __init__(self, tmp_path, name, store):
+    def __init__(self, tmp_path, name, store, tls=False):
         self.dir = tmp_path / name
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.tls = tls
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.store = store
         self.proc = None
 
@@ -36,8 +38,9 @@ class Server:
         log = open(str(self.dir) + ".log", "ab")
         self.proc = subprocess.Popen(
             [GPUPOOL, "server", "--data-dir", str(self.dir), "--listen", f"127.0.0.1:{self.port}",
-             "--insecure", "--store", self.store, "--leader-lease-ms", str(LEASE_MS),
-             "--log-level", "debug"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+             "--store", self.store, "--leader-lease-ms", str(LEASE_MS), "--log-level", "debug",
+             *([] if self.tls else ["--insecure"])],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
     def kill(self):
@@ -53,7 +56,14 @@ class Server:
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *args, **kwargs):
                 return None
-        opener = urllib.request.build_opener(NoRedirect)
+        handlers = [NoRedirect()]
+        if self.tls:
+            ca = self.dir / "tls" / "ca.crt"
+            if not ca.exists():
+                return None, None, None
+            handlers.append(urllib.request.HTTPSHandler(
+                context=ssl.create_default_context(cafile=str(ca))))
+        opener = urllib.request.build_opener(*handlers)
         try:
             with opener.open(req, timeout=10) as r:
                 return r.status, json.loads(r.read() or b"null"), None
@@ -117,3 +127,67 @@ def test_a_standby_takes_over_from_a_killed_leader_with_every_acknowledged_job(t
     assert body["leader"] == b.url and body["epoch"] == 2, body
     for s in (a, b):
         s.kill()
+
+
+def test_agents_and_the_cli_given_every_server_follow_the_leader(tmp_path, pg):
+    """TLS with the pool's one CA (kept in the database); the agent and the
+    CLI are given both servers' URLs; a job runs through the failover."""
+    a = Server(tmp_path, "a", pg.url, tls=True).start()
+    wait_for(lambda: a.role() == "leader", timeout=30, what="a to lead")
+    b = Server(tmp_path, "b", pg.url, tls=True).start()
+    wait_for(lambda: b.role() == "standby", timeout=30, what="b to stand by")
+    assert (a.dir / "tls" / "ca.crt").read_text() == (b.dir / "tls" / "ca.crt").read_text()
+    servers = f"{a.url},{b.url}"
+    join = (a.dir / "join.token").read_text().strip()
+    token = (a.dir / "admin.token").read_text().strip()
+    fingerprint = "sha256:" + join.split(".", 1)[1]
+    agent_log = open(tmp_path / "agent.log", "ab")
+    agent = subprocess.Popen(
+        [GPUPOOL, "agent", "--server", servers, "--join-token", join, "--data-dir",
+         str(tmp_path / "agent"), "--name", "n1", "--simulate-gpus", "1xA100:80GiB",
+         "--config", str(write(tmp_path / "agent.yaml", "executors: [process]\n")),
+         "--log-level", "debug"], stdout=agent_log, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    env = dict(os.environ, GPUPOOL_SERVER=servers, GPUPOOL_TOKEN=token,
+               GPUPOOL_CA_FINGERPRINT=fingerprint, GPUPOOL_CONFIG=str(tmp_path / "none.json"))
+
+    def cli(*args):
+        r = subprocess.run([GPUPOOL, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r
+        return r.stdout
+
+    def nodes_ready():
+        return [n for n in json.loads(cli("nodes", "-o", "json")) if n["state"] == "ready"]
+    try:
+        wait_for(nodes_ready, timeout=30, what="the agent to join")
+        spec = tmp_path / "job.json"
+        spec.write_text(json.dumps({"run": "for i in $(seq 1 60); do echo tick $i; sleep 0.1; "
+                                           "done", "executor": "process"}))
+        job = json.loads(cli("submit", str(spec), "-o", "json"))["id"]
+        wait_for(lambda: "tick 5" in cli("logs", str(job)), timeout=30, what="some output")
+        a.kill()
+        killed = time.monotonic()
+        wait_for(lambda: b.role() == "leader", timeout=LEASE_MS / 1000 * 4, what="b to lead")
+        wait_for(nodes_ready, timeout=30, what="the agent to connect to b")
+        print(f"failover: b leads and the agent is back {time.monotonic() - killed:.2f} s after "
+              f"a was killed")
+        wait_for(lambda: json.loads(cli("job", str(job), "-o", "json"))["state"] == "succeeded",
+                 timeout=60, what="the job to finish")
+        lines = cli("logs", str(job)).split("\n")
+        assert [x for x in lines if x] == [f"tick {i}" for i in range(1, 61)]
+        after = json.loads(cli("submit", "--executor", "process", "-o", "json", "--", "echo",
+                               "after"))["id"]
+        wait_for(lambda: json.loads(cli("job", str(after), "-o", "json"))["state"] == "succeeded",
+                 timeout=60, what="a job submitted after the failover to run")
+    finally:
+        agent.kill()
+        agent.wait()
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"--data-dir {tmp_path}/agent"], check=False)
+        for s in (a, b):
+            if s.proc.poll() is None:
+                s.kill()
+
+
+def write(path, text):
+    path.write_text(text)
+    return path

@@ -10,6 +10,8 @@
 #include "cli/table.h"
 #include "common/clock.h"
 #include "common/units.h"
+#include "store/pg_migrate.h"
+#include "store/pg_store.h"
 #include "store/sqlite_files.h"
 #include "store/sqlite_store.h"
 
@@ -174,6 +176,28 @@ int CmdRestore(const LimitFlags& f) {
   return 0;
 }
 
+int CmdMigrate(const LimitFlags& f) {
+  const std::string db = f.data_dir + "/state.db";
+  auto in_use = SqliteFileInUse(db);
+  if (!in_use.ok()) return ReportError(in_use.status());
+  if (*in_use) {
+    return ReportError(Status::FailedPrecondition(
+        db + " is in use: stop the server first (the migration is offline)"));
+  }
+  auto moved = MigrateSqliteToPostgres(db, f.to);
+  if (!moved.ok()) return ReportError(moved.status());
+  int64_t rows = 0;
+  for (const MigratedTable& t : *moved) {
+    std::cout << "  " << t.table << ": " << t.rows << " rows\n";
+    rows += t.rows;
+  }
+  std::cout << "moved " << rows << " rows of " << db << " to " << PgStore::Redacted(f.to)
+            << "; every table checked (rows and their contents match). Start the server with "
+               "--store and that URL; keep "
+            << db << " until you no longer need to go back.\n";
+  return 0;
+}
+
 }  // namespace
 
 void AddLimitCommands(CLI::App& app, CLI::App& admin, CLI::App& checkpoint, GlobalFlags& g,
@@ -215,6 +239,13 @@ void AddLimitCommands(CLI::App& app, CLI::App& admin, CLI::App& checkpoint, Glob
   restore->add_option("file", f.file, "the backup")->required();
   restore->add_option("--data-dir", f.data_dir, "the server's data directory")->required();
   restore->callback([&] { f.run = [&] { return CmdRestore(f); }; });
+
+  auto* migrate = admin.add_subcommand(
+      "migrate", "move a pool's state from SQLite to PostgreSQL (the server must be stopped)");
+  migrate->add_option("--from", f.data_dir, "the server's data directory (its state.db)")
+      ->required();
+  migrate->add_option("--to", f.to, "postgresql://USER@HOST/DB, an empty database")->required();
+  migrate->callback([&] { f.run = [&] { return CmdMigrate(f); }; });
 }
 
 }  // namespace gpupool::cli

@@ -23,7 +23,7 @@ namespace gpupool::cli {
 
 struct LimitFlags {
   std::function<int()> run;  // set by whichever of these commands was parsed
-  std::string user, group, size, file, data_dir, job;
+  std::string user, group, size, file, data_dir, job, to;
   int64_t number = 0;
   bool all = false;
 };

@@ -316,8 +316,13 @@ void Api::Handle(net::HttpRequest req, net::Responder responder) {
 void Api::AddOwnRoutes() {
   ApiRoutes& t = routes_;
   t.AddPublic("GET", "/healthz",
-              [](net::HttpRequest&, const Principal&, const PathParams&, Respond respond) {
-                (*respond)(JsonResponse(200, {{"status", "ok"}}));
+              [this](net::HttpRequest&, const Principal&, const PathParams&, Respond respond) {
+                nlohmann::json j = {{"status", "ok"}};
+                if (!options_.role.empty()) {
+                  j["role"] = options_.role;
+                  j["epoch"] = options_.epoch;
+                }
+                (*respond)(JsonResponse(200, j));
               });
   // A job's routes authorize against the job they load (VisibleJob: its
   // owner and group, and not found when it may not even be read).

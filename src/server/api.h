@@ -35,6 +35,11 @@
 namespace gpupool::server {
 
 struct ApiOptions {
+  // What GET /healthz says of this server: "" for a server alone on SQLite;
+  // "leader" (with its epoch) for the leader of several on PostgreSQL
+  // (server/standby.h answers for the standbys).
+  std::string role;
+  int64_t epoch = 0;
   // Requests per token (agents excepted): a burst, then this many a second.
   RateLimit per_token{50, 200};
   // Requests per agent (its node token): far above what moving checkpoints

@@ -710,6 +710,10 @@ int RunServer(const ServerOptions& options) {
     return 1;
   }
   ApiOptions api_options = options.api;
+  if (*leader) {
+    api_options.role = "leader";
+    api_options.epoch = startup.epoch->load();
+  }
   api_options.observe = [&](std::string_view route, std::string_view method, int status,
                             double seconds) {
     server_metrics.ApiRequest(route, method, status, seconds);

@@ -8,13 +8,16 @@
 #include <libpq-fe.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "store/pg_leader.h"
+#include "store/pg_migrate.h"
 #include "store/pg_test_server.h"
+#include "store/sqlite_store.h"
 #include "store/store_conformance.h"
 #include "store/store_conformance_testing.h"
 
@@ -221,6 +224,105 @@ TEST(PgLeaderTest, OneLeadsAtATimeAndEveryChangeOfLeaderIsANewEpoch) {
   CONF_ASSERT_OK_AND_ASSIGN(va, a->Tick());
   EXPECT_TRUE(va.leading);
   EXPECT_EQ(va.epoch, 3);
+}
+
+// A populated SQLite pool: jobs (with inputs, one ended), attempts,
+// checkpoints, logs (compressed chunks), nodes, tokens, the ledger.
+Status Populate(Store& s) {
+  return s.Transact([](Tx& tx) -> Status {
+    JobSpec with_inputs = conformance::RunSpec();
+    with_inputs.group = "vision";
+    with_inputs.inputs = std::string(64, 'a');
+    for (int i = 0; i < 30; ++i) {
+      Job j = conformance::MakeJob(i % 2 ? "alice" : "bob", with_inputs,
+                                   i % 3 ? JobState::kRunning : JobState::kSucceeded);
+      GP_ASSIGN_OR_RETURN(j.id, tx.InsertJob(j));
+      GP_RETURN_IF_ERROR(
+          tx.PutAttempt(conformance::MakeAttempt(j.id, 1, "n-1", AttemptState::kRunning)));
+      std::vector<LogLine> lines;
+      for (int l = 0; l < 50; ++l) {
+        lines.push_back(
+            conformance::Line(MakeAttemptId(j.id, 1), l * 10, "line " + std::to_string(l)));
+      }
+      GP_RETURN_IF_ERROR(tx.AppendLogs(j.id, lines));
+      Checkpoint c;
+      c.job_id = j.id;
+      c.attempt_id = MakeAttemptId(j.id, 1);
+      c.manifest = std::string(64, 'c');
+      c.bytes = 1000 + i;
+      c.files = 3;
+      GP_RETURN_IF_ERROR(tx.AddCheckpoint(c).status());
+      accounting::LedgerEntry e;
+      e.key = "charge:" + std::to_string(j.id);
+      e.kind = accounting::EntryKind::kCharge;
+      e.debit = "group:vision";
+      e.credit = "pool";
+      e.amount = 1000 * (i + 1);
+      e.job_id = j.id;
+      e.attempt_id = MakeAttemptId(j.id, 1);
+      e.user = j.owner;
+      e.group = "vision";
+      e.from_ms = 1'795'651'200'000 + i * 3'600'000;
+      e.at_ms = e.from_ms + 3'600'000;
+      GP_RETURN_IF_ERROR(tx.PostEntry(e).status());
+    }
+    GP_RETURN_IF_ERROR(tx.PutNode(conformance::MakeNode("n-1", "box")));
+    return tx.PutToken({"h1", "alice", "member", 1, 0, false, "laptop", "*"});
+  });
+}
+
+TEST(PgMigrateTest, APopulatedSqlitePoolMovesToPostgresAndReadsTheSame) {
+  char tmpl[] = "/tmp/pg-migrate-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string db = std::string(tmpl) + "/state.db";
+  {
+    CONF_ASSERT_OK_AND_ASSIGN(auto sqlite, SqliteStore::Open(db));
+    CONF_ASSERT_OK(Populate(*sqlite));
+  }
+  const std::string url = SchemaUrl("migrated");
+  CONF_ASSERT_OK_AND_ASSIGN(auto moved, MigrateSqliteToPostgres(db, url));
+  int64_t rows = 0;
+  for (const MigratedTable& t : moved) rows += t.rows;
+  EXPECT_GT(rows, 30 * 4);
+
+  // The same answers from both stores.
+  CONF_ASSERT_OK_AND_ASSIGN(auto sqlite, SqliteStore::Open(db));
+  CONF_ASSERT_OK_AND_ASSIGN(auto pg, PgStore::Open(url));
+  auto read = [](Store& s) {
+    std::string out;
+    Status st = s.Transact([&](Tx& tx) -> Status {
+      GP_ASSIGN_OR_RETURN(auto jobs, tx.ListJobs(JobQuery{}));
+      for (const Job& j : jobs)
+        out += std::to_string(j.id) + std::string(JobStateName(j.state)) + j.owner + ";";
+      GP_ASSIGN_OR_RETURN(auto logs, tx.ReadLogs(7, 0, 1000));
+      for (const LogLine& l : logs) out += l.text + "@" + std::to_string(l.cursor) + ";";
+      GP_ASSIGN_OR_RETURN(auto balances, tx.ListBalances());
+      for (const auto& b : balances) out += b.account + std::to_string(b.balance) + ";";
+      GP_ASSIGN_OR_RETURN(auto used, tx.ListStorageUsage());
+      for (const auto& u : used) out += u.holder.name + std::to_string(u.bytes) + ";";
+      GP_ASSIGN_OR_RETURN(auto nodes, tx.ListNodes());
+      out += std::to_string(nodes.size());
+      return Status::Ok();
+    });
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return out;
+  };
+  EXPECT_EQ(read(*pg), read(*sqlite));
+  // New ids go on after the moved ones.
+  int64_t next = 0;
+  CONF_ASSERT_OK(pg->Transact([&](Tx& tx) -> Status {
+    GP_ASSIGN_OR_RETURN(next, tx.InsertJob(AJob("new")));
+    return Status::Ok();
+  }));
+  EXPECT_EQ(next, 31);
+
+  // Into a database that holds a pool: refused, nothing changed.
+  auto again = MigrateSqliteToPostgres(db, url);
+  ASSERT_EQ(again.status().code(), StatusCode::kFailedPrecondition) << again.status().ToString();
+  auto n = CountJobs(*pg);
+  CONF_ASSERT_OK(n.status());
+  EXPECT_EQ(*n, 31);
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST(PgStoreTest, AServerThatRestartsLosesNothingCommittedAndTheStoreReconnects) {

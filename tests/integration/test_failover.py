@@ -76,7 +76,7 @@ class Server:
         status, body, _ = self.get("/healthz")
         if status != 200:
             return None
-        return body.get("role", "leader")
+        return body.get("role")
 
     def submit(self, token, spec):
         req = urllib.request.Request(self.url + "/v1/jobs", data=json.dumps(spec).encode(),
@@ -99,7 +99,9 @@ def test_a_standby_takes_over_from_a_killed_leader_with_every_acknowledged_job(t
     wait_for(lambda: b.role() == "standby", timeout=30, what="b to stand by")
     token = (a.dir / "admin.token").read_text().strip()
 
-    # The standby sends clients on to the leader.
+    # Each says what it is; the standby sends clients on to the leader.
+    status, body, _ = a.get("/healthz")
+    assert body["role"] == "leader" and body["epoch"] == 1, body
     status, body, _ = b.get("/healthz")
     assert body["leader"] == a.url, body
     status, _, location = b.get("/v1/jobs", token)

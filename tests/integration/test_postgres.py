@@ -66,3 +66,38 @@ def test_an_unreachable_database_is_a_clear_error(tmp_path):
     assert "cannot connect to PostgreSQL at postgresql://gpupool:***@127.0.0.1:1/pool" in r.stderr
     assert "hunter2" not in r.stderr
     assert not (tmp_path / "data" / "state.db").exists()
+
+
+def test_admin_migrate_moves_a_sqlite_pool_to_postgres(pool, pg):
+    pool.start_server()
+    pool.start_agent("a")
+    pool.wait_nodes_ready(1)
+    done = pool.submit({"run": "echo before the move"})
+    assert pool.wait_finished(done)["state"] == "succeeded"
+    token = pool.token
+
+    # A running server's database is not moved.
+    r = subprocess.run([GPUPOOL, "admin", "migrate", "--from", pool.server_dir, "--to", pg.url],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "stop the server first" in r.stderr, r
+
+    pool.kill_server(sig=15)
+    r = subprocess.run([GPUPOOL, "admin", "migrate", "--from", pool.server_dir, "--to", pg.url],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r
+    assert "every table checked" in r.stdout
+
+    pool.start_server(extra=["--store", pg.url])
+    assert pool.token == token  # the token from before, which the calls below use: the tokens moved
+    assert pool.job(done)["state"] == "succeeded"
+    assert pool.logs_text(done) == ["before the move"]
+    pool.wait_nodes_ready(1)  # the agent carries on with the same server address
+    after = pool.submit({"run": "echo after the move"})
+    assert pool.wait_finished(after)["state"] == "succeeded"
+    assert after == done + 1
+
+    # Into a database that holds a pool already: refused.
+    pool.kill_server()
+    r = subprocess.run([GPUPOOL, "admin", "migrate", "--from", pool.server_dir, "--to", pg.url],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "holds a pool already" in r.stderr, r

@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--store", so.store_url,
                          "postgresql://USER@HOST/DB: keep the pool's state in PostgreSQL (default: "
                          "SQLite in the data directory)");
+  server_cmd->add_option("--blob-dir", so.blob_dir,
+                         "keep checkpoints and job inputs in DIR (default: DATA_DIR/blobs); the "
+                         "servers of one pool on PostgreSQL share one, e.g. on NFS");
   server_cmd
       ->add_option("--leader-lease-ms", so.leader_lease_ms,
                    "on PostgreSQL: the leader's lease; a standby takes over within about this "

@@ -584,6 +584,9 @@ Result<std::unique_ptr<PgLeader>> Lead(const ServerOptions& options, Startup& st
                          .lease_ms = options.leader_lease_ms};
   if (startup.tls) standby.tls = startup.tls->config;
   GP_ASSIGN_OR_RETURN(Led led, StandBy(*leader, standby));
+  // About to lead: the database may have been migrated by a newer server
+  // meanwhile, which this one must not write (Open refuses it, says why).
+  GP_RETURN_IF_ERROR(PgStore::Open(options.store_url).status());
   startup.listen.api.second = led.port;
   startup.epoch->store(led.epoch);
   return leader;
@@ -623,7 +626,7 @@ int RunServer(const ServerOptions& options) {
   }
 
   BlobServiceOptions blob_options;
-  blob_options.dir = options.data_dir + "/blobs";
+  blob_options.dir = options.blob_dir.empty() ? options.data_dir + "/blobs" : options.blob_dir;
   blob_options.fsync = options.fsync;
   auto blobs = BlobService::Open(blob_options);
   if (!blobs.ok()) {

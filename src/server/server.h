@@ -28,6 +28,10 @@ struct ServerOptions {
   // On PostgreSQL: how long a leader's lease lasts (renewed every third of
   // it); a standby takes over within about this long of the leader's death.
   int64_t leader_lease_ms = 6000;
+  // Where checkpoints and job inputs are kept: empty = DATA_DIR/blobs.
+  // Several servers of one pool name the same directory, one every server
+  // reaches (NFS; docs/operator-guide.md#postgresql).
+  std::string blob_dir;
   // YAML file with fair-share groups, quotas and preemption settings
   // (server/scheduler_config.h); empty = the defaults. Replaces pool.scheduler.
   std::string scheduler_config;

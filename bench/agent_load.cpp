@@ -35,6 +35,7 @@
 #include "net/event_loop.h"
 #include "net/http.h"
 #include "net/http_client.h"
+#include "net/server_list.h"
 #include "net/websocket.h"
 #include "proto/channel.h"
 #include "proto/messages.h"
@@ -107,6 +108,7 @@ class SimAgent {
   uint64_t generation_ = 0;
   bool welcomed_ = false;
   bool welcomed_ever_ = false;
+  size_t server_ = 0;  // which of the pool's servers it connects to
   bool stopped_ = false;
   int64_t connect_started_ms_ = 0;
   int64_t heartbeat_ms_ = 5000;
@@ -143,15 +145,23 @@ class Link : public net::WsHandler {
 
 class Load {
  public:
+  // --server may list a pool's servers (net/server_list.h): each simulated
+  // agent moves on to the next when its connection fails or closes, as a
+  // real agent does.
   Load(Options o, net::EventLoop& loop) : o_(std::move(o)), loop_(loop) {
-    auto url = net::ParseUrl(o_.server);
-    ws_url_ = url ? "ws://" + url->host + ":" + std::to_string(url->port) + url->path +
-                        "/v1/agent/connect"
-                  : "";
+    for (const std::string& server : net::SplitServerList(o_.server)) {
+      auto url = net::ParseUrl(server);
+      if (!url) {
+        ws_urls_.clear();
+        break;
+      }
+      ws_urls_.push_back("ws://" + url->host + ":" + std::to_string(url->port) + url->path +
+                         "/v1/agent/connect");
+    }
   }
 
   bool Init() {
-    if (ws_url_.empty()) {
+    if (ws_urls_.empty()) {
       std::cerr << "gpupool-agent-load: --server: invalid URL \"" << o_.server << "\"\n";
       return false;
     }
@@ -249,7 +259,7 @@ class Load {
 
   const Options& options() const { return o_; }
   net::EventLoop& loop() { return loop_; }
-  const std::string& ws_url() const { return ws_url_; }
+  const std::string& ws_url(size_t server) const { return ws_urls_[server % ws_urls_.size()]; }
   Stats& stats() { return stats_; }
   std::mt19937_64& rng() { return rng_; }
   bool finishing() const { return finishing_; }
@@ -266,7 +276,7 @@ class Load {
 
   Options o_;
   net::EventLoop& loop_;
-  std::string ws_url_;
+  std::vector<std::string> ws_urls_;
   std::vector<std::unique_ptr<SimAgent>> agents_;
   Stats stats_;
   std::mt19937_64 rng_{std::random_device{}()};
@@ -304,7 +314,7 @@ void SimAgent::Connect() {
   if (stopped_ || load_.finishing()) return;
   connect_started_ms_ = NowMs();
   net::WsClientOptions o;
-  o.url = load_.ws_url();
+  o.url = load_.ws_url(server_);
   o.headers["Authorization"] = "Bearer " + token_;
   o.idle_timeout_ms = 0;
   net::WsConnect(load_.loop(), o, std::make_shared<Link>(this, generation_));
@@ -379,6 +389,7 @@ void SimAgent::OnClose(const std::string& reason) {
     ++st.connect_failures;
   }
   welcomed_ = false;
+  ++server_;  // the next server of the pool, if it has several
   if (st.close_reasons.size() < 20) st.close_reasons.insert(reason.substr(0, 100));
   if (stopped_ || load_.finishing()) return;
   backoff_ms_ = backoff_ms_ == 0 ? 500 : std::min<int64_t>(backoff_ms_ * 2, 10'000);

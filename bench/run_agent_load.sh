@@ -10,7 +10,10 @@
 #
 # usage: bench/run_agent_load.sh [--build DIR] [--agents N] [--heartbeat-ms MS]
 #                                [--samples N] [--window-s S] [--warmup-s S]
-#                                [--ramp-per-s N] [--scrape-s S]
+#                                [--ramp-per-s N] [--scrape-s S] [--postgres]
+#
+# --postgres: the server keeps its state in a private PostgreSQL that this
+# script starts (tests/postgres/pg_server.sh) instead of SQLite.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,6 +25,7 @@ window_s=60
 warmup_s=15
 ramp=200
 scrape_s=0
+postgres=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -32,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --warmup-s) warmup_s=$2; shift 2 ;;
     --ramp-per-s) ramp=$2; shift 2 ;;
     --scrape-s) scrape_s=$2; shift 2 ;;
+    --postgres) postgres=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,13 +61,19 @@ stop_all() {
   scrape_pid=
   load_pid=
   server_pid=
+  if [[ $postgres == 1 ]]; then "$here/../tests/postgres/pg_server.sh" stop "$tmp/pg" >/dev/null 2>&1 || true; fi
 }
 trap 'stop_all; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
+store=()
+if [[ $postgres == 1 ]]; then
+  chmod 755 "$tmp"
+  store=(--store "$("$here/../tests/postgres/pg_server.sh" start "$tmp/pg")")
+fi
 # No rate limit: the 1,000 agents enroll with the one join token at --ramp-per-s.
 "$gpupool" server --insecure --data-dir "$tmp/server" --listen 127.0.0.1:0 --heartbeat-ms "$heartbeat_ms" \
-  --rate-limit 0/s \
+  --rate-limit 0/s "${store[@]}" \
   --log-level warn >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 200); do

@@ -50,7 +50,9 @@ Result<std::unique_ptr<PgLeader>> PgLeader::Connect(const PgLeaderOptions& optio
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->conn = PQconnectdb(options.url.c_str());
+  // A renewal that gets no answer fails within half a lease, so that a
+  // leader cut off from the database stops before its lease runs out.
+  impl->conn = PgStore::Connect(options.url, options.lease_ms / 2);
   if (PQstatus(impl->conn) != CONNECTION_OK) {
     return Status::Unavailable("leader election: cannot connect to PostgreSQL at " +
                                PgStore::Redacted(options.url) + ": " + PQerrorMessage(impl->conn));

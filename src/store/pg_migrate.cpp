@@ -203,7 +203,7 @@ Result<std::vector<MigratedTable>> MigrateSqliteToPostgres(const std::string& sq
     return Status::Unavailable("cannot open " + sqlite_path);
   }
   Sqlite db(raw_db);
-  Pg pg(PQconnectdb(pg_url.c_str()));
+  Pg pg(PgStore::Connect(pg_url));
   if (PQstatus(pg.get()) != CONNECTION_OK) {
     return Status::Unavailable("cannot connect to PostgreSQL at " + PgStore::Redacted(pg_url) +
                                ": " + PQerrorMessage(pg.get()));

@@ -366,10 +366,19 @@ Status Migrate(PgConn& conn) {
 
 }  // namespace
 
+PGconn* PgStore::Connect(const std::string& url, int64_t unanswered_ms) {
+  const std::string unanswered = std::to_string(unanswered_ms);
+  const char* keys[] = {"connect_timeout", "tcp_user_timeout", "dbname", nullptr};
+  const char* values[] = {"5", unanswered.c_str(), url.c_str(), nullptr};
+  // expand_dbname: the URL (or key=value string) is read as a connection
+  // string whose settings override the earlier ones.
+  return PQconnectdbParams(keys, values, 1);
+}
+
 Result<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, const PgOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->conn.raw = PQconnectdb(url.c_str());
+  impl->conn.raw = Connect(url);
   if (impl->conn.raw == nullptr || PQstatus(impl->conn.raw) != CONNECTION_OK) {
     std::string why = impl->conn.raw != nullptr ? PQerrorMessage(impl->conn.raw) : "out of memory";
     while (!why.empty() && why.back() == '\n') why.pop_back();

@@ -31,6 +31,9 @@
 #include <string>
 
 #include "common/status.h"
+
+struct pg_conn;
+typedef struct pg_conn PGconn;  // libpq's
 #include "store/store.h"
 
 namespace gpupool {
@@ -54,6 +57,11 @@ class PgStore : public Store {
                                                const PgOptions& options = {});
   // `url` with any password replaced by "***", for messages.
   static std::string Redacted(const std::string& url);
+  // Connects to `url` with bounds on waiting for a database that cannot be
+  // reached: 5 s to connect, and a query whose connection stops answering
+  // fails after `unanswered_ms` (TCP_USER_TIMEOUT) rather than waiting for
+  // TCP to give up (minutes). Settings the URL itself gives win.
+  static PGconn* Connect(const std::string& url, int64_t unanswered_ms = 10'000);
 
   ~PgStore() override;
   PgStore(const PgStore&) = delete;

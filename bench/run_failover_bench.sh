@@ -29,17 +29,20 @@ wait_role() { # URL ROLE TIMEOUT_S
 }
 server() { # DIR PORT STORE
   "$G" server --data-dir "$1" --listen "127.0.0.1:$2" --sessions-listen 127.0.0.1:0 --insecure \
-    --store "$3" --leader-lease-ms "$LEASE_MS" --log-level warn >"$1.log" 2>&1 &
+    --store "$3" --leader-lease-ms "$LEASE_MS" --rate-limit 0/s --log-level warn >"$1.log" 2>&1 &
   echo $!
 }
 
-one_run() {
-  local W; W=$(mktemp -d /tmp/failover.XXXXXX)
+# In a subshell of its own, so that whatever happens its processes, its
+# PostgreSQL and its directory go at its end.
+one_run() (
+  local W pa="" pb="" pl="" ps=""
+  W=$(mktemp -d /tmp/failover.XXXXXX)
   chmod 755 "$W"
+  trap 'kill $ps $pl $pa $pb 2>/dev/null; wait 2>/dev/null; "$PG_SCRIPT" stop "$W/pg" >/dev/null 2>&1; rm -rf "$W"' EXIT
   local PG; PG=$("$PG_SCRIPT" start "$W/pg") || { echo "no PostgreSQL"; return 1; }
   local PA PB; PA=$(port); PB=$(port)
   local A="http://127.0.0.1:$PA" B="http://127.0.0.1:$PB"
-  local pa pb pl ps
   pa=$(server "$W/a" "$PA" "$PG"); wait_role "$A" leader 60 || { echo "a never led"; return 1; }
   pb=$(server "$W/b" "$PB" "$PG"); wait_role "$B" standby 60 || { echo "b never stood by"; return 1; }
   "$LOAD" --server "$A,$B" --join-token-file "$W/a/join.token" --agents "$AGENTS" \
@@ -47,15 +50,18 @@ one_run() {
   pl=$!
   local end=$(($(date +%s) + 120))
   while [ ! -s "$W/ready" ] && [ "$(date +%s)" -lt $end ]; do sleep 0.2; done
-  [ -s "$W/ready" ] || { echo "agents never all welcomed"; kill $pl $pa $pb; return 1; }
+  [ -s "$W/ready" ] || { echo "agents never all welcomed: $(tail -2 "$W/load.log")"; return 1; }
   # A client submitting through both servers: an acknowledged id is one the
   # server answered with.
   (
     export GPUPOOL_SERVER="$A,$B" GPUPOOL_TOKEN; GPUPOOL_TOKEN=$(cat "$W/a/admin.token")
     export GPUPOOL_CONFIG=$W/none.json
     while :; do
+      # When it was sent: a submission sent after the kill and answered was
+      # accepted by the new leader.
+      t=$(now)
       id=$("$G" submit --name f -o json -- true 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' 2>/dev/null) &&
-        echo "$(now) $id" >>"$W/acked"
+        echo "$t $id $(now)" >>"$W/acked"
       sleep 0.1
     done
   ) &
@@ -63,13 +69,13 @@ one_run() {
   sleep 3
   kill -9 "$pa"
   local t0; t0=$(now)
-  wait_role "$B" leader 120 || { echo "b never led"; kill $ps $pl $pb; return 1; }
+  wait_role "$B" leader 120 || { echo "b never led"; return 1; }
   local t_lead; t_lead=$(now)
-  # The first submission acknowledged after the kill.
+  # The first submission sent after the kill and acknowledged: when its answer came.
   end=$(($(date +%s) + 120))
   local t_accept=""
   while [ -z "$t_accept" ] && [ "$(date +%s)" -lt $end ]; do
-    t_accept=$(awk -v t0="$t0" '$1 > t0 {print $1; exit}' "$W/acked" 2>/dev/null)
+    t_accept=$(awk -v t0="$t0" '$1 > t0 {print $3; exit}' "$W/acked" 2>/dev/null)
     sleep 0.05
   done
   # Every agent connected again: the load tool's count (every 0.5 s) first
@@ -95,15 +101,12 @@ import json, sys
 have = {j["id"] for j in json.load(sys.stdin)}
 acked = [int(l.split()[1]) for l in open(sys.argv[1])]
 print(sum(1 for i in acked if i not in have))' "$W/acked")
-  kill "$pl" "$pb" 2>/dev/null; wait 2>/dev/null
-  "$PG_SCRIPT" stop "$W/pg" >/dev/null 2>&1
   printf 'run: lead %.2f s, accept %s s, agents %s s, acked %d, lost %s\n' \
     "$(echo "$t_lead - $t0" | bc)" \
     "$([ -n "$t_accept" ] && printf %.2f "$(echo "$t_accept - $t0" | bc)" || echo never)" \
     "$([ -n "$t_agents" ] && printf %.2f "$(echo "$t_agents - $t0" | bc)" || echo never)" \
     "$acked" "$lost"
-  rm -rf "$W"
-}
+)
 
 echo "failover bench: $RUNS runs, $AGENTS agents, lease $LEASE_MS ms, $(nproc) cores"
 for _ in $(seq "$RUNS"); do one_run; done

@@ -54,6 +54,7 @@ struct Options {
   std::string join_token;
   std::string join_token_file;
   int agents = 100;
+  int gpus = 2;  // simulated A100s per agent
   int64_t heartbeat_ms = 5000;
   double duration_s = 60;
   double ramp_per_s = 200;
@@ -297,7 +298,7 @@ SimAgent::SimAgent(Load& load, int index)
       index_(index),
       name_(load.options().name_prefix + std::to_string(index)),
       instance_(RandomHex(8)) {
-  for (int g = 0; g < 2; ++g) {
+  for (int g = 0; g < load.options().gpus; ++g) {
     GpuInfo gpu;
     gpu.index = g;
     gpu.uuid = FakeGpuUuid();
@@ -495,6 +496,9 @@ int main(int argc, char** argv) {
   app.add_option("--agents", o.agents, "simulated agents")
       ->capture_default_str()
       ->check(CLI::Range(1, 100'000));
+  app.add_option("--gpus", o.gpus, "simulated A100s per agent (each in every heartbeat)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   app.add_option("--heartbeat-ms", o.heartbeat_ms,
                  "heartbeat interval (0: as the server's welcome says)")
       ->capture_default_str()

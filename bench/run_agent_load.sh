@@ -10,7 +10,7 @@
 #
 # usage: bench/run_agent_load.sh [--build DIR] [--agents N] [--heartbeat-ms MS]
 #                                [--samples N] [--window-s S] [--warmup-s S]
-#                                [--ramp-per-s N] [--scrape-s S] [--postgres]
+#                                [--ramp-per-s N] [--scrape-s S] [--postgres] [--gpus N]
 #
 # --postgres: the server keeps its state in a private PostgreSQL that this
 # script starts (tests/postgres/pg_server.sh) instead of SQLite.
@@ -26,6 +26,7 @@ warmup_s=15
 ramp=200
 scrape_s=0
 postgres=0
+gpus=2
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -37,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --ramp-per-s) ramp=$2; shift 2 ;;
     --scrape-s) scrape_s=$2; shift 2 ;;
     --postgres) postgres=1; shift ;;
+    --gpus) gpus=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -93,7 +95,7 @@ echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1),
 echo "server:  $url (pid $server_pid), idle RSS $(rss_mib "$server_pid") MiB"
 
 duration=$((warmup_s + samples * window_s + 120 + agents / (ramp > 0 ? ramp : 1000)))
-"$load" --server "$url" --join-token-file "$tmp/server/join.token" --agents "$agents" \
+"$load" --server "$url" --join-token-file "$tmp/server/join.token" --agents "$agents" --gpus "$gpus" \
   --heartbeat-ms "$heartbeat_ms" --ramp-per-s "$ramp" --duration-s "$duration" --report-s 30 \
   --ready-file "$tmp/ready" >"$tmp/load.log" 2>&1 &
 load_pid=$!

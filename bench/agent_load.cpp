@@ -110,6 +110,7 @@ class SimAgent {
   bool welcomed_ = false;
   bool welcomed_ever_ = false;
   size_t server_ = 0;  // which of the pool's servers it connects to
+  bool met_standby_ = false;
   bool stopped_ = false;
   int64_t connect_started_ms_ = 0;
   int64_t heartbeat_ms_ = 5000;
@@ -261,6 +262,7 @@ class Load {
   const Options& options() const { return o_; }
   net::EventLoop& loop() { return loop_; }
   const std::string& ws_url(size_t server) const { return ws_urls_[server % ws_urls_.size()]; }
+  size_t servers() const { return ws_urls_.size(); }
   Stats& stats() { return stats_; }
   std::mt19937_64& rng() { return rng_; }
   bool finishing() const { return finishing_; }
@@ -390,10 +392,20 @@ void SimAgent::OnClose(const std::string& reason) {
     ++st.connect_failures;
   }
   welcomed_ = false;
-  ++server_;  // the next server of the pool, if it has several
   if (st.close_reasons.size() < 20) st.close_reasons.insert(reason.substr(0, 100));
   if (stopped_ || load_.finishing()) return;
-  backoff_ms_ = backoff_ms_ == 0 ? 500 : std::min<int64_t>(backoff_ms_ * 2, 10'000);
+  // As a real agent (agent/agent.cpp): the pool's next server soon, the
+  // back-off per round of them, at most 2 s after a round that met a standby.
+  met_standby_ = met_standby_ || reason.find("HTTP 307") != std::string::npos ||
+                 reason.find("HTTP 503") != std::string::npos;
+  if (load_.servers() > 1 && ++server_ % load_.servers() != 0) {
+    std::uniform_int_distribution<int64_t> soon(50, 150);
+    load_.loop().RunAfter(soon(load_.rng()), [this] { Connect(); });
+    return;
+  }
+  const int64_t ceiling = met_standby_ ? 2'000 : 10'000;
+  met_standby_ = false;
+  backoff_ms_ = backoff_ms_ == 0 ? 500 : std::min<int64_t>(backoff_ms_ * 2, ceiling);
   std::uniform_int_distribution<int64_t> jitter(0, backoff_ms_);
   load_.loop().RunAfter(backoff_ms_ + jitter(load_.rng()), [this] { Connect(); });
 }

@@ -327,9 +327,24 @@ class Agent {
     } else {
       GP_LOG(kDebug) << "cannot connect to " << options_.server_url << ": " << reason;
     }
-    if (ws_urls_.size() > 1) ++server_;  // the next server of the pool
+    // A pool of several servers: the next one, soon, until each has been
+    // tried once; the back-off grows only per round. A round in which a
+    // standby answered (the pool is between leaders, or the leader is
+    // elsewhere) backs off at most kStandbyBackoffMs, so that the agent is
+    // back within about that of a new leader taking over.
+    const bool standby = reason.find("HTTP 307") != std::string::npos ||
+                         reason.find("HTTP 503") != std::string::npos;
+    met_standby_ = met_standby_ || standby;
+    if (ws_urls_.size() > 1 && ++server_ % ws_urls_.size() != 0) {
+      std::uniform_int_distribution<int64_t> soon(50, 150);
+      loop_.RunAfter(soon(rng_), [this] { Connect(); });
+      return;
+    }
+    const int64_t ceiling = met_standby_ ? std::min(kStandbyBackoffMs, options_.max_backoff_ms)
+                                         : options_.max_backoff_ms;
+    met_standby_ = false;
     // Exponential backoff with jitter, so many agents do not return at once.
-    backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, options_.max_backoff_ms);
+    backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, ceiling);
     std::uniform_int_distribution<int64_t> jitter(0, backoff_ms_ / 2);
     loop_.RunAfter(backoff_ms_ + jitter(rng_), [this] { Connect(); });
   }
@@ -705,6 +720,8 @@ class Agent {
   std::vector<GpuInfo> gpus_;         // as last reported in a hello
   std::vector<std::string> ws_urls_;  // one per server of the pool
   size_t server_ = 0;                 // the one connected to, or tried next
+  bool met_standby_ = false;          // in this round of tries
+  static constexpr int64_t kStandbyBackoffMs = 2000;
   std::string instance_;
   std::string node_id_;
   std::shared_ptr<net::WsConnection> conn_;

@@ -7,35 +7,32 @@
 #include <utility>
 #include <vector>
 
+#include "store/pg_handles.h"
 #include "store/pg_store.h"
 
 namespace gpupool {
 
 struct PgLeader::Impl {
   PgLeaderOptions options;
-  PGconn* conn = nullptr;
-  ~Impl() {
-    if (conn != nullptr) PQfinish(conn);
-  }
+  PgConnPtr conn;
 
   // Runs `sql` with text parameters; the result, or Unavailable/Internal.
-  Result<PGresult*> Run(const char* sql, const std::vector<std::string>& params) {
-    if (PQstatus(conn) != CONNECTION_OK) {
-      PQreset(conn);
-      if (PQstatus(conn) != CONNECTION_OK) {
+  Result<PgResultPtr> Run(const char* sql, const std::vector<std::string>& params) {
+    if (PQstatus(conn.get()) != CONNECTION_OK) {
+      PQreset(conn.get());
+      if (PQstatus(conn.get()) != CONNECTION_OK) {
         return Status::Unavailable("leader election: cannot reach PostgreSQL: " +
-                                   std::string(PQerrorMessage(conn)));
+                                   std::string(PQerrorMessage(conn.get())));
       }
     }
     std::vector<const char*> values;
     for (const std::string& p : params) values.push_back(p.c_str());
-    PGresult* r = PQexecParams(conn, sql, static_cast<int>(values.size()), nullptr, values.data(),
-                               nullptr, nullptr, 0);
-    ExecStatusType st = PQresultStatus(r);
+    PgResultPtr r(PQexecParams(conn.get(), sql, static_cast<int>(values.size()), nullptr,
+                               values.data(), nullptr, nullptr, 0));
+    ExecStatusType st = PQresultStatus(r.get());
     if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-      std::string why = PQresultErrorMessage(r);
-      PQclear(r);
-      if (PQstatus(conn) != CONNECTION_OK) {
+      std::string why = PQresultErrorMessage(r.get());
+      if (PQstatus(conn.get()) != CONNECTION_OK) {
         return Status::Unavailable("leader election: lost PostgreSQL: " + why);
       }
       return Status::Internal("leader election: " + why);
@@ -52,10 +49,11 @@ Result<std::unique_ptr<PgLeader>> PgLeader::Connect(const PgLeaderOptions& optio
   impl->options = options;
   // A renewal that gets no answer fails within half a lease, so that a
   // leader cut off from the database stops before its lease runs out.
-  impl->conn = PgStore::Connect(options.url, options.lease_ms / 2);
-  if (PQstatus(impl->conn) != CONNECTION_OK) {
+  impl->conn.reset(PgStore::Connect(options.url, options.lease_ms / 2));
+  if (PQstatus(impl->conn.get()) != CONNECTION_OK) {
     return Status::Unavailable("leader election: cannot connect to PostgreSQL at " +
-                               PgStore::Redacted(options.url) + ": " + PQerrorMessage(impl->conn));
+                               PgStore::Redacted(options.url) + ": " +
+                               PQerrorMessage(impl->conn.get()));
   }
   return std::unique_ptr<PgLeader>(new PgLeader(std::move(impl)));
 }
@@ -75,10 +73,9 @@ Result<LeaderView> PgLeader::Tick() {
       "1000)::bigint), holder = $1 AND expires_at > now() FROM "
       "gpupool_leader WHERE id = 1";
   const PgLeaderOptions& o = impl_->options;
-  GP_ASSIGN_OR_RETURN(PGresult * took,
-                      impl_->Run(kTake, {o.id, o.address, std::to_string(o.lease_ms)}));
-  PQclear(took);
-  GP_ASSIGN_OR_RETURN(PGresult * r, impl_->Run(kRead, {o.id}));
+  GP_RETURN_IF_ERROR(impl_->Run(kTake, {o.id, o.address, std::to_string(o.lease_ms)}).status());
+  GP_ASSIGN_OR_RETURN(PgResultPtr read, impl_->Run(kRead, {o.id}));
+  const PGresult* r = read.get();
   LeaderView v;
   if (PQntuples(r) == 1) {
     v.epoch = std::atoll(PQgetvalue(r, 0, 0));
@@ -89,7 +86,6 @@ Result<LeaderView> PgLeader::Tick() {
       v.leader_address = PQgetvalue(r, 0, 2);
     }
   }
-  PQclear(r);
   return v;
 }
 
@@ -98,9 +94,7 @@ void PgLeader::set_address(std::string address) { impl_->options.address = std::
 Status PgLeader::Resign() {
   static const char* kResign =
       "UPDATE gpupool_leader SET expires_at = now() WHERE id = 1 AND holder = $1";
-  GP_ASSIGN_OR_RETURN(PGresult * r, impl_->Run(kResign, {impl_->options.id}));
-  PQclear(r);
-  return Status::Ok();
+  return impl_->Run(kResign, {impl_->options.id}).status();
 }
 
 }  // namespace gpupool

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/ids.h"
+#include "store/pg_handles.h"
 #include "store/pg_store.h"
 #include "store/sqlite_store.h"
 
@@ -65,16 +66,8 @@ struct SqliteClose {
 struct StmtFinalize {
   void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
 };
-struct PgFinish {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-struct PgClear {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
 using Sqlite = std::unique_ptr<sqlite3, SqliteClose>;
 using Stmt = std::unique_ptr<sqlite3_stmt, StmtFinalize>;
-using Pg = std::unique_ptr<PGconn, PgFinish>;
-using PgResult = std::unique_ptr<PGresult, PgClear>;
 
 Result<Stmt> Prepare(sqlite3* db, const std::string& sql) {
   sqlite3_stmt* raw = nullptr;
@@ -85,8 +78,8 @@ Result<Stmt> Prepare(sqlite3* db, const std::string& sql) {
   return Stmt(raw);
 }
 
-Result<PgResult> PgRun(PGconn* c, const std::string& sql) {
-  PgResult r(PQexec(c, sql.c_str()));
+Result<PgResultPtr> PgRun(PGconn* c, const std::string& sql) {
+  PgResultPtr r(PQexec(c, sql.c_str()));
   ExecStatusType st = PQresultStatus(r.get());
   if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
     return Status::Internal("postgres: " + sql + ": " + PQresultErrorMessage(r.get()));
@@ -124,7 +117,7 @@ Result<Digest> CopyTable(sqlite3* db, PGconn* pg, const std::string& table,
   // The one row the schema starts with.
   if (table == "log_cursor") insert += " ON CONFLICT (id) DO UPDATE SET last = excluded.last";
   if (!check_only) {
-    PgResult prepared(PQprepare(pg, ("copy_" + table).c_str(), insert.c_str(), n, nullptr));
+    PgResultPtr prepared(PQprepare(pg, ("copy_" + table).c_str(), insert.c_str(), n, nullptr));
     if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
       return Status::Internal("postgres: " + insert + ": " + PQresultErrorMessage(prepared.get()));
     }
@@ -153,8 +146,8 @@ Result<Digest> CopyTable(sqlite3* db, PGconn* pg, const std::string& table,
     }
     digest.Add(row);
     if (check_only) continue;
-    PgResult r(PQexecPrepared(pg, ("copy_" + table).c_str(), n, ptrs.data(), lengths.data(),
-                              formats.data(), 0));
+    PgResultPtr r(PQexecPrepared(pg, ("copy_" + table).c_str(), n, ptrs.data(), lengths.data(),
+                                 formats.data(), 0));
     if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
       return Status::Internal("postgres: copying " + table + ": " + PQresultErrorMessage(r.get()));
     }
@@ -167,7 +160,7 @@ Result<Digest> CopyTable(sqlite3* db, PGconn* pg, const std::string& table,
 // What PostgreSQL holds of `table`, digested as CopyTable digests SQLite's.
 Result<Digest> PgDigest(PGconn* pg, const std::string& table,
                         const std::vector<std::string>& columns) {
-  GP_ASSIGN_OR_RETURN(PgResult r, PgRun(pg, SelectAll(table, columns)));
+  GP_ASSIGN_OR_RETURN(PgResultPtr r, PgRun(pg, SelectAll(table, columns)));
   Digest digest;
   constexpr Oid kBytea = 17;
   for (int row = 0; row < PQntuples(r.get()); ++row) {
@@ -203,7 +196,7 @@ Result<std::vector<MigratedTable>> MigrateSqliteToPostgres(const std::string& sq
     return Status::Unavailable("cannot open " + sqlite_path);
   }
   Sqlite db(raw_db);
-  Pg pg(PgStore::Connect(pg_url));
+  PgConnPtr pg(PgStore::Connect(pg_url));
   if (PQstatus(pg.get()) != CONNECTION_OK) {
     return Status::Unavailable("cannot connect to PostgreSQL at " + PgStore::Redacted(pg_url) +
                                ": " + PQerrorMessage(pg.get()));
@@ -222,7 +215,7 @@ Result<std::vector<MigratedTable>> MigrateSqliteToPostgres(const std::string& sq
   }
   for (const char* t : kTables) {
     GP_ASSIGN_OR_RETURN(
-        PgResult r,
+        PgResultPtr r,
         PgRun(pg.get(), std::string("SELECT count(*) FROM ") + t +
                             (std::string(t) == "log_cursor" ? " WHERE last <> 0" : "")));
     if (std::string(PQgetvalue(r.get(), 0, 0)) != "0") {

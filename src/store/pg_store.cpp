@@ -12,16 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "store/pg_handles.h"
 #include "store/pg_schema.h"
 #include "store/sql_query.h"
 #include "store/sql_tx.h"
 
 namespace gpupool {
-
-struct PgResultFree {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using ResultPtr = std::unique_ptr<PGresult, PgResultFree>;
 
 namespace {
 
@@ -182,7 +178,7 @@ class PgStatement final : public SqlStatement {
   std::vector<std::string> values_;
   std::vector<bool> null_;
   std::vector<int> binary_;
-  ResultPtr result_;
+  PgResultPtr result_;
   int row_ = -1;
   SqlConstraint violated_ = SqlConstraint::kNone;
 };
@@ -204,7 +200,7 @@ class PgConn final : public SqlConn {
       std::string translated = Translate(sql, dense);
       std::string name = "s" + std::to_string(++prepared_);
       const int n = dense.empty() ? 0 : *std::max_element(dense.begin(), dense.end()) + 1;
-      ResultPtr r(PQprepare(raw, name.c_str(), translated.c_str(), n, nullptr));
+      PgResultPtr r(PQprepare(raw, name.c_str(), translated.c_str(), n, nullptr));
       if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
         return PgError(raw, r.get(), "prepare " + std::string(sql));
       }
@@ -220,7 +216,7 @@ class PgConn final : public SqlConn {
 
   // Runs SQL without parameters (transaction control, schema steps).
   Status Exec(const std::string& sql, std::string_view what) {
-    ResultPtr r(PQexec(raw, sql.c_str()));
+    PgResultPtr r(PQexec(raw, sql.c_str()));
     ExecStatusType st = PQresultStatus(r.get());
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return PgError(raw, r.get(), what);
     // COMMIT of a transaction in which a statement failed rolls it back

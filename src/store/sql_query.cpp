@@ -11,11 +11,6 @@ std::string SqlJsonText(SqlDialect d, std::string_view column, std::string_view 
   return "json_extract(" + std::string(column) + ", '$." + std::string(field) + "')";
 }
 
-std::string SqlGreatest(SqlDialect d, std::string_view a, std::string_view b) {
-  return std::string(d == SqlDialect::kPostgres ? "GREATEST(" : "MAX(") + std::string(a) + ", " +
-         std::string(b) + ")";
-}
-
 namespace {
 std::string UtcFormat(SqlDialect d, std::string_view ms, const char* sqlite, const char* pg) {
   if (d == SqlDialect::kPostgres) {

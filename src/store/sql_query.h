@@ -8,7 +8,7 @@
 // ?2, ... (a PostgreSQL connection rewrites them to $1, $2, ...), upserts as
 // INSERT ... ON CONFLICT (...) DO UPDATE, new ids by RETURNING id, the
 // reserved column name "user" quoted. Where the two differ (JSON fields,
-// dates, two-argument MAX), the helpers at the end give each its own.
+// dates), the helpers at the end give each its own.
 //
 // Not for use outside store/. Threading: as the store, one thread at a time.
 #pragma once
@@ -130,8 +130,6 @@ class SqlConn {
 // Dialect fragments.
 // The text of a top-level string field of a JSON text column (NULL when absent).
 std::string SqlJsonText(SqlDialect d, std::string_view column, std::string_view field);
-// The larger of two values (SQLite's two-argument MAX, PostgreSQL's GREATEST).
-std::string SqlGreatest(SqlDialect d, std::string_view a, std::string_view b);
 // The UTC day ("2026-11-26") or month ("2026-11") of a time in ms since the epoch.
 std::string SqlUtcDay(SqlDialect d, std::string_view ms);
 std::string SqlUtcMonth(SqlDialect d, std::string_view ms);

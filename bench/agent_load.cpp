@@ -7,7 +7,11 @@
 // simulated GPUs, wait for welcome, then heartbeats with GPU telemetry every
 // --heartbeat-ms, each agent at its own random phase so they spread out.
 // Reliable server orders are applied in seq order and acked; a `start` order
-// is answered with task_status running, then exited 0 (no process is run).
+// is answered with task_status running, then exited 0 (no process is run),
+// at once or, with --task-ms, that long after (the task is then held: listed
+// in the hello of a reconnect, as a real agent's running tasks are, and a
+// `stop` ends it). The final report counts the jobs started more than once
+// (two attempts of one job: what a failover must not cause).
 // Connections are opened at --ramp-per-s so the server sees no thundering
 // herd; a dropped agent reconnects after a jittered back-off, resending its
 // unacked reports like a real agent.
@@ -24,6 +28,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -49,6 +54,13 @@ int64_t NowMs() {
       .count();
 }
 
+// Reports' timestamps: Unix ms.
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 struct Options {
   std::string server = "http://127.0.0.1:8470";
   std::string join_token;
@@ -61,6 +73,7 @@ struct Options {
   double report_s = 10;
   std::string ready_file;  // written once every agent has been welcomed
   std::string name_prefix = "load-";
+  int64_t task_ms = 0;  // how long a started task "runs"
 };
 
 struct Stats {
@@ -74,6 +87,7 @@ struct Stats {
   int64_t orders = 0;               // reliable server messages applied
   std::vector<int64_t> welcome_ms;  // connect start -> welcome, first time
   std::set<std::string> close_reasons;
+  std::map<int64_t, std::set<std::string>> attempts_of_job;  // every start seen
 };
 
 class Load;
@@ -118,7 +132,8 @@ class SimAgent {
   net::EventLoop::TimerId heartbeat_timer_ = 0;
   proto::Outbox outbox_;
   proto::InboundSequence in_;
-  std::set<std::string> started_;  // attempts this agent "ran"
+  std::set<std::string> started_;        // attempts this agent "ran"
+  std::map<std::string, int64_t> held_;  // running attempts (--task-ms) -> job id
 };
 
 // Routes one connection's callbacks to its agent, dropping those of a
@@ -251,7 +266,11 @@ class Load {
               << " heartbeats=" << stats_.heartbeats << " disconnects=" << stats_.disconnects
               << " connect_failures=" << stats_.connect_failures
               << " frames_in=" << stats_.frames_in << " orders=" << stats_.orders
-              << " welcome_ms_p50=" << pct(0.5) << " welcome_ms_p99=" << pct(0.99) << std::endl;
+              << " welcome_ms_p50=" << pct(0.5) << " welcome_ms_p99=" << pct(0.99);
+    int64_t twice = 0;
+    for (const auto& [job, attempts] : stats_.attempts_of_job) twice += attempts.size() > 1;
+    std::cout << " jobs_started=" << stats_.attempts_of_job.size()
+              << " jobs_started_twice=" << twice << std::endl;
     if (label == std::string("final") && !stats_.close_reasons.empty()) {
       std::cout << "agent-load: close reasons:";
       for (const auto& r : stats_.close_reasons) std::cout << " [" << r << "]";
@@ -336,8 +355,10 @@ void SimAgent::OnOpen(std::shared_ptr<net::WsConnection> conn) {
   h.driver_version = "550.54.15";
   h.cuda_version = "12.4";
   h.labels["load"] = "true";
-  // Tasks "held": started and not yet acked as finished. The simulation ends
-  // each task at once, so the hello lists none.
+  // The tasks it holds: those still "running" (--task-ms).
+  for (const auto& [attempt, job] : held_) {
+    h.tasks.emplace_back(attempt, proto::TaskState::kRunning, 0, 0, "", WallMs());
+  }
   Send({proto::kProtocolVersion, 0, in_.last_applied(), std::string(proto::kHello),
         proto::Encode(h)});
 }
@@ -434,17 +455,32 @@ void SimAgent::OnWelcome(const proto::Welcome& w) {
 }
 
 void SimAgent::ApplyOrder(const proto::Envelope& env) {
-  if (env.type != proto::kStart) return;  // stop: nothing runs, nothing to stop
+  if (env.type == proto::kStop) {
+    auto stop = proto::DecodeStopTask(env.body);
+    if (stop.ok() && held_.erase(stop->attempt_id) > 0) {
+      Push(proto::kTaskStatus,
+           proto::Encode(proto::TaskReport{stop->attempt_id, proto::TaskState::kFailed, 0, 15,
+                                           "stopped: " + stop->reason, WallMs()}));
+    }
+    return;
+  }
+  if (env.type != proto::kStart) return;
   auto start = proto::DecodeStartTask(env.body);
   if (!start.ok()) return;
   if (!started_.insert(start->attempt_id).second) return;  // idempotent
-  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::system_clock::now().time_since_epoch())
-                    .count();
-  proto::TaskReport running{start->attempt_id, proto::TaskState::kRunning, 0, 0, "", now};
+  load_.stats().attempts_of_job[start->job_id].insert(start->attempt_id);
+  proto::TaskReport running{start->attempt_id, proto::TaskState::kRunning, 0, 0, "", WallMs()};
   Push(proto::kTaskStatus, proto::Encode(running));
-  proto::TaskReport exited{start->attempt_id, proto::TaskState::kExited, 0, 0, "", now};
-  Push(proto::kTaskStatus, proto::Encode(exited));
+  auto exit = [this, attempt = start->attempt_id] {
+    proto::TaskReport exited{attempt, proto::TaskState::kExited, 0, 0, "", WallMs()};
+    Push(proto::kTaskStatus, proto::Encode(exited));
+  };
+  const int64_t task_ms = load_.options().task_ms;
+  if (task_ms <= 0) return exit();
+  held_[start->attempt_id] = start->job_id;
+  load_.loop().RunAfter(task_ms, [this, attempt = start->attempt_id, exit] {
+    if (held_.erase(attempt) > 0) exit();
+  });
 }
 
 void SimAgent::Heartbeat() {
@@ -524,6 +560,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--ready-file", o.ready_file,
                  "write this file once every agent has been welcomed");
+  app.add_option("--task-ms", o.task_ms,
+                 "a started task runs this long before it exits 0 (0: it exits at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
   app.add_option("--name-prefix", o.name_prefix, "node names are PREFIX<i>")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

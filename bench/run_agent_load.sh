@@ -6,11 +6,16 @@
 # CPU (utime+stime from /proc/PID/stat) over each --window-s window, as % of
 # one core. Prints each sample and the medians. With --scrape-s S, a
 # Prometheus-like client reads GET /metrics every S seconds meanwhile (and
-# the scrapes' median time and size are printed). See docs/performance.md.
+# the scrapes' median time and size are printed). With --submit N, after
+# the samples, N one-GPU jobs are submitted (2 per second) and each is
+# timed from submission until it runs (bench/submit_latency.py; the
+# simulated agents hold every task for the rest of the run), with the
+# scheduling passes' mean duration meanwhile. See docs/performance.md.
 #
 # usage: bench/run_agent_load.sh [--build DIR] [--agents N] [--heartbeat-ms MS]
 #                                [--samples N] [--window-s S] [--warmup-s S]
 #                                [--ramp-per-s N] [--scrape-s S] [--postgres] [--gpus N]
+#                                [--submit N]
 #
 # --postgres: the server keeps its state in a private PostgreSQL that this
 # script starts (tests/postgres/pg_server.sh) instead of SQLite.
@@ -27,6 +32,7 @@ ramp=200
 scrape_s=0
 postgres=0
 gpus=2
+submit=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -39,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --scrape-s) scrape_s=$2; shift 2 ;;
     --postgres) postgres=1; shift ;;
     --gpus) gpus=$2; shift 2 ;;
+    --submit) submit=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -94,10 +101,10 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "n/a"; else if (NR 
 echo "machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(free -g | awk '/^Mem:/ {print $2}') GiB"
 echo "server:  $url (pid $server_pid), idle RSS $(rss_mib "$server_pid") MiB"
 
-duration=$((warmup_s + samples * window_s + 120 + agents / (ramp > 0 ? ramp : 1000)))
+duration=$((warmup_s + samples * window_s + 120 + agents / (ramp > 0 ? ramp : 1000) + submit))
 "$load" --server "$url" --join-token-file "$tmp/server/join.token" --agents "$agents" --gpus "$gpus" \
   --heartbeat-ms "$heartbeat_ms" --ramp-per-s "$ramp" --duration-s "$duration" --report-s 30 \
-  --ready-file "$tmp/ready" >"$tmp/load.log" 2>&1 &
+  --ready-file "$tmp/ready" --task-ms $((submit > 0 ? 86400000 : 0)) >"$tmp/load.log" 2>&1 &
 load_pid=$!
 
 for _ in $(seq 1200); do
@@ -151,6 +158,9 @@ if [[ -n $scrape_pid ]]; then
   echo "scrapes: $(wc -l <"$tmp/scrapes") every ${scrape_s} s, median" \
     "$(awk '{print $1 * 1000}' "$tmp/scrapes" | median) ms, median" \
     "$(awk '{print $2}' "$tmp/scrapes" | median) bytes"
+fi
+if [[ $submit != 0 ]]; then
+  python3 "$here/submit_latency.py" "$url" "$(cat "$tmp/server/admin.token")" "$submit" 2
 fi
 hwm=$(hwm_mib "$server_pid")
 threads=$(awk '/^Threads:/ {print $2}' "/proc/$server_pid/status")

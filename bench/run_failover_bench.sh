@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Failover under load: two servers on one PostgreSQL (tests/postgres/pg_server.sh
 # starts a private one), AGENTS simulated agents heartbeating (given both
-# servers), a client submitting jobs through both; then kill -9 of the leader.
-# Per run it prints: how long until the standby leads, until a submission is
-# accepted again, until every agent is connected again, and how many
-# acknowledged jobs the new leader lacks (must be 0).
+# servers), a client submitting jobs through both, each job running TASK_MS
+# on a simulated agent (so that some run through the failover); then kill -9
+# of the leader. Per run it prints: how long until the standby leads, until a
+# submission is accepted again, until every agent is connected again, how
+# many acknowledged jobs the new leader lacks (must be 0), how many of them
+# then finished (succeeded; all must), and how many jobs were started twice
+# (two attempts: must be 0).
 #
 #   bench/run_failover_bench.sh [RUNS=10] [AGENTS=1000] [LEASE_MS=6000]
+#   TASK_MS=20000 by default.
 #
 # Needs a build (BUILD=build by default): bin/gpupool, bin/gpupool-agent-load.
 set -uo pipefail
@@ -14,6 +18,7 @@ cd "$(dirname "$0")/.."
 RUNS=${1:-10}
 AGENTS=${2:-1000}
 LEASE_MS=${3:-6000}
+TASK_MS=${TASK_MS:-20000}
 BUILD=${BUILD:-build}
 G=$BUILD/bin/gpupool
 LOAD=$BUILD/bin/gpupool-agent-load
@@ -46,7 +51,8 @@ one_run() (
   pa=$(server "$W/a" "$PA" "$PG"); wait_role "$A" leader 60 || { echo "a never led"; return 1; }
   pb=$(server "$W/b" "$PB" "$PG"); wait_role "$B" standby 60 || { echo "b never stood by"; return 1; }
   "$LOAD" --server "$A,$B" --join-token-file "$W/a/join.token" --agents "$AGENTS" \
-    --heartbeat-ms 5000 --duration-s 600 --report-s 0.5 --ready-file "$W/ready" >"$W/load.log" 2>&1 &
+    --heartbeat-ms 5000 --duration-s 900 --report-s 0.5 --ready-file "$W/ready" \
+    --task-ms "$TASK_MS" >"$W/load.log" 2>&1 &
   pl=$!
   local end=$(($(date +%s) + 120))
   while [ ! -s "$W/ready" ] && [ "$(date +%s)" -lt $end ]; do sleep 0.2; done
@@ -92,21 +98,32 @@ one_run() (
     sleep 0.1
   done
   kill "$ps" 2>/dev/null; wait "$ps" 2>/dev/null
-  # Every acknowledged job is in the new leader's database.
-  local acked lost
+  # Every acknowledged job is in the new leader's database, and each
+  # finishes (the jobs running at the kill run on).
+  local acked lost finished
   acked=$(wc -l <"$W/acked")
-  lost=$(GPUPOOL_SERVER=$B GPUPOOL_TOKEN=$(cat "$W/a/admin.token") GPUPOOL_CONFIG=$W/none.json \
-    "$G" jobs -o json --all --limit 10000 2>/dev/null | python3 -c '
+  jobs_check() {
+    GPUPOOL_SERVER=$B GPUPOOL_TOKEN=$(cat "$W/a/admin.token") GPUPOOL_CONFIG=$W/none.json \
+      "$G" jobs -o json --all --limit 100000 2>/dev/null | python3 -c '
 import json, sys
-have = {j["id"] for j in json.load(sys.stdin)}
+state = {j["id"]: j["state"] for j in json.load(sys.stdin)}
 acked = [int(l.split()[1]) for l in open(sys.argv[1])]
-print(sum(1 for i in acked if i not in have))' "$W/acked")
-  printf 'run: lead %.2f s, accept %s s, agents %s s, acked %d, lost %s\n' \
+print(sum(1 for i in acked if i not in state), sum(1 for i in acked if state.get(i) == "succeeded"))' "$W/acked"
+  }
+  read -r lost finished < <(jobs_check)
+  end=$(($(date +%s) + TASK_MS / 1000 + 120))
+  while [ "${finished:-0}" -lt "$acked" ] && [ "$(date +%s)" -lt $end ]; do
+    sleep 1
+    read -r lost finished < <(jobs_check)
+  done
+  kill "$pl" 2>/dev/null; wait "$pl" 2>/dev/null
+  local twice; twice=$(grep -o 'jobs_started_twice=[0-9]*' "$W/load.log" | tail -1 | cut -d= -f2)
+  printf 'run: lead %.2f s, accept %s s, agents %s s, acked %d, lost %s, finished %s, started twice %s\n' \
     "$(echo "$t_lead - $t0" | bc)" \
     "$([ -n "$t_accept" ] && printf %.2f "$(echo "$t_accept - $t0" | bc)" || echo never)" \
     "$([ -n "$t_agents" ] && printf %.2f "$(echo "$t_agents - $t0" | bc)" || echo never)" \
-    "$acked" "$lost"
+    "$acked" "$lost" "$finished" "${twice:-?}"
 )
 
-echo "failover bench: $RUNS runs, $AGENTS agents, lease $LEASE_MS ms, $(nproc) cores"
+echo "failover bench: $RUNS runs, $AGENTS agents, lease $LEASE_MS ms, tasks $TASK_MS ms, $(nproc) cores"
 for _ in $(seq "$RUNS"); do one_run; done

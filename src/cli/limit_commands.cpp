@@ -176,6 +176,30 @@ int CmdRestore(const LimitFlags& f) {
   return 0;
 }
 
+int CmdServers(const GlobalFlags& g) {
+  auto api = Connect(g);
+  if (!api.ok()) return ReportError(api.status());
+  auto r = api->Get("/v1/admin/servers");
+  if (!r.ok()) return ReportError(r.status());
+  if (g.output == "json") {
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "store: " << Str(*r, "store");
+  if (Str(*r, "store") == "postgresql") {
+    std::cout << ", epoch " << Int(*r, "epoch") << ", lease "
+              << FormatDurationMs(Int(*r, "lease_ms"));
+  }
+  std::cout << "\n";
+  Table t({"ID", "ADDRESS", "ROLE", "VERSION", "HEARD", "STARTED"});
+  for (const json& s : (*r)["servers"]) {
+    t.Add({Str(s, "id"), Str(s, "address"), Str(s, "role"), Str(s, "version"),
+           FormatDurationMs(Int(s, "seen_ago_ms")) + " ago", Ago(Int(s, "started_ms"))});
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
 int CmdMigrate(const LimitFlags& f) {
   const std::string db = f.data_dir + "/state.db";
   auto in_use = SqliteFileInUse(db);
@@ -239,6 +263,11 @@ void AddLimitCommands(CLI::App& app, CLI::App& admin, CLI::App& checkpoint, Glob
   restore->add_option("file", f.file, "the backup")->required();
   restore->add_option("--data-dir", f.data_dir, "the server's data directory")->required();
   restore->callback([&] { f.run = [&] { return CmdRestore(f); }; });
+
+  auto* servers = admin.add_subcommand(
+      "servers", "the pool's servers: which leads, the standbys, those not heard from");
+  servers->fallthrough();
+  servers->callback([&] { f.run = [&] { return CmdServers(g); }; });
 
   auto* migrate = admin.add_subcommand(
       "migrate", "move a pool's state from SQLite to PostgreSQL (the server must be stopped)");

@@ -250,6 +250,11 @@ int CmdExec(const GlobalFlags& g, const std::string& id, const std::vector<std::
   if (argv.empty()) return ReportError(Status::InvalidArgument("exec: no command given"));
   auto api = Connect(g);
   if (!api.ok()) return ReportError(api.status());
+  // Of several servers, the tunnel goes to the leader: an API call finds it.
+  if (api->endpoint().server.find(',') != std::string::npos) {
+    auto found = api->Get("/v1/jobs/" + std::to_string(*job));
+    if (!found.ok()) return ReportError(found.status());
+  }
   auto options = GatewayOptions(api->endpoint(), "/v1/jobs/" + std::to_string(*job) + "/exec");
   if (!options.ok()) return ReportError(options.status());
 

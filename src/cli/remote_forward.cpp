@@ -360,11 +360,16 @@ int CmdSessionConnect(const GlobalFlags& g, const std::string& id,
   net::EventLoop loop;
   Forwarder forwarder(loop);
   for (const Forward& f : forwards) {
-    auto options = GatewayOptions(api->endpoint(), job_path + "/connect?" + f.query);
+    const std::string target = job_path + "/connect?" + f.query;
+    auto options = GatewayOptions(api->endpoint(), target);
     if (!options.ok()) return ReportError(options.status());
-    auto listener = net::TcpListen(loop, "127.0.0.1", f.local, [&loop, &forwarder, o = *options] {
-      return std::make_shared<PipeTcpSide>(std::make_shared<Pipe>(loop, o, forwarder));
-    });
+    // Each connection's options anew: of several servers, the one that
+    // answered last (the job watcher's calls follow a failover).
+    auto listener = net::TcpListen(
+        loop, "127.0.0.1", f.local, [&loop, &forwarder, e = api->endpoint(), target] {
+          return std::make_shared<PipeTcpSide>(
+              std::make_shared<Pipe>(loop, *GatewayOptions(e, target), forwarder));
+        });
     if (!listener.ok()) {
       return ReportError(
           Status(listener.status().code(), "cannot listen on 127.0.0.1:" + std::to_string(f.local) +

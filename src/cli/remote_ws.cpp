@@ -2,10 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net/server_list.h"
+
 namespace gpupool::cli {
 
 Result<net::WsClientOptions> GatewayOptions(const Endpoint& e, const std::string& target) {
-  std::string base = e.server;
+  std::string base = net::LastAnswered(e.server);
   while (!base.empty() && base.back() == '/') base.pop_back();
   net::WsClientOptions o;
   if (base.starts_with("https://")) {

@@ -15,7 +15,8 @@
 namespace gpupool::cli {
 
 // Options for a WebSocket to `target` ("/v1/jobs/7/exec") on the endpoint's
-// server: http(s):// becomes ws(s)://, the token goes in Authorization and
+// server (of a list, the one that answered the last API call: the leader):
+// http(s):// becomes ws(s)://, the token goes in Authorization and
 // the TLS settings carry over. InvalidArgument for a server URL that is
 // neither http:// nor https://.
 Result<net::WsClientOptions> GatewayOptions(const Endpoint& e, const std::string& target);

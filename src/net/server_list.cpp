@@ -52,6 +52,15 @@ std::vector<std::string> SplitServerList(std::string_view list) {
   return out;
 }
 
+std::string LastAnswered(std::string_view list) {
+  if (list.find(',') == std::string_view::npos) return std::string(list);
+  const std::vector<std::string> servers = SplitServerList(list);
+  if (servers.empty()) return std::string(list);
+  std::lock_guard lock(sticky_mu);
+  auto it = Sticky().find(std::string(list));
+  return servers[it == Sticky().end() ? 0 : it->second % servers.size()];
+}
+
 Result<HttpResponse> FetchFromServerList(
     const HttpCall& call, const std::function<Result<HttpResponse>(const HttpCall&)>& one) {
   if (call.base_url.find(',') == std::string::npos) return one(call);

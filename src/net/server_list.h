@@ -29,6 +29,11 @@ struct HttpCall;
 // The URLs of a list ("" items and spaces around commas are ignored).
 std::vector<std::string> SplitServerList(std::string_view list);
 
+// The URL of the list's server that answered last in this process (the
+// first before any did): where a WebSocket to the leader goes (the CLI's
+// tunnels, after an API call found the leader). A single URL is itself.
+std::string LastAnswered(std::string_view list);
+
 // Runs `one` (a single-server fetch) for `call` as described above.
 Result<HttpResponse> FetchFromServerList(
     const HttpCall& call, const std::function<Result<HttpResponse>(const HttpCall&)>& one);

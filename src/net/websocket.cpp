@@ -380,8 +380,11 @@ class WsSession : public internal::Session, public std::enable_shared_from_this<
         reason = std::string(kMessageTooBig) + ": over the limit of " +
                  std::to_string(ws_.read_message_max()) + " bytes";
       } else {
-        reason = internal::DescribeTlsError(
-            ec, core_ ? internal::TlsSide::kServer : internal::TlsSide::kClient);
+        // Neither end closed it: the connection broke (the peer died, the
+        // network went).
+        reason = "connection lost: " +
+                 internal::DescribeTlsError(
+                     ec, core_ ? internal::TlsSide::kServer : internal::TlsSide::kClient);
       }
       Abort();
       NotifyClose(reason);

@@ -1,7 +1,7 @@
 #include "server/api.h"
 
-#include "common/ids.h"
-
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -382,6 +382,26 @@ void Api::AddOwnRoutes() {
         });
 }
 
+namespace {
+
+// The Idempotency-Key header of a submission: "" without one.
+Result<std::string> SubmitKey(const net::HttpRequest& req) {
+  if (req.headers.count("idempotency-key") == 0) return std::string();
+  std::string key = req.Header("idempotency-key");
+  const bool ok =
+      !key.empty() && key.size() <= 200 && std::all_of(key.begin(), key.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' ||
+               c == '-';
+      });
+  if (!ok) {
+    return Status::InvalidArgument(
+        "header Idempotency-Key: 1 to 200 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'");
+  }
+  return key;
+}
+
+}  // namespace
+
 void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond respond) {
   Result<JobSpec> spec = JobSpecFromRequest(req);
   if (!spec.ok()) return (*respond)(ErrorResponse(spec.status()));
@@ -399,10 +419,16 @@ void Api::SubmitJob(const net::HttpRequest& req, const Principal& who, Respond r
       spec->session->jupyter_token.empty()) {
     spec->session->jupyter_token = RandomHex(24);
   }
-  auto submit = [this, respond, owner = who.subject](const JobSpec& spec, int64_t input_bytes) {
-    auto job = pool_.Submit(spec, owner, input_bytes);
+  auto key = SubmitKey(req);
+  if (!key.ok()) return (*respond)(ErrorResponse(key.status()));
+  auto submit = [this, respond, owner = who.subject, key = *key](const JobSpec& spec,
+                                                                 int64_t input_bytes) {
+    bool replayed = false;
+    auto job = pool_.Submit(spec, owner, {.input_bytes = input_bytes, .key = key}, &replayed);
     if (!job.ok()) return (*respond)(ErrorResponse(job.status()));
-    (*respond)(JsonResponse(201, JobToJson(*job, std::nullopt)));
+    net::HttpResponse r = JsonResponse(replayed ? 200 : 201, JobToJson(*job, std::nullopt));
+    if (replayed) r.headers["Idempotent-Replayed"] = "true";
+    (*respond)(std::move(r));
   };
   if (spec->inputs.empty() || blobs_ == nullptr || !IsSha256Hex(spec->inputs)) {
     return submit(*spec, 0);

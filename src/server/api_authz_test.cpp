@@ -61,6 +61,7 @@ constexpr Row kMatrix[] = {
     {"PUT", "/v1/quotas/users/bob", R"({"bytes":1048576})", "UFFFFFFFA"},
     {"DELETE", "/v1/quotas/groups/vision", "", "UFFFFFFFA"},
     {"POST", "/v1/admin/backups", "", "UFFFFFFFA"},
+    {"GET", "/v1/admin/servers", "", "UFFFFFFFA"},
     // Money: prices are the pool's; accounts, ledgers, usage and statements
     // the caller's own and her labs'; prices, grants and budgets admins'.
     {"GET", "/v1/prices", "", "UFFFAAAAA"},

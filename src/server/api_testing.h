@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -21,6 +22,7 @@
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/backup_api.h"
+#include "server/servers_api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
 #include "server/blob_testing.h"
@@ -141,6 +143,8 @@ class ApiTestServer : public ::testing::Test {
     backups.backup_dir = dir_.path() + "/backups";
     backup_api_ = std::make_unique<BackupApi>(*auth_, clock_, backups);
     api_->AddModule(*backup_api_);
+    servers_api_ = std::make_unique<ServersApi>(OneServer("test:1:00", &base_, 1));
+    api_->AddModule(*servers_api_);
     // The agent channel and the session gateway, routed as the server does.
     AgentHubOptions hub_options = HubOpts();
     hub_options.blob_scope = agent_blobs_.get();
@@ -185,6 +189,7 @@ class ApiTestServer : public ::testing::Test {
     api_.reset();
     metrics_api_.reset();
     backup_api_.reset();
+    servers_api_.reset();
     quota_api_.reset();
     identity_.reset();
     blob_api_.reset();
@@ -195,12 +200,14 @@ class ApiTestServer : public ::testing::Test {
 
   net::HttpResponse Call(const std::string& method, const std::string& target,
                          const std::string& token, std::string body = "",
-                         const std::string& content_type = "") {
+                         const std::string& content_type = "",
+                         const std::map<std::string, std::string>& headers = {}) {
     net::HttpCall c;
     c.base_url = base_;
     c.method = method;
     c.target = target;
     c.body = std::move(body);
+    c.headers = headers;
     if (!token.empty()) c.headers["authorization"] = "Bearer " + token;
     if (!content_type.empty()) c.headers["content-type"] = content_type;
     auto r = net::Fetch(c);
@@ -250,6 +257,7 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<BudgetKeeper> budgets_;
   std::unique_ptr<AccountingApi> accounting_api_;
   std::unique_ptr<BackupApi> backup_api_;
+  std::unique_ptr<ServersApi> servers_api_;
   std::unique_ptr<IdentityApi> identity_;
   std::unique_ptr<Api> api_;
   metrics::ServerMetrics metrics_;

@@ -87,6 +87,23 @@ Status Pool::CheckInputs(const JobSpec& spec) const {
 }
 
 Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner, int64_t input_bytes) {
+  return Submit(spec, owner, {.input_bytes = input_bytes, .key = ""}, nullptr);
+}
+
+namespace {
+
+// Whether a repeated submission asks for the job that its key made: the
+// same spec, but for the Jupyter token, which the API draws anew for
+// every request that has none.
+bool SameSubmission(JobSpec stored, const JobSpec& asked) {
+  if (stored.session && asked.session) stored.session->jupyter_token = asked.session->jupyter_token;
+  return stored == asked;
+}
+
+}  // namespace
+
+Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner, const Submission& how,
+                         bool* replayed) {
   GP_RETURN_IF_ERROR(ValidateJobSpec(spec));
   GP_RETURN_IF_ERROR(sched::ValidateRequest(RequestFor(spec)).WithContext("resources"));
   GP_RETURN_IF_ERROR(CheckInputs(spec));
@@ -96,8 +113,23 @@ Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner, int64_t 
   job.state = JobState::kPending;
   job.reason = "waiting for the scheduler";
   job.created_ms = job.updated_ms = clock_.NowMs();
-  job.input_bytes = spec.inputs.empty() ? 0 : input_bytes;
+  job.input_bytes = spec.inputs.empty() ? 0 : how.input_bytes;
+  bool again = false;
   GP_RETURN_IF_ERROR(store_.Transact([&](Tx& tx) -> Status {
+    if (!how.key.empty()) {
+      GP_ASSIGN_OR_RETURN(std::optional<int64_t> first, tx.FindSubmitKey(owner, how.key));
+      if (first) {
+        GP_ASSIGN_OR_RETURN(std::optional<Job> made, tx.GetJob(*first));
+        if (!made) return Status::Internal("the job of submission key " + how.key + " is gone");
+        if (!SameSubmission(made->spec, spec)) {
+          return Status::AlreadyExists("idempotency key " + how.key + " was already used for job " +
+                                       std::to_string(*first) + " with another spec");
+        }
+        job = *std::move(made);
+        again = true;
+        return Status::Ok();
+      }
+    }
     if (int64_t max = options_.max_pending_jobs_per_user; max > 0) {
       JobQuery q;
       q.owner = owner;
@@ -112,11 +144,14 @@ Result<Job> Pool::Submit(const JobSpec& spec, const std::string& owner, int64_t 
     }
     auto insert = [&]() -> Status {
       GP_ASSIGN_OR_RETURN(job.id, tx.InsertJob(job));
+      if (!how.key.empty()) GP_RETURN_IF_ERROR(tx.PutSubmitKey(owner, how.key, job.id));
       return Status::Ok();
     };
     if (job.input_bytes == 0 || !hooks_.within_quota) return insert();
     return hooks_.within_quota(tx, owner, spec.group, "the inputs of this job", insert);
   }));
+  if (replayed) *replayed = again;
+  if (again) return job;
   fx_.jobs.insert(job.id);
   fx_.schedule = true;
   Notify();

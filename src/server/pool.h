@@ -267,7 +267,16 @@ class Pool {
   // to the owner's and the group's storage quota while the job runs.
   // ResourceExhausted when the owner has max_pending_jobs_per_user pending
   // jobs, or the inputs do not fit a quota; nothing is stored then.
+  // `key` (an Idempotency-Key; "" for none): a key the owner used before
+  // answers that job as it is now, with `*replayed` set, when the spec is
+  // the same (AlreadyExists when not); a new key is kept with the new job.
+  struct Submission {
+    int64_t input_bytes = 0;
+    std::string key;
+  };
   Result<Job> Submit(const JobSpec& spec, const std::string& owner, int64_t input_bytes = 0);
+  Result<Job> Submit(const JobSpec& spec, const std::string& owner, const Submission& how,
+                     bool* replayed);
   Result<JobDetail> GetJob(int64_t id);
   Result<std::vector<Job>> ListJobs(const JobQuery& q);
   Result<Job> Cancel(int64_t id);

@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/ids.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "net/http_server.h"
 #include "net/repeating.h"
 #include "server/accounting_api.h"
@@ -35,6 +36,7 @@
 #include "server/quota_api.h"
 #include "server/scheduler_config.h"
 #include "server/server_tls.h"
+#include "server/servers_api.h"
 #include "server/session_gateway.h"
 #include "server/standby.h"
 #include "server/static_files.h"
@@ -568,25 +570,20 @@ Result<std::unique_ptr<net::HttpServer>> StartApiListener(net::EventLoop& loop,
 
 // On PostgreSQL: stands by until this server leads (server/standby.h);
 // the full server then takes the standby's port. nullptr on SQLite.
-Result<std::unique_ptr<PgLeader>> Lead(const ServerOptions& options, Startup& startup) {
+Result<std::unique_ptr<PgLeader>> Lead(const ServerOptions& options, Startup& startup,
+                                       const std::string& id) {
   if (!startup.epoch) return std::unique_ptr<PgLeader>();
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  GP_ASSIGN_OR_RETURN(
-      auto leader, PgLeader::Connect({.url = options.store_url,
-                                      .id = std::string(host) + ":" + std::to_string(::getpid()) +
-                                            ":" + RandomHex(4),
-                                      .address = "",
-                                      .lease_ms = options.leader_lease_ms}));
+  GP_ASSIGN_OR_RETURN(auto leader, PgLeader::Connect({.url = options.store_url,
+                                                      .id = id,
+                                                      .address = "",
+                                                      .version = kVersion,
+                                                      .lease_ms = options.leader_lease_ms}));
   StandbyOptions standby{.host = startup.listen.api.first,
                          .port = startup.listen.api.second,
                          .tls = std::nullopt,
                          .lease_ms = options.leader_lease_ms};
   if (startup.tls) standby.tls = startup.tls->config;
-  GP_ASSIGN_OR_RETURN(Led led, StandBy(*leader, standby));
-  // About to lead: the database may have been migrated by a newer server
-  // meanwhile, which this one must not write (Open refuses it, says why).
-  GP_RETURN_IF_ERROR(PgStore::Open(options.store_url).status());
+  GP_ASSIGN_OR_RETURN(Led led, LeadWhenElected(*leader, standby, options.store_url));
   startup.listen.api.second = led.port;
   startup.epoch->store(led.epoch);
   return leader;
@@ -596,7 +593,8 @@ int RunServer(const ServerOptions& options) {
   SetLogComponent("server");
   Startup startup = Prepare(options);
   if (startup.exit_code != 0) return startup.exit_code;
-  auto leader = Lead(options, startup);
+  const std::string server_id = ServerProcessId();
+  auto leader = Lead(options, startup, server_id);
   if (!leader.ok()) {
     std::cerr << "gpupool server: " << leader.status().message() << "\n";
     return 1;
@@ -729,6 +727,10 @@ int RunServer(const ServerOptions& options) {
   telemetry->api->Start();
   ApiModules modules(options, pool, auth, clock, quotas, accounting, budgets, store);
   modules.AddTo(api);
+  std::string api_url;  // known once it listens
+  ServersApi servers_api(*leader ? ElectedServers(**leader, options.leader_lease_ms)
+                                 : OneServer(server_id, &api_url, system_clock.NowMs()));
+  api.AddModule(servers_api);
   if (static_files) api.AddModule(*static_files);
   AgentHubOptions hub_options;
   hub_options.blob_scope = &agent_blobs;
@@ -745,6 +747,7 @@ int RunServer(const ServerOptions& options) {
               << http.status().message() << "\n";
     return 1;
   }
+  api_url = ApiUrl(tls.has_value(), startup.listen.api.first, (*http)->port());
   auto sessions_http = StartSessionsListener(loop, startup.listen.sessions, tls, options, gateway);
   if (!sessions_http.ok()) {
     std::cerr << "gpupool server: cannot listen for interactive sessions on "
@@ -769,10 +772,13 @@ int RunServer(const ServerOptions& options) {
     hooks.schedule_needed();
   });
   std::optional<LeaseKeeper> lease;
-  if (*leader) lease.emplace(loop, **leader, startup.epoch->load(), options.leader_lease_ms);
+  if (*leader) lease.emplace(**leader, startup.epoch->load(), options.leader_lease_ms);
   loop.OnSignals({SIGINT, SIGTERM}, [&](int sig) {
     GP_LOG(kInfo) << "signal " << sig << ": shutting down";
-    if (*leader) (void)(*leader)->Resign();  // a standby takes over at once
+    if (*leader) {
+      lease.reset();
+      (void)(*leader)->Resign();  // a standby takes over at once
+    }
     hub.CloseAll();
     (*http)->Close();
     (*sessions_http)->Close();

@@ -1,5 +1,7 @@
 #include "server/standby.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -7,10 +9,12 @@
 #include <string>
 #include <variant>
 
+#include "common/ids.h"
 #include "common/log.h"
 #include "net/event_loop.h"
 #include "net/http_server.h"
 #include "server/http_errors.h"
+#include "store/pg_store.h"
 
 namespace gpupool::server {
 namespace {
@@ -37,6 +41,19 @@ int64_t MonotonicMs() {
 
 }  // namespace
 
+std::string ServerProcessId() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + std::to_string(::getpid()) + ":" + RandomHex(4);
+}
+
+Result<Led> LeadWhenElected(PgLeader& leader, const StandbyOptions& options,
+                            const std::string& store_url) {
+  GP_ASSIGN_OR_RETURN(Led led, StandBy(leader, options));
+  GP_RETURN_IF_ERROR(PgStore::Open(store_url).status());
+  return led;
+}
+
 std::string ApiUrl(bool tls, const std::string& host, uint16_t port) {
   return std::string(tls ? "https://" : "http://") +
          (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
@@ -46,7 +63,6 @@ std::string ApiUrl(bool tls, const std::string& host, uint16_t port) {
 Result<Led> StandBy(PgLeader& leader, const StandbyOptions& options) {
   net::EventLoop loop;
   LeaderView view;
-  std::string id;
   net::HttpHandlers handlers;
   handlers.on_request = [&](net::HttpRequest req, net::Responder r) {
     if (req.method == "GET" && req.path == "/healthz") {
@@ -94,30 +110,52 @@ Result<Led> StandBy(PgLeader& leader, const StandbyOptions& options) {
   return Led{port, view.epoch};
 }
 
-LeaseKeeper::LeaseKeeper(net::EventLoop& loop, PgLeader& leader, int64_t epoch, int64_t lease_ms)
-    : loop_(loop), leader_(leader), epoch_(epoch), lease_ms_(lease_ms), renewed_ms_(MonotonicMs()) {
-  timer_ = loop_.RunAfter(std::max<int64_t>(100, lease_ms_ / 3), [this] { Renew(); });
+LeaseKeeper::LeaseKeeper(PgLeader& leader, int64_t epoch, int64_t lease_ms)
+    : leader_(leader), epoch_(epoch), lease_ms_(lease_ms), renewed_ms_(MonotonicMs()) {
+  thread_ = std::thread([this] { Run(); });
 }
 
-LeaseKeeper::~LeaseKeeper() { loop_.Cancel(timer_); }
+LeaseKeeper::~LeaseKeeper() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
 
-void LeaseKeeper::Renew() {
+void LeaseKeeper::Run() {
+  int64_t wait_ms = std::max<int64_t>(100, lease_ms_ / 3);
+  std::unique_lock lock(mu_);
+  while (!wake_.wait_for(lock, std::chrono::milliseconds(wait_ms), [this] { return stop_; })) {
+    lock.unlock();
+    wait_ms = Renew();
+    lock.lock();
+  }
+}
+
+int64_t LeaseKeeper::Renew() {
+  // The lease runs from when the database took the renewal, which is after
+  // this: counting from here errs on the early side.
+  const int64_t started = MonotonicMs();
   auto v = leader_.Tick();
   if (v.ok() && v->leading && v->epoch == epoch_) {
-    renewed_ms_ = MonotonicMs();
-  } else if (v.ok()) {
+    renewed_ms_ = started;
+    return std::max<int64_t>(100, lease_ms_ / 3);
+  }
+  if (v.ok()) {
     GP_LOG(kError) << "lost the leadership of epoch " << epoch_ << " to "
                    << (v->leader_address.empty() ? "(none)" : v->leader_address) << " (epoch "
                    << v->epoch << "): stopping; started again, this server stands by";
     std::_Exit(3);
-  } else if (MonotonicMs() - renewed_ms_ >= lease_ms_) {
+  }
+  if (MonotonicMs() - renewed_ms_ >= lease_ms_) {
     GP_LOG(kError) << "could not renew the lease of epoch " << epoch_ << " before it ran out ("
                    << v.status().ToString() << "): stopping";
     std::_Exit(3);
-  } else {
-    GP_LOG(kWarn) << "lease renewal failed: " << v.status().ToString();
   }
-  timer_ = loop_.RunAfter(std::max<int64_t>(100, lease_ms_ / 3), [this] { Renew(); });
+  GP_LOG(kWarn) << "lease renewal failed: " << v.status().ToString();
+  return std::max<int64_t>(50, lease_ms_ / 10);
 }
 
 }  // namespace gpupool::server

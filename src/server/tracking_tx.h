@@ -44,6 +44,13 @@ class TrackingTx final : public Tx {
   Result<std::optional<Job>> GetJob(int64_t id) override { return in_.GetJob(id); }
   Result<std::vector<Job>> ListJobs(const JobQuery& q) override { return in_.ListJobs(q); }
   Result<int64_t> CountJobs(const JobQuery& q) override { return in_.CountJobs(q); }
+  Result<std::optional<int64_t>> FindSubmitKey(const std::string& owner,
+                                               const std::string& key) override {
+    return in_.FindSubmitKey(owner, key);
+  }
+  Status PutSubmitKey(const std::string& owner, const std::string& key, int64_t job_id) override {
+    return in_.PutSubmitKey(owner, key, job_id);
+  }
   Status PutAttempt(const Attempt& a) override {
     touched_.attempts.insert(a.id);
     return in_.PutAttempt(a);

@@ -39,6 +39,23 @@ Result<int64_t> MemoryTx::InsertJob(const Job& job) {
   return id;
 }
 
+Result<std::optional<int64_t>> MemoryTx::FindSubmitKey(const std::string& owner,
+                                                       const std::string& key) {
+  auto it = s_.submit_keys.find({owner, key});
+  if (it == s_.submit_keys.end()) return std::optional<int64_t>();
+  return std::optional<int64_t>(it->second);
+}
+
+Status MemoryTx::PutSubmitKey(const std::string& owner, const std::string& key, int64_t job_id) {
+  if (!s_.jobs.count(job_id)) return Status::NotFound(JobMissing(job_id));
+  if (s_.submit_keys.count({owner, key})) {
+    return Status::AlreadyExists("submission key " + key + " of user " + owner +
+                                 " is in use already");
+  }
+  j_.Put(s_.submit_keys, std::make_pair(owner, key), job_id);
+  return Status::Ok();
+}
+
 Status MemoryTx::UpdateJob(const Job& job) {
   auto it = s_.jobs.find(job.id);
   if (it == s_.jobs.end()) return Status::NotFound(JobMissing(job.id));

@@ -115,6 +115,7 @@ struct MemoryState {
   std::unordered_map<int64_t, int64_t> checkpoint_seq;            // last number per job
   std::map<std::string, int64_t> checkpoint_manifests;            // manifest -> checkpoints
   std::map<std::string, GroupUsage> group_usage;
+  std::map<std::pair<std::string, std::string>, int64_t> submit_keys;  // (owner, key) -> job
 
   // Nodes facet.
   std::map<std::string, Node> nodes;                // by id
@@ -168,6 +169,9 @@ class MemoryTx : public Tx {
   Result<std::optional<Job>> GetJob(int64_t id) override;
   Result<std::vector<Job>> ListJobs(const JobQuery& q) override;
   Result<int64_t> CountJobs(const JobQuery& q) override;
+  Result<std::optional<int64_t>> FindSubmitKey(const std::string& owner,
+                                               const std::string& key) override;
+  Status PutSubmitKey(const std::string& owner, const std::string& key, int64_t job_id) override;
   Status PutAttempt(const Attempt& a) override;
   Result<std::optional<Attempt>> GetAttempt(const std::string& id) override;
   Result<std::vector<Attempt>> ListAttempts(const AttemptQuery& q) override;

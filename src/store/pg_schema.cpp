@@ -413,8 +413,19 @@ CREATE TABLE usage_rollup (
 );
 )sql";
 
+// Version 12: as SQLite's 12, submission keys.
+constexpr const char* kPgSchemaV12 = R"sql(
+CREATE TABLE submit_keys (
+  owner      TEXT NOT NULL,
+  submit_key TEXT NOT NULL,
+  job_id     BIGINT NOT NULL REFERENCES jobs(id),
+  PRIMARY KEY (owner, submit_key)
+);
+)sql";
+
 constexpr PgSchemaStep kPgSchemaSteps[] = {
     {11, kPgSchemaV11},
+    {12, kPgSchemaV12},
 };
 
 }  // namespace

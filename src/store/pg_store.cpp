@@ -309,15 +309,17 @@ std::string PgStore::Redacted(const std::string& url) {
 
 namespace {
 
-// The schema's version table and the leader row live beside the store's
-// tables, outside its versioned steps.
+// The schema's version table, the leader row and the list of servers live
+// beside the store's tables, outside its versioned steps.
 constexpr const char* kBookkeeping =
     "CREATE TABLE IF NOT EXISTS gpupool_schema (id BIGINT PRIMARY KEY CHECK (id = 1), "
     "version BIGINT NOT NULL);"
     "CREATE TABLE IF NOT EXISTS gpupool_leader (id BIGINT PRIMARY KEY CHECK (id = 1), "
     "epoch BIGINT NOT NULL, holder TEXT NOT NULL, address TEXT NOT NULL, "
     "expires_at TIMESTAMPTZ NOT NULL);"
-    "INSERT INTO gpupool_leader VALUES (1, 0, '', '', 'epoch') ON CONFLICT (id) DO NOTHING;";
+    "INSERT INTO gpupool_leader VALUES (1, 0, '', '', 'epoch') ON CONFLICT (id) DO NOTHING;"
+    "CREATE TABLE IF NOT EXISTS gpupool_servers (id TEXT PRIMARY KEY, address TEXT NOT NULL, "
+    "version TEXT NOT NULL, started_at TIMESTAMPTZ NOT NULL, seen_at TIMESTAMPTZ NOT NULL);";
 
 // A fixed key for pg_advisory_xact_lock: migrations run one at a time.
 constexpr int64_t kMigrationLock = 0x67707570'6f6f6c31;  // "gpupool1"
@@ -362,13 +364,26 @@ Status Migrate(PgConn& conn) {
 
 }  // namespace
 
-PGconn* PgStore::Connect(const std::string& url, int64_t unanswered_ms) {
+namespace {
+
+PGconn* ConnectWith(PGconn* (*connect)(const char* const*, const char* const*, int),
+                    const std::string& url, int64_t unanswered_ms) {
   const std::string unanswered = std::to_string(unanswered_ms);
   const char* keys[] = {"connect_timeout", "tcp_user_timeout", "dbname", nullptr};
   const char* values[] = {"5", unanswered.c_str(), url.c_str(), nullptr};
   // expand_dbname: the URL (or key=value string) is read as a connection
   // string whose settings override the earlier ones.
-  return PQconnectdbParams(keys, values, 1);
+  return connect(keys, values, 1);
+}
+
+}  // namespace
+
+PGconn* PgStore::Connect(const std::string& url, int64_t unanswered_ms) {
+  return ConnectWith(PQconnectdbParams, url, unanswered_ms);
+}
+
+PGconn* PgStore::StartConnect(const std::string& url, int64_t unanswered_ms) {
+  return ConnectWith(PQconnectStartParams, url, unanswered_ms);
 }
 
 Result<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, const PgOptions& options) {

@@ -62,6 +62,9 @@ class PgStore : public Store {
   // fails after `unanswered_ms` (TCP_USER_TIMEOUT) rather than waiting for
   // TCP to give up (minutes). Settings the URL itself gives win.
   static PGconn* Connect(const std::string& url, int64_t unanswered_ms = 10'000);
+  // The same settings, without waiting: PQconnectStartParams, for a caller
+  // that drives PQconnectPoll with a deadline of its own.
+  static PGconn* StartConnect(const std::string& url, int64_t unanswered_ms);
 
   ~PgStore() override;
   PgStore(const PgStore&) = delete;

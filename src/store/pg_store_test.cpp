@@ -192,8 +192,11 @@ TEST(PgStoreTest, ADeposedLeaderCannotWrite) {
 }
 
 Result<std::unique_ptr<PgLeader>> Leader(const std::string& url, const std::string& id) {
-  return PgLeader::Connect(
-      {.url = url, .id = id, .address = "https://" + id + ":8470", .lease_ms = 1000});
+  return PgLeader::Connect({.url = url,
+                            .id = id,
+                            .address = "https://" + id + ":8470",
+                            .version = "0.1.0-" + id,
+                            .lease_ms = 1000});
 }
 
 TEST(PgLeaderTest, OneLeadsAtATimeAndEveryChangeOfLeaderIsANewEpoch) {
@@ -224,6 +227,36 @@ TEST(PgLeaderTest, OneLeadsAtATimeAndEveryChangeOfLeaderIsANewEpoch) {
   CONF_ASSERT_OK_AND_ASSIGN(va, a->Tick());
   EXPECT_TRUE(va.leading);
   EXPECT_EQ(va.epoch, 3);
+}
+
+TEST(PgLeaderTest, EveryServerThatTicksIsListedUntilItResigns) {
+  const std::string url = SchemaUrl("server_list");
+  CONF_ASSERT_OK(PgStore::Open(url).status());
+  CONF_ASSERT_OK_AND_ASSIGN(auto a, Leader(url, "a"));
+  CONF_ASSERT_OK_AND_ASSIGN(auto b, Leader(url, "b"));
+  int64_t epoch = -1;
+  CONF_ASSERT_OK_AND_ASSIGN(auto none, a->Servers(&epoch));
+  EXPECT_TRUE(none.empty());  // nobody has ticked yet
+  CONF_ASSERT_OK(a->Tick().status());
+  CONF_ASSERT_OK(b->Tick().status());
+  CONF_ASSERT_OK_AND_ASSIGN(auto both, b->Servers(&epoch));
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(epoch, 1);
+  EXPECT_EQ(both[0].id, "a");
+  EXPECT_TRUE(both[0].leading);
+  EXPECT_EQ(both[0].address, "https://a:8470");
+  EXPECT_EQ(both[0].version, "0.1.0-a");
+  EXPECT_EQ(both[1].id, "b");
+  EXPECT_FALSE(both[1].leading);
+  EXPECT_GT(both[1].started_ms, 1'700'000'000'000);  // the database's clock, Unix ms
+  // The leader leaves cleanly: off the list, and b leads at its next tick.
+  CONF_ASSERT_OK(a->Resign());
+  CONF_ASSERT_OK(b->Tick().status());
+  CONF_ASSERT_OK_AND_ASSIGN(auto left, b->Servers(&epoch));
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].id, "b");
+  EXPECT_TRUE(left[0].leading);
+  EXPECT_EQ(epoch, 2);
 }
 
 // A populated SQLite pool: jobs (with inputs, one ended), attempts,

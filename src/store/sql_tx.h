@@ -33,6 +33,9 @@ class SqlTx : public Tx {
   Result<std::optional<Job>> GetJob(int64_t id) override;
   Result<std::vector<Job>> ListJobs(const JobQuery& jq) override;
   Result<int64_t> CountJobs(const JobQuery& jq) override;
+  Result<std::optional<int64_t>> FindSubmitKey(const std::string& owner,
+                                               const std::string& key) override;
+  Status PutSubmitKey(const std::string& owner, const std::string& key, int64_t job_id) override;
   Status PutAttempt(const Attempt& a) override;
   Result<std::optional<Attempt>> GetAttempt(const std::string& id) override;
   Result<std::vector<Attempt>> ListAttempts(const AttemptQuery& aq) override;

@@ -104,6 +104,35 @@ Status SqlTx::UpdateJob(const Job& job) {
   return Status::Ok();
 }
 
+Result<std::optional<int64_t>> SqlTx::FindSubmitKey(const std::string& owner,
+                                                    const std::string& key) {
+  GP_ASSIGN_OR_RETURN(
+      Query q,
+      conn_.Prepare("SELECT job_id FROM submit_keys WHERE owner = ?1 AND submit_key = ?2"));
+  q.Bind(1, owner).Bind(2, key);
+  GP_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<int64_t>();
+  return std::optional<int64_t>(q.Int(0));
+}
+
+Status SqlTx::PutSubmitKey(const std::string& owner, const std::string& key, int64_t job_id) {
+  // DO NOTHING rather than a unique violation, which would end a
+  // PostgreSQL transaction.
+  GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare("INSERT INTO submit_keys (owner, submit_key, job_id) "
+                                             "VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING"));
+  q.Bind(1, owner).Bind(2, key).Bind(3, job_id);
+  Status st = q.Run();
+  if (!st.ok() && q.violated() == SqlConstraint::kForeignKey) {
+    return Status::NotFound("job " + std::to_string(job_id) + " does not exist");
+  }
+  GP_RETURN_IF_ERROR(st);
+  if (conn_.Changes() == 0) {
+    return Status::AlreadyExists("submission key " + key + " of user " + owner +
+                                 " is in use already");
+  }
+  return Status::Ok();
+}
+
 Result<std::optional<Job>> SqlTx::GetJob(int64_t id) {
   static const std::string sql = "SELECT " + std::string(kJobColumns) + " FROM jobs WHERE id = ?1";
   GP_ASSIGN_OR_RETURN(Query q, conn_.Prepare(sql));

@@ -479,6 +479,19 @@ void CheckV11(Tx& tx) {
   EXPECT_EQ(Must(tx.SumUsage(q)).at(0).key, "n-1");
 }
 
+// Version 12 adds submission keys: a key of version 12 leads to its job,
+// and the jobs of older versions take keys too.
+constexpr const char* kRowsV12 = R"sql(
+INSERT INTO submit_keys VALUES ('gina', 'retry-1', 40);
+)sql";
+
+void CheckV12(Tx& tx) {
+  EXPECT_EQ(Must(tx.FindSubmitKey("gina", "retry-1")), std::optional<int64_t>(40));
+  EXPECT_EQ(Must(tx.FindSubmitKey("gina", "other")), std::nullopt);
+}
+
+void UseV12(Tx& tx) { EXPECT_TRUE(tx.PutSubmitKey("gina", "other", 40).ok()); }
+
 struct VersionRows {
   int version;
   const char* rows;            // SQL against that version's schema; nullptr = none
@@ -499,6 +512,7 @@ const VersionRows kVersions[] = {
                             // kRowsBeforeV9 below, and CheckV6
     {10, kRowsV10, CheckV10},
     {11, nullptr, CheckV11},
+    {12, kRowsV12, CheckV12, UseV12},
 };
 static_assert(std::size(kVersions) == SqliteStore::kSchemaVersion,
               "a new migration adds its rows and check to kVersions");

@@ -484,6 +484,17 @@ INSERT INTO usage_rollup
     FROM usage_rollup WHERE grain = 'node-day' GROUP BY 2, 3, 4, 5, 6, 7;
 )sql";
 
+// Version 12: submission keys (POST /v1/jobs's Idempotency-Key): the job
+// each (user, key) was first used for.
+constexpr const char* kSchemaV12 = R"sql(
+CREATE TABLE submit_keys (
+  owner      TEXT NOT NULL,
+  submit_key TEXT NOT NULL,
+  job_id     INTEGER NOT NULL REFERENCES jobs(id),
+  PRIMARY KEY (owner, submit_key)
+) WITHOUT ROWID;
+)sql";
+
 // Version 7 (before version 8 above in history): logs in chunks
 // (store/sql_logs.h); the v6 rows are packed into chunks by
 // MigrateLogsToChunks, which then drops the logs table.
@@ -500,6 +511,7 @@ constexpr SchemaMigration kMigrations[] = {
     {9, kSchemaV9},
     {10, kSchemaV10},
     {11, kSchemaV11},
+    {12, kSchemaV12},
 };
 static_assert(std::size(kMigrations) == SqliteStore::kSchemaVersion,
               "every schema version needs a migration");

@@ -82,7 +82,7 @@ struct SqliteOptions {
 class SqliteStore : public Store {
  public:
   // The schema version this binary writes; see the migrations in the .cpp.
-  static constexpr int kSchemaVersion = 11;
+  static constexpr int kSchemaVersion = 12;
   // The built-in migrations, versions 1..kSchemaVersion.
   static std::span<const SchemaMigration> Migrations();
 

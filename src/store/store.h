@@ -277,6 +277,14 @@ class JobsTx {
   // How many jobs ListJobs would return without after_id and limit.
   virtual Result<int64_t> CountJobs(const JobQuery& q) = 0;
 
+  // Submission keys (POST /v1/jobs's Idempotency-Key): the job a user first
+  // submitted with a key, kept for as long as the pool. PutSubmitKey is
+  // AlreadyExists when the user has used the key, NotFound when the job
+  // does not exist.
+  virtual Result<std::optional<int64_t>> FindSubmitKey(const std::string& owner,
+                                                       const std::string& key) = 0;
+  virtual Status PutSubmitKey(const std::string& owner, const std::string& key, int64_t job_id) = 0;
+
   // Attempts: insert or replace by id; NotFound when the job does not exist.
   virtual Status PutAttempt(const Attempt& a) = 0;
   virtual Result<std::optional<Attempt>> GetAttempt(const std::string& id) = 0;

@@ -141,6 +141,33 @@ TEST_P(StoreConformanceTest, UpdateMissingJobIsNotFound) {
   EXPECT_TRUE(listed.empty());
 }
 
+TEST_P(StoreConformanceTest, SubmitKeysLeadToTheirJobPerUser) {
+  CONF_ASSERT_OK_AND_ASSIGN(Job a, Insert(store(), MakeJob("alice", RunSpec())));
+  CONF_ASSERT_OK_AND_ASSIGN(Job b, Insert(store(), MakeJob("bob", RunSpec())));
+  CONF_ASSERT_OK(InTx(store(), [&](Tx& tx) -> Status {
+    GP_RETURN_IF_ERROR(tx.PutSubmitKey("alice", "k-1", a.id));
+    return tx.PutSubmitKey("bob", "k-1", b.id);  // keys are per user
+  }));
+  auto find = [&](const std::string& owner, const std::string& key) {
+    return InTx(store(), [&](Tx& tx) { return tx.FindSubmitKey(owner, key); });
+  };
+  CONF_ASSERT_OK_AND_ASSIGN(auto alice, find("alice", "k-1"));
+  EXPECT_EQ(alice, std::optional<int64_t>(a.id));
+  CONF_ASSERT_OK_AND_ASSIGN(auto bob, find("bob", "k-1"));
+  EXPECT_EQ(bob, std::optional<int64_t>(b.id));
+  CONF_ASSERT_OK_AND_ASSIGN(auto none, find("alice", "k-2"));
+  EXPECT_EQ(none, std::nullopt);
+  // A key in use stays with its first job; a missing job takes none.
+  Status again = InTx(store(), [&](Tx& tx) { return tx.PutSubmitKey("alice", "k-1", b.id); });
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
+  Status ghost = InTx(store(), [&](Tx& tx) { return tx.PutSubmitKey("alice", "k-3", 999); });
+  EXPECT_EQ(ghost.code(), StatusCode::kNotFound) << ghost.ToString();
+  CONF_ASSERT_OK_AND_ASSIGN(alice, find("alice", "k-1"));
+  EXPECT_EQ(alice, std::optional<int64_t>(a.id));
+  CONF_ASSERT_OK_AND_ASSIGN(none, find("alice", "k-3"));
+  EXPECT_EQ(none, std::nullopt);
+}
+
 TEST_P(StoreConformanceTest, ListJobsFiltersPagesAndOrders) {
   std::vector<Job> all;
   for (int i = 0; i < 12; ++i) {

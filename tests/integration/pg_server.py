@@ -104,6 +104,15 @@ class PgServer:
         self.url = url
         return url
 
+    def psql(self, sql, database=None):
+        """Runs `sql` as the user gpupool; its output, unaligned, stripped."""
+        url = self.url if database is None else self.url_for(database)
+        r = subprocess.run(["psql", "-XAtq", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql],
+                           capture_output=True, text=True, timeout=_SCRIPT_TIMEOUT_S)
+        if r.returncode != 0:
+            raise PgServerError(f"psql {sql!r}: {r.stderr.strip()}")
+        return r.stdout.strip()
+
     def url_for(self, database):
         """The URL of another database of the same server (which the caller creates)."""
         if self.url is None:

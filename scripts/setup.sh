@@ -10,6 +10,7 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-yaml
+  python3-zstandard python3-cloudpickle  # the Python client: checkpoints' chunks, Executor's functions
   python3-torch                 # the PyTorch (CPU) checkpointing example and its tests
   rsync                         # the incremental-upload benchmark compares against it
   procps ca-certificates

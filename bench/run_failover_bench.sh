@@ -104,7 +104,7 @@ one_run() (
   acked=$(wc -l <"$W/acked")
   jobs_check() {
     GPUPOOL_SERVER=$B GPUPOOL_TOKEN=$(cat "$W/a/admin.token") GPUPOOL_CONFIG=$W/none.json \
-      "$G" jobs -o json --all --limit 100000 2>/dev/null | python3 -c '
+      "$G" jobs -o json --all --limit 10000 2>/dev/null | python3 -c '
 import json, sys
 state = {j["id"]: j["state"] for j in json.load(sys.stdin)}
 acked = [int(l.split()[1]) for l in open(sys.argv[1])]

@@ -16,6 +16,7 @@
 #include "cli/identity_commands.h"
 #include "cli/limit_commands.h"
 #include "cli/money_commands.h"
+#include "cli/selftest_command.h"
 #include "cli/server_flags.h"
 #include "cli/session_commands.h"
 #include "common/files.h"
@@ -254,6 +255,8 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--max-image-size", max_image_size,
                         "largest container image pulled, compressed and unpacked (default: the "
                         "config's images.max_image_size, 20GiB)");
+  cli::SelftestFlags selftest_flags;
+  CLI::App* selftest_cmd = cli::AddSelftestCommand(*agent_cmd, selftest_flags);
   // The provider's local commands, over the running agent's control socket.
   cli::AgentControlFlags ac;
   ac.data_dir = ao.data_dir;
@@ -601,6 +604,7 @@ int main(int argc, char** argv) {
   if (idf.run) return idf.run();
   if (lf.run) return lf.run();
   if (mf.run) return mf.run();
+  if (selftest_cmd->parsed()) return cli::RunSelftestCommand(selftest_flags);
   for (CLI::App* c : agent_controls) {
     if (!c->parsed()) continue;
     // `gpupool agent --data-dir D status` works too.

@@ -22,6 +22,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
@@ -174,6 +175,16 @@ HttpResponse ErrorResponse(int status, std::string_view message) {
 }  // namespace internal
 
 namespace {
+
+// Now as an IMF-fixdate: "Sat, 28 Nov 2026 12:00:00 GMT".
+std::string HttpDate() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  return buf;
+}
 
 using Millis = std::chrono::milliseconds;
 
@@ -461,6 +472,7 @@ class HttpSession : public internal::Session,
     res_.version(version_);
     res_.result(static_cast<unsigned>(response.status));
     res_.set(http::field::server, "gpupool");
+    res_.set(http::field::date, HttpDate());  // RFC 9110 8.6.1; clients compare clocks with it
     bool no_body = response.status < 200 || response.status == 204 || response.status == 304;
     if (!no_body && !response.content_type.empty()) {
       res_.set(http::field::content_type, response.content_type);

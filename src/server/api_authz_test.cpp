@@ -62,6 +62,7 @@ constexpr Row kMatrix[] = {
     {"DELETE", "/v1/quotas/groups/vision", "", "UFFFFFFFA"},
     {"POST", "/v1/admin/backups", "", "UFFFFFFFA"},
     {"GET", "/v1/admin/servers", "", "UFFFFFFFA"},
+    {"GET", "/v1/selftest/bytes?n=16", "", "UAAAAAAAA"},
     // Money: prices are the pool's; accounts, ledgers, usage and statements
     // the caller's own and her labs'; prices, grants and budgets admins'.
     {"GET", "/v1/prices", "", "UFFFAAAAA"},

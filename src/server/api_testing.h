@@ -22,7 +22,6 @@
 #include "server/agent_hub.h"
 #include "server/api.h"
 #include "server/backup_api.h"
-#include "server/servers_api.h"
 #include "server/blob_api.h"
 #include "server/blob_service.h"
 #include "server/blob_testing.h"
@@ -30,6 +29,8 @@
 #include "server/metrics_api.h"
 #include "server/pool.h"
 #include "server/quota_api.h"
+#include "server/selftest_api.h"
+#include "server/servers_api.h"
 #include "server/session_gateway.h"
 #include "server/storage_quotas.h"
 #include "store/sqlite_store.h"
@@ -145,6 +146,7 @@ class ApiTestServer : public ::testing::Test {
     api_->AddModule(*backup_api_);
     servers_api_ = std::make_unique<ServersApi>(OneServer("test:1:00", &base_, 1));
     api_->AddModule(*servers_api_);
+    api_->AddModule(selftest_api_);
     // The agent channel and the session gateway, routed as the server does.
     AgentHubOptions hub_options = HubOpts();
     hub_options.blob_scope = agent_blobs_.get();
@@ -258,6 +260,7 @@ class ApiTestServer : public ::testing::Test {
   std::unique_ptr<AccountingApi> accounting_api_;
   std::unique_ptr<BackupApi> backup_api_;
   std::unique_ptr<ServersApi> servers_api_;
+  SelftestApi selftest_api_;
   std::unique_ptr<IdentityApi> identity_;
   std::unique_ptr<Api> api_;
   metrics::ServerMetrics metrics_;

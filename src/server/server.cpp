@@ -35,6 +35,7 @@
 #include "server/pool_summary.h"
 #include "server/quota_api.h"
 #include "server/scheduler_config.h"
+#include "server/selftest_api.h"
 #include "server/server_tls.h"
 #include "server/servers_api.h"
 #include "server/session_gateway.h"
@@ -510,6 +511,7 @@ struct ApiModules {
         money(auth, accounting, budgets, store, clock),
         node_control(auth, pool),
         summary(pool),
+        selftest(),
         backup(auth, clock,
                {.db_path = options.store_url.empty() ? options.data_dir + "/state.db" : "",
                 .backup_dir = options.data_dir + "/backups"}) {}
@@ -519,11 +521,13 @@ struct ApiModules {
     api.AddModule(node_control);
     api.AddModule(summary);
     api.AddModule(backup);
+    api.AddModule(selftest);
   }
   QuotaApi quota;
   AccountingApi money;
   NodeControlApi node_control;
   SummaryApi summary;
+  SelftestApi selftest;
   BackupApi backup;
 };
 

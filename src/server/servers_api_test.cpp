@@ -11,11 +11,18 @@
 namespace gpupool::server {
 namespace {
 
+ServerSeen Seen(int64_t seen_ago_ms, bool leading) {
+  ServerSeen s;
+  s.seen_ago_ms = seen_ago_ms;
+  s.leading = leading;
+  return s;
+}
+
 TEST(ServerRoleTest, TheLeaseHolderLeadsAndASilenceLongerThanALeaseIsUnreachable) {
-  EXPECT_EQ(ServerRole({.seen_ago_ms = 9000, .leading = true}, 6000), "leader");
-  EXPECT_EQ(ServerRole({.seen_ago_ms = 2500, .leading = false}, 6000), "standby");
-  EXPECT_EQ(ServerRole({.seen_ago_ms = 6000, .leading = false}, 6000), "standby");
-  EXPECT_EQ(ServerRole({.seen_ago_ms = 6001, .leading = false}, 6000), "unreachable");
+  EXPECT_EQ(ServerRole(Seen(9000, true), 6000), "leader");
+  EXPECT_EQ(ServerRole(Seen(2500, false), 6000), "standby");
+  EXPECT_EQ(ServerRole(Seen(6000, false), 6000), "standby");
+  EXPECT_EQ(ServerRole(Seen(6001, false), 6000), "unreachable");
 }
 
 class ServersApiTest : public ApiTestServer {};

@@ -76,6 +76,7 @@ std::optional<std::vector<Device>> ReadConfig() {
     for (const auto& d : j.value("devices", nlohmann::json::array())) {
       Device device;
       device.uuid = d.value("uuid", "");
+      device.name = d.value("name", "");
       device.total_bytes = d.value("memory_total_mib", 0ULL) * kMiB;
       device.id = UuidBytes(device.uuid);
       all.push_back(std::move(device));

@@ -17,6 +17,7 @@ namespace fake_cuda {
 
 struct Device {
   std::string uuid;  // as in the file, e.g. "GPU-5c7f...": the key of the shared state
+  std::string name;  // as in the file, e.g. "NVIDIA A100-SXM4-80GB"
   unsigned long long total_bytes = 0;
   CUuuid id{};  // what cuDeviceGetUuid answers
 };

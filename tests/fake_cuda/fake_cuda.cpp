@@ -57,6 +57,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -341,6 +342,16 @@ CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   if (result != CUDA_SUCCESS) return result;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  std::lock_guard<std::mutex> lock(mu);
+  Device d;
+  CUresult result = DeviceLocked(dev, &d);
+  if (result != CUDA_SUCCESS) return result;
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, static_cast<size_t>(len), "%s", d.name.c_str());
   return CUDA_SUCCESS;
 }
 
@@ -638,6 +649,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, c
       {"cuDriverGetVersion", 2020, fn(cuDriverGetVersion)},
       {"cuDeviceGetCount", 2000, fn(cuDeviceGetCount)},
       {"cuDeviceGet", 2000, fn(cuDeviceGet)},
+      {"cuDeviceGetName", 2000, fn(cuDeviceGetName)},
       {"cuDeviceGetUuid", 9020, fn(cuDeviceGetUuid), 11040, fn(cuDeviceGetUuid_v2)},
       {"cuDeviceTotalMem", 2000, fn(cuDeviceTotalMem), 3020, fn(cuDeviceTotalMem_v2)},
       {"cuDevicePrimaryCtxRetain", 7000, fn(cuDevicePrimaryCtxRetain)},

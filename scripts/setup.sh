@@ -34,6 +34,7 @@ PACKAGES=(
   python3-websocket tmux        # session tests: a kernel's WebSocket, a shell driven through tmux
   clang libclang-rt-14-dev      # libFuzzer targets (tests/fuzz)
   chromium chromium-driver python3-selenium  # the web dashboard's browser tests
+  debootstrap systemd           # the package's test: a fresh Debian 12 root; systemd-analyze security
 )
 # npm fetches the dashboard's charting library (web/package.json); Debian's
 # npm unless one is already installed.

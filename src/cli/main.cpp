@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/dev.h"
 #include "cli/identity_commands.h"
+#include "cli/join_command.h"
 #include "cli/limit_commands.h"
 #include "cli/money_commands.h"
 #include "cli/selftest_command.h"
@@ -276,7 +277,15 @@ int main(int argc, char** argv) {
       "reclaim", "take GPUs back: checkpoint and stop the jobs on them (requeued elsewhere)");
   ac_reclaim->add_option("--gpu", ac.gpus, "GPU index or UUID (repeatable; default: all)");
   ac_reclaim->add_flag("--now", ac.now, "kill the jobs at once instead of after the grace");
-  add_control("leave", "drain, then deregister from the pool and exit");
+  auto* ac_leave = add_control("leave", "drain, then deregister from the pool and exit");
+  bool leave_purge = false;
+  std::string leave_config_dir = "/etc/gpupool";
+  ac_leave->add_flag("--purge", leave_purge,
+                     "then disable the service and remove what `join` wrote");
+  ac_leave->add_option("--config-dir", leave_config_dir, "where `join` wrote agent.yaml")
+      ->capture_default_str();
+  cli::JoinFlags join_flags;
+  CLI::App* join_cmd = cli::AddJoinCommand(*agent_cmd, join_flags);
   auto* ac_policy = add_control("policy",
                                 "set the lending policy from FILE, or without FILE go back to the "
                                 "config file's");
@@ -605,11 +614,17 @@ int main(int argc, char** argv) {
   if (lf.run) return lf.run();
   if (mf.run) return mf.run();
   if (selftest_cmd->parsed()) return cli::RunSelftestCommand(selftest_flags);
+  if (join_cmd->parsed()) return cli::RunJoin(join_flags);
   for (CLI::App* c : agent_controls) {
     if (!c->parsed()) continue;
     // `gpupool agent --data-dir D status` works too.
     if (c->get_option("--data-dir")->count() == 0) ac.data_dir = ao.data_dir;
-    return cli::RunAgentControl(ac);
+    const int rc = cli::RunAgentControl(ac);
+    // --purge: also when no agent runs (2); not when it refused (1).
+    if (c == ac_leave && leave_purge && rc != 1) {
+      return cli::PurgeAgent(leave_config_dir, ac.data_dir, rc == 0);
+    }
+    return rc;
   }
   if (agent_cmd->parsed()) {
     if (ao.server_url.empty()) {

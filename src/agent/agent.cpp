@@ -14,6 +14,7 @@
 #include "agent/agent_state.h"
 #include "agent/enrollment.h"
 #include "agent/provider.h"
+#include "agent/selftest.h"
 #include "agent/staging.h"
 #include "agent/task_gpus.h"
 #include "agent/tasks.h"
@@ -251,6 +252,7 @@ class Agent {
     h.labels = options_.labels;
     for (const std::string& name : exec_env_.available) h.labels[ExecutorLabel(name)] = "true";
     if (exec_env_.sandbox_images) h.labels[kImagesLabel] = "true";
+    for (const auto& [key, value] : SelftestLabels(options_.data_dir)) h.labels[key] = value;
     h.owner_group = options_.owner_group;
     h.lending = provider_.LendingForHello();
     h.tasks = tasks_.Reports();

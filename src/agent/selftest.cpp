@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -320,6 +321,32 @@ void CheckMachine(const SelftestOptions& o, SelftestReport& report) {
   report.checks.push_back(UserNamespaceCheck(exec_config));
   report.checks.push_back(CgroupCheck(exec_config));
   report.checks.push_back(FreeSpaceCheck(o));
+}
+
+Status SaveSelftest(const std::string& data_dir, const SelftestReport& report, int64_t now_ms) {
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  if (ec) return Status::Internal("cannot make " + data_dir + ": " + ec.message());
+  json j = SelftestToJson(report);
+  j["at_ms"] = now_ms;
+  return WriteFileAtomic(data_dir + "/selftest.json", j.dump(2) + "\n",
+                         {.mode = 0644, .fsync = true});
+}
+
+std::map<std::string, std::string> SelftestLabels(const std::string& data_dir) {
+  auto text = ReadFile(data_dir + "/selftest.json");
+  if (!text.ok()) return {};
+  json j = json::parse(*text, nullptr, false);
+  if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean() || !j.contains("at_ms") ||
+      !j["at_ms"].is_number_integer()) {
+    return {};
+  }
+  std::time_t at = static_cast<std::time_t>(j["at_ms"].get<int64_t>() / 1000);
+  std::tm tm{};
+  ::gmtime_r(&at, &tm);
+  char day[16];
+  std::strftime(day, sizeof day, "%Y-%m-%d", &tm);
+  return {{kVerifiedLabel, j["ok"].get<bool>() ? "true" : "false"}, {kVerifiedAtLabel, day}};
 }
 
 SelftestReport RunSelftest(const SelftestOptions& options) {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,5 +82,17 @@ SelftestCheck ClockCheck(int64_t offset_ms);
 SelftestCheck CudaProbeCheck(std::string_view probe_output, int gpus);
 
 nlohmann::json SelftestToJson(const SelftestReport& report);
+
+// The last report, kept in DATA_DIR/selftest.json by `selftest` and `join`,
+// and the labels the agent publishes from it at every hello:
+// gpupool/verified ("true" when no check failed, else "false") and
+// gpupool/verified-at (its UTC day). None without a report. A server run
+// with --require-node-label gpupool/verified=true gives work only to nodes
+// that passed. (The provider's machine says so: a check against mistakes,
+// not against a provider who lies, as everything an agent reports.)
+inline constexpr const char* kVerifiedLabel = "gpupool/verified";
+inline constexpr const char* kVerifiedAtLabel = "gpupool/verified-at";
+Status SaveSelftest(const std::string& data_dir, const SelftestReport& report, int64_t now_ms);
+std::map<std::string, std::string> SelftestLabels(const std::string& data_dir);
 
 }  // namespace gpupool::agent

@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
+#include "common/files.h"
+
 namespace gpupool::agent {
 namespace {
 
@@ -68,6 +72,26 @@ TEST(SelftestTest, TheReportFailsOnAnyFailedCheck) {
   r.checks.push_back({"d", CheckResult::kFail, "why", "fix"});
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(SelftestToJson(r)["ok"], false);
+}
+
+TEST(SelftestTest, TheKeptReportBecomesTheNodesVerifiedLabels) {
+  char tmpl[] = "/tmp/selftest-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/agent";
+  EXPECT_TRUE(SelftestLabels(dir).empty());  // never checked: no label
+  SelftestReport passed;
+  passed.checks = {{"disk", CheckResult::kWarn, "", "x"}};
+  ASSERT_TRUE(SaveSelftest(dir, passed, 1'795'867'200'000).ok());
+  EXPECT_EQ(SelftestLabels(dir), (std::map<std::string, std::string>{
+                                     {kVerifiedLabel, "true"}, {kVerifiedAtLabel, "2026-11-28"}}));
+  SelftestReport failed;
+  failed.checks = {{"gpu driver", CheckResult::kFail, "no NVML", "install it"}};
+  ASSERT_TRUE(SaveSelftest(dir, failed, 1'795'867'200'000).ok());
+  EXPECT_EQ(SelftestLabels(dir).at(kVerifiedLabel), "false");
+  // A file that is not a report: no label rather than a guess.
+  ASSERT_TRUE(WriteFileAtomic(dir + "/selftest.json", R"({"ok": "yes"})").ok());
+  EXPECT_TRUE(SelftestLabels(dir).empty());
+  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "agent/selftest.h"
 #include "cli/agent_control.h"
 #include "cli/table.h"
+#include "common/clock.h"
 #include "common/files.h"
 #include "exec/subprocess.h"
 
@@ -160,6 +161,11 @@ int RunJoin(const JoinFlags& f_in) {
   if (!report.ok() && !f.force) {
     std::cerr << "\ngpupool agent join: a check failed (above, with what to do); nothing was "
                  "written. Fix it and run join again, or join anyway with --force.\n";
+    return 1;
+  }
+
+  if (Status s = agent::SaveSelftest(f.data_dir, report, RealClock().NowMs()); !s.ok()) {
+    std::cerr << "gpupool agent join: " << s.message() << "\n";
     return 1;
   }
 

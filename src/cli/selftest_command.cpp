@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/table.h"
+#include "common/clock.h"
 #include "common/files.h"
 
 namespace gpupool::cli {
@@ -51,6 +52,10 @@ int RunSelftestCommand(SelftestFlags& f) {
     a.join_token = *t;
   }
   agent::SelftestReport report = agent::RunSelftest(f.options);
+  // Kept for the agent, which publishes whether it passed (gpupool/verified).
+  if (Status s = agent::SaveSelftest(a.data_dir, report, RealClock().NowMs()); !s.ok()) {
+    std::cerr << "gpupool agent selftest: keeping the report: " << s.message() << "\n";
+  }
   if (f.output == "json") {
     std::cout << agent::SelftestToJson(report).dump(2) << "\n";
     return report.ok() ? 0 : 1;

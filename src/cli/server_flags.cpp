@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/units.h"
 #include "server/rate_limiter.h"
@@ -9,6 +10,18 @@
 namespace gpupool::cli {
 
 void AddServerLimitFlags(CLI::App& server, server::ServerOptions& so) {
+  server.add_option_function<std::vector<std::string>>(
+      "--require-node-label",
+      [&so](const std::vector<std::string>& flags) {
+        for (const std::string& f : flags) {
+          const size_t eq = f.find('=');
+          if (eq == 0 || eq == std::string::npos || eq + 1 == f.size()) {
+            throw CLI::ValidationError("--require-node-label", "KEY=VALUE, got \"" + f + "\"");
+          }
+          so.pool.required_node_labels[f.substr(0, eq)] = f.substr(eq + 1);
+        }
+      },
+      "only nodes with this label get work, e.g. gpupool/verified=true (repeatable)");
   server
       .add_option("--max-pending-jobs-per-user", so.pool.max_pending_jobs_per_user,
                   "pending jobs one user may have (0 = no limit)")

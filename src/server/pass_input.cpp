@@ -270,6 +270,7 @@ PassInput BuildPassInput(const PoolView& view, const PassContext& ctx) {
     p.submit_ms = j.created_ms;
     p.request = RequestFor(j.spec);
     p.request.user = j.owner;
+    for (const auto& [key, value] : ctx.required_node_labels) p.request.node_labels[key] = value;
     p.runtime_limit_ms = j.spec.max_runtime_ms;
     p.front = j.front;
     if (!ctx.held_accounts.empty()) {

@@ -77,6 +77,9 @@ struct PassContext {
   // Lab -> weighted GPU-milli x ms its lending takes off its usage (never
   // below zero; --lending-fair-share).
   std::map<std::string, int64_t> lending_bonus;
+  // Labels every node must carry to get work (PoolOptions), required of
+  // every job as its own node_labels are.
+  std::map<std::string, std::string> required_node_labels;
 };
 
 // The scheduler's input, and what the pass tells waiting jobs besides.

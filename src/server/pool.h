@@ -84,6 +84,10 @@ struct Outcome;
 
 struct PoolOptions {
   int64_t heartbeat_ms = 5000;
+  // Labels every node must carry to get work (--require-node-label), added
+  // to every job's resources.node_labels: gpupool/verified=true keeps nodes
+  // whose `gpupool agent selftest` did not pass from getting work.
+  std::map<std::string, std::string> required_node_labels;
   // A node whose agent has been disconnected this long is lost: its attempts
   // are requeued (once their leases have expired). Like the kubelet's 40 s
   // before NotReady.

@@ -55,6 +55,7 @@ PassContext Pool::PassContextAt(int64_t now) const {
   PassContext ctx;
   ctx.now_ms = now;
   ctx.half_life_ms = options_.scheduler.half_life_ms;
+  ctx.required_node_labels = options_.required_node_labels;
   ctx.connected = [this](const std::string& node_id) { return live_.count(node_id) > 0; };
   ctx.refused = &refused_;
   if (hooks_.held_accounts) ctx.held_accounts = hooks_.held_accounts();

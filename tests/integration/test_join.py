@@ -4,7 +4,6 @@ server: join checks the machine, writes the agent's files, enrolls and
 that starts the agent, which then runs with those files; leave drains the
 agent, deregisters the node and removes what join wrote. A join whose
 checks fail writes nothing."""
-import json
 import os
 import shlex
 import stat
@@ -23,7 +22,14 @@ def join(pool, tmp_path, *extra, token=None):
 
 
 def test_join_writes_enrolls_and_the_agent_runs_then_leave_purges(pool, tmp_path):
-    pool.start_server()
+    """The server gives work only to verified nodes: a plain agent's node
+    gets none, the joined one (its selftest passed) runs the job."""
+    pool.start_server(extra=["--require-node-label", "gpupool/verified=true"])
+    pool.start_agent("plain")
+    pool.wait_nodes_ready(1)
+    job = pool.submit({"command": ["echo", "verified"], "executor": "sandbox"})
+    wait_for(lambda: "gpupool/verified=true" in pool.job(job).get("reason", ""), timeout=30,
+             what=lambda: f"the job to wait for a verified node: {pool.job(job)}")
     r = join(pool, tmp_path, "--name", "lab-a-gpu1", "--owner-group", "vision",
              "--simulate-gpus", "1xA100:80GiB", "--label", "rack=r2")
     assert r.returncode == 0, r
@@ -52,6 +58,10 @@ def test_join_writes_enrolls_and_the_agent_runs_then_leave_purges(pool, tmp_path
         n = wait_for(node, timeout=60, what="the joined agent to be ready")
         assert n["owner_group"] == "vision", n
         assert n["labels"].get("rack") == "r2", n
+        assert n["labels"].get("gpupool/verified") == "true", n
+        done = pool.wait_finished(job, timeout=60)
+        assert done["state"] == "succeeded", done
+        assert [a["node"] for a in pool.job(job)["attempt_list"]] == ["lab-a-gpu1"]
 
         # leave --purge: drained and deregistered, then the files go.
         out = subprocess.run([GPUPOOL, "agent", "leave", "--purge", "--data-dir",
@@ -77,7 +87,7 @@ def test_a_join_whose_checks_fail_writes_nothing(pool, tmp_path):
     assert "pool CA" in r.stdout and "nothing was written" in r.stderr
     assert not (tmp_path / "etc").exists()
     assert not (tmp_path / "agent" / "credentials").exists()
-    assert json.loads(json.dumps(pool.nodes())) == []
+    assert pool.nodes() == []
 
 
 def test_a_value_that_would_break_the_service_file_is_refused(pool, tmp_path):

@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -102,7 +103,79 @@ SelftestCheck CudaProbeCheck(std::string_view probe_output, int gpus) {
   return c;
 }
 
+SelftestCheck GpuHealthCheck(std::string_view ecc_csv, std::string_view kernel_log) {
+  SelftestCheck c{"gpu health", CheckResult::kPass, "", ""};
+  std::vector<std::string> said, bad;
+  if (ecc_csv.empty()) {
+    said.push_back("ECC counters not read (no nvidia-smi)");
+  } else {
+    int64_t total = 0;
+    std::istringstream in{std::string(ecc_csv)};
+    for (std::string line; std::getline(in, line);) {
+      const size_t comma = line.find(',');
+      if (comma == std::string::npos) continue;
+      std::string count = line.substr(comma + 1);
+      count.erase(0, count.find_first_not_of(' '));
+      char* end = nullptr;
+      const long long n = std::strtoll(count.c_str(), &end, 10);
+      if (end == count.c_str()) continue;  // "[N/A]": no ECC on this GPU
+      total += n;
+      if (n > 0)
+        bad.push_back("GPU " + line.substr(0, comma) + ": " + std::to_string(n) +
+                      " uncorrected ECC errors since the driver loaded");
+    }
+    said.push_back(std::to_string(total) + " uncorrected ECC errors");
+  }
+  if (kernel_log.empty()) {
+    said.push_back("kernel log not readable (Xid errors not checked)");
+  } else {
+    int xids = 0;
+    std::string last;
+    std::istringstream in{std::string(kernel_log)};
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("NVRM: Xid") == std::string::npos) continue;
+      ++xids;
+      last = line.substr(line.find("NVRM: Xid"));
+    }
+    said.push_back(std::to_string(xids) + " Xid errors in the kernel log");
+    if (xids > 0) bad.push_back("the last: " + last.substr(0, 160));
+  }
+  c.detail = said[0] + (said.size() > 1 ? "; " + said[1] : "");
+  if (!bad.empty()) {
+    c.result = CheckResult::kWarn;
+    for (const std::string& b : bad) c.detail += "; " + b;
+    c.fix =
+        "a GPU that reports uncorrected ECC or Xid errors may fail jobs: check it with "
+        "`nvidia-smi -q -d ECC` and NVIDIA's Xid list, and reset or replace it";
+  } else if (ecc_csv.empty() && kernel_log.empty()) {
+    c.result = CheckResult::kSkip;
+  }
+  return c;
+}
+
 namespace {
+
+// nvidia-smi's uncorrected ECC counts per GPU: the driver directory's, else
+// the PATH's; "" when there is none or it fails.
+std::string ReadEccCounters(const exec::ExecConfig& config) {
+  std::string smi = "nvidia-smi";
+  if (!config.gpu_driver_dir.empty() && fs::exists(config.gpu_driver_dir + "/nvidia-smi")) {
+    smi = config.gpu_driver_dir + "/nvidia-smi";
+  }
+  std::string out;
+  auto r = exec::RunCommand(
+      {smi, "--query-gpu=index,ecc.errors.uncorrected.volatile.total", "--format=csv,noheader"},
+      [&out](std::string_view line) { out.append(line).append("\n"); }, 20'000);
+  return r.ok() && r->ok() ? out : "";
+}
+
+// The kernel log (dmesg), where this account may read it; "" otherwise.
+std::string ReadKernelLog() {
+  std::string out;
+  auto r = exec::RunCommand(
+      {"dmesg"}, [&out](std::string_view line) { out.append(line).append("\n"); }, 20'000);
+  return r.ok() && r->ok() ? out : "";
+}
 
 // The probe: given, else BIN/../lib/gpupool-cuda-probe beside this binary.
 std::string ProbePath(const SelftestOptions& o) {
@@ -306,6 +379,9 @@ void CheckMachine(const SelftestOptions& o, SelftestReport& report) {
   const exec::ExecConfig& exec_config = config->exec;
   Result<GpuSnapshot> snapshot = Status::Unavailable("not read");
   report.checks.push_back(GpuCheck(o, exec_config, snapshot));
+  if (snapshot.ok() && !snapshot->gpus.empty() && o.agent.simulate_gpus.empty()) {
+    report.checks.push_back(GpuHealthCheck(ReadEccCounters(exec_config), ReadKernelLog()));
+  }
   if (!snapshot.ok() || snapshot->gpus.empty() || !o.agent.simulate_gpus.empty()) {
     report.checks.push_back(
         {"cuda in sandbox", CheckResult::kSkip,

@@ -3,6 +3,8 @@
 //
 //   gpu driver       NVML loads (the agent's --nvml-library/--gpu-driver-dir);
 //                    the driver and CUDA versions, every GPU
+//   gpu health       uncorrected ECC errors (nvidia-smi, where there is one)
+//                    and Xid errors in the kernel log (where it is readable)
 //   cuda in sandbox  gpupool-cuda-probe (src/cuda_probe) run in the sandbox
 //                    a job gets, with every GPU: cuInit succeeds and sees them
 //   user namespaces  bubblewrap makes its namespaces (as the task account)
@@ -78,6 +80,10 @@ SelftestCheck DiskCheck(const std::string& path, int64_t free_bytes, const Selft
 // against the date (whole seconds, so within about a second).
 Result<int64_t> ClockOffsetMs(std::string_view date_header, int64_t sent_ms, int64_t received_ms);
 SelftestCheck ClockCheck(int64_t offset_ms);
+// The GPUs' health from nvidia-smi's CSV answer to
+// --query-gpu=index,ecc.errors.uncorrected.volatile.total (empty: none
+// ran) and the kernel log's text (empty: not readable).
+SelftestCheck GpuHealthCheck(std::string_view ecc_csv, std::string_view kernel_log);
 // What the probe printed (one line of JSON) as the check.
 SelftestCheck CudaProbeCheck(std::string_view probe_output, int gpus);
 

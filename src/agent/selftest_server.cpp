@@ -5,6 +5,7 @@
 
 #include "agent/enrollment.h"
 #include "agent/selftest.h"
+#include "common/clock.h"
 #include "net/http_client.h"
 #include "net/server_list.h"
 
@@ -12,11 +13,7 @@ namespace gpupool::agent {
 
 namespace {
 
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t WallMs() { return RealClock().NowMs(); }
 
 int64_t MonotonicUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(

@@ -74,6 +74,22 @@ TEST(SelftestTest, TheReportFailsOnAnyFailedCheck) {
   EXPECT_EQ(SelftestToJson(r)["ok"], false);
 }
 
+TEST(SelftestTest, EccAndXidErrorsWarnWhereTheyCanBeRead) {
+  SelftestCheck clean = GpuHealthCheck("0, 0\n1, [N/A]\n", "[  1.0] usb 1-1: new device\n");
+  EXPECT_EQ(clean.result, CheckResult::kPass);
+  EXPECT_EQ(clean.detail, "0 uncorrected ECC errors; 0 Xid errors in the kernel log");
+  SelftestCheck ecc = GpuHealthCheck("0, 0\n1, 7\n", "");
+  EXPECT_EQ(ecc.result, CheckResult::kWarn);
+  EXPECT_THAT(ecc.detail, HasSubstr("GPU 1: 7 uncorrected ECC errors"));
+  EXPECT_THAT(ecc.detail, HasSubstr("kernel log not readable"));
+  SelftestCheck xid = GpuHealthCheck(
+      "", "[ 9.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n");
+  EXPECT_EQ(xid.result, CheckResult::kWarn);
+  EXPECT_THAT(xid.detail, HasSubstr("1 Xid errors"));
+  EXPECT_THAT(xid.detail, HasSubstr("fallen off the bus"));
+  EXPECT_EQ(GpuHealthCheck("", "").result, CheckResult::kSkip);  // nothing readable
+}
+
 TEST(SelftestTest, TheKeptReportBecomesTheNodesVerifiedLabels) {
   char tmpl[] = "/tmp/selftest-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);

@@ -525,7 +525,14 @@ int CmdNodes(const GlobalFlags& g) {
     std::string status = Str(n, "status");
     if (status.empty()) status = Str(n, "state");  // older servers
     std::string host = "host: " + std::to_string(Int(n, "cpu_milli") / 1000) + " CPUs, " +
-                       FormatMebibytes(Int(n, "memory_mib")) + " RAM";
+                       FormatMebibytes(Int(n, "memory_mib")) + " RAM, ";
+    // Its last `gpupool agent selftest` (agent/selftest.h SelftestLabels).
+    const json labels = n.value("labels", json::object());
+    const std::string verified = Str(labels, "gpupool/verified");
+    const std::string day = Str(labels, "gpupool/verified-at");
+    host += verified == "true"    ? "verified " + day
+            : verified == "false" ? "selftest failed " + day
+                                  : "not verified";
     t.Add({Str(n, "name"), status, host, "", "", "", "", ""});
     // What the provider lends of each GPU, when it does not lend it all.
     const json lending = n.value("lending", json());

@@ -59,6 +59,9 @@ def test_join_writes_enrolls_and_the_agent_runs_then_leave_purges(pool, tmp_path
         assert n["owner_group"] == "vision", n
         assert n["labels"].get("rack") == "r2", n
         assert n["labels"].get("gpupool/verified") == "true", n
+        table = subprocess.run([GPUPOOL, "nodes"], env=pool.cli_env(), capture_output=True,
+                               text=True, timeout=60).stdout
+        assert "verified 20" in table and "not verified" in table, table  # joined; plain
         done = pool.wait_finished(job, timeout=60)
         assert done["state"] == "succeeded", done
         assert [a["node"] for a in pool.job(job)["attempt_list"]] == ["lab-a-gpu1"]

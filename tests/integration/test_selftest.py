@@ -40,6 +40,10 @@ def gpu(tmp_path):
     with open(device_file, "w") as f:
         json.dump(NVML, f)
     os.chmod(device_file, 0o644)
+    # nvidia-smi as the driver directory has it: one GPU, 3 uncorrected ECC errors.
+    smi = driver / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, 3'\n")
+    smi.chmod(0o755)
     config = tmp_path / "agent.yaml"
     config.write_text(sandbox.rstrip("}\n") + ", host_paths: [/usr, /bin, /sbin, /lib, /lib64, "
                       f"/etc, {shared}]}}\n")
@@ -63,6 +67,9 @@ def test_a_machine_ready_to_lend_passes_every_check(pool, tmp_path, gpu):
     assert checks["gpu driver"]["result"] == "pass", checks
     assert "NVIDIA L4" in checks["gpu driver"]["detail"]
     assert "550.54.15" in checks["gpu driver"]["detail"]
+    # The ECC errors the driver's nvidia-smi reports: a warning, not a failure.
+    assert checks["gpu health"]["result"] == "warn", checks["gpu health"]
+    assert "GPU 0: 3 uncorrected ECC errors" in checks["gpu health"]["detail"]
     # cuInit ran in a job's sandbox and saw the one GPU.
     assert checks["cuda in sandbox"]["result"] == "pass", checks["cuda in sandbox"]
     assert "1 device(s) visible" in checks["cuda in sandbox"]["detail"]

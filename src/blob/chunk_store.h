@@ -56,6 +56,13 @@ struct VerifiedChunk {
 // Receives chunks one by one.
 using ChunkSink = std::function<Status(VerifiedChunk chunk)>;
 
+// A stored chunk as ChunkStore::Inventory sees it.
+struct StoredChunk {
+  ChunkId id;
+  int64_t bytes = 0;        // of its zstd frame on disk
+  int64_t modified_ms = 0;  // last written or touched (Unix ms)
+};
+
 class ChunkStore {
  public:
   virtual ~ChunkStore() = default;
@@ -83,13 +90,24 @@ class ChunkStore {
   // remote store fetches in large requests while the sink works (see
   // ChunkReadAhead), a cache reads what it holds and fetches the rest.
   virtual Status ReadChunks(const std::vector<ChunkId>& ids, const ChunkSink& sink);
-};
 
-// A stored chunk as FsChunkStore::Inventory sees it.
-struct StoredChunk {
-  ChunkId id;
-  int64_t bytes = 0;        // of its zstd frame on disk
-  int64_t modified_ms = 0;  // last written or touched (Unix ms)
+  // What the server's blob store (server/blob_service.h) needs besides,
+  // which a bucket-backed store provides too:
+  // Missing, marking the chunks that are stored used now (garbage
+  // collection's grace counts from it); the default marks nothing.
+  virtual Result<std::vector<ChunkId>> MissingTouchingTheRest(const std::vector<ChunkId>& ids) {
+    return Missing(ids);
+  }
+  // Stores frames the caller has checked with OpenChunk; the default is
+  // PutMany (which checks them again).
+  virtual Status PutVerified(const std::vector<std::pair<ChunkId, std::string>>& frames) {
+    return PutMany(frames);
+  }
+  // Every stored chunk with its size and age (garbage collection);
+  // FailedPrecondition from a store that cannot say.
+  virtual Result<std::vector<StoredChunk>> Inventory() {
+    return Status::FailedPrecondition("this chunk store cannot list its chunks' ages");
+  }
 };
 
 // Chunks as files DIR/ab/abcdef... (the first two hex digits fan out).
@@ -112,7 +130,7 @@ class FsChunkStore : public ChunkStore {
   // already stored is only touched. With fsync, the whole batch is made
   // durable by one syncfs before it returns, instead of a flush per chunk
   // (a 1 GiB upload is tens of thousands of chunks).
-  Status PutVerified(const std::vector<std::pair<ChunkId, std::string>>& frames);
+  Status PutVerified(const std::vector<std::pair<ChunkId, std::string>>& frames) override;
   // One frame the caller has checked, without waiting for the disk (even
   // with fsync): true when it was stored now, false when it was there
   // already (then it is only touched). For a cache, which loses nothing it
@@ -121,13 +139,13 @@ class FsChunkStore : public ChunkStore {
 
   // Every stored chunk with its size and age (for garbage collection and
   // for a size-limited cache's eviction, oldest first).
-  Result<std::vector<StoredChunk>> Inventory();
+  Result<std::vector<StoredChunk>> Inventory() override;
   // Marks a chunk used now (a cache's LRU order); absent chunks are ignored.
   Status Touch(const ChunkId& id);
   // Missing, and marks the chunks that are stored used now, in one system
   // call per chunk (what the server answers a sender that is about to name
   // these chunks in a manifest).
-  Result<std::vector<ChunkId>> MissingTouchingTheRest(const std::vector<ChunkId>& ids);
+  Result<std::vector<ChunkId>> MissingTouchingTheRest(const std::vector<ChunkId>& ids) override;
 
   const std::string& dir() const { return dir_; }
   std::string PathOf(const ChunkId& id) const;

@@ -96,7 +96,8 @@ TEST_F(BlobApiTest, CorruptChunkOnFetchIs500AndBecomesMissing) {
   testing::Upload u = MakeUpload({"precious"});
   ASSERT_EQ(Upload(u, alice_).status, 201);
   const std::string id = u.frames[0].first;
-  ASSERT_TRUE(WriteFileAtomic(blobs_->chunks().PathOf(id), "rot").ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(static_cast<blob::FsChunkStore&>(blobs_->chunks()).PathOf(id), "rot").ok());
   auto r = Call("POST", "/v1/blobs/chunks/fetch", alice_, IdList({id}));
   EXPECT_EQ(r.status, 500);
   EXPECT_EQ(Json(r)["error"]["code"], "DATA_LOSS");

@@ -31,24 +31,6 @@ Status CheckBlobId(const std::string& id, std::string_view what) {
 
 std::string Short(const std::string& id) { return id.substr(0, 12); }
 
-int64_t ModifiedMs(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000;
-}
-
-// Flushes a directory's entries (a rename in it) to disk.
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::Internal("cannot open " + dir + ": " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int e = errno;
-  ::close(fd);
-  if (rc != 0) return Status::Internal("cannot sync " + dir + ": " + std::strerror(e));
-  return Status::Ok();
-}
-
-// Marks a file used now (garbage collection's grace counts from it).
-void TouchFile(const std::string& path) { ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
-
 ManifestSummary Summarize(const std::string& id, const blob::Manifest& m) {
   ManifestSummary s;
   s.id = id;
@@ -69,22 +51,23 @@ Status MissingChunksError(const std::vector<blob::ChunkId>& missing) {
 }  // namespace
 
 Result<std::unique_ptr<BlobService>> BlobService::Open(BlobServiceOptions options) {
-  std::error_code ec;
-  fs::create_directories(options.dir + "/manifests", ec);
-  if (ec) return Status::Internal("cannot create " + options.dir + "/manifests: " + ec.message());
   GP_ASSIGN_OR_RETURN(auto chunks,
                       blob::FsChunkStore::Open(options.dir + "/chunks", options.fsync));
-  return std::unique_ptr<BlobService>(new BlobService(std::move(options), std::move(chunks)));
+  GP_ASSIGN_OR_RETURN(auto manifests, blob::FsObjectStore::Open(options.dir, options.fsync));
+  return Open(std::move(chunks), std::move(manifests));
 }
 
-BlobService::BlobService(BlobServiceOptions options, std::unique_ptr<blob::FsChunkStore> chunks)
-    : dir_(std::move(options.dir)),
-      manifest_dir_(dir_ + "/manifests"),
-      fsync_(options.fsync),
-      chunks_(std::move(chunks)) {}
+std::unique_ptr<BlobService> BlobService::Open(std::unique_ptr<blob::ChunkStore> chunks,
+                                               std::unique_ptr<blob::ObjectStore> manifests) {
+  return std::unique_ptr<BlobService>(new BlobService(std::move(chunks), std::move(manifests)));
+}
 
-std::string BlobService::ManifestPath(const std::string& id) const {
-  return manifest_dir_ + "/" + id + std::string(kManifestSuffix);
+BlobService::BlobService(std::unique_ptr<blob::ChunkStore> chunks,
+                         std::unique_ptr<blob::ObjectStore> manifests)
+    : chunks_(std::move(chunks)), manifests_(std::move(manifests)) {}
+
+std::string BlobService::ManifestKey(const std::string& id) {
+  return "manifests/" + id + std::string(kManifestSuffix);
 }
 
 // ------------------------------------------------------------------- chunks
@@ -145,9 +128,10 @@ Result<std::string> BlobService::FetchChunks(const std::vector<blob::ChunkId>& i
 
 // ---------------------------------------------------------------- manifests
 
-bool BlobService::HasManifest(const std::string& id) const {
+bool BlobService::HasManifest(const std::string& id) {
   if (!IsSha256Hex(id)) return false;
-  return ::access(ManifestPath(id).c_str(), F_OK) == 0;
+  auto info = manifests_->Stat(ManifestKey(id));
+  return info.ok() && info->has_value();
 }
 
 Result<ManifestSummary> BlobService::PutManifest(const std::string& id, std::string_view text,
@@ -164,27 +148,22 @@ Result<ManifestSummary> BlobService::PutManifest(const std::string& id, std::str
   GP_ASSIGN_OR_RETURN(auto missing, chunks_->Missing(m.ChunkIds()));
   if (!missing.empty()) return MissingChunksError(missing);
   if (HasManifest(id)) {
-    TouchFile(ManifestPath(id));
+    (void)manifests_->Touch(ManifestKey(id));
     return summary;
   }
   if (admit) GP_RETURN_IF_ERROR(admit(static_cast<int64_t>(text.size())));
-  GP_RETURN_IF_ERROR(WriteManifest(id, text));
+  GP_RETURN_IF_ERROR(manifests_->Put(ManifestKey(id), text));
   summary.created = true;
   return summary;
 }
 
-Status BlobService::WriteManifest(const std::string& id, std::string_view text) {
-  std::lock_guard lock(write_mu_);
-  WriteOptions opts;
-  opts.fsync = fsync_;
-  GP_RETURN_IF_ERROR(WriteFileAtomic(ManifestPath(id), std::string(text), opts));
-  return fsync_ ? SyncDir(manifest_dir_) : Status::Ok();
-}
-
 Result<std::string> BlobService::GetManifest(const std::string& id) {
   GP_RETURN_IF_ERROR(CheckBlobId(id, "manifest"));
-  if (!HasManifest(id)) return Status::NotFound("manifest " + id + " is not stored");
-  return ReadFile(ManifestPath(id));
+  auto text = manifests_->Get(ManifestKey(id));
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
+    return Status::NotFound("manifest " + id + " is not stored");
+  }
+  return text;
 }
 
 Result<ManifestSummary> BlobService::DescribeManifest(const std::string& id) {
@@ -200,18 +179,15 @@ Result<ManifestSummary> BlobService::DescribeManifest(const std::string& id) {
 // ----------------------------------------------------- garbage collection
 
 Result<std::vector<BlobService::StoredManifest>> BlobService::ListManifests() {
+  GP_ASSIGN_OR_RETURN(auto objects, manifests_->List("manifests/"));
   std::vector<StoredManifest> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(manifest_dir_, ec)) {
-    std::string name = entry.path().filename().string();
+  for (blob::ObjectInfo& o : objects) {
+    std::string name = o.key.substr(o.key.rfind('/') + 1);
     if (!name.ends_with(kManifestSuffix)) continue;
     std::string id = name.substr(0, name.size() - kManifestSuffix.size());
     if (!IsSha256Hex(id)) continue;
-    struct stat st;
-    if (::stat(entry.path().c_str(), &st) != 0) continue;  // removed meanwhile
-    out.push_back({std::move(id), ModifiedMs(st), static_cast<int64_t>(st.st_size)});
+    out.push_back({std::move(id), o.modified_ms, o.bytes});
   }
-  if (ec) return Status::Internal("cannot list " + manifest_dir_ + ": " + ec.message());
   return out;
 }
 
@@ -221,9 +197,7 @@ Result<std::set<blob::ChunkId>> BlobService::SweepManifests(const std::set<std::
   std::set<blob::ChunkId> used;
   for (const StoredManifest& m : manifests) {
     if (!reachable.count(m.id) && m.modified_ms < cutoff_ms) {
-      if (::unlink(ManifestPath(m.id).c_str()) != 0 && errno != ENOENT) {
-        return Status::Internal("cannot remove manifest " + m.id + ": " + std::strerror(errno));
-      }
+      GP_RETURN_IF_ERROR(manifests_->Remove(ManifestKey(m.id)));
       ++stats.manifests_removed;
       stats.bytes_freed += m.bytes;
       continue;
@@ -231,12 +205,14 @@ Result<std::set<blob::ChunkId>> BlobService::SweepManifests(const std::set<std::
     stats.bytes_kept += m.bytes;
     // A kept manifest that cannot be read would hide which chunks it
     // needs: stop rather than remove them.
-    GP_ASSIGN_OR_RETURN(std::string text, ReadFile(ManifestPath(m.id)));
-    Result<blob::Manifest> decoded = blob::DecodeManifest(text);
+    auto text = manifests_->Get(ManifestKey(m.id));
+    if (!text.ok() && text.status().code() == StatusCode::kNotFound) continue;  // removed meanwhile
+    GP_RETURN_IF_ERROR(text.status());
+    Result<blob::Manifest> decoded = blob::DecodeManifest(*text);
     if (!decoded.ok()) {
       return Status::DataLoss("garbage collection stopped: manifest " + m.id +
                               " does not decode (" + decoded.status().message() + "); remove " +
-                              ManifestPath(m.id) + " or restore it");
+                              ManifestKey(m.id) + " from the blob store or restore it");
     }
     for (blob::ChunkId& id : decoded->ChunkIds()) used.insert(std::move(id));
   }

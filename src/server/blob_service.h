@@ -1,6 +1,10 @@
-// BlobService: the server's blob store (docs/api.md "Blobs"): chunks kept by
-// a FsChunkStore under DIR/chunks, manifests as files DIR/manifests/<id>.json
-// (DIR is DATA_DIR/blobs).
+// BlobService: the server's blob store (docs/api.md "Blobs"): chunks in a
+// blob::ChunkStore, manifests in a blob::ObjectStore as "manifests/<id>.json".
+// Open(options) keeps both as files under one directory (DATA_DIR/blobs, or
+// --blob-dir, which several servers may share over NFS): chunks by
+// FsChunkStore under DIR/chunks, manifests by FsObjectStore as
+// DIR/manifests/<id>.json. A bucket-backed (S3-compatible) store plugs in
+// through the same two interfaces (the other Open).
 //
 // Guarantees:
 // - Nothing corrupt is stored: every chunk is verified (OpenChunk) before it
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "blob/chunk_store.h"
+#include "blob/object_store.h"
 #include "common/status.h"
 
 namespace gpupool::server {
@@ -61,6 +66,10 @@ struct GcStats {
 class BlobService {
  public:
   static Result<std::unique_ptr<BlobService>> Open(BlobServiceOptions options);
+  // Over other stores (their own durability): `chunks` must provide
+  // Inventory (garbage collection).
+  static std::unique_ptr<BlobService> Open(std::unique_ptr<blob::ChunkStore> chunks,
+                                           std::unique_ptr<blob::ObjectStore> manifests);
 
   // Which of `ids` are not stored, in the order given; refreshes the age of
   // the others. InvalidArgument naming a malformed id.
@@ -94,7 +103,7 @@ class BlobService {
   // Reads and decodes a stored manifest; NotFound if absent.
   Result<ManifestSummary> DescribeManifest(const std::string& id);
   // Whether the manifest is stored (one stat; cheap enough for the loop).
-  bool HasManifest(const std::string& id) const;
+  bool HasManifest(const std::string& id);
 
   // Removes the manifests that are neither in `reachable` nor younger than
   // `grace_ms` (by their modification time, against `now_ms`), then the
@@ -102,13 +111,14 @@ class BlobService {
   Result<GcStats> CollectGarbage(const std::set<std::string>& reachable, int64_t now_ms,
                                  int64_t grace_ms);
 
-  const std::string& dir() const { return dir_; }
-  std::string ManifestPath(const std::string& id) const;
-  blob::FsChunkStore& chunks() { return *chunks_; }
+  // The stores (tests and tools of the file layout).
+  blob::ChunkStore& chunks() { return *chunks_; }
+  blob::ObjectStore& manifests() { return *manifests_; }
+  static std::string ManifestKey(const std::string& id);
 
  private:
-  BlobService(BlobServiceOptions options, std::unique_ptr<blob::FsChunkStore> chunks);
-  Status WriteManifest(const std::string& id, std::string_view text);
+  BlobService(std::unique_ptr<blob::ChunkStore> chunks,
+              std::unique_ptr<blob::ObjectStore> manifests);
   // Manifest ids stored, with their modification time and size.
   struct StoredManifest {
     std::string id;
@@ -121,17 +131,12 @@ class BlobService {
   Result<std::set<blob::ChunkId>> SweepManifests(const std::set<std::string>& reachable,
                                                  int64_t cutoff_ms, GcStats& stats);
 
-  std::string dir_;
-  std::string manifest_dir_;
-  bool fsync_;
-  std::unique_ptr<blob::FsChunkStore> chunks_;
+  std::unique_ptr<blob::ChunkStore> chunks_;
+  std::unique_ptr<blob::ObjectStore> manifests_;
   // Shared by manifest writes, exclusive for garbage collection, so a
   // collection never removes a chunk that a manifest being stored has just
   // been checked to hold.
   std::shared_mutex gc_mu_;
-  // Serializes manifest file writes (WriteFileAtomic's temporary file is
-  // named after the target, so two writers of one id must not overlap).
-  std::mutex write_mu_;
 };
 
 }  // namespace gpupool::server

@@ -48,9 +48,17 @@ class BlobServiceTest : public ::testing::Test {
     times[0].tv_nsec = times[1].tv_nsec = (t % 1000) * 1'000'000;
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
   }
+  // The files Open(options) keeps them in.
+  std::string ChunkPath(const std::string& id) {
+    return static_cast<blob::FsChunkStore&>(blobs_->chunks()).PathOf(id);
+  }
+  std::string ManifestPath(const std::string& id) {
+    return static_cast<blob::FsObjectStore&>(blobs_->manifests())
+        .PathOf(BlobService::ManifestKey(id));
+  }
   void AgeAll(const Upload& u, int64_t ago_ms) {
-    for (const auto& id : u.ChunkIds()) Age(blobs_->chunks().PathOf(id), ago_ms);
-    if (blobs_->HasManifest(u.id)) Age(blobs_->ManifestPath(u.id), ago_ms);
+    for (const auto& id : u.ChunkIds()) Age(ChunkPath(id), ago_ms);
+    if (blobs_->HasManifest(u.id)) Age(ManifestPath(u.id), ago_ms);
   }
   Result<GcStats> Gc(const std::set<std::string>& reachable) {
     return blobs_->CollectGarbage(reachable, RealClock().NowMs(), kHourMs);
@@ -133,7 +141,7 @@ TEST_F(BlobServiceTest, CorruptChunkOnFetchIsDataLossSetAsideAndReplaceable) {
   Upload u = MakeUpload({"precious bytes"});
   Store(u);
   const std::string id = u.frames[0].first;
-  std::string path = blobs_->chunks().PathOf(id);
+  std::string path = ChunkPath(id);
   {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f << "rotten";
@@ -190,7 +198,7 @@ TEST_F(BlobServiceTest, ManifestWithMissingChunksIsRefusedAndNothingIsStored) {
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(), HasSubstr("2 chunks are missing, e.g. " + u.frames[2].first));
   EXPECT_FALSE(blobs_->HasManifest(u.id));
-  EXPECT_FALSE(fs::exists(blobs_->ManifestPath(u.id)));
+  EXPECT_FALSE(fs::exists(ManifestPath(u.id)));
   EXPECT_EQ(blobs_->GetManifest(u.id).status().code(), StatusCode::kNotFound);
   // Resuming the upload completes it.
   ASSERT_TRUE(blobs_->PutChunks(blob::EncodeChunkRecords({u.frames[2], u.frames[3]})).ok());
@@ -253,7 +261,7 @@ TEST_F(BlobServiceTest, AskingAndPuttingAgainRefreshTheAge) {
 TEST_F(BlobServiceTest, GcStopsAtAKeptManifestThatDoesNotDecode) {
   Upload u = MakeUpload({"x"});
   Store(u);
-  ASSERT_TRUE(WriteFileAtomic(blobs_->ManifestPath(u.id), "garbage").ok());
+  ASSERT_TRUE(WriteFileAtomic(ManifestPath(u.id), "garbage").ok());
   AgeAll(u, 2 * kHourMs);
   auto stats = Gc({u.id});
   EXPECT_EQ(stats.status().code(), StatusCode::kDataLoss);

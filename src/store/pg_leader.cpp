@@ -94,14 +94,20 @@ struct PgLeader::Impl {
         return Lost("PostgreSQL did not take the statement in time");
       }
     }
-    while (PQisBusy(conn.get())) {
-      if (!WaitFor(conn.get(), false, deadline)) return Lost("PostgreSQL did not answer in time");
-      if (!PQconsumeInput(conn.get())) {
-        return Lost("lost PostgreSQL: " + std::string(PQerrorMessage(conn.get())));
+    // Every result until the end of the command (PQgetResult's null), each
+    // waited for within the deadline: a blocking PQgetResult could wait on
+    // a partition for as long as TCP does.
+    PgResultPtr r;
+    while (true) {
+      while (PQisBusy(conn.get())) {
+        if (!WaitFor(conn.get(), false, deadline)) return Lost("PostgreSQL did not answer in time");
+        if (!PQconsumeInput(conn.get())) {
+          return Lost("lost PostgreSQL: " + std::string(PQerrorMessage(conn.get())));
+        }
       }
-    }
-    PgResultPtr r(PQgetResult(conn.get()));
-    while (PgResultPtr more{PQgetResult(conn.get())}) {
+      PgResultPtr next(PQgetResult(conn.get()));
+      if (!next) break;
+      if (!r) r = std::move(next);
     }
     ExecStatusType st = PQresultStatus(r.get());
     if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {

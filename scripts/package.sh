@@ -9,7 +9,8 @@
 #
 #   scripts/package.sh [OUT_DIR=out]    BUILD=build: the build to package
 #                                       (its targets are built first if needed);
-#                                       VERSION: another version than the source's
+#                                       VERSION: another version than the source's;
+#                                       NO_BUILD=1: do not build, package as is
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -21,7 +22,14 @@ if [ ! -f "$build/build.ninja" ]; then
   echo "package.sh: $build is not a build directory (scripts/build.sh makes one)" >&2
   exit 2
 fi
-ninja -C "$build" gpupool gpushare gpupool-cuda-probe gpupool_web >/dev/null
+# NO_BUILD=1: package what the build holds (the tests do, while other tests
+# run its binary), without asking ninja.
+if [ -z "${NO_BUILD:-}" ]; then
+  ninja -C "$build" gpupool gpushare gpupool-cuda-probe gpupool_web >/dev/null
+fi
+for f in bin/gpupool lib/libgpushare.so lib/gpupool-cuda-probe share/gpupool/web/index.html; do
+  [ -e "$build/$f" ] || { echo "package.sh: $build/$f is missing: build it first" >&2; exit 2; }
+done
 # VERSION overrides the package's version (the tests' upgrade).
 version=${VERSION:-$(sed -n 's/.*kVersion = "\(.*\)";.*/\1/p' src/common/version.h)}
 arch=$(dpkg --print-architecture)

@@ -113,7 +113,8 @@ def root():
 
 
 def package(out, version=None):
-    env = dict(os.environ, BUILD=BUILD, **({"VERSION": version} if version else {}))
+    # NO_BUILD: other tests run this build's binary meanwhile; ninja must not relink it.
+    env = dict(os.environ, BUILD=BUILD, NO_BUILD="1", **({"VERSION": version} if version else {}))
     r = run(os.path.join(SOURCE, "scripts", "package.sh"), out, env=env, timeout=1800)
     return r.stdout.strip().splitlines()[-1]
 

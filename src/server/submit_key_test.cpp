@@ -43,7 +43,7 @@ TEST_F(SubmitKeyTest, ARetriedSubmissionAnswersTheJobItMadeAndMakesNoOther) {
 
 TEST_F(SubmitKeyTest, AMalformedKeyIsRefusedAndStoresNothing) {
   for (const std::string& key : {std::string(), std::string(201, 'k'), std::string("a b"),
-                                std::string("k/1"), std::string("ключ")}) {
+                                 std::string("k/1"), std::string("ключ")}) {
     auto r = Submit(alice_, R"({"run": "train"})", key);
     EXPECT_EQ(r.status, 400) << key;
     EXPECT_THAT(ErrorMessage(r), HasSubstr("header Idempotency-Key")) << key;

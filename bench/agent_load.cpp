@@ -40,6 +40,7 @@
 #include "net/event_loop.h"
 #include "net/http.h"
 #include "net/http_client.h"
+#include "net/reconnect.h"
 #include "net/server_list.h"
 #include "net/websocket.h"
 #include "proto/channel.h"
@@ -123,12 +124,10 @@ class SimAgent {
   uint64_t generation_ = 0;
   bool welcomed_ = false;
   bool welcomed_ever_ = false;
-  size_t server_ = 0;  // which of the pool's servers it connects to
-  bool met_standby_ = false;
+  net::Reconnect reconnect_;  // which of the pool's servers, and when
   bool stopped_ = false;
   int64_t connect_started_ms_ = 0;
   int64_t heartbeat_ms_ = 5000;
-  int64_t backoff_ms_ = 0;
   net::EventLoop::TimerId heartbeat_timer_ = 0;
   proto::Outbox outbox_;
   proto::InboundSequence in_;
@@ -318,7 +317,8 @@ SimAgent::SimAgent(Load& load, int index)
     : load_(load),
       index_(index),
       name_(load.options().name_prefix + std::to_string(index)),
-      instance_(RandomHex(8)) {
+      instance_(RandomHex(8)),
+      reconnect_(load.servers(), 100, 10'000, 2'000) {  // the agent's (agent/agent.cpp)
   for (int g = 0; g < load.options().gpus; ++g) {
     GpuInfo gpu;
     gpu.index = g;
@@ -336,7 +336,7 @@ void SimAgent::Connect() {
   if (stopped_ || load_.finishing()) return;
   connect_started_ms_ = NowMs();
   net::WsClientOptions o;
-  o.url = load_.ws_url(server_);
+  o.url = load_.ws_url(reconnect_.server());
   o.headers["Authorization"] = "Bearer " + token_;
   o.idle_timeout_ms = 0;
   net::WsConnect(load_.loop(), o, std::make_shared<Link>(this, generation_));
@@ -415,20 +415,8 @@ void SimAgent::OnClose(const std::string& reason) {
   welcomed_ = false;
   if (st.close_reasons.size() < 20) st.close_reasons.insert(reason.substr(0, 100));
   if (stopped_ || load_.finishing()) return;
-  // As a real agent (agent/agent.cpp): the pool's next server soon, the
-  // back-off per round of them, at most 2 s after a round that met a standby.
-  met_standby_ = met_standby_ || reason.find("HTTP 307") != std::string::npos ||
-                 reason.find("HTTP 503") != std::string::npos;
-  if (load_.servers() > 1 && ++server_ % load_.servers() != 0) {
-    std::uniform_int_distribution<int64_t> soon(50, 150);
-    load_.loop().RunAfter(soon(load_.rng()), [this] { Connect(); });
-    return;
-  }
-  const int64_t ceiling = met_standby_ ? 2'000 : 10'000;
-  met_standby_ = false;
-  backoff_ms_ = backoff_ms_ == 0 ? 500 : std::min<int64_t>(backoff_ms_ * 2, ceiling);
-  std::uniform_int_distribution<int64_t> jitter(0, backoff_ms_);
-  load_.loop().RunAfter(backoff_ms_ + jitter(load_.rng()), [this] { Connect(); });
+  // As a real agent (agent/agent.cpp): net/reconnect.h's policy.
+  load_.loop().RunAfter(reconnect_.Failed(reason, load_.rng()), [this] { Connect(); });
 }
 
 void SimAgent::Stop() {
@@ -439,7 +427,7 @@ void SimAgent::Stop() {
 
 void SimAgent::OnWelcome(const proto::Welcome& w) {
   welcomed_ = true;
-  backoff_ms_ = 0;
+  reconnect_.Connected();
   bool first = !welcomed_ever_;
   welcomed_ever_ = true;
   load_.NoteWelcome(first, NowMs() - connect_started_ms_);

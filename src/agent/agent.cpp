@@ -31,6 +31,7 @@
 #include "model/node.h"
 #include "net/event_loop.h"
 #include "net/http.h"
+#include "net/reconnect.h"
 #include "net/server_list.h"
 #include "net/websocket.h"
 #include "proto/channel.h"
@@ -154,6 +155,7 @@ class Agent {
           std::to_string(url->port) + url->path + "/v1/agent/connect");
     }
     if (ws_urls_.empty()) return Status::InvalidArgument("--server: no URL");
+    reconnect_ = net::Reconnect(ws_urls_.size(), 100, options_.max_backoff_ms, 2'000);
     instance_ = RandomHex(8);
     LoadState();
     GP_RETURN_IF_ERROR(tasks_.Recover());
@@ -329,33 +331,15 @@ class Agent {
     } else {
       GP_LOG(kDebug) << "cannot connect to " << options_.server_url << ": " << reason;
     }
-    // A pool of several servers: the next one, soon, until each has been
-    // tried once; the back-off grows only per round. A round in which a
-    // standby answered (the pool is between leaders, or the leader is
-    // elsewhere) backs off at most kStandbyBackoffMs, so that the agent is
-    // back within about that of a new leader taking over.
-    const bool standby = reason.find("HTTP 307") != std::string::npos ||
-                         reason.find("HTTP 503") != std::string::npos;
-    met_standby_ = met_standby_ || standby;
-    if (ws_urls_.size() > 1 && ++server_ % ws_urls_.size() != 0) {
-      std::uniform_int_distribution<int64_t> soon(50, 150);
-      loop_.RunAfter(soon(rng_), [this] { Connect(); });
-      return;
-    }
-    const int64_t ceiling = met_standby_ ? std::min(kStandbyBackoffMs, options_.max_backoff_ms)
-                                         : options_.max_backoff_ms;
-    met_standby_ = false;
-    // Exponential backoff with jitter, so many agents do not return at once.
-    backoff_ms_ = backoff_ms_ == 0 ? 100 : std::min(backoff_ms_ * 2, ceiling);
-    std::uniform_int_distribution<int64_t> jitter(0, backoff_ms_ / 2);
-    loop_.RunAfter(backoff_ms_ + jitter(rng_), [this] { Connect(); });
+    // The next server of the pool, soon, or a back-off (net/reconnect.h).
+    loop_.RunAfter(reconnect_.Failed(reason, rng_), [this] { Connect(); });
   }
 
  private:
   void Connect() {
     if (shutting_down_) return;
     net::WsClientOptions o;
-    o.url = ws_urls_[server_ % ws_urls_.size()];
+    o.url = ws_urls_[reconnect_.server()];
     o.headers["Authorization"] = "Bearer " + creds_.node_token;
     o.tls = creds_.tls;
     o.idle_timeout_ms = 0;
@@ -364,7 +348,7 @@ class Agent {
 
   void OnWelcome(const proto::Welcome& w) {
     welcomed_ = true;
-    backoff_ms_ = 0;
+    reconnect_.Connected();
     node_id_ = w.node_id;
     compact_logs_ = w.log_records;
     GP_LOG(kInfo) << "connected to " << options_.server_url << " as node " << options_.name << " ("
@@ -721,9 +705,8 @@ class Agent {
   std::unique_ptr<GpuSource> gpu_;
   std::vector<GpuInfo> gpus_;         // as last reported in a hello
   std::vector<std::string> ws_urls_;  // one per server of the pool
-  size_t server_ = 0;                 // the one connected to, or tried next
-  bool met_standby_ = false;          // in this round of tries
-  static constexpr int64_t kStandbyBackoffMs = 2000;
+  // At most 2 s after meeting a standby (made in Init, with ws_urls_).
+  net::Reconnect reconnect_{1, 100, 10'000, 2'000};
   std::string instance_;
   std::string node_id_;
   std::shared_ptr<net::WsConnection> conn_;
@@ -737,7 +720,6 @@ class Agent {
   bool shutting_down_ = false;
   bool ack_scheduled_ = false;
   bool poll_posted_ = false;
-  int64_t backoff_ms_ = 0;
   int64_t heartbeat_ms_ = 5000;
   net::EventLoop::TimerId heartbeat_timer_ = 0;
   net::EventLoop::TimerId poll_timer_ = 0;

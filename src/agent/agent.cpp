@@ -102,11 +102,7 @@ class Agent {
     std::error_code ec;
     std::filesystem::create_directories(options_.data_dir, ec);
     if (ec) return Status::Internal("cannot create " + options_.data_dir + ": " + ec.message());
-    if (options_.name.empty()) {
-      char host[256] = {};
-      ::gethostname(host, sizeof host - 1);
-      options_.name = host;
-    }
+    if (options_.name.empty()) options_.name = DefaultNodeName();
     GP_RETURN_IF_ERROR(LoadConfig());
     if (!options_.simulate_gpus.empty()) {
       GP_ASSIGN_OR_RETURN(gpu_, OpenSimulatedGpus(options_.simulate_gpus, options_.name));

@@ -66,6 +66,8 @@ Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std
 // /var/lib/gpupool-agent for root, else $XDG_STATE_HOME/gpupool/agent
 // (~/.local/state/gpupool/agent).
 std::string DefaultAgentDataDir();
+// A node's name when --name gives none: the host name.
+std::string DefaultNodeName();
 // The agent's control socket in its data dir (agent/control_socket.h),
 // which `gpupool agent status|pause|resume|reclaim|leave|policy` use.
 std::string ControlSocketPath(const std::string& data_dir);

@@ -21,6 +21,12 @@ std::string DefaultAgentDataDir() {
          "/.local/state/gpupool/agent";
 }
 
+std::string DefaultNodeName() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
 Result<std::map<std::string, std::string>> ParseLabelFlags(const std::vector<std::string>& flags) {
   std::map<std::string, std::string> labels;
   for (const std::string& flag : flags) {

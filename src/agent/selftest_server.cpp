@@ -13,8 +13,6 @@ namespace gpupool::agent {
 
 namespace {
 
-int64_t WallMs() { return RealClock().NowMs(); }
-
 int64_t MonotonicUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -95,14 +93,14 @@ void CheckServer(const SelftestOptions& o, SelftestReport& report) {
   Result<net::HttpResponse> answer = Status::Unavailable("not asked");
   int64_t best_us = -1, sent_ms = 0, received_ms = 0;
   for (int i = 0; i < 3; ++i) {
-    const int64_t t0 = MonotonicUs(), w0 = WallMs();
+    const int64_t t0 = MonotonicUs(), w0 = RealClock().NowMs();
     answer = net::Fetch(call);
     if (!answer.ok()) break;
     const int64_t took = MonotonicUs() - t0;
     if (best_us < 0 || took < best_us) {
       best_us = took;
       sent_ms = w0;
-      received_ms = WallMs();
+      received_ms = RealClock().NowMs();
     }
   }
   if (!answer.ok()) {

@@ -20,17 +20,6 @@ int64_t ModifiedMs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000;
 }
 
-// Flushes a directory's entries (a rename in it) to disk.
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::Internal("cannot open " + dir + ": " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int e = errno;
-  ::close(fd);
-  if (rc != 0) return Status::Internal("cannot sync " + dir + ": " + std::strerror(e));
-  return Status::Ok();
-}
-
 bool GoodSegment(std::string_view s) {
   if (s.empty() || s == "." || s == "..") return false;
   for (char c : s) {
@@ -72,7 +61,7 @@ Status FsObjectStore::Put(const std::string& key, std::string_view bytes) {
   if (ec) return Status::Internal("cannot create " + parent + ": " + ec.message());
   std::lock_guard lock(put_mu_);
   GP_RETURN_IF_ERROR(WriteFileAtomic(path, std::string(bytes), {.mode = 0644, .fsync = durable_}));
-  return durable_ ? SyncDir(parent) : Status::Ok();
+  return durable_ ? SyncPath(parent, /*directory=*/true) : Status::Ok();
 }
 
 Result<std::string> FsObjectStore::Get(const std::string& key) {

@@ -32,12 +32,6 @@ constexpr const char* kDefaultDataDir = "/var/lib/gpupool-agent";
 
 bool SystemdRuns() { return fs::exists("/run/systemd/system"); }
 
-std::string HostName() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
-
 // A value for agent.env's double-quoted GPUPOOL_AGENT_ARGS: systemd splits
 // it at whitespace, so a value must not hold any (nor quotes).
 Status CheckArgWord(const std::string& what, const std::string& value) {
@@ -138,7 +132,7 @@ int RunJoin(const JoinFlags& f_in) {
                  "pool's admin prints it with `gpupool admin join-token`)\n";
     return 2;
   }
-  const std::string name = f.name.empty() ? HostName() : f.name;
+  const std::string name = f.name.empty() ? agent::DefaultNodeName() : f.name;
   const std::string config_path = f.config_dir + "/agent.yaml";
   const std::string token_path = f.config_dir + "/join.token";
   auto args = AgentArgs(f, name, token_path);

@@ -78,6 +78,16 @@ Status WriteFileAtomic(const std::string& path, const std::string& content, Writ
   return Status::Ok();
 }
 
+Status SyncPath(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Internal("cannot open " + path + ": " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int e = errno;
+  ::close(fd);
+  if (rc != 0) return Status::Internal("cannot sync " + path + ": " + std::strerror(e));
+  return Status::Ok();
+}
+
 Status WriteNewFile(const std::string& path, const std::string& content, int mode) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) return Status::Internal("cannot create " + path + ": " + std::strerror(errno));

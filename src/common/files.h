@@ -26,6 +26,9 @@ struct WriteOptions {
 Status WriteFileAtomic(const std::string& path, const std::string& content,
                        WriteOptions options = {});
 
+// fsync of a file, or of a directory (its entries: a rename in it).
+Status SyncPath(const std::string& path, bool directory);
+
 // Creates `path`, which must not exist, with `content`: cheaper than
 // WriteFileAtomic (no rename), for a file nobody reads before it is written
 // whole (one in a directory made just now, read by a process started

@@ -9,6 +9,7 @@
 #include <string>
 #include <variant>
 
+#include "common/clock.h"
 #include "common/ids.h"
 #include "common/log.h"
 #include "net/event_loop.h"
@@ -33,11 +34,7 @@ net::HttpResponse SendOn(const LeaderView& view, const net::HttpRequest& req) {
   return r;
 }
 
-int64_t MonotonicMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t MonotonicMs() { return RealClock().MonoMs(); }
 
 }  // namespace
 

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "store/pg_handles.h"
 #include "store/pg_store.h"
 
@@ -19,11 +19,7 @@ namespace gpupool {
 
 namespace {
 
-int64_t MonotonicMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t MonotonicMs() { return RealClock().MonoMs(); }
 
 // Waits until `conn`'s socket is readable (or writable), or the deadline.
 bool WaitFor(PGconn* conn, bool write, int64_t deadline_ms) {

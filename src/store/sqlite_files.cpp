@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include "common/files.h"
+
 namespace gpupool {
 namespace {
 
@@ -70,16 +72,6 @@ Result<int32_t> QuickCheck(sqlite3* db, const std::string& path) {
   if (rc != SQLITE_OK) return Error(db, rc, path);
   if (sqlite3_step(raw) != SQLITE_ROW) return Error(db, sqlite3_errcode(db), path);
   return static_cast<int32_t>(sqlite3_column_int(raw, 0));
-}
-
-Status SyncPath(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::Internal("cannot open " + path + ": " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int e = errno;
-  ::close(fd);
-  if (rc != 0) return Status::Internal("cannot sync " + path + ": " + std::strerror(e));
-  return Status::Ok();
 }
 
 std::string ParentOf(const std::string& path) {

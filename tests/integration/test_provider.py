@@ -22,7 +22,8 @@ def polite_job(name, secs, gpus=1, first_secs=None):
     if first_secs is not None:
         ticks = (f'$( [ "$GPUPOOL_ATTEMPT_ID" = "$GPUPOOL_JOB_ID.1" ] && echo {first_secs * 10} '
                  f"|| echo {secs * 10} )")
-    run = (f"trap 'echo got SIGTERM; exit 0' TERM; n={ticks}; i=0; while [ $i -lt $n ]; do "
+    run = (f"trap 'echo got SIGTERM; exit 0' TERM; echo listening; n={ticks}; i=0; "
+           f"while [ $i -lt $n ]; do "
            f"sleep 0.1; i=$((i+1)); done; echo done")
     return {"name": name, "run": run, "resources": {"gpus": gpus}}
 
@@ -66,11 +67,18 @@ def running_on(pool, job_id, name):
     return j
 
 
+def listening(pool, job_id):
+    """Waits until a polite job has set its SIGTERM trap (a signal sent
+    sooner kills the shell before it can answer, as it would any program)."""
+    wait_for(lambda: "listening" in pool.logs_text(job_id), what=f"job {job_id}'s trap")
+
+
 def test_graceful_reclaim_requeues_and_the_job_finishes_elsewhere(pool, tmp_path):
     pool.start_server()
     start_with(pool, tmp_path, "a", "policy: {reclaim_grace: 5s}\n")
     job_id = pool.submit(polite_job("polite", 2, first_secs=3600))
     running_on(pool, job_id, "a")
+    listening(pool, job_id)
     start_with(pool, tmp_path, "b")
 
     r = agent_cmd(pool, "a", "reclaim")
@@ -264,6 +272,7 @@ def test_an_owner_process_on_a_lent_gpu_reclaims_it(pool, tmp_path):
                gpus=None, env=env)
     job_id = pool.submit(polite_job("borrowed", 60))
     running_on(pool, job_id, "a")
+    listening(pool, job_id)
     # The owner starts their own work on the GPU (a process the pool did not start).
     gpu["processes"] = [{"pid": 1, "used_mib": 4000}]
     gpu["utilization"] = 90

@@ -104,6 +104,9 @@ anti_thrash_window: 30m
     pool.wait_state(keeper, "running")
     pool.wait_state(victim, "running")
     assert pool.job(victim)["preemptible"] and not pool.job(keeper)["preemptible"]
+    # Its trap is set before it prints: a signal sent sooner would kill the
+    # shell before it could save, as it would any program not yet listening.
+    wait_for(lambda: f"attempt={victim}.1" in pool.logs_text(victim), what="attempt 1's output")
 
     interactive = pool.submit({"name": "notebook", "group": "lab-b", "priority": "interactive",
                                "run": "sleep 2", "resources": {"gpus": 1}})

@@ -511,6 +511,16 @@ int main(int argc, char** argv) {
                         "FGD: % of all tasks (CPU-only included) the target workload covers");
   sim_openb
       ->add_option_function<std::string>(
+          "--node-order",
+          [&so_sim](const std::string& v) {
+            so_sim.options.node_order =
+                v == "name" ? sim::OpenbNodeOrder::kName : sim::OpenbNodeOrder::kRandomNames;
+          },
+          "random (the artifact's: nodes renamed in a random order drawn per seed, the first "
+          "wins ties; the default) or name (ties to the smallest trace name)")
+      ->check(CLI::IsMember({"random", "name"}));
+  sim_openb
+      ->add_option_function<std::string>(
           "--via", [&so_sim](const std::string& v) { so_sim.options.via_decide = v == "decide"; },
           "decide (the server's Scheduler::Decide, one arrival per pass; the default) or "
           "policy (the fast placement policies: the same curve, about 20x faster)")

@@ -94,6 +94,14 @@ Result<int64_t> IntCell(const std::string& source, const CsvTable& t, const CsvT
 
 constexpr int64_t kBig = int64_t{1} << 40;
 
+// Fisher-Yates with the run's generator (the artifact's rand.Shuffle and
+// rand.Perm draw uniform permutations too; its generator is Go's, so runs are
+// not paired with its runs, only alike in distribution).
+template <typename T>
+void Shuffle(std::vector<T>& v, sched::Rng& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.Uniform(i)]);
+}
+
 }  // namespace
 
 Result<std::vector<OpenbNode>> ParseOpenbNodes(const std::string& source, const std::string& text) {
@@ -185,40 +193,53 @@ std::vector<sched::TaskRequest> InflateTasks(const std::vector<sched::TaskReques
       out.push_back(pick);
     }
   } else {
+    // As tuneDownPods: a random task out, the others keep their order.
     while (demand > target_milli && !out.empty()) {
       const size_t i = rng.Uniform(out.size());
       demand -= out[i].GpuDemand();
-      out[i] = std::move(out.back());
-      out.pop_back();
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
   return out;
 }
 
+std::vector<sched::TaskRequest> OpenbArrivals(std::vector<sched::TaskRequest> tasks,
+                                              int64_t target_milli, sched::Rng& rng) {
+  Shuffle(tasks, rng);
+  return InflateTasks(tasks, target_milli, rng);
+}
+
+std::vector<size_t> OpenbVisitOrder(const std::vector<OpenbNode>& nodes, OpenbNodeOrder order,
+                                    sched::Rng& rng) {
+  std::vector<size_t> out(nodes.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = i;
+  std::stable_sort(out.begin(), out.end(),
+                   [&](size_t a, size_t b) { return nodes[a].name < nodes[b].name; });
+  if (order == OpenbNodeOrder::kRandomNames) Shuffle(out, rng);
+  return out;
+}
+
 Result<OpenbResult> RunOpenb(const std::vector<OpenbNode>& nodes,
                              const std::vector<OpenbTask>& tasks, const OpenbOptions& options) {
-  // Nodes in name order: with TieBreak::kLowestIndex a tie goes to the
-  // smallest name, as in the artifact (the trace's names are already sorted).
-  std::vector<size_t> order(nodes.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return nodes[a].name < nodes[b].name; });
-  std::vector<sched::NodeCapacity> caps;
-  for (size_t i : order) caps.push_back(nodes[i].capacity);
-  sched::ClusterState state = sched::ClusterState::FromCapacity(std::move(caps));
   OpenbResult res;
   res.policy = options.policy;
   res.seed = options.seed;
-  res.gpu_milli_total = state.TotalGpuMilli();
-  for (const auto& n : nodes) res.gpus_total += static_cast<int64_t>(n.capacity.gpus.size());
+  for (const auto& n : nodes) {
+    res.gpus_total += static_cast<int64_t>(n.capacity.gpus.size());
+    res.gpu_milli_total += static_cast<int64_t>(n.capacity.gpus.size()) * sched::kMilliPerGpu;
+  }
   if (res.gpu_milli_total == 0) return Status::InvalidArgument("the cluster has no GPUs");
 
   sched::Rng rng(options.seed);
-  std::vector<sched::TaskRequest> list;
-  for (const auto& t : tasks) list.push_back(t.request);
-  const std::vector<sched::TaskRequest> original = list;
-  list = InflateTasks(list, res.gpu_milli_total * options.inflate_pct / 100, rng);
-  for (size_t i = list.size(); i > 1; --i) std::swap(list[i - 1], list[rng.Uniform(i)]);
+  std::vector<sched::TaskRequest> original;
+  for (const auto& t : tasks) original.push_back(t.request);
+  const std::vector<sched::TaskRequest> list =
+      OpenbArrivals(original, res.gpu_milli_total * options.inflate_pct / 100, rng);
+  std::vector<sched::NodeCapacity> caps;
+  for (size_t i : OpenbVisitOrder(nodes, options.node_order, rng)) {
+    caps.push_back(nodes[i].capacity);
+  }
+  sched::ClusterState state = sched::ClusterState::FromCapacity(std::move(caps));
 
   std::vector<sched::TaskType> workload = sched::TypicalTaskTypes(
       original, options.typical_threshold_pct, options.typical_step, options.typical_include_cpu);

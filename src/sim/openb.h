@@ -10,14 +10,16 @@
 //
 // The experiment (docs/evaluation.md): all tasks taken, creation times
 // ignored, nothing departs. The list is brought to 130% of the cluster's GPU
-// milli: padded with copies of tasks drawn uniformly at random until a drawn
-// task's per-GPU milli would take the total past 130% (its whole demand is
-// added otherwise, so a multi-GPU task may end the list a little over 130%,
-// as the artifact's tuneUpPods does; no GPU task: no padding), or trimmed by
-// removing random tasks until it fits. It is
-// shuffled with the seed, and tasks arrive one at a time and are tried once;
-// one that fits nowhere fails. The allocation ratio (allocated GPU milli /
-// total GPU milli) is recorded at every 1% of arrived GPU demand.
+// milli, in the artifact's order (pkg/simulator/core.go, Simulate): the
+// trace is shuffled with the seed, then padded at its end with copies of
+// tasks drawn uniformly at random until a drawn task's per-GPU milli would
+// take the total past 130% (its whole demand is added otherwise, so a
+// multi-GPU task may end the list a little over 130%, as the artifact's
+// tuneUpPods does; no GPU task: no padding), or trimmed by removing random
+// tasks until it fits. Then the nodes get their random order (OpenbNodeOrder).
+// Tasks arrive one at a time, in list order, and are tried once; one that
+// fits nowhere fails. The allocation ratio (allocated GPU milli / total GPU
+// milli) is recorded at every 1% of arrived GPU demand.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +50,8 @@ Result<std::vector<OpenbTask>> ParseOpenbTasks(const std::string& source, const 
 
 Result<std::string> ReadFile(const std::string& path);
 
+enum class OpenbNodeOrder { kRandomNames, kName };
+
 struct OpenbOptions {
   std::string policy = "fgd";
   uint64_t seed = 42;
@@ -60,7 +64,13 @@ struct OpenbOptions {
   int typical_step = 1;
   bool typical_include_cpu = true;
   // Ties between equally scored nodes: the artifact's patched kube-scheduler
-  // keeps the smallest node name (nodes are visited in name order here).
+  // keeps the smallest node name, and its simulator renames every node
+  // "%04d-<name>" with a random permutation drawn after the task list
+  // (pkg/simulator/simulator.go, syncClusterResourceList), so a tie goes to
+  // the first node of a random order, fixed for the run. kRandomNames does
+  // that (the nodes are visited in that order); kName visits them in name
+  // order (the trace's own order), for comparison.
+  OpenbNodeOrder node_order = OpenbNodeOrder::kRandomNames;
   sched::TieBreak tie_break = sched::TieBreak::kLowestIndex;
   // Place through sched::Scheduler::Decide, one arrival per pass (the
   // default; SchedulerConfig::score_all_nodes), or, false (`--via policy`),
@@ -70,9 +80,24 @@ struct OpenbOptions {
 };
 
 // Brings the list to `target_milli` GPU demand as the artifact does (see the
-// file comment). Deterministic in the generator's state.
+// file comment): copies go at the end, removals keep the order of the rest.
+// Deterministic in the generator's state.
 std::vector<sched::TaskRequest> InflateTasks(const std::vector<sched::TaskRequest>& tasks,
                                              int64_t target_milli, sched::Rng& rng);
+
+// The arrivals as the artifact's Simulate builds them (pkg/simulator/core.go):
+// the trace shuffled, then brought to `target_milli` by InflateTasks (copies
+// appended at the end, so the first arrivals are the trace itself, in a
+// random order).
+std::vector<sched::TaskRequest> OpenbArrivals(std::vector<sched::TaskRequest> tasks,
+                                              int64_t target_milli, sched::Rng& rng);
+
+// The order in which the replay visits the nodes, as indices into `nodes`:
+// by name, then, for kRandomNames, a random permutation (drawn after the
+// arrivals, as the artifact renames its nodes after building its pod list).
+// With TieBreak::kLowestIndex the first node of this order wins a tie.
+std::vector<size_t> OpenbVisitOrder(const std::vector<OpenbNode>& nodes, OpenbNodeOrder order,
+                                    sched::Rng& rng);
 
 struct CurvePoint {
   int arrived_pct = 0;        // arrived GPU demand, percent of capacity

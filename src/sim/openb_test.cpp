@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 namespace gpupool::sim {
 namespace {
 
@@ -99,6 +102,67 @@ TEST(OpenbInflate, TrimsWhenOverTheTarget) {
   sched::Rng rng(42);
   auto out = InflateTasks(tasks, 13000, rng);
   EXPECT_EQ(out.size(), 13u);
+}
+
+// The artifact's tuneDownPods removes a random pod by index: the others keep
+// their order (the arrivals are the shuffled trace, so order matters).
+TEST(OpenbInflate, TrimmingKeepsTheOrderOfTheRest) {
+  std::vector<sched::TaskRequest> tasks;
+  for (int i = 0; i < 20; ++i) tasks.push_back({1000 + i, 100, 1, 1000, {}});  // cpu = id
+  sched::Rng rng(7);
+  auto out = InflateTasks(tasks, 13000, rng);
+  ASSERT_EQ(out.size(), 13u);
+  for (size_t k = 1; k < out.size(); ++k) EXPECT_LT(out[k - 1].cpu_milli, out[k].cpu_milli);
+}
+
+// As the artifact's Simulate: the trace is shuffled first and the copies go
+// after it, so the first arrivals are the whole trace in a random order.
+TEST(OpenbArrivals, TheShuffledTraceThenTheCopies) {
+  std::vector<sched::TaskRequest> tasks;
+  for (int i = 0; i < 12; ++i) tasks.push_back({1000 + i, 100, 1, 1000, {}});  // cpu = id
+  auto ids = [](auto first, auto last) {
+    std::vector<int64_t> v;
+    for (auto it = first; it != last; ++it) v.push_back(it->cpu_milli);
+    return v;
+  };
+  std::set<std::vector<int64_t>> orders;
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    sched::Rng rng(seed);
+    auto out = OpenbArrivals(tasks, 30000, rng);
+    ASSERT_EQ(out.size(), 30u);
+    auto head = ids(out.begin(), out.begin() + 12);
+    orders.insert(head);
+    std::sort(head.begin(), head.end());
+    EXPECT_EQ(head, ids(tasks.begin(), tasks.end())) << "seed " << seed;
+    for (int64_t id : ids(out.begin() + 12, out.end())) {
+      EXPECT_TRUE(id >= 1000 && id < 1012) << id;  // copies of trace tasks
+    }
+  }
+  EXPECT_GT(orders.size(), 1u);  // the order depends on the seed
+}
+
+// The artifact renames every node "%04d-<name>" with a random permutation,
+// and ties go to the smallest name: the replay visits the nodes in a random
+// order drawn per seed. By name with kName; never by file order.
+TEST(OpenbVisitOrder, ARandomPermutationPerSeedOrByName) {
+  auto nodes = ParseOpenbNodes("n.csv",
+                               "sn,cpu_milli,memory_mib,gpu,model\n"
+                               "c,1000,1,1,T4\na,1000,1,1,T4\nd,1000,1,1,T4\nb,1000,1,1,T4\n");
+  ASSERT_TRUE(nodes.ok());
+  sched::Rng unused(1);
+  EXPECT_EQ(OpenbVisitOrder(*nodes, OpenbNodeOrder::kName, unused),
+            (std::vector<size_t>{1, 3, 0, 2}));
+  std::set<size_t> firsts;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    sched::Rng r1(seed), r2(seed);
+    auto order = OpenbVisitOrder(*nodes, OpenbNodeOrder::kRandomNames, r1);
+    EXPECT_EQ(order, OpenbVisitOrder(*nodes, OpenbNodeOrder::kRandomNames, r2));
+    auto sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<size_t>{0, 1, 2, 3}));
+    firsts.insert(order[0]);
+  }
+  EXPECT_EQ(firsts.size(), 4u);  // every node wins the ties for some seed
 }
 
 std::vector<OpenbNode> SmallCluster() {
@@ -223,9 +287,9 @@ TEST(OpenbRun, ViaDecideGivesTheSameCurveAsThePolicies) {
   EXPECT_FALSE(RunOpenb(nodes, tasks, random_ties).ok());
 }
 
-TEST(OpenbRun, NodesAreVisitedInNameOrderWhateverTheFileOrder) {
-  // Ties go to the smallest node name, so listing the nodes out of name order
-  // gives the same run as listing them sorted.
+TEST(OpenbRun, TheFileOrderOfTheNodesDoesNotMatter) {
+  // The visit order is drawn from the nodes sorted by name, so listing the
+  // nodes out of name order gives the same run as listing them sorted.
   auto sorted =
       ParseOpenbNodes("n.csv",
                       "sn,cpu_milli,memory_mib,gpu,model\n"

@@ -7,10 +7,11 @@
 // can host the task. Ties between equally scored nodes are broken as the
 // TieBreak given to MakePolicy says: uniformly at random through the passed
 // generator (upstream kube-scheduler), or the lowest node index (the FGD
-// artifact, which patches kube-scheduler to keep the smallest node name). A policy object
-// may keep a private cache (FGD memoises per-node fragmentation), so one
-// object must not be used from two threads at once; distinct objects share
-// nothing.
+// artifact, which patches kube-scheduler to keep the smallest node name; the
+// openb replay orders its nodes as the artifact names them, sim/openb.h).
+// A policy object may keep a private cache (FGD memoises per-node
+// fragmentation), so one object must not be used from two threads at once;
+// distinct objects share nothing.
 //
 // Policies (names accepted by MakePolicy):
 //   random      - a uniformly random feasible node; a share goes on a uniformly

@@ -69,6 +69,31 @@ TEST(Gpupool, EqualFragmentationPacksOntoTheFullerNode) {
   EXPECT_EQ(fgd_like->Place(s, Whole(1), rng)->node, 0);
 }
 
+TEST(Gpupool, CpuOnlyTaskGoesWhereTheGpusAreTaken) {
+  // A CPU-only task changes no node's fragmentation, so every node ties on
+  // FGD's score. It goes to the used node with the least free GPU (node 2,
+  // whose GPUs are all taken), not next to free GPUs whose CPU later GPU tasks
+  // need: FGD (p=0) takes node 0, the old in-use-first rule (p=2) node 1.
+  ClusterState s = ClusterState::FromCapacity(
+      {Node(8000, {1000, 1000}), Node(8000, {1000, 1000}), Node(8000, {1000, 1000})});
+  s.free[1].gpus = {500, 1000};
+  s.free[2].gpus = {0, 0};
+  const TaskRequest cpu_only{2000, 1024, 0, 0, {}};
+  Rng rng(1);
+  EXPECT_EQ(MakeGpupoolPolicy("gpupool", Workload(), TieBreak::kLowestIndex)
+                ->Place(s, cpu_only, rng)
+                ->node,
+            2);
+  EXPECT_EQ(MakeGpupoolPolicy("gpupool/q=0,p=2", Workload(), TieBreak::kLowestIndex)
+                ->Place(s, cpu_only, rng)
+                ->node,
+            1);
+  EXPECT_EQ(MakeGpupoolPolicy("gpupool/q=0,p=0", Workload(), TieBreak::kLowestIndex)
+                ->Place(s, cpu_only, rng)
+                ->node,
+            0);
+}
+
 TEST(Gpupool, ChoicesAreValidAndDeterministic) {
   std::vector<NodeCapacity> nodes;
   for (int i = 0; i < 6; ++i)

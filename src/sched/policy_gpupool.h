@@ -17,12 +17,11 @@
 // CPU-only tasks do not strand GPUs.
 // Ablations (docs/evaluation.md): without the CPU-only rule (pack 2, the
 // default until the openb replay ordered its nodes as the artifact does)
-// the margin over FGD is smaller on every trace and negative on multigpu20.
-// Ranking by the exact change instead of the
-// sigmoid is clearly worse (it loses the saturation that packs the bad cases
-// first-fit). Adding best-fit's "least resources left" after "in use" (pack
-// 5) gains more at the end of arrivals (+0.7 points on gpuspec20) but fills
-// the scarce GPU models early, as best-fit does: at 100% arrived it is 4.5
+// the margin over FGD is smaller on four of the five traces and negative on
+// multigpu20. Ranking by the exact change instead of the sigmoid is clearly
+// worse (it loses the saturation that packs the bad cases first-fit).
+// Adding best-fit's "least resources left" after "in use" (pack 5) fills the
+// scarce GPU models early, as best-fit does: at 100% arrived it is 4.8
 // points under FGD on gpuspec20, so it is not the default.
 // See docs/evaluation.md, "Our policy", for the measurements.
 //

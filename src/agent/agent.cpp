@@ -11,6 +11,7 @@
 #include <set>
 
 #include "agent/agent_config.h"
+#include "agent/agent_setup.h"
 #include "agent/agent_state.h"
 #include "agent/enrollment.h"
 #include "agent/provider.h"
@@ -30,9 +31,7 @@
 #include "gpu/gpu_source.h"
 #include "model/node.h"
 #include "net/event_loop.h"
-#include "net/http.h"
 #include "net/reconnect.h"
-#include "net/server_list.h"
 #include "net/websocket.h"
 #include "proto/channel.h"
 #include "proto/messages.h"
@@ -50,17 +49,6 @@ BlobAccess BlobAccessFor(const AgentOptions& o, const AgentCredentials& creds) {
   return {o.server_url,        creds.node_token,        creds.tls, o.data_dir + "/chunk-cache",
           o.chunk_cache_bytes, StagingDirIn(o.data_dir)};
 }
-
-// An empty GPU source, for machines without NVML.
-class NoGpus : public GpuSource {
- public:
-  explicit NoGpus(std::string why) : why_(std::move(why)) {}
-  Result<GpuSnapshot> Read() override { return GpuSnapshot{}; }
-  std::string Describe() const override { return "no GPUs (" + why_ + ")"; }
-
- private:
-  std::string why_;
-};
 
 class Agent;
 
@@ -104,17 +92,8 @@ class Agent {
     if (ec) return Status::Internal("cannot create " + options_.data_dir + ": " + ec.message());
     if (options_.name.empty()) options_.name = DefaultNodeName();
     GP_RETURN_IF_ERROR(LoadConfig());
-    if (!options_.simulate_gpus.empty()) {
-      GP_ASSIGN_OR_RETURN(gpu_, OpenSimulatedGpus(options_.simulate_gpus, options_.name));
-    } else {
-      auto nvml = OpenNvml(NvmlLibraryPath(options_.nvml_library, config_.exec.gpu_driver_dir));
-      if (nvml.ok()) {
-        gpu_ = *std::move(nvml);
-      } else {
-        GP_LOG(kWarn) << "no NVIDIA GPUs: " << nvml.status().message() << "; lending CPU only";
-        gpu_ = std::make_unique<NoGpus>(nvml.status().message());
-      }
-    }
+    GP_ASSIGN_OR_RETURN(gpu_, OpenGpus(options_.simulate_gpus, options_.name, options_.nvml_library,
+                                       config_.exec.gpu_driver_dir));
     GP_LOG(kInfo) << "GPUs: " << gpu_->Describe();
     TunnelEndpoint::Options tunnels;
     tunnels.docker = config_.exec.docker.engine;
@@ -130,7 +109,7 @@ class Agent {
     }
     if (auto snap = gpu_->Read(); snap.ok()) gpus_ = snap->gpus;
     GP_RETURN_IF_ERROR(provider_.Init(gpus_, gpu_.get(), interposer_usable_));
-    ProbeExecutors();
+    exec_env_ = ProbeExecutors(config_.exec, ::geteuid() == 0);
     if (exec_env_.available.empty()) {
       // Taking jobs only to fail each one would black-hole the pool's work.
       std::string why;
@@ -142,15 +121,7 @@ class Agent {
     // One server, or a pool's several (net/server_list.h): the agent
     // connects to one and moves on to the next when it cannot connect or
     // loses the connection (a standby refuses the channel with a redirect).
-    for (const std::string& server : net::SplitServerList(options_.server_url)) {
-      auto url = net::ParseUrl(server);
-      if (!url) return Status::InvalidArgument("--server: invalid URL \"" + server + "\"");
-      ws_urls_.push_back(
-          std::string(url->scheme == "https" ? "wss://" : "ws://") +
-          (url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host) + ":" +
-          std::to_string(url->port) + url->path + "/v1/agent/connect");
-    }
-    if (ws_urls_.empty()) return Status::InvalidArgument("--server: no URL");
+    GP_ASSIGN_OR_RETURN(ws_urls_, AgentChannelUrls(options_.server_url));
     reconnect_ = net::Reconnect(ws_urls_.size(), 100, options_.max_backoff_ms, 2'000);
     instance_ = RandomHex(8);
     LoadState();
@@ -178,30 +149,6 @@ class Agent {
       GP_LOG(kWarn) << sharing.status().message();
     }
     return Status::Ok();
-  }
-
-  // Finds which executors work here and says which limits apply.
-  void ProbeExecutors() {
-    const exec::ExecConfig& c = config_.exec;
-    bool root = ::geteuid() == 0;
-    exec_env_ = exec::ProbeExecEnvironment(c, root ? c.first_uid : -1, root ? c.first_uid : -1);
-    std::string offered;
-    for (const std::string& name : exec_env_.available) {
-      offered += (offered.empty() ? "" : ", ") + name;
-    }
-    GP_LOG(kInfo) << "executors: " << (offered.empty() ? "none" : offered)
-                  << (offered.empty() ? "" : " (default " + exec_env_.default_executor() + ")")
-                  << "; images: "
-                  << (exec_env_.sandbox_images ? "skopeo + umoci"
-                                               : "not available (no skopeo/umoci)");
-    for (const auto& [name, why] : exec_env_.unavailable) {
-      GP_LOG(kWarn) << "executor " << name << " is allowed but does not work: " << why;
-    }
-    GP_LOG(kInfo) << exec_env_.limits_mode;
-    GP_LOG(kInfo) << "tasks run as "
-                  << (root ? "uids " + std::to_string(c.first_uid) + "-" +
-                                 std::to_string(c.first_uid + c.uid_count - 1) + ", one per task"
-                           : "this agent's own account");
   }
 
   void Start() {
@@ -758,22 +705,6 @@ void Link::OnClose(std::string reason) {
 }
 
 }  // namespace
-
-// The node's credential, enrolling if need be. A server that is not up yet
-// is waited for; a refusal ends the agent.
-Result<AgentCredentials> Credentials(const AgentOptions& options) {
-  EnrollOptions e{options.server_url, options.join_token, options.data_dir,
-                  options.name,       options.ca_file,    options.insecure_tls};
-  int64_t wait_ms = 200;
-  for (int tries = 1;; ++tries) {
-    auto creds = LoadOrEnroll(e);
-    if (creds.ok() || creds.status().code() != StatusCode::kUnavailable || tries == 60)
-      return creds;
-    GP_LOG(kWarn) << "cannot enroll yet: " << creds.status().message() << "; retrying";
-    ::usleep(static_cast<useconds_t>(wait_ms * 1000));
-    wait_ms = std::min<int64_t>(wait_ms * 2, 5000);
-  }
-}
 
 int RunAgent(const AgentOptions& options) {
   RealClock clock;

@@ -226,7 +226,7 @@ Result<OpenbResult> RunOpenb(const std::vector<OpenbNode>& nodes,
   res.seed = options.seed;
   for (const auto& n : nodes) {
     res.gpus_total += static_cast<int64_t>(n.capacity.gpus.size());
-    res.gpu_milli_total += static_cast<int64_t>(n.capacity.gpus.size()) * sched::kMilliPerGpu;
+    res.gpu_milli_total += sched::FreeGpuMilli(n.capacity);  // of the capacity: all of it
   }
   if (res.gpu_milli_total == 0) return Status::InvalidArgument("the cluster has no GPUs");
 
